@@ -1,0 +1,19 @@
+//! shofer-core: the pure logic of shofer — no processes, no async, no syscalls.
+//!
+//! - [`policy`]: the sandbox [`policy::Policy`] (the writable set and the network choice), the
+//!   [`policy::Backend`]s, and which [`policy::Protection`]s each backend enforces at a
+//!   Landlock ABI. `shofer-sandbox` builds a policy from the command line and the filesystem,
+//!   then asks [`policy::protections`] what to report and [`policy::degradations`] whether to
+//!   refuse.
+//! - [`rights`]: the pinned Landlock access-right sets, one per ABI.
+//!
+//! ```
+//! use shofer_core::policy::{degradations, Backend, NetPolicy};
+//! // Landlock ABI 2 cannot deny truncate(2): running there is a degradation.
+//! assert!(!degradations(Backend::Landlock, 2, NetPolicy::Allow).is_empty());
+//! assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow).is_empty());
+//! ```
+#![deny(missing_docs)]
+
+pub mod policy;
+pub mod rights;

@@ -1,0 +1,1 @@
+//! shofer-exec: the command engine (placeholder).

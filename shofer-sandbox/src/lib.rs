@@ -1,0 +1,1 @@
+//! shofer-sandbox (in progress).
