@@ -367,30 +367,6 @@ pub fn failure_reason(step: &str, errno: i32) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_points_are_unescaped_and_locked_flags_kept() {
-        let text = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n\
-                    28 27 0:25 / /mnt/a\\040b ro,nosuid,nodev,relatime - tmpfs x ro\n";
-        let parsed = parse_mountinfo(text);
-        assert_eq!(parsed[0], ("/".to_string(), libc::MS_RELATIME));
-        assert_eq!(parsed[1].0, "/mnt/a b");
-        assert_eq!(
-            parsed[1].1,
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_RELATIME
-        );
-    }
-
-    #[test]
-    fn unescape_leaves_plain_text_and_short_escapes() {
-        assert_eq!(unescape("/a\\134b\\011"), "/a\\b\t");
-        assert_eq!(unescape("/x\\04"), "/x\\04");
-    }
-}
-
 /// Whether an unprivileged user namespace with its own mounts works here: clones a child into
 /// new user and mount namespaces that writes its id maps and mounts a tmpfs (in its private
 /// mount namespace, invisible to the host), and reports how far it got.
@@ -444,5 +420,29 @@ pub fn probe() -> Result<(), String> {
         (true, c) if c > 128 => Err(failure_reason("mount", c - 128)),
         (true, c) => Err(failure_reason("writing uid_map/gid_map", c)),
         _ => Err("the probe child was killed".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_points_are_unescaped_and_locked_flags_kept() {
+        let text = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n\
+                    28 27 0:25 / /mnt/a\\040b ro,nosuid,nodev,relatime - tmpfs x ro\n";
+        let parsed = parse_mountinfo(text);
+        assert_eq!(parsed[0], ("/".to_string(), libc::MS_RELATIME));
+        assert_eq!(parsed[1].0, "/mnt/a b");
+        assert_eq!(
+            parsed[1].1,
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_RELATIME
+        );
+    }
+
+    #[test]
+    fn unescape_leaves_plain_text_and_short_escapes() {
+        assert_eq!(unescape("/a\\134b\\011"), "/a\\b\t");
+        assert_eq!(unescape("/x\\04"), "/x\\04");
     }
 }

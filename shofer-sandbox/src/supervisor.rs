@@ -510,8 +510,8 @@ fn child(launch: Launch, expected_parent: libc::pid_t, old_mask: &libc::sigset_t
     }
     // no_new_privs first: seccomp and Landlock need it without CAP_SYS_ADMIN, and it keeps a
     // setuid program from regaining what we drop below.
-    // Safety: prctl with integer arguments.
     if launch.no_new_privs {
+        // Safety: prctl with integer arguments.
         check(Stage::NoNewPrivs, unsafe {
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         });
