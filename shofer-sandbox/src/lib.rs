@@ -171,6 +171,15 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
             launch.namespaces = Some(namespace_setup(&opened, choice.abi));
         }
         Backend::Bwrap => {
+            if args.keep_descendants {
+                return Err(SetupError::Usage(
+                    "--keep-descendants is not available with the bwrap backend (bubblewrap's init kills them when the command exits); use landlock or userns".into(),
+                ));
+            }
+            match supervisor::resolve_command(&launch.argv[0]) {
+                Ok(path) => launch.argv[0] = path,
+                Err((code, msg)) => return Ok(Outcome::NotExecuted(code, msg)),
+            }
             let b = choice
                 .bwrap
                 .as_ref()

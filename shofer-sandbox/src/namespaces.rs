@@ -11,9 +11,9 @@
 //!    so files created in the worktree belong to the caller;
 //! 2. makes every mount private (`MS_REC | MS_PRIVATE`), so nothing propagates to the host;
 //! 3. replaces `/dev` with a tmpfs holding bind mounts of the host's `null`, `zero`, `full`,
-//!    `random`, `urandom`, `tty`, `ptmx` and `pts` (as bubblewrap's `--dev`): the host's other
-//!    device nodes (disks…) stay out of reach even for a root caller, whose uid owns them;
-//!    mounts `/dev/shm` as a private tmpfs;
+//!    `random`, `urandom` and `tty`, a new devpts instance with `ptmx` (as bubblewrap's
+//!    `--dev`): the host's other device nodes (disks…) stay out of reach even for a root
+//!    caller, whose uid owns them; mounts `/dev/shm` as a private tmpfs;
 //! 4. mounts a fresh `/proc` for the new PID namespace, with `sys`, `sysrq-trigger`, `irq` and
 //!    `bus` bound read-only over themselves (as bubblewrap does);
 //! 5. binds each writable path onto itself, addressing both source and target through
@@ -67,15 +67,13 @@ pub struct Plan {
 }
 
 /// Host `/dev` entries bound into the minimal `/dev`: name and whether writable.
-const DEV_NODES: [(&str, bool); 8] = [
+const DEV_NODES: [(&str, bool); 6] = [
     ("null", true),
     ("zero", true),
     ("full", true),
     ("random", false),
     ("urandom", false),
     ("tty", true),
-    ("ptmx", true),
-    ("pts", true),
 ];
 
 /// Where setting up the namespace failed, for the message.
@@ -222,6 +220,18 @@ fn mounts(plan: &Plan) -> io::Result<()> {
             None,
         )?;
     }
+    // A new devpts instance, as bubblewrap's --dev does: the host's /dev/ptmx cannot find its
+    // devpts from a bind mount (the kernel looks for "pts" beside the ptmx node), so new ptys
+    // come from here. The caller's own terminal stays usable through fds 0-2 and /dev/tty.
+    std::fs::create_dir("/dev/pts")?;
+    mount(
+        Some("devpts"),
+        "/dev/pts",
+        Some("devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=620"),
+    )?;
+    std::os::unix::fs::symlink("pts/ptmx", "/dev/ptmx")?;
     std::fs::create_dir("/dev/shm")?;
     mount(
         Some("tmpfs"),
@@ -240,7 +250,7 @@ fn mounts(plan: &Plan) -> io::Result<()> {
     }
 
     // Step 5: writable binds, source and target pinned by descriptor.
-    let mut keep_rw: Vec<String> = vec!["/proc".into(), "/dev/shm".into()];
+    let mut keep_rw: Vec<String> = vec!["/proc".into(), "/dev/shm".into(), "/dev/pts".into()];
     for (name, _, writable) in &devices {
         if *writable {
             keep_rw.push(format!("/dev/{name}"));

@@ -405,9 +405,12 @@ fn namespace_init(mut args: ChildArgs) -> ! {
         };
         fail(stage, e);
     }
-    // The private /dev/shm is a new inode: Landlock needs a rule for it too.
-    if let Some(ruleset) = launch.landlock.take() {
-        let rule = crate::paths::open_following(std::path::Path::new("/dev/shm")).map(|fd| {
+    // The private /dev/shm and the new devpts are new inodes: Landlock needs rules for them.
+    for dir in ["/dev/shm", "/dev/pts"] {
+        let Some(ruleset) = launch.landlock.take() else {
+            break;
+        };
+        let rule = crate::paths::open_following(std::path::Path::new(dir)).map(|fd| {
             landlock::PathBeneath::new(fd, shofer_core::rights::fs_write_rights(ns.landlock_abi))
         });
         match rule.map(|r| landlock::RulesetCreatedAttr::add_rule(ruleset, r)) {
@@ -418,6 +421,8 @@ fn namespace_init(mut args: ChildArgs) -> ! {
     }
     drop(ns);
     let interactive = launch.interactive;
+    let keep_descendants = launch.keep_descendants;
+    let mut command_status = None;
     // Safety: single-threaded; the child execs or exits.
     let command = unsafe { libc::fork() };
     if command < 0 {
@@ -444,14 +449,23 @@ fn namespace_init(mut args: ChildArgs) -> ! {
                 // Safety: reaping any child of init, non-blocking.
                 let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
                 if pid == command {
-                    // Safety: exiting PID 1; the kernel kills the rest of the namespace.
-                    unsafe { libc::_exit(crate::wait_status_to_exit(status)) };
+                    command_status = Some(status);
+                }
+                let none_left = pid < 0;
+                if let Some(status) = command_status {
+                    if !keep_descendants || none_left {
+                        // Safety: exiting PID 1; the kernel kills the rest of the namespace.
+                        unsafe { libc::_exit(crate::wait_status_to_exit(status)) };
+                    }
                 }
                 if pid <= 0 {
                     break;
                 }
             }
-        } else if sig > 0 && !(interactive && info.si_code == libc::SI_KERNEL) {
+        } else if sig > 0
+            && command_status.is_none()
+            && !(interactive && info.si_code == libc::SI_KERNEL)
+        {
             let target = if interactive { command } else { -command };
             // Safety: signalling our own, unreaped child (or its process group).
             unsafe { libc::kill(target, sig) };
@@ -572,6 +586,50 @@ fn exec_search(argv: &[CString]) -> io::Error {
         }
     }
     io::Error::from_raw_os_error(if denied { libc::EACCES } else { libc::ENOENT })
+}
+
+/// Where `$PATH` lookup would find `name`, as [`exec_search`] decides it, without executing
+/// anything: for bubblewrap, which reports every exec failure as exit 1. The sandbox sees the
+/// host's root read-only, so the host's answer is the sandbox's.
+///
+/// # Errors
+/// `(126 or 127, message)` as for a failed exec.
+pub fn resolve_command(name: &CString) -> Result<CString, (i32, String)> {
+    let shown = name.to_string_lossy().into_owned();
+    let executable = |p: &CString| {
+        // Safety: NUL-terminated path.
+        is_regular_file(p) && unsafe { libc::access(p.as_ptr(), libc::X_OK) } == 0
+    };
+    let not_executable = || (126, format!("{shown}: {}", sys::strerror(libc::EACCES)));
+    if name.as_bytes().contains(&b'/') {
+        if executable(name) {
+            return Ok(name.clone());
+        }
+        if is_regular_file(name) || std::path::Path::new(&shown).is_dir() {
+            return Err(not_executable());
+        }
+        return Err((127, format!("{shown}: command not found")));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let mut denied = false;
+    for dir in std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).split(|&b| b == b':') {
+        let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
+        let mut candidate = dir.to_vec();
+        candidate.push(b'/');
+        candidate.extend_from_slice(name.as_bytes());
+        let Ok(candidate) = CString::new(candidate) else {
+            continue;
+        };
+        if executable(&candidate) {
+            return Ok(candidate);
+        }
+        denied |= is_regular_file(&candidate);
+    }
+    Err(if denied {
+        not_executable()
+    } else {
+        (127, format!("{shown}: command not found"))
+    })
 }
 
 fn exec_one(path: &CString, argv: &[CString]) -> io::Error {
