@@ -219,8 +219,11 @@ fn namespace_setup(opened: &writable::OpenedPolicy, abi: u32) -> supervisor::NsS
             RuleOrigin::Terminal => {
                 let name = rule.path.strip_prefix("/dev").ok().and_then(|p| p.to_str());
                 if let Some(name) = name {
-                    let covered =
-                        devices.iter().any(|(d, _)| name == d) || name.starts_with("pts/");
+                    // ptmx and pts come from the namespace's own devpts instance.
+                    let covered = devices.iter().any(|(d, _)| name == d)
+                        || name == "ptmx"
+                        || name == "pts"
+                        || name.starts_with("pts/");
                     if !covered && !name.contains('/') {
                         devices.push((name.to_string(), true));
                     }
