@@ -665,3 +665,64 @@ fn unprivileged_runs_confine_writes_and_keep_exit_codes() {
         assert_eq!(out.status.code(), Some(127));
     }
 }
+
+#[test]
+fn net_deny_refuses_tcp_and_net_allow_does_not() {
+    if !Path::new("/usr/bin/python3").exists() {
+        eprintln!("SKIP net_deny...: no /usr/bin/python3");
+        return;
+    }
+    let mut listener = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg("import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(8); print(s.getsockname()[1], flush=True)\nwhile True: s.accept()[0].close()")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    {
+        use std::io::BufRead;
+        let mut reader = std::io::BufReader::new(listener.stdout.as_mut().unwrap());
+        reader.read_line(&mut port).unwrap();
+    }
+    let port = port.trim().to_string();
+    let connect = format!(
+        "import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5); print('connected')"
+    );
+    let abi = landlock_abi();
+    for b in backends() {
+        if b == "landlock" && abi < 4 {
+            eprintln!("SKIP net_deny under landlock: ABI {abi} < 4");
+            continue;
+        }
+        let (_s, wt) = scratch_with_wt();
+        let denied = Run::new(&wt)
+            .backend(b)
+            .args(["--net", "deny", "--", "/usr/bin/python3", "-c", &connect])
+            .output();
+        assert_ne!(denied.status.code(), Some(0), "{b}: {}", show(&denied));
+        if b != "userns" && b != "layered" && b != "bwrap" {
+            // Landlock's refusal; in a new network namespace the loopback is simply absent.
+            assert!(
+                String::from_utf8_lossy(&denied.stderr).contains("PermissionError"),
+                "{b}: {}",
+                show(&denied)
+            );
+        }
+        let allowed = Run::new(&wt)
+            .backend(b)
+            .args(["--", "/usr/bin/python3", "-c", &connect])
+            .output();
+        assert_eq!(allowed.status.code(), Some(0), "{b}: {}", show(&allowed));
+    }
+    listener.kill().unwrap();
+    listener.wait().unwrap();
+}
+
+#[test]
+fn help_and_version_exit_zero() {
+    for flag in ["--help", "-h", "--version", "-V"] {
+        let out = Command::new(SANDBOX).arg(flag).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{flag}");
+        assert!(!out.stdout.is_empty());
+    }
+}
