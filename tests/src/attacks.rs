@@ -508,7 +508,114 @@ fn dispatch(name: &str, a: &[String]) -> Seen {
             std::thread::sleep(std::time::Duration::from_secs(30));
             Seen::Ok("slept".into())
         }
+        "kill-supervisor" => {
+            // Leave a setsid() survivor, then SIGKILL our parent (the supervisor).
+            let _ = spawn_sleeper(arg(a, 2), arg(a, 3), true, false);
+            // Safety: getppid never fails.
+            let ppid = unsafe { libc::getppid() };
+            contain(
+                &format!("kill(supervisor pid {ppid}, SIGKILL)"),
+                sys::kill(ppid, libc::SIGKILL),
+            )
+        }
+        "ptrace-supervisor" => {
+            // Safety: getppid never fails.
+            let ppid = unsafe { libc::getppid() };
+            // Safety: PTRACE_ATTACH takes a pid and ignores addr/data.
+            let r = sys::check(unsafe { libc::ptrace(libc::PTRACE_ATTACH, ppid, 0usize, 0usize) });
+            if r.is_ok() {
+                // Safety: detach at once.
+                unsafe { libc::ptrace(libc::PTRACE_DETACH, ppid, 0usize, 0usize) };
+                return Seen::Escaped(format!(
+                    "PTRACE_ATTACH to the supervisor (pid {ppid}) succeeded"
+                ));
+            }
+            match sys::open(format!("/proc/{ppid}/mem"), libc::O_RDWR, 0) {
+                Ok(_) => Seen::Escaped("opened the supervisor's /proc/<pid>/mem read-write".into()),
+                Err(e) => Seen::Blocked(format!(
+                    "PTRACE_ATTACH(supervisor) -> {}; open /proc/<ppid>/mem O_RDWR -> {e}",
+                    r.err().map(|e| e.name()).unwrap_or_default()
+                )),
+            }
+        }
+        "proc-supervisor-fds" => {
+            // Reopen, for writing, whatever files the supervisor holds (nothing is written).
+            // Safety: getppid never fails.
+            let ppid = unsafe { libc::getppid() };
+            let mut opened = Vec::new();
+            let mut seen = Vec::new();
+            match std::fs::read_dir(format!("/proc/{ppid}/fd")) {
+                Err(e) => return Seen::Blocked(format!("list /proc/<supervisor>/fd -> {e}")),
+                Ok(rd) => {
+                    for e in rd.flatten() {
+                        let target = std::fs::read_link(e.path())
+                            .map(|t| t.display().to_string())
+                            .unwrap_or_default();
+                        if !target.starts_with('/')
+                            || target.starts_with("/dev/")
+                            || target.starts_with(&wt.display().to_string())
+                            || target.starts_with("/tmp")
+                        {
+                            continue;
+                        }
+                        seen.push(target.clone());
+                        if sys::open(e.path(), libc::O_WRONLY | libc::O_APPEND, 0).is_ok() {
+                            opened.push(target);
+                        }
+                    }
+                }
+            }
+            if opened.is_empty() {
+                Seen::Blocked(format!(
+                    "no supervisor fd reopened for writing (outside files it holds: {seen:?})"
+                ))
+            } else {
+                Seen::Escaped(format!(
+                    "reopened for writing via /proc/<supervisor>/fd: {opened:?}"
+                ))
+            }
+        }
+        "tiocsti-foreign-pty" => {
+            // A pty that is nobody's controlling terminal: open it (as a session leader without
+            // one it becomes ours), then inject. Must be refused in non-interactive runs too.
+            let path = arg(a, 2);
+            // Safety: setsid takes no arguments (fails harmlessly if already a leader).
+            unsafe { libc::setsid() };
+            let fd = match sys::open(path, libc::O_RDWR, 0) {
+                Ok(fd) => fd,
+                Err(e) => return Seen::Blocked(format!("open(foreign pty) -> {e}")),
+            };
+            // Safety: TIOCSCTTY with arg 0 (no stealing).
+            unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSCTTY, 0) };
+            let b = b'#';
+            contain(
+                "TIOCSTI on a foreign pty made our controlling terminal",
+                sys::ioctl_raw64(fd.as_raw_fd(), libc::TIOCSTI, &b),
+            )
+        }
+        "tiocsti-ia32" => tiocsti_ia32(),
+        "tiocsti-x32" => {
+            let b = b'#';
+            // Safety: an x32 system call number; the kernel answers ENOSYS if x32 is off.
+            let r = sys::check(unsafe {
+                libc::syscall(0x4000_0000 | 514, 0, libc::TIOCSTI, &b as *const u8)
+            });
+            match r {
+                Err(e) if e.0 == libc::ENOSYS => {
+                    Seen::Blocked("x32 ioctl -> ENOSYS (no x32 ABI in this kernel)".into())
+                }
+                r => contain("x32 ioctl(0, TIOCSTI)", r),
+            }
+        }
+        "dev-uinput" => match sys::open("/dev/uinput", libc::O_WRONLY, 0) {
+            Err(e) if e.0 == libc::ENOENT => Seen::Skip("no /dev/uinput".into()),
+            r => contain("open(/dev/uinput, O_WRONLY) (fake keyboard)", r),
+        },
         "git-write" => git_write(a),
+        "plant-symlink" => match sys::symlink(arg(a, 0), arg(a, 1)) {
+            Ok(()) => Seen::Ok("planted".into()),
+            Err(e) => Seen::Broken(format!("symlink -> {e}")),
+        },
         "put" => {
             // put <path> <content>: replace a file inside the worktree (O_TRUNC).
             let fd = sys::open(
@@ -757,6 +864,77 @@ fn tiocsti(high_bits: bool) -> Seen {
         Seen::Escaped(results.join("; "))
     } else {
         Seen::Blocked(results.join("; "))
+    }
+}
+
+fn tiocsti_ia32() -> Seen {
+    // The i386 entry point (int 0x80, ioctl = 54) with a pointer below 4 GiB; in a child, so
+    // a seccomp kill (SIGSYS) is observable.
+    match sys::fork() {
+        Err(e) => Seen::Broken(format!("fork -> {e}")),
+        Ok(0) => {
+            // Safety: a fresh anonymous page in the low 2 GiB; the child exits right after.
+            let page = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_32BIT,
+                    -1,
+                    0,
+                )
+            };
+            if page == libc::MAP_FAILED {
+                sys::exit_now(3);
+            }
+            // Safety: `page` is a writable mapping.
+            unsafe { *(page as *mut u8) = b'#' };
+            let ret: i32;
+            // Safety: the int 0x80 ABI: eax = syscall number (ioctl = 54), ebx/ecx/edx = args;
+            // rbx is reserved by LLVM, so it is swapped in and out around the trap.
+            unsafe {
+                std::arch::asm!(
+                    "xchg rbx, {b}",
+                    "int 0x80",
+                    "xchg rbx, {b}",
+                    b = inout(reg) 0u64 => _,
+                    inout("eax") 54i32 => ret,
+                    in("ecx") libc::TIOCSTI as u32,
+                    in("edx") page as usize as u32,
+                );
+            }
+            // 0 = injected; -errno otherwise; 100+errno encodes the error.
+            sys::exit_now(if ret == 0 {
+                0
+            } else {
+                (100 + (-ret).min(150)) as i32
+            })
+        }
+        Ok(pid) => {
+            let mut st = 0;
+            // Safety: waiting for our own child.
+            unsafe { libc::waitpid(pid, &mut st, 0) };
+            if libc::WIFSIGNALED(st) {
+                Seen::Blocked(format!(
+                    "i386 ioctl(TIOCSTI): killed by signal {}",
+                    libc::WTERMSIG(st)
+                ))
+            } else {
+                match libc::WEXITSTATUS(st) {
+                    0 => Seen::Escaped("i386 int 0x80 ioctl(0, TIOCSTI) succeeded".into()),
+                    3 => Seen::Skip("mmap(MAP_32BIT) failed".into()),
+                    n if n >= 100 => {
+                        let e = Errno(i32::from(n as u8) - 100);
+                        if e.0 == libc::ENOSYS {
+                            Seen::Blocked("i386 syscalls disabled (ENOSYS)".into())
+                        } else {
+                            Seen::Blocked(format!("i386 int 0x80 ioctl(0, TIOCSTI) -> {e}"))
+                        }
+                    }
+                    n => Seen::Broken(format!("child exited {n}")),
+                }
+            }
+        }
     }
 }
 

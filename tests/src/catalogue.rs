@@ -400,6 +400,10 @@ pub fn all() -> Vec<Case> {
             Some("tiocsti"),
             |c| pty_case(c, "tioclinux")
         ),
+        case!("tiocsti-ia32", "TIOCSTI through the i386 entry point (int 0x80)", Some("tiocsti"), |c| pty_case(c, "tiocsti-ia32")),
+        case!("tiocsti-x32", "TIOCSTI through the x32 system call number", Some("tiocsti"), |c| pty_case(c, "tiocsti-x32")),
+        case!("tiocsti-foreign-pty", "non-interactive run: open a pty that is nobody's terminal, make it ours, TIOCSTI", Some("tiocsti"), tiocsti_foreign),
+        Case { root_only: true, ..case!("dev-uinput", "as root: open /dev/uinput (a fake keyboard) for writing", W, |c| attack_checked(c, "dev-uinput", &[])) },
         case!(
             "python-tiocsti",
             "field 4: python3 fcntl.ioctl(0, TIOCSTI) under a pty",
@@ -439,6 +443,9 @@ pub fn all() -> Vec<Case> {
             None,
             |c| with_victim(c, "process-vm-readv")
         ),
+        case!("kill-supervisor", "SIGKILL the shofer-sandbox supervisor (our parent) after leaving a setsid() child", Some("signals_out"), kill_supervisor),
+        case!("ptrace-supervisor", "PTRACE_ATTACH / open /proc/<pid>/mem of the supervisor", None, |c| attack_checked(c, "ptrace-supervisor", &[])),
+        case!("proc-supervisor-fds", "reopen for writing the outside files the supervisor holds, via /proc/<ppid>/fd", W, |c| attack_checked(c, "proc-supervisor-fds", &[])),
         // --- sockets and network ---
         case!(
             "abstract-unix-connect",
@@ -648,6 +655,8 @@ pub fn all() -> Vec<Case> {
             |c| git_tamper(c, Tamper::CommonDir),
             needs = need_git
         ),
+        case!("git-tampered-gitfile-sibling-next-run", "point wt/.git at a sibling linked worktree's gitdir, then write into it on the next run", None, |c| git_tamper(c, Tamper::Sibling), needs = need_git),
+        case!("allow-write-symlink-next-run", "plant wt/cache -> outside, then a run with --allow-write wt/cache writes through it", None, allow_write_symlink),
         case!(
             "git-fake-layout-next-run",
             "a fake common dir in wt with symlinks to another repo, then write on the next run",
@@ -701,7 +710,8 @@ fn describe(o: &Outcome) -> String {
         | Outcome::Works(d)
         | Outcome::Broken(d)
         | Outcome::Skip(d)
-        | Outcome::Error(d) => d.clone(),
+        | Outcome::Error(d)
+        | Outcome::Fail(d) => d.clone(),
     }
 }
 
@@ -881,6 +891,9 @@ fn tcp_connect_deny(c: &Ctx) -> Outcome {
     let mut spec = Sb::new(Cmd::Attack("tcp-connect", vec![port.to_string()]));
     spec.extra = vec!["--net".into(), "deny".into()];
     let o = attack_spec_checked(c, spec);
+    if let Some(f) = silent_net_downgrade(c) {
+        return f;
+    }
     let n = sys::accept_all(l.as_raw_fd());
     if n > 0 {
         return Outcome::Escaped(format!(
@@ -897,7 +910,23 @@ fn tcp_bind_deny(c: &Ctx) -> Outcome {
     };
     let mut spec = Sb::new(Cmd::Attack("tcp-bind", vec![port.to_string()]));
     spec.extra = vec!["--net".into(), "deny".into()];
-    attack_spec_checked(c, spec)
+    let o = attack_spec_checked(c, spec);
+    silent_net_downgrade(c).unwrap_or(o)
+}
+
+/// `--net deny` that the report says is not enforced must have been refused without
+/// `--allow-degraded` (never a silent downgrade).
+fn silent_net_downgrade(c: &Ctx) -> Option<Outcome> {
+    let rep = c.report.borrow();
+    let tcp = &rep.as_ref()?["protections"]["tcp"];
+    let unenforced = tcp["enforced"].as_bool() == Some(false);
+    let flagged = c.cell.degraded || c.last_needed_degraded.get();
+    (unenforced && !flagged).then(|| {
+        Outcome::Fail(format!(
+            "--net deny ran without --allow-degraded although the report says TCP is not enforced ({})",
+            tcp["reason"]
+        ))
+    })
 }
 
 fn tcp_connect_allow(c: &Ctx) -> Outcome {
@@ -908,6 +937,90 @@ fn tcp_connect_allow(c: &Ctx) -> Outcome {
     let o = attack_checked(c, "tcp-connect", &[port.to_string(), "expect-ok".into()]);
     let _ = sys::accept_all(l.as_raw_fd());
     o
+}
+
+fn kill_supervisor(c: &Ctx) -> Outcome {
+    let marker = c.w.marker();
+    let me = c.w.me.display().to_string();
+    let run = c.sb(Sb::new(Cmd::Attack(
+        "kill-supervisor",
+        vec![me, marker.clone()],
+    )));
+    std::thread::sleep(Duration::from_millis(100));
+    let left = reap_marked(&marker);
+    let o = run.outcome();
+    match (&o, left.is_empty()) {
+        (_, false) => Outcome::Escaped(format!(
+            "{}; the setsid() child (pids {left:?}) outlived the killed supervisor",
+            describe(&o)
+        )),
+        (Outcome::Escaped(_), true) => o,
+        // The verdict line may be lost when the supervisor dies first: judge by the status.
+        (Outcome::Error(_), true) if run.signal == Some(libc::SIGKILL) => {
+            Outcome::Escaped("shofer-sandbox was SIGKILLed from inside".into())
+        }
+        _ => o,
+    }
+}
+
+fn tiocsti_foreign(c: &Ctx) -> Outcome {
+    let (_master, slave, slave_path) = match sys::openpty() {
+        Ok(x) => x,
+        Err(e) => return Outcome::Error(format!("harness: openpty: {e}")),
+    };
+    let _ = sys::tty_raw(slave.as_raw_fd());
+    let (u, g) = c.cell.user.ids();
+    let _ = sys::chown(&slave_path, u, g);
+    let run = c.sb(Sb::new(Cmd::Attack(
+        "tiocsti-foreign-pty",
+        vec![slave_path],
+    )));
+    let _ = sys::set_nonblock(slave.as_raw_fd());
+    let injected = sys::drain(slave.as_raw_fd());
+    if !injected.is_empty() {
+        return Outcome::Escaped(format!(
+            "{:?} reached a foreign pty's input queue ({})",
+            String::from_utf8_lossy(&injected),
+            describe(&run.outcome())
+        ));
+    }
+    run.outcome()
+}
+
+fn allow_write_symlink(c: &Ctx) -> Outcome {
+    // Run 1 (inside): plant the symlink in the worktree — allowed, the worktree is writable.
+    let link = c.wt.join("cache");
+    let run1 = c.sb(Sb::new(Cmd::AttackRaw(
+        "plant-symlink",
+        vec![c.out.display().to_string(), link.display().to_string()],
+    )));
+    if !matches!(run1.outcome(), Outcome::Works(_)) {
+        return Outcome::Error(format!(
+            "harness: planting the symlink failed: {}",
+            describe(&run1.outcome())
+        ));
+    }
+    // Run 2: the caller allows a cache path inside the worktree (harmless-looking).
+    let mut spec = Sb::new(Cmd::AttackRaw(
+        "deny-write",
+        vec![
+            link.join("new9").display().to_string(),
+            c.out.join("new10").display().to_string(),
+        ],
+    ));
+    spec.extra = vec!["--allow-write".into(), link.display().to_string()];
+    let before = c.snapshot();
+    let run2 = c.sb(spec);
+    let after = c.snapshot();
+    if let Some(d) = diff(&before, &after) {
+        return Outcome::Escaped(format!(
+            "--allow-write <wt>/cache followed an attacker-planted symlink to outside: {d}"
+        ));
+    }
+    if run2.code == Some(125) {
+        return Outcome::Blocked(format!("refused: {}", clip(run2.stderr.trim(), 200)));
+    }
+    run2.outcome()
 }
 
 fn root_chown(c: &Ctx) -> Outcome {
@@ -1367,6 +1480,7 @@ fn git_worktree_config(c: &Ctx) -> Outcome {
 }
 
 enum Tamper {
+    Sibling,
     GitFile,
     CommonDir,
     FakeLayout,
@@ -1383,7 +1497,34 @@ fn git_tamper(c: &Ctx, how: Tamper) -> Outcome {
         .canonicalize()
         .unwrap_or(r.victim.join(".git"));
     // Run 1 (inside the sandbox): tamper with what the next run will read.
+    let sibling = c.dir.join("wt2");
+    let sibling_gitdir = r.common.join("worktrees/wt2");
+    if matches!(how, Tamper::Sibling) {
+        if let Err(e) = git(
+            c.w,
+            &r.env,
+            &c.dir.join("repo"),
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                "other",
+                &sibling.display().to_string(),
+            ],
+        ) {
+            return Outcome::Error(format!("harness: {e}"));
+        }
+        let (u, g) = c.cell.user.ids();
+        chown_all(&c.dir, u, g);
+    }
     let step1 = match how {
+        Tamper::Sibling => put(
+            c,
+            &r,
+            c.wt.join(".git"),
+            &format!("gitdir: {}\n", sibling_gitdir.display()),
+        ),
         Tamper::GitFile => put(
             c,
             &r,
@@ -1416,6 +1557,9 @@ fn git_tamper(c: &Ctx, how: Tamper) -> Outcome {
     }
     // Run 2: the next run on the tampered worktree must give no reach into the victim.
     let targets = [
+        sibling_gitdir.join("HEAD"),
+        sibling_gitdir.join("evil"),
+        sibling.join("evil"),
         vgit.join("config"),
         vgit.join("hooks/pre-commit"),
         vgit.join("objects/evil"),
@@ -1425,10 +1569,11 @@ fn git_tamper(c: &Ctx, how: Tamper) -> Outcome {
         r.common.join("config"),
         r.common.join("objects/../config"),
     ];
-    let before = snap_paths(std::slice::from_ref(&vgit));
+    let watched = [vgit.clone(), sibling_gitdir.clone(), sibling.clone()];
+    let before = snap_paths(&watched);
     let before_c = fs_snapshot_common(&r);
     let run = deny(c, &r.env, None, &targets);
-    let after = snap_paths(std::slice::from_ref(&vgit));
+    let after = snap_paths(&watched);
     if let Some(d) = diff(&before, &after) {
         return Outcome::Escaped(format!(
             "next run wrote into the other repository: {}",
@@ -1515,6 +1660,14 @@ fn probe_matches(c: &Ctx) -> Outcome {
 }
 
 fn userns_blocked(c: &Ctx) -> Outcome {
+    if let Some(p) = &c.w.probe {
+        if p["user_namespaces"]["usable"].as_bool() == Some(false) {
+            return Outcome::Skip(format!(
+                "the sandbox's probe says the userns backend is not usable here ({}); field case 6 needs it",
+                p["user_namespaces"]["reason"]
+            ));
+        }
+    }
     // In a child user namespace with max_user_namespaces=0 (set only there).
     let mut spec = Sb::new(Cmd::Attack("noop", vec![]));
     spec.raw_opts = true;

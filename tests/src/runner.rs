@@ -302,6 +302,8 @@ pub enum Outcome {
     Skip(String),
     /// The harness could not run the case (a FAIL: fail closed).
     Error(String),
+    /// A failure that no report can excuse (e.g. a silent downgrade).
+    Fail(String),
 }
 
 /// One finished sandbox run.
@@ -444,6 +446,8 @@ pub struct Ctx<'w> {
     pub out: PathBuf,
     /// The report of the most recent run.
     pub report: RefCell<Option<Value>>,
+    /// Whether the most recent run had to add `--allow-degraded` itself.
+    pub last_needed_degraded: std::cell::Cell<bool>,
     runs: RefCell<u32>,
 }
 
@@ -481,6 +485,7 @@ impl<'w> Ctx<'w> {
             out: out.canonicalize().unwrap_or(out),
             dir,
             report: RefCell::new(None),
+            last_needed_degraded: std::cell::Cell::new(false),
             runs: RefCell::new(0),
         })
     }
@@ -498,6 +503,7 @@ impl<'w> Ctx<'w> {
             run.needed_degraded = true;
         }
         *self.report.borrow_mut() = run.report.clone();
+        self.last_needed_degraded.set(run.needed_degraded);
         run
     }
 
@@ -602,7 +608,9 @@ impl<'w> Ctx<'w> {
                 // Safety: `n` is a fresh fd owned by this Stdio.
                 Stdio::from(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(n) })
             };
-            cmd.stdin(dup(slave)).stdout(dup(slave)).stderr(errf);
+            // All three on the terminal, as under script(1): /dev/stderr must be the pty.
+            cmd.stdin(dup(slave)).stdout(dup(slave)).stderr(dup(slave));
+            drop(errf);
             drop(outf);
         } else {
             cmd.stdin(Stdio::null()).stdout(outf).stderr(errf);
@@ -897,6 +905,7 @@ pub fn judge(w: &World, case: &Case, cell: &Cell, o: Outcome, report: Option<&Va
         Outcome::Blocked(d) | Outcome::Works(d) => return row("pass", d),
         Outcome::Skip(d) => return row("skip", d),
         Outcome::Error(d) => return row("FAIL", format!("harness could not run the case: {d}")),
+        Outcome::Fail(d) => return row("FAIL", d),
         Outcome::Escaped(d) => format!("escaped: {d}"),
         Outcome::Broken(d) => format!("broken: {d}"),
     };
@@ -924,7 +933,7 @@ pub fn judge(w: &World, case: &Case, cell: &Cell, o: Outcome, report: Option<&Va
         .or(cell.abi)
         .unwrap_or(w.host_abi);
     match gaps::allowed(&w.gaps, case.name, &cell.backend, abi) {
-        Some(_) => row("gap", reason),
+        Some(_) => row("gap", format!("{reason} [{bad}]")),
         None => row(
             "FAIL",
             format!("{bad}; the report admits {key} is not enforced ({reason}) but tests/README.md lists no such gap for {} at ABI {abi}", cell.backend),
