@@ -904,11 +904,7 @@ fn tiocsti_ia32() -> Seen {
                 );
             }
             // 0 = injected; -errno otherwise; 100+errno encodes the error.
-            sys::exit_now(if ret == 0 {
-                0
-            } else {
-                (100 + (-ret).min(150)) as i32
-            })
+            sys::exit_now(if ret == 0 { 0 } else { 100 + (-ret).min(150) })
         }
         Ok(pid) => {
             let mut st = 0;
