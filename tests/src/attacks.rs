@@ -510,17 +510,21 @@ fn dispatch(name: &str, a: &[String]) -> Seen {
         }
         "kill-supervisor" => {
             // Leave a setsid() survivor, then SIGKILL our parent (the supervisor).
+            let ppid = match supervisor_pid(arg(a, 4)) {
+                Ok(p) => p,
+                Err(s) => return s,
+            };
             let _ = spawn_sleeper(arg(a, 2), arg(a, 3), true, false);
-            // Safety: getppid never fails.
-            let ppid = unsafe { libc::getppid() };
             contain(
                 &format!("kill(supervisor pid {ppid}, SIGKILL)"),
                 sys::kill(ppid, libc::SIGKILL),
             )
         }
         "ptrace-supervisor" => {
-            // Safety: getppid never fails.
-            let ppid = unsafe { libc::getppid() };
+            let ppid = match supervisor_pid(arg(a, 2)) {
+                Ok(p) => p,
+                Err(s) => return s,
+            };
             // Safety: PTRACE_ATTACH takes a pid and ignores addr/data.
             let r = sys::check(unsafe { libc::ptrace(libc::PTRACE_ATTACH, ppid, 0usize, 0usize) });
             if r.is_ok() {
@@ -540,8 +544,10 @@ fn dispatch(name: &str, a: &[String]) -> Seen {
         }
         "proc-supervisor-fds" => {
             // Reopen, for writing, whatever files the supervisor holds (nothing is written).
-            // Safety: getppid never fails.
-            let ppid = unsafe { libc::getppid() };
+            let ppid = match supervisor_pid(arg(a, 2)) {
+                Ok(p) => p,
+                Err(s) => return s,
+            };
             let mut opened = Vec::new();
             let mut seen = Vec::new();
             match std::fs::read_dir(format!("/proc/{ppid}/fd")) {
@@ -865,6 +871,19 @@ fn tiocsti(high_bits: bool) -> Seen {
     } else {
         Seen::Blocked(results.join("; "))
     }
+}
+
+/// Our parent, if it is a supervisor: never the harness itself (pid `harness`) or init — a
+/// command started directly by the harness has no supervisor, which is itself a failure.
+fn supervisor_pid(harness: &str) -> Result<i32, Seen> {
+    // Safety: getppid never fails.
+    let ppid = unsafe { libc::getppid() };
+    if ppid <= 1 || harness.parse::<i32>().ok() == Some(ppid) {
+        return Err(Seen::Escaped(format!(
+            "no supervisor: the command's parent is pid {ppid} (the harness or init)"
+        )));
+    }
+    Ok(ppid)
 }
 
 fn tiocsti_ia32() -> Seen {

@@ -444,8 +444,8 @@ pub fn all() -> Vec<Case> {
             |c| with_victim(c, "process-vm-readv")
         ),
         case!("kill-supervisor", "SIGKILL the shofer-sandbox supervisor (our parent) after leaving a setsid() child", Some("signals_out"), kill_supervisor),
-        case!("ptrace-supervisor", "PTRACE_ATTACH / open /proc/<pid>/mem of the supervisor", None, |c| attack_checked(c, "ptrace-supervisor", &[])),
-        case!("proc-supervisor-fds", "reopen for writing the outside files the supervisor holds, via /proc/<ppid>/fd", W, |c| attack_checked(c, "proc-supervisor-fds", &[])),
+        case!("ptrace-supervisor", "PTRACE_ATTACH / open /proc/<pid>/mem of the supervisor", None, |c| attack_checked(c, "ptrace-supervisor", &[std::process::id().to_string()])),
+        case!("proc-supervisor-fds", "reopen for writing the outside files the supervisor holds, via /proc/<ppid>/fd", W, |c| attack_checked(c, "proc-supervisor-fds", &[std::process::id().to_string()])),
         // --- sockets and network ---
         case!(
             "abstract-unix-connect",
@@ -944,7 +944,7 @@ fn kill_supervisor(c: &Ctx) -> Outcome {
     let me = c.w.me.display().to_string();
     let run = c.sb(Sb::new(Cmd::Attack(
         "kill-supervisor",
-        vec![me, marker.clone()],
+        vec![me, marker.clone(), std::process::id().to_string()],
     )));
     std::thread::sleep(Duration::from_millis(100));
     let left = reap_marked(&marker);
