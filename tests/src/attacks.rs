@@ -617,6 +617,66 @@ fn dispatch(name: &str, a: &[String]) -> Seen {
             Err(e) if e.0 == libc::ENOENT => Seen::Skip("no /dev/uinput".into()),
             r => contain("open(/dev/uinput, O_WRONLY) (fake keyboard)", r),
         },
+        "spawn-then-exit" => {
+            // spawn-then-exit <me> <marker> <mode...>: start `sleeper <marker> 30 <mode...>` in
+            // a new session and exit at once.
+            let me = arg(a, 2);
+            let mut argv = vec![
+                me.to_string(),
+                "sleeper".into(),
+                arg(a, 3).to_string(),
+                "30".into(),
+            ];
+            argv.extend(a.iter().skip(4).cloned());
+            match sys::fork() {
+                Err(e) => Seen::Broken(format!("fork -> {e}")),
+                Ok(0) => {
+                    // Safety: new session in the child before exec.
+                    unsafe { libc::setsid() };
+                    let e = sys::execv(Path::new(me), &argv);
+                    eprintln!("exec -> {e}");
+                    sys::exit_now(127)
+                }
+                Ok(_) => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    Seen::Ok("left a process tree behind and exited".into())
+                }
+            }
+        }
+        "link-into-tmp" => {
+            let l = PathBuf::from(format!("/tmp/{}", arg(a, 2)));
+            match attempt("link(outside/existing, /tmp/x)", sys::link(&ex, &l)) {
+                Err(d) => Seen::Blocked(d),
+                Ok(()) => {
+                    let w = write_via(&l, libc::O_WRONLY | libc::O_APPEND);
+                    let _ = sys::unlink(&l);
+                    match w {
+                        Ok(()) => Seen::Escaped(
+                            "hard-linked an outside file into /tmp and wrote it".into(),
+                        ),
+                        Err(e) => Seen::Escaped(format!(
+                            "hard-linked an outside file into /tmp (write -> {e})"
+                        )),
+                    }
+                }
+            }
+        }
+        "open-tree-clone" => open_tree_clone(&out),
+        "sys-write" => {
+            let cands = [
+                "/sys/kernel/mm/transparent_hugepage/enabled",
+                "/sys/kernel/mm/ksm/run",
+                "/sys/power/state",
+                "/sys/kernel/uevent_helper",
+            ];
+            match cands.iter().find(|p| Path::new(p).exists()) {
+                None => Seen::Skip("none of the probed /sys files exist".into()),
+                Some(p) => contain(
+                    &format!("open({p}, O_WRONLY) (nothing written)"),
+                    sys::open(p, libc::O_WRONLY, 0),
+                ),
+            }
+        }
         "git-write" => git_write(a),
         "plant-symlink" => match sys::symlink(arg(a, 0), arg(a, 1)) {
             Ok(()) => Seen::Ok("planted".into()),
@@ -884,6 +944,89 @@ fn supervisor_pid(harness: &str) -> Result<i32, Seen> {
         )));
     }
     Ok(ppid)
+}
+
+fn open_tree_clone(out: &Path) -> Seen {
+    // A detached clone of the outside tree (new mount API), written through its fd.
+    let mut steps = Vec::new();
+    match enter_userns() {
+        Ok(()) => steps.push("new user+mount namespace".to_string()),
+        Err(e) => steps.push(e),
+    }
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let c = sys::cstr(out);
+    // Safety: valid C string; flags as documented in open_tree(2).
+    let fd = unsafe {
+        libc::syscall(
+            428,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        let e = Errno::last();
+        steps.push(format!("open_tree(outside, CLONE) -> {e}"));
+        return match write_via(&out.join("existing"), libc::O_WRONLY | libc::O_APPEND) {
+            Ok(()) => Seen::Escaped(format!("{}; but wrote outside/existing", steps.join("; "))),
+            Err(w) => Seen::Blocked(format!(
+                "{}; write outside/existing -> {w}",
+                steps.join("; ")
+            )),
+        };
+    }
+    let fd = fd as i32;
+    steps.push("open_tree(outside, CLONE) ok".into());
+    // Try to clear a read-only attribute on the clone (mount_setattr, Linux 5.12).
+    #[repr(C)]
+    struct MountAttr {
+        set: u64,
+        clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    let attr = MountAttr {
+        set: 0,
+        clr: 1,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let empty = sys::cstr("");
+    // Safety: `attr` is a valid mount_attr of the size passed; AT_EMPTY_PATH on our fd.
+    let r = unsafe {
+        libc::syscall(
+            442,
+            fd,
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH | AT_RECURSIVE as i32,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    steps.push(format!(
+        "mount_setattr(clear RDONLY) -> {}",
+        if r == 0 {
+            "ok".into()
+        } else {
+            Errno::last().name()
+        }
+    ));
+    let w = sys::openat(fd, "existing", libc::O_WRONLY | libc::O_APPEND, 0)
+        .and_then(|f| sys::write(f.as_raw_fd(), b"PWNED via open_tree\n"));
+    let c2 = sys::openat(fd, "new11", libc::O_WRONLY | libc::O_CREAT, 0o644);
+    // Safety: closing our own descriptor.
+    unsafe { libc::close(fd) };
+    match (w, c2) {
+        (Err(e1), Err(e2)) => Seen::Blocked(format!(
+            "{}; write through the clone -> {e1}; create -> {e2}",
+            steps.join("; ")
+        )),
+        _ => Seen::Escaped(format!(
+            "{}; wrote outside through a detached mount clone",
+            steps.join("; ")
+        )),
+    }
 }
 
 fn tiocsti_ia32() -> Seen {
@@ -1449,8 +1592,89 @@ fn git_fake_layout(wt: &Path, victim_git: &Path) -> Seen {
 }
 
 /// `shofer-containment sleeper <marker> <secs>`: sleeps (the marker is only for finding it).
-pub fn sleeper(secs: &str) -> i32 {
-    let s: u64 = secs.parse().unwrap_or(30);
-    std::thread::sleep(std::time::Duration::from_secs(s));
+///
+/// `sleeper <marker> <secs> respawn`: on SIGTERM, SIGHUP or SIGINT it forks a fresh copy of
+/// itself (new session, same marker) and exits, so a supervisor that signals once and stops
+/// looking leaves a process behind. `sleeper <marker> <secs> deep <n>`: a chain of `n`
+/// processes each ignoring SIGTERM/SIGHUP, each the parent of the next.
+pub fn sleeper(args: &[String]) -> i32 {
+    let marker = arg(args, 0).to_string();
+    let secs: u64 = arg(args, 1).parse().unwrap_or(30);
+    match arg(args, 2) {
+        "respawn" => respawner(&marker, secs),
+        "deep" => {
+            let n: u32 = arg(args, 3).parse().unwrap_or(0);
+            // Safety: ignoring signals in this single-threaded process.
+            unsafe {
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            }
+            if n > 0 {
+                let me = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+                if let Ok(0) = sys::fork() {
+                    // Safety: a new session for the next link of the chain.
+                    unsafe { libc::setsid() };
+                    let e = sys::execv(
+                        &me,
+                        &[
+                            me.display().to_string(),
+                            "sleeper".into(),
+                            marker.clone(),
+                            secs.to_string(),
+                            "deep".into(),
+                            (n - 1).to_string(),
+                        ],
+                    );
+                    eprintln!("exec -> {e}");
+                    sys::exit_now(127);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_secs(secs));
+            0
+        }
+        _ => {
+            std::thread::sleep(std::time::Duration::from_secs(secs));
+            0
+        }
+    }
+}
+
+static RESPAWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_term(_: libc::c_int) {
+    RESPAWN.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn respawner(marker: &str, secs: u64) -> i32 {
+    let me = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+    // Safety: an async-signal-safe handler that only stores to an atomic.
+    unsafe {
+        for s in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+            libc::signal(s, on_term as *const () as libc::sighandler_t);
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if RESPAWN.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            if let Ok(0) = sys::fork() {
+                // Safety: new session in the fresh child, then exec a fresh respawner.
+                unsafe { libc::setsid() };
+                let e = sys::execv(
+                    &me,
+                    &[
+                        me.display().to_string(),
+                        "sleeper".into(),
+                        marker.to_string(),
+                        secs.to_string(),
+                        "respawn".into(),
+                    ],
+                );
+                eprintln!("exec -> {e}");
+                sys::exit_now(127);
+            }
+            return 0;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     0
 }

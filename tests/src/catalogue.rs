@@ -281,6 +281,13 @@ pub fn all() -> Vec<Case> {
             }
             o
         }),
+        case!("sys-write", "open a /sys knob for writing (nothing written)", W, |c| attack_checked(c, "sys-write", &[])),
+        case!("link-into-tmp", "hard-link an outside file into /tmp (writable) and write through it", R, |c| {
+            let m = c.w.marker();
+            let o = attack_checked(c, "link-into-tmp", std::slice::from_ref(&m));
+            let _ = std::fs::remove_file(Path::new("/tmp").join(&m));
+            o
+        }),
         case!(
             "dev-kmsg-open-write",
             "open /dev/kmsg for writing (nothing written)",
@@ -478,6 +485,7 @@ pub fn all() -> Vec<Case> {
             tcp_connect_allow
         ),
         // --- mounts and namespaces ---
+        case!("open-tree-clone", "unshare, open_tree(CLONE) the outside tree, clear RDONLY, write through the detached mount", None, |c| attack_checked(c, "open-tree-clone", &[])),
         case!(
             "mount-bind-outside",
             "bind-mount an outside dir into the worktree and write",
@@ -586,6 +594,8 @@ pub fn all() -> Vec<Case> {
             None,
             |c| tree_case(c, "sigterm-ignoring-descendant")
         ),
+        case!("respawn-on-sigterm", "a descendant that forks a fresh copy of itself on every SIGTERM/SIGHUP", None, |c| tree_spawn(c, &["respawn"])),
+        case!("deep-tree-escape", "a chain of 5 setsid()/SIGTERM-ignoring processes, each the parent of the next", None, |c| tree_spawn(c, &["deep", "5"])),
         case!(
             "supervisor-sigterm",
             "SIGTERM to shofer-sandbox kills the whole tree",
@@ -1059,6 +1069,33 @@ fn tree_case(c: &Ctx, attack: &'static str) -> Outcome {
     if !left.is_empty() {
         return Outcome::Escaped(format!(
             "after shofer-sandbox exited, pids {left:?} with the marker were still alive ({})",
+            run.how()
+        ));
+    }
+    match run.outcome() {
+        Outcome::Works(d) => Outcome::Blocked(format!(
+            "{d}; nothing with the marker alive after the sandbox exited"
+        )),
+        o => o,
+    }
+}
+
+fn tree_spawn(c: &Ctx, mode: &[&str]) -> Outcome {
+    let marker = c.w.marker();
+    let mut args = vec![c.w.me.display().to_string(), marker.clone()];
+    args.extend(mode.iter().map(|s| s.to_string()));
+    let run = c.sb(Sb::new(Cmd::Attack("spawn-then-exit", args)));
+    // Give a respawned copy the chance to show up.
+    std::thread::sleep(Duration::from_millis(150));
+    let left = reap_marked(&marker);
+    if !left.is_empty() {
+        // Respawners keep forking: sweep a few more times.
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(20));
+            reap_marked(&marker);
+        }
+        return Outcome::Escaped(format!(
+            "after shofer-sandbox exited, pids {left:?} with the marker were alive ({})",
             run.how()
         ));
     }

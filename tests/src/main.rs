@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! shofer-containment <path-to-shofer-sandbox> [--json] [--backends LIST] [--abis LIST]
-//!                    [--users root,unpriv] [--only CASE-SUBSTRING] [--unpriv-uid N]
+//!                    [--users root,unpriv] [--only SUBSTRING[,SUBSTRING...]] [--unpriv-uid N]
 //!                    [--scratch DIR] [--keep]
 //! shofer-containment --list
 //! ```
@@ -56,9 +56,7 @@ fn main() -> ExitCode {
             return ExitCode::from(attacks::run(&name, &args[3.min(args.len())..]) as u8);
         }
         Some("sleeper") => {
-            return ExitCode::from(
-                attacks::sleeper(args.get(3).map(String::as_str).unwrap_or("30")) as u8,
-            )
+            return ExitCode::from(attacks::sleeper(&args[2.min(args.len())..]) as u8)
         }
         Some("run-wrapped") => return ExitCode::from(run_wrapped(&args[2..])),
         Some("nouserns-exec") => return ExitCode::from(nouserns_exec(&args[2..])),
@@ -72,7 +70,7 @@ fn main() -> ExitCode {
         Ok(o) => o,
         Err(e) => {
             eprintln!("shofer-containment: {e}");
-            eprintln!("usage: shofer-containment <path-to-shofer-sandbox> [--json] [--backends LIST] [--abis LIST] [--users root,unpriv] [--only CASE-SUBSTRING] [--unpriv-uid N] [--scratch DIR] [--keep]");
+            eprintln!("usage: shofer-containment <path-to-shofer-sandbox> [--json] [--backends LIST] [--abis LIST] [--users root,unpriv] [--only SUBSTRING[,SUBSTRING...]] [--unpriv-uid N] [--scratch DIR] [--keep]");
             return ExitCode::from(2);
         }
     };
@@ -232,7 +230,7 @@ fn suite(opts: Opts) -> Result<bool, String> {
         w.opts
             .only
             .as_ref()
-            .is_none_or(|o| name.contains(o.as_str()))
+            .is_none_or(|o| o.split(',').any(|part| name.contains(part)))
     };
     let mut rows: Vec<Row> = Vec::new();
     let emit = |r: Row, rows: &mut Vec<Row>| {
