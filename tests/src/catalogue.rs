@@ -667,6 +667,8 @@ pub fn all() -> Vec<Case> {
         ),
         case!("git-tampered-gitfile-sibling-next-run", "point wt/.git at a sibling linked worktree's gitdir, then write into it on the next run", None, |c| git_tamper(c, Tamper::Sibling), needs = need_git),
         case!("allow-write-symlink-next-run", "plant wt/cache -> outside, then a run with --allow-write wt/cache writes through it", None, allow_write_symlink),
+        case!("git-commondir-redirect-host", "rewrite <gitdir>/commondir to a common dir inside wt with core.fsmonitor; the host's next git status runs it", None, git_commondir_host, needs = need_git_sh),
+        case!("git-main-worktree-hooks", "a main worktree (.git is a directory inside wt): write .git/config core.fsmonitor; the host's next git status runs it", None, git_main_worktree, needs = need_git_sh),
         case!(
             "git-fake-layout-next-run",
             "a fake common dir in wt with symlinks to another repo, then write on the next run",
@@ -1365,6 +1367,118 @@ fn git_works(c: &Ctx) -> Outcome {
         ));
     }
     Outcome::Works("add, commit (with reflog), checkout -b, stash list worked; config/hooks/info/packed-refs untouched".into())
+}
+
+/// Runs `git status` in `dir` the way the host would after the sandboxed run: as the cell's
+/// user, outside any sandbox, with no safe.directory override. Returns git's stderr.
+fn host_git_status(c: &Ctx, dir: &Path) -> String {
+    let Some(gitb) = c.w.git.as_ref() else {
+        return String::new();
+    };
+    let mut cmd = Command::new(gitb);
+    cmd.args(["status", "--short"])
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", &c.w.path_env)
+        .envs(git_env(&c.dir));
+    if let crate::runner::User::Unpriv(u) = c.cell.user {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(u).gid(u);
+    }
+    cmd.output()
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .unwrap_or_default()
+}
+
+fn payload_config(payload: &Path) -> String {
+    format!(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = \"touch {}\"\n",
+        payload.display()
+    )
+}
+
+fn git_commondir_host(c: &Ctx) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let payload = c.out.join("pwned-by-commondir");
+    let evil = c.wt.join("evilcommon");
+    // Run 1 (inside): a common dir of our own inside the worktree, and commondir pointing at it.
+    let files = [
+        (evil.join("config"), payload_config(&payload)),
+        (evil.join("HEAD"), "ref: refs/heads/agent\n".to_string()),
+        (evil.join("refs/heads/.keep"), String::new()),
+        (evil.join("objects/.keep"), String::new()),
+        (r.gitdir.join("commondir"), format!("{}\n", evil.display())),
+    ];
+    // Directories inside the worktree (attacker-owned anyway) are made from outside; the
+    // files, including <gitdir>/commondir, are written by the sandboxed command.
+    for d in [evil.join("refs/heads"), evil.join("objects")] {
+        let _ = std::fs::create_dir_all(d);
+    }
+    let (u, g) = c.cell.user.ids();
+    chown_all(&c.wt, u, g);
+    for (path, content) in files {
+        let run = put(c, &r, path.clone(), &content);
+        if !matches!(run.outcome(), Outcome::Works(_)) {
+            return Outcome::Blocked(format!(
+                "writing {} failed: {}",
+                path.display(),
+                describe(&run.outcome())
+            ));
+        }
+    }
+    let err = host_git_status(c, &c.wt);
+    if payload.exists() {
+        let _ = std::fs::remove_file(&payload);
+        return Outcome::Escaped(format!(
+            "the host's next `git status` ran attacker code: <gitdir>/commondir (writable) redirected git to a common dir inside the worktree whose config sets core.fsmonitor{}",
+            if err.trim().is_empty() { String::new() } else { format!(" (git: {})", clip(err.trim(), 120)) }
+        ));
+    }
+    Outcome::Blocked(format!(
+        "host git status did not run the payload ({})",
+        clip(err.trim(), 160)
+    ))
+}
+
+fn git_main_worktree(c: &Ctx) -> Outcome {
+    let env = git_env(&c.dir);
+    let _ = std::fs::create_dir_all(c.dir.join("home"));
+    if let Err(e) = git(c.w, &env, &c.wt, &["init", "-q", "-b", "main"]) {
+        return Outcome::Error(format!("harness: {e}"));
+    }
+    let (u, g) = c.cell.user.ids();
+    chown_all(&c.dir, u, g);
+    let payload = c.out.join("pwned-by-main-worktree");
+    let r = Repo {
+        common: c.wt.join(".git"),
+        gitdir: c.wt.join(".git"),
+        victim: c.dir.join("none"),
+        env,
+    };
+    let run = put(c, &r, c.wt.join(".git/config"), &payload_config(&payload));
+    let run2 = put(
+        c,
+        &r,
+        c.wt.join(".git/hooks/post-checkout"),
+        "#!/bin/sh\ntouch /dev/null\n",
+    );
+    let err = host_git_status(c, &c.wt);
+    if payload.exists() {
+        let _ = std::fs::remove_file(&payload);
+        return Outcome::Escaped(
+            "the host's next `git status` in this main worktree ran attacker code: .git/config (inside the writable worktree) set core.fsmonitor".into(),
+        );
+    }
+    match (run.outcome(), run2.outcome()) {
+        (Outcome::Works(_), _) | (_, Outcome::Works(_)) => Outcome::Escaped(format!(
+            "wrote .git/config or .git/hooks of a main worktree (host git: {})",
+            clip(err.trim(), 120)
+        )),
+        (a, _) => Outcome::Blocked(describe(&a)),
+    }
 }
 
 fn git_common_config(c: &Ctx) -> Outcome {

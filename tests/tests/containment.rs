@@ -12,6 +12,10 @@
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
+
+/// The two runs are timing-sensitive (process trees, signals): never in parallel.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn is_root() -> bool {
     // Safety: geteuid never fails.
@@ -79,6 +83,7 @@ fn containment_matrix_has_no_fail_and_no_unlisted_gap() {
         eprintln!("SKIP containment_matrix_has_no_fail_and_no_unlisted_gap: needs root (user switching, setuid file, namespaces)");
         return;
     }
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let sandbox = sandbox_binary();
     let (code, v, stderr) = run_json(&sandbox, &[]);
     let fails = rows_with(&v, "FAIL");
@@ -105,6 +110,7 @@ fn null_sandbox_is_caught_escaping() {
         eprintln!("SKIP null_sandbox_is_caught_escaping: needs root");
         return;
     }
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // The harness binary named `null-sandbox` is a sandbox that confines nothing.
     let dir = workspace_target().join("containment-null");
     std::fs::create_dir_all(&dir).unwrap();
