@@ -209,3 +209,42 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
 pub fn unique_sleep(tag: u32) -> String {
     format!("{}.{:05}{}", 86000 + tag, std::process::id() % 100000, tag)
 }
+
+/// Every backend the tests exercise.
+pub const ALL_BACKENDS: [&str; 4] = ["landlock", "userns", "layered", "bwrap"];
+
+/// The backends that can run here (each tried once per test binary); the others are listed
+/// once on stderr with why they are skipped.
+pub fn backends() -> Vec<&'static str> {
+    static USABLE: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    USABLE
+        .get_or_init(|| {
+            let s = Scratch::new();
+            ALL_BACKENDS
+                .into_iter()
+                .filter(|b| {
+                    let out = Command::new(SANDBOX)
+                        .args(["--backend", b])
+                        .arg(s.path())
+                        .args(["--", "true"])
+                        .output()
+                        .unwrap();
+                    if !out.status.success() {
+                        eprintln!(
+                            "SKIP backend {b}: {}",
+                            String::from_utf8_lossy(&out.stderr).trim()
+                        );
+                    }
+                    out.status.success()
+                })
+                .collect()
+        })
+        .clone()
+}
+
+impl Run {
+    /// `--backend NAME`.
+    pub fn backend(self, name: &str) -> Run {
+        self.arg("--backend").arg(name)
+    }
+}
