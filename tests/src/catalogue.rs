@@ -2099,6 +2099,17 @@ mod tests {
     }
 
     #[test]
+    fn readme_lists_every_case() {
+        for c in all() {
+            assert!(
+                crate::gaps::README.contains(&format!("\n{} ", c.name)),
+                "tests/README.md does not list {} (paste `shofer-containment --list`)",
+                c.name
+            );
+        }
+    }
+
+    #[test]
     fn protections_named_by_cases_are_report_keys() {
         let keys = [
             "write_outside",
