@@ -339,10 +339,34 @@ fn dispatch(name: &str, a: &[String]) -> Seen {
                 sys::open(&path, libc::O_WRONLY | libc::O_CREAT, 0o644),
             )
         }
-        "proc-sys-write" => contain(
-            "open(/proc/sys/kernel/core_pattern, O_WRONLY) (nothing written)",
-            sys::open("/proc/sys/kernel/core_pattern", libc::O_WRONLY, 0),
-        ),
+        "proc-sys-write" => {
+            // Host-wide knobs a root process could abuse (core_pattern = code execution as
+            // root on the next crash). Opened for writing only; nothing is ever written.
+            let mut opened = Vec::new();
+            let mut why = Vec::new();
+            for t in [
+                "/proc/sys/kernel/core_pattern",
+                "/proc/sysrq-trigger",
+                "/proc/sys/vm/drop_caches",
+                "/proc/sys/kernel/modprobe",
+            ] {
+                match sys::open(t, libc::O_WRONLY, 0) {
+                    Ok(_) => opened.push(t),
+                    Err(e) => why.push(format!("{t} -> {e}")),
+                }
+            }
+            if opened.is_empty() {
+                Seen::Blocked(format!(
+                    "open(O_WRONLY), nothing written: {}",
+                    why.join("; ")
+                ))
+            } else {
+                Seen::Escaped(format!(
+                    "opened for writing (nothing written): {}",
+                    opened.join(", ")
+                ))
+            }
+        }
         "signal-outside" => {
             let pid: i32 = arg(a, 2).parse().unwrap_or(0);
             contain(
@@ -459,7 +483,18 @@ fn dispatch(name: &str, a: &[String]) -> Seen {
         }
         "tcp-bind" => {
             let port: u16 = arg(a, 2).parse().unwrap_or(0);
-            contain("bind(127.0.0.1:<free port>)", sys::tcp_bind(port, true))
+            let r = sys::tcp_bind(port, true);
+            let my_net = std::fs::read_link("/proc/self/ns/net")
+                .map(|l| l.display().to_string())
+                .unwrap_or_default();
+            match r {
+                // A listener in a private network namespace is unreachable from outside.
+                Ok(_) if !arg(a, 3).is_empty() && my_net != arg(a, 3) => Seen::Blocked(
+                    "bind worked inside a private network namespace (unreachable from the host)"
+                        .into(),
+                ),
+                r => contain("bind(127.0.0.1:<free port>)", r),
+            }
         }
         "mount-bind-outside" => mount_bind(&wt, &out, arg(a, 2)),
         "unshare-remount" => unshare_remount(&out),
@@ -510,7 +545,7 @@ fn dispatch(name: &str, a: &[String]) -> Seen {
         }
         "kill-supervisor" => {
             // Leave a setsid() survivor, then SIGKILL our parent (the supervisor).
-            let ppid = match supervisor_pid(arg(a, 4)) {
+            let ppid = match supervisor_pid(arg(a, 4), arg(a, 5)) {
                 Ok(p) => p,
                 Err(s) => return s,
             };
@@ -521,7 +556,7 @@ fn dispatch(name: &str, a: &[String]) -> Seen {
             )
         }
         "ptrace-supervisor" => {
-            let ppid = match supervisor_pid(arg(a, 2)) {
+            let ppid = match supervisor_pid(arg(a, 2), arg(a, 3)) {
                 Ok(p) => p,
                 Err(s) => return s,
             };
@@ -544,7 +579,7 @@ fn dispatch(name: &str, a: &[String]) -> Seen {
         }
         "proc-supervisor-fds" => {
             // Reopen, for writing, whatever files the supervisor holds (nothing is written).
-            let ppid = match supervisor_pid(arg(a, 2)) {
+            let ppid = match supervisor_pid(arg(a, 2), arg(a, 3)) {
                 Ok(p) => p,
                 Err(s) => return s,
             };
@@ -935,12 +970,29 @@ fn tiocsti(high_bits: bool) -> Seen {
 
 /// Our parent, if it is a supervisor: never the harness itself (pid `harness`) or init — a
 /// command started directly by the harness has no supervisor, which is itself a failure.
-fn supervisor_pid(harness: &str) -> Result<i32, Seen> {
+///
+/// In a private PID namespace (`harness_pidns` differs from ours) the supervisor is outside
+/// it and invisible: parent 1 is the namespace's init, which the kernel protects from
+/// signals sent from inside; that is `Blocked`.
+fn supervisor_pid(harness: &str, harness_pidns: &str) -> Result<i32, Seen> {
     // Safety: getppid never fails.
     let ppid = unsafe { libc::getppid() };
-    if ppid <= 1 || harness.parse::<i32>().ok() == Some(ppid) {
+    let my_ns = std::fs::read_link("/proc/self/ns/pid")
+        .map(|l| l.display().to_string())
+        .unwrap_or_default();
+    if harness.parse::<i32>().ok() == Some(ppid) {
         return Err(Seen::Escaped(format!(
-            "no supervisor: the command's parent is pid {ppid} (the harness or init)"
+            "no supervisor: the command's parent is the harness (pid {ppid})"
+        )));
+    }
+    if ppid <= 1 {
+        if !harness_pidns.is_empty() && my_ns != harness_pidns {
+            return Err(Seen::Blocked(format!(
+                "private PID namespace: the supervisor is invisible (parent {ppid} is the namespace init)"
+            )));
+        }
+        return Err(Seen::Escaped(format!(
+            "no supervisor: the command was orphaned (parent {ppid})"
         )));
     }
     Ok(ppid)

@@ -160,6 +160,10 @@ pub struct World {
     pub xattr: bool,
     /// `/proc/self/ns/mnt` of the harness.
     pub mntns: String,
+    /// `/proc/self/ns/pid` of the harness.
+    pub pidns: String,
+    /// `/proc/self/ns/net` of the harness.
+    pub netns: String,
     /// PATH handed to sandboxed commands.
     pub path_env: String,
     /// Marker counter.
@@ -232,6 +236,12 @@ impl World {
             let f = scratch.join("xattr-probe");
             std::fs::write(&f, b"").is_ok() && sys::setxattr(&f, "user.shofer", b"1").is_ok()
         };
+        let ns = |n: &str| {
+            std::fs::read_link(format!("/proc/self/ns/{n}"))
+                .map(|l| l.display().to_string())
+                .unwrap_or_default()
+        };
+        let (pidns, netns) = (ns("pid"), ns("net"));
         let mntns = std::fs::read_link("/proc/self/ns/mnt")
             .map(|l| l.display().to_string())
             .unwrap_or_default();
@@ -250,6 +260,8 @@ impl World {
             sh: Path::new("/bin/sh").exists(),
             xattr,
             mntns,
+            pidns,
+            netns,
             path_env,
             seq: RefCell::new(0),
             opts,
@@ -1027,6 +1039,18 @@ pub fn preflight(w: &World, cell: &mut Cell) -> (Vec<Row>, bool) {
             ));
             return (rows, false);
         }
+        if let Some(why) = probe_says_usable(w, &cell.backend) {
+            rows.push(mk(
+                "(cell)",
+                "FAIL",
+                format!(
+                    "--probe says {} is usable ({why}) but a no-op through it exits 125: {msg}",
+                    cell.backend
+                ),
+                cell,
+            ));
+            return (rows, false);
+        }
         rows.push(mk(
             "(cell)",
             "skip",
@@ -1064,6 +1088,27 @@ pub fn preflight(w: &World, cell: &mut Cell) -> (Vec<Row>, bool) {
     ));
     rows.push(report_row(w, cell, &first, &pctx.wt));
     (rows, true)
+}
+
+/// `Some(evidence)` when the sandbox's own probe says `backend` can run here.
+fn probe_says_usable(w: &World, backend: &str) -> Option<String> {
+    let p = w.probe.as_ref()?;
+    let ll = p["landlock"]["status"].as_str() == Some("available");
+    let userns = p["user_namespaces"]["usable"].as_bool() == Some(true);
+    let bwrap = p["bwrap"]["usable"].as_bool() == Some(true);
+    let ok = match backend {
+        "landlock" => ll,
+        "userns" => userns,
+        "layered" => userns && ll,
+        "bwrap" => bwrap,
+        _ => false,
+    };
+    ok.then(|| {
+        format!(
+            "landlock {}, user_namespaces.usable {userns}, bwrap.usable {bwrap}",
+            p["landlock"]["status"]
+        )
+    })
 }
 
 fn report_row(w: &World, cell: &Cell, run: &Run, wt: &Path) -> Row {
