@@ -130,7 +130,9 @@ pub fn check_usable(b: &Bwrap) -> Result<(), String> {
 /// Writes bubblewrap's arguments for `opened` into a memfd and returns it with the argv that
 /// runs `command` (`bwrap --args FD -- command…`). The memfd must survive exec. With
 /// `drop_caps` (a root caller without `--keep-caps`), bubblewrap drops every capability of the
-/// command (`--cap-drop ALL`); it keeps them for root otherwise.
+/// command (`--cap-drop ALL`); it keeps them for root otherwise. bubblewrap writes
+/// `{"child-pid": N}` to `info_fd` (which must survive exec too) once the command runs: see
+/// [`child_pid`].
 ///
 /// # Errors
 /// `memfd_create` or write failures.
@@ -139,8 +141,12 @@ pub fn argv(
     opened: &OpenedPolicy,
     command: &[CString],
     drop_caps: bool,
+    info_fd: std::os::fd::RawFd,
 ) -> std::io::Result<(OwnedFd, Vec<CString>)> {
+    let info = info_fd.to_string();
     let mut args: Vec<&[u8]> = vec![
+        b"--info-fd",
+        info.as_bytes(),
         b"--die-with-parent",
         b"--new-session",
         b"--unshare-pid",
@@ -192,6 +198,16 @@ pub fn argv(
     ];
     argv.extend(command.iter().cloned());
     Ok((fd, argv))
+}
+
+/// Reads bubblewrap's `--info-fd` record until EOF and returns the command's PID (in our PID
+/// namespace). `None` if bubblewrap exited before starting the command.
+pub fn child_pid(info: OwnedFd) -> Option<libc::pid_t> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::from(info).read_to_string(&mut text).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("child-pid")?.as_i64().map(|p| p as libc::pid_t)
 }
 
 #[cfg(test)]

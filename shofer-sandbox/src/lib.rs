@@ -159,6 +159,7 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
         namespaces: None,
         no_new_privs: true,
         seccomp: true,
+        bwrap_info: None,
     };
     // Kept alive until the command has exec'd.
     let mut _bwrap_args = None;
@@ -184,13 +185,23 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
                 .bwrap
                 .as_ref()
                 .expect("bwrap choice carries its binary");
-            let (fd, argv) =
-                bwrap::argv(b, &opened, &launch.argv, !args.keep_caps).map_err(|e| {
-                    SetupError::Syscall {
-                        op: "preparing the bubblewrap arguments",
-                        source: e,
-                    }
-                })?;
+            let info = sys::pipe_cloexec().map_err(|e| SetupError::Syscall {
+                op: "pipe2",
+                source: e,
+            })?;
+            let (fd, argv) = bwrap::argv(
+                b,
+                &opened,
+                &launch.argv,
+                !args.keep_caps,
+                info.1.as_raw_fd(),
+            )
+            .map_err(|e| SetupError::Syscall {
+                op: "preparing the bubblewrap arguments",
+                source: e,
+            })?;
+            launch.pass_fds.push(info.1.as_raw_fd());
+            launch.bwrap_info = Some(info);
             launch.pass_fds.push(fd.as_raw_fd());
             launch.argv = argv;
             _bwrap_args = Some(fd);
@@ -219,8 +230,11 @@ fn namespace_setup(opened: &writable::OpenedPolicy, abi: u32) -> supervisor::NsS
             RuleOrigin::Terminal => {
                 let name = rule.path.strip_prefix("/dev").ok().and_then(|p| p.to_str());
                 if let Some(name) = name {
-                    let covered =
-                        devices.iter().any(|(d, _)| name == d) || name.starts_with("pts/");
+                    // ptmx and pts come from the namespace's own devpts instance.
+                    let covered = devices.iter().any(|(d, _)| name == d)
+                        || name == "ptmx"
+                        || name == "pts"
+                        || name.starts_with("pts/");
                     if !covered && !name.contains('/') {
                         devices.push((name.to_string(), true));
                     }

@@ -59,6 +59,9 @@ pub struct Launch {
     pub no_new_privs: bool,
     /// Install the TIOCSTI/TIOCLINUX seccomp filter (needs `no_new_privs` unless privileged).
     pub seccomp: bool,
+    /// bubblewrap's `--info-fd` pipe (read end, write end): the supervisor learns the
+    /// command's PID from it, to forward signals past bubblewrap, which does not.
+    pub bwrap_info: Option<(OwnedFd, OwnedFd)>,
     /// Time between SIGTERM and SIGKILL when killing the tree.
     pub grace: Duration,
 }
@@ -161,7 +164,7 @@ fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
 /// # Errors
 /// [`SetupError`] when the supervisor cannot be set up (`fork`, `pipe2`) or a child-side
 /// setup step before `execve` fails; the command has then not run.
-pub fn run(launch: Launch) -> Result<Outcome, SetupError> {
+pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
     // Safety: prctl with integer arguments only changes this process's attributes.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
@@ -209,6 +212,7 @@ pub fn run(launch: Launch) -> Result<Outcome, SetupError> {
     let interactive = launch.interactive;
     let namespaced = launch.namespaces.is_some();
     let grace = launch.grace;
+    let bwrap_info = launch.bwrap_info.take();
     let args = ChildArgs {
         launch: Some(launch),
         supervisor,
@@ -221,6 +225,10 @@ pub fn run(launch: Launch) -> Result<Outcome, SetupError> {
         spawn_child(args)?
     };
     drop(err_write);
+    let bwrap_info = bwrap_info.map(|(read, write)| {
+        drop(write);
+        read
+    });
 
     let main = pid;
     if let Some((stage, errno)) = read_failure(&err_read) {
@@ -248,12 +256,17 @@ pub fn run(launch: Launch) -> Result<Outcome, SetupError> {
         };
     }
     drop(err_read);
+    // Behind bubblewrap, signals go to the command's own session (bwrap --new-session).
+    let forward_target = match bwrap_info.and_then(crate::bwrap::child_pid) {
+        Some(command) => -command,
+        None if !interactive && !namespaced => -main,
+        // In a namespace, init (the main process) forwards to the command itself.
+        None => main,
+    };
 
     let mut sup = Supervisor {
         main,
-        // The command leads its own process group only when we started it directly; in a
-        // namespace, init (the main process) forwards to the command itself.
-        forward_to_group: !interactive && !namespaced,
+        forward_target,
         interactive,
         grace,
         main_status: None,
@@ -660,7 +673,8 @@ fn is_regular_file(path: &CString) -> bool {
 
 struct Supervisor {
     main: libc::pid_t,
-    forward_to_group: bool,
+    /// Where forwarded signals go: a PID, or a process group as its negation.
+    forward_target: libc::pid_t,
     interactive: bool,
     grace: Duration,
     main_status: Option<i32>,
@@ -708,14 +722,9 @@ impl Supervisor {
         if self.interactive && info.si_code == libc::SI_KERNEL {
             return; // the terminal sent it to the whole foreground group already
         }
-        let target = if self.forward_to_group {
-            -self.main
-        } else {
-            self.main
-        };
-        // Safety: signalling our own child (or its process group); the main process is not
-        // reaped yet, so its PID cannot have been recycled.
-        unsafe { libc::kill(target, sig) };
+        // Safety: signalling our own descendant (or its process group); the main process is
+        // not reaped yet, so its tree's PIDs cannot have been recycled under us.
+        unsafe { libc::kill(self.forward_target, sig) };
     }
 
     /// Reaps every exited child; records the main process's status. Returns true when no
