@@ -975,7 +975,16 @@ pub fn run_case(w: &World, case: &Case, cell: &Cell) -> Row {
     };
     let o = (case.run)(&ctx);
     let rep = ctx.report.borrow().clone();
-    judge(w, case, cell, o, rep.as_ref())
+    let row = judge(w, case, cell, o, rep.as_ref());
+    if !w.opts.keep {
+        // Keep disk use bounded (git cases make whole repositories): drop the case's tree
+        // and its run logs now rather than at the end.
+        let _ = std::fs::remove_dir_all(&ctx.dir);
+        for n in 1..=*ctx.runs.borrow() {
+            let _ = std::fs::remove_dir_all(ctx.dir.with_extension(format!("log{n}")));
+        }
+    }
+    row
 }
 
 /// Preflight of a cell: returns the rows it produced and whether cases may run.
