@@ -373,7 +373,6 @@ fn artifact_of(
 #[derive(Debug)]
 struct Inner {
     config: EngineConfig,
-    last_id: AtomicU64,
     records: Mutex<BTreeMap<u64, Arc<Record>>>,
 }
 
@@ -426,7 +425,6 @@ impl Engine {
         Ok(Engine {
             inner: Arc::new(Inner {
                 config,
-                last_id: AtomicU64::new(0),
                 records: Mutex::new(BTreeMap::new()),
             }),
         })
@@ -437,11 +435,14 @@ impl Engine {
         &self.inner.config
     }
 
+    /// The next execution id: the time in milliseconds, made unique within the process (all
+    /// engines share one counter, so two engines never hand out the same id or tag).
     fn next_id(&self) -> u64 {
+        static LAST_ID: AtomicU64 = AtomicU64::new(0);
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let mut last = self.inner.last_id.load(Ordering::SeqCst);
+        let mut last = LAST_ID.load(Ordering::SeqCst);
         loop {
             let mut id = next_unique(now, last);
             // Another process may have left an artifact with this id in a shared directory.
@@ -454,11 +455,7 @@ impl Engine {
             {
                 id += 1;
             }
-            match self
-                .inner
-                .last_id
-                .compare_exchange(last, id, Ordering::SeqCst, Ordering::SeqCst)
-            {
+            match LAST_ID.compare_exchange(last, id, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => return id,
                 Err(cur) => last = cur,
             }
