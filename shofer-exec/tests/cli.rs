@@ -23,7 +23,9 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// Runs a child to completion and returns its output and peak RSS in KiB (`wait4` rusage).
+/// Runs a child to completion and returns its output and peak RSS in KiB (`wait4` rusage;
+/// std's `wait` cannot return rusage, so the child is reaped here by hand).
+#[allow(clippy::zombie_processes)]
 fn with_peak_rss(mut cmd: Command) -> (Output, i64) {
     let child = cmd
         .stdout(Stdio::piped())
