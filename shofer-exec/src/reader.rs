@@ -176,9 +176,9 @@ pub fn read_output(dir: &Path, req: &ReadRequest<'_>) -> Result<String, ReadErro
     }
 }
 
-/// Counts `\n` bytes (written so the compiler vectorizes it).
+/// Counts `\n` bytes (SIMD, chosen at run time: AVX2 where the CPU has it).
 fn count_newlines(buf: &[u8]) -> u64 {
-    buf.iter().filter(|&&b| b == b'\n').count() as u64
+    bytecount::count(buf, b'\n') as u64
 }
 
 fn pread_full(file: &File, buf: &mut [u8], mut offset: u64) -> io::Result<usize> {

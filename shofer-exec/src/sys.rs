@@ -185,3 +185,26 @@ pub fn reap(pid: i32) {
 pub fn getpid() -> i32 {
     std::process::id() as i32
 }
+
+/// Reads up to `buf.len()` bytes of the file at `path` (NUL-terminated, relative to the open
+/// directory `dir`), with `openat(O_RDONLY|O_CLOEXEC)`, one `read` and `close`.
+///
+/// # Errors
+/// As `openat(2)`/`read(2)`; a `path` without a trailing NUL is `InvalidInput`.
+pub fn read_at(dir: &std::fs::File, path: &[u8], buf: &mut [u8]) -> io::Result<usize> {
+    if path.last() != Some(&0) {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    // Safety: path is NUL-terminated (checked above) and dir is an open directory.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            path.as_ptr().cast(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    cvt(fd as libc::c_long)?;
+    // Safety: a new fd owned by nobody else; closed when `f` drops.
+    let f = unsafe { OwnedFd::from_raw_fd(fd) };
+    read(f.as_raw_fd(), buf)
+}
