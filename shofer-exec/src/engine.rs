@@ -678,6 +678,20 @@ impl Engine {
         recs.iter().map(|r| r.snapshot()).collect()
     }
 
+    /// Removes artifacts from the artifact directory: every `cmd-*` file when `keep` is
+    /// `None` (the original host's `cleanup`, on task disposal), else the `cmd-<digits>.txt`
+    /// files whose execution id is not in `keep` (`cleanupByIds`). Returns how many were removed.
+    ///
+    /// # Errors
+    /// Reading the directory or removing a file failed.
+    pub fn cleanup_artifacts(&self, keep: Option<&[u64]>) -> std::io::Result<usize> {
+        let dir = &self.inner.config.artifacts_dir;
+        match keep {
+            None => crate::intercept::cleanup(dir),
+            Some(ids) => crate::intercept::cleanup_by_ids(dir, ids),
+        }
+    }
+
     /// read_command_output against this engine's artifact directory (see [`crate::reader`]).
     ///
     /// # Errors

@@ -517,3 +517,17 @@ async fn execution_ids_are_unique_and_increasing() {
     }
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
 }
+
+#[tokio::test]
+async fn cleanup_artifacts_by_ids_then_all() {
+    let d = tempfile::tempdir().unwrap();
+    let e = engine_in(d.path(), |c| c.preview = PreviewSize::Small);
+    let a = run(&e, "seq 1 5000").await;
+    let b = run(&e, "seq 1 5000").await;
+    assert_eq!(e.cleanup_artifacts(Some(&[b.id])).unwrap(), 1);
+    assert!(
+        !a.artifact_path.as_ref().unwrap().exists() && b.artifact_path.as_ref().unwrap().exists()
+    );
+    assert_eq!(e.cleanup_artifacts(None).unwrap(), 1);
+    assert!(!b.artifact_path.unwrap().exists());
+}
