@@ -4,6 +4,8 @@
 //! shofer run [--worktree DIR] [--cwd DIR] [--timeout S] [--hard-timeout S]
 //!            [--preview small|medium|large] [--artifacts DIR] [--json] -- <command>
 //! shofer read <ARTIFACT_ID> [--search RE] [--offset N] [--limit N] [--artifacts DIR]
+//! shofer serve [--worktree DIR] [--cwd DIR] [--artifacts DIR] [--preview SIZE]
+//!              [--hard-timeout S] [--timeout-allowlist PREFIX]... [--keep-artifacts]
 //! ```
 //!
 //! Exit codes (one place, [`exit_code`]):
@@ -14,7 +16,10 @@
 //!   `--worktree`, spawn failure).
 //! - `shofer read`: 0 with the text on stdout; 1 with the message on stderr when the read
 //!   failed (bad id, unknown artifact, bad offset or limit, I/O).
-//! - Both: 2 for a usage error. A broken stdout pipe ends `shofer` quietly with 141 (128+SIGPIPE).
+//! - `shofer serve`: 0 when the session ends (stdin closed); 128+N after signal N
+//!   (SIGINT/SIGTERM/SIGHUP, commands killed first); 1 when the MCP session failed; 125 when
+//!   the server could not start (no `shofer-sandbox` for `--worktree`, bad directory).
+//! - All: 2 for a usage error. A broken stdout pipe ends `shofer` quietly with 141 (128+SIGPIPE).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,6 +29,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use shofer_core::preview::PreviewSize;
 use shofer_exec::reader::{self, ReadRequest};
+use shofer_exec::serve;
 use shofer_exec::{CancellationToken, Engine, EngineConfig, ExecRequest, Outcome, Sandbox, Status};
 
 #[derive(Parser, Debug)]
@@ -84,6 +90,31 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         artifacts: Option<PathBuf>,
     },
+    /// Serve execute_command, read_command_output, terminate_command and list_commands as
+    /// an MCP server on stdin/stdout.
+    Serve {
+        /// Run every command inside `shofer-sandbox DIR --`; also the task cwd.
+        #[arg(long, value_name = "DIR")]
+        worktree: Option<PathBuf>,
+        /// The task's working directory [default: the worktree, else the current directory].
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<PathBuf>,
+        /// Artifact directory [default: a fresh temporary directory, removed at exit].
+        #[arg(long, value_name = "DIR")]
+        artifacts: Option<PathBuf>,
+        /// Preview budget: small (5120 bytes), medium (10240), large (20480).
+        #[arg(long, value_name = "SIZE", default_value = "medium", value_parser = PreviewSize::parse)]
+        preview: PreviewSize,
+        /// Hard (user) timeout in seconds for every command: kill the whole tree.
+        #[arg(long = "hard-timeout", value_name = "S", value_parser = parse_seconds)]
+        hard_timeout: Option<f64>,
+        /// Commands starting with PREFIX are exempt from the hard timeout (repeatable).
+        #[arg(long = "timeout-allowlist", value_name = "PREFIX")]
+        timeout_allowlist: Vec<String>,
+        /// Keep the artifacts at exit (default: remove them).
+        #[arg(long)]
+        keep_artifacts: bool,
+    },
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -116,6 +147,7 @@ enum End {
     ReadFailed(String),
     Usage(String),
     Interrupted(Outcome, i32),
+    Served(Result<serve::ServeEnd, String>),
 }
 
 fn exit_code(end: &End) -> u8 {
@@ -137,6 +169,9 @@ fn exit_code(end: &End) -> u8 {
         End::ReadOk => 0,
         End::ReadFailed(_) => 1,
         End::Usage(_) => 2,
+        End::Served(Ok(serve::ServeEnd::Closed)) => 0,
+        End::Served(Ok(serve::ServeEnd::Signal(sig))) => (128 + sig).clamp(0, 255) as u8,
+        End::Served(Err(_)) => 1,
     }
 }
 
@@ -180,6 +215,26 @@ fn main() -> ExitCode {
             read(&artifact_id, search.as_deref(), offset, limit, artifacts),
             false,
         ),
+        Cmd::Serve {
+            worktree,
+            cwd,
+            artifacts,
+            preview,
+            hard_timeout,
+            timeout_allowlist,
+            keep_artifacts,
+        } => (
+            serve_cmd(
+                worktree,
+                cwd,
+                artifacts,
+                preview,
+                hard_timeout,
+                timeout_allowlist,
+                keep_artifacts,
+            ),
+            false,
+        ),
     };
     let mut out = std::io::stdout().lock();
     let printed = match &end {
@@ -189,11 +244,11 @@ fn main() -> ExitCode {
             writeln!(out, "{v}")
         }
         End::Ran(o) | End::Interrupted(o, _) => writeln!(out, "{}", o.text),
-        End::CouldNotRun(m) | End::ReadFailed(m) | End::Usage(m) => {
+        End::CouldNotRun(m) | End::ReadFailed(m) | End::Usage(m) | End::Served(Err(m)) => {
             eprintln!("shofer: {m}");
             Ok(())
         }
-        End::ReadOk => Ok(()),
+        End::ReadOk | End::Served(Ok(_)) => Ok(()),
     };
     if let Err(e) = printed.and_then(|()| out.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
@@ -320,5 +375,77 @@ fn read(
             }
         }
         Err(e) => End::ReadFailed(e.to_string()),
+    }
+}
+
+/// `shofer serve`: settings first (no syscalls but the directory checks), then the server.
+#[allow(clippy::too_many_arguments)]
+fn serve_cmd(
+    worktree: Option<PathBuf>,
+    cwd: Option<PathBuf>,
+    artifacts: Option<PathBuf>,
+    preview: PreviewSize,
+    hard_timeout: Option<f64>,
+    timeout_allowlist: Vec<String>,
+    keep_artifacts: bool,
+) -> End {
+    let here = match std::env::current_dir() {
+        Ok(d) => d,
+        Err(e) => return End::CouldNotRun(format!("cannot read the current directory: {e}")),
+    };
+    let task_cwd = match (&cwd, &worktree) {
+        (Some(c), _) => here.join(c),
+        (None, Some(w)) => here.join(w),
+        (None, None) => here.clone(),
+    };
+    if !task_cwd.is_dir() {
+        return End::CouldNotRun(format!(
+            "--cwd {}: not a directory (the task's working directory must exist)",
+            task_cwd.display()
+        ));
+    }
+    let (artifacts, temp) = match artifacts {
+        Some(a) => (here.join(a), None),
+        None => match tempfile::Builder::new().prefix("shofer-serve-").tempdir() {
+            Ok(t) => (t.path().to_path_buf(), Some(t)),
+            Err(e) => {
+                return End::CouldNotRun(format!(
+                    "cannot create a temporary artifact directory (set TMPDIR or pass --artifacts DIR): {e}"
+                ))
+            }
+        },
+    };
+    let mut config = EngineConfig::new(task_cwd, artifacts);
+    config.preview = preview;
+    config.hard_timeout = hard_timeout
+        .filter(|s| *s > 0.0)
+        .map(Duration::from_secs_f64);
+    config.hard_timeout_allowlist = timeout_allowlist;
+    config.subreaper = true;
+    if let Some(w) = &worktree {
+        match Sandbox::locate(&here.join(w)) {
+            Ok(sb) => config.sandbox = Some(sb),
+            Err(e) => return End::CouldNotRun(e.to_string()),
+        }
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return End::CouldNotRun(format!("cannot start the runtime: {e}")),
+    };
+    let opts = serve::ServeOptions {
+        engine: config,
+        keep_artifacts,
+        temp_artifacts: temp,
+    };
+    let end = rt.block_on(serve::run(opts));
+    // The stdin reader may sit in a blocking read forever (a signal ended the session while
+    // the client keeps stdin open): do not wait for it.
+    rt.shutdown_background();
+    match end {
+        Err(e @ serve::ServeError::Engine(_)) => End::CouldNotRun(e.to_string()),
+        other => End::Served(other.map_err(|e| e.to_string())),
     }
 }
