@@ -435,6 +435,11 @@ pub async fn run(opts: ServeOptions) -> Result<ServeEnd, ServeError> {
     let mut term = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
     let mut hup = signal(SignalKind::hangup()).map_err(ServeError::Signals)?;
     let server = ShoferServer::new(engine.clone());
+    eprintln!(
+        "shofer serve: task cwd {}; artifacts in {}",
+        engine.config().task_cwd.display(),
+        artifacts_dir.display()
+    );
     let session = async {
         let running = server
             .serve(rmcp::transport::stdio())

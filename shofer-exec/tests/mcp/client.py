@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Drives `shofer serve` with the official MCP Python SDK (the `mcp` package) over stdio.
+
+Usage: client.py SHOFER_BINARY SCRATCH_DIR [TRANSCRIPT_FILE]
+
+One real session: initialize, list the tools, run a short command, run one past its soft
+timeout and see it in list_commands as running, read and search its artifact, terminate it and
+check that no process of it is left (a /proc scan for a unique marker), the shoferignore cases,
+the error texts of Appendix A, then close stdin with a background command still running and
+check that the server exited on its own (before the client's kill fallback) and that no child
+of it is left. Exits 0 when every check passed; prints each failed check otherwise.
+
+Called by the cargo test shofer-exec/tests/mcp.rs (which builds the binary).
+"""
+
+import asyncio
+import json
+import os
+import re
+import sys
+import time
+import uuid
+
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+SHOFER, SCRATCH = sys.argv[1], sys.argv[2]
+TRANSCRIPT = sys.argv[3] if len(sys.argv) > 3 else None
+
+failures = []
+transcript = []
+
+
+def check(cond, what):
+    if cond:
+        print(f"ok   {what}")
+    else:
+        print(f"FAIL {what}")
+        failures.append(what)
+
+
+def procs_with(marker):
+    """PIDs whose command line contains `marker` (not zombies: they have an empty cmdline)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if marker.encode() in cmd:
+            found.append(int(d))
+    return found
+
+
+def pid_alive(pid):
+    """True while `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except OSError:
+        return False
+
+
+def text_of(result):
+    return "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+async def call(session, name, args=None):
+    result = await session.call_tool(name, args or {})
+    text = text_of(result)
+    transcript.append({"tool": name, "arguments": args or {}, "isError": bool(result.is_error), "text": text})
+    return result, text
+
+
+async def session_run(task, errlog_path):
+    params = StdioServerParameters(
+        command=SHOFER,
+        args=["serve", "--cwd", task, "--preview", "small"],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+    )
+    marker = f"shofer-mcp-{uuid.uuid4().hex[:12]}"
+    marker2 = f"shofer-mcp-close-{uuid.uuid4().hex[:12]}"
+    with open(errlog_path, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                init = await session.initialize()
+                transcript.append({"initialize": {"protocolVersion": init.protocol_version,
+                                                  "serverInfo": init.server_info.model_dump(exclude_none=True)}})
+                check(init.server_info.name == "shofer", "initialize: serverInfo.name is shofer")
+
+                tools = await session.list_tools()
+                names = sorted(t.name for t in tools.tools)
+                transcript.append({"tools/list": names})
+                check(names == ["execute_command", "list_commands", "read_command_output", "terminate_command"],
+                      f"tools/list gives the four tools ({names})")
+                ex = next(t for t in tools.tools if t.name == "execute_command")
+                check(sorted(ex.input_schema.get("properties", {})) == ["command", "cwd", "timeout"],
+                      "execute_command has command, cwd, timeout")
+                rd = next(t for t in tools.tools if t.name == "read_command_output")
+                check(sorted(rd.input_schema.get("properties", {})) == ["artifact_id", "limit", "offset", "search"]
+                      and rd.input_schema.get("required") == ["artifact_id"],
+                      "read_command_output has artifact_id (required), search, offset, limit")
+
+                # A short command: the inline text of DESIGN §3.3, exactly.
+                r, t = await call(session, "execute_command", {"command": "echo hello-mcp; echo $PPID", "cwd": None, "timeout": None})
+                m = re.fullmatch(r"Command executed in terminal within working directory '(.*)'\. Exit code: 0\nOutput:\nhello-mcp\n(\d+)\n", t)
+                check(not r.is_error and m is not None and m.group(1) == task, f"short command: inline result text ({t!r})")
+                server_pid = int(m.group(2)) if m else None
+
+                r, t = await call(session, "execute_command", {"command": "echo oops >&2; exit 3", "cwd": None, "timeout": None})
+                check("Command execution was not successful, inspect the cause and adjust as needed." in t
+                      and "Exit code: 3" in t and "oops" in t, "exit 3: failure wording and the exit code")
+
+                r, t = await call(session, "execute_command", {"command": "pwd", "cwd": "sub", "timeout": None})
+                check(t.endswith(f"{task}/sub\n"), "relative cwd resolved against the task cwd")
+                r, t = await call(session, "execute_command", {"command": "pwd", "cwd": "nope", "timeout": None})
+                check(r.is_error and t == f"Working directory '{task}/nope' does not exist.", f"missing cwd text ({t!r})")
+
+                # Past the soft timeout: output spills (small preview: 5120 bytes), the command
+                # keeps running with a setsid'd grandchild, both carrying the marker.
+                cmd = (f"seq 1 3000 | sed 's/^/row /'; echo NEEDLE-in-the-output; "
+                       f"(setsid sh -c 'sleep 301' {marker}-daemon &); sh -c 'sleep 300' {marker}")
+                t0 = time.monotonic()
+                r, t = await call(session, "execute_command", {"command": cmd, "cwd": None, "timeout": 1.5})
+                waited = time.monotonic() - t0
+                check(not r.is_error and t.startswith(f"Command is still running in terminal from '{task}'.\nHere's the output so far:")
+                      and t.rstrip().endswith("You will be updated on the terminal status and new output in the future."),
+                      "soft timeout: the still-running text")
+                check(1.4 <= waited < 5, f"soft timeout returned after {waited:.2f}s")
+                await asyncio.sleep(0.3)
+                check(len(procs_with(marker)) >= 2, f"background command and its daemon are running ({procs_with(marker)})")
+
+                r, t = await call(session, "list_commands")
+                cmds = json.loads(t)["commands"]
+                bg = [c for c in cmds if marker in c["command"]]
+                check(len(bg) == 1 and bg[0]["status"] == "running" and bg[0]["exit_code"] is None,
+                      "list_commands shows it as running")
+                check([c["status"] for c in cmds[:2]] == ["exited", "exited"] and cmds[1]["exit_code"] == 3,
+                      "list_commands shows the finished ones with their exit codes")
+                artifact = bg[0]["artifact_id"] if bg else None
+                check(artifact is not None and re.fullmatch(r"cmd-\d+\.txt", artifact) is not None,
+                      f"its output spilled to an artifact ({artifact})")
+                exec_id = bg[0]["id"] if bg else None
+
+                r, t = await call(session, "read_command_output", {"artifact_id": artifact, "offset": 0, "limit": 40})
+                check(t.startswith(f"[Command Output: {artifact}]\nTotal size: ") and "| row 1\n" in t and "TRUNCATED" in t,
+                      f"read mode: header and numbered lines ({t!r})")
+                r, t = await call(session, "read_command_output", {"artifact_id": artifact, "search": "needle-IN"})
+                check(t.startswith(f'[Command Output: {artifact}] (search: "needle-IN")\nTotal matches: 1 | Showing first 1\n\n')
+                      and " 3001 | NEEDLE-in-the-output" in t, f"search mode: case-insensitive match with its line number ({t!r})")
+                r, t = await call(session, "read_command_output", {"artifact_id": artifact, "search": "row 2999|row 3000$"})
+                check("Total matches: 2" in t, "search mode: a regex")
+                r, t = await call(session, "read_command_output", {"artifact_id": "../../etc/passwd"})
+                check(r.is_error and t.startswith('Invalid artifact_id format: "../../etc/passwd".'), "bad artifact id refused")
+                r, t = await call(session, "read_command_output", {"artifact_id": "cmd-1.txt"})
+                check(r.is_error and t.startswith('Artifact not found: "cmd-1.txt".'), "unknown artifact")
+
+                r, t = await call(session, "terminate_command", {"execution_id": exec_id})
+                check(not r.is_error and f"Command {exec_id} " in t and "was terminated" in t, f"terminate_command ({t[:120]!r})")
+                left = procs_with(marker)
+                check(left == [], f"no process of the terminated command is left ({left})")
+                r, t = await call(session, "list_commands")
+                st = [c["status"] for c in json.loads(t)["commands"] if c["id"] == exec_id]
+                check(st == ["terminated"], f"list_commands shows it terminated ({st})")
+                r, t = await call(session, "terminate_command", {"execution_id": 12345})
+                check(r.is_error and t.startswith("No command with execution id 12345."), "terminate: unknown id")
+
+                # shoferignore (the task's .shofer/shoferignore).
+                for c, path in [("cat secrets/creds.json | grep password", "secrets/creds.json"),
+                                ("grep pattern .git/config", ".git/config"),
+                                ("head -n 5 app.log secrets/keys.json", "secrets/keys.json"),
+                                ("echo x && cat .env", ".env"),
+                                ("sudo cat .env", ".env"),
+                                ("bash -c 'cat .env'", ".env")]:
+                    r, t = await call(session, "execute_command", {"command": c, "cwd": None, "timeout": None})
+                    want = {"status": "error", "type": "access_denied", "message": "Access blocked by shoferignore",
+                            "path": path, "suggestion": "Try to continue without this file, or ask the user to update the shoferignore file"}
+                    check(r.is_error and json.loads(t) == want and list(json.loads(t)) == list(want),
+                          f"refused: {c} ({t})")
+                for c in ["ls", "git status", "ps -ef | grep node"]:
+                    r, t = await call(session, "execute_command", {"command": c, "cwd": None, "timeout": None})
+                    check(not r.is_error and t.startswith("Command executed"), f"allowed: {c}")
+
+                r, t = await call(session, "execute_command", {"cwd": None, "timeout": None})
+                check(r.is_error and t == '{"status":"error","message":"The tool execution failed","error":"Missing value for required parameter \'command\'. Please retry with complete response."}',
+                      f"missing parameter text ({t})")
+                r, t = await call(session, "read_command_output", {})
+                check(r.is_error and "Missing value for required parameter 'artifact_id'" in t, "missing artifact_id")
+
+                # Leave one running (with a daemon) and close stdin.
+                cmd2 = f"(setsid sh -c 'sleep 303' {marker2}-daemon &); sh -c 'sleep 302' {marker2}"
+                r, t = await call(session, "execute_command", {"command": cmd2, "cwd": None, "timeout": 0.5})
+                await asyncio.sleep(0.3)
+                check(len(procs_with(marker2)) >= 2, "a background command is running at close")
+            t_close = time.monotonic()
+        closed_in = time.monotonic() - t_close
+    return server_pid, marker2, closed_in
+
+
+async def main():
+    task = os.path.join(SCRATCH, "task")
+    os.makedirs(os.path.join(task, ".shofer"), exist_ok=True)
+    os.makedirs(os.path.join(task, "secrets"), exist_ok=True)
+    os.makedirs(os.path.join(task, "sub"), exist_ok=True)
+    os.makedirs(os.path.join(task, ".git"), exist_ok=True)
+    with open(os.path.join(task, ".shofer", "shoferignore"), "w") as f:
+        f.write("# files the agent must not read\nsecrets/\n.env\n/.git/config\n")
+    for name, body in [("secrets/creds.json", '{"password":"x"}\n'), ("secrets/keys.json", "{}\n"),
+                       (".env", "TOKEN=x\n"), (".git/config", "[core]\n"), ("app.log", "log\n")]:
+        with open(os.path.join(task, name), "w") as f:
+            f.write(body)
+    errlog_path = os.path.join(SCRATCH, "server-stderr.log")
+    server_pid, marker2, closed_in = await session_run(task, errlog_path)
+
+    with open(errlog_path) as f:
+        err = f.read()
+    print("server stderr:\n" + err)
+    # The client closes stdin, then waits 2 s before killing the server's process group: an
+    # exit well within that window is the server's own doing.
+    check(closed_in < 1.9, f"the session closed in {closed_in:.2f}s (server exited on stdin EOF)")
+    check(server_pid is not None and not pid_alive(server_pid), f"server process {server_pid} is gone")
+    check("session closed; 1 running command(s) killed" in err, "server reports killing the running command at close")
+    left = procs_with(marker2)
+    check(left == [], f"no child of the server is left after stdin closed ({left})")
+    m = re.search(r"artifacts in (\S+)", err)
+    check(m is not None and not os.path.exists(m.group(1)), "the temporary artifact directory is removed")
+
+    if TRANSCRIPT:
+        with open(TRANSCRIPT, "w") as f:
+            for entry in transcript:
+                f.write(json.dumps(entry) + "\n")
+    print(f"{len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
