@@ -201,6 +201,67 @@ async def session_run(task, errlog_path):
     return server_pid, marker2, closed_in
 
 
+async def spill_and_background(session, marker):
+    """Runs a command that spills and one left in the background; returns the artifact id."""
+    r, t = await call(session, "execute_command", {"command": "seq 1 5000", "cwd": None, "timeout": None})
+    m = re.search(r"Artifact ID: (cmd-\d+\.txt)", t)
+    r, t = await call(session, "execute_command", {"command": f"echo $PPID; sh -c 'sleep 304' {marker}", "cwd": None, "timeout": 0.5})
+    pid = re.search(r"^(\d+)$", t, re.M)
+    await asyncio.sleep(0.3)
+    return (m.group(1) if m else None), (int(pid.group(1)) if pid else None)
+
+
+async def signal_and_artifacts_run(task, arts):
+    """SIGTERM ends the session: commands killed, only this server's artifacts removed from a
+    user-named directory. Then --keep-artifacts keeps them."""
+    os.makedirs(arts, exist_ok=True)
+    foreign = os.path.join(arts, "cmd-1.txt")
+    with open(foreign, "w") as f:
+        f.write("another server's artifact\n")
+    marker = f"shofer-mcp-term-{uuid.uuid4().hex[:12]}"
+    errlog_path = os.path.join(SCRATCH, "server-stderr-2.log")
+    params = StdioServerParameters(command=SHOFER, args=["serve", "--cwd", task, "--preview", "small", "--artifacts", arts],
+                                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    with open(errlog_path, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                artifact, server_pid = await spill_and_background(session, marker)
+                check(artifact is not None and os.path.exists(os.path.join(arts, artifact)), f"artifact {artifact} in --artifacts dir")
+                check(len(procs_with(marker)) >= 1, "background command running before SIGTERM")
+                os.kill(server_pid, 15)
+                for _ in range(100):
+                    if not pid_alive(server_pid):
+                        break
+                    await asyncio.sleep(0.02)
+                check(not pid_alive(server_pid), "server exits on SIGTERM")
+                check(procs_with(marker) == [], "SIGTERM: no child of the server is left")
+    with open(errlog_path) as f:
+        err = f.read()
+    check("signal 15; 1 running command(s) killed" in err, f"server reports the signal ({err.strip()!r})")
+    check(artifact is not None and not os.path.exists(os.path.join(arts, artifact)), "its own artifact removed")
+    check(os.path.exists(foreign), "another server's artifact in the same directory kept")
+
+    marker = f"shofer-mcp-keep-{uuid.uuid4().hex[:12]}"
+    params = StdioServerParameters(command=SHOFER, args=["serve", "--cwd", task, "--preview", "small", "--keep-artifacts"],
+                                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    errlog_path = os.path.join(SCRATCH, "server-stderr-3.log")
+    with open(errlog_path, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                artifact, _ = await spill_and_background(session, marker)
+    with open(errlog_path) as f:
+        err = f.read()
+    m = re.search(r"artifacts in (\S+)", err)
+    kept = os.path.join(m.group(1), artifact) if m and artifact else None
+    check(kept is not None and os.path.exists(kept), f"--keep-artifacts keeps {kept}")
+    check(procs_with(marker) == [], "--keep-artifacts session: no child left")
+    if m:
+        import shutil
+        shutil.rmtree(m.group(1), ignore_errors=True)
+
+
 async def main():
     task = os.path.join(SCRATCH, "task")
     os.makedirs(os.path.join(task, ".shofer"), exist_ok=True)
@@ -228,6 +289,8 @@ async def main():
     check(left == [], f"no child of the server is left after stdin closed ({left})")
     m = re.search(r"artifacts in (\S+)", err)
     check(m is not None and not os.path.exists(m.group(1)), "the temporary artifact directory is removed")
+
+    await signal_and_artifacts_run(task, os.path.join(SCRATCH, "arts"))
 
     if TRANSCRIPT:
         with open(TRANSCRIPT, "w") as f:

@@ -1,0 +1,76 @@
+//! `shofer serve` driven by a real MCP client: the official Python SDK (`mcp` package) runs
+//! `tests/mcp/client.py` against the `shofer` binary over stdio (see that script for the
+//! checks: handshake, tools, soft timeout, list, read/search, terminate, shoferignore, error
+//! texts, stdin close and SIGTERM with no process left, artifact cleanup).
+//!
+//! The Python environment comes from `scripts/mcp-venv` (default `target/mcp-venv`), or
+//! `SHOFER_MCP_PYTHON=/path/to/python` naming an interpreter that has `mcp`. Without it the
+//! test prints SKIP, and fails when `CI` is set (CI must run it).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn python() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SHOFER_MCP_PYTHON") {
+        return Some(PathBuf::from(p));
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/mcp-venv/bin/python");
+    venv.exists().then_some(venv)
+}
+
+#[test]
+fn real_mcp_client_session() {
+    let Some(python) = python() else {
+        let how = "create it with `scripts/mcp-venv` (python3 -m venv target/mcp-venv && target/mcp-venv/bin/pip install 'mcp>=2.3,<3'), or set SHOFER_MCP_PYTHON";
+        if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+            panic!("the MCP client venv is missing (CI is set, so this test must run): {how}");
+        }
+        println!("SKIP real_mcp_client_session: no MCP client venv; {how}");
+        return;
+    };
+    let probe = Command::new(&python)
+        .args(["-c", "import mcp.client.stdio"])
+        .output()
+        .expect("run the venv's python");
+    assert!(
+        probe.status.success(),
+        "{} cannot import mcp: {}; run scripts/mcp-venv",
+        python.display(),
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py");
+    // The transcript of the session, for the README (kept when SHOFER_MCP_TRANSCRIPT is set).
+    let transcript = std::env::var_os("SHOFER_MCP_TRANSCRIPT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| scratch.path().join("transcript.jsonl"));
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_shofer"))
+        .arg(scratch.path())
+        .arg(&transcript)
+        .output()
+        .expect("run the MCP client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    assert!(
+        out.status.success(),
+        "the MCP client session failed ({}):\n{}\n{stderr}",
+        out.status,
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("FAIL"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        stdout.contains("\n0 failed"),
+        "the client did not finish: {stdout}"
+    );
+    assert!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count() >= 40,
+        "fewer checks ran than expected"
+    );
+}
