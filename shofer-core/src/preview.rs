@@ -175,6 +175,30 @@ impl HeadTail {
         }
     }
 
+    /// Counts `n` bytes of the stream that bypassed the buffer (the engine moves them from
+    /// the pipe straight into the artifact with `splice(2)`). Only meaningful once the head is
+    /// full (the output exceeded the budget); the tail is stale until [`HeadTail::resync_tail`]
+    /// gives it the stream's last bytes.
+    pub fn skip(&mut self, n: u64) {
+        self.total += n;
+    }
+
+    /// Sets the tail from `last`, the final bytes of the stream so far (as many as are
+    /// available; the tail keeps at most its capacity, and never bytes the head holds).
+    pub fn resync_tail(&mut self, last: &[u8]) {
+        let after_head = self.total - self.head.len() as u64;
+        let want = (self.tail_cap as u64).min(after_head) as usize;
+        let take = want.min(last.len());
+        self.tail.clear();
+        self.tail.extend_from_slice(&last[last.len() - take..]);
+        self.tail_pos = 0;
+    }
+
+    /// How many final bytes of the stream [`HeadTail::resync_tail`] wants.
+    pub fn tail_wanted(&self) -> usize {
+        (self.tail_cap as u64).min(self.total - self.head.len() as u64) as usize
+    }
+
     /// Every byte kept, in stream order: the head then the tail ring unrolled. When the output
     /// fits the budget this is the whole output.
     pub fn kept_bytes(&self) -> Vec<u8> {
@@ -320,6 +344,24 @@ mod tests {
             p.head_bytes as u64 + p.tail_bytes as u64 + p.omitted,
             60_000
         );
+    }
+
+    #[test]
+    fn skip_and_resync_equal_pushing() {
+        let data: Vec<u8> = (0..30_000u32).map(|i| (i % 251) as u8).collect();
+        let whole = push_all(5120, &data).preview();
+        let mut b = HeadTail::new(5120);
+        b.push(&data[..6000]);
+        b.skip(20_000);
+        b.resync_tail(&data[..26_000]);
+        b.push(&data[26_000..]);
+        assert_eq!(b.preview(), whole);
+        let mut b = HeadTail::new(5120);
+        b.push(&data[..6000]);
+        b.skip(24_000);
+        assert_eq!(b.tail_wanted(), 2560);
+        b.resync_tail(&data[30_000 - b.tail_wanted()..]);
+        assert_eq!(b.preview(), whole);
     }
 
     #[test]

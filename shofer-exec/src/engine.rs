@@ -41,6 +41,10 @@ use crate::reader::{self, ReadError, ReadRequest};
 use crate::sys;
 use crate::tree::{self, Tree};
 
+/// How often the tree of an exited command that left background processes is rescanned
+/// (to reap their zombies once they exit).
+const LEFTOVER_RESCAN: Duration = Duration::from_millis(500);
+
 /// The environment variable every command inherits, `<engine pid>-<execution id>`; the tree
 /// scan finds escaped descendants by it.
 pub const TAG_VAR: &str = "SHOFER_EXEC_TAG";
@@ -611,6 +615,16 @@ impl Engine {
                 intercepted,
                 text: txt,
             }));
+            // Background leftovers (`daemon &`) stay in the tree; while any lives, rescan now
+            // and then so that their zombies, reparented to us as subreaper, get reaped.
+            loop {
+                let t = Arc::clone(&r);
+                let live = tokio::task::spawn_blocking(move || t.tree.members().len()).await;
+                if live.map_or(true, |n| n == 0) {
+                    break;
+                }
+                tokio::time::sleep(LEFTOVER_RESCAN).await;
+            }
         });
         Ok(rec)
     }

@@ -7,6 +7,13 @@
 //! no symlink followed) and writes the bytes held so far, then that chunk; every later chunk is
 //! appended. Memory stays at the budget plus the caller's read buffer.
 //!
+//! Once the artifact is open, the output pump moves later chunks with `splice(2)`
+//! ([`Interceptor::splice_from`]): pipe to file with no copy through user space. Those bytes
+//! are only counted by the preview buffer, whose tail is then re-read from the end of the
+//! artifact whenever a preview is needed (and before any byte is pushed again), so the preview
+//! is the same as if every byte had gone through memory. A filesystem that cannot take spliced
+//! data (`EINVAL`) turns splicing off and the pump goes back to `read`/`write`.
+//!
 //! Disk errors never stop the command or lose the preview: the first error (ENOSPC, a removed
 //! directory, EEXIST from a foreign file) is recorded with the number of bytes that did reach
 //! the file, writing stops, and [`Interceptor::finish`] reports it so the result text can say
@@ -14,6 +21,8 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -56,6 +65,10 @@ pub struct Interceptor {
     file: Option<File>,
     spill: Spill,
     written: u64,
+    /// Bytes were spliced past the preview buffer: its tail must be re-read from the file.
+    tail_stale: bool,
+    /// `splice(2)` into the artifact works (until it fails with EINVAL and the like).
+    splice_ok: bool,
 }
 
 impl Interceptor {
@@ -70,6 +83,8 @@ impl Interceptor {
             file: None,
             spill: Spill::Inline,
             written: 0,
+            tail_stale: false,
+            splice_ok: true,
         }
     }
 
@@ -88,6 +103,9 @@ impl Interceptor {
     pub fn write(&mut self, data: &[u8]) {
         if data.is_empty() {
             return;
+        }
+        if self.tail_stale {
+            self.resync_tail();
         }
         match self.spill {
             Spill::Inline => {
@@ -129,7 +147,9 @@ impl Interceptor {
                 .mode(0o700)
                 .create(&self.dir)?;
         }
+        // Readable too: the tail is read back after spliced writes.
         OpenOptions::new()
+            .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
@@ -158,6 +178,66 @@ impl Interceptor {
         }
     }
 
+    /// Moves up to `max` bytes from the pipe `fd` into the artifact with `splice(2)`.
+    ///
+    /// Returns `None` when splicing is not possible right now: the output has not spilled yet,
+    /// the artifact failed, the filesystem does not support splice, or this call hit a write
+    /// error (recorded as with [`Interceptor::write`]). The caller then reads the data and
+    /// passes it to [`Interceptor::write`] instead. `Some(0)` is the pipe's end of file.
+    pub fn splice_from(&mut self, fd: RawFd, max: usize) -> Option<usize> {
+        if !self.splice_ok || !matches!(self.spill, Spill::Complete(_)) {
+            return None;
+        }
+        let out = self.file.as_ref()?.as_raw_fd();
+        match crate::sys::splice(fd, out, max) {
+            Ok(n) => {
+                self.written += n as u64;
+                self.buf.skip(n as u64);
+                self.tail_stale |= n > 0;
+                Some(n)
+            }
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::EAGAIN)
+                ) =>
+            {
+                self.splice_ok = false;
+                None
+            }
+            Err(e) => {
+                self.resync_tail();
+                self.fail(e);
+                None
+            }
+        }
+    }
+
+    /// The stream's last bytes, read back from the artifact (every byte so far is in it while
+    /// the spill is complete).
+    fn file_tail(&self) -> Option<Vec<u8>> {
+        let f = self.file.as_ref()?;
+        let want = self.buf.tail_wanted();
+        let mut tail = vec![0u8; want];
+        let mut done = 0;
+        while done < want {
+            match f.read_at(&mut tail[done..], self.written - (want - done) as u64) {
+                Ok(0) => return None,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        Some(tail)
+    }
+
+    fn resync_tail(&mut self) {
+        if let Some(t) = self.file_tail() {
+            self.buf.resync_tail(&t);
+        }
+        self.tail_stale = false;
+    }
+
     fn fail(&mut self, e: io::Error) {
         self.file = None;
         self.spill = Spill::Failed {
@@ -169,14 +249,25 @@ impl Interceptor {
 
     /// The preview and artifact state so far (e.g. for a soft timeout).
     pub fn snapshot(&self) -> Intercepted {
+        let preview = match self.tail_stale.then(|| self.file_tail()).flatten() {
+            Some(t) => {
+                let mut b = self.buf.clone();
+                b.resync_tail(&t);
+                b.preview()
+            }
+            None => self.buf.preview(),
+        };
         Intercepted {
-            preview: self.buf.preview(),
+            preview,
             spill: self.spill.clone(),
         }
     }
 
     /// Closes the artifact (a close error counts as a disk error) and returns the final state.
     pub fn finish(&mut self) -> Intercepted {
+        if self.tail_stale {
+            self.resync_tail();
+        }
         if let Some(f) = self.file.take() {
             // Surface delayed write errors (e.g. on network filesystems) before advertising
             // the artifact; data already in the page cache is readable either way.
@@ -316,6 +407,54 @@ mod tests {
         assert_eq!(cleanup(dir.path()).unwrap(), 2);
         assert!(dir.path().join("other.txt").exists());
         assert_eq!(cleanup(&dir.path().join("missing")).unwrap(), 0);
+    }
+
+    #[test]
+    fn spliced_stream_gives_the_same_preview_and_artifact() {
+        let data: Vec<u8> = (0..3_000_000u32)
+            .map(|i| b"ab\xc3\xa9\n"[(i % 5) as usize])
+            .collect();
+        let (plain_dir, _, plain) = run(5120, &[&data]);
+        let dir = tempfile::tempdir().unwrap();
+        let mut i = Interceptor::new(dir.path(), 7, 5120);
+        let (r, w) = crate::sys::pipe().unwrap();
+        let feed = data.clone();
+        let writer = std::thread::spawn(move || {
+            let mut f = File::from(w);
+            f.write_all(&feed).unwrap();
+        });
+        let mut buf = vec![0u8; 7000];
+        let mut spliced = 0;
+        let mut checked_mid = false;
+        loop {
+            if let Some(n) = i.splice_from(r.as_raw_fd(), 65536) {
+                if n == 0 {
+                    break;
+                }
+                spliced += n;
+                if spliced > 1_000_000 && !checked_mid {
+                    checked_mid = true;
+                    // A soft-timeout snapshot in the middle must see the right tail.
+                    let mut expected = HeadTail::new(5120);
+                    expected.push(&data[..i.total() as usize]);
+                    assert_eq!(i.snapshot().preview, expected.preview());
+                }
+                continue;
+            }
+            let n = crate::sys::read(r.as_raw_fd(), &mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            i.write(&buf[..n]);
+        }
+        writer.join().unwrap();
+        assert!(spliced > 0 && checked_mid, "splice was never used");
+        let out = i.finish();
+        assert_eq!(out, plain);
+        assert_eq!(
+            fs::read(i.artifact_path()).unwrap(),
+            fs::read(plain_dir.path().join("cmd-7.txt")).unwrap()
+        );
     }
 
     proptest! {

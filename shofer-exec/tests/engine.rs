@@ -531,3 +531,27 @@ async fn cleanup_artifacts_by_ids_then_all() {
     assert_eq!(e.cleanup_artifacts(None).unwrap(), 1);
     assert!(!b.artifact_path.unwrap().exists());
 }
+
+#[tokio::test]
+async fn exited_background_leftovers_are_reaped_when_they_finish() {
+    // With the subreaper, an orphaned `cmd &` becomes our child; when it exits it must not stay
+    // a zombie for the engine's whole life (a long-lived `shofer serve`).
+    let d = tempfile::tempdir().unwrap();
+    let m = marker();
+    let e = engine_in(d.path(), |_| {});
+    let o = run(&e, &format!("sh -c 'sleep 0.6' {m} & echo started")).await;
+    assert!(o.text.ends_with("Output:\nstarted\n"));
+    let pids = survivors(&m);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let ppid = std::fs::read_to_string(format!("/proc/{}/stat", pids[0])).unwrap();
+    assert!(
+        ppid.contains(&format!(" {} ", std::process::id())),
+        "reparented to us: {ppid}"
+    );
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(
+        !Path::new(&format!("/proc/{}", pids[0])).exists(),
+        "left a zombie: {:?}",
+        std::fs::read_to_string(format!("/proc/{}/stat", pids[0]))
+    );
+}
