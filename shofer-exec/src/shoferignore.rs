@@ -39,8 +39,8 @@ pub const IGNORE_FILE: &str = ".shofer/shoferignore";
 /// Nesting limit for `sh -c`, `eval` and command substitutions: deeper input is refused.
 const MAX_DEPTH: usize = 16;
 
-/// Glob expansions examined per pattern; past that the literal word is checked as well.
-const MAX_GLOB_MATCHES: usize = 10_000;
+/// Directory entries a glob expansion may look at before giving up (see [`ShoferIgnore::denied_path`]).
+const GLOB_ENTRY_BUDGET: usize = 100_000;
 
 /// The `access_denied` result of Appendix A for `path`, one line of JSON.
 pub fn access_denied_json(path: &str) -> String {
@@ -492,6 +492,15 @@ impl<'a> Lexer<'a> {
                                     t.push('\t');
                                     self.i += 1;
                                 }
+                                Some(b'x') => {
+                                    self.i += 1;
+                                    let v = self.radix_digits(16, 2);
+                                    t.push(char::from(v.unwrap_or(b'x')));
+                                }
+                                Some(b'0'..=b'7') => {
+                                    let v = self.radix_digits(8, 3);
+                                    t.push(char::from(v.unwrap_or(b'0')));
+                                }
                                 Some(_) => t.push_str(&self.one_char()),
                                 None => {}
                             }
@@ -528,6 +537,23 @@ impl<'a> Lexer<'a> {
                 quoted: true,
             }),
         }
+    }
+
+    /// Up to `max` digits in `radix` as one byte (`$'\x41'`, `$'\101'`); `None` for none.
+    fn radix_digits(&mut self, radix: u32, max: usize) -> Option<u8> {
+        let mut v: u32 = 0;
+        let mut n = 0;
+        while n < max {
+            match self.peek(0).and_then(|c| char::from(c).to_digit(radix)) {
+                Some(d) => {
+                    v = v * radix + d;
+                    self.i += 1;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        (n > 0).then_some((v & 0xFF) as u8)
     }
 
     /// After `$(` or `<(`: the text up to the matching `)`, quote-aware.
@@ -740,6 +766,19 @@ impl Analyzer {
             glob: e.glob.clone(),
             dir: self.dir.clone(),
         });
+        // bash's brace expansion (`cat {.env,x}`): the alternatives are candidates too (also
+        // under dash, where it does not happen: a refusal too many, never one too few).
+        let alts = brace_alternatives(&e.text);
+        if alts.len() > 1 {
+            for a in alts {
+                let glob = (e.glob.is_some() && a.contains(['*', '?', '['])).then(|| a.clone());
+                self.out.push(Candidate {
+                    word: a,
+                    glob,
+                    dir: self.dir.clone(),
+                });
+            }
+        }
     }
 
     fn simple(&mut self, cmd: &Simple, depth: usize) -> Result<(), TooDeep> {
@@ -831,6 +870,72 @@ impl Analyzer {
         }
         Ok(())
     }
+}
+
+/// Brace expansion of `s` (`a{b,c}d` → `abd`, `acd`; nested and repeated groups), capped at
+/// 256 alternatives; `[s]` when it has no group with a comma.
+fn brace_alternatives(s: &str) -> Vec<String> {
+    brace_alternatives_at(s, 0)
+}
+
+fn brace_alternatives_at(s: &str, level: usize) -> Vec<String> {
+    const CAP: usize = 256;
+    if level > 8 {
+        return vec![s.to_string()];
+    }
+    let mut out = vec![String::new()];
+    let mut rest = s;
+    let mut rounds = 0;
+    while let Some(open) = rest.find('{') {
+        rounds += 1;
+        // The matching close brace and the top-level commas inside.
+        let bytes = rest.as_bytes();
+        let (mut depth, mut close, mut commas) = (0usize, None, Vec::new());
+        for (k, &b) in bytes.iter().enumerate().skip(open) {
+            match b {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(k);
+                        break;
+                    }
+                }
+                b',' if depth == 1 => commas.push(k),
+                _ => {}
+            }
+        }
+        let (Some(close), false, true) = (close, commas.is_empty(), rounds < 32) else {
+            // No group here: keep the brace literally and go on after it.
+            for o in &mut out {
+                o.push_str(&rest[..=open]);
+            }
+            rest = &rest[open + 1..];
+            continue;
+        };
+        let mut parts = Vec::new();
+        let mut a = open + 1;
+        for &c in commas.iter().chain(std::iter::once(&close)) {
+            parts.extend(brace_alternatives_at(&rest[a..c], level + 1));
+            parts.truncate(CAP);
+            a = c + 1;
+        }
+        let prefix = &rest[..open];
+        let mut next = Vec::new();
+        for o in &out {
+            for p in &parts {
+                if next.len() < CAP {
+                    next.push(format!("{o}{prefix}{p}"));
+                }
+            }
+        }
+        out = next;
+        rest = &rest[close + 1..];
+    }
+    for o in &mut out {
+        o.push_str(rest);
+    }
+    out
 }
 
 /// The script of `sh [-opts] -c SCRIPT` (also `-lc`, `su user -c SCRIPT`, `--command=`).
@@ -985,6 +1090,70 @@ fn normalize(p: &Path) -> PathBuf {
     out
 }
 
+/// A glob needed more than [`GLOB_ENTRY_BUDGET`] directory entries; `fixed` is the directory
+/// before its first wildcard component.
+struct GlobTooBig {
+    fixed: PathBuf,
+}
+
+/// Expands `pattern` (a shell glob, quoted parts escaped as by `glob::Pattern::escape`) against
+/// the file system, relative to `base`, with the shell's rules: a wildcard does not match a
+/// leading dot, `/` is only matched literally, `**` is `*` (POSIX sh, bash without globstar).
+/// Walks component by component with `read_dir`, counting entries against `budget`, so a
+/// pattern like `/*/*/*/*` cannot stall the server.
+fn expand_glob(base: &Path, pattern: &str, budget: &mut usize) -> Result<Vec<PathBuf>, GlobTooBig> {
+    let opts = glob::MatchOptions {
+        case_sensitive: true,
+        require_literal_separator: true,
+        require_literal_leading_dot: true,
+    };
+    let start = if pattern.starts_with('/') {
+        PathBuf::from("/")
+    } else {
+        base.to_path_buf()
+    };
+    let comps: Vec<&str> = pattern.split('/').filter(|c| !c.is_empty()).collect();
+    let mut cur = vec![start];
+    let mut fixed: Option<PathBuf> = None;
+    for (k, comp) in comps.iter().enumerate() {
+        let last = k + 1 == comps.len();
+        if !comp.contains(['*', '?', '[']) {
+            for p in &mut cur {
+                p.push(comp);
+            }
+            continue;
+        }
+        if fixed.is_none() {
+            fixed = cur.first().map(|p| normalize(p));
+        }
+        let Ok(pat) = glob::Pattern::new(&comp.replace("**", "*")) else {
+            return Ok(Vec::new());
+        };
+        let mut next = Vec::new();
+        for dir in &cur {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                if *budget == 0 {
+                    return Err(GlobTooBig {
+                        fixed: fixed.clone().unwrap_or_default(),
+                    });
+                }
+                *budget -= 1;
+                let name = e.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if pat.matches_with(name, opts) && (last || e.path().is_dir()) {
+                    next.push(e.path());
+                }
+            }
+        }
+        next.sort();
+        cur = next;
+    }
+    Ok(cur)
+}
+
 impl ShoferIgnore {
     /// Loads `<task_cwd>/.shofer/shoferignore`. `Ok(None)` when the file does not exist
     /// (nothing is ignored). Patterns are relative to `task_cwd`.
@@ -1030,6 +1199,10 @@ impl ShoferIgnore {
     /// The first path `command`, run in `cwd`, would read that the file ignores (as written
     /// on the command line, or a glob match relative to `cwd`); `None` when it may run.
     pub fn denied_path(&self, command: &str, cwd: &Path) -> Option<String> {
+        if self.is_ignored(cwd) {
+            let shown = cwd.strip_prefix(&self.root).unwrap_or(cwd);
+            return Some(shown.display().to_string());
+        }
         let cands = match candidates(command) {
             Ok(c) => c,
             Err(TooDeep) => {
@@ -1041,17 +1214,21 @@ impl ShoferIgnore {
         for c in cands {
             let base = cwd.join(&c.dir);
             if let Some(pat) = &c.glob {
-                let full = format!("{}/{}", glob::Pattern::escape(&base.to_string_lossy()), pat);
-                let full = if Path::new(pat).is_absolute() {
-                    pat.clone()
-                } else {
-                    full
-                };
-                if let Ok(paths) = glob::glob(&full) {
-                    for p in paths.take(MAX_GLOB_MATCHES).flatten() {
-                        if self.is_ignored(&p) {
-                            let shown = p.strip_prefix(cwd).unwrap_or(&p);
-                            return Some(shown.display().to_string());
+                let mut budget = GLOB_ENTRY_BUDGET;
+                match expand_glob(&base, pat, &mut budget) {
+                    Ok(paths) => {
+                        for p in paths {
+                            if self.is_ignored(&p) {
+                                let shown = p.strip_prefix(cwd).unwrap_or(&p);
+                                return Some(shown.display().to_string());
+                            }
+                        }
+                    }
+                    // Too many entries to look at: refuse when the pattern can reach into the
+                    // task tree (fail closed), else it cannot match an ignored path by name.
+                    Err(GlobTooBig { fixed }) => {
+                        if fixed.starts_with(&self.root) || self.root.starts_with(&fixed) {
+                            return Some(c.word);
                         }
                     }
                 }
@@ -1174,6 +1351,24 @@ mod tests {
     }
 
     #[test]
+    fn ansi_c_quotes_and_braces() {
+        assert_eq!(words(r"cat $'.\x65nv' $'\056env'"), [".env", ".env"]);
+        assert_eq!(brace_alternatives("a{b,c}d"), ["abd", "acd"]);
+        assert_eq!(brace_alternatives("{.env,x{1,2}}"), [".env", "x1", "x2"]);
+        assert_eq!(brace_alternatives("{a}{,b}"), ["{a}", "{a}b"]);
+        assert_eq!(brace_alternatives("x{"), ["x{"]);
+        assert_eq!(brace_alternatives("a}b{c"), ["a}b{c"]);
+        let deep = format!("{}x,y{}", "{".repeat(5000), "}".repeat(5000));
+        assert!(!brace_alternatives(&deep).is_empty());
+        let wide = "{a,b}".repeat(40);
+        assert_eq!(brace_alternatives(&wide).len(), 256);
+        assert_eq!(
+            words("cat {.env,README}"),
+            ["{.env,README}", ".env", "README"]
+        );
+    }
+
+    #[test]
     fn redirections() {
         assert_eq!(words("wc -l < .env"), [".env"]);
         assert_eq!(words("wc -l<.env"), [".env"]);
@@ -1287,8 +1482,20 @@ mod tests {
         assert_eq!(d("cat secrets").as_deref(), Some("secrets"));
         assert_eq!(d("cat sec*/*.json").as_deref(), Some("secrets/creds.json"));
         assert_eq!(d("cat *.pem").as_deref(), Some("k.pem"));
+        // `*` does not match a leading dot, as in the shell; `.e*` does.
+        assert_eq!(ig.denied_path("cat *", &root.join("sub")), None);
+        assert_eq!(d("cat .e*").as_deref(), Some(".env"));
+        assert_eq!(d("cat ./s*/../.e??").as_deref(), Some("secrets/../.env"));
+        // A glob too big to expand: refused when it reaches into the task tree.
+        let mut budget = 3;
+        assert!(expand_glob(root, "*/*", &mut budget).is_err());
         assert_eq!(d("cat innocent").as_deref(), Some("innocent"));
         assert_eq!(d("wc -l < .env").as_deref(), Some(".env"));
+        assert_eq!(d("bash -c 'cat {x,.env}'").as_deref(), Some(".env"));
+        assert_eq!(
+            ig.denied_path("ls", &root.join("secrets")).as_deref(),
+            Some("secrets")
+        );
         assert_eq!(d("ls"), None);
         assert_eq!(d("git status"), None);
         assert_eq!(d("ps -ef | grep node"), None);
@@ -1323,6 +1530,7 @@ mod tests {
         fn never_panics_on_shell_soup(v in proptest::collection::vec(proptest::sample::select(vec![
             "'", "\"", "\\", "$", "(", ")", "`", "<", ">", "<<", "|", "&", ";", "\n", "{", "}",
             "$(", "${", "<(", "cat", "sh", "-c", "sudo", "env", "a=b", "~", "*", "é", " ", "#", "\t",
+            "$'", "\\x", "{a,", ",", "}",
         ]), 0..40)) {
             let _ = candidates(&v.concat());
         }

@@ -21,6 +21,8 @@ import sys
 import time
 import uuid
 
+import anyio
+
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -191,6 +193,20 @@ async def session_run(task, errlog_path):
                 r, t = await call(session, "read_command_output", {})
                 check(r.is_error and "Missing value for required parameter 'artifact_id'" in t, "missing artifact_id")
 
+                # The client gives up on a call (anyio cancel scope): it sends
+                # notifications/cancelled, and the server aborts the command, tree and all.
+                marker3 = f"shofer-mcp-cancel-{uuid.uuid4().hex[:12]}"
+                with anyio.move_on_after(1.0):
+                    await session.call_tool("execute_command", {"command": f"sh -c 'sleep 305' {marker3}", "cwd": None, "timeout": None})
+                for _ in range(100):
+                    if not procs_with(marker3):
+                        break
+                    await asyncio.sleep(0.02)
+                check(procs_with(marker3) == [], "a cancelled call aborts its command (no process left)")
+                r, t = await call(session, "list_commands")
+                st = [c["status"] for c in json.loads(t)["commands"] if marker3 in c["command"]]
+                check(st == ["terminated"], f"the cancelled command is listed as terminated ({st})")
+
                 # Leave one running (with a daemon) and close stdin.
                 cmd2 = f"(setsid sh -c 'sleep 303' {marker2}-daemon &); sh -c 'sleep 302' {marker2}"
                 r, t = await call(session, "execute_command", {"command": cmd2, "cwd": None, "timeout": 0.5})
@@ -241,6 +257,24 @@ async def signal_and_artifacts_run(task, arts):
     check("signal 15; 1 running command(s) killed" in err, f"server reports the signal ({err.strip()!r})")
     check(artifact is not None and not os.path.exists(os.path.join(arts, artifact)), "its own artifact removed")
     check(os.path.exists(foreign), "another server's artifact in the same directory kept")
+
+    # Hard (user) timeout and its allowlist.
+    marker = f"shofer-mcp-hard-{uuid.uuid4().hex[:12]}"
+    params = StdioServerParameters(command=SHOFER, args=["serve", "--cwd", task, "--hard-timeout", "1",
+                                                         "--timeout-allowlist", "echo allowed"],
+                                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    with open(os.path.join(SCRATCH, "server-stderr-4.log"), "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                r, t = await call(session, "execute_command", {"command": f"sh -c 'sleep 306' {marker}", "cwd": None, "timeout": None})
+                check(t == "The command was terminated after exceeding a user-configured 1s timeout. Do not try to re-run the command.",
+                      f"hard timeout text ({t!r})")
+                check(procs_with(marker) == [], "hard timeout: no process left")
+                r, t = await call(session, "execute_command", {"command": "echo allowed; sleep 1.5", "cwd": None, "timeout": None})
+                check(t.endswith("Exit code: 0\nOutput:\nallowed\n"), f"allowlisted command outlives the hard timeout ({t!r})")
+                r, t = await call(session, "list_commands")
+                check([c["status"] for c in json.loads(t)["commands"]] == ["timed out", "exited"], "list_commands: timed out, exited")
 
     marker = f"shofer-mcp-keep-{uuid.uuid4().hex[:12]}"
     params = StdioServerParameters(command=SHOFER, args=["serve", "--cwd", task, "--preview", "small", "--keep-artifacts"],
