@@ -499,3 +499,58 @@ pub async fn run(opts: ServeOptions) -> Result<ServeEnd, ServeError> {
     eprintln!("shofer serve: {why}; {killed} running command(s) killed; {artifacts}; exiting");
     end
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: Value) -> JsonObject {
+        match v {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    fn text(r: &CallToolResult) -> String {
+        r.content
+            .iter()
+            .filter_map(|c| match c {
+                ContentBlock::Text(t) => Some(t.text.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn missing_parameter_text_is_appendix_a() {
+        let r = missing("command");
+        assert_eq!(r.is_error, Some(true));
+        assert_eq!(
+            text(&r),
+            r#"{"status":"error","message":"The tool execution failed","error":"Missing value for required parameter 'command'. Please retry with complete response."}"#
+        );
+    }
+
+    #[test]
+    fn parameters() {
+        let a = args(
+            json!({"command": "  ", "cwd": null, "t": "1.5", "n": 3.0, "s": "12", "bad": [1], "f": 2.5}),
+        );
+        assert!(req_str(&a, "command").is_err());
+        assert!(req_str(&a, "absent").is_err());
+        assert_eq!(opt_str(&a, "cwd").ok(), Some(None));
+        assert_eq!(opt_f64(&a, "t").ok(), Some(Some(1.5)));
+        assert_eq!(opt_i64(&a, "n").ok(), Some(Some(3)));
+        assert_eq!(opt_i64(&a, "s").ok(), Some(Some(12)));
+        assert!(opt_i64(&a, "f").is_err());
+        let e = opt_f64(&a, "bad").unwrap_err();
+        assert!(text(&e)
+            .contains("Invalid value for parameter 'bad': expected a number or null, got [1]"));
+    }
+
+    #[test]
+    fn status_words() {
+        assert_eq!(status_word(Status::TimedOut), "timed out");
+        assert_eq!(status_word(Status::Running), "running");
+    }
+}

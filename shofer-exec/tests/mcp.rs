@@ -7,8 +7,25 @@
 //! `SHOFER_MCP_PYTHON=/path/to/python` naming an interpreter that has `mcp`. Without it the
 //! test prints SKIP, and fails when `CI` is set (CI must run it).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The workspace's `shofer-sandbox` binary next to `shofer` (where `shofer serve --worktree`
+/// finds it), built if missing: it is another package's binary.
+fn sandbox_binary() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_shofer")).with_file_name("shofer-sandbox");
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+        let st = Command::new(cargo)
+            .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
+            .arg(manifest)
+            .status()
+            .unwrap();
+        assert!(st.success(), "building shofer-sandbox failed");
+    }
+    bin
+}
 
 fn python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("SHOFER_MCP_PYTHON") {
@@ -44,11 +61,23 @@ fn real_mcp_client_session() {
     let transcript = std::env::var_os("SHOFER_MCP_TRANSCRIPT")
         .map(PathBuf::from)
         .unwrap_or_else(|| scratch.path().join("transcript.jsonl"));
+    // The worktree phase: a directory under $HOME (outside /tmp, which the sandbox policy
+    // leaves writable), so a write next to it must fail.
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
+    let wt_root = tempfile::Builder::new()
+        .prefix("shofer-mcp-wt-")
+        .tempdir_in(&home)
+        .unwrap();
+    let wt = wt_root.path().join("wt");
+    std::fs::create_dir(&wt).unwrap();
+    assert!(sandbox_binary().exists());
     let out = Command::new(&python)
         .arg(&script)
         .arg(env!("CARGO_BIN_EXE_shofer"))
         .arg(scratch.path())
         .arg(&transcript)
+        .arg(&wt)
+        .env_remove("SHOFER_SANDBOX")
         .output()
         .expect("run the MCP client");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Drives `shofer serve` with the official MCP Python SDK (the `mcp` package) over stdio.
 
-Usage: client.py SHOFER_BINARY SCRATCH_DIR [TRANSCRIPT_FILE]
+Usage: client.py SHOFER_BINARY SCRATCH_DIR [TRANSCRIPT_FILE [WORKTREE_DIR]]
 
 One real session: initialize, list the tools, run a short command, run one past its soft
 timeout and see it in list_commands as running, read and search its artifact, terminate it and
@@ -27,7 +27,8 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 SHOFER, SCRATCH = sys.argv[1], sys.argv[2]
-TRANSCRIPT = sys.argv[3] if len(sys.argv) > 3 else None
+TRANSCRIPT = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else None
+WORKTREE = sys.argv[4] if len(sys.argv) > 4 else None
 
 failures = []
 transcript = []
@@ -296,6 +297,20 @@ async def signal_and_artifacts_run(task, arts):
         shutil.rmtree(m.group(1), ignore_errors=True)
 
 
+async def worktree_run(wt):
+    """`--worktree`: commands run inside shofer-sandbox, writes outside the worktree fail."""
+    outside = os.path.join(os.path.dirname(wt), f"outside-{uuid.uuid4().hex[:8]}")
+    params = StdioServerParameters(command=SHOFER, args=["serve", "--worktree", wt],
+                                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root")})
+    with open(os.path.join(SCRATCH, "server-stderr-5.log"), "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                r, t = await call(session, "execute_command", {"command": f"touch inside && touch {outside}", "cwd": None, "timeout": None})
+                check(os.path.exists(os.path.join(wt, "inside")), "worktree: a write inside the worktree works")
+                check(not os.path.exists(outside) and "Exit code: 1" in t, f"worktree: a write outside is refused ({t!r})")
+
+
 async def main():
     task = os.path.join(SCRATCH, "task")
     os.makedirs(os.path.join(task, ".shofer"), exist_ok=True)
@@ -325,6 +340,8 @@ async def main():
     check(m is not None and not os.path.exists(m.group(1)), "the temporary artifact directory is removed")
 
     await signal_and_artifacts_run(task, os.path.join(SCRATCH, "arts"))
+    if WORKTREE:
+        await worktree_run(WORKTREE)
 
     if TRANSCRIPT:
         with open(TRANSCRIPT, "w") as f:
