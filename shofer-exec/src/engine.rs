@@ -411,7 +411,8 @@ pub struct ExecRequest {
 }
 
 /// The command engine. Cheap to clone (shared); dropping the last clone kills every command's
-/// tree. Needs a tokio runtime with the time and process drivers for [`Engine::execute`].
+/// tree. [`Engine::execute`] needs a tokio runtime with the IO and time drivers (tokio's
+/// `process` support runs on the IO driver): build it with `enable_all()`.
 #[derive(Debug, Clone)]
 pub struct Engine {
     inner: Arc<Inner>,

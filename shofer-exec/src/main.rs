@@ -75,7 +75,7 @@ enum Cmd {
     },
     /// Read or search a spilled output artifact (read_command_output).
     Read {
-        /// The artifact id, cmd-<digits>.txt.
+        /// The artifact id, `cmd-<digits>.txt`.
         artifact_id: String,
         /// Case-insensitive regex (searched literally if invalid).
         #[arg(long, value_name = "RE")]

@@ -8,6 +8,11 @@
 //! `offset`, numbered from the line that holds `offset`; the newlines before it are counted in
 //! 1 MiB chunks.
 //!
+//! The read-mode header is `[Command Output: <id>]`, `Total size: <size> | Showing bytes
+//! <a>-<b> | TRUNCATED|COMPLETE`, then a blank line (as the original host documents it), then
+//! `<n> | <line>` with the numbers right-aligned to the widest; a final newline does not make an
+//! extra empty numbered line.
+//!
 //! **Search mode** streams the file in 1 MiB chunks and runs the case-insensitive regex over
 //! each chunk at once (the regex engine's literal prefilters do the scanning, as in ripgrep),
 //! then checks each candidate line on its own, so results are per line. A pattern that is not a

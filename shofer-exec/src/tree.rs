@@ -290,18 +290,20 @@ fn members_of(trees: &[&Tree], procs: &[ProcInfo]) -> Vec<Vec<ProcInfo>> {
 
 /// Sends `sig` to the process `p` if it is still the same process (same start time).
 /// Returns false when it could not be signalled (gone, or not ours).
-fn signal(p: &ProcInfo, sig: i32) -> bool {
+fn signal(proc_dir: &fs::File, p: &ProcInfo, sig: i32) -> bool {
+    let start_now = || {
+        let path = format!("{}/stat\0", p.pid);
+        let mut buf = [0u8; 1024];
+        let n = sys::read_at(proc_dir, path.as_bytes(), &mut buf).ok()?;
+        parse_stat(&buf[..n]).map(|q| q.start)
+    };
     match sys::pidfd_open(p.pid) {
         Ok(Some(fd)) => {
-            // The pidfd pins the identity; check it is the process we scanned.
-            if read_proc(p.pid).map(|q| q.start) != Some(p.start) {
-                return false;
-            }
-            sys::pidfd_send_signal(&fd, sig).is_ok()
+            // The pidfd pins whatever process holds the pid now; the start time read after
+            // opening it tells whether that is the process we scanned.
+            start_now() == Some(p.start) && sys::pidfd_send_signal(&fd, sig).is_ok()
         }
-        Ok(None) => {
-            read_proc(p.pid).map(|q| q.start) == Some(p.start) && sys::kill(p.pid, sig).is_ok()
-        }
+        Ok(None) => start_now() == Some(p.start) && sys::kill(p.pid, sig).is_ok(),
         Err(_) => false,
     }
 }
@@ -327,6 +329,10 @@ pub fn kill_trees(trees: &[&Tree], grace: Duration) -> KillReport {
         return report;
     }
     let live = || -> Vec<ProcInfo> { members_of(trees, &scan()).into_iter().flatten().collect() };
+    let Ok(proc_dir) = fs::File::open("/proc") else {
+        report.survivors = live().iter().map(|p| p.pid).collect();
+        return report;
+    };
     let start = Instant::now();
     let mut termed: HashSet<(i32, u64)> = HashSet::new();
     let mut members = live();
@@ -339,8 +345,8 @@ pub fn kill_trees(trees: &[&Tree], grace: Duration) -> KillReport {
         }
         for p in &members {
             if termed.insert(p.key()) {
-                signal(p, libc::SIGTERM);
-                signal(p, libc::SIGCONT);
+                signal(&proc_dir, p, libc::SIGTERM);
+                signal(&proc_dir, p, libc::SIGCONT);
             }
         }
         let left = grace.saturating_sub(start.elapsed());
@@ -359,7 +365,7 @@ pub fn kill_trees(trees: &[&Tree], grace: Duration) -> KillReport {
             break;
         }
         for p in &members {
-            signal(p, libc::SIGKILL);
+            signal(&proc_dir, p, libc::SIGKILL);
             killed.insert(p.key());
         }
         std::thread::sleep(Duration::from_millis(1));
