@@ -58,6 +58,14 @@ def procs_with(marker):
     return found
 
 
+async def wait_procs(marker, n, limit=10.0):
+    """Polls until at least `n` processes carry `marker` (or `limit` seconds pass)."""
+    deadline = time.monotonic() + limit
+    while len(procs_with(marker)) < n and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return procs_with(marker)
+
+
 def pid_alive(pid):
     """True while `pid` exists and is not a zombie."""
     try:
@@ -134,8 +142,8 @@ async def session_run(task, errlog_path):
                       and t.rstrip().endswith("You will be updated on the terminal status and new output in the future."),
                       "soft timeout: the still-running text")
                 check(1.4 <= waited < 5, f"soft timeout returned after {waited:.2f}s")
-                await asyncio.sleep(0.3)
-                check(len(procs_with(marker)) >= 2, f"background command and its daemon are running ({procs_with(marker)})")
+                running = await wait_procs(marker, 2)
+                check(len(running) >= 2, f"background command and its daemon are running ({running})")
 
                 r, t = await call(session, "list_commands")
                 cmds = json.loads(t)["commands"]
@@ -211,8 +219,7 @@ async def session_run(task, errlog_path):
                 # Leave one running (with a daemon) and close stdin.
                 cmd2 = f"(setsid sh -c 'sleep 303' {marker2}-daemon &); sh -c 'sleep 302' {marker2}"
                 r, t = await call(session, "execute_command", {"command": cmd2, "cwd": None, "timeout": 0.5})
-                await asyncio.sleep(0.3)
-                check(len(procs_with(marker2)) >= 2, "a background command is running at close")
+                check(len(await wait_procs(marker2, 2)) >= 2, "a background command is running at close")
             t_close = time.monotonic()
         closed_in = time.monotonic() - t_close
     return server_pid, marker2, closed_in
@@ -224,7 +231,7 @@ async def spill_and_background(session, marker):
     m = re.search(r"Artifact ID: (cmd-\d+\.txt)", t)
     r, t = await call(session, "execute_command", {"command": f"echo $PPID; sh -c 'sleep 304' {marker}", "cwd": None, "timeout": 0.5})
     pid = re.search(r"^(\d+)$", t, re.M)
-    await asyncio.sleep(0.3)
+    await wait_procs(marker, 1)
     return (m.group(1) if m else None), (int(pid.group(1)) if pid else None)
 
 
