@@ -96,7 +96,9 @@ enum Cmd {
         /// Run every command inside `shofer-sandbox DIR --`; also the task cwd.
         #[arg(long, value_name = "DIR")]
         worktree: Option<PathBuf>,
-        /// The task's working directory [default: the worktree, else the current directory].
+        /// The task's working directory (where `.shofer/shoferignore` is read, and what
+        /// relative `cwd` arguments resolve against); relative to the worktree if given
+        /// [default: the worktree, else the current directory].
         #[arg(long, value_name = "DIR")]
         cwd: Option<PathBuf>,
         /// Artifact directory [default: a fresh temporary directory, removed at exit].
@@ -394,7 +396,9 @@ fn serve_cmd(
         Err(e) => return End::CouldNotRun(format!("cannot read the current directory: {e}")),
     };
     let task_cwd = match (&cwd, &worktree) {
-        (Some(c), _) => here.join(c),
+        // Like `shofer run --cwd`: relative to the worktree when there is one.
+        (Some(c), Some(w)) => here.join(w).join(c),
+        (Some(c), None) => here.join(c),
         (None, Some(w)) => here.join(w),
         (None, None) => here.clone(),
     };

