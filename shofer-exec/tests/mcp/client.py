@@ -254,7 +254,7 @@ async def signal_and_artifacts_run(task, arts):
                 check(artifact is not None and os.path.exists(os.path.join(arts, artifact)), f"artifact {artifact} in --artifacts dir")
                 check(len(procs_with(marker)) >= 1, "background command running before SIGTERM")
                 os.kill(server_pid, 15)
-                for _ in range(100):
+                for _ in range(500):
                     if not pid_alive(server_pid):
                         break
                     await asyncio.sleep(0.02)
