@@ -419,11 +419,19 @@ fn serve_cmd(
             }
         },
     };
+    let hard_timeout = match hard_timeout
+        .filter(|s| *s > 0.0)
+        .map(Duration::try_from_secs_f64)
+    {
+        None => None,
+        Some(Ok(d)) => Some(d),
+        Some(Err(_)) => {
+            return End::Usage("--hard-timeout: too large (seconds, e.g. 600)".into());
+        }
+    };
     let mut config = EngineConfig::new(task_cwd, artifacts);
     config.preview = preview;
-    config.hard_timeout = hard_timeout
-        .filter(|s| *s > 0.0)
-        .map(Duration::from_secs_f64);
+    config.hard_timeout = hard_timeout;
     config.hard_timeout_allowlist = timeout_allowlist;
     config.subreaper = true;
     if let Some(w) = &worktree {

@@ -36,6 +36,9 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{Engine, EngineConfig, ExecError, ExecRequest, Status};
 use crate::shoferignore::{access_denied_json, ShoferIgnore};
 
+/// Largest soft timeout taken from a request, in seconds (larger values are capped to it).
+const MAX_SOFT_TIMEOUT_S: f64 = 1.0e9;
+
 /// How `shofer serve` runs: the engine's settings and what to do with artifacts at exit.
 #[derive(Debug)]
 pub struct ServeOptions {
@@ -271,7 +274,9 @@ impl ShoferServer {
         let run = async {
             let command = req_str(&args, "command")?;
             let cwd = opt_str(&args, "cwd")?;
-            let timeout = opt_f64(&args, "timeout")?;
+            // A soft timeout past ~31 years is "wait for completion" in all but name; the cap
+            // keeps `Duration` conversion in range (1e300 would not fit).
+            let timeout = opt_f64(&args, "timeout")?.map(|t| t.min(MAX_SOFT_TIMEOUT_S));
             let task_cwd = self.engine.config().task_cwd.clone();
             let run_cwd = self.engine.resolve_cwd(cwd.as_deref());
             let ignore = ShoferIgnore::load(&task_cwd).map_err(|e| text_err(e.to_string()))?;

@@ -126,6 +126,8 @@ async def session_run(task, errlog_path):
                 check("Command execution was not successful, inspect the cause and adjust as needed." in t
                       and "Exit code: 3" in t and "oops" in t, "exit 3: failure wording and the exit code")
 
+                r, t = await call(session, "execute_command", {"command": "echo big", "cwd": None, "timeout": 1e300})
+                check(not r.is_error and t.endswith("Output:\nbig\n"), f"a huge soft timeout is just a long one ({t!r})")
                 r, t = await call(session, "execute_command", {"command": "pwd", "cwd": "sub", "timeout": None})
                 check(t.endswith(f"{task}/sub\n"), "relative cwd resolved against the task cwd")
                 r, t = await call(session, "execute_command", {"command": "pwd", "cwd": "nope", "timeout": None})
