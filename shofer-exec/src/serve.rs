@@ -469,7 +469,8 @@ pub async fn run(opts: ServeOptions) -> Result<ServeEnd, ServeError> {
     let why = match &end {
         Ok(ServeEnd::Closed) => "session closed".to_string(),
         Ok(ServeEnd::Signal(s)) => format!("signal {s}"),
-        Err(e) => e.to_string(),
+        // The error itself is reported by the caller.
+        Err(_) => "session failed".to_string(),
     };
     let artifacts = if keep_artifacts {
         if let Some(t) = temp_artifacts {
