@@ -103,3 +103,38 @@ fn real_mcp_client_session() {
         "fewer checks ran than expected"
     );
 }
+
+/// `shofer serve`'s exit codes when no session happens (no MCP client needed).
+#[test]
+fn serve_exit_codes_without_a_session() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_shofer"))
+            .arg("serve")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // stdin closed before `initialize`: the session failed.
+    let (code, err) = run(&[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("MCP session did not start"), "{err}");
+    // A task directory that does not exist: nothing started.
+    let (code, err) = run(&["--cwd", "/nonexistent-shofer-dir"]);
+    assert_eq!(code, Some(125), "{err}");
+    assert!(
+        err.contains("--cwd /nonexistent-shofer-dir: not a directory"),
+        "{err}"
+    );
+    // Usage errors.
+    let (code, err) = run(&["--hard-timeout", "1e300"]);
+    assert_eq!(code, Some(2), "{err}");
+    let (code, err) = run(&["--preview", "huge"]);
+    assert_eq!(code, Some(2), "{err}");
+    let (code, err) = run(&["--hard-timeout", "-1"]);
+    assert_eq!(code, Some(2), "{err}");
+}
