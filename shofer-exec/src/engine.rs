@@ -64,7 +64,7 @@ pub struct Sandbox {
 impl Sandbox {
     /// Finds `shofer-sandbox`: the `SHOFER_SANDBOX` environment variable if set (it must name
     /// an executable file), else the file next to the current executable, else the first
-    /// executable `shofer-sandbox` on `PATH`.
+    /// executable `shofer-sandbox` on `PATH`. Both paths are made absolute.
     ///
     /// # Errors
     /// [`ExecError::SandboxNotFound`] when none is found: a worktree task never runs
@@ -92,9 +92,11 @@ impl Sandbox {
             })
         };
         match found {
+            // Absolute paths: the child changes directory before exec, and the sandbox gets
+            // the worktree while already inside it.
             Some(binary) => Ok(Sandbox {
-                binary,
-                worktree: worktree.to_path_buf(),
+                binary: std::path::absolute(&binary).unwrap_or(binary),
+                worktree: std::path::absolute(worktree).unwrap_or_else(|_| worktree.to_path_buf()),
                 extra_args: Vec::new(),
             }),
             None => Err(ExecError::SandboxNotFound {

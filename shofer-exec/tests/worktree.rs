@@ -234,3 +234,36 @@ async fn worktree_field_case_15_huge_line_is_spilled_whole_and_searchable() {
         &r[..200]
     );
 }
+
+#[test]
+fn cli_worktree_relative_path_runs_sandboxed_in_the_worktree() {
+    let w = linked_worktree();
+    let root = w.wt.parent().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_shofer"))
+        .current_dir(root)
+        .args([
+            "run",
+            "--artifacts",
+            "artifacts",
+            "--worktree",
+            "wt",
+            "--",
+            "pwd; echo x > made; touch ../escaped",
+        ])
+        .env("SHOFER_SANDBOX", sandbox_binary())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let wt = std::fs::canonicalize(&w.wt).unwrap();
+    assert!(
+        out.contains(&format!("Output:\n{}\n", wt.display())),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "touch outside the worktree fails: {out}"
+    );
+    assert!(wt.join("made").exists() && !root.join("escaped").exists());
+}
