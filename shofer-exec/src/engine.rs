@@ -536,8 +536,20 @@ impl Engine {
             .env("LANG", "C.UTF-8")
             .env("LC_ALL", "C.UTF-8")
             .env(TAG_VAR, &tag)
-            .process_group(0)
             .kill_on_drop(false);
+        // A new session (and so a new process group): no controlling terminal, as in
+        // shofer-sandbox's supervisor, so the command cannot read or inject into the user's
+        // terminal (TIOCSTI); and every process in this session is the command's, which the
+        // tree kill relies on (see `tree`).
+        // Safety: setsid(2) is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let spawned = cmd.spawn();
         // Close our copies of the pipe's write end now, or EOF could never come.
         drop(cmd);
