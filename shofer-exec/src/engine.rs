@@ -3,7 +3,9 @@
 //!
 //! One [`Engine`] serves one task: it has a task working directory, an artifact directory and
 //! the user's settings ([`EngineConfig`]). [`Engine::execute`] spawns `/bin/sh -c <command>`
-//! (inside `shofer-sandbox <worktree> --` when a [`Sandbox`] is configured), pumps its merged
+//! (inside `shofer-sandbox <worktree> --` when a [`Sandbox`] is configured) as the leader of
+//! a new session (no controlling terminal; stdin `/dev/null`; `LANG`/`LC_ALL` `C.UTF-8`;
+//! `SHOFER_EXEC_TAG` set, see [`TAG_VAR`]), pumps its merged
 //! output through an [`Interceptor`](crate::intercept::Interceptor), and returns when the
 //! first of these happens:
 //! - the main process exits (plus a bounded drain of the pipe): the inline or persisted text;
