@@ -11,11 +11,16 @@ fn main() {
     let script = format!(
         "trap '' TERM; i=0; while [ $i -lt {n} ]; do sleep {mark} & i=$((i+1)); done; wait"
     );
-    let mut child = std::process::Command::new("/bin/sh")
-        .args(["-c", &script])
-        .env("SHOFER_EXEC_TAG", "bench")
-        .spawn()
-        .unwrap();
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.args(["-c", &script]).env("SHOFER_EXEC_TAG", "bench");
+    // Safety: setsid is async-signal-safe; as the engine spawns its commands.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
     let tree = shofer_exec::tree::Tree::new(child.id() as i32, "SHOFER_EXEC_TAG=bench".into());
     while tree.members().len() < n + 1 {
         std::thread::sleep(Duration::from_millis(20));

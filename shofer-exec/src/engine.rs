@@ -3,7 +3,9 @@
 //!
 //! One [`Engine`] serves one task: it has a task working directory, an artifact directory and
 //! the user's settings ([`EngineConfig`]). [`Engine::execute`] spawns `/bin/sh -c <command>`
-//! (inside `shofer-sandbox <worktree> --` when a [`Sandbox`] is configured), pumps its merged
+//! (inside `shofer-sandbox <worktree> --` when a [`Sandbox`] is configured) as the leader of
+//! a new session (no controlling terminal; stdin `/dev/null`; `LANG`/`LC_ALL` `C.UTF-8`;
+//! `SHOFER_EXEC_TAG` set, see [`TAG_VAR`]), pumps its merged
 //! output through an [`Interceptor`](crate::intercept::Interceptor), and returns when the
 //! first of these happens:
 //! - the main process exits (plus a bounded drain of the pipe): the inline or persisted text;
@@ -64,7 +66,7 @@ pub struct Sandbox {
 impl Sandbox {
     /// Finds `shofer-sandbox`: the `SHOFER_SANDBOX` environment variable if set (it must name
     /// an executable file), else the file next to the current executable, else the first
-    /// executable `shofer-sandbox` on `PATH`.
+    /// executable `shofer-sandbox` on `PATH`. Both paths are made absolute.
     ///
     /// # Errors
     /// [`ExecError::SandboxNotFound`] when none is found: a worktree task never runs
@@ -92,9 +94,11 @@ impl Sandbox {
             })
         };
         match found {
+            // Absolute paths: the child changes directory before exec, and the sandbox gets
+            // the worktree while already inside it.
             Some(binary) => Ok(Sandbox {
-                binary,
-                worktree: worktree.to_path_buf(),
+                binary: std::path::absolute(&binary).unwrap_or(binary),
+                worktree: std::path::absolute(worktree).unwrap_or_else(|_| worktree.to_path_buf()),
                 extra_args: Vec::new(),
             }),
             None => Err(ExecError::SandboxNotFound {
@@ -534,8 +538,20 @@ impl Engine {
             .env("LANG", "C.UTF-8")
             .env("LC_ALL", "C.UTF-8")
             .env(TAG_VAR, &tag)
-            .process_group(0)
             .kill_on_drop(false);
+        // A new session (and so a new process group): no controlling terminal, as in
+        // shofer-sandbox's supervisor, so the command cannot read or inject into the user's
+        // terminal (TIOCSTI); and every process in this session is the command's, which the
+        // tree kill relies on (see `tree`).
+        // Safety: setsid(2) is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let spawned = cmd.spawn();
         // Close our copies of the pipe's write end now, or EOF could never come.
         drop(cmd);

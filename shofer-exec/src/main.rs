@@ -278,7 +278,15 @@ fn run(
         Err(m) => return End::Usage(m),
     };
     let task_cwd = match &worktree {
-        Some(w) => w.clone(),
+        Some(w) => match std::fs::canonicalize(w) {
+            Ok(w) if w.is_dir() => w,
+            _ => {
+                return End::CouldNotRun(format!(
+                    "worktree '{}' is not an existing directory",
+                    w.display()
+                ))
+            }
+        },
         None => match std::env::current_dir() {
             Ok(d) => d,
             Err(e) => return End::CouldNotRun(format!("cannot read the current directory: {e}")),
@@ -290,8 +298,8 @@ fn run(
         .filter(|s| *s > 0.0)
         .map(Duration::from_secs_f64);
     config.subreaper = true;
-    if let Some(w) = &worktree {
-        match Sandbox::locate(w) {
+    if worktree.is_some() {
+        match Sandbox::locate(&config.task_cwd) {
             Ok(sb) => config.sandbox = Some(sb),
             Err(e) => return End::CouldNotRun(e.to_string()),
         }

@@ -12,9 +12,11 @@
 //! every scan:
 //! 1. **Parent links** from the command's main process (identified by pid *and* start time, so
 //!    a recycled pid never matches) and from every process seen in the tree before.
-//! 2. **The process group**: each command is spawned as the leader of its own group, and the
-//!    kernel never hands out a pid that is still some process's group id, so matching the
-//!    group id is safe even after the leader is gone.
+//! 2. **The session and the process group**: each command is spawned as the leader of a new
+//!    session (so also of a new process group), and the kernel never hands out a pid that is
+//!    still some process's session or group id, so matching them is safe even after the
+//!    leader is gone. A session cannot be joined from outside, so every process in it is the
+//!    command's.
 //! 3. **An environment tag** `SHOFER_EXEC_TAG=<our pid>-<execution id>` every command inherits;
 //!    it survives `setsid`, double forks and reparenting (not `env -i`, which 1 and 4 cover).
 //! 4. **The child subreaper** ([`enable_subreaper`]): with `PR_SET_CHILD_SUBREAPER` set on the
@@ -27,6 +29,11 @@
 //! signal sent, so a pid recycled between the scan and the signal is never hit. Where pidfds
 //! are missing (ENOSYS, remembered) the same check guards a plain `kill(2)`, with a window of a
 //! few microseconds left open.
+//!
+//! Where the kernel has `PIDFD_SIGNAL_PROCESS_GROUP` (Linux 6.9), SIGKILL goes to a whole
+//! process group in one call, through the pidfd of a member checked as above and still in the
+//! command's session: its group can then only hold the command's processes. Elsewhere, and for
+//! members in other sessions, each process is signalled on its own.
 //!
 //! [`kill_trees`] sends SIGTERM (and SIGCONT, so stopped processes see it) to every member,
 //! rescanning so that processes forked meanwhile get it too, until the members are gone or the
@@ -77,6 +84,8 @@ pub struct ProcInfo {
     pub ppid: i32,
     /// Process group id.
     pub pgid: i32,
+    /// Session id.
+    pub sid: i32,
     /// State letter (`R`, `S`, `Z`, ...).
     pub state: u8,
     /// Start time in clock ticks after boot: with `pid`, a process's identity.
@@ -105,13 +114,15 @@ pub fn parse_stat(buf: &[u8]) -> Option<ProcInfo> {
     let state = it.next()?.bytes().next()?;
     let ppid = it.next()?.parse().ok()?;
     let pgid = it.next()?.parse().ok()?;
+    let sid = it.next()?.parse().ok()?;
     // Fields after state: ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
     // utime stime cutime cstime priority nice num_threads itrealvalue starttime (field 22).
-    let start = it.nth(16)?.parse().ok()?;
+    let start = it.nth(15)?.parse().ok()?;
     Some(ProcInfo {
         pid,
         ppid,
         pgid,
+        sid,
         state,
         start,
     })
@@ -171,6 +182,7 @@ fn environ_has(pid: i32, needle: &[u8]) -> bool {
 pub struct Tree {
     root: (i32, u64),
     pgid: i32,
+    sid: i32,
     tag: Vec<u8>,
     known: Mutex<HashSet<(i32, u64)>>,
     /// Processes found not to carry the tag (their environment cannot change to carry it).
@@ -178,14 +190,15 @@ pub struct Tree {
 }
 
 impl Tree {
-    /// The tree of a command whose main process is `root_pid` (a process group leader,
-    /// spawned by us and not yet reaped, so its start time can be read reliably) and whose
-    /// environment carries `tag` (`NAME=value`).
+    /// The tree of a command whose main process is `root_pid` (the leader of a new session
+    /// and process group, spawned by us and not yet reaped, so its start time can be read
+    /// reliably) and whose environment carries `tag` (`NAME=value`).
     pub fn new(root_pid: i32, tag: String) -> Self {
         let start = read_proc(root_pid).map_or(0, |p| p.start);
         Tree {
             root: (root_pid, start),
             pgid: root_pid,
+            sid: root_pid,
             tag: tag.into_bytes(),
             known: Mutex::new(HashSet::from([(root_pid, start)])),
             not_tagged: Mutex::new(HashSet::new()),
@@ -236,6 +249,7 @@ fn members_of(trees: &[&Tree], procs: &[ProcInfo]) -> Vec<Vec<ProcInfo>> {
             }
             let hit = p.key() == tree.root
                 || p.pgid == tree.pgid
+                || p.sid == tree.sid
                 || known.contains(&p.key())
                 || (!p.is_dead() && !not_tagged.contains(&p.key()) && {
                     let tagged = environ_has(p.pid, &tree.tag);
@@ -308,6 +322,41 @@ fn signal(proc_dir: &fs::File, p: &ProcInfo, sig: i32) -> bool {
     }
 }
 
+/// Remembers that the kernel has no `PIDFD_SIGNAL_PROCESS_GROUP` (before Linux 6.9).
+static NO_GROUP_SIGNAL: AtomicBool = AtomicBool::new(false);
+
+/// Sends `sig` to the whole process group of member `p` with one pidfd call, if `p` is still
+/// the scanned process, still in the scanned group, and in one of `sessions` (the sessions our
+/// commands were started in). Only processes of that command can be in such a session (a
+/// session cannot be joined from outside), so every process the signal reaches is ours.
+/// Returns false when it did not signal (the caller then signals processes one by one).
+fn signal_group(proc_dir: &fs::File, p: &ProcInfo, sessions: &HashSet<i32>, sig: i32) -> bool {
+    if NO_GROUP_SIGNAL.load(Ordering::Relaxed) || !sessions.contains(&p.sid) {
+        return false;
+    }
+    let Ok(Some(fd)) = sys::pidfd_open(p.pid) else {
+        return false;
+    };
+    let path = format!("{}/stat\0", p.pid);
+    let mut buf = [0u8; 1024];
+    let Ok(n) = sys::read_at(proc_dir, path.as_bytes(), &mut buf) else {
+        return false;
+    };
+    match parse_stat(&buf[..n]) {
+        Some(q) if q.start == p.start && q.pgid == p.pgid && sessions.contains(&q.sid) => {}
+        _ => return false,
+    }
+    match sys::pidfd_send_signal_group(&fd, sig) {
+        Ok(()) => true,
+        Err(e) => {
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                NO_GROUP_SIGNAL.store(true, Ordering::Relaxed);
+            }
+            false
+        }
+    }
+}
+
 /// What [`kill_trees`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KillReport {
@@ -333,6 +382,7 @@ pub fn kill_trees(trees: &[&Tree], grace: Duration) -> KillReport {
         report.survivors = live().iter().map(|p| p.pid).collect();
         return report;
     };
+    let sessions: HashSet<i32> = trees.iter().map(|t| t.sid).collect();
     let start = Instant::now();
     let mut termed: HashSet<(i32, u64)> = HashSet::new();
     let mut members = live();
@@ -364,9 +414,19 @@ pub fn kill_trees(trees: &[&Tree], grace: Duration) -> KillReport {
             report.survivors = members.iter().map(|p| p.pid).collect();
             break;
         }
+        // One call per process group where the kernel can (Linux 6.9), else one per process;
+        // members that left their group meanwhile are found alive by the next scan.
+        let mut groups_done: HashSet<i32> = HashSet::new();
         for p in &members {
-            signal(&proc_dir, p, libc::SIGKILL);
             killed.insert(p.key());
+            if groups_done.contains(&p.pgid) {
+                continue;
+            }
+            if signal_group(&proc_dir, p, &sessions, libc::SIGKILL) {
+                groups_done.insert(p.pgid);
+            } else {
+                signal(&proc_dir, p, libc::SIGKILL);
+            }
         }
         std::thread::sleep(Duration::from_millis(1));
         members = live();
@@ -382,11 +442,11 @@ mod tests {
     #[test]
     fn parse_stat_handles_parens_and_spaces_in_name() {
         let line =
-            b"4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10";
+            b"4242 (a) b (c)) S 1 4242 4240 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10";
         let p = parse_stat(line).unwrap();
         assert_eq!(
-            (p.pid, p.ppid, p.pgid, p.state, p.start),
-            (4242, 1, 4242, b'S', 987654)
+            (p.pid, p.ppid, p.pgid, p.sid, p.state, p.start),
+            (4242, 1, 4242, 4240, b'S', 987654)
         );
     }
 

@@ -352,3 +352,38 @@ fn enospc_while_spilling_keeps_the_preview_and_says_so() {
     assert!(!mounts.contains("shofer-enospc"));
     assert_eq!(sleepers("never-used-marker"), 0);
 }
+
+#[test]
+fn commands_get_no_controlling_terminal_even_under_a_pty() {
+    // The command runs in a new session: it cannot open /dev/tty (to read the user's terminal
+    // or inject into it with TIOCSTI) even when `shofer` itself runs on a terminal.
+    if Command::new("script").arg("--version").output().is_err() {
+        println!(
+            "SKIP commands_get_no_controlling_terminal_even_under_a_pty: script(1) not installed"
+        );
+        return;
+    }
+    let a = tempfile::tempdir().unwrap();
+    let inner = format!(
+        "{SHOFER} run --artifacts {} -- '( exec 3</dev/tty ) 2>/dev/null && echo has-tty || echo no-tty'",
+        a.path().display()
+    );
+    // Outside any shofer run, the pty is this shell's controlling terminal:
+    let o = Command::new("script")
+        .args(["-qec", "( exec 3</dev/tty ) && echo has-tty", "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("has-tty"),
+        "script gives a controlling terminal"
+    );
+    let o = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("Output:\r\nno-tty") || out.contains("Output:\nno-tty"),
+        "{out}"
+    );
+}

@@ -10,23 +10,33 @@ use std::time::{Duration, Instant};
 use common::{kill_leftovers, marker, survivors, wait_for_processes};
 use shofer_exec::{CancellationToken, Engine, EngineConfig, ExecRequest, Outcome, Sandbox, Status};
 
-/// The workspace's `shofer-sandbox` binary, built if missing (it is another package's binary,
-/// so cargo does not build it for this test on its own).
+/// The workspace's `shofer-sandbox` binary, brought up to date once per test run (it is another
+/// package's binary, so cargo does not build it for this test on its own).
 fn sandbox_binary() -> PathBuf {
-    let shofer = PathBuf::from(env!("CARGO_BIN_EXE_shofer"));
-    let bin = shofer.with_file_name("shofer-sandbox");
-    if !bin.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let st = Command::new(cargo)
-            .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
-            .arg(manifest)
-            .status()
-            .unwrap();
-        assert!(st.success(), "building shofer-sandbox failed");
-    }
-    assert!(bin.exists(), "{} missing", bin.display());
-    bin
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let shofer = PathBuf::from(env!("CARGO_BIN_EXE_shofer"));
+            let bin = shofer.with_file_name("shofer-sandbox");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+            let mut build = Command::new(cargo);
+            build
+                .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
+                .arg(manifest);
+            if shofer
+                .parent()
+                .and_then(Path::file_name)
+                .is_some_and(|d| d == "release")
+            {
+                build.arg("--release");
+            }
+            let st = build.status().unwrap();
+            assert!(st.success(), "building shofer-sandbox failed");
+            assert!(bin.exists(), "{} missing", bin.display());
+            bin
+        })
+        .clone()
 }
 
 struct Wt {
@@ -233,4 +243,37 @@ async fn worktree_field_case_15_huge_line_is_spilled_whole_and_searchable() {
         "{}",
         &r[..200]
     );
+}
+
+#[test]
+fn cli_worktree_relative_path_runs_sandboxed_in_the_worktree() {
+    let w = linked_worktree();
+    let root = w.wt.parent().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_shofer"))
+        .current_dir(root)
+        .args([
+            "run",
+            "--artifacts",
+            "artifacts",
+            "--worktree",
+            "wt",
+            "--",
+            "pwd; echo x > made; touch ../escaped",
+        ])
+        .env("SHOFER_SANDBOX", sandbox_binary())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let wt = std::fs::canonicalize(&w.wt).unwrap();
+    assert!(
+        out.contains(&format!("Output:\n{}\n", wt.display())),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "touch outside the worktree fails: {out}"
+    );
+    assert!(wt.join("made").exists() && !root.join("escaped").exists());
 }
