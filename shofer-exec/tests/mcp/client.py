@@ -204,6 +204,21 @@ async def session_run(task, errlog_path):
                 r, t = await call(session, "read_command_output", {})
                 check(r.is_error and "Missing value for required parameter 'artifact_id'" in t, "missing artifact_id")
 
+                # Calls run concurrently: while an execute_command waits for its command,
+                # list_commands answers and terminate_command ends it; the waiting call then
+                # returns the terminated result.
+                marker4 = f"shofer-mcp-conc-{uuid.uuid4().hex[:12]}"
+                pending = asyncio.create_task(call(session, "execute_command", {"command": f"echo started; sh -c 'sleep 307' {marker4}", "cwd": None, "timeout": None}))
+                await wait_procs(marker4, 1)
+                r, t = await call(session, "list_commands")
+                ids = [c["id"] for c in json.loads(t)["commands"] if marker4 in c["command"] and c["status"] == "running"]
+                check(len(ids) == 1, "list_commands answers while another call waits")
+                if ids:
+                    await call(session, "terminate_command", {"execution_id": str(ids[0])})
+                r, t = await asyncio.wait_for(pending, 10)
+                check("Process terminated by signal SIGTERM" in t and "started" in t and procs_with(marker4) == [],
+                      f"terminate_command ends a command another call waits for ({t!r})")
+
                 # The client gives up on a call (anyio cancel scope): it sends
                 # notifications/cancelled, and the server aborts the command, tree and all.
                 marker3 = f"shofer-mcp-cancel-{uuid.uuid4().hex[:12]}"
