@@ -825,7 +825,16 @@ impl Analyzer {
                 break;
             }
         }
+        let first = i;
         let i = skip_wrappers(&words, i);
+        // Option arguments of wrappers may be files too (`xargs -a FILE`, `sudo -C …`): check
+        // every non-option word of the wrappers but their names.
+        for w in words.get(first..i).unwrap_or_default() {
+            let t = w.text.as_str();
+            if !t.starts_with('-') && !is_assignment(t) && !WRAPPERS.contains(&basename(t)) {
+                self.push(w);
+            }
+        }
         let Some(cmd_word) = words.get(i) else {
             return Ok(());
         };
@@ -969,6 +978,12 @@ fn shell_c_script(args: &[Expanded]) -> Option<String> {
     None
 }
 
+/// Commands that run another command given as their operands.
+const WRAPPERS: &[&str] = &[
+    "sudo", "doas", "env", "nice", "nohup", "timeout", "time", "command", "exec", "builtin",
+    "setsid", "stdbuf", "ionice", "chrt", "taskset", "xargs", "busybox", "unbuffer",
+];
+
 /// Index of the real command after wrappers like `sudo -u x env A=b nice -n 5`.
 fn skip_wrappers(words: &[Expanded], mut i: usize) -> usize {
     // Options that take a separate argument, per wrapper.
@@ -1008,10 +1023,6 @@ fn skip_wrappers(words: &[Expanded], mut i: usize) -> usize {
             _ => 0,
         }
     }
-    const WRAPPERS: &[&str] = &[
-        "sudo", "doas", "env", "nice", "nohup", "timeout", "time", "command", "exec", "builtin",
-        "setsid", "stdbuf", "ionice", "chrt", "taskset", "xargs", "busybox", "unbuffer",
-    ];
     loop {
         let Some(w) = words.get(i) else { return i };
         let name = basename(&w.text);
@@ -1325,14 +1336,18 @@ mod tests {
     #[test]
     fn wrappers_are_skipped() {
         assert_eq!(words("sudo cat .env"), [".env"]);
-        assert_eq!(words("sudo -u root -E bash -c 'cat .env'"), [".env"]);
         assert_eq!(
-            words("env -u X A=1 B=2 nice -n 5 timeout -s KILL 10 cat f"),
-            ["f"]
+            words("sudo -u root -E bash -c 'cat .env'"),
+            ["root", ".env"]
         );
         assert_eq!(
+            words("env -u X A=1 B=2 nice -n 5 timeout -s KILL 10 cat f"),
+            ["X", "5", "KILL", "10", "f"]
+        );
+        assert_eq!(words("xargs -a .env cat"), [".env"]);
+        assert_eq!(
             words("nohup stdbuf -o L xargs -n 1 sh -c 'cat $0 y' x"),
-            ["y"]
+            ["L", "1", "y"]
         );
         assert_eq!(words("/usr/bin/sudo /bin/cat .env"), ["/bin/cat", ".env"]);
     }
