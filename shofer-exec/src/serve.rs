@@ -20,7 +20,9 @@
 //! the artifacts are removed: the whole directory when it is the server's own temporary one,
 //! only this server's `cmd-<id>.txt` files when the user named it with `--artifacts`, nothing
 //! with `--keep-artifacts`. A SIGKILL of the server cannot be caught: then its commands outlive
-//! it (a known limit; the process that started the server should kill its process group).
+//! it (a known limit). They run in process groups of their own, so killing the server's group
+//! does not reach them; each carries `SHOFER_EXEC_TAG=<server pid>-<execution id>` in its
+//! environment, by which a supervisor can find and kill them.
 
 use std::path::PathBuf;
 use std::sync::Arc;
