@@ -35,7 +35,7 @@
 //! command's session: its group can then only hold the command's processes. Elsewhere, and for
 //! members in other sessions, each process is signalled on its own.
 //!
-//! [`kill_trees`] sends SIGTERM (and SIGCONT, so stopped processes see it) to every member,
+//! [`kill_trees`] sends SIGTERM (and SIGCONT to stopped ones, so they see it) to every member,
 //! rescanning so that processes forked meanwhile get it too, until the members are gone or the
 //! grace period ends; then it sends SIGKILL to every member, rescanning until a scan finds no
 //! live member. A fork loop converges because SIGKILL is sent to the forking parent in the same
@@ -369,7 +369,7 @@ pub struct KillReport {
 /// How long [`kill_trees`] keeps sending SIGKILL before it reports survivors.
 pub const KILL_GIVE_UP: Duration = Duration::from_secs(10);
 
-/// Kills every member of every tree: SIGTERM (+ SIGCONT) to all, a grace period (ended early
+/// Kills every member of every tree: SIGTERM to all (+ SIGCONT to stopped ones), a grace period (ended early
 /// when all are gone), then SIGKILL until a scan finds none. Blocking; takes at most
 /// `grace` + [`KILL_GIVE_UP`]. See the module docs.
 pub fn kill_trees(trees: &[&Tree], grace: Duration) -> KillReport {
@@ -386,16 +386,32 @@ pub fn kill_trees(trees: &[&Tree], grace: Duration) -> KillReport {
     let start = Instant::now();
     let mut termed: HashSet<(i32, u64)> = HashSet::new();
     let mut members = live();
-    // SIGTERM (and SIGCONT, so stopped processes act on it) to every member, rescanning for
+    // SIGTERM (and SIGCONT to stopped ones, so they act on it) to every member, rescanning for
     // processes forked meanwhile, until all are gone or the grace ends.
     while !grace.is_zero() {
         if members.is_empty() {
             report.signalled = termed.len();
             return report;
         }
-        for p in &members {
-            if termed.insert(p.key()) {
-                signal(&proc_dir, p, libc::SIGTERM);
+        // Groups holding a member that has not had SIGTERM yet get it, in one call per group
+        // where possible (the others in that group may get a second SIGTERM, which standard
+        // signal semantics merge while pending); stopped members also get SIGCONT.
+        let fresh: HashSet<i32> = members
+            .iter()
+            .filter(|p| !termed.contains(&p.key()))
+            .map(|p| p.pgid)
+            .collect();
+        let mut grouped: HashSet<i32> = HashSet::new();
+        for p in members.iter().filter(|p| fresh.contains(&p.pgid)) {
+            let first = termed.insert(p.key());
+            if !grouped.contains(&p.pgid) {
+                if signal_group(&proc_dir, p, &sessions, libc::SIGTERM) {
+                    grouped.insert(p.pgid);
+                } else if first {
+                    signal(&proc_dir, p, libc::SIGTERM);
+                }
+            }
+            if matches!(p.state, b'T' | b't') {
                 signal(&proc_dir, p, libc::SIGCONT);
             }
         }

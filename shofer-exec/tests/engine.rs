@@ -321,6 +321,24 @@ async fn kill_gets_a_sigterm_ignoring_loop() {
 }
 
 #[tokio::test]
+async fn kill_gets_stopped_processes_and_term_handlers_see_sigterm() {
+    for kind in ["hard", "abort"] {
+        let (m, n) = (marker(), marker());
+        let flag_dir = tempfile::tempdir().unwrap();
+        let flag = flag_dir.path().join("got-term");
+        // A stopped sleeper, and a shell that notes SIGTERM and exits: the tree kill must send
+        // SIGTERM first (and let the grace run), not only SIGKILL.
+        let script = format!(
+            "sleep {m} & kill -STOP $!; sh -c 'trap \"touch {}; exit 0\" TERM; while :; do sleep 0.05; done' {n} & sleep {m}",
+            flag.display()
+        );
+        assert_no_survivor_after(kind, &script, &m, 2).await;
+        assert!(survivors(&n).is_empty());
+        assert!(flag.exists(), "{kind}: the TERM handler never ran");
+    }
+}
+
+#[tokio::test]
 async fn kill_converges_on_a_bounded_fork_loop() {
     for kind in ["hard", "abort"] {
         let m = marker();
