@@ -492,7 +492,8 @@ impl Engine {
         let soft = req
             .timeout
             .filter(|t| t.is_finite() && *t > 0.0)
-            .map(Duration::from_secs_f64);
+            // Too large for a Duration (e.g. 1e300): as good as no timeout.
+            .and_then(|t| Duration::try_from_secs_f64(t).ok());
         let abort = req.abort.clone().unwrap_or_default();
         tokio::select! {
             f = rec.wait_final() => Ok(rec.outcome_from(&f)),

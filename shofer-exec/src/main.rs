@@ -295,8 +295,9 @@ fn run(
     let mut config = EngineConfig::new(task_cwd, artifacts);
     config.preview = preview;
     config.hard_timeout = hard_timeout
-        .filter(|s| *s > 0.0)
-        .map(Duration::from_secs_f64);
+        .filter(|s| s.is_finite() && *s > 0.0)
+        // Too large for a Duration (e.g. 1e300): as good as no timeout.
+        .and_then(|s| Duration::try_from_secs_f64(s).ok());
     config.subreaper = true;
     if worktree.is_some() {
         match Sandbox::locate(&config.task_cwd) {

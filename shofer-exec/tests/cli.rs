@@ -387,3 +387,13 @@ fn commands_get_no_controlling_terminal_even_under_a_pty() {
         "{out}"
     );
 }
+
+/// A timeout too large for a `Duration` used to panic (exit 101); it means "no timeout".
+#[test]
+fn run_huge_timeouts_do_not_panic() {
+    for flag in ["--timeout", "--hard-timeout"] {
+        let out = shofer(&["run", flag, "1e300", "--", "echo fine"]);
+        assert_eq!(out.status.code(), Some(0), "{flag}: {out:?}");
+        assert!(stdout(&out).contains("fine"));
+    }
+}
