@@ -40,9 +40,7 @@ pub fn fs_write_rights(abi: u32) -> BitFlags<AccessFs> {
         2 => v1 | AccessFs::Refer,
         3 | 4 => v1 | AccessFs::Refer | AccessFs::Truncate,
         5..=8 => v1 | AccessFs::Refer | AccessFs::Truncate | AccessFs::IoctlDev,
-        _ => {
-            v1 | AccessFs::Refer | AccessFs::Truncate | AccessFs::IoctlDev | AccessFs::ResolveUnix
-        }
+        _ => v1 | AccessFs::Refer | AccessFs::Truncate | AccessFs::IoctlDev | AccessFs::ResolveUnix,
     }
 }
 
@@ -106,7 +104,10 @@ mod tests {
         for n in 1..=NEWEST_PINNED_ABI {
             let file = fs_file_rights(n);
             assert!(fs_write_rights(n).contains(file));
-            assert_eq!(file & !AccessFs::from_file(abi_from_number(n)), BitFlags::EMPTY);
+            assert_eq!(
+                file & !AccessFs::from_file(abi_from_number(n)),
+                BitFlags::EMPTY
+            );
         }
     }
 

@@ -1,1 +1,155 @@
-//! shofer-sandbox (in progress).
+//! shofer-sandbox: run a command that may read the whole machine but write only to its
+//! worktree (DESIGN §2).
+//!
+//! The flow, one module per step:
+//! 1. [`cli`] parses the command line into a typed [`cli::Invocation`] (no syscalls);
+//! 2. [`backend`] probes the kernel ([`backend::Facts`]) and chooses a backend, refusing
+//!    rather than silently downgrading;
+//! 3. [`writable`] builds the writable set, opening every rule path without following
+//!    symlinks, with [`git`] adding a validated linked worktree's metadata;
+//! 4. [`ruleset`] turns it into a Landlock ruleset (created, not yet applied);
+//! 5. [`supervisor`] forks the command, applies no_new_privs, capability drop, the
+//!    [`seccomp`] filter and the ruleset in the child, and supervises the tree;
+//! 6. [`report`] renders what is enforced for `--probe` and `--report`.
+//!
+//! Exit statuses (DESIGN §2.6) are decided in one place, [`run`].
+//!
+//! # Limitations (Landlock backend)
+//! - chmod, chown, utime and xattr changes outside the writable set are not controlled by
+//!   Landlock; `--probe` lists them as not enforced.
+//! - Before Landlock ABI 9, `connect()` to a pathname unix socket outside the writable set is
+//!   not stopped; before ABI 6, signals and abstract unix sockets are not scoped.
+//! - File descriptors 0-2 are inherited as they are: a caller that hands the command a
+//!   writable file there lets it write that file.
+#![deny(missing_docs)]
+
+pub mod backend;
+pub mod capabilities;
+pub mod cli;
+pub mod error;
+pub mod git;
+pub mod paths;
+pub mod report;
+pub mod ruleset;
+pub mod seccomp;
+pub mod supervisor;
+pub mod sys;
+pub mod writable;
+
+use std::ffi::CString;
+use std::io::Write;
+use std::os::fd::FromRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::time::Duration;
+
+use cli::RunArgs;
+use error::SetupError;
+use supervisor::{Launch, Outcome};
+
+/// Exit status when the sandbox could not be set up (DESIGN §2.6).
+pub const EXIT_SETUP: i32 = 125;
+
+/// Grace between SIGTERM and SIGKILL when the tree is stopped.
+pub const KILL_GRACE: Duration = Duration::from_millis(250);
+
+/// `--probe`: prints what this kernel can enforce. Returns the exit status (0).
+pub fn probe(json: bool, max_abi: Option<u32>, net: shofer_core::policy::NetPolicy) -> i32 {
+    let facts = backend::Facts::probe();
+    let choice = backend::choose(cli::BackendChoice::Auto, &facts, max_abi, net, false);
+    let value = report::probe(&facts, &choice, net);
+    if json {
+        println!("{value}");
+    } else {
+        print!("{}", report::probe_text(&value));
+    }
+    0
+}
+
+/// Runs one sandboxed command and returns the exit status to use: the command's own status,
+/// 128+N for signal N, 126/127 when it could not be executed, 125 when the sandbox could not
+/// be set up (after printing why on stderr).
+pub fn run(args: RunArgs) -> i32 {
+    match try_run(args) {
+        Ok(Outcome::Ran(status)) => wait_status_to_exit(status),
+        Ok(Outcome::NotExecuted(code, msg)) => {
+            eprintln!("shofer-sandbox: {msg}");
+            code
+        }
+        Err(e) => {
+            eprintln!("shofer-sandbox: {e}");
+            EXIT_SETUP
+        }
+    }
+}
+
+/// Maps a raw `waitpid` status to a shell-style exit status: the exit code, or 128+N for a
+/// process killed by signal N (as bash and bubblewrap report it).
+pub fn wait_status_to_exit(status: i32) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        EXIT_SETUP
+    }
+}
+
+fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
+    for &fd in args.pass_fds.iter().chain(args.report_fd.iter()) {
+        if !sys::fd_is_open(fd) {
+            return Err(SetupError::Usage(format!(
+                "file descriptor {fd} is not open (given to --pass-fd or --report)"
+            )));
+        }
+    }
+    let facts = backend::Facts::probe();
+    let choice = backend::choose(
+        args.backend,
+        &facts,
+        args.max_abi,
+        args.net,
+        args.allow_degraded,
+    )
+    .map_err(SetupError::NoBackend)?;
+    let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
+    if let crate::git::GitLayout::Rejected(why) = &opened.git {
+        eprintln!("shofer-sandbox: note: git metadata not made writable: {why}");
+    }
+    for (p, why) in &choice.degraded {
+        eprintln!("shofer-sandbox: warning: degraded ({}): {why}", p.key());
+    }
+    if let Some(fd) = args.report_fd {
+        let record = report::run(&facts, &choice, &opened);
+        // Safety: the caller handed us this descriptor with --report and we checked it is
+        // open; we own it from here and close it before the command starts.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+        writeln!(file, "{record}").map_err(|e| SetupError::Syscall {
+            op: "writing the --report record",
+            source: e,
+        })?;
+    }
+    let landlock = if choice.abi > 0 {
+        Some(ruleset::create(opened, choice.abi)?)
+    } else {
+        None
+    };
+    let argv = args
+        .command
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| SetupError::Usage("the command contains a NUL byte".into()))?;
+    // Safety: isatty only inspects the descriptors.
+    let interactive = (0..3).any(|fd| unsafe { libc::isatty(fd) } == 1);
+    // Safety: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    supervisor::run(Launch {
+        argv,
+        interactive,
+        pass_fds: args.pass_fds,
+        drop_caps: !args.keep_caps && (root || capabilities::holds_any()),
+        landlock,
+        keep_descendants: args.keep_descendants,
+        grace: KILL_GRACE,
+    })
+}

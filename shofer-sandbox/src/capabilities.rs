@@ -1,0 +1,47 @@
+//! Dropping every capability before exec (DESIGN §2.2), for a command run as root or with
+//! file capabilities. See capabilities(7).
+//!
+//! Order matters: the bounding set first (dropping from it needs `CAP_SETPCAP` in the
+//! effective set), then ambient and inheritable, then effective before permitted (`capset`
+//! refuses an effective set larger than the permitted one). With the bounding set empty and
+//! `no_new_privs` set, exec of a setuid-root or file-capability program gains nothing.
+
+use std::io;
+
+use caps::CapSet;
+
+/// Whether this process holds any permitted capability (root usually holds all).
+pub fn holds_any() -> bool {
+    caps::read(None, CapSet::Permitted)
+        .map(|set| !set.is_empty())
+        .unwrap_or(true)
+}
+
+/// Clears the bounding, ambient, inheritable, effective and permitted sets.
+///
+/// # Errors
+/// The first `prctl`/`capset` failure; the caller must not exec after one.
+pub fn drop_all() -> io::Result<()> {
+    let to_io = |e: caps::errors::CapsError| io::Error::other(e.to_string());
+    // Every number the kernel may know, including ones newer than the caps crate: PR_CAPBSET_DROP
+    // answers EINVAL past CAP_LAST_CAP.
+    for cap in 0..64 {
+        // Safety: prctl with integer arguments.
+        let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+        if ret != 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINVAL) {
+                break;
+            }
+            return Err(err);
+        }
+    }
+    caps::clear(None, CapSet::Ambient).map_err(to_io)?;
+    caps::clear(None, CapSet::Inheritable).map_err(to_io)?;
+    caps::clear(None, CapSet::Effective).map_err(to_io)?;
+    caps::clear(None, CapSet::Permitted).map_err(to_io)?;
+    if holds_any() {
+        return Err(io::Error::other("capabilities remain after dropping them"));
+    }
+    Ok(())
+}

@@ -1,0 +1,373 @@
+//! Command-line parsing, stage one: flags to a typed [`Invocation`], with no syscalls.
+//!
+//! Grammar (DESIGN §2):
+//! ```text
+//! shofer-sandbox [OPTIONS] <WORKTREE> [--] <COMMAND> [ARGS...]
+//! shofer-sandbox [OPTIONS] <WORKTREE> -c <SHELL-STRING> [ARG0 ARGS...]
+//! shofer-sandbox --probe [--json]
+//! ```
+//! Options may appear before or after the worktree; the first argument after the worktree that
+//! is not an option starts the command, and everything from there on belongs to it. `lexopt`
+//! is used instead of clap to keep the static binary small and start-up fast.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use shofer_core::policy::NetPolicy;
+
+use crate::error::SetupError;
+
+/// Which backend to use (`--backend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// Pick the strongest that enforces the whole policy (DESIGN §2.4).
+    Auto,
+    /// Force one backend.
+    Forced(shofer_core::policy::Backend),
+}
+
+/// A fully parsed `run` request.
+#[derive(Debug)]
+pub struct RunArgs {
+    /// The worktree as given (canonicalised later).
+    pub worktree: PathBuf,
+    /// `argv` of the command (never empty; `argv[0]` is non-empty).
+    pub command: Vec<OsString>,
+    /// `--allow-write` paths, in order.
+    pub allow_write: Vec<PathBuf>,
+    /// `--backend`, default `auto`.
+    pub backend: BackendChoice,
+    /// `--max-abi`: cap on the Landlock ABI used.
+    pub max_abi: Option<u32>,
+    /// `--net`, default `allow`.
+    pub net: NetPolicy,
+    /// `--allow-degraded`: accept a backend that cannot enforce every required protection.
+    pub allow_degraded: bool,
+    /// `--pass-fd`: descriptors above 2 to keep open across exec.
+    pub pass_fds: Vec<i32>,
+    /// `--keep-caps`: do not drop capabilities when run as root.
+    pub keep_caps: bool,
+    /// `--keep-descendants`: wait for descendants after the main process exits instead of
+    /// killing them.
+    pub keep_descendants: bool,
+    /// `--report FD`: write the JSON report of this run to this descriptor.
+    pub report_fd: Option<i32>,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Invocation {
+    /// Run a command in a sandbox.
+    Run(Box<RunArgs>),
+    /// `--probe [--json]`.
+    Probe {
+        /// Print JSON instead of text.
+        json: bool,
+        /// `--max-abi` given alongside.
+        max_abi: Option<u32>,
+        /// `--net` given alongside.
+        net: NetPolicy,
+    },
+    /// `--help`.
+    Help,
+    /// `--version`.
+    Version,
+}
+
+/// The `--help` text.
+pub const HELP: &str = "\
+shofer-sandbox: run a command that may read everything but write only to its worktree
+
+Usage:
+  shofer-sandbox [OPTIONS] <WORKTREE> [--] <COMMAND> [ARGS...]
+  shofer-sandbox [OPTIONS] <WORKTREE> -c <SHELL-STRING>
+  shofer-sandbox --probe [--json]
+
+Writable: the worktree, /tmp and $TMPDIR, /dev/null, /dev/zero, /dev/full, terminals
+(/dev/tty, /dev/pts/*, /dev/ptmx), /dev/shm, a linked worktree's git metadata, and every
+--allow-write path. Everything else is read-only.
+
+Options:
+  -c <SHELL-STRING>        run /bin/sh -c <SHELL-STRING>
+  --allow-write <PATH>     also make PATH writable (repeatable)
+  --backend <NAME>         auto (default), landlock, userns, bwrap or layered
+  --max-abi <N>            use at most Landlock ABI N (to test older kernels)
+  --net <allow|deny>       deny TCP bind/connect (Landlock ABI 4+); default allow
+  --allow-degraded         accept a backend that cannot enforce the whole policy
+  --pass-fd <N>            keep descriptor N (> 2) open in the command (repeatable)
+  --keep-caps              as root, keep capabilities (they are dropped by default)
+  --keep-descendants       after the command exits, wait for its descendants
+                           instead of killing them
+  --report <FD>            write a JSON report of what is enforced to descriptor FD
+  --probe                  print what this kernel can enforce (--json for JSON)
+  -h, --help               print this help
+  -V, --version            print the version
+
+Exit status: 125 the sandbox could not be set up; 126 the command is not executable;
+127 the command was not found; otherwise the command's status (signal N: 128+N).
+";
+
+fn usage(msg: impl Into<String>) -> SetupError {
+    SetupError::Usage(format!("{} (see 'shofer-sandbox --help')", msg.into()))
+}
+
+fn parse_number<T: std::str::FromStr>(
+    flag: &str,
+    value: OsString,
+    what: &str,
+) -> Result<T, SetupError> {
+    value.to_str().and_then(|s| s.parse().ok()).ok_or_else(|| {
+        usage(format!(
+            "{flag} {}: expected {what}",
+            value.to_string_lossy()
+        ))
+    })
+}
+
+/// Parses `args` (without `argv[0]`).
+///
+/// # Errors
+/// [`SetupError::Usage`] naming the offending argument and what would be valid.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, SetupError> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut worktree: Option<PathBuf> = None;
+    let mut command: Vec<OsString> = Vec::new();
+    let mut shell: Option<OsString> = None;
+    let mut allow_write = Vec::new();
+    let mut backend = BackendChoice::Auto;
+    let mut max_abi = None;
+    let mut net = NetPolicy::Allow;
+    let mut allow_degraded = false;
+    let mut pass_fds = Vec::new();
+    let mut keep_caps = false;
+    let mut keep_descendants = false;
+    let mut report_fd = None;
+    let mut probe = false;
+    let mut json = false;
+
+    let err = |e: lexopt::Error| usage(e.to_string());
+    while let Some(arg) = parser.next().map_err(err)? {
+        match arg {
+            Short('h') | Long("help") => return Ok(Invocation::Help),
+            Short('V') | Long("version") => return Ok(Invocation::Version),
+            Long("probe") => probe = true,
+            Long("json") => json = true,
+            Short('c') => {
+                if worktree.is_none() {
+                    return Err(usage("-c must follow the worktree"));
+                }
+                shell = Some(parser.value().map_err(err)?);
+                command.extend(parser.raw_args().map_err(err)?);
+                break;
+            }
+            Long("allow-write") => allow_write.push(PathBuf::from(parser.value().map_err(err)?)),
+            Long("backend") => {
+                let v = parser.value().map_err(err)?;
+                backend = match v.to_str() {
+                    Some("auto") => BackendChoice::Auto,
+                    Some("landlock") => {
+                        BackendChoice::Forced(shofer_core::policy::Backend::Landlock)
+                    }
+                    Some("userns") => BackendChoice::Forced(shofer_core::policy::Backend::Userns),
+                    Some("bwrap") => BackendChoice::Forced(shofer_core::policy::Backend::Bwrap),
+                    Some("layered") => BackendChoice::Forced(shofer_core::policy::Backend::Layered),
+                    _ => {
+                        return Err(usage(format!(
+                            "--backend {}: expected auto, landlock, userns, bwrap or layered",
+                            v.to_string_lossy()
+                        )))
+                    }
+                }
+            }
+            Long("max-abi") => {
+                max_abi = Some(parse_number(
+                    "--max-abi",
+                    parser.value().map_err(err)?,
+                    "a Landlock ABI number (0 or more)",
+                )?)
+            }
+            Long("net") => {
+                let v = parser.value().map_err(err)?;
+                net = match v.to_str() {
+                    Some("allow") => NetPolicy::Allow,
+                    Some("deny") => NetPolicy::Deny,
+                    _ => {
+                        return Err(usage(format!(
+                            "--net {}: expected allow or deny",
+                            v.to_string_lossy()
+                        )))
+                    }
+                }
+            }
+            Long("allow-degraded") => allow_degraded = true,
+            Long("pass-fd") => {
+                let fd: i32 = parse_number(
+                    "--pass-fd",
+                    parser.value().map_err(err)?,
+                    "a file descriptor number above 2",
+                )?;
+                if fd <= 2 {
+                    return Err(usage(format!(
+                        "--pass-fd {fd}: expected a file descriptor number above 2 (0-2 are always kept)"
+                    )));
+                }
+                pass_fds.push(fd);
+            }
+            Long("keep-caps") => keep_caps = true,
+            Long("keep-descendants") => keep_descendants = true,
+            Long("report") => {
+                report_fd = Some(parse_number(
+                    "--report",
+                    parser.value().map_err(err)?,
+                    "a file descriptor number",
+                )?)
+            }
+            Value(v) if worktree.is_none() => worktree = Some(PathBuf::from(v)),
+            Value(v) => {
+                command.push(v);
+                command.extend(parser.raw_args().map_err(err)?);
+                break;
+            }
+            _ => return Err(err(arg.unexpected())),
+        }
+        // `--` ends option parsing: lexopt yields the rest as values; take them verbatim.
+        if worktree.is_some() {
+            if let Some(rest) = take_after_double_dash(&mut parser) {
+                command.extend(rest);
+                break;
+            }
+        }
+    }
+
+    if probe {
+        if worktree.is_some() {
+            return Err(usage("--probe takes no worktree or command"));
+        }
+        return Ok(Invocation::Probe { json, max_abi, net });
+    }
+    if json {
+        return Err(usage("--json only goes with --probe"));
+    }
+    let worktree = worktree.ok_or_else(|| usage("missing <WORKTREE> and <COMMAND>"))?;
+    if worktree.as_os_str().is_empty() {
+        return Err(usage(
+            "the worktree is an empty string; expected a directory",
+        ));
+    }
+    let command = match shell {
+        Some(s) => {
+            let mut argv = vec![OsString::from("/bin/sh"), OsString::from("-c"), s];
+            argv.extend(command);
+            argv
+        }
+        None => command,
+    };
+    match command.first() {
+        None => return Err(usage("missing <COMMAND> after the worktree")),
+        Some(c) if c.is_empty() => {
+            return Err(usage(
+                "the command is an empty string; expected a program name",
+            ))
+        }
+        Some(_) => {}
+    }
+    Ok(Invocation::Run(Box::new(RunArgs {
+        worktree,
+        command,
+        allow_write,
+        backend,
+        max_abi,
+        net,
+        allow_degraded,
+        pass_fds,
+        keep_caps,
+        keep_descendants,
+        report_fd,
+    })))
+}
+
+/// If the next raw argument is `--`, consumes it and returns everything after it.
+fn take_after_double_dash(parser: &mut lexopt::Parser) -> Option<Vec<OsString>> {
+    let mut raw = parser.try_raw_args()?;
+    if raw.peek() == Some("--".as_ref()) {
+        raw.next();
+        return Some(raw.collect());
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> RunArgs {
+        match parse(args.iter().map(OsString::from)).unwrap() {
+            Invocation::Run(r) => *r,
+            other => panic!("expected run, got {other:?}"),
+        }
+    }
+
+    fn fails(args: &[&str]) -> String {
+        parse(args.iter().map(OsString::from))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn the_original_positional_form_works_with_and_without_double_dash() {
+        assert_eq!(run(&["/wt", "--", "ls", "-l"]).command, ["ls", "-l"]);
+        assert_eq!(
+            run(&["/wt", "ls", "-l", "--", "x"]).command,
+            ["ls", "-l", "--", "x"]
+        );
+        assert_eq!(
+            run(&["/wt", "--", "--weird", "-x"]).command,
+            ["--weird", "-x"]
+        );
+    }
+
+    #[test]
+    fn dash_c_runs_the_shell() {
+        let r = run(&["--net", "deny", "/wt", "-c", "echo hi", "zero"]);
+        assert_eq!(r.command, ["/bin/sh", "-c", "echo hi", "zero"]);
+        assert_eq!(r.net, NetPolicy::Deny);
+    }
+
+    #[test]
+    fn options_may_follow_the_worktree() {
+        let r = run(&[
+            "/wt",
+            "--allow-write",
+            "/a b",
+            "--max-abi",
+            "2",
+            "--",
+            "true",
+        ]);
+        assert_eq!(r.allow_write, [PathBuf::from("/a b")]);
+        assert_eq!(r.max_abi, Some(2));
+    }
+
+    #[test]
+    fn bad_input_names_the_argument_and_what_is_valid() {
+        assert!(fails(&["/wt"]).contains("missing <COMMAND>"));
+        assert!(fails(&["/wt", "--"]).contains("missing <COMMAND>"));
+        assert!(fails(&[]).contains("missing <WORKTREE>"));
+        assert!(fails(&["/wt", "--", ""]).contains("empty string"));
+        assert!(fails(&["--backend", "docker", "/wt", "ls"]).contains("expected auto, landlock"));
+        assert!(fails(&["--max-abi", "x", "/wt", "ls"]).contains("expected a Landlock ABI"));
+        assert!(fails(&["--pass-fd", "1", "/wt", "ls"]).contains("above 2"));
+        assert!(fails(&["--net", "maybe", "/wt", "ls"]).contains("allow or deny"));
+        assert!(fails(&["--bogus", "/wt", "ls"]).contains("--bogus"));
+        assert!(fails(&["", "ls"]).contains("empty string"));
+    }
+
+    #[test]
+    fn probe_takes_json() {
+        assert!(matches!(
+            parse(["--probe", "--json"].map(OsString::from)).unwrap(),
+            Invocation::Probe { json: true, .. }
+        ));
+    }
+}

@@ -1,0 +1,235 @@
+//! Opening rule paths without following symlinks.
+//!
+//! Every path that becomes a writable rule is opened one component at a time with
+//! `openat(O_PATH | O_NOFOLLOW)`, starting from `/`. A symlink anywhere on the way fails the
+//! open (`ELOOP`) instead of silently widening the writable set, and because each step is
+//! relative to the previous descriptor, swapping a component for a symlink while we walk
+//! cannot redirect us (the attacker would have to win before the walk, where we would see the
+//! symlink).
+
+use std::ffi::CString;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+/// What kind of object a descriptor names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A directory.
+    Dir,
+    /// A regular file.
+    File,
+    /// A character or block device, socket or FIFO.
+    Special,
+    /// A symbolic link (only seen for a final component opened with `O_NOFOLLOW`).
+    Symlink,
+}
+
+/// The kind of object `fd` names (`fstat`).
+pub fn kind(fd: &OwnedFd) -> io::Result<Kind> {
+    // Safety: `st` is plain data that fstat fills on success.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // Safety: fd is a live descriptor and `st` is writable.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFREG => Kind::File,
+        libc::S_IFLNK => Kind::Symlink,
+        _ => Kind::Special,
+    })
+}
+
+fn openat_raw(dir: RawFd, name: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
+    let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // Safety: `c` is a NUL-terminated string that outlives the call; `dir` is a live
+    // descriptor or AT_FDCWD.
+    let fd = unsafe { libc::openat(dir, c.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Safety: openat just returned this new descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens `name` (one component) under `dir` as an `O_PATH` descriptor without following a
+/// final symlink. The result may name a symlink: check [`kind`].
+pub fn openat_path(dir: &OwnedFd, name: &Path) -> io::Result<OwnedFd> {
+    openat_raw(
+        dir.as_raw_fd(),
+        name.as_os_str().as_bytes(),
+        libc::O_PATH | libc::O_NOFOLLOW,
+    )
+}
+
+/// Opens the absolute, normalised path `path` as an `O_PATH` descriptor, refusing symlinks on
+/// every component (`ELOOP`) and `.`/`..` components (`EINVAL`).
+pub fn open_nofollow(path: &Path) -> io::Result<OwnedFd> {
+    match openat2_no_symlinks(path) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => walk_nofollow(path),
+        other => other,
+    }
+}
+
+/// One `openat2(RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (Linux 5.6): the kernel refuses
+/// a symlink on any component atomically, in one syscall.
+fn openat2_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
+    if !path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+    {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // struct open_how (include/uapi/linux/openat2.h); libc's is non-exhaustive.
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // Safety: `c` is NUL-terminated and `how` is a valid open_how of the size we pass.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Safety: openat2 just returned this new descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    if kind(&fd)? == Kind::Symlink {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    Ok(fd)
+}
+
+/// Opens `path` as `O_PATH`, following symlinks: for system paths the caller's machine
+/// defines (`/tmp`, `/dev/null`…), which are not attacker-controlled.
+pub fn open_following(path: &Path) -> io::Result<OwnedFd> {
+    openat_raw(libc::AT_FDCWD, path.as_os_str().as_bytes(), libc::O_PATH)
+}
+
+/// [`open_nofollow`] for kernels without `openat2`: one `openat` per component.
+fn walk_nofollow(path: &Path) -> io::Result<OwnedFd> {
+    let mut comps = path.components();
+    if comps.next() != Some(Component::RootDir) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut fd = openat_raw(libc::AT_FDCWD, b"/", libc::O_PATH | libc::O_DIRECTORY)?;
+    for comp in comps {
+        let Component::Normal(name) = comp else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        let next = openat_raw(
+            fd.as_raw_fd(),
+            name.as_bytes(),
+            libc::O_PATH | libc::O_NOFOLLOW,
+        )?;
+        if kind(&next)? == Kind::Symlink {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        }
+        fd = next;
+    }
+    Ok(fd)
+}
+
+/// Reads at most `max` bytes of the regular file `name` under `dir`, without following a
+/// symlink and without blocking on a FIFO (`O_NONBLOCK`): the worktree is attacker-controlled,
+/// so `.git` may be anything.
+pub fn read_small_file(dir: &OwnedFd, name: &str, max: usize) -> io::Result<Vec<u8>> {
+    let fd = openat_raw(
+        dir.as_raw_fd(),
+        name.as_bytes(),
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+    )?;
+    if kind(&fd)? != Kind::File {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{name} is not a regular file"),
+        ));
+    }
+    let mut buf = Vec::new();
+    std::fs::File::from(fd)
+        .take(max as u64 + 1)
+        .read_to_end(&mut buf)?;
+    if buf.len() > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{name} is larger than {max} bytes"),
+        ));
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walk_and_openat2_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("real")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+        for p in ["real", "link", "link/x", "missing"] {
+            let a = walk_nofollow(&root.join(p))
+                .map(|_| ())
+                .map_err(|e| e.raw_os_error());
+            let b = openat2_no_symlinks(&root.join(p))
+                .map(|_| ())
+                .map_err(|e| e.raw_os_error());
+            assert_eq!(a, b, "{p}");
+        }
+    }
+
+    #[test]
+    fn open_nofollow_refuses_a_symlink_on_any_component() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("real")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+        assert!(open_nofollow(&root.join("real")).is_ok());
+        let err = open_nofollow(&root.join("link")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP));
+        std::fs::create_dir(root.join("real/sub")).unwrap();
+        let err = open_nofollow(&root.join("link/sub")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP));
+    }
+
+    #[test]
+    fn open_nofollow_refuses_dot_dot() {
+        let err = open_nofollow(Path::new("/usr/../etc")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+        assert!(open_nofollow(Path::new("relative")).is_err());
+    }
+
+    #[test]
+    fn read_small_file_refuses_fifos_symlinks_and_big_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let fd = open_nofollow(&std::fs::canonicalize(dir.path()).unwrap()).unwrap();
+        std::fs::write(dir.path().join("ok"), b"gitdir: x\n").unwrap();
+        assert_eq!(read_small_file(&fd, "ok", 64).unwrap(), b"gitdir: x\n");
+        assert!(read_small_file(&fd, "ok", 4).is_err());
+        let fifo = CString::new(dir.path().join("fifo").as_os_str().as_bytes()).unwrap();
+        // Safety: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(read_small_file(&fd, "fifo", 64).is_err());
+        std::os::unix::fs::symlink("ok", dir.path().join("sym")).unwrap();
+        assert!(read_small_file(&fd, "sym", 64).is_err());
+    }
+}

@@ -1,0 +1,133 @@
+//! The `--probe --json` object and the `--report FD` record (DESIGN §2.5).
+//!
+//! Both come from the same function, so what a real run reports and what the probe predicts
+//! cannot drift apart. Known kernel limits are listed as not enforced, never left out.
+
+use serde_json::{json, Map, Value};
+use shofer_core::policy::{protections, Backend, NetPolicy, Verdict};
+
+use crate::backend::{Choice, Facts};
+use crate::sys::{self, LandlockAbsence};
+use crate::writable::OpenedPolicy;
+
+fn landlock_json(facts: &Facts) -> Value {
+    let (abi, status, errno) = match facts.landlock {
+        Ok(abi) => (abi, "available", Value::Null),
+        Err(LandlockAbsence::NotBuilt) => (0, "not-built", json!("ENOSYS")),
+        Err(LandlockAbsence::Disabled) => (0, "disabled", json!("EOPNOTSUPP")),
+        Err(LandlockAbsence::Other(e)) => (0, "error", json!(sys::errno_name(e))),
+    };
+    json!({"abi": abi, "status": status, "errno": errno})
+}
+
+fn protections_json(backend: Backend, abi: u32, net: NetPolicy) -> Value {
+    let mut map = Map::new();
+    for (p, v) in protections(backend, abi, net) {
+        let entry = match v {
+            Verdict::Enforced(by) => json!({"enforced": true, "by": by}),
+            Verdict::NotEnforced(reason) => json!({"enforced": false, "reason": reason}),
+            Verdict::NotRequested => json!({"enforced": false, "requested": false}),
+        };
+        map.insert(p.key().to_string(), entry);
+    }
+    Value::Object(map)
+}
+
+/// The probe object: kernel facts, the backend `auto` would pick (or why none), and what that
+/// backend enforces.
+pub fn probe(facts: &Facts, choice: &Result<Choice, String>, net: NetPolicy) -> Value {
+    let mut obj = json!({
+        "kernel": facts.kernel,
+        "landlock": landlock_json(facts),
+        "user_namespaces": {"usable": false, "reason": "the userns backend is not in this build"},
+        "bwrap": {"path": null, "version": null, "usable": false, "reason": "the bwrap backend is not in this build"},
+    });
+    let map = obj.as_object_mut().expect("object literal");
+    match choice {
+        Ok(c) => {
+            map.insert("backend".into(), json!(c.backend.as_str()));
+            map.insert("backend_reason".into(), json!(c.reason));
+            map.insert("effective_abi".into(), json!(c.abi));
+            map.insert(
+                "degraded".into(),
+                json!(c.degraded.iter().map(|(p, _)| p.key()).collect::<Vec<_>>()),
+            );
+            map.insert(
+                "protections".into(),
+                protections_json(c.backend, c.abi, net),
+            );
+        }
+        Err(why) => {
+            map.insert("backend".into(), Value::Null);
+            map.insert("backend_reason".into(), json!(why));
+            map.insert("effective_abi".into(), json!(0));
+            map.insert("degraded".into(), json!([]));
+            map.insert("protections".into(), json!({}));
+        }
+    }
+    obj
+}
+
+/// The record of a real run: the probe object for the chosen backend, plus the worktree,
+/// the writable set and what was found of the worktree's git metadata.
+pub fn run(facts: &Facts, choice: &Choice, opened: &OpenedPolicy) -> Value {
+    let mut obj = probe(facts, &Ok(choice.clone()), opened.policy.net);
+    let map = obj.as_object_mut().expect("object literal");
+    map.insert("worktree".into(), json!(opened.policy.worktree));
+    map.insert(
+        "writable".into(),
+        Value::Array(
+            opened
+                .policy
+                .writable
+                .iter()
+                .map(|r| json!({"path": r.path, "origin": r.origin.as_str(), "dir": r.is_dir}))
+                .collect(),
+        ),
+    );
+    let git = match &opened.git {
+        crate::git::GitLayout::None => json!({"layout": "none"}),
+        crate::git::GitLayout::MainWorktree => json!({"layout": "main-worktree",
+            "note": "the .git directory is inside the worktree and therefore writable"}),
+        crate::git::GitLayout::Linked { gitdir, common } => {
+            json!({"layout": "linked", "gitdir": gitdir, "common": common})
+        }
+        crate::git::GitLayout::Rejected(why) => json!({"layout": "rejected", "reason": why}),
+    };
+    map.insert("git".into(), git);
+    obj
+}
+
+/// Human-readable form of the probe, for `--probe` without `--json`.
+pub fn probe_text(v: &Value) -> String {
+    let mut out = String::new();
+    let s = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    out += &format!("kernel:        {}\n", s(&v["kernel"]));
+    out += &format!(
+        "landlock:      {} (ABI {})\n",
+        s(&v["landlock"]["status"]),
+        s(&v["landlock"]["abi"])
+    );
+    out += &format!(
+        "auto backend:  {} — {}\n",
+        s(&v["backend"]),
+        s(&v["backend_reason"])
+    );
+    if let Some(p) = v["protections"].as_object() {
+        for (k, e) in p {
+            let state = if e["enforced"] == json!(true) {
+                format!("enforced by {}", s(&e["by"]))
+            } else if e["requested"] == json!(false) {
+                "not requested".to_string()
+            } else {
+                format!("NOT enforced: {}", s(&e["reason"]))
+            };
+            out += &format!("  {k:<24} {state}\n");
+        }
+    }
+    out
+}

@@ -1,0 +1,51 @@
+//! The Landlock backend: turning an [`OpenedPolicy`] into a created (not yet applied) ruleset.
+//!
+//! Handled rights are the pinned set of [`shofer_core::rights`] for the effective ABI; the same
+//! set is granted on every writable directory (including `REFER` from ABI 2, so renames inside
+//! the writable set work) and its file subset on writable files. From ABI 6 signals and
+//! abstract unix sockets are scoped to the sandbox's domain; with `--net deny`, from ABI 4,
+//! TCP bind and connect are handled with no port allowed. The compatibility level is
+//! `HardRequirement`: a right the kernel does not know fails creation rather than being
+//! dropped (we already capped the ABI to what the kernel reports).
+//!
+//! Kernel doc: <https://docs.kernel.org/userspace-api/landlock.html>.
+
+use landlock::{
+    CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
+};
+use shofer_core::policy::NetPolicy;
+use shofer_core::rights;
+
+use crate::error::SetupError;
+use crate::writable::OpenedPolicy;
+
+/// Creates the ruleset for `opened` at Landlock ABI `abi` (1..=10), consuming the rule
+/// descriptors. Apply it with `RulesetCreated::restrict_self` in the child, last before exec.
+///
+/// # Errors
+/// [`SetupError::Landlock`] when the kernel refuses the ruleset or a rule.
+pub fn create(opened: OpenedPolicy, abi: u32) -> Result<RulesetCreated, SetupError> {
+    let err = |e: landlock::RulesetError| SetupError::Landlock(e.to_string());
+    let fs = rights::fs_write_rights(abi);
+    let file = rights::fs_file_rights(abi);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(fs)
+        .map_err(err)?;
+    let net = rights::net_rights(abi);
+    if opened.policy.net == NetPolicy::Deny && !net.is_empty() {
+        ruleset = ruleset.handle_access(net).map_err(err)?;
+    }
+    let scopes = rights::scopes(abi);
+    if !scopes.is_empty() {
+        ruleset = ruleset.scope(scopes).map_err(err)?;
+    }
+    let mut created = ruleset.create().map_err(err)?;
+    for (rule, fd) in opened.policy.writable.iter().zip(opened.fds) {
+        let access = if rule.is_dir { fs } else { file };
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|e| SetupError::Landlock(format!("rule {}: {e}", rule.path.display())))?;
+    }
+    Ok(created)
+}

@@ -1,0 +1,564 @@
+//! The supervisor: `shofer-sandbox` itself, between its caller and the sandboxed command
+//! (DESIGN §2.2).
+//!
+//! # What the kernel gives us, and the order things happen in
+//!
+//! - **Child subreaper** (`PR_SET_CHILD_SUBREAPER`, Linux 3.4): a descendant whose parent dies
+//!   is re-parented to us instead of to init, so `setsid` and double forks cannot leave the
+//!   tree; every descendant is always either our child or below one.
+//! - **Dying with the caller**: `PR_SET_PDEATHSIG(SIGTERM)`, then a `getppid()` check for the
+//!   race where the caller died before the prctl. SIGTERM kills the tree (below). Caveat: the
+//!   kernel sends it when the *thread* that forked us exits, as with bubblewrap's
+//!   `--die-with-parent`.
+//! - **Signals** are blocked before `fork`, so none is lost between fork and the wait loop; the
+//!   child restores the caller's mask and default dispositions (including SIGPIPE, which the
+//!   Rust runtime ignores) before exec. The loop takes them synchronously with `sigwaitinfo`:
+//!   SIGCHLD reaps; SIGINT, SIGHUP, SIGQUIT, SIGWINCH, SIGUSR1 and SIGUSR2 are forwarded to
+//!   the command (its process group when it has its own session); SIGTERM kills the tree. A
+//!   signal the terminal itself generated (`si_code == SI_KERNEL`) already reached the command
+//!   in the same foreground process group and is not sent twice.
+//! - **Exec errors** come back over a close-on-exec pipe: EOF means `execve` succeeded; a
+//!   record means a setup step or `execve` failed, and which.
+//! - **The end**: when the main process exits, remaining descendants get SIGTERM (and
+//!   SIGCONT, so stopped ones can act on it), a grace period, then SIGKILL, repeated until
+//!   `waitpid` reports no children — a fork loop cannot outrun it because each pass kills
+//!   every process it sees and orphans come back to us. `--keep-descendants` waits for them
+//!   instead. Descendants are found through `/proc/*/stat` and signalled through pidfds
+//!   (Linux 5.3), re-checking the parent after opening, so a recycled PID is never signalled.
+//!
+//! What this does not guarantee: if the supervisor is SIGKILLed, the command gets SIGKILL
+//! (its own death signal) but its descendants are re-parented to the next subreaper up.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use landlock::RulesetCreated;
+
+use crate::error::SetupError;
+use crate::{capabilities, seccomp, sys};
+
+/// Everything the child needs between `fork` and `execve`.
+pub struct Launch {
+    /// `argv`, `argv[0]` looked up in `$PATH` as by `execvp(3)`.
+    pub argv: Vec<CString>,
+    /// A terminal is on stdin, stdout or stderr: keep the session (job control, SIGWINCH).
+    pub interactive: bool,
+    /// Descriptors above 2 that survive exec.
+    pub pass_fds: Vec<RawFd>,
+    /// Drop every capability (root, or file capabilities) before exec.
+    pub drop_caps: bool,
+    /// The Landlock ruleset to apply last before exec.
+    pub landlock: Option<RulesetCreated>,
+    /// Wait for descendants after the main process exits instead of killing them.
+    pub keep_descendants: bool,
+    /// Time between SIGTERM and SIGKILL when killing the tree.
+    pub grace: Duration,
+}
+
+/// Child-side setup steps, reported back to the supervisor when one fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Stage {
+    Session = 1,
+    DeathSignal,
+    Descriptors,
+    NoNewPrivs,
+    Capabilities,
+    Seccomp,
+    Landlock,
+    Exec,
+}
+
+impl Stage {
+    fn from_u8(b: u8) -> Option<Stage> {
+        use Stage::*;
+        [
+            Session,
+            DeathSignal,
+            Descriptors,
+            NoNewPrivs,
+            Capabilities,
+            Seccomp,
+            Landlock,
+            Exec,
+        ]
+        .into_iter()
+        .find(|s| *s as u8 == b)
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Stage::Session => "setsid",
+            Stage::DeathSignal => "prctl(PR_SET_PDEATHSIG)",
+            Stage::Descriptors => "closing inherited descriptors",
+            Stage::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS)",
+            Stage::Capabilities => "dropping capabilities",
+            Stage::Seccomp => "installing the seccomp filter",
+            Stage::Landlock => "landlock_restrict_self",
+            Stage::Exec => "execve",
+        }
+    }
+}
+
+const FORWARDED: [libc::c_int; 6] = [
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGWINCH,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// How a run ended, before mapping to an exit status.
+pub enum Outcome {
+    /// The command ran; its raw wait status (or our SIGTERM status if it was killed).
+    Ran(i32),
+    /// The command could not be executed: 126 or 127 with a message.
+    NotExecuted(i32, String),
+}
+
+fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
+    // Safety: sigemptyset initialises the set; sigaddset with valid signal numbers.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Runs `launch` under supervision and returns how it ended.
+///
+/// # Errors
+/// [`SetupError`] when the supervisor cannot be set up (`fork`, `pipe2`) or a child-side
+/// setup step before `execve` fails; the command has then not run.
+pub fn run(launch: Launch) -> Result<Outcome, SetupError> {
+    // Safety: prctl with integer arguments only changes this process's attributes.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
+    }
+    // Safety: getppid cannot fail.
+    let caller = unsafe { libc::getppid() };
+    // Safety: as above.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) } != 0 {
+        return Err(SetupError::last_os("prctl(PR_SET_PDEATHSIG)"));
+    }
+    // Safety: getppid cannot fail.
+    if unsafe { libc::getppid() } != caller {
+        return Err(SetupError::Usage(
+            "the caller exited before the command started".into(),
+        ));
+    }
+
+    let mut handled = vec![libc::SIGCHLD, libc::SIGTERM];
+    handled.extend(FORWARDED);
+    let set = sigset(&handled);
+    // Safety: an all-zero sigset_t is a valid out-parameter for sigprocmask.
+    let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // Safety: both sets are valid; blocking only defers delivery.
+    if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old_mask) } != 0 {
+        return Err(SetupError::last_os("sigprocmask"));
+    }
+
+    let mut pipe_fds = [0; 2];
+    // Safety: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(pipe_fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(SetupError::last_os("pipe2"));
+    }
+    // Safety: pipe2 just returned these descriptors; each is owned once.
+    let (err_read, err_write) = unsafe {
+        (
+            OwnedFd::from_raw_fd(pipe_fds[0]),
+            OwnedFd::from_raw_fd(pipe_fds[1]),
+        )
+    };
+
+    // Safety: getpid cannot fail.
+    let supervisor = unsafe { libc::getpid() };
+    let argv0 = launch.argv[0].clone();
+    let keep_descendants = launch.keep_descendants;
+    let own_session = !launch.interactive;
+    let grace = launch.grace;
+    let pid = spawn_child(ChildArgs {
+        launch: Some(launch),
+        supervisor,
+        old_mask,
+        err: err_write.as_raw_fd(),
+    })?;
+    drop(err_write);
+
+    let main = pid;
+    if let Some((stage, errno)) = read_failure(&err_read) {
+        let mut status = 0;
+        // Safety: reaping our own child.
+        unsafe { libc::waitpid(main, &mut status, 0) };
+        let err = io::Error::from_raw_os_error(errno);
+        let name = argv0.to_string_lossy();
+        return match stage {
+            Stage::Exec if errno == libc::ENOENT || errno == libc::ENOTDIR => Ok(
+                Outcome::NotExecuted(127, format!("{name}: command not found")),
+            ),
+            Stage::Exec => Ok(Outcome::NotExecuted(126, format!("{name}: {err}"))),
+            _ => Err(SetupError::Syscall {
+                op: stage.describe(),
+                source: err,
+            }),
+        };
+    }
+    drop(err_read);
+
+    let mut sup = Supervisor {
+        main,
+        own_session,
+        grace,
+        main_status: None,
+        set,
+    };
+    Ok(Outcome::Ran(sup.wait_loop(keep_descendants)))
+}
+
+/// Reads one failure record (stage byte + errno) from the exec-error pipe; `None` on EOF.
+fn read_failure(fd: &OwnedFd) -> Option<(Stage, i32)> {
+    let mut buf = [0u8; 5];
+    let mut got = 0;
+    while got < buf.len() {
+        // Safety: reading into the unfilled tail of `buf`.
+        let n = unsafe {
+            libc::read(
+                fd.as_raw_fd(),
+                buf[got..].as_mut_ptr().cast(),
+                buf.len() - got,
+            )
+        };
+        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    if got < buf.len() {
+        return None;
+    }
+    let errno = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
+    Some((Stage::from_u8(buf[0])?, errno))
+}
+
+/// What the child needs; lives on the supervisor's stack while the child runs.
+struct ChildArgs {
+    launch: Option<Launch>,
+    supervisor: libc::pid_t,
+    old_mask: libc::sigset_t,
+    err: RawFd,
+}
+
+/// Size of the child's own stack while it shares our memory (bytes).
+const CHILD_STACK: usize = 256 * 1024;
+
+/// Starts the child with `clone(CLONE_VM | CLONE_VFORK)`, as glibc's `posix_spawn` does: no
+/// page tables are copied and no copy-on-write faults are taken (on these VMs a plain `fork`
+/// costs more than everything else the supervisor does). The supervisor stays suspended until
+/// the child has exec'd or exited, so the child may use the shared heap without racing it;
+/// the child runs on its own stack, and everything it changes (signal mask and dispositions,
+/// session, credentials, seccomp, Landlock) is per task, not per address space.
+fn spawn_child(mut args: ChildArgs) -> Result<libc::pid_t, SetupError> {
+    // Safety: an anonymous private mapping; checked for MAP_FAILED below.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            CHILD_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(SetupError::last_os("mmap"));
+    }
+    extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
+        // Safety: `arg` is the `ChildArgs` below, alive while the parent is suspended.
+        let args = unsafe { &mut *(arg as *mut ChildArgs) };
+        let launch = args.launch.take().expect("launch is set once");
+        child(launch, args.supervisor, &args.old_mask, args.err)
+    }
+    // Safety: the stack grows down from the top of our mapping; `args` outlives the child's
+    // use of it because CLONE_VFORK suspends us until the child execs or exits.
+    let pid = unsafe {
+        libc::clone(
+            entry,
+            (stack as *mut u8).add(CHILD_STACK).cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut args as *mut ChildArgs).cast(),
+        )
+    };
+    let clone_err = io::Error::last_os_error();
+    // Safety: unmapping the stack we mapped; the child no longer runs on it.
+    unsafe { libc::munmap(stack, CHILD_STACK) };
+    if pid < 0 {
+        return Err(SetupError::Syscall {
+            op: "clone",
+            source: clone_err,
+        });
+    }
+    Ok(pid)
+}
+
+/// The child between `clone` and `execve`. Never returns: it execs or exits 125.
+fn child(launch: Launch, supervisor: libc::pid_t, old_mask: &libc::sigset_t, err: RawFd) -> ! {
+    let fail = |stage: Stage, e: io::Error| -> ! {
+        let mut rec = [0u8; 5];
+        rec[0] = stage as u8;
+        rec[1..].copy_from_slice(&e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes());
+        // Safety: writing a small buffer to our pipe; exiting without running destructors
+        // (they would free memory the supervisor still owns).
+        unsafe {
+            libc::write(err, rec.as_ptr().cast(), rec.len());
+            libc::_exit(125)
+        }
+    };
+    let check = |stage: Stage, ret: libc::c_int| {
+        if ret != 0 {
+            fail(stage, io::Error::last_os_error());
+        }
+    };
+
+    // Safety: restoring default dispositions and the caller's signal mask; valid arguments.
+    unsafe {
+        for s in [libc::SIGPIPE, libc::SIGCHLD, libc::SIGTERM]
+            .into_iter()
+            .chain(FORWARDED)
+        {
+            libc::signal(s, libc::SIG_DFL);
+        }
+        libc::sigprocmask(libc::SIG_SETMASK, old_mask, std::ptr::null_mut());
+    }
+    if !launch.interactive {
+        // A new session: no controlling terminal, and a process group we can signal whole.
+        // Safety: setsid takes no arguments.
+        if unsafe { libc::setsid() } < 0 {
+            fail(Stage::Session, io::Error::last_os_error());
+        }
+    }
+    // Safety: prctl/getppid with integer arguments.
+    unsafe {
+        check(
+            Stage::DeathSignal,
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0),
+        );
+        if libc::getppid() != supervisor {
+            libc::_exit(125);
+        }
+    }
+    if let Err(e) = sys::cloexec_from_3(&launch.pass_fds) {
+        fail(Stage::Descriptors, e);
+    }
+    // no_new_privs first: seccomp and Landlock need it without CAP_SYS_ADMIN, and it keeps a
+    // setuid program from regaining what we drop below.
+    // Safety: prctl with integer arguments.
+    check(Stage::NoNewPrivs, unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    });
+    if launch.drop_caps {
+        if let Err(e) = capabilities::drop_all() {
+            fail(Stage::Capabilities, e);
+        }
+    }
+    if let Err(e) = seccomp::refuse_terminal_injection() {
+        fail(Stage::Seccomp, e);
+    }
+    // Landlock last before exec: after it, this process can no longer write its own setup.
+    if let Some(ruleset) = launch.landlock {
+        match ruleset.restrict_self() {
+            Ok(status) if status.ruleset == landlock::RulesetStatus::FullyEnforced => {}
+            Ok(_) => fail(
+                Stage::Landlock,
+                io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+            ),
+            Err(e) => fail(Stage::Landlock, io::Error::other(e.to_string())),
+        }
+    }
+    let mut argv: Vec<*const libc::c_char> = launch.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // Safety: argv is a NULL-terminated array of NUL-terminated strings that outlive the call.
+    unsafe { libc::execvp(argv[0], argv.as_ptr()) };
+    let e = io::Error::last_os_error();
+    std::mem::forget(argv);
+    std::mem::forget(launch.argv);
+    fail(Stage::Exec, e)
+}
+
+struct Supervisor {
+    main: libc::pid_t,
+    own_session: bool,
+    grace: Duration,
+    main_status: Option<i32>,
+    set: libc::sigset_t,
+}
+
+/// Raw wait status of a process killed by SIGTERM, used when the tree is stopped before the
+/// main process is reaped.
+const TERMINATED: i32 = libc::SIGTERM;
+
+impl Supervisor {
+    /// Waits for the main process, forwarding signals; then ends the tree. Returns the main
+    /// process's raw wait status.
+    fn wait_loop(&mut self, keep_descendants: bool) -> i32 {
+        loop {
+            // Safety: siginfo_t is plain data filled by sigwaitinfo.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // Safety: `set` holds only signals blocked in this process.
+            let sig = unsafe { libc::sigwaitinfo(&self.set, &mut info) };
+            if sig < 0 {
+                continue; // EINTR
+            }
+            match sig {
+                libc::SIGCHLD => {
+                    let none_left = self.reap();
+                    if self.main_status.is_some() && (!keep_descendants || none_left) {
+                        break;
+                    }
+                }
+                libc::SIGTERM => {
+                    self.kill_tree();
+                    return self.main_status.unwrap_or(TERMINATED);
+                }
+                _ => self.forward(sig, &info),
+            }
+        }
+        self.kill_tree();
+        self.main_status.unwrap_or(TERMINATED)
+    }
+
+    fn forward(&self, sig: libc::c_int, info: &libc::siginfo_t) {
+        if self.main_status.is_some() {
+            return;
+        }
+        if !self.own_session && info.si_code == libc::SI_KERNEL {
+            return; // the terminal sent it to the whole foreground group already
+        }
+        let target = if self.own_session {
+            -self.main
+        } else {
+            self.main
+        };
+        // Safety: signalling our own child (or its process group); the main process is not
+        // reaped yet, so its PID cannot have been recycled.
+        unsafe { libc::kill(target, sig) };
+    }
+
+    /// Reaps every exited child; records the main process's status. Returns true when no
+    /// child is left.
+    fn reap(&mut self) -> bool {
+        loop {
+            let mut status = 0;
+            // Safety: waitpid on any child, non-blocking.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid == self.main {
+                self.main_status = Some(status);
+            } else if pid == 0 {
+                return false;
+            } else if pid < 0 {
+                return true; // ECHILD
+            }
+        }
+    }
+
+    /// SIGTERM (with SIGCONT) to every descendant, the grace period, then SIGKILL until no
+    /// child is left.
+    fn kill_tree(&mut self) {
+        if self.reap() {
+            return;
+        }
+        signal_descendants(libc::SIGTERM);
+        signal_descendants(libc::SIGCONT);
+        let deadline = Instant::now() + self.grace;
+        while Instant::now() < deadline {
+            if self.reap() {
+                return;
+            }
+            self.wait_sigchld(deadline.saturating_duration_since(Instant::now()));
+        }
+        loop {
+            signal_descendants(libc::SIGKILL);
+            if self.reap() {
+                return;
+            }
+            self.wait_sigchld(Duration::from_millis(10));
+        }
+    }
+
+    fn wait_sigchld(&self, timeout: Duration) {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        let chld = sigset(&[libc::SIGCHLD]);
+        // Safety: valid set and timeout; a NULL info pointer is allowed.
+        unsafe { libc::sigtimedwait(&chld, std::ptr::null_mut(), &ts) };
+    }
+}
+
+/// Every descendant of this process, from `/proc/*/stat`.
+fn descendants() -> Vec<(libc::pid_t, libc::pid_t)> {
+    // Safety: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    let mut procs: Vec<(libc::pid_t, libc::pid_t)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            if let Some(ppid) = parent_of(pid) {
+                procs.push((pid, ppid));
+            }
+        }
+    }
+    let mut tree = vec![me];
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        for &(pid, ppid) in &procs {
+            if ppid == parent && pid != me {
+                tree.push(pid);
+                found.push((pid, ppid));
+            }
+        }
+        i += 1;
+    }
+    found
+}
+
+/// The parent PID from `/proc/<pid>/stat` (the field after the `)` that ends `comm`).
+fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Sends `sig` to every descendant through a pidfd, after checking that the process behind
+/// the pidfd still has the parent we saw (so a recycled PID is left alone).
+fn signal_descendants(sig: libc::c_int) {
+    for (pid, ppid) in descendants() {
+        match sys::pidfd_open(pid) {
+            Ok(pidfd) => {
+                if parent_of(pid) == Some(ppid) {
+                    let _ = sys::pidfd_send_signal(&pidfd, sig);
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                // Before Linux 5.3: plain kill, racing PID reuse as every tool did then.
+                // Safety: kill with a PID we just saw below us.
+                unsafe { libc::kill(pid, sig) };
+            }
+            Err(_) => {} // already gone
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Building the writable set of DESIGN §2.1 from the command line and the filesystem.
+//!
+//! Each entry is opened here, once, as an `O_PATH` descriptor; the backends use those
+//! descriptors (Landlock rules) or their paths (bind mounts). Paths the caller names (the
+//! worktree, `--allow-write`, `/tmp`, devices) are canonicalised first — the caller chose them —
+//! and then opened without following symlinks, so a swap after canonicalisation fails instead
+//! of redirecting. Paths derived from the worktree's git metadata are attacker-influenced and
+//! are handled by [`crate::git`].
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use shofer_core::policy::{NetPolicy, Policy, RuleOrigin, WritableRule};
+
+use crate::error::SetupError;
+use crate::git::{self, GitLayout};
+use crate::paths::{self, Kind};
+
+/// A writable rule with its open `O_PATH` descriptor.
+#[derive(Debug)]
+pub struct OpenedRule {
+    /// The rule as reported.
+    pub rule: WritableRule,
+    /// `O_PATH | O_NOFOLLOW` descriptor of `rule.path`.
+    pub fd: OwnedFd,
+}
+
+/// The policy of one run, with every rule path opened.
+#[derive(Debug)]
+pub struct OpenedPolicy {
+    /// The policy (paths, origins, network).
+    pub policy: Policy,
+    /// One descriptor per `policy.writable` entry, same order.
+    pub fds: Vec<OwnedFd>,
+    /// What the worktree's git metadata looked like.
+    pub git: GitLayout,
+}
+
+/// Device files writable by every command (DESIGN §2.1).
+const DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
+/// Terminal devices: write and, from Landlock ABI 5, device ioctls.
+const TERMINALS: [&str; 3] = ["/dev/tty", "/dev/ptmx", "/dev/pts"];
+
+/// Builds the writable set for `worktree`.
+///
+/// # Errors
+/// [`SetupError::Worktree`] if the worktree does not exist or is not a directory;
+/// [`SetupError::AllowWrite`] if an `--allow-write` path does not exist or cannot be opened.
+/// Missing system paths (`/dev/shm`, `/dev/full`, …) are skipped.
+pub fn build(
+    worktree: &Path,
+    allow_write: &[PathBuf],
+    net: NetPolicy,
+) -> Result<OpenedPolicy, SetupError> {
+    let wt = std::fs::canonicalize(worktree).map_err(|e| SetupError::Worktree {
+        path: worktree.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let wt_fd = paths::open_nofollow(&wt).map_err(|e| SetupError::Worktree {
+        path: worktree.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    if paths::kind(&wt_fd).ok() != Some(Kind::Dir) {
+        return Err(SetupError::Worktree {
+            path: worktree.to_path_buf(),
+            reason: "not a directory".into(),
+        });
+    }
+
+    let mut set = RuleSet::default();
+    let git = git::discover(&wt, &wt_fd);
+    set.push_opened(wt.clone(), wt_fd, RuleOrigin::Worktree);
+
+    set.add_system("/tmp", RuleOrigin::Tmp);
+    if let Some(tmpdir) = std::env::var_os("TMPDIR") {
+        set.add_system(tmpdir, RuleOrigin::Tmp);
+    }
+    for dev in DEVICES {
+        set.add_system(dev, RuleOrigin::Device);
+    }
+    for term in TERMINALS {
+        set.add_system(term, RuleOrigin::Terminal);
+    }
+    for tty in caller_terminals() {
+        set.add_system(&tty, RuleOrigin::Terminal);
+    }
+    set.add_system("/dev/shm", RuleOrigin::SharedMemory);
+
+    // Derived from attacker-writable files: open strictly, skip what fails.
+    for dir in git.writable_dirs() {
+        if let Ok(fd) = paths::open_nofollow(&dir) {
+            set.push_opened(dir, fd, RuleOrigin::GitMetadata);
+        }
+    }
+
+    for path in allow_write {
+        let canon = std::fs::canonicalize(path).map_err(|e| SetupError::AllowWrite {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        let fd = paths::open_nofollow(&canon).map_err(|e| SetupError::AllowWrite {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        set.push_opened(canon, fd, RuleOrigin::AllowWrite);
+    }
+
+    Ok(OpenedPolicy {
+        policy: Policy {
+            worktree: wt,
+            writable: set.rules,
+            net,
+        },
+        fds: set.fds,
+        git,
+    })
+}
+
+#[derive(Default)]
+struct RuleSet {
+    rules: Vec<WritableRule>,
+    fds: Vec<OwnedFd>,
+}
+
+impl RuleSet {
+    fn push_opened(&mut self, path: PathBuf, fd: OwnedFd, origin: RuleOrigin) {
+        if self.rules.iter().any(|r| r.path == path) {
+            return;
+        }
+        let is_dir = paths::kind(&fd).ok() == Some(Kind::Dir);
+        self.rules.push(WritableRule {
+            path,
+            origin,
+            is_dir,
+        });
+        self.fds.push(fd);
+    }
+
+    /// A system path the caller's machine defines: opened following symlinks (they are not
+    /// attacker-controlled), skipped if absent. `/tmp` and `$TMPDIR` are canonicalised so
+    /// the same directory is not added twice; device paths are reported as named.
+    fn add_system(&mut self, path: impl AsRef<Path>, origin: RuleOrigin) {
+        let path = path.as_ref();
+        let path = if origin == RuleOrigin::Tmp {
+            match std::fs::canonicalize(path) {
+                Ok(p) => p,
+                Err(_) => return,
+            }
+        } else {
+            path.to_path_buf()
+        };
+        if let Ok(fd) = paths::open_following(&path) {
+            self.push_opened(path, fd, origin);
+        }
+    }
+}
+
+/// The terminal devices on the caller's stdin, stdout and stderr (e.g. `/dev/tty1` on a
+/// console), so `echo > /dev/stdout` keeps working there.
+fn caller_terminals() -> Vec<PathBuf> {
+    (0..3)
+        .filter(|&fd| {
+            // Safety: isatty only inspects the descriptor.
+            unsafe { libc::isatty(fd) == 1 }
+        })
+        .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+        .filter(|p| p.starts_with("/dev/"))
+        .collect()
+}
