@@ -202,7 +202,10 @@ pub fn run(launch: Launch) -> Result<Outcome, SetupError> {
             Stage::Exec if errno == libc::ENOENT || errno == libc::ENOTDIR => Ok(
                 Outcome::NotExecuted(127, format!("{name}: command not found")),
             ),
-            Stage::Exec => Ok(Outcome::NotExecuted(126, format!("{name}: {err}"))),
+            Stage::Exec => Ok(Outcome::NotExecuted(
+                126,
+                format!("{name}: {}", crate::sys::strerror(errno)),
+            )),
             _ => Err(SetupError::Syscall {
                 op: stage.describe(),
                 source: err,
@@ -383,14 +386,67 @@ fn child(launch: Launch, supervisor: libc::pid_t, old_mask: &libc::sigset_t, err
             Err(e) => fail(Stage::Landlock, io::Error::other(e.to_string())),
         }
     }
-    let mut argv: Vec<*const libc::c_char> = launch.argv.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    // Safety: argv is a NULL-terminated array of NUL-terminated strings that outlive the call.
-    unsafe { libc::execvp(argv[0], argv.as_ptr()) };
-    let e = io::Error::last_os_error();
-    std::mem::forget(argv);
+    let e = exec_search(&launch.argv);
     std::mem::forget(launch.argv);
     fail(Stage::Exec, e)
+}
+
+/// `execvp(3)` with a shell's choice of error: `$PATH` is searched in order, directories we
+/// cannot search or that lack the name are skipped, and the error is `EACCES` (126) only when
+/// a matching regular file exists but cannot be executed, else `ENOENT` (127). A file the
+/// kernel cannot execute (`ENOEXEC`) is run by `/bin/sh`, as `execvp` and shells do.
+/// Returns only on failure.
+fn exec_search(argv: &[CString]) -> io::Error {
+    let name = argv[0].as_bytes();
+    if name.contains(&b'/') {
+        return exec_one(&argv[0], argv);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let mut denied = false;
+    for dir in std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).split(|&b| b == b':') {
+        let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
+        let mut candidate = dir.to_vec();
+        candidate.push(b'/');
+        candidate.extend_from_slice(name);
+        let Ok(candidate) = CString::new(candidate) else {
+            continue;
+        };
+        let err = exec_one(&candidate, argv);
+        match err.raw_os_error() {
+            Some(libc::EACCES) => denied |= is_regular_file(&candidate),
+            Some(
+                libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ELOOP | libc::ENAMETOOLONG,
+            ) => {}
+            _ => return err,
+        }
+    }
+    io::Error::from_raw_os_error(if denied { libc::EACCES } else { libc::ENOENT })
+}
+
+fn exec_one(path: &CString, argv: &[CString]) -> io::Error {
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // Safety: NULL-terminated arrays of NUL-terminated strings that outlive the call.
+    unsafe { libc::execv(path.as_ptr(), ptrs.as_ptr()) };
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::ENOEXEC) {
+        return err;
+    }
+    let sh = c"/bin/sh";
+    let mut script: Vec<*const libc::c_char> = vec![sh.as_ptr(), path.as_ptr()];
+    script.extend(argv[1..].iter().map(|a| a.as_ptr()));
+    script.push(std::ptr::null());
+    // Safety: as above.
+    unsafe { libc::execv(sh.as_ptr(), script.as_ptr()) };
+    io::Error::last_os_error()
+}
+
+fn is_regular_file(path: &CString) -> bool {
+    // Safety: `st` is filled by stat on success; `path` is NUL-terminated.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::stat(path.as_ptr(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
+    }
 }
 
 struct Supervisor {

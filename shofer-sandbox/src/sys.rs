@@ -184,3 +184,13 @@ pub fn errno_name(e: i32) -> String {
     };
     name.to_string()
 }
+
+/// The C library's message for errno `e` ("Permission denied"), without Rust's
+/// "(os error N)" suffix.
+pub fn strerror(e: i32) -> String {
+    let text = io::Error::from_raw_os_error(e).to_string();
+    match text.rfind(" (os error") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}

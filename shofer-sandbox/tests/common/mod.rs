@@ -1,0 +1,211 @@
+//! Shared helpers for the shofer-sandbox integration tests: scratch trees outside `/tmp`
+//! (which is writable by policy and would hide failures), real linked git worktrees, and
+//! running the real binary, optionally as an unprivileged uid.
+#![allow(dead_code)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The binary under test.
+pub const SANDBOX: &str = env!("CARGO_BIN_EXE_shofer-sandbox");
+
+/// The unprivileged uid/gid used for unprivileged runs (nobody on Debian).
+pub const UNPRIV: u32 = 65534;
+
+/// Whether the tests run as root (CI does).
+pub fn is_root() -> bool {
+    // Safety: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Prints a clear skip line and returns true when not root.
+pub fn skip_unless_root(test: &str) -> bool {
+    if !is_root() {
+        eprintln!("SKIP {test}: needs root (CI runs as root)");
+        return true;
+    }
+    false
+}
+
+/// The kernel's Landlock ABI (0 if none), as the binary's probe reports it.
+pub fn landlock_abi() -> u32 {
+    let out = Command::new(SANDBOX)
+        .args(["--probe", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["landlock"]["abi"].as_u64().unwrap() as u32
+}
+
+/// A scratch directory under `/var/tmp` (outside the writable set), removed on drop.
+pub struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        let dir = tempfile::Builder::new()
+            .prefix("shofer-sandbox-test-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        Scratch { dir }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        std::fs::canonicalize(self.dir.path()).unwrap()
+    }
+
+    /// Makes the tree owned by `uid` (for unprivileged runs).
+    pub fn chown_all(&self, uid: u32) {
+        let status = Command::new("chown")
+            .args(["-R", &format!("{uid}:{uid}")])
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+/// Runs a git command in `dir`, panicking on failure.
+pub fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .envs(git_env())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Identity for commits, so no global config is needed.
+pub fn git_env() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("GIT_AUTHOR_NAME", "shofer test"),
+        ("GIT_AUTHOR_EMAIL", "test@shofer.invalid"),
+        ("GIT_COMMITTER_NAME", "shofer test"),
+        ("GIT_COMMITTER_EMAIL", "test@shofer.invalid"),
+        ("GIT_CONFIG_NOSYSTEM", "1"),
+    ]
+}
+
+/// A repository `repo/` with one commit and a linked worktree `wt/`, inside `scratch`.
+/// Returns (repo, worktree).
+pub fn linked_worktree(scratch: &Scratch) -> (PathBuf, PathBuf) {
+    let root = scratch.path();
+    let repo = root.join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README"), "hello\n").unwrap();
+    git(&repo, &["add", "README"]);
+    git(&repo, &["commit", "-qm", "init"]);
+    std::fs::create_dir_all(repo.join(".git/hooks")).unwrap();
+    git(&repo, &["worktree", "add", "-q", "../wt"]);
+    (repo, root.join("wt"))
+}
+
+/// Builder for one sandbox run.
+pub struct Run {
+    cmd: Command,
+    uid: Option<u32>,
+}
+
+impl Run {
+    pub fn new(worktree: &Path) -> Run {
+        let mut cmd = Command::new(SANDBOX);
+        if worktree.is_dir() {
+            cmd.current_dir(worktree);
+        }
+        cmd.envs(git_env()).arg(worktree);
+        Run { cmd, uid: None }
+    }
+
+    /// Adds an argument (options may follow the worktree).
+    pub fn arg(mut self, a: impl AsRef<std::ffi::OsStr>) -> Run {
+        self.cmd.arg(a);
+        self
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Run
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        self.cmd.args(args);
+        self
+    }
+
+    /// `-c SCRIPT`.
+    pub fn sh(self, script: &str) -> Run {
+        self.arg("-c").arg(script)
+    }
+
+    pub fn with_uid(mut self, uid: u32) -> Run {
+        self.uid = Some(uid);
+        self
+    }
+
+    pub fn command(mut self) -> Command {
+        if let Some(uid) = self.uid {
+            // Safety: only async-signal-safe syscalls between fork and exec.
+            unsafe {
+                self.cmd.pre_exec(move || {
+                    if libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(uid) != 0
+                        || libc::setuid(uid) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        self.cmd
+    }
+
+    pub fn output(self) -> Output {
+        let mut cmd = self.command();
+        cmd.stdin(Stdio::null()).output().unwrap()
+    }
+}
+
+/// Pretty failure text for an output.
+pub fn show(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// PIDs of live processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if text.contains(marker) {
+                // Zombies still have no cmdline; a live match is a survivor.
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// A marker number unique to this test process and call site, for `sleep <marker>`.
+pub fn unique_sleep(tag: u32) -> String {
+    format!("{}.{:05}{}", 86000 + tag, std::process::id() % 100000, tag)
+}

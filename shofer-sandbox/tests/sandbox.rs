@@ -1,0 +1,587 @@
+//! End-to-end tests of the `shofer-sandbox` binary: real Landlock, real git worktrees, real
+//! processes. Privileged tests print `SKIP` when not root.
+
+mod common;
+
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn scratch_with_wt() -> (Scratch, std::path::PathBuf) {
+    let s = Scratch::new();
+    let wt = s.path().join("wt");
+    std::fs::create_dir(&wt).unwrap();
+    (s, wt)
+}
+
+#[test]
+fn writes_inside_tmp_and_devices_succeed_and_outside_fail() {
+    let (s, wt) = scratch_with_wt();
+    let outside = s.path().join("outside");
+    let out = Run::new(&wt)
+        .sh(&format!(
+            "echo in > inside && echo t > /tmp/shofer-test-$$ && rm /tmp/shofer-test-$$ \
+             && echo x > /dev/null && head -c1 /dev/zero >/dev/null && mkdir -p a/b && ln -s a l \
+             && echo no > '{}'",
+            outside.display()
+        ))
+        .output();
+    assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
+    assert_eq!(std::fs::read_to_string(wt.join("inside")).unwrap(), "in\n");
+    assert!(wt.join("a/b").is_dir() && wt.join("l").is_symlink());
+    assert!(!outside.exists());
+}
+
+#[test]
+fn truncate_and_hard_link_of_an_outside_file_are_denied() {
+    let (s, wt) = scratch_with_wt();
+    let outside = s.path().join("victim");
+    std::fs::write(&outside, "keep me\n").unwrap();
+    let v = outside.display();
+    for script in [
+        format!("truncate -s 0 '{v}'"),
+        format!(": > '{v}'"),
+        format!("ln '{v}' hard"),
+        format!("mv '{v}' stolen"),
+        format!("rm -f '{v}'"),
+        format!("ln -s x '{}/sym'", s.path().display()),
+    ] {
+        let out = Run::new(&wt).sh(&script).output();
+        assert_ne!(out.status.code(), Some(0), "{script}: {}", show(&out));
+    }
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep me\n");
+    assert!(!wt.join("hard").exists() && !wt.join("stolen").exists());
+}
+
+#[test]
+fn renames_across_directories_inside_the_worktree_work() {
+    // Field case 8.
+    let (_s, wt) = scratch_with_wt();
+    let out = Run::new(&wt)
+        .sh("mkdir d && touch f && mv f d/ && mkdir e && mv d e/ && ln e/d/f g && echo ok")
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(wt.join("e/d/f").exists() && wt.join("g").exists());
+}
+
+#[test]
+fn python_multiprocessing_lock_works_via_dev_shm() {
+    // Field case 1.
+    let (_s, wt) = scratch_with_wt();
+    if !Path::new("/usr/bin/python3").exists() {
+        eprintln!("SKIP python_multiprocessing_lock_works_via_dev_shm: no /usr/bin/python3");
+        return;
+    }
+    let out = Run::new(&wt)
+        .args([
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            "import multiprocessing as m; m.Lock(); print('ok')",
+        ])
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+}
+
+#[test]
+fn git_works_in_a_linked_worktree_and_the_common_dir_stays_read_only() {
+    // Field case 2.
+    let s = Scratch::new();
+    let (repo, wt) = linked_worktree(&s);
+    let config_before = std::fs::read(repo.join(".git/config")).unwrap();
+    let out = Run::new(&wt)
+        .sh("echo x > f && git add f && git commit -qm t && git checkout -q -b t2 && git stash list && git log --oneline -1 && git reflog -1")
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(" t"));
+    for attack in [
+        "git config core.fsmonitor 'touch /var/tmp/pwned'",
+        "echo evil > ../repo/.git/hooks/pre-commit",
+        "echo x >> ../repo/.git/packed-refs",
+        "mkdir ../repo/.git/info/x",
+        "echo x > ../repo/.git/config",
+    ] {
+        let out = Run::new(&wt).sh(attack).output();
+        assert_ne!(out.status.code(), Some(0), "{attack}: {}", show(&out));
+    }
+    assert_eq!(
+        std::fs::read(repo.join(".git/config")).unwrap(),
+        config_before
+    );
+    assert!(!repo.join(".git/hooks/pre-commit").exists());
+    assert!(!repo.join(".git/info/x").exists());
+}
+
+#[test]
+fn a_tampered_dot_git_yields_no_extra_reach() {
+    let s = Scratch::new();
+    let (repo, wt) = linked_worktree(&s);
+    // The sandbox rewrites .git to point at the main repository's gitdir...
+    let out = Run::new(&wt)
+        .sh(&format!(
+            "printf 'gitdir: {}\\n' > .git",
+            repo.join(".git").display()
+        ))
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    // ...and on the next run the common dir must still be read-only.
+    let out = Run::new(&wt)
+        .sh("echo x > ../repo/.git/config.evil")
+        .output();
+    assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("git metadata not made writable"));
+    assert!(!repo.join(".git/config.evil").exists());
+    // A gitdir whose back-link is forged inside the worktree is rejected too.
+    std::fs::create_dir_all(wt.join("fake/worktrees/x")).unwrap();
+    std::fs::write(
+        wt.join("fake/worktrees/x/gitdir"),
+        format!("{}/.git\n", wt.display()),
+    )
+    .unwrap();
+    std::fs::write(wt.join(".git"), "gitdir: fake/worktrees/x\n").unwrap();
+    let out = Run::new(&wt)
+        .sh("echo x > ../repo/.git/objects/evil")
+        .output();
+    assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+}
+
+#[test]
+fn three_hundred_linked_worktrees_and_a_thousand_allow_write_paths() {
+    // Field case 9.
+    let s = Scratch::new();
+    let (repo, wt) = linked_worktree(&s);
+    for i in 0..300 {
+        git(
+            &repo,
+            &["worktree", "add", "-q", "--detach", &format!("../w{i}")],
+        );
+    }
+    let extra = s.path().join("extra");
+    let mut run = Run::new(&wt);
+    for i in 0..1000 {
+        let p = extra.join(format!("dir {i}"));
+        std::fs::create_dir_all(&p).unwrap();
+        run = run.arg("--allow-write").arg(p);
+    }
+    let out = run
+        .sh("echo y > f && git add f && git commit -qm y && echo z > '../extra/dir 999/z'")
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(extra.join("dir 999/z").exists());
+}
+
+#[test]
+fn exit_codes_follow_the_contract() {
+    let (s, wt) = scratch_with_wt();
+    let code = |run: Run| run.output().status.code();
+    assert_eq!(code(Run::new(&wt).sh("exit 3")), Some(3));
+    assert_eq!(code(Run::new(&wt).sh("kill -9 $$")), Some(137));
+    assert_eq!(code(Run::new(&wt).sh("kill -TERM $$")), Some(143));
+    assert_eq!(
+        code(Run::new(&wt).args(["--", "no-such-command-xyz"])),
+        Some(127)
+    );
+    let plain = s.path().join("plain");
+    std::fs::write(&plain, "echo hi\n").unwrap();
+    assert_eq!(code(Run::new(&wt).arg("--").arg(&plain)), Some(126));
+    assert_eq!(code(Run::new(&wt).args(["--", "/"])), Some(126));
+    let missing = s.path().join("missing");
+    assert_eq!(code(Run::new(&missing).arg("true")), Some(125));
+    let file = s.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let out = Run::new(&file).arg("true").output();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("shofer-sandbox: worktree"));
+}
+
+#[test]
+fn bad_input_is_refused_with_125_and_a_named_reason() {
+    let (_s, wt) = scratch_with_wt();
+    for (args, needle) in [
+        (vec![], "missing <WORKTREE>"),
+        (vec![wt.to_str().unwrap()], "missing <COMMAND>"),
+        (vec![wt.to_str().unwrap(), "--"], "missing <COMMAND>"),
+        (vec![wt.to_str().unwrap(), "--", ""], "empty string"),
+        (
+            vec!["--backend", "nope", wt.to_str().unwrap(), "true"],
+            "--backend nope",
+        ),
+        (
+            vec!["--pass-fd", "77", wt.to_str().unwrap(), "true"],
+            "77 is not open",
+        ),
+        (
+            vec![
+                "--allow-write",
+                "/no/such/dir",
+                wt.to_str().unwrap(),
+                "true",
+            ],
+            "--allow-write '/no/such/dir'",
+        ),
+    ] {
+        let out = Command::new(SANDBOX).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("shofer-sandbox: "), "{err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn paths_with_spaces_unicode_and_newlines_work() {
+    let s = Scratch::new();
+    let wt = s.path().join("a b ü\nnew line");
+    let extra = s.path().join("ex tra\tü");
+    std::fs::create_dir(&wt).unwrap();
+    std::fs::create_dir(&extra).unwrap();
+    let out = Run::new(&wt)
+        .arg("--allow-write")
+        .arg(&extra)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo 1 > \"$1/f\" && echo 2 > \"$2/g\"",
+            "sh",
+        ])
+        .arg(&wt)
+        .arg(&extra)
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(wt.join("f").exists() && extra.join("g").exists());
+}
+
+#[test]
+fn inherited_descriptors_are_closed_unless_passed() {
+    let (s, wt) = scratch_with_wt();
+    let target = s.path().join("leak");
+    std::fs::write(&target, "").unwrap();
+    let t = target.display();
+    let w = wt.display();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 7>>'{t}'; exec '{SANDBOX}' '{w}' -c 'echo pwned >&7'"
+        ))
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 7>>'{t}'; exec '{SANDBOX}' --pass-fd 7 '{w}' -c 'echo passed >&7'"
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "passed\n");
+}
+
+#[test]
+fn an_inherited_directory_fd_cannot_create_outside() {
+    let (s, wt) = scratch_with_wt();
+    let dir = s.path().join("dir");
+    std::fs::create_dir(&dir).unwrap();
+    if !Path::new("/usr/bin/python3").exists() {
+        eprintln!("SKIP an_inherited_directory_fd_cannot_create_outside: no /usr/bin/python3");
+        return;
+    }
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 8<'{}'; exec '{SANDBOX}' --pass-fd 8 '{}' -- /usr/bin/python3 -c \
+             'import os; os.open(\"x\", os.O_CREAT|os.O_WRONLY, dir_fd=8)'",
+            dir.display(),
+            wt.display()
+        ))
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(!dir.join("x").exists());
+}
+
+#[test]
+fn signals_and_abstract_sockets_to_outside_processes_are_denied_from_abi_6() {
+    let (_s, wt) = scratch_with_wt();
+    if landlock_abi() < 6 || !Path::new("/usr/bin/python3").exists() {
+        eprintln!("SKIP signals_and_abstract_sockets...: needs Landlock ABI 6 and python3");
+        return;
+    }
+    let marker = unique_sleep(1);
+    let mut victim = Command::new("sleep").arg(&marker).spawn().unwrap();
+    let out = Run::new(&wt)
+        .sh(&format!("kill -TERM {}", victim.id()))
+        .output();
+    assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(
+        victim.try_wait().unwrap().is_none(),
+        "the victim was killed"
+    );
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+
+    let name = format!("shofer-test-{}", std::process::id());
+    let mut listener = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(format!(
+            "import socket,sys; s=socket.socket(socket.AF_UNIX); s.bind('\\0{name}'); s.listen(); print('ready', flush=True); s.accept()"
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 6];
+    listener
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut buf)
+        .unwrap();
+    let out = Run::new(&wt)
+        .args([
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            &format!("import socket; socket.socket(socket.AF_UNIX).connect('\\0{name}')"),
+        ])
+        .output();
+    assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PermissionError"));
+    listener.kill().unwrap();
+    listener.wait().unwrap();
+}
+
+#[test]
+fn no_process_is_left_after_the_command_exits() {
+    let (_s, wt) = scratch_with_wt();
+    let (a, b, c) = (unique_sleep(2), unique_sleep(3), unique_sleep(4));
+    let out = Run::new(&wt)
+        .sh(&format!(
+            "sleep {a} & setsid sleep {b} & (sh -c 'sleep {c}' &) ; echo started"
+        ))
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    for m in [&a, &b, &c] {
+        assert!(processes_with(m).is_empty(), "survivor sleep {m}");
+    }
+}
+
+#[test]
+fn keep_descendants_waits_for_them() {
+    let (_s, wt) = scratch_with_wt();
+    let out = Run::new(&wt)
+        .arg("--keep-descendants")
+        .sh("(sleep 0.3; echo late > late) & echo early")
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(wt.join("late").exists(), "the descendant was killed");
+}
+
+/// Spawns the sandbox running `script`, waits until it created `ready` in the worktree.
+fn spawn_ready(wt: &Path, script: &str) -> std::process::Child {
+    let mut child = Run::new(wt)
+        .sh(script)
+        .command()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !wt.join("ready").exists() {
+        assert!(Instant::now() < deadline, "the command never became ready");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the sandbox exited early"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+#[test]
+fn sigint_to_the_wrapper_reaches_the_command() {
+    let (_s, wt) = scratch_with_wt();
+    let mut child = spawn_ready(
+        &wt,
+        "trap 'echo got-int; exit 7' INT; touch ready; while :; do sleep 0.05; done",
+    );
+    // Safety: signalling the child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    let mut out = String::new();
+    child.stdout.unwrap().read_to_string(&mut out).unwrap();
+    assert_eq!(status.code(), Some(7), "{out}");
+    assert!(out.contains("got-int"));
+}
+
+#[test]
+fn sigterm_to_the_wrapper_kills_the_whole_tree() {
+    let (_s, wt) = scratch_with_wt();
+    let (a, b) = (unique_sleep(5), unique_sleep(6));
+    let mut child = spawn_ready(
+        &wt,
+        &format!("trap '' TERM; setsid sleep {a} & (sleep {b} &); touch ready; while :; do sleep 0.05; done"),
+    );
+    // Safety: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    // The main process ignored SIGTERM, so it died of the SIGKILL that followed: 128+9.
+    assert_eq!(status.code(), Some(137), "{status:?}");
+    assert!(status.signal().is_none());
+    for m in [&a, &b] {
+        assert!(processes_with(m).is_empty(), "survivor sleep {m}");
+    }
+}
+
+#[test]
+fn probe_json_reports_every_protection_and_never_hides_a_limit() {
+    let out = Command::new(SANDBOX)
+        .args(["--probe", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "write_outside",
+        "truncate",
+        "rename_link_across",
+        "chmod_chown_utime_xattr",
+        "signals_out",
+        "abstract_unix_sockets",
+        "pathname_unix_sockets",
+        "tcp",
+        "tiocsti",
+        "inherited_fds",
+    ] {
+        assert!(v["protections"].get(key).is_some(), "{key} missing: {v}");
+    }
+    assert_eq!(
+        v["protections"]["chmod_chown_utime_xattr"]["enforced"],
+        false
+    );
+    if v["landlock"]["abi"].as_u64().unwrap() < 9 {
+        assert_eq!(v["protections"]["pathname_unix_sockets"]["enforced"], false);
+    }
+}
+
+#[test]
+fn report_fd_describes_the_run() {
+    let s = Scratch::new();
+    let (_repo, wt) = linked_worktree(&s);
+    let report = s.path().join("report.json");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 9>'{}'; exec '{SANDBOX}' --report 9 '{}' -c 'ls /proc/self/fd/9 2>/dev/null && exit 1; exit 0'",
+            report.display(),
+            wt.display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the report fd leaked: {}",
+        show(&out)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["worktree"], wt.to_str().unwrap());
+    assert_eq!(v["git"]["layout"], "linked");
+    let writable: Vec<&str> = v["writable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap())
+        .collect();
+    assert!(writable.iter().any(|p| p.ends_with("/repo/.git/objects")));
+    assert!(!writable.iter().any(|p| p.ends_with("/repo/.git")));
+}
+
+#[test]
+fn max_abi_below_3_is_refused_unless_degraded_is_allowed() {
+    let (_s, wt) = scratch_with_wt();
+    if landlock_abi() < 3 {
+        eprintln!("SKIP max_abi_below_3...: the kernel itself is below ABI 3");
+        return;
+    }
+    let out = Run::new(&wt)
+        .args(["--max-abi", "2", "--backend", "landlock", "--", "true"])
+        .output();
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("truncate"));
+    let out = Run::new(&wt)
+        .args([
+            "--max-abi",
+            "1",
+            "--backend",
+            "landlock",
+            "--allow-degraded",
+        ])
+        .sh("mkdir d && touch f && /usr/bin/python3 -c 'import os; os.rename(\"f\", \"d/f\")'")
+        .output();
+    // (mv would hide it by falling back to copy and unlink on EXDEV.)
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "ABI 1 cannot rename across directories"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("degraded"));
+}
+
+#[test]
+fn root_capabilities_are_dropped() {
+    if skip_unless_root("root_capabilities_are_dropped") {
+        return;
+    }
+    let (s, wt) = scratch_with_wt();
+    let owned = s.path().join("owned");
+    std::fs::write(&owned, "").unwrap();
+    let out = Run::new(&wt)
+        .sh("grep -E '^Cap(Prm|Eff|Bnd|Amb|Inh)' /proc/self/status")
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        assert!(line.ends_with("0000000000000000"), "{line}");
+    }
+    let out = Run::new(&wt)
+        .arg("--keep-caps")
+        .sh("grep CapEff /proc/self/status")
+        .output();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("0000000000000000"));
+}
+
+#[test]
+fn unprivileged_runs_confine_writes_and_keep_exit_codes() {
+    if skip_unless_root("unprivileged_runs_confine_writes_and_keep_exit_codes") {
+        return;
+    }
+    let (s, wt) = scratch_with_wt();
+    s.chown_all(UNPRIV);
+    let outside = s.path().join("outside");
+    let out = Run::new(&wt)
+        .with_uid(UNPRIV)
+        .sh("echo in > inside")
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let out = Run::new(&wt)
+        .with_uid(UNPRIV)
+        .sh(&format!("echo no > '{}'", outside.display()))
+        .output();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!outside.exists());
+    let out = Run::new(&wt).with_uid(UNPRIV).sh("exit 9").output();
+    assert_eq!(out.status.code(), Some(9));
+    let out = Run::new(&wt)
+        .with_uid(UNPRIV)
+        .args(["--", "nope-xyz"])
+        .output();
+    assert_eq!(out.status.code(), Some(127));
+}
