@@ -277,6 +277,8 @@ fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy) -> Verdict
         Protection::AbstractSockets => {
             if abi >= 6 {
                 Enforced("landlock scope")
+            } else if backend.has_pid_namespace() && net == NetPolicy::Deny {
+                Enforced("network namespace")
             } else {
                 no("Landlock scopes abstract unix sockets only from ABI 6")
             }

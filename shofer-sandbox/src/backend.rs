@@ -4,40 +4,94 @@
 use shofer_core::policy::{degradations, Backend, NetPolicy, Protection};
 use shofer_core::rights::NEWEST_PINNED_ABI;
 
+use std::cell::OnceCell;
+
+use crate::bwrap::{self, Bwrap};
 use crate::cli::BackendChoice;
+use crate::namespaces;
 use crate::sys::{self, LandlockAbsence};
 
-/// What the kernel offers, probed once per run. Slower probes (user namespaces, bubblewrap)
-/// are only run when a decision needs them.
-#[derive(Debug, Clone)]
+/// What the kernel offers, probed once per run. The slower probes (user namespaces: a clone
+/// and a mount; bubblewrap: running it) happen only when a decision or a report needs them.
+#[derive(Debug, Clone, Default)]
 pub struct Facts {
     /// `uname -r`.
     pub kernel: String,
     /// The kernel's Landlock ABI, or why there is none.
-    pub landlock: Result<u32, LandlockAbsence>,
+    pub landlock: Option<Result<u32, LandlockAbsence>>,
+    userns: OnceCell<Result<(), String>>,
+    bwrap: OnceCell<Result<Bwrap, String>>,
 }
 
 impl Facts {
-    /// Probes the running kernel.
+    /// Probes the running kernel's Landlock ABI (the cheap probe).
     pub fn probe() -> Facts {
         Facts {
             kernel: sys::kernel_release(),
-            landlock: sys::landlock_abi(),
+            landlock: Some(sys::landlock_abi()),
+            ..Facts::default()
         }
+    }
+
+    /// Facts with fixed answers (tests, and `--probe` of a hypothetical kernel).
+    pub fn fixed(
+        landlock: Result<u32, LandlockAbsence>,
+        userns: Result<(), String>,
+        bwrap: Result<Bwrap, String>,
+    ) -> Facts {
+        Facts {
+            kernel: "fixed".into(),
+            landlock: Some(landlock),
+            userns: OnceCell::from(userns),
+            bwrap: OnceCell::from(bwrap),
+        }
+    }
+
+    fn landlock(&self) -> Result<u32, LandlockAbsence> {
+        self.landlock.unwrap_or(Err(LandlockAbsence::Other(0)))
+    }
+
+    /// The kernel's Landlock result, for reports.
+    pub fn landlock_result(&self) -> Result<u32, LandlockAbsence> {
+        self.landlock()
+    }
+
+    /// The user-namespace probe's answer if it already ran.
+    pub fn userns_if_probed(&self) -> Option<&Result<(), String>> {
+        self.userns.get()
+    }
+
+    /// The bubblewrap probe's answer if it already ran.
+    pub fn bwrap_if_probed(&self) -> Option<&Result<Bwrap, String>> {
+        self.bwrap.get()
+    }
+
+    /// Whether unprivileged user namespaces with mounts work here (probed on first call).
+    pub fn userns(&self) -> &Result<(), String> {
+        self.userns.get_or_init(namespaces::probe)
+    }
+
+    /// A usable bubblewrap, or why not (probed on first call).
+    pub fn bwrap(&self) -> &Result<Bwrap, String> {
+        self.bwrap.get_or_init(|| {
+            let b = bwrap::find()?;
+            bwrap::check_usable(&b)?;
+            Ok(b)
+        })
     }
 
     /// The Landlock ABI to use: the kernel's, capped by `--max-abi` and by the newest ABI
     /// whose rights are pinned. 0 when there is no Landlock.
     pub fn effective_abi(&self, max_abi: Option<u32>) -> u32 {
-        let kernel = self.landlock.unwrap_or(0);
+        let kernel = self.landlock().unwrap_or(0);
         kernel
             .min(max_abi.unwrap_or(u32::MAX))
             .min(NEWEST_PINNED_ABI)
     }
 
-    /// Why Landlock is unusable at `abi`, as one clause (e.g. "not in this kernel (ENOSYS)").
+    /// Why Landlock is unusable, as one clause (e.g. "not in this kernel (ENOSYS)").
     pub fn landlock_absence(&self, max_abi: Option<u32>) -> String {
-        match self.landlock {
+        match self.landlock() {
             Err(LandlockAbsence::NotBuilt) => "not in this kernel (ENOSYS)".into(),
             Err(LandlockAbsence::Disabled) => {
                 "built in but disabled at boot (EOPNOTSUPP; add landlock to lsm=)".into()
@@ -63,9 +117,14 @@ pub struct Choice {
     pub degraded: Vec<(Protection, String)>,
     /// Why this backend was chosen, in one sentence.
     pub reason: String,
+    /// The bubblewrap to run, for the `bwrap` backend.
+    pub bwrap: Option<Bwrap>,
 }
 
-/// Chooses the backend for `request`.
+/// Chooses the backend for `request` (DESIGN §2.4): `auto` takes Landlock when it enforces
+/// the whole required policy, else `userns` (Landlock layered at whatever ABI the kernel has),
+/// else `bwrap`, else a partial Landlock with `--allow-degraded`, else a refusal naming each
+/// mechanism and why it failed.
 ///
 /// # Errors
 /// One line naming each mechanism tried and why it failed (exit 125).
@@ -77,46 +136,112 @@ pub fn choose(
     allow_degraded: bool,
 ) -> Result<Choice, String> {
     let abi = facts.effective_abi(max_abi);
-    let landlock = || -> Result<Choice, String> {
-        if abi == 0 {
-            return Err(format!("Landlock: {}", facts.landlock_absence(max_abi)));
-        }
-        let degraded = degradations(Backend::Landlock, abi, net);
-        if degraded.is_empty() {
-            return Ok(Choice {
-                backend: Backend::Landlock,
-                abi,
-                degraded,
-                reason: format!("Landlock ABI {abi} enforces the whole policy"),
-            });
-        }
-        let what = degraded
+    let landlock_degraded = degradations(Backend::Landlock, abi, net);
+    let landlock_what = || {
+        landlock_degraded
             .iter()
             .map(|(_, why)| why.as_str())
             .collect::<Vec<_>>()
-            .join("; ");
-        if allow_degraded {
+            .join("; ")
+    };
+    let landlock = |accept_partial: bool| -> Result<Choice, String> {
+        if abi == 0 {
+            return Err(format!("Landlock: {}", facts.landlock_absence(max_abi)));
+        }
+        if landlock_degraded.is_empty() {
             return Ok(Choice {
                 backend: Backend::Landlock,
                 abi,
-                degraded,
-                reason: format!("Landlock ABI {abi}, degraded as allowed: {what}"),
+                degraded: Vec::new(),
+                reason: format!("Landlock ABI {abi} enforces the whole policy"),
+                bwrap: None,
+            });
+        }
+        if accept_partial {
+            return Ok(Choice {
+                backend: Backend::Landlock,
+                abi,
+                degraded: landlock_degraded.clone(),
+                reason: format!(
+                    "Landlock ABI {abi}, degraded as allowed: {}",
+                    landlock_what()
+                ),
+                bwrap: None,
             });
         }
         Err(format!(
-            "Landlock: ABI {abi} is partial ({what}; pass --allow-degraded to accept)"
+            "Landlock: ABI {abi} is partial ({}; pass --allow-degraded to accept)",
+            landlock_what()
         ))
     };
+    let userns = |backend: Backend| -> Result<Choice, String> {
+        if let Err(why) = facts.userns() {
+            return Err(format!("user namespaces: {why}"));
+        }
+        if backend == Backend::Layered && abi == 0 {
+            return Err(format!(
+                "layered: needs Landlock, which is unusable: {}",
+                facts.landlock_absence(max_abi)
+            ));
+        }
+        let layered = if abi > 0 {
+            format!(", Landlock ABI {abi} layered on top")
+        } else {
+            String::from(", no Landlock layered")
+        };
+        Ok(Choice {
+            backend,
+            abi,
+            degraded: degradations(backend, abi, net),
+            reason: format!("user, mount and PID namespaces with a read-only root{layered}"),
+            bwrap: None,
+        })
+    };
+    let bwrap = || -> Result<Choice, String> {
+        match facts.bwrap() {
+            Ok(b) => Ok(Choice {
+                backend: Backend::Bwrap,
+                abi: 0,
+                degraded: degradations(Backend::Bwrap, 0, net),
+                reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
+                bwrap: Some(b.clone()),
+            }),
+            Err(why) => Err(format!("bwrap: {why}")),
+        }
+    };
     match request {
-        BackendChoice::Forced(Backend::Landlock) => landlock(),
-        BackendChoice::Forced(other) => Err(format!(
-            "{other}: this backend is not available in this build"
-        )),
-        BackendChoice::Auto => landlock().map_err(|ll| {
-            format!(
-                "no sandbox backend can enforce the policy: {ll}; user namespaces: backend not available in this build; bwrap: backend not available in this build"
-            )
-        }),
+        BackendChoice::Forced(Backend::Landlock) => landlock(allow_degraded),
+        BackendChoice::Forced(b @ (Backend::Userns | Backend::Layered)) => userns(b),
+        BackendChoice::Forced(Backend::Bwrap) => bwrap(),
+        BackendChoice::Auto => {
+            let mut why = Vec::new();
+            for attempt in [
+                &(|| landlock(false)) as &dyn Fn() -> Result<Choice, String>,
+                &|| userns(Backend::Userns),
+                &bwrap,
+            ] {
+                match attempt() {
+                    Ok(c) => {
+                        return Ok(Choice {
+                            reason: if why.is_empty() {
+                                c.reason.clone()
+                            } else {
+                                format!("{} (because {})", c.reason, why.join("; "))
+                            },
+                            ..c
+                        })
+                    }
+                    Err(e) => why.push(e),
+                }
+            }
+            if allow_degraded && abi > 0 {
+                return landlock(true);
+            }
+            Err(format!(
+                "no sandbox backend can enforce the policy: {}",
+                why.join("; ")
+            ))
+        }
     }
 }
 
@@ -124,11 +249,16 @@ pub fn choose(
 mod tests {
     use super::*;
 
+    fn no_ns() -> Result<(), String> {
+        Err("blocked (test)".into())
+    }
+
+    fn no_bwrap() -> Result<Bwrap, String> {
+        Err("not installed (test)".into())
+    }
+
     fn facts(landlock: Result<u32, LandlockAbsence>) -> Facts {
-        Facts {
-            kernel: "test".into(),
-            landlock,
-        }
+        Facts::fixed(landlock, no_ns(), no_bwrap())
     }
 
     #[test]
@@ -139,8 +269,38 @@ mod tests {
         assert!(choose(BackendChoice::Auto, &f, Some(3), NetPolicy::Allow, false).is_ok());
         let err = choose(BackendChoice::Auto, &f, Some(2), NetPolicy::Allow, false).unwrap_err();
         assert!(err.contains("truncate"), "{err}");
+        assert!(err.contains("user namespaces: blocked"), "{err}");
+        assert!(err.contains("bwrap: not installed"), "{err}");
         let c = choose(BackendChoice::Auto, &f, Some(2), NetPolicy::Allow, true).unwrap();
         assert_eq!(c.degraded.len(), 1);
+    }
+
+    #[test]
+    fn auto_falls_back_to_userns_then_bwrap() {
+        let f = Facts::fixed(Ok(2), Ok(()), no_bwrap());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert_eq!((c.backend, c.abi), (Backend::Userns, 2));
+        assert!(c.degraded.is_empty());
+        let b = Bwrap {
+            path: "/usr/bin/bwrap".into(),
+            version: "0.8.0".into(),
+            setuid: false,
+        };
+        let f = Facts::fixed(Err(LandlockAbsence::NotBuilt), no_ns(), Ok(b));
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
+        assert_eq!(c.backend, Backend::Bwrap);
+        assert!(c.reason.contains("ENOSYS"), "{}", c.reason);
+    }
+
+    #[test]
+    fn with_landlock_complete_auto_never_probes_namespaces() {
+        let f = Facts {
+            kernel: "t".into(),
+            landlock: Some(Ok(6)),
+            ..Facts::default()
+        };
+        choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
+        assert!(f.userns.get().is_none() && f.bwrap.get().is_none());
     }
 
     #[test]
@@ -151,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn refusal_names_the_landlock_errno() {
+    fn refusal_names_each_mechanism() {
         let err = choose(
             BackendChoice::Auto,
             &facts(Err(LandlockAbsence::NotBuilt)),
@@ -160,7 +320,14 @@ mod tests {
             false,
         )
         .unwrap_err();
-        assert!(err.contains("ENOSYS"), "{err}");
+        assert!(
+            err.contains("Landlock: not in this kernel (ENOSYS)"),
+            "{err}"
+        );
+        assert!(
+            err.contains("user namespaces") && err.contains("bwrap"),
+            "{err}"
+        );
         let err = choose(
             BackendChoice::Forced(Backend::Landlock),
             &facts(Err(LandlockAbsence::Disabled)),
@@ -170,6 +337,30 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("EOPNOTSUPP"), "{err}");
+    }
+
+    #[test]
+    fn layered_needs_landlock_and_userns() {
+        let f = Facts::fixed(Err(LandlockAbsence::NotBuilt), Ok(()), no_bwrap());
+        let err = choose(
+            BackendChoice::Forced(Backend::Layered),
+            &f,
+            None,
+            NetPolicy::Allow,
+            false,
+        )
+        .unwrap_err();
+        assert!(err.contains("needs Landlock"), "{err}");
+        let f = Facts::fixed(Ok(7), Ok(()), no_bwrap());
+        let c = choose(
+            BackendChoice::Forced(Backend::Layered),
+            &f,
+            None,
+            NetPolicy::Allow,
+            false,
+        )
+        .unwrap();
+        assert_eq!((c.backend, c.abi), (Backend::Layered, 7));
     }
 
     #[test]

@@ -24,10 +24,12 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+pub mod bwrap;
 pub mod capabilities;
 pub mod cli;
 pub mod error;
 pub mod git;
+pub mod namespaces;
 pub mod paths;
 pub mod report;
 pub mod ruleset;
@@ -38,12 +40,13 @@ pub mod writable;
 
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 use cli::RunArgs;
 use error::SetupError;
+use shofer_core::policy::Backend;
 use supervisor::{Launch, Outcome};
 
 /// Exit status when the sandbox could not be set up (DESIGN §2.6).
@@ -56,6 +59,8 @@ pub const KILL_GRACE: Duration = Duration::from_millis(250);
 pub fn probe(json: bool, max_abi: Option<u32>, net: shofer_core::policy::NetPolicy) -> i32 {
     let facts = backend::Facts::probe();
     let choice = backend::choose(cli::BackendChoice::Auto, &facts, max_abi, net, false);
+    // The probe reports every mechanism, needed for the decision or not.
+    let _ = (facts.userns(), facts.bwrap());
     let value = report::probe(&facts, &choice, net);
     if json {
         println!("{value}");
@@ -128,11 +133,6 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
             source: e,
         })?;
     }
-    let landlock = if choice.abi > 0 {
-        Some(ruleset::create(opened, choice.abi)?)
-    } else {
-        None
-    };
     let argv = args
         .command
         .iter()
@@ -143,7 +143,12 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     let interactive = (0..3).any(|fd| unsafe { libc::isatty(fd) } == 1);
     // Safety: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
-    supervisor::run(Launch {
+    let landlock = if choice.abi > 0 && choice.backend != Backend::Bwrap {
+        Some(ruleset::create(&opened, choice.abi)?)
+    } else {
+        None
+    };
+    let mut launch = Launch {
         argv,
         interactive,
         pass_fds: args.pass_fds,
@@ -151,5 +156,107 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
         landlock,
         keep_descendants: args.keep_descendants,
         grace: KILL_GRACE,
-    })
+        namespaces: None,
+        no_new_privs: true,
+        seccomp: true,
+        bwrap_info: None,
+    };
+    // Kept alive until the command has exec'd.
+    let mut _bwrap_args = None;
+    match choice.backend {
+        Backend::Landlock => {}
+        Backend::Userns | Backend::Layered => {
+            // In a user namespace the command holds capabilities there until exec: drop them
+            // whoever the caller is.
+            launch.drop_caps = !args.keep_caps;
+            launch.namespaces = Some(namespace_setup(&opened, choice.abi));
+        }
+        Backend::Bwrap => {
+            if args.keep_descendants {
+                return Err(SetupError::Usage(
+                    "--keep-descendants is not available with the bwrap backend (bubblewrap's init kills them when the command exits); use landlock or userns".into(),
+                ));
+            }
+            match supervisor::resolve_command(&launch.argv[0]) {
+                Ok(path) => launch.argv[0] = path,
+                Err((code, msg)) => return Ok(Outcome::NotExecuted(code, msg)),
+            }
+            let b = choice
+                .bwrap
+                .as_ref()
+                .expect("bwrap choice carries its binary");
+            let info = sys::pipe_cloexec().map_err(|e| SetupError::Syscall {
+                op: "pipe2",
+                source: e,
+            })?;
+            let (fd, argv) = bwrap::argv(
+                b,
+                &opened,
+                &launch.argv,
+                !args.keep_caps,
+                info.1.as_raw_fd(),
+            )
+            .map_err(|e| SetupError::Syscall {
+                op: "preparing the bubblewrap arguments",
+                source: e,
+            })?;
+            launch.pass_fds.push(info.1.as_raw_fd());
+            launch.bwrap_info = Some(info);
+            launch.pass_fds.push(fd.as_raw_fd());
+            launch.argv = argv;
+            _bwrap_args = Some(fd);
+            // bubblewrap needs its privileges to build the sandbox and drops them itself; a
+            // setuid one must not run under no_new_privs.
+            launch.drop_caps = false;
+            launch.no_new_privs = !b.setuid;
+            launch.seccomp = !b.setuid;
+        }
+    }
+    let outcome = supervisor::run(launch);
+    drop(opened);
+    outcome
+}
+
+/// The plan for process A of the namespace backends: every writable path except the device
+/// nodes and `/dev/shm`, which the minimal `/dev` provides (plus any other terminal the caller
+/// sits on).
+fn namespace_setup(opened: &writable::OpenedPolicy, abi: u32) -> supervisor::NsSetup {
+    use shofer_core::policy::RuleOrigin;
+    let mut devices = namespaces::standard_devices();
+    let mut binds = Vec::new();
+    for (rule, fd) in opened.policy.writable.iter().zip(&opened.fds) {
+        match rule.origin {
+            RuleOrigin::Device | RuleOrigin::SharedMemory => {}
+            RuleOrigin::Terminal => {
+                let name = rule.path.strip_prefix("/dev").ok().and_then(|p| p.to_str());
+                if let Some(name) = name {
+                    // ptmx and pts come from the namespace's own devpts instance.
+                    let covered = devices.iter().any(|(d, _)| name == d)
+                        || name == "ptmx"
+                        || name == "pts"
+                        || name.starts_with("pts/");
+                    if !covered && !name.contains('/') {
+                        devices.push((name.to_string(), true));
+                    }
+                }
+            }
+            _ => binds.push(namespaces::Bind {
+                path: rule.path.clone(),
+                fd: fd.as_raw_fd(),
+                origin: rule.origin,
+            }),
+        }
+    }
+    // Safety: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    supervisor::NsSetup {
+        plan: namespaces::Plan {
+            binds,
+            uid,
+            gid,
+            devices,
+        },
+        net_deny: opened.policy.net == shofer_core::policy::NetPolicy::Deny,
+        landlock_abi: abi,
+    }
 }

@@ -1,9 +1,20 @@
 //! `shofer-sandbox`: parse, run, exit. Every exit status is decided in
 //! [`shofer_sandbox::run`]; this file only maps usage errors to 125 (DESIGN §2.6).
+//!
+//! `no_main`: start-up is part of every sandboxed command's cost, and the Rust runtime's own
+//! set-up (probing the main thread's stack guard through `/proc/self/maps`, installing a
+//! signal stack, ignoring SIGPIPE) costs about as much as the sandbox's. None of it is needed
+//! here: the arguments still come from `std::env` (glibc hands them to std at load time), a
+//! panic aborts, and the child restores default signal dispositions itself.
+#![no_main]
 
 use shofer_sandbox::cli::{self, Invocation};
 
-fn main() {
+#[no_mangle]
+extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
     let code = match cli::parse(std::env::args_os().skip(1)) {
         Ok(Invocation::Help) => {
             print!("{}", cli::HELP);

@@ -11,7 +11,7 @@ use crate::sys::{self, LandlockAbsence};
 use crate::writable::OpenedPolicy;
 
 fn landlock_json(facts: &Facts) -> Value {
-    let (abi, status, errno) = match facts.landlock {
+    let (abi, status, errno) = match facts.landlock_result() {
         Ok(abi) => (abi, "available", Value::Null),
         Err(LandlockAbsence::NotBuilt) => (0, "not-built", json!("ENOSYS")),
         Err(LandlockAbsence::Disabled) => (0, "disabled", json!("EOPNOTSUPP")),
@@ -39,8 +39,16 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, String>, net: NetPolicy) -> 
     let mut obj = json!({
         "kernel": facts.kernel,
         "landlock": landlock_json(facts),
-        "user_namespaces": {"usable": false, "reason": "the userns backend is not in this build"},
-        "bwrap": {"path": null, "version": null, "usable": false, "reason": "the bwrap backend is not in this build"},
+        "user_namespaces": match facts.userns_if_probed() {
+            None => json!({"usable": null, "reason": "not probed (not needed for this decision)"}),
+            Some(Ok(())) => json!({"usable": true, "reason": null}),
+            Some(Err(why)) => json!({"usable": false, "reason": why}),
+        },
+        "bwrap": match facts.bwrap_if_probed() {
+            None => json!({"path": null, "version": null, "usable": null, "reason": "not probed (not needed for this decision)"}),
+            Some(Ok(b)) => json!({"path": b.path, "version": b.version, "usable": true, "reason": null}),
+            Some(Err(why)) => json!({"path": null, "version": null, "usable": false, "reason": why}),
+        },
     });
     let map = obj.as_object_mut().expect("object literal");
     match choice {

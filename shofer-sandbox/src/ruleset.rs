@@ -19,12 +19,13 @@ use shofer_core::rights;
 use crate::error::SetupError;
 use crate::writable::OpenedPolicy;
 
-/// Creates the ruleset for `opened` at Landlock ABI `abi` (1..=10), consuming the rule
-/// descriptors. Apply it with `RulesetCreated::restrict_self` in the child, last before exec.
+/// Creates the ruleset for `opened` at Landlock ABI `abi` (1..=10). The rule descriptors are
+/// only borrowed (the namespace backends bind-mount them too). Apply the result with
+/// `RulesetCreated::restrict_self` in the child, last before exec.
 ///
 /// # Errors
 /// [`SetupError::Landlock`] when the kernel refuses the ruleset or a rule.
-pub fn create(opened: OpenedPolicy, abi: u32) -> Result<RulesetCreated, SetupError> {
+pub fn create(opened: &OpenedPolicy, abi: u32) -> Result<RulesetCreated, SetupError> {
     let err = |e: landlock::RulesetError| SetupError::Landlock(e.to_string());
     let fs = rights::fs_write_rights(abi);
     let file = rights::fs_file_rights(abi);
@@ -41,7 +42,7 @@ pub fn create(opened: OpenedPolicy, abi: u32) -> Result<RulesetCreated, SetupErr
         ruleset = ruleset.scope(scopes).map_err(err)?;
     }
     let mut created = ruleset.create().map_err(err)?;
-    for (rule, fd) in opened.policy.writable.iter().zip(opened.fds) {
+    for (rule, fd) in opened.policy.writable.iter().zip(&opened.fds) {
         let access = if rule.is_dir { fs } else { file };
         created = created
             .add_rule(PathBeneath::new(fd, access))

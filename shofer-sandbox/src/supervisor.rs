@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use landlock::RulesetCreated;
 
 use crate::error::SetupError;
-use crate::{capabilities, seccomp, sys};
+use crate::{capabilities, namespaces, seccomp, sys};
 
 /// Everything the child needs between `fork` and `execve`.
 pub struct Launch {
@@ -53,8 +53,27 @@ pub struct Launch {
     pub landlock: Option<RulesetCreated>,
     /// Wait for descendants after the main process exits instead of killing them.
     pub keep_descendants: bool,
+    /// Build user, mount and PID namespaces first (the `userns` and `layered` backends).
+    pub namespaces: Option<NsSetup>,
+    /// Set `no_new_privs` before exec (off only in front of a setuid bubblewrap).
+    pub no_new_privs: bool,
+    /// Install the TIOCSTI/TIOCLINUX seccomp filter (needs `no_new_privs` unless privileged).
+    pub seccomp: bool,
+    /// bubblewrap's `--info-fd` pipe (read end, write end): the supervisor learns the
+    /// command's PID from it, to forward signals past bubblewrap, which does not.
+    pub bwrap_info: Option<(OwnedFd, OwnedFd)>,
     /// Time between SIGTERM and SIGKILL when killing the tree.
     pub grace: Duration,
+}
+
+/// The namespace backends' part of a [`Launch`].
+pub struct NsSetup {
+    /// What process A mounts and maps.
+    pub plan: namespaces::Plan,
+    /// Also unshare the network namespace (`--net deny`).
+    pub net_deny: bool,
+    /// The Landlock ABI of `Launch::landlock`, to add the private `/dev/shm` rule.
+    pub landlock_abi: u32,
 }
 
 /// Child-side setup steps, reported back to the supervisor when one fails.
@@ -69,6 +88,9 @@ enum Stage {
     Seccomp,
     Landlock,
     Exec,
+    IdMaps,
+    Mounts,
+    Fork,
 }
 
 impl Stage {
@@ -83,6 +105,9 @@ impl Stage {
             Seccomp,
             Landlock,
             Exec,
+            IdMaps,
+            Mounts,
+            Fork,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -98,6 +123,9 @@ impl Stage {
             Stage::Seccomp => "installing the seccomp filter",
             Stage::Landlock => "landlock_restrict_self",
             Stage::Exec => "execve",
+            Stage::IdMaps => "writing uid_map/gid_map",
+            Stage::Mounts => "mount",
+            Stage::Fork => "fork",
         }
     }
 }
@@ -136,7 +164,7 @@ fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
 /// # Errors
 /// [`SetupError`] when the supervisor cannot be set up (`fork`, `pipe2`) or a child-side
 /// setup step before `execve` fails; the command has then not run.
-pub fn run(launch: Launch) -> Result<Outcome, SetupError> {
+pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
     // Safety: prctl with integer arguments only changes this process's attributes.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
@@ -181,15 +209,26 @@ pub fn run(launch: Launch) -> Result<Outcome, SetupError> {
     let supervisor = unsafe { libc::getpid() };
     let argv0 = launch.argv[0].clone();
     let keep_descendants = launch.keep_descendants;
-    let own_session = !launch.interactive;
+    let interactive = launch.interactive;
+    let namespaced = launch.namespaces.is_some();
     let grace = launch.grace;
-    let pid = spawn_child(ChildArgs {
+    let bwrap_info = launch.bwrap_info.take();
+    let args = ChildArgs {
         launch: Some(launch),
         supervisor,
         old_mask,
         err: err_write.as_raw_fd(),
-    })?;
+    };
+    let pid = if namespaced {
+        spawn_namespaced(args)?
+    } else {
+        spawn_child(args)?
+    };
     drop(err_write);
+    let bwrap_info = bwrap_info.map(|(read, write)| {
+        drop(write);
+        read
+    });
 
     let main = pid;
     if let Some((stage, errno)) = read_failure(&err_read) {
@@ -206,6 +245,10 @@ pub fn run(launch: Launch) -> Result<Outcome, SetupError> {
                 126,
                 format!("{name}: {}", crate::sys::strerror(errno)),
             )),
+            Stage::IdMaps | Stage::Mounts => Err(SetupError::NoBackend(format!(
+                "user namespaces: {}",
+                namespaces::failure_reason(stage.describe(), errno)
+            ))),
             _ => Err(SetupError::Syscall {
                 op: stage.describe(),
                 source: err,
@@ -213,10 +256,18 @@ pub fn run(launch: Launch) -> Result<Outcome, SetupError> {
         };
     }
     drop(err_read);
+    // Behind bubblewrap, signals go to the command's own session (bwrap --new-session).
+    let forward_target = match bwrap_info.and_then(crate::bwrap::child_pid) {
+        Some(command) => -command,
+        None if !interactive && !namespaced => -main,
+        // In a namespace, init (the main process) forwards to the command itself.
+        None => main,
+    };
 
     let mut sup = Supervisor {
         main,
-        own_session,
+        forward_target,
+        interactive,
         grace,
         main_status: None,
         set,
@@ -312,8 +363,131 @@ fn spawn_child(mut args: ChildArgs) -> Result<libc::pid_t, SetupError> {
     Ok(pid)
 }
 
+/// Starts process A in new user, mount and PID namespaces (and a network namespace with
+/// `--net deny`) with a fork-like `clone`: A outlives the exec of the command, so it cannot
+/// share our memory.
+fn spawn_namespaced(args: ChildArgs) -> Result<libc::pid_t, SetupError> {
+    let net = args
+        .launch
+        .as_ref()
+        .and_then(|l| l.namespaces.as_ref())
+        .is_some_and(|n| n.net_deny);
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    if net {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // Safety: no new stack and no CLONE_VM: the child gets a copy of this single-threaded
+    // process, like fork(2).
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags | libc::SIGCHLD, 0, 0, 0, 0) };
+    if pid < 0 {
+        let errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        return Err(SetupError::NoBackend(format!(
+            "user namespaces: {}",
+            namespaces::failure_reason("clone", errno)
+        )));
+    }
+    if pid == 0 {
+        namespace_init(args);
+    }
+    Ok(pid as libc::pid_t)
+}
+
+/// Process A: PID 1 of the new namespace. Builds it, forks the command, then reaps and
+/// forwards signals until the command exits, and exits with its status (the kernel then kills
+/// whatever is left in the namespace).
+fn namespace_init(mut args: ChildArgs) -> ! {
+    let err = args.err;
+    let fail = |stage: Stage, e: io::Error| -> ! {
+        let mut rec = [0u8; 5];
+        rec[0] = stage as u8;
+        rec[1..].copy_from_slice(&e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes());
+        // Safety: writing to our pipe, then exiting without the parent's destructors.
+        unsafe {
+            libc::write(err, rec.as_ptr().cast(), rec.len());
+            libc::_exit(125)
+        }
+    };
+    let mut launch = args.launch.take().expect("launch is set once");
+    // Safety: prctl with integer arguments. SIGKILL for PID 1 takes the namespace with it.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    let ns = launch.namespaces.take().expect("namespaced launch");
+    if let Err((step, e)) = namespaces::build(&ns.plan) {
+        let stage = match step {
+            namespaces::NsStep::IdMaps => Stage::IdMaps,
+            namespaces::NsStep::Mounts => Stage::Mounts,
+        };
+        fail(stage, e);
+    }
+    // The private /dev/shm and the new devpts are new inodes: Landlock needs rules for them.
+    for dir in ["/dev/shm", "/dev/pts"] {
+        let Some(ruleset) = launch.landlock.take() else {
+            break;
+        };
+        let rule = crate::paths::open_following(std::path::Path::new(dir)).map(|fd| {
+            landlock::PathBeneath::new(fd, shofer_core::rights::fs_write_rights(ns.landlock_abi))
+        });
+        match rule.map(|r| landlock::RulesetCreatedAttr::add_rule(ruleset, r)) {
+            Ok(Ok(ruleset)) => launch.landlock = Some(ruleset),
+            Ok(Err(e)) => fail(Stage::Landlock, io::Error::other(e.to_string())),
+            Err(e) => fail(Stage::Landlock, e),
+        }
+    }
+    drop(ns);
+    let interactive = launch.interactive;
+    let keep_descendants = launch.keep_descendants;
+    let mut command_status = None;
+    // Safety: single-threaded; the child execs or exits.
+    let command = unsafe { libc::fork() };
+    if command < 0 {
+        fail(Stage::Fork, io::Error::last_os_error());
+    }
+    if command == 0 {
+        child(launch, 1, &args.old_mask, err);
+    }
+    drop(launch);
+    // Safety: closing our copy of the error pipe, so the supervisor sees EOF at exec.
+    unsafe { libc::close(err) };
+
+    let mut handled = vec![libc::SIGCHLD, libc::SIGTERM];
+    handled.extend(FORWARDED);
+    let set = sigset(&handled);
+    loop {
+        // Safety: siginfo_t is plain data filled by sigwaitinfo.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // Safety: the set holds signals blocked in this process (inherited mask).
+        let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+        if sig == libc::SIGCHLD {
+            loop {
+                let mut status = 0;
+                // Safety: reaping any child of init, non-blocking.
+                let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+                if pid == command {
+                    command_status = Some(status);
+                }
+                let none_left = pid < 0;
+                if let Some(status) = command_status {
+                    if !keep_descendants || none_left {
+                        // Safety: exiting PID 1; the kernel kills the rest of the namespace.
+                        unsafe { libc::_exit(crate::wait_status_to_exit(status)) };
+                    }
+                }
+                if pid <= 0 {
+                    break;
+                }
+            }
+        } else if sig > 0
+            && command_status.is_none()
+            && !(interactive && info.si_code == libc::SI_KERNEL)
+        {
+            let target = if interactive { command } else { -command };
+            // Safety: signalling our own, unreaped child (or its process group).
+            unsafe { libc::kill(target, sig) };
+        }
+    }
+}
+
 /// The child between `clone` and `execve`. Never returns: it execs or exits 125.
-fn child(launch: Launch, supervisor: libc::pid_t, old_mask: &libc::sigset_t, err: RawFd) -> ! {
+fn child(launch: Launch, expected_parent: libc::pid_t, old_mask: &libc::sigset_t, err: RawFd) -> ! {
     let fail = |stage: Stage, e: io::Error| -> ! {
         let mut rec = [0u8; 5];
         rec[0] = stage as u8;
@@ -354,7 +528,7 @@ fn child(launch: Launch, supervisor: libc::pid_t, old_mask: &libc::sigset_t, err
             Stage::DeathSignal,
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0),
         );
-        if libc::getppid() != supervisor {
+        if libc::getppid() != expected_parent {
             libc::_exit(125);
         }
     }
@@ -363,17 +537,21 @@ fn child(launch: Launch, supervisor: libc::pid_t, old_mask: &libc::sigset_t, err
     }
     // no_new_privs first: seccomp and Landlock need it without CAP_SYS_ADMIN, and it keeps a
     // setuid program from regaining what we drop below.
-    // Safety: prctl with integer arguments.
-    check(Stage::NoNewPrivs, unsafe {
-        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    });
+    if launch.no_new_privs {
+        // Safety: prctl with integer arguments.
+        check(Stage::NoNewPrivs, unsafe {
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        });
+    }
     if launch.drop_caps {
         if let Err(e) = capabilities::drop_all() {
             fail(Stage::Capabilities, e);
         }
     }
-    if let Err(e) = seccomp::refuse_terminal_injection() {
-        fail(Stage::Seccomp, e);
+    if launch.seccomp {
+        if let Err(e) = seccomp::refuse_terminal_injection() {
+            fail(Stage::Seccomp, e);
+        }
     }
     // Landlock last before exec: after it, this process can no longer write its own setup.
     if let Some(ruleset) = launch.landlock {
@@ -423,6 +601,50 @@ fn exec_search(argv: &[CString]) -> io::Error {
     io::Error::from_raw_os_error(if denied { libc::EACCES } else { libc::ENOENT })
 }
 
+/// Where `$PATH` lookup would find `name`, as [`exec_search`] decides it, without executing
+/// anything: for bubblewrap, which reports every exec failure as exit 1. The sandbox sees the
+/// host's root read-only, so the host's answer is the sandbox's.
+///
+/// # Errors
+/// `(126 or 127, message)` as for a failed exec.
+pub fn resolve_command(name: &CString) -> Result<CString, (i32, String)> {
+    let shown = name.to_string_lossy().into_owned();
+    let executable = |p: &CString| {
+        // Safety: NUL-terminated path.
+        is_regular_file(p) && unsafe { libc::access(p.as_ptr(), libc::X_OK) } == 0
+    };
+    let not_executable = || (126, format!("{shown}: {}", sys::strerror(libc::EACCES)));
+    if name.as_bytes().contains(&b'/') {
+        if executable(name) {
+            return Ok(name.clone());
+        }
+        if is_regular_file(name) || std::path::Path::new(&shown).is_dir() {
+            return Err(not_executable());
+        }
+        return Err((127, format!("{shown}: command not found")));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let mut denied = false;
+    for dir in std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).split(|&b| b == b':') {
+        let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
+        let mut candidate = dir.to_vec();
+        candidate.push(b'/');
+        candidate.extend_from_slice(name.as_bytes());
+        let Ok(candidate) = CString::new(candidate) else {
+            continue;
+        };
+        if executable(&candidate) {
+            return Ok(candidate);
+        }
+        denied |= is_regular_file(&candidate);
+    }
+    Err(if denied {
+        not_executable()
+    } else {
+        (127, format!("{shown}: command not found"))
+    })
+}
+
 fn exec_one(path: &CString, argv: &[CString]) -> io::Error {
     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
@@ -451,7 +673,9 @@ fn is_regular_file(path: &CString) -> bool {
 
 struct Supervisor {
     main: libc::pid_t,
-    own_session: bool,
+    /// Where forwarded signals go: a PID, or a process group as its negation.
+    forward_target: libc::pid_t,
+    interactive: bool,
     grace: Duration,
     main_status: Option<i32>,
     set: libc::sigset_t,
@@ -495,17 +719,12 @@ impl Supervisor {
         if self.main_status.is_some() {
             return;
         }
-        if !self.own_session && info.si_code == libc::SI_KERNEL {
+        if self.interactive && info.si_code == libc::SI_KERNEL {
             return; // the terminal sent it to the whole foreground group already
         }
-        let target = if self.own_session {
-            -self.main
-        } else {
-            self.main
-        };
-        // Safety: signalling our own child (or its process group); the main process is not
-        // reaped yet, so its PID cannot have been recycled.
-        unsafe { libc::kill(target, sig) };
+        // Safety: signalling our own descendant (or its process group); the main process is
+        // not reaped yet, so its tree's PIDs cannot have been recycled under us.
+        unsafe { libc::kill(self.forward_target, sig) };
     }
 
     /// Reaps every exited child; records the main process's status. Returns true when no

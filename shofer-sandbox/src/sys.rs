@@ -194,3 +194,14 @@ pub fn strerror(e: i32) -> String {
         None => text,
     }
 }
+
+/// `pipe2(O_CLOEXEC)`: (read end, write end).
+pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // Safety: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Safety: pipe2 just returned these descriptors; each is owned once.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}

@@ -209,3 +209,63 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
 pub fn unique_sleep(tag: u32) -> String {
     format!("{}.{:05}{}", 86000 + tag, std::process::id() % 100000, tag)
 }
+
+/// Every backend the tests exercise.
+pub const ALL_BACKENDS: [&str; 4] = ["landlock", "userns", "layered", "bwrap"];
+
+/// The backends that can run here (each tried once per test binary); the others are listed
+/// once on stderr with why they are skipped.
+pub fn backends() -> Vec<&'static str> {
+    static USABLE: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    USABLE
+        .get_or_init(|| {
+            let s = Scratch::new();
+            let out = Command::new(SANDBOX)
+                .args(["--probe", "--json"])
+                .output()
+                .unwrap();
+            let probe: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            ALL_BACKENDS
+                .into_iter()
+                .filter(|b| {
+                    let out = Command::new(SANDBOX)
+                        .args(["--backend", b])
+                        .arg(s.path())
+                        .args(["--", "true"])
+                        .output()
+                        .unwrap();
+                    if !out.status.success() {
+                        // Skipping is only honest when the probe agrees the mechanism is
+                        // missing here; otherwise the backend is broken and the tests fail.
+                        let mechanism = match *b {
+                            "landlock" => probe["landlock"]["abi"].as_u64() >= Some(3),
+                            "userns" => probe["user_namespaces"]["usable"] == true,
+                            "layered" => {
+                                probe["user_namespaces"]["usable"] == true
+                                    && probe["landlock"]["abi"].as_u64() >= Some(1)
+                            }
+                            _ => probe["bwrap"]["usable"] == true,
+                        };
+                        assert!(
+                            !mechanism,
+                            "backend {b} should work here (probe: {probe}) but: {}",
+                            String::from_utf8_lossy(&out.stderr)
+                        );
+                        eprintln!(
+                            "SKIP backend {b}: {}",
+                            String::from_utf8_lossy(&out.stderr).trim()
+                        );
+                    }
+                    out.status.success()
+                })
+                .collect()
+        })
+        .clone()
+}
+
+impl Run {
+    /// `--backend NAME`.
+    pub fn backend(self, name: &str) -> Run {
+        self.arg("--backend").arg(name)
+    }
+}

@@ -1,0 +1,225 @@
+//! The `bwrap` backend (DESIGN §2.4): the system's bubblewrap with `--new-session
+//! --die-with-parent --unshare-pid --proc /proc --dev /dev`, the root bound read-only and the
+//! writable set bound read-write, under shofer's supervisor.
+//!
+//! A too-old bubblewrap is detected by its `--version`, not by a crash halfway through: the
+//! options used here all exist since [`MIN_VERSION`]. Arguments go through `--args FD` (a
+//! memfd), so thousands of writable paths never hit the kernel's argument-size limit.
+
+use std::ffi::{CString, OsStr};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use shofer_core::policy::{NetPolicy, RuleOrigin};
+
+use crate::writable::OpenedPolicy;
+
+/// The oldest bubblewrap whose options we rely on (`--args`, `--die-with-parent`,
+/// `--new-session`, `--dev`, `--proc`, `--unshare-net`).
+pub const MIN_VERSION: (u32, u32, u32) = (0, 4, 0);
+
+/// A bubblewrap found on `PATH`.
+#[derive(Clone, Debug)]
+pub struct Bwrap {
+    /// Its path.
+    pub path: PathBuf,
+    /// Its version, as reported by `bwrap --version`.
+    pub version: String,
+    /// Whether it is installed setuid root (then shofer sets no `no_new_privs` before it).
+    pub setuid: bool,
+}
+
+/// Finds `bwrap` on `PATH` and checks its version.
+///
+/// # Errors
+/// A clause for the refusal message: "not installed", "too old (0.1.7 < 0.4.0)", …
+pub fn find() -> Result<Bwrap, String> {
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into())
+        .as_bytes()
+        .split(|&b| b == b':')
+        .map(|d| Path::new(OsStr::from_bytes(d)).join("bwrap"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| "not installed (no bwrap on PATH)".to_string())?;
+    let out = Command::new(&path)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text
+        .split_whitespace()
+        .nth(1)
+        .filter(|_| out.status.success())
+        .ok_or_else(|| format!("{} --version gave no version", path.display()))?
+        .to_string();
+    let parsed = parse_version(&version).ok_or_else(|| {
+        format!(
+            "{} reports an unreadable version '{version}'",
+            path.display()
+        )
+    })?;
+    if parsed < MIN_VERSION {
+        let (a, b, c) = MIN_VERSION;
+        return Err(format!(
+            "{} is too old ({version} < {a}.{b}.{c}; it lacks options shofer needs)",
+            path.display()
+        ));
+    }
+    let setuid = std::fs::metadata(&path)
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o4000 != 0)
+        .unwrap_or(false);
+    Ok(Bwrap {
+        path,
+        version,
+        setuid,
+    })
+}
+
+/// `"0.8.0"` → `(0, 8, 0)`; a missing patch number is 0.
+pub fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
+    let mut it = v.split('.').map(|p| p.parse::<u32>().ok());
+    let a = it.next()??;
+    let b = it.next()??;
+    let c = it.next().unwrap_or(Some(0))?;
+    Some((a, b, c))
+}
+
+/// Runs a trivial sandbox to see whether this bubblewrap works here.
+///
+/// # Errors
+/// Its first line of stderr, with the AppArmor hint when that is the cause.
+pub fn check_usable(b: &Bwrap) -> Result<(), String> {
+    let out = Command::new(&b.path)
+        .args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-pid",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--die-with-parent",
+            "--new-session",
+            "--",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap_or("failed").trim().to_string();
+    if std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+        .map(|s| s.trim() == "1")
+        .unwrap_or(false)
+    {
+        return Err(format!(
+            "{first} (AppArmor restricts unprivileged user namespaces: install an AppArmor profile for bwrap, or set kernel.apparmor_restrict_unprivileged_userns=0)"
+        ));
+    }
+    Err(first)
+}
+
+/// Writes bubblewrap's arguments for `opened` into a memfd and returns it with the argv that
+/// runs `command` (`bwrap --args FD -- command…`). The memfd must survive exec. With
+/// `drop_caps` (a root caller without `--keep-caps`), bubblewrap drops every capability of the
+/// command (`--cap-drop ALL`); it keeps them for root otherwise. bubblewrap writes
+/// `{"child-pid": N}` to `info_fd` (which must survive exec too) once the command runs: see
+/// [`child_pid`].
+///
+/// # Errors
+/// `memfd_create` or write failures.
+pub fn argv(
+    b: &Bwrap,
+    opened: &OpenedPolicy,
+    command: &[CString],
+    drop_caps: bool,
+    info_fd: std::os::fd::RawFd,
+) -> std::io::Result<(OwnedFd, Vec<CString>)> {
+    let info = info_fd.to_string();
+    let mut args: Vec<&[u8]> = vec![
+        b"--info-fd",
+        info.as_bytes(),
+        b"--die-with-parent",
+        b"--new-session",
+        b"--unshare-pid",
+        b"--ro-bind",
+        b"/",
+        b"/",
+        b"--dev",
+        b"/dev",
+        b"--proc",
+        b"/proc",
+    ];
+    if opened.policy.net == NetPolicy::Deny {
+        args.push(b"--unshare-net");
+    }
+    if drop_caps {
+        args.extend_from_slice(&[b"--cap-drop", b"ALL"]);
+    }
+    for rule in &opened.policy.writable {
+        // /dev comes from --dev (its own null, zero, full, tty, ptmx, pts and shm).
+        if matches!(
+            rule.origin,
+            RuleOrigin::Device | RuleOrigin::Terminal | RuleOrigin::SharedMemory
+        ) {
+            continue;
+        }
+        let p = rule.path.as_os_str().as_bytes();
+        args.extend_from_slice(&[b"--bind", p, p]);
+    }
+    // Safety: memfd_create with a static name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"shofer-bwrap-args".as_ptr(), 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // Safety: memfd_create just returned this descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut file = std::fs::File::from(fd.try_clone()?);
+    for a in &args {
+        file.write_all(a)?;
+        file.write_all(b"\0")?;
+    }
+    // bwrap reads from the current offset.
+    // Safety: lseek on our own descriptor.
+    unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_SET) };
+    let mut argv = vec![
+        CString::new(b.path.as_os_str().as_bytes()).map_err(std::io::Error::other)?,
+        CString::new("--args").expect("no NUL"),
+        CString::new(fd.as_raw_fd().to_string()).expect("no NUL"),
+        CString::new("--").expect("no NUL"),
+    ];
+    argv.extend(command.iter().cloned());
+    Ok((fd, argv))
+}
+
+/// Reads bubblewrap's `--info-fd` record until EOF and returns the command's PID (in our PID
+/// namespace). `None` if bubblewrap exited before starting the command.
+pub fn child_pid(info: OwnedFd) -> Option<libc::pid_t> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::from(info).read_to_string(&mut text).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("child-pid")?.as_i64().map(|p| p as libc::pid_t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_compare_numerically() {
+        assert_eq!(parse_version("0.8.0"), Some((0, 8, 0)));
+        assert_eq!(parse_version("0.10"), Some((0, 10, 0)));
+        assert!(parse_version("0.1.7").unwrap() < MIN_VERSION);
+        assert!(parse_version("0.10.0").unwrap() > MIN_VERSION);
+        assert_eq!(parse_version("x"), None);
+    }
+}

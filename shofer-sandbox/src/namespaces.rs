@@ -1,0 +1,458 @@
+//! The built-in `userns` backend (DESIGN §2.4): new user, mount and PID namespaces (and a new
+//! network namespace with `--net deny`), the root read-only, the writable set bound
+//! read-write, a minimal `/dev`, a private `/dev/shm` and a fresh `/proc`.
+//!
+//! # Order of operations, and why
+//! The supervisor clones process A with `CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID`. A is PID 1
+//! of the new PID namespace and holds every capability *in the new user namespace* (none over
+//! the host). A:
+//! 1. writes its uid/gid maps: a single identity mapping of the caller's uid and gid
+//!    (`setgroups` denied first, as user_namespaces(7) requires for an unprivileged gid map),
+//!    so files created in the worktree belong to the caller;
+//! 2. makes every mount private (`MS_REC | MS_PRIVATE`), so nothing propagates to the host;
+//! 3. replaces `/dev` with a tmpfs holding bind mounts of the host's `null`, `zero`, `full`,
+//!    `random`, `urandom` and `tty`, a new devpts instance with `ptmx` (as bubblewrap's
+//!    `--dev`): the host's other device nodes (disks…) stay out of reach even for a root
+//!    caller, whose uid owns them; mounts `/dev/shm` as a private tmpfs;
+//! 4. mounts a fresh `/proc` for the new PID namespace, with `sys`, `sysrq-trigger`, `irq` and
+//!    `bus` bound read-only over themselves (as bubblewrap does);
+//! 5. binds each writable path onto itself, addressing both source and target through
+//!    `/proc/self/fd/N` of the descriptor opened (without following symlinks) before the clone,
+//!    so a path swapped for a symlink since cannot redirect the mount;
+//! 6. walks `/proc/self/mountinfo` and remounts every other mount point read-only, keeping
+//!    its existing `nosuid`/`nodev`/`noexec`/atime flags (the kernel refuses to clear flags
+//!    locked by a more privileged namespace);
+//! 7. forks B, the command, and becomes its init: it forwards signals to B, reaps orphans and
+//!    exits with B's status. When A exits the kernel kills everything left in the namespace,
+//!    so no descendant survives the command, and A's death signal (SIGKILL when the supervisor
+//!    dies) takes the whole namespace with it.
+//!
+//! B then runs the same per-exec steps as the Landlock backend (new session, descriptors,
+//! `no_new_privs`, capability drop, seccomp, and Landlock layered on top when available).
+//!
+//! # Limits
+//! Submounts inside a writable path stay read-only. chmod/chown/utime/xattr outside the
+//! writable set fail with `EROFS`. Abstract unix sockets are per network namespace: without
+//! `--net deny` (and before Landlock ABI 6) they stay reachable.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+use shofer_core::policy::RuleOrigin;
+
+use crate::paths;
+
+/// One writable path with its descriptor (opened before the clone).
+pub struct Bind {
+    /// The path (canonical for the worktree and `--allow-write`).
+    pub path: PathBuf,
+    /// `O_PATH` descriptor of it.
+    pub fd: RawFd,
+    /// Why it is writable.
+    pub origin: RuleOrigin,
+}
+
+/// What process A needs to build the namespace.
+pub struct Plan {
+    /// Writable binds (devices and `/dev/shm` are handled by the minimal `/dev`).
+    pub binds: Vec<Bind>,
+    /// The caller's uid and gid, mapped to themselves.
+    pub uid: u32,
+    /// See `uid`.
+    pub gid: u32,
+    /// Host device nodes to bind into the new `/dev`: (name under /dev, writable).
+    pub devices: Vec<(String, bool)>,
+}
+
+/// Host `/dev` entries bound into the minimal `/dev`: name and whether writable.
+const DEV_NODES: [(&str, bool); 6] = [
+    ("null", true),
+    ("zero", true),
+    ("full", true),
+    ("random", false),
+    ("urandom", false),
+    ("tty", true),
+];
+
+/// Where setting up the namespace failed, for the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NsStep {
+    /// Writing `/proc/self/uid_map`, `gid_map` or `setgroups`.
+    IdMaps,
+    /// A mount operation.
+    Mounts,
+}
+
+/// The host `/dev` entries bound into the minimal `/dev`, with whether each is writable.
+pub fn standard_devices() -> Vec<(String, bool)> {
+    DEV_NODES
+        .iter()
+        .map(|(name, writable)| (name.to_string(), *writable))
+        .collect()
+}
+
+/// (st_dev, st_ino) of a descriptor.
+fn identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
+    // Safety: `st` is filled by fstat on success.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // Safety: live descriptor, writable buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+fn cstr(p: impl AsRef<[u8]>) -> io::Result<CString> {
+    CString::new(p.as_ref().to_vec()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// `mount(2)`; on failure says which target failed on stderr (the caller's, as every
+/// shofer-sandbox message) before returning the raw error.
+fn mount(
+    src: Option<&str>,
+    target: &str,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> io::Result<()> {
+    let src = src.map(cstr).transpose()?;
+    let target_c = cstr(target)?;
+    let fstype = fstype.map(cstr).transpose()?;
+    let data = data.map(cstr).transpose()?;
+    let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+    // Safety: every pointer is NULL or a NUL-terminated string alive for the call.
+    let ret = unsafe {
+        libc::mount(
+            ptr(&src),
+            target_c.as_ptr(),
+            ptr(&fstype),
+            flags,
+            ptr(&data).cast(),
+        )
+    };
+    if ret != 0 {
+        let e = io::Error::last_os_error();
+        if flags & libc::MS_REMOUNT == 0
+            || !matches!(e.raw_os_error(), Some(libc::EACCES | libc::ENOENT))
+        {
+            eprintln!("shofer-sandbox: mount {target}: {e}");
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn write_file(path: &str, content: &str) -> io::Result<()> {
+    std::fs::write(path, content)
+}
+
+fn fd_path(fd: RawFd) -> String {
+    format!("/proc/self/fd/{fd}")
+}
+
+/// Steps 1-6 of the module docs, run by process A. Returns the step that failed.
+pub fn build(plan: &Plan) -> Result<(), (NsStep, io::Error)> {
+    let maps = || -> io::Result<()> {
+        write_file("/proc/self/setgroups", "deny")?;
+        write_file("/proc/self/uid_map", &format!("{0} {0} 1", plan.uid))?;
+        write_file("/proc/self/gid_map", &format!("{0} {0} 1", plan.gid))
+    };
+    maps().map_err(|e| (NsStep::IdMaps, e))?;
+    let cwd = std::env::current_dir();
+    mounts(plan).map_err(|e| (NsStep::Mounts, e))?;
+    // The working directory still points into the mount as it was before the binds:
+    // resolve it again so relative paths see the new (read-write or read-only) mounts.
+    if let Ok(cwd) = cwd {
+        let _ = std::env::set_current_dir(cwd);
+    }
+    Ok(())
+}
+
+fn mounts(plan: &Plan) -> io::Result<()> {
+    mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+
+    // Step 4 first: while the host's /proc is still fully visible, the kernel allows a new
+    // proc mount in this user namespace.
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )?;
+    for sub in ["sys", "sysrq-trigger", "irq", "bus"] {
+        let p = format!("/proc/{sub}");
+        if Path::new(&p).exists() {
+            mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
+        }
+    }
+
+    // Step 3: the minimal /dev. Descriptors opened before the clone name mounts of the
+    // host's mount namespace, which cannot be bind sources here: open the nodes again in
+    // this namespace while the host's /dev is still visible.
+    let mut devices = Vec::new();
+    for (name, writable) in &plan.devices {
+        if let Ok(fd) = paths::open_following(Path::new(&format!("/dev/{name}"))) {
+            devices.push((name.clone(), fd, *writable));
+        }
+    }
+    mount(
+        Some("tmpfs"),
+        "/dev",
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("mode=0755"),
+    )?;
+    for (name, fd, _) in &devices {
+        let target = format!("/dev/{name}");
+        if paths::kind(fd)? == paths::Kind::Dir {
+            std::fs::create_dir(&target)?;
+        } else {
+            std::fs::File::create(&target)?;
+        }
+        mount(
+            Some(&fd_path(fd.as_raw_fd())),
+            &target,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        )?;
+    }
+    // A new devpts instance, as bubblewrap's --dev does: the host's /dev/ptmx cannot find its
+    // devpts from a bind mount (the kernel looks for "pts" beside the ptmx node), so new ptys
+    // come from here. The caller's own terminal stays usable through fds 0-2 and /dev/tty.
+    std::fs::create_dir("/dev/pts")?;
+    mount(
+        Some("devpts"),
+        "/dev/pts",
+        Some("devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=620"),
+    )?;
+    std::os::unix::fs::symlink("pts/ptmx", "/dev/ptmx")?;
+    std::fs::create_dir("/dev/shm")?;
+    mount(
+        Some("tmpfs"),
+        "/dev/shm",
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=1777"),
+    )?;
+    for (link, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(target, format!("/dev/{link}"))?;
+    }
+
+    // Step 5: writable binds, source and target pinned by descriptor.
+    let mut keep_rw: Vec<String> = vec!["/proc".into(), "/dev/shm".into(), "/dev/pts".into()];
+    for (name, _, writable) in &devices {
+        if *writable {
+            keep_rw.push(format!("/dev/{name}"));
+        }
+    }
+    for bind in &plan.binds {
+        // Re-opened in this namespace without following symlinks, and checked to be the very
+        // object opened before the clone: a swap in between fails closed.
+        let fd = paths::open_nofollow(&bind.path)?;
+        // Safety: `bind.fd` is a descriptor the supervisor keeps open until we exec.
+        let original = unsafe { std::os::fd::BorrowedFd::borrow_raw(bind.fd) };
+        if identity(&fd)? != identity(&original.try_clone_to_owned()?)? {
+            eprintln!(
+                "shofer-sandbox: {} changed while the sandbox was set up",
+                bind.path.display()
+            );
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        let p = fd_path(fd.as_raw_fd());
+        mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
+        keep_rw.push(bind.path.to_string_lossy().into_owned());
+    }
+
+    // Step 6: everything else read-only.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut done: Vec<String> = Vec::new();
+    for (point, flags) in parse_mountinfo(&mountinfo) {
+        if keep_rw.contains(&point) || done.contains(&point) {
+            continue;
+        }
+        done.push(point.clone());
+        match mount(
+            None,
+            &point,
+            None,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+            None,
+        ) {
+            Ok(()) => {}
+            // A mount point we cannot even look up is not reachable by the command either
+            // (bubblewrap makes the same call).
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::ENOENT)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// (mount point, flags to keep) for each line of `/proc/self/mountinfo`, in order. Mount
+/// points are unescaped (`\040` is a space); the kept flags are the per-mount options the
+/// kernel may have locked.
+pub fn parse_mountinfo(text: &str) -> Vec<(String, libc::c_ulong)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let point = fields.nth(4)?;
+            let opts = fields.next()?;
+            let mut flags = 0;
+            for opt in opts.split(',') {
+                flags |= match opt {
+                    "nosuid" => libc::MS_NOSUID,
+                    "nodev" => libc::MS_NODEV,
+                    "noexec" => libc::MS_NOEXEC,
+                    "noatime" => libc::MS_NOATIME,
+                    "nodiratime" => libc::MS_NODIRATIME,
+                    "relatime" => libc::MS_RELATIME,
+                    "strictatime" => libc::MS_STRICTATIME,
+                    _ => 0,
+                };
+            }
+            Some((unescape(point), flags))
+        })
+        .collect()
+}
+
+/// Undoes the octal escapes of mountinfo (`\040` space, `\011` tab, `\012` newline, `\134`
+/// backslash).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 4 <= b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// One line explaining why user namespaces failed at `step` with `errno`, naming the cause and
+/// the fix where the kernel's configuration tells it.
+pub fn failure_reason(step: &str, errno: i32) -> String {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
+        && matches!(errno, libc::EPERM | libc::EACCES)
+    {
+        return "blocked (AppArmor restricts unprivileged user namespaces: allow shofer-sandbox in an AppArmor profile, or set kernel.apparmor_restrict_unprivileged_userns=0)".into();
+    }
+    if errno == libc::ENOSPC {
+        return "blocked (user.max_user_namespaces is 0 or exhausted for this user: raise it with sysctl)".into();
+    }
+    if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        return "blocked (kernel.unprivileged_userns_clone=0: set it to 1)".into();
+    }
+    if errno == libc::EINVAL || errno == libc::ENOSYS {
+        return "not supported by this kernel".into();
+    }
+    format!(
+        "failed at {step} ({}: {})",
+        crate::sys::errno_name(errno),
+        crate::sys::strerror(errno)
+    )
+}
+
+/// Whether an unprivileged user namespace with its own mounts works here: clones a child into
+/// new user and mount namespaces that writes its id maps and mounts a tmpfs (in its private
+/// mount namespace, invisible to the host), and reports how far it got.
+///
+/// # Errors
+/// The [`failure_reason`] of the first step that failed.
+pub fn probe() -> Result<(), String> {
+    // Safety: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    // Safety: a fork-like clone (no new stack, no CLONE_VM) of this single-threaded process;
+    // the child only makes syscalls and exits.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::SIGCHLD,
+            0,
+            0,
+            0,
+            0,
+        )
+    };
+    if pid < 0 {
+        let errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        return Err(failure_reason("clone(CLONE_NEWUSER)", errno));
+    }
+    if pid == 0 {
+        let code = |e: io::Error| e.raw_os_error().unwrap_or(libc::EIO).clamp(1, 127);
+        let maps = (|| -> io::Result<()> {
+            write_file("/proc/self/setgroups", "deny")?;
+            write_file("/proc/self/uid_map", &format!("{uid} {uid} 1"))?;
+            write_file("/proc/self/gid_map", &format!("{gid} {gid} 1"))
+        })();
+        if let Err(e) = maps {
+            // Safety: leaving the probe child without running the parent's destructors.
+            unsafe { libc::_exit(code(e)) };
+        }
+        let mounted = mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+            .and_then(|()| mount(Some("tmpfs"), "/tmp", Some("tmpfs"), 0, None));
+        let status = match mounted {
+            Ok(()) => 0,
+            Err(e) => 128 + code(e),
+        };
+        // Safety: as above.
+        unsafe { libc::_exit(status) };
+    }
+    let mut status = 0;
+    // Safety: reaping the child we just cloned.
+    unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+    match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
+        (true, 0) => Ok(()),
+        (true, c) if c > 128 => Err(failure_reason("mount", c - 128)),
+        (true, c) => Err(failure_reason("writing uid_map/gid_map", c)),
+        _ => Err("the probe child was killed".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_points_are_unescaped_and_locked_flags_kept() {
+        let text = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n\
+                    28 27 0:25 / /mnt/a\\040b ro,nosuid,nodev,relatime - tmpfs x ro\n";
+        let parsed = parse_mountinfo(text);
+        assert_eq!(parsed[0], ("/".to_string(), libc::MS_RELATIME));
+        assert_eq!(parsed[1].0, "/mnt/a b");
+        assert_eq!(
+            parsed[1].1,
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_RELATIME
+        );
+    }
+
+    #[test]
+    fn unescape_leaves_plain_text_and_short_escapes() {
+        assert_eq!(unescape("/a\\134b\\011"), "/a\\b\t");
+        assert_eq!(unescape("/x\\04"), "/x\\04");
+    }
+}
