@@ -252,7 +252,8 @@ fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy) -> Verdict
             }
         }
         Protection::RenameInside => {
-            if mounts || abi >= 2 {
+            // Landlock ABI 1 refuses cross-directory renames whatever else is in place.
+            if abi >= 2 || (mounts && abi == 0) {
                 Enforced("landlock refer right")
             } else {
                 no("Landlock ABI 1 refuses every rename or link across directories, even inside the worktree")

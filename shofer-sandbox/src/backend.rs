@@ -178,6 +178,13 @@ pub fn choose(
         if let Err(why) = facts.userns() {
             return Err(format!("user namespaces: {why}"));
         }
+        // Landlock ABI 1 refuses every cross-directory rename, even inside the worktree; the
+        // read-only mounts already do its job, so plain userns does not layer it.
+        let abi = if backend == Backend::Userns && abi == 1 {
+            0
+        } else {
+            abi
+        };
         if backend == Backend::Layered && abi == 0 {
             return Err(format!(
                 "layered: needs Landlock, which is unusable: {}",
@@ -189,10 +196,18 @@ pub fn choose(
         } else {
             String::from(", no Landlock layered")
         };
+        let degraded = degradations(backend, abi, net);
+        if !degraded.is_empty() && !allow_degraded {
+            let what: Vec<&str> = degraded.iter().map(|(_, why)| why.as_str()).collect();
+            return Err(format!(
+                "{backend}: partial at Landlock ABI {abi} ({}; pass --allow-degraded to accept)",
+                what.join("; ")
+            ));
+        }
         Ok(Choice {
             backend,
             abi,
-            degraded: degradations(backend, abi, net),
+            degraded,
             reason: format!("user, mount and PID namespaces with a read-only root{layered}"),
             bwrap: None,
         })
@@ -361,6 +376,31 @@ mod tests {
         )
         .unwrap();
         assert_eq!((c.backend, c.abi), (Backend::Layered, 7));
+    }
+
+    #[test]
+    fn landlock_abi_1_is_not_layered_on_userns_and_makes_layered_degraded() {
+        let f = Facts::fixed(Ok(1), Ok(()), no_bwrap());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert_eq!((c.backend, c.abi), (Backend::Userns, 0));
+        let err = choose(
+            BackendChoice::Forced(Backend::Layered),
+            &f,
+            None,
+            NetPolicy::Allow,
+            false,
+        )
+        .unwrap_err();
+        assert!(err.contains("rename"), "{err}");
+        let c = choose(
+            BackendChoice::Forced(Backend::Layered),
+            &f,
+            None,
+            NetPolicy::Allow,
+            true,
+        )
+        .unwrap();
+        assert_eq!(c.degraded[0].0, Protection::RenameInside);
     }
 
     #[test]

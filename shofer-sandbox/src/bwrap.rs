@@ -157,6 +157,21 @@ pub fn argv(
         b"/dev",
         b"--proc",
         b"/proc",
+        // A fresh /proc lets uid 0 (a root caller: bubblewrap makes no user namespace then)
+        // write sysctls and sysrq-trigger, which need no capability: keep them read-only, as
+        // the userns backend does.
+        b"--ro-bind-try",
+        b"/proc/sys",
+        b"/proc/sys",
+        b"--ro-bind-try",
+        b"/proc/sysrq-trigger",
+        b"/proc/sysrq-trigger",
+        b"--ro-bind-try",
+        b"/proc/irq",
+        b"/proc/irq",
+        b"--ro-bind-try",
+        b"/proc/bus",
+        b"/proc/bus",
     ];
     if opened.policy.net == NetPolicy::Deny {
         args.push(b"--unshare-net");

@@ -29,6 +29,7 @@ pub mod capabilities;
 pub mod cli;
 pub mod error;
 pub mod git;
+pub mod gitguard;
 pub mod namespaces;
 pub mod paths;
 pub mod report;
@@ -123,8 +124,15 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     for (p, why) in &choice.degraded {
         eprintln!("shofer-sandbox: warning: degraded ({}): {why}", p.key());
     }
+    let guard = gitguard::GitGuard::snapshot(&opened.git, &opened.policy.worktree);
+    if matches!(opened.git, git::GitLayout::MainWorktree) {
+        eprintln!(
+            "shofer-sandbox: warning: {}/.git is a directory inside the worktree: its config and hooks are writable while the command runs (restored when it ends); a linked worktree keeps them read-only",
+            opened.policy.worktree.display()
+        );
+    }
     if let Some(fd) = args.report_fd {
-        let record = report::run(&facts, &choice, &opened);
+        let record = report::run(&facts, &choice, &opened, &guard);
         // Safety: the caller handed us this descriptor with --report and we checked it is
         // open; we own it from here and close it before the command starts.
         let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
@@ -214,6 +222,20 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     }
     let outcome = supervisor::run(launch);
     drop(opened);
+    // The whole tree is gone (or the command never started): put back what it changed.
+    let (restored, failed) = guard.restore();
+    for path in restored {
+        eprintln!(
+            "shofer-sandbox: warning: the command changed {}, which the host's git trusts; restored",
+            path.display()
+        );
+    }
+    for (path, e) in failed {
+        eprintln!(
+            "shofer-sandbox: error: the command changed {} and it could not be restored: {e}",
+            path.display()
+        );
+    }
     outcome
 }
 

@@ -78,7 +78,12 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, String>, net: NetPolicy) -> 
 
 /// The record of a real run: the probe object for the chosen backend, plus the worktree,
 /// the writable set and what was found of the worktree's git metadata.
-pub fn run(facts: &Facts, choice: &Choice, opened: &OpenedPolicy) -> Value {
+pub fn run(
+    facts: &Facts,
+    choice: &Choice,
+    opened: &OpenedPolicy,
+    guard: &crate::gitguard::GitGuard,
+) -> Value {
     let mut obj = probe(facts, &Ok(choice.clone()), opened.policy.net);
     let map = obj.as_object_mut().expect("object literal");
     map.insert("worktree".into(), json!(opened.policy.worktree));
@@ -102,6 +107,10 @@ pub fn run(facts: &Facts, choice: &Choice, opened: &OpenedPolicy) -> Value {
         }
         crate::git::GitLayout::Rejected(why) => json!({"layout": "rejected", "reason": why}),
     };
+    let mut git = git;
+    git["guarded"] = json!(guard.paths());
+    git["unguarded"] = json!(guard.unguarded());
+    git["guard"] = json!("files the host's git trusts (commondir, config.worktree; a main worktree's config and hooks) are restored when the command ends; they are not protected while it runs");
     map.insert("git".into(), git);
     obj
 }

@@ -93,11 +93,25 @@ pub fn build(
         }
     }
 
+    let wt_lexical = lexical_absolute(worktree);
     for path in allow_write {
         let canon = std::fs::canonicalize(path).map_err(|e| SetupError::AllowWrite {
             path: path.clone(),
             reason: e.to_string(),
         })?;
+        // A path named inside the worktree that resolves outside it went through a symlink
+        // the command could have planted: the worktree is attacker-controlled.
+        let lexical = lexical_absolute(path);
+        let named_inside = lexical.starts_with(&wt_lexical) || lexical.starts_with(&wt);
+        if named_inside && !canon.starts_with(&wt) {
+            return Err(SetupError::AllowWrite {
+                path: path.clone(),
+                reason: format!(
+                    "is inside the worktree but resolves to {} through a symlink there (refused: the worktree's contents are untrusted)",
+                    canon.display()
+                ),
+            });
+        }
         let fd = paths::open_nofollow(&canon).map_err(|e| SetupError::AllowWrite {
             path: path.clone(),
             reason: e.to_string(),
@@ -153,6 +167,28 @@ impl RuleSet {
             self.push_opened(path, fd, origin);
         }
     }
+}
+
+/// `path` made absolute against the current directory with `.` and `..` removed lexically
+/// (no symlink is followed).
+fn lexical_absolute(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let base = if path.is_absolute() {
+        PathBuf::new()
+    } else {
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
+    };
+    let mut out = PathBuf::new();
+    for comp in base.join(path).components() {
+        match comp {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// The terminal devices on the caller's stdin, stdout and stderr (e.g. `/dev/tty1` on a

@@ -1,0 +1,188 @@
+//! Regressions found by the containment harness (issue 5's first run); each failed before its
+//! fix.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+/// Runs `git status` on the host (outside any sandbox) in `wt`.
+fn host_git_status(wt: &Path) {
+    let _ = Command::new("git")
+        .args(["status", "--short"])
+        .current_dir(wt)
+        .envs(git_env())
+        .output()
+        .unwrap();
+}
+
+#[test]
+fn a_redirected_commondir_is_restored_before_the_host_runs_git() {
+    for b in backends() {
+        let s = Scratch::new();
+        let (repo, wt) = linked_worktree(&s);
+        let pwned = s.path().join("PWNED");
+        let evil = wt.join("evil");
+        let script = format!(
+            "mkdir -p '{e}/refs/heads' '{e}/objects' && \
+             printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch {p}\"\\n' > '{e}/config' && \
+             echo 'ref: refs/heads/main' > '{e}/HEAD' && \
+             echo '{e}' > '{c}'",
+            e = evil.display(),
+            p = pwned.display(),
+            c = repo.join(".git/worktrees/wt/commondir").display()
+        );
+        let out = Run::new(&wt).backend(b).sh(&script).output();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("commondir") && err.contains("restored"),
+            "{b}: {}",
+            show(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(repo.join(".git/worktrees/wt/commondir")).unwrap(),
+            "../..\n",
+            "{b}"
+        );
+        host_git_status(&wt);
+        assert!(
+            !pwned.exists(),
+            "{b}: the host's git ran the planted fsmonitor"
+        );
+    }
+}
+
+#[test]
+fn a_planted_config_worktree_is_removed() {
+    for b in backends() {
+        let s = Scratch::new();
+        let (repo, wt) = linked_worktree(&s);
+        git(&repo, &["config", "extensions.worktreeConfig", "true"]);
+        let pwned = s.path().join("PWNED2");
+        let cfg = repo.join(".git/worktrees/wt/config.worktree");
+        let out = Run::new(&wt)
+            .backend(b)
+            .sh(&format!(
+                "printf '[core]\\n\\tfsmonitor = \"touch {}\"\\n' > '{}'",
+                pwned.display(),
+                cfg.display()
+            ))
+            .output();
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("restored"),
+            "{b}: {}",
+            show(&out)
+        );
+        assert!(!cfg.exists(), "{b}");
+        host_git_status(&wt);
+        assert!(
+            !pwned.exists(),
+            "{b}: the host's git ran the planted fsmonitor"
+        );
+    }
+}
+
+#[test]
+fn a_main_worktree_is_warned_about_and_its_hooks_and_config_restored() {
+    for b in backends() {
+        let s = Scratch::new();
+        let wt = s.path().join("main");
+        std::fs::create_dir(&wt).unwrap();
+        git(&wt, &["init", "-q", "-b", "main"]);
+        std::fs::create_dir_all(wt.join(".git/hooks")).unwrap();
+        let config = std::fs::read(wt.join(".git/config")).unwrap();
+        let pwned = s.path().join("PWNED3");
+        let out = Run::new(&wt)
+            .backend(b)
+            .sh(&format!(
+                "printf '#!/bin/sh\\ntouch {p}\\n' > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout && \
+                 git config core.fsmonitor 'touch {p}'",
+                p = pwned.display()
+            ))
+            .output();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("inside the worktree"), "{b}: {err}");
+        assert!(err.contains("restored"), "{b}: {err}");
+        assert_eq!(
+            std::fs::read(wt.join(".git/config")).unwrap(),
+            config,
+            "{b}"
+        );
+        assert!(!wt.join(".git/hooks/post-checkout").exists(), "{b}");
+        host_git_status(&wt);
+        assert!(!pwned.exists(), "{b}");
+    }
+}
+
+#[test]
+fn allow_write_through_a_symlink_planted_in_the_worktree_is_refused() {
+    let s = Scratch::new();
+    let wt = s.path().join("wt");
+    let outside = s.path().join("outside");
+    std::fs::create_dir(&wt).unwrap();
+    std::fs::create_dir(&outside).unwrap();
+    let out = Run::new(&wt)
+        .args(["--", "ln", "-s"])
+        .arg(&outside)
+        .arg(wt.join("cache"))
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let out = Run::new(&wt)
+        .arg("--allow-write")
+        .arg(wt.join("cache"))
+        .args(["--", "touch"])
+        .arg(outside.join("x"))
+        .output();
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("through a symlink"));
+    assert!(!outside.join("x").exists());
+    // A real directory inside the worktree is still fine (and redundant).
+    std::fs::create_dir(wt.join("real")).unwrap();
+    let out = Run::new(&wt)
+        .arg("--allow-write")
+        .arg(wt.join("real"))
+        .args(["--", "true"])
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+}
+
+#[test]
+fn bwrap_keeps_proc_sys_read_only_for_root() {
+    if skip_unless_root("bwrap_keeps_proc_sys_read_only_for_root") || !backends().contains(&"bwrap")
+    {
+        return;
+    }
+    let s = Scratch::new();
+    let out = Run::new(&s.path())
+        .backend("bwrap")
+        .sh("exec 3>>/proc/sys/kernel/core_pattern && echo OPENED")
+        .output();
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("OPENED"),
+        "{}",
+        show(&out)
+    );
+}
+
+#[test]
+fn namespace_backends_at_landlock_abi_1_keep_renames_working_or_refuse() {
+    if landlock_abi() < 1 || !backends().contains(&"userns") {
+        return;
+    }
+    let s = Scratch::new();
+    let rename = "mkdir d && touch f && /usr/bin/python3 -c 'import os; os.rename(\"f\", \"d/f\")'";
+    let out = Run::new(&s.path())
+        .backend("userns")
+        .args(["--max-abi", "1"])
+        .sh(rename)
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let out = Run::new(&s.path())
+        .backend("layered")
+        .args(["--max-abi", "1", "--", "true"])
+        .output();
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rename"));
+}

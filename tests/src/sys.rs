@@ -1,0 +1,501 @@
+//! The raw kernel interface the harness and its attacks use, in one place (STYLE §6).
+//!
+//! Thin wrappers over `libc` that turn `-1`/`errno` into `Result<_, Errno>` and paths into C
+//! strings. Nothing here calls into NSS (no `getpwnam`): the binary must run in a busybox VM
+//! as a static executable, so users are numeric ids only.
+
+use std::ffi::CString;
+use std::fmt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// An `errno` value from a failed system call.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    /// The calling thread's current `errno`.
+    pub fn last() -> Errno {
+        Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    }
+
+    /// The symbolic name (`EACCES`), or `errno N` for the uncommon ones.
+    pub fn name(self) -> String {
+        let n = match self.0 {
+            libc::EPERM => "EPERM",
+            libc::ENOENT => "ENOENT",
+            libc::ESRCH => "ESRCH",
+            libc::EINTR => "EINTR",
+            libc::EIO => "EIO",
+            libc::EBADF => "EBADF",
+            libc::ECHILD => "ECHILD",
+            libc::EAGAIN => "EAGAIN",
+            libc::ENOMEM => "ENOMEM",
+            libc::EACCES => "EACCES",
+            libc::EFAULT => "EFAULT",
+            libc::EBUSY => "EBUSY",
+            libc::EEXIST => "EEXIST",
+            libc::EXDEV => "EXDEV",
+            libc::ENODEV => "ENODEV",
+            libc::ENOTDIR => "ENOTDIR",
+            libc::EISDIR => "EISDIR",
+            libc::EINVAL => "EINVAL",
+            libc::ENOTTY => "ENOTTY",
+            libc::ENOSPC => "ENOSPC",
+            libc::EROFS => "EROFS",
+            libc::EMLINK => "EMLINK",
+            libc::ENOSYS => "ENOSYS",
+            libc::ELOOP => "ELOOP",
+            libc::ENOTEMPTY => "ENOTEMPTY",
+            libc::EOPNOTSUPP => "EOPNOTSUPP",
+            libc::ECONNREFUSED => "ECONNREFUSED",
+            libc::EADDRINUSE => "EADDRINUSE",
+            libc::ENETUNREACH => "ENETUNREACH",
+            libc::ENXIO => "ENXIO",
+            libc::ENODATA => "ENODATA",
+            libc::ETIMEDOUT => "ETIMEDOUT",
+            _ => return format!("errno {}", self.0),
+        };
+        n.to_string()
+    }
+}
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl fmt::Debug for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// Result of a raw call.
+pub type SysResult<T> = Result<T, Errno>;
+
+/// Turns a path into a C string (paths with NUL bytes cannot reach the kernel; they map to
+/// an empty string, which every call refuses with `ENOENT`).
+pub fn cstr(p: impl AsRef<Path>) -> CString {
+    CString::new(p.as_ref().as_os_str().as_bytes()).unwrap_or_default()
+}
+
+/// Maps a `-1` return to the current errno.
+pub fn check(r: libc::c_long) -> SysResult<libc::c_long> {
+    if r == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(r)
+    }
+}
+
+fn check_i(r: libc::c_int) -> SysResult<libc::c_int> {
+    if r == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(r)
+    }
+}
+
+/// `open(2)` with `O_CLOEXEC` added unless `inherit` flags ask otherwise.
+pub fn open(p: impl AsRef<Path>, flags: i32, mode: u32) -> SysResult<OwnedFd> {
+    let c = cstr(p);
+    // Safety: `c` is a valid NUL-terminated string for the duration of the call.
+    let fd = check_i(unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, mode) })?;
+    // Safety: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `openat(2)` relative to `dirfd`.
+pub fn openat(dirfd: RawFd, p: impl AsRef<Path>, flags: i32, mode: u32) -> SysResult<OwnedFd> {
+    let c = cstr(p);
+    // Safety: `c` outlives the call; a bad `dirfd` is reported by the kernel as EBADF.
+    let fd = check_i(unsafe { libc::openat(dirfd, c.as_ptr(), flags | libc::O_CLOEXEC, mode) })?;
+    // Safety: fresh descriptor from the kernel.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `write(2)` of the whole buffer once (short writes count as success).
+pub fn write(fd: RawFd, buf: &[u8]) -> SysResult<usize> {
+    // Safety: `buf` is valid for `buf.len()` bytes.
+    check(unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) as libc::c_long })
+        .map(|n| n as usize)
+}
+
+/// `read(2)` into `buf`.
+pub fn read(fd: RawFd, buf: &mut [u8]) -> SysResult<usize> {
+    // Safety: `buf` is valid and writable for `buf.len()` bytes.
+    check(unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) as libc::c_long })
+        .map(|n| n as usize)
+}
+
+macro_rules! path_call {
+    ($(#[$m:meta])* $name:ident($($arg:ident: $t:ty),*) => $body:expr) => {
+        $(#[$m])*
+        pub fn $name(p: impl AsRef<Path>, $($arg: $t),*) -> SysResult<()> {
+            let c = cstr(p);
+            let c = c.as_ptr();
+            // Safety: `c` is a valid C string for the duration of the call; the other
+            // arguments are plain integers or pointers to live locals.
+            check_i(unsafe { $body(c, $($arg),*) }).map(|_| ())
+        }
+    };
+}
+
+path_call!(/// `unlink(2)`.
+    unlink() => libc::unlink);
+path_call!(/// `rmdir(2)`.
+    rmdir() => libc::rmdir);
+path_call!(/// `mkdir(2)`.
+    mkdir(mode: u32) => libc::mkdir);
+path_call!(/// `chmod(2)`.
+    chmod(mode: u32) => libc::chmod);
+path_call!(/// `chdir(2)`.
+    chdir() => libc::chdir);
+path_call!(/// `truncate(2)`.
+    truncate(len: i64) => libc::truncate);
+path_call!(/// `lchown(2)` (never follows a final symlink).
+    lchown(uid: u32, gid: u32) => libc::lchown);
+path_call!(/// `chown(2)`.
+    chown(uid: u32, gid: u32) => libc::chown);
+path_call!(/// `mknod(2)`.
+    mknod(mode: u32, dev: u64) => libc::mknod);
+
+/// `rename(2)`.
+pub fn rename(a: impl AsRef<Path>, b: impl AsRef<Path>) -> SysResult<()> {
+    let (a, b) = (cstr(a), cstr(b));
+    // Safety: both strings live across the call.
+    check_i(unsafe { libc::rename(a.as_ptr(), b.as_ptr()) }).map(|_| ())
+}
+
+/// `renameat2(2)` with `flags` (e.g. `RENAME_EXCHANGE`).
+pub fn renameat2(a: impl AsRef<Path>, b: impl AsRef<Path>, flags: u32) -> SysResult<()> {
+    let (a, b) = (cstr(a), cstr(b));
+    // Safety: both strings live across the call.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            flags,
+        )
+    })
+    .map(|_| ())
+}
+
+/// `link(2)`.
+pub fn link(a: impl AsRef<Path>, b: impl AsRef<Path>) -> SysResult<()> {
+    let (a, b) = (cstr(a), cstr(b));
+    // Safety: both strings live across the call.
+    check_i(unsafe { libc::link(a.as_ptr(), b.as_ptr()) }).map(|_| ())
+}
+
+/// `linkat(2)` from `a` (followed when `AT_SYMLINK_FOLLOW`) to `b`.
+pub fn linkat_follow(a: impl AsRef<Path>, b: impl AsRef<Path>) -> SysResult<()> {
+    let (a, b) = (cstr(a), cstr(b));
+    // Safety: both strings live across the call.
+    check_i(unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    })
+    .map(|_| ())
+}
+
+/// `symlink(2)`: creates `link` pointing at `target`.
+pub fn symlink(target: impl AsRef<Path>, link: impl AsRef<Path>) -> SysResult<()> {
+    let (t, l) = (cstr(target), cstr(link));
+    // Safety: both strings live across the call.
+    check_i(unsafe { libc::symlink(t.as_ptr(), l.as_ptr()) }).map(|_| ())
+}
+
+/// `setxattr(2)` of a `user.` attribute.
+pub fn setxattr(p: impl AsRef<Path>, name: &str, value: &[u8]) -> SysResult<()> {
+    let c = cstr(p);
+    let n = CString::new(name).unwrap_or_default();
+    // Safety: strings and `value` live across the call; the length matches.
+    check_i(unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    })
+    .map(|_| ())
+}
+
+/// `getxattr(2)`: the attribute's size, or the error (e.g. `ENODATA`).
+pub fn getxattr_len(p: impl AsRef<Path>, name: &str) -> SysResult<usize> {
+    let c = cstr(p);
+    let n = CString::new(name).unwrap_or_default();
+    // Safety: a NULL buffer with size 0 asks only for the length.
+    check(unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) as i64 })
+        .map(|n| n as usize)
+}
+
+/// `utimensat(2)` setting both times to `secs` (seconds since the epoch).
+pub fn utime(p: impl AsRef<Path>, secs: i64) -> SysResult<()> {
+    let c = cstr(p);
+    let t = libc::timespec {
+        tv_sec: secs,
+        tv_nsec: 0,
+    };
+    let times = [t, t];
+    // Safety: `times` is a two-element array as the call requires.
+    check_i(unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) }).map(|_| ())
+}
+
+/// `ioctl(2)` with a pointer argument.
+pub fn ioctl_ptr<T>(fd: RawFd, req: libc::c_ulong, arg: *mut T) -> SysResult<i32> {
+    // Safety: the caller passes a pointer valid for what `req` reads or writes.
+    check_i(unsafe { libc::ioctl(fd, req, arg) })
+}
+
+/// The raw `ioctl` system call with a full 64-bit request word (to test filters that compare
+/// all 64 bits while the kernel only looks at the low 32).
+pub fn ioctl_raw64(fd: RawFd, req: u64, arg: *const u8) -> SysResult<i64> {
+    // Safety: the argument points at a live byte; the kernel reads at most one.
+    check(unsafe { libc::syscall(libc::SYS_ioctl, fd as libc::c_long, req, arg) })
+}
+
+/// The kernel's Landlock ABI version: `Ok(n)`, or `Err(ENOSYS)` (not built) /
+/// `Err(EOPNOTSUPP)` (built but disabled at boot).
+pub fn landlock_abi() -> SysResult<u32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // Safety: with the VERSION flag the kernel reads no attribute and returns the ABI.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    })
+    .map(|n| n as u32)
+}
+
+/// A new pseudo-terminal: `(master, slave, slave path)`, both ends `O_CLOEXEC`. Done with
+/// raw ioctls on `/dev/ptmx` so no `libutil` is needed in a static binary.
+pub fn openpty() -> SysResult<(OwnedFd, OwnedFd, String)> {
+    let master = open("/dev/ptmx", libc::O_RDWR | libc::O_NOCTTY, 0)?;
+    let mut unlock: libc::c_int = 0;
+    ioctl_ptr(master.as_raw_fd(), libc::TIOCSPTLCK, &mut unlock)?;
+    let mut n: libc::c_uint = 0;
+    ioctl_ptr(master.as_raw_fd(), libc::TIOCGPTN as libc::c_ulong, &mut n)?;
+    let path = format!("/dev/pts/{n}");
+    let slave = open(&path, libc::O_RDWR | libc::O_NOCTTY, 0)?;
+    Ok((master, slave, path))
+}
+
+/// Puts a terminal into non-canonical, no-echo mode so injected bytes are readable at once.
+pub fn tty_raw(fd: RawFd) -> SysResult<()> {
+    // Safety: zeroed termios is a valid out-parameter.
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    // Safety: `t` is a valid termios to fill.
+    check_i(unsafe { libc::tcgetattr(fd, &mut t) })?;
+    t.c_lflag &= !(libc::ICANON | libc::ECHO | libc::ECHOE | libc::ECHOK | libc::ECHONL);
+    t.c_cc[libc::VMIN] = 0;
+    t.c_cc[libc::VTIME] = 0;
+    // Safety: `t` is a valid termios.
+    check_i(unsafe { libc::tcsetattr(fd, libc::TCSANOW, &t) }).map(|_| ())
+}
+
+/// Sets or clears `O_NONBLOCK`.
+pub fn set_nonblock(fd: RawFd) -> SysResult<()> {
+    // Safety: F_GETFL/F_SETFL take and return plain integers.
+    let fl = check_i(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    // Safety: as above.
+    check_i(unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) }).map(|_| ())
+}
+
+/// Reads whatever is available without blocking (the fd must be non-blocking).
+pub fn drain(fd: RawFd) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = read(fd, &mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+/// Whether `fd` is open in this process.
+pub fn fd_is_open(fd: RawFd) -> bool {
+    // Safety: F_GETFD only inspects the descriptor table.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
+}
+
+/// A socket address for an abstract unix name (`name` without the leading NUL) or a path.
+pub fn sockaddr_un(name: &[u8], is_abstract: bool) -> (libc::sockaddr_un, libc::socklen_t) {
+    // Safety: an all-zero sockaddr_un is valid.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let off = usize::from(is_abstract);
+    let n = name.len().min(a.sun_path.len() - 1 - off);
+    for (i, b) in name[..n].iter().enumerate() {
+        a.sun_path[i + off] = *b as libc::c_char;
+    }
+    let base = std::mem::size_of::<libc::sa_family_t>();
+    let len = if is_abstract {
+        base + 1 + n
+    } else {
+        base + n + 1
+    };
+    (a, len as libc::socklen_t)
+}
+
+/// A new socket (`O_CLOEXEC`).
+pub fn socket(domain: i32, ty: i32) -> SysResult<OwnedFd> {
+    // Safety: plain integer arguments.
+    let fd = check_i(unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, 0) })?;
+    // Safety: fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `connect(2)` of a unix socket to an abstract name or a path.
+pub fn unix_connect(name: &[u8], is_abstract: bool) -> SysResult<OwnedFd> {
+    let s = socket(libc::AF_UNIX, libc::SOCK_STREAM)?;
+    let (a, len) = sockaddr_un(name, is_abstract);
+    // Safety: `a` is a valid sockaddr_un of length `len`.
+    check_i(unsafe { libc::connect(s.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) })?;
+    Ok(s)
+}
+
+/// `bind(2)` + `listen(2)` of a unix socket (non-blocking, so a later `accept` never hangs).
+pub fn unix_listen(name: &[u8], is_abstract: bool) -> SysResult<OwnedFd> {
+    let s = socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK)?;
+    let (a, len) = sockaddr_un(name, is_abstract);
+    // Safety: `a` is a valid sockaddr_un of length `len`.
+    check_i(unsafe { libc::bind(s.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) })?;
+    // Safety: plain integers.
+    check_i(unsafe { libc::listen(s.as_raw_fd(), 16) })?;
+    Ok(s)
+}
+
+fn sockaddr_in(port: u16) -> libc::sockaddr_in {
+    // Safety: an all-zero sockaddr_in is valid.
+    let mut a: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    a.sin_family = libc::AF_INET as libc::sa_family_t;
+    a.sin_port = port.to_be();
+    a.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
+    a
+}
+
+/// `connect(2)` to 127.0.0.1:`port`.
+pub fn tcp_connect(port: u16) -> SysResult<OwnedFd> {
+    let s = socket(libc::AF_INET, libc::SOCK_STREAM)?;
+    let a = sockaddr_in(port);
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // Safety: `a` is a valid sockaddr_in.
+    check_i(unsafe { libc::connect(s.as_raw_fd(), (&a as *const libc::sockaddr_in).cast(), len) })?;
+    Ok(s)
+}
+
+/// `bind(2)` to 127.0.0.1:`port` (0 = any free port) and, if `listen`, `listen(2)`
+/// non-blocking. Returns the socket and the bound port.
+pub fn tcp_bind(port: u16, listen: bool) -> SysResult<(OwnedFd, u16)> {
+    let s = socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK)?;
+    let one: libc::c_int = 1;
+    // Safety: `one` is a live c_int of the size given.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast(),
+            4,
+        )
+    };
+    let a = sockaddr_in(port);
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // Safety: `a` is a valid sockaddr_in.
+    check_i(unsafe { libc::bind(s.as_raw_fd(), (&a as *const libc::sockaddr_in).cast(), len) })?;
+    if listen {
+        // Safety: plain integers.
+        check_i(unsafe { libc::listen(s.as_raw_fd(), 16) })?;
+    }
+    let mut got = sockaddr_in(0);
+    // Safety: `got` and `len` are valid out-parameters.
+    check_i(unsafe {
+        libc::getsockname(
+            s.as_raw_fd(),
+            (&mut got as *mut libc::sockaddr_in).cast(),
+            &mut len,
+        )
+    })?;
+    Ok((s, u16::from_be(got.sin_port)))
+}
+
+/// Non-blocking `accept(2)`: how many connections are queued on a listener (each accepted
+/// and closed).
+pub fn accept_all(listener: RawFd) -> usize {
+    let mut n = 0;
+    loop {
+        // Safety: NULL address pointers are allowed.
+        let fd = unsafe {
+            libc::accept4(
+                listener,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return n;
+        }
+        // Safety: we own the accepted descriptor.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        n += 1;
+    }
+}
+
+/// `kill(2)`.
+pub fn kill(pid: i32, sig: i32) -> SysResult<()> {
+    // Safety: plain integers.
+    check_i(unsafe { libc::kill(pid, sig) }).map(|_| ())
+}
+
+/// `fork(2)`. The child must only call async-signal-safe functions or `exec`/`_exit`
+/// (the attacks are single-threaded, so in practice it may do more).
+pub fn fork() -> SysResult<i32> {
+    // Safety: the callers are single-threaded attack processes.
+    check_i(unsafe { libc::fork() })
+}
+
+/// `_exit(2)`.
+pub fn exit_now(code: i32) -> ! {
+    // Safety: ends the process without running destructors (a forked child).
+    unsafe { libc::_exit(code) }
+}
+
+/// The `(uid, gid)` of this process.
+pub fn ids() -> (u32, u32) {
+    // Safety: these never fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+/// `execv(2)` of `prog` with `args` (argv[0] included). Returns only on failure.
+pub fn execv(prog: &Path, args: &[String]) -> Errno {
+    let p = cstr(prog);
+    let cargs: Vec<CString> = args
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).unwrap_or_default())
+        .collect();
+    let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // Safety: NULL-terminated argv of live C strings.
+    unsafe { libc::execv(p.as_ptr(), ptrs.as_ptr()) };
+    Errno::last()
+}
