@@ -6,6 +6,9 @@
 //!   then asks [`policy::protections`] what to report and [`policy::degradations`] whether to
 //!   refuse.
 //! - [`rights`]: the pinned Landlock access-right sets, one per ABI.
+//! - [`preview`]: the head/tail preview buffer of a command's output ([`preview::HeadTail`]).
+//! - [`text`]: the result texts the agent reads (templates, sizes, exit status, fixed messages).
+//! - [`artifact`]: execution ids and the validated artifact id `cmd-<digits>.txt`.
 //!
 //! ```
 //! use shofer_core::policy::{degradations, Backend, NetPolicy};
@@ -15,5 +18,8 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod artifact;
 pub mod policy;
+pub mod preview;
 pub mod rights;
+pub mod text;

@@ -141,11 +141,15 @@ pub enum Protection {
     Tiocsti,
     /// File descriptors inherited from the caller (above 2).
     InheritedFds,
+    /// Terminal programs keep working (controlling terminal, /dev/tty).
+    TerminalPrograms,
+    /// No capability in any set (root callers), `no_new_privs` set.
+    Capabilities,
 }
 
 impl Protection {
     /// Every protection, in report order.
-    pub const ALL: [Protection; 11] = [
+    pub const ALL: [Protection; 13] = [
         Protection::WriteOutside,
         Protection::Truncate,
         Protection::RenameLinkAcross,
@@ -157,6 +161,8 @@ impl Protection {
         Protection::Tcp,
         Protection::Tiocsti,
         Protection::InheritedFds,
+        Protection::TerminalPrograms,
+        Protection::Capabilities,
     ];
 
     /// Stable snake-case key used in JSON.
@@ -173,6 +179,8 @@ impl Protection {
             Protection::Tcp => "tcp",
             Protection::Tiocsti => "tiocsti",
             Protection::InheritedFds => "inherited_fds",
+            Protection::TerminalPrograms => "terminal_programs",
+            Protection::Capabilities => "capabilities",
         }
     }
 
@@ -185,10 +193,14 @@ impl Protection {
             | Protection::Truncate
             | Protection::RenameLinkAcross
             | Protection::RenameInside
-            | Protection::Tiocsti
-            | Protection::InheritedFds => true,
+            | Protection::Tiocsti => true,
             Protection::Tcp => net == NetPolicy::Deny,
-            Protection::MetadataOutside
+            // Descriptors the caller hands over on purpose (0-2, --pass-fd) are a limit of
+            // the namespace backends without Landlock, listed but not a reason to refuse.
+            Protection::InheritedFds
+            | Protection::TerminalPrograms
+            | Protection::Capabilities
+            | Protection::MetadataOutside
             | Protection::SignalsOut
             | Protection::AbstractSockets
             | Protection::PathnameSockets => false,
@@ -298,7 +310,27 @@ fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy) -> Verdict
             NetPolicy::Deny => no("Landlock controls TCP only from ABI 4"),
         },
         Protection::Tiocsti => Enforced("seccomp"),
-        Protection::InheritedFds => Enforced("closed before exec"),
+        Protection::TerminalPrograms => {
+            if backend == Backend::Bwrap {
+                no("bubblewrap's --new-session leaves the command without a controlling terminal (/dev/tty: ENXIO)")
+            } else {
+                Enforced("terminal devices writable, controlling terminal kept when interactive")
+            }
+        }
+        Protection::Capabilities => {
+            if backend == Backend::Bwrap {
+                no("as root, bubblewrap clears every capability set but the bounding one; no_new_privs keeps exec from regaining any")
+            } else {
+                Enforced("dropped from every set, no_new_privs")
+            }
+        }
+        Protection::InheritedFds => {
+            if abi == 0 && mounts {
+                no("descriptors above 2 are closed, but 0-2 and --pass-fd ones name the host's mounts: without Landlock they can be re-opened for writing through /proc/self/fd")
+            } else {
+                Enforced("closed before exec; Landlock checks re-opens")
+            }
+        }
     }
 }
 

@@ -1,1 +1,48 @@
-//! shofer-exec: the command engine (placeholder).
+//! shofer-exec: the engine behind an agent's `execute_command` and `read_command_output`
+//! tools (DESIGN §3), and the `shofer` command-line tool.
+//!
+//! - [`Engine`] runs commands ([`Engine::execute`] with an [`ExecRequest`]), races the soft
+//!   timeout, the hard timeout and an abort token, keeps every command in a registry
+//!   ([`Engine::list`], [`Engine::status`], [`Engine::wait`], [`Engine::terminate`]) and reads
+//!   artifacts ([`Engine::read`]). Its settings are an [`EngineConfig`]; a worktree task adds a
+//!   [`Sandbox`] (the `shofer-sandbox` wrapper).
+//! - [`intercept`]: the output interceptor (preview + spill to `cmd-<id>.txt`), with
+//!   [`intercept::cleanup`] and [`intercept::cleanup_by_ids`].
+//! - [`tree`]: finding and killing a command's whole process tree (procfs, pidfds, child
+//!   subreaper); read its module docs for what is and is not guaranteed.
+//! - [`reader`]: read mode and search mode over an artifact.
+//!
+//! The pure parts (preview buffer, result texts, artifact ids) live in `shofer_core`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), shofer_exec::ExecError> {
+//! use shofer_exec::{Engine, EngineConfig, ExecRequest};
+//! let engine = Engine::new(EngineConfig::new("/work/task", "/work/task-artifacts"))?;
+//! let out = engine.execute(ExecRequest { command: "cargo test".into(), ..Default::default() }).await?;
+//! println!("{}", out.text);
+//! if let Some(id) = &out.artifact_id {
+//!     let hits = engine.read(id.clone(), Some("error".into()), None, None).await;
+//!     println!("{}", hits.unwrap_or_else(|e| e.to_string()));
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Test strategy
+//! Unit tests pin the texts and numbers; the integration tests in `tests/` run real processes
+//! (`sh`, `sleep`, `setsid`, double forks, fork loops), each with a unique marker in its command
+//! line so that the survivor check (a `/proc` scan for the marker) cannot confuse parallel
+//! tests. The ENOSPC test mounts a 1 MiB tmpfs inside a private mount namespace and needs root
+//! (it prints SKIP otherwise).
+#![deny(missing_docs)]
+
+mod engine;
+pub mod intercept;
+mod pump;
+pub mod reader;
+pub mod serve;
+pub mod shoferignore;
+mod sys;
+pub mod tree;
+
+pub use engine::{Engine, EngineConfig, ExecError, ExecRequest, Outcome, Sandbox, Status, TAG_VAR};
+pub use tokio_util::sync::CancellationToken;

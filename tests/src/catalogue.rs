@@ -385,13 +385,13 @@ pub fn all() -> Vec<Case> {
         case!(
             "passed-dirfd-openat",
             "--pass-fd of an O_PATH outside dir, then openat(O_CREAT)/mkdirat",
-            W,
+            Some("inherited_fds"),
             passed_dirfd
         ),
         case!(
             "passed-fd-reopen",
             "--pass-fd of a read-only outside file, then write / reopen for writing",
-            W,
+            Some("inherited_fds"),
             passed_fd_reopen
         ),
         // --- terminals ---
@@ -427,13 +427,13 @@ pub fn all() -> Vec<Case> {
         case!(
             "terminal-programs",
             "field 3: /dev/tty winsize+termios, /dev/stdout, /dev/stderr, openpty under a pty",
-            None,
+            Some("terminal_programs"),
             |c| pty_case(c, "terminal-programs")
         ),
         case!(
             "shell-terminal-programs",
             "field 3: stty size </dev/tty; echo a >/dev/stdout; echo b >/dev/stderr",
-            None,
+            Some("terminal_programs"),
             shell_terminal,
             needs = need_sh_stty
         ),
@@ -531,7 +531,7 @@ pub fn all() -> Vec<Case> {
         case!(
             "caps-and-nnp",
             "no capabilities in any set, NoNewPrivs=1",
-            None,
+            Some("capabilities"),
             |c| {
                 let who = if c.cell.user.is_root() {
                     "root"
@@ -1477,6 +1477,7 @@ fn git_main_worktree(c: &Ctx) -> Outcome {
         victim: c.dir.join("none"),
         env,
     };
+    let config_before = std::fs::read(c.wt.join(".git/config")).unwrap_or_default();
     let run = put(c, &r, c.wt.join(".git/config"), &payload_config(&payload));
     let run2 = put(
         c,
@@ -1491,11 +1492,19 @@ fn git_main_worktree(c: &Ctx) -> Outcome {
             "the host's next `git status` in this main worktree ran attacker code: .git/config (inside the writable worktree) set core.fsmonitor".into(),
         );
     }
-    match (run.outcome(), run2.outcome()) {
-        (Outcome::Works(_), _) | (_, Outcome::Works(_)) => Outcome::Escaped(format!(
-            "wrote .git/config or .git/hooks of a main worktree (host git: {})",
+    // .git is inside the writable worktree, so the writes themselves succeed; what must hold
+    // is the host's view after the run (shofer-sandbox's git guard puts both back).
+    let config_after = std::fs::read(c.wt.join(".git/config")).unwrap_or_default();
+    if config_after != config_before || c.wt.join(".git/hooks/post-checkout").exists() {
+        return Outcome::Escaped(format!(
+            "a main worktree's .git/config or .git/hooks stayed changed after the run (host git: {})",
             clip(err.trim(), 120)
-        )),
+        ));
+    }
+    match (run.outcome(), run2.outcome()) {
+        (Outcome::Works(_), _) | (_, Outcome::Works(_)) => Outcome::Blocked(
+            "written during the run, restored by the supervisor's git guard when it ended".into(),
+        ),
         (a, _) => Outcome::Blocked(describe(&a)),
     }
 }
@@ -1636,6 +1645,8 @@ fn git_worktree_config(c: &Ctx) -> Outcome {
     chown_all(&c.dir, u, g);
     let target = r.gitdir.join("config.worktree");
     let run = deny(c, &r.env, None, std::slice::from_ref(&target));
+    // Judged by the host's view after the run: Landlock cannot keep one file of the writable
+    // gitdir read-only, so shofer-sandbox's git guard puts it back when the command ends.
     if target.exists() {
         let seen =
             git(c.w, &r.env, &c.wt, &["config", "--get", "core.fsmonitor"]).unwrap_or_default();
@@ -1646,7 +1657,12 @@ fn git_worktree_config(c: &Ctx) -> Outcome {
             if seen.is_empty() { String::new() } else { format!("; git sees {:?}", seen.trim()) }
         ));
     }
-    run.outcome()
+    match run.outcome() {
+        Outcome::Works(_) | Outcome::Escaped(_) => Outcome::Blocked(
+            "written during the run, removed by the supervisor's git guard when it ended".into(),
+        ),
+        other => other,
+    }
 }
 
 enum Tamper {

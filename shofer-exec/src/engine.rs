@@ -1,0 +1,807 @@
+//! The engine: runs commands, races their timeouts, keeps a registry of them, and reads their
+//! artifacts (DESIGN §3.1).
+//!
+//! One [`Engine`] serves one task: it has a task working directory, an artifact directory and
+//! the user's settings ([`EngineConfig`]). [`Engine::execute`] spawns `/bin/sh -c <command>`
+//! (inside `shofer-sandbox <worktree> --` when a [`Sandbox`] is configured) as the leader of
+//! a new session (no controlling terminal; stdin `/dev/null`; `LANG`/`LC_ALL` `C.UTF-8`;
+//! `SHOFER_EXEC_TAG` set, see [`TAG_VAR`]), pumps its merged
+//! output through an [`Interceptor`](crate::intercept::Interceptor), and returns when the
+//! first of these happens:
+//! - the main process exits (plus a bounded drain of the pipe): the inline or persisted text;
+//! - the soft (agent) timeout of the request: the output so far, the command keeps running in
+//!   the background, registered, killable with [`Engine::terminate`];
+//! - the abort token is cancelled: the tree is killed, [`ABORTED_TEXT`](shofer_core::text::ABORTED_TEXT).
+//!
+//! The hard (user) timeout runs in the command's supervisor task, independent of the call: it
+//! kills the tree even after the command went to the background, unless the command starts
+//! with a prefix on the allowlist.
+//!
+//! Every command stays in the registry ([`Engine::list`]) for the engine's life. Dropping the
+//! last clone of the engine kills every command's tree, including the leftover background
+//! processes of commands that already exited.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use shofer_core::artifact::next_unique;
+use shofer_core::preview::PreviewSize;
+use shofer_core::text::{self, ExitStatus, Persisted};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::intercept::{Intercepted, Interceptor, Spill};
+use crate::pump::{self, PumpCtl};
+use crate::reader::{self, ReadError, ReadRequest};
+use crate::sys;
+use crate::tree::{self, Tree};
+
+/// How often the tree of an exited command that left background processes is rescanned
+/// (to reap their zombies once they exit).
+const LEFTOVER_RESCAN: Duration = Duration::from_millis(500);
+
+/// The environment variable every command inherits, `<engine pid>-<execution id>`; the tree
+/// scan finds escaped descendants by it.
+pub const TAG_VAR: &str = "SHOFER_EXEC_TAG";
+
+/// The sandbox wrapper for worktree tasks: commands run as
+/// `<binary> [extra_args] <worktree> -- /bin/sh -c <command>`.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    /// The `shofer-sandbox` binary.
+    pub binary: PathBuf,
+    /// The worktree the command may write to.
+    pub worktree: PathBuf,
+    /// Options passed before the worktree (e.g. `--allow-write /x`). Default none.
+    pub extra_args: Vec<OsString>,
+}
+
+impl Sandbox {
+    /// Finds `shofer-sandbox`: the `SHOFER_SANDBOX` environment variable if set (it must name
+    /// an executable file), else the file next to the current executable, else the first
+    /// executable `shofer-sandbox` on `PATH`. Both paths are made absolute.
+    ///
+    /// # Errors
+    /// [`ExecError::SandboxNotFound`] when none is found: a worktree task never runs
+    /// unsandboxed.
+    pub fn locate(worktree: &Path) -> Result<Sandbox, ExecError> {
+        let mut tried = Vec::new();
+        let found = if let Some(p) = std::env::var_os("SHOFER_SANDBOX") {
+            let p = PathBuf::from(p);
+            tried.push(format!("SHOFER_SANDBOX={}", p.display()));
+            is_executable(&p).then_some(p)
+        } else {
+            let next = std::env::current_exe()
+                .ok()
+                .and_then(|e| e.parent().map(|d| d.join("shofer-sandbox")));
+            if let Some(n) = &next {
+                tried.push(n.display().to_string());
+            }
+            next.filter(|n| is_executable(n)).or_else(|| {
+                tried.push("PATH".to_string());
+                std::env::var_os("PATH").and_then(|path| {
+                    std::env::split_paths(&path)
+                        .map(|d| d.join("shofer-sandbox"))
+                        .find(|p| is_executable(p))
+                })
+            })
+        };
+        match found {
+            // Absolute paths: the child changes directory before exec, and the sandbox gets
+            // the worktree while already inside it.
+            Some(binary) => Ok(Sandbox {
+                binary: std::path::absolute(&binary).unwrap_or(binary),
+                worktree: std::path::absolute(worktree).unwrap_or_else(|_| worktree.to_path_buf()),
+                extra_args: Vec::new(),
+            }),
+            None => Err(ExecError::SandboxNotFound {
+                tried: tried.join(", "),
+            }),
+        }
+    }
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The engine's settings.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The task's working directory: relative request cwds resolve against it.
+    pub task_cwd: PathBuf,
+    /// Where artifacts `cmd-<id>.txt` go (created 0700 on first spill).
+    pub artifacts_dir: PathBuf,
+    /// Preview budget. Default medium (10240 bytes).
+    pub preview: PreviewSize,
+    /// The user's hard timeout; `None` (default) = none.
+    pub hard_timeout: Option<Duration>,
+    /// Commands starting with one of these prefixes (after leading whitespace) are exempt
+    /// from the hard timeout. Default empty.
+    pub hard_timeout_allowlist: Vec<String>,
+    /// SIGTERM-to-SIGKILL grace of a tree kill. Default 250 ms; 0 = SIGKILL at once.
+    pub kill_grace: Duration,
+    /// Longest drain of the pipe after the main process exits. Default 2 s.
+    pub drain_max: Duration,
+    /// The drain also ends after this much silence. Default 200 ms.
+    pub drain_idle: Duration,
+    /// Run commands inside this sandbox. Default none.
+    pub sandbox: Option<Sandbox>,
+    /// Make this process a child subreaper on engine creation (see [`crate::tree`]).
+    /// Default false; set it when the engine owns its process (the `shofer` binary does).
+    pub subreaper: bool,
+}
+
+impl EngineConfig {
+    /// Defaults for a task in `task_cwd` spilling into `artifacts_dir`.
+    pub fn new(task_cwd: impl Into<PathBuf>, artifacts_dir: impl Into<PathBuf>) -> Self {
+        EngineConfig {
+            task_cwd: task_cwd.into(),
+            artifacts_dir: artifacts_dir.into(),
+            preview: PreviewSize::Medium,
+            hard_timeout: None,
+            hard_timeout_allowlist: Vec::new(),
+            kill_grace: Duration::from_millis(250),
+            drain_max: Duration::from_secs(2),
+            drain_idle: Duration::from_millis(200),
+            sandbox: None,
+            subreaper: false,
+        }
+    }
+}
+
+/// Errors of [`Engine::execute`] (and [`Engine::new`]). `Display` is the text for the model.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ExecError {
+    /// The working directory does not exist (checked before spawning).
+    MissingCwd {
+        /// The resolved directory.
+        dir: PathBuf,
+    },
+    /// No `shofer-sandbox` binary was found for a worktree task.
+    SandboxNotFound {
+        /// Where it was looked for.
+        tried: String,
+    },
+    /// `spawn` (fork/exec) failed.
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Creating the output pipe or the pump thread failed.
+    Pipe(std::io::Error),
+    /// `prctl(PR_SET_CHILD_SUBREAPER)` failed.
+    Subreaper(std::io::Error),
+}
+
+impl std::fmt::Display for ExecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExecError::MissingCwd { dir } => f.write_str(&text::missing_cwd_text(&dir.display().to_string())),
+            ExecError::SandboxNotFound { tried } => write!(
+                f,
+                "shofer-sandbox not found (looked at: {tried}); set SHOFER_SANDBOX or install it next to shofer. The command was not run: a worktree task never runs unsandboxed."
+            ),
+            ExecError::Spawn { program, source } => write!(f, "Could not start {}: {source}", program.display()),
+            ExecError::Pipe(e) => write!(f, "Could not set up the command's output pipe: {e}"),
+            ExecError::Subreaper(e) => write!(f, "prctl(PR_SET_CHILD_SUBREAPER) failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ExecError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ExecError::Spawn { source, .. }
+            | ExecError::Pipe(source)
+            | ExecError::Subreaper(source) => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// A command's state in the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Still running (its main process has not exited).
+    Running,
+    /// Exited on its own (any code, or a signal not sent by the engine).
+    Exited,
+    /// Killed by [`Engine::terminate`] or an abort.
+    Terminated,
+    /// Killed by the hard timeout.
+    TimedOut,
+}
+
+/// Why the engine killed a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KillReason {
+    Terminate,
+    Abort,
+    HardTimeout,
+}
+
+/// What the engine tells about one command.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// The execution id.
+    pub id: u64,
+    /// The command line.
+    pub command: String,
+    /// The resolved working directory.
+    pub cwd: String,
+    /// Its state now.
+    pub status: Status,
+    /// The exit code, once exited with one.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
+    /// The artifact id, once the output spilled.
+    pub artifact_id: Option<String>,
+    /// The artifact's path, once the output spilled.
+    pub artifact_path: Option<PathBuf>,
+    /// Bytes of output so far.
+    pub total_bytes: u64,
+    /// The result text for the model (DESIGN §3.3).
+    pub text: String,
+}
+
+/// The final state of a finished command.
+#[derive(Debug, Clone)]
+struct Final {
+    status: Status,
+    exit: ExitStatus,
+    intercepted: Intercepted,
+    text: String,
+}
+
+#[derive(Debug)]
+struct Record {
+    id: u64,
+    command: String,
+    cwd: String,
+    tree: Tree,
+    interceptor: Arc<Mutex<Interceptor>>,
+    pump: Arc<PumpCtl>,
+    kill_reason: Mutex<Option<KillReason>>,
+    done: watch::Sender<Option<Final>>,
+    hard_timeout_secs: Option<f64>,
+}
+
+impl Record {
+    fn snapshot(&self) -> Outcome {
+        let fin = self.done.borrow().clone();
+        match fin {
+            Some(f) => self.outcome_from(&f),
+            None => {
+                let snap = self
+                    .interceptor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .snapshot();
+                let so_far = match snap.spill {
+                    Spill::Inline => text::compress_output(&snap.preview.text),
+                    _ => snap.preview.text.clone(),
+                };
+                let (artifact_id, artifact_path) = artifact_of(&snap, &self.interceptor);
+                Outcome {
+                    id: self.id,
+                    command: self.command.clone(),
+                    cwd: self.cwd.clone(),
+                    status: Status::Running,
+                    exit_code: None,
+                    signal: None,
+                    artifact_id,
+                    artifact_path,
+                    total_bytes: snap.preview.total,
+                    text: text::running_result(&self.cwd, &so_far),
+                }
+            }
+        }
+    }
+
+    fn outcome_from(&self, f: &Final) -> Outcome {
+        let (exit_code, signal) = match f.exit {
+            ExitStatus::Code(c) => (Some(c), None),
+            ExitStatus::Signal { signal, .. } => (None, Some(signal)),
+        };
+        let (artifact_id, artifact_path) = artifact_of(&f.intercepted, &self.interceptor);
+        Outcome {
+            id: self.id,
+            command: self.command.clone(),
+            cwd: self.cwd.clone(),
+            status: f.status,
+            exit_code,
+            signal,
+            artifact_id,
+            artifact_path,
+            total_bytes: f.intercepted.preview.total,
+            text: f.text.clone(),
+        }
+    }
+
+    async fn wait_final(&self) -> Final {
+        let mut rx = self.done.subscribe();
+        loop {
+            if let Some(f) = rx.borrow_and_update().clone() {
+                return f;
+            }
+            if rx.changed().await.is_err() {
+                // The supervisor is gone without a result (runtime shut down): report what we have.
+                let snap = self
+                    .interceptor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .snapshot();
+                return Final {
+                    status: Status::Terminated,
+                    exit: ExitStatus::from_signal(9, false),
+                    intercepted: snap,
+                    text: text::ABORTED_TEXT.to_string(),
+                };
+            }
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        self.done.borrow().is_none()
+    }
+}
+
+fn artifact_of(
+    i: &Intercepted,
+    interceptor: &Mutex<Interceptor>,
+) -> (Option<String>, Option<PathBuf>) {
+    let id = match &i.spill {
+        Spill::Complete(id)
+        | Spill::Failed {
+            artifact: Some(id), ..
+        } => id,
+        _ => return (None, None),
+    };
+    let path = interceptor
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .artifact_path();
+    (Some(id.to_string()), Some(path))
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: EngineConfig,
+    records: Mutex<BTreeMap<u64, Arc<Record>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let records: Vec<Arc<Record>> = self
+            .records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let trees: Vec<&Tree> = records.iter().map(|r| &r.tree).collect();
+        tree::kill_trees(&trees, self.config.kill_grace);
+        for r in &records {
+            r.pump.stop();
+        }
+    }
+}
+
+/// A command to run.
+#[derive(Debug, Clone, Default)]
+pub struct ExecRequest {
+    /// The shell command line (`/bin/sh -c`).
+    pub command: String,
+    /// Working directory: absolute, or relative to the task cwd; `None` = the task cwd.
+    pub cwd: Option<String>,
+    /// Soft (agent) timeout in seconds; `None` or ≤ 0 = wait for completion.
+    pub timeout: Option<f64>,
+    /// Cancelling this token aborts the command (kills its tree).
+    pub abort: Option<CancellationToken>,
+}
+
+/// The command engine. Cheap to clone (shared); dropping the last clone kills every command's
+/// tree. [`Engine::execute`] needs a tokio runtime with the IO and time drivers (tokio's
+/// `process` support runs on the IO driver): build it with `enable_all()`.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl Engine {
+    /// An engine with `config`; sets the child-subreaper flag when `config.subreaper`.
+    ///
+    /// # Errors
+    /// [`ExecError::Subreaper`] when the flag cannot be set.
+    pub fn new(config: EngineConfig) -> Result<Self, ExecError> {
+        if config.subreaper {
+            tree::enable_subreaper().map_err(ExecError::Subreaper)?;
+        }
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                config,
+                records: Mutex::new(BTreeMap::new()),
+            }),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    /// The next execution id: the time in milliseconds, made unique within the process (all
+    /// engines share one counter, so two engines never hand out the same id or tag).
+    fn next_id(&self) -> u64 {
+        static LAST_ID: AtomicU64 = AtomicU64::new(0);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut last = LAST_ID.load(Ordering::SeqCst);
+        loop {
+            let mut id = next_unique(now, last);
+            // Another process may have left an artifact with this id in a shared directory.
+            while self
+                .inner
+                .config
+                .artifacts_dir
+                .join(format!("cmd-{id}.txt"))
+                .exists()
+            {
+                id += 1;
+            }
+            match LAST_ID.compare_exchange(last, id, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return id,
+                Err(cur) => last = cur,
+            }
+        }
+    }
+
+    /// Resolves a request's cwd against the task cwd.
+    pub fn resolve_cwd(&self, cwd: Option<&str>) -> PathBuf {
+        match cwd {
+            None => self.inner.config.task_cwd.clone(),
+            Some("") => self.inner.config.task_cwd.clone(),
+            Some(c) => self.inner.config.task_cwd.join(c),
+        }
+    }
+
+    /// Runs a command (see the module docs for when it returns).
+    ///
+    /// # Errors
+    /// [`ExecError::MissingCwd`] (nothing is spawned), [`ExecError::Spawn`], [`ExecError::Pipe`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the command running and registered, as a soft timeout does.
+    pub async fn execute(&self, req: ExecRequest) -> Result<Outcome, ExecError> {
+        let rec = self.spawn(&req)?;
+        let soft = req
+            .timeout
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .map(Duration::from_secs_f64);
+        let abort = req.abort.clone().unwrap_or_default();
+        tokio::select! {
+            f = rec.wait_final() => Ok(rec.outcome_from(&f)),
+            () = sleep_or_forever(soft) => Ok(rec.snapshot()),
+            () = abort.cancelled() => {
+                self.kill(&rec, KillReason::Abort).await;
+                Ok(rec.outcome_from(&rec.wait_final().await))
+            }
+        }
+    }
+
+    fn spawn(&self, req: &ExecRequest) -> Result<Arc<Record>, ExecError> {
+        let cfg = &self.inner.config;
+        let cwd = self.resolve_cwd(req.cwd.as_deref());
+        if !cwd.is_dir() {
+            return Err(ExecError::MissingCwd { dir: cwd });
+        }
+        let id = self.next_id();
+        let tag = format!("{}-{id}", sys::getpid());
+        let (read_end, write_end) = sys::pipe().map_err(ExecError::Pipe)?;
+        let write2: OwnedFd = write_end.try_clone().map_err(ExecError::Pipe)?;
+        let (program, mut cmd) = match &cfg.sandbox {
+            None => {
+                let mut c = tokio::process::Command::new("/bin/sh");
+                c.arg("-c").arg(&req.command);
+                (PathBuf::from("/bin/sh"), c)
+            }
+            Some(sb) => {
+                let mut c = tokio::process::Command::new(&sb.binary);
+                c.args(&sb.extra_args)
+                    .arg(&sb.worktree)
+                    .arg("--")
+                    .arg("/bin/sh")
+                    .arg("-c")
+                    .arg(&req.command);
+                (sb.binary.clone(), c)
+            }
+        };
+        cmd.current_dir(&cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(write_end))
+            .stderr(Stdio::from(write2))
+            .env("LANG", "C.UTF-8")
+            .env("LC_ALL", "C.UTF-8")
+            .env(TAG_VAR, &tag)
+            .kill_on_drop(false);
+        // A new session (and so a new process group): no controlling terminal, as in
+        // shofer-sandbox's supervisor, so the command cannot read or inject into the user's
+        // terminal (TIOCSTI); and every process in this session is the command's, which the
+        // tree kill relies on (see `tree`).
+        // Safety: setsid(2) is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let spawned = cmd.spawn();
+        // Close our copies of the pipe's write end now, or EOF could never come.
+        drop(cmd);
+        let mut child = spawned.map_err(|source| ExecError::Spawn { program, source })?;
+        let pid = child.id().map_or(0, |p| p as i32);
+        let tree = Tree::new(pid, format!("{TAG_VAR}={tag}"));
+        let interceptor = Arc::new(Mutex::new(Interceptor::new(
+            &cfg.artifacts_dir,
+            id,
+            cfg.preview.budget(),
+        )));
+        let (pump_ctl, pump_done) = match pump::start(read_end, Arc::clone(&interceptor)) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = child.start_kill();
+                return Err(ExecError::Pipe(e));
+            }
+        };
+        let exempt = cfg
+            .hard_timeout_allowlist
+            .iter()
+            .any(|p| !p.is_empty() && req.command.trim_start().starts_with(p.as_str()));
+        let hard = cfg.hard_timeout.filter(|_| !exempt);
+        let rec = Arc::new(Record {
+            id,
+            command: req.command.clone(),
+            cwd: cwd.display().to_string(),
+            tree,
+            interceptor,
+            pump: pump_ctl,
+            kill_reason: Mutex::new(None),
+            done: watch::channel(None).0,
+            hard_timeout_secs: hard.map(|d| d.as_secs_f64()),
+        });
+        self.inner
+            .records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, Arc::clone(&rec));
+        let r = Arc::clone(&rec);
+        let (drain_max, drain_idle, grace) = (cfg.drain_max, cfg.drain_idle, cfg.kill_grace);
+        tokio::spawn(async move {
+            let status = tokio::select! {
+                s = child.wait() => s,
+                () = sleep_or_forever(hard) => {
+                    if r.kill_reason.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(KillReason::HardTimeout) == &KillReason::HardTimeout {
+                        kill_blocking(&r, grace).await;
+                    }
+                    child.wait().await
+                }
+            };
+            r.pump.begin_drain(drain_max, drain_idle);
+            let _ = pump_done.await;
+            let intercepted = r
+                .interceptor
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .finish();
+            let exit = match status {
+                Ok(s) => exit_status_of(s),
+                Err(_) => ExitStatus::from_signal(9, false),
+            };
+            let reason = *r.kill_reason.lock().unwrap_or_else(|e| e.into_inner());
+            let (st, txt) = match reason {
+                Some(KillReason::HardTimeout) => (
+                    Status::TimedOut,
+                    text::hard_timeout_text(r.hard_timeout_secs.unwrap_or(0.0)),
+                ),
+                Some(KillReason::Abort) => (Status::Terminated, text::ABORTED_TEXT.to_string()),
+                Some(KillReason::Terminate) => {
+                    (Status::Terminated, result_text(&r.cwd, &exit, &intercepted))
+                }
+                None => (Status::Exited, result_text(&r.cwd, &exit, &intercepted)),
+            };
+            r.done.send_replace(Some(Final {
+                status: st,
+                exit,
+                intercepted,
+                text: txt,
+            }));
+            // Background leftovers (`daemon &`) stay in the tree; while any lives, rescan now
+            // and then so that their zombies, reparented to us as subreaper, get reaped.
+            loop {
+                let t = Arc::clone(&r);
+                let live = tokio::task::spawn_blocking(move || t.tree.members().len()).await;
+                if live.map_or(true, |n| n == 0) {
+                    break;
+                }
+                tokio::time::sleep(LEFTOVER_RESCAN).await;
+            }
+        });
+        Ok(rec)
+    }
+
+    async fn kill(&self, rec: &Arc<Record>, reason: KillReason) {
+        {
+            let mut r = rec.kill_reason.lock().unwrap_or_else(|e| e.into_inner());
+            if rec.is_running() && r.is_none() {
+                *r = Some(reason);
+            }
+        }
+        kill_blocking(rec, self.inner.config.kill_grace).await;
+    }
+
+    /// Kills the whole tree of command `id` (also the leftover background processes of a
+    /// command that already exited) and waits for it to finish. Returns its outcome, or `None`
+    /// for an unknown id.
+    pub async fn terminate(&self, id: u64) -> Option<Outcome> {
+        let rec = self
+            .inner
+            .records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned()?;
+        self.kill(&rec, KillReason::Terminate).await;
+        Some(rec.outcome_from(&rec.wait_final().await))
+    }
+
+    /// The current outcome of command `id` (the still-running text while it runs).
+    pub fn status(&self, id: u64) -> Option<Outcome> {
+        self.inner
+            .records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .map(|r| r.snapshot())
+    }
+
+    /// Waits for command `id` to finish and returns its final outcome; `None` for an unknown id.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future changes nothing.
+    pub async fn wait(&self, id: u64) -> Option<Outcome> {
+        let rec = self
+            .inner
+            .records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned()?;
+        Some(rec.outcome_from(&rec.wait_final().await))
+    }
+
+    /// Every command of the engine's life, oldest first.
+    pub fn list(&self) -> Vec<Outcome> {
+        let recs: Vec<Arc<Record>> = self
+            .inner
+            .records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        recs.iter().map(|r| r.snapshot()).collect()
+    }
+
+    /// Removes artifacts from the artifact directory: every `cmd-*` file when `keep` is
+    /// `None` (the original host's `cleanup`, on task disposal), else the `cmd-<digits>.txt`
+    /// files whose execution id is not in `keep` (`cleanupByIds`). Returns how many were removed.
+    ///
+    /// # Errors
+    /// Reading the directory or removing a file failed.
+    pub fn cleanup_artifacts(&self, keep: Option<&[u64]>) -> std::io::Result<usize> {
+        let dir = &self.inner.config.artifacts_dir;
+        match keep {
+            None => crate::intercept::cleanup(dir),
+            Some(ids) => crate::intercept::cleanup_by_ids(dir, ids),
+        }
+    }
+
+    /// read_command_output against this engine's artifact directory (see [`crate::reader`]).
+    ///
+    /// # Errors
+    /// [`ReadError`], whose text is the message for the model.
+    pub async fn read(
+        &self,
+        artifact_id: String,
+        search: Option<String>,
+        offset: Option<i64>,
+        limit: Option<i64>,
+    ) -> Result<String, ReadError> {
+        let dir = self.inner.config.artifacts_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            let req = ReadRequest {
+                artifact_id: &artifact_id,
+                search: search.as_deref(),
+                offset: offset.unwrap_or(0),
+                limit: limit.unwrap_or(reader::DEFAULT_LIMIT),
+            };
+            reader::read_output(&dir, &req)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(ReadError::Io {
+                id: String::new(),
+                source: std::io::Error::other(e),
+            })
+        })
+    }
+}
+
+async fn kill_blocking(rec: &Arc<Record>, grace: Duration) {
+    let r = Arc::clone(rec);
+    let _ = tokio::task::spawn_blocking(move || tree::kill_trees(&[&r.tree], grace)).await;
+}
+
+async fn sleep_or_forever(d: Option<Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn exit_status_of(s: std::process::ExitStatus) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => ExitStatus::Code(c),
+        (None, Some(sig)) => ExitStatus::from_signal(sig, s.core_dumped()),
+        (None, None) => ExitStatus::Code(-1),
+    }
+}
+
+/// The inline or persisted result text for a finished command.
+fn result_text(cwd: &str, exit: &ExitStatus, i: &Intercepted) -> String {
+    match &i.spill {
+        Spill::Inline => text::inline_result(cwd, exit, &i.preview.text),
+        Spill::Complete(id) => text::persisted_result(
+            cwd,
+            exit,
+            i.preview.total,
+            &Persisted::Complete {
+                artifact_id: id.as_str(),
+            },
+            &i.preview.text,
+        ),
+        Spill::Failed {
+            artifact,
+            written,
+            error,
+        } => text::persisted_result(
+            cwd,
+            exit,
+            i.preview.total,
+            &Persisted::Failed {
+                artifact_id: artifact.as_ref().map(|a| a.as_str()),
+                written: *written,
+                error,
+            },
+            &i.preview.text,
+        ),
+    }
+}

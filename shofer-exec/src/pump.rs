@@ -1,0 +1,139 @@
+//! The output pump: a thread that moves a command's merged stdout+stderr from the pipe into
+//! its [`Interceptor`], in arrival order.
+//!
+//! Completion is *not* pipe EOF: a background grandchild (`sleep 600 &`) keeps the write end
+//! open for as long as it lives. The engine tells the pump when the main process exited
+//! ([`PumpCtl::begin_drain`]); from then on the pump reads what is still coming until EOF, or
+//! until the pipe stays silent for the idle time, or until the drain deadline (at most ~2 s),
+//! whichever is first. Then it closes its read end; a process that writes to the pipe later
+//! gets `EPIPE`/SIGPIPE, as with any closed pipe.
+//!
+//! A plain thread with blocking `poll`/`read` is used rather than tokio's async pipe: the hot
+//! path (a command printing gigabytes) is one `splice` per MiB from the pipe into the artifact
+//! (see [`Interceptor::splice_from`]), or before the spill one `read` per 512 KiB, with no task
+//! wakeups or buffer copies in between.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::intercept::Interceptor;
+use crate::sys;
+
+const BUF_SIZE: usize = 512 * 1024;
+const SPLICE_MAX: usize = 1 << 20;
+const BATCH_MIN: usize = 64 * 1024;
+const BATCH_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
+
+#[derive(Debug, Default)]
+struct Ctl {
+    drain: Option<(Instant, Duration)>,
+    stop: bool,
+}
+
+/// The handle that steers a running pump.
+#[derive(Debug)]
+pub struct PumpCtl {
+    wake: OwnedFd,
+    ctl: Mutex<Ctl>,
+}
+
+impl PumpCtl {
+    /// The main process exited: read until EOF, `idle` of silence, or `max` from now.
+    pub fn begin_drain(&self, max: Duration, idle: Duration) {
+        self.ctl.lock().unwrap_or_else(|e| e.into_inner()).drain =
+            Some((Instant::now() + max, idle));
+        sys::eventfd_signal(&self.wake);
+    }
+
+    /// Stop reading now.
+    pub fn stop(&self) {
+        self.ctl.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+        sys::eventfd_signal(&self.wake);
+    }
+}
+
+/// Starts the pump thread on `pipe` (the read end). The returned receiver fires when the pump
+/// has stopped and every byte it read is in the interceptor.
+///
+/// # Errors
+/// Creating the eventfd or the thread failed.
+pub fn start(
+    pipe: OwnedFd,
+    sink: Arc<Mutex<Interceptor>>,
+) -> std::io::Result<(Arc<PumpCtl>, oneshot::Receiver<()>)> {
+    let ctl = Arc::new(PumpCtl {
+        wake: sys::eventfd()?,
+        ctl: Mutex::new(Ctl::default()),
+    });
+    let (tx, rx) = oneshot::channel();
+    let c = Arc::clone(&ctl);
+    std::thread::Builder::new()
+        .name("shofer-pump".into())
+        .spawn(move || {
+            run(&pipe, &sink, &c);
+            drop(pipe);
+            let _ = tx.send(());
+        })?;
+    Ok((ctl, rx))
+}
+
+fn run(pipe: &OwnedFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl) {
+    let mut buf = vec![0u8; BUF_SIZE];
+    let fds = [pipe.as_raw_fd(), ctl.wake.as_raw_fd()];
+    let mut drain: Option<(Instant, Duration)> = None;
+    loop {
+        let timeout_ms = match drain {
+            None => -1,
+            Some((deadline, idle)) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return;
+                }
+                left.min(idle).as_millis().clamp(1, i32::MAX as u128) as i32
+            }
+        };
+        let Ok(ready) = sys::poll_readable(&fds, timeout_ms) else {
+            return;
+        };
+        if ready[1] {
+            sys::eventfd_drain(&ctl.wake);
+            let c = ctl.ctl.lock().unwrap_or_else(|e| e.into_inner());
+            if c.stop {
+                return;
+            }
+            drain = c.drain;
+        }
+        if ready[0] {
+            // Once the output spilled, move it pipe-to-artifact without copying it through us.
+            let spliced = sink
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .splice_from(fds[0], SPLICE_MAX);
+            let moved = match spliced {
+                Some(0) => return,
+                Some(n) => n,
+                None => match sys::read(fds[0], &mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        sink.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .write(&buf[..n]);
+                        n
+                    }
+                },
+            };
+            // A fast writer outpaced by us leaves a few KiB per wakeup; let the pipe fill a
+            // little before the next call (at 4 GB/s, 200 µs is 800 KB: the 1 MiB pipe never
+            // fills up, and a slow writer's output is 200 µs later).
+            if moved < BATCH_MIN && drain.is_none() {
+                std::thread::sleep(BATCH_WAIT);
+            }
+        } else if !ready[1] && drain.is_some() {
+            // Silent for the idle time (or the deadline passed) after the main process exited.
+            return;
+        }
+    }
+}

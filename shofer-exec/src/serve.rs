@@ -1,0 +1,564 @@
+//! `shofer serve`: the engine as a Model Context Protocol server on stdio (DESIGN §3.5,
+//! Appendix A), built on the official Rust SDK (`rmcp`).
+//!
+//! Tools:
+//! - `execute_command` (`command`, `cwd`, `timeout`): runs a command through the [`Engine`];
+//!   the result is the engine's text (DESIGN §3.3). Commands reading a file that
+//!   `<task cwd>/.shofer/shoferignore` excludes are refused first ([`crate::shoferignore`]).
+//!   A client's `notifications/cancelled` for the call aborts the command (tree killed).
+//! - `read_command_output` (`artifact_id`, `search`, `offset`, `limit`): DESIGN §3.4.
+//! - `terminate_command` (`execution_id`): kills a command's whole tree.
+//! - `list_commands`: every command of the server's life, as JSON.
+//!
+//! Errors the model should see (a missing parameter, a refused command, a missing cwd, a bad
+//! artifact id) are tool results with `isError: true` and the texts of Appendix A; protocol
+//! errors are left to `rmcp`.
+//!
+//! Lifetime: commands sent to the background by a soft timeout live as long as the server.
+//! When stdin closes (the client went away) or the server gets SIGINT/SIGTERM/SIGHUP, every
+//! command's tree is killed (also processes left behind by commands that already exited), then
+//! the artifacts are removed: the whole directory when it is the server's own temporary one,
+//! only this server's `cmd-<id>.txt` files when the user named it with `--artifacts`, nothing
+//! with `--keep-artifacts`. A SIGKILL of the server cannot be caught: then its commands outlive
+//! it (a known limit). They run in process groups of their own, so killing the server's group
+//! does not reach them; each carries `SHOFER_EXEC_TAG=<server pid>-<execution id>` in its
+//! environment, by which a supervisor can find and kill them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, JsonObject, ServerCapabilities, ServerConfig,
+};
+use rmcp::{tool, tool_handler, tool_router, ServerHandler, ServiceExt};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Engine, EngineConfig, ExecError, ExecRequest, Status};
+use crate::shoferignore::{access_denied_json, ShoferIgnore};
+
+/// Largest soft timeout taken from a request, in seconds (larger values are capped to it).
+const MAX_SOFT_TIMEOUT_S: f64 = 1.0e9;
+
+/// How `shofer serve` runs: the engine's settings and what to do with artifacts at exit.
+#[derive(Debug)]
+pub struct ServeOptions {
+    /// The engine's settings (task cwd, artifact dir, preview, hard timeout, sandbox, ...).
+    pub engine: EngineConfig,
+    /// Keep the artifacts at exit (default: remove them).
+    pub keep_artifacts: bool,
+    /// The server's own temporary artifact directory (removed whole at exit unless kept);
+    /// `None` when the user named the directory.
+    pub temp_artifacts: Option<tempfile::TempDir>,
+}
+
+/// Why the server stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServeEnd {
+    /// stdin closed or the client ended the session.
+    Closed,
+    /// SIGINT, SIGTERM or SIGHUP (the number).
+    Signal(i32),
+}
+
+/// Errors of [`run`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The engine could not be created (see [`ExecError`]).
+    Engine(ExecError),
+    /// The MCP handshake failed (e.g. stdin closed or garbage before `initialize`).
+    Handshake(String),
+    /// Installing the signal handlers failed.
+    Signals(std::io::Error),
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServeError::Engine(e) => write!(f, "cannot start the engine: {e}"),
+            ServeError::Handshake(e) => write!(f, "MCP session did not start: {e}"),
+            ServeError::Signals(e) => write!(f, "cannot install signal handlers: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {}
+
+/// The MCP server: an [`Engine`] behind the four tools.
+#[derive(Debug, Clone)]
+pub struct ShoferServer {
+    engine: Engine,
+    tool_router: ToolRouter<Self>,
+}
+
+/// The missing-parameter result of Appendix A.
+fn missing(name: &str) -> CallToolResult {
+    tool_error(&format!(
+        "Missing value for required parameter '{name}'. Please retry with complete response."
+    ))
+}
+
+/// `{"status":"error","message":"The tool execution failed","error":"<error>"}` (fields in
+/// this order, as in Appendix A).
+fn tool_error(error: &str) -> CallToolResult {
+    let error = Value::from(error);
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        r#"{{"status":"error","message":"The tool execution failed","error":{error}}}"#
+    ))])
+}
+
+fn invalid(name: &str, expected: &str, got: &Value) -> CallToolResult {
+    tool_error(&format!(
+        "Invalid value for parameter '{name}': expected {expected}, got {got}. Please retry with a valid value."
+    ))
+}
+
+fn text_ok(t: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(t)])
+}
+
+fn text_err(t: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(t)])
+}
+
+/// A string parameter: `Ok(None)` when absent or null.
+fn opt_str(args: &JsonObject, name: &str) -> Result<Option<String>, CallToolResult> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(v) => Err(invalid(name, "a string", v)),
+    }
+}
+
+/// A required, non-empty string parameter.
+fn req_str(args: &JsonObject, name: &str) -> Result<String, CallToolResult> {
+    match opt_str(args, name)? {
+        Some(s) if !s.trim().is_empty() => Ok(s),
+        _ => Err(missing(name)),
+    }
+}
+
+/// A number parameter (a numeric string is accepted too: models send them).
+fn opt_f64(args: &JsonObject, name: &str) -> Result<Option<f64>, CallToolResult> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| invalid(name, "a number", &Value::Number(n.clone()))),
+        Some(Value::String(s)) if s.trim().parse::<f64>().is_ok_and(f64::is_finite) => {
+            Ok(s.trim().parse::<f64>().ok())
+        }
+        Some(v) => Err(invalid(name, "a number or null", v)),
+    }
+}
+
+/// An integer parameter (integral floats and numeric strings accepted).
+fn opt_i64(args: &JsonObject, name: &str) -> Result<Option<i64>, CallToolResult> {
+    let bad = |v: &Value| invalid(name, "an integer", v);
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Ok(Some(i)),
+            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e18 => Ok(Some(f as i64)),
+            _ => Err(bad(&Value::Number(n.clone()))),
+        },
+        Some(Value::String(s)) => s
+            .trim()
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|_| bad(&Value::String(s.clone()))),
+        Some(v) => Err(bad(v)),
+    }
+}
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    match v {
+        Value::Object(m) => Arc::new(m),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+fn execute_schema() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {
+            "command": {
+                "type": "string",
+                "description": "The shell command line to run (passed to /bin/sh -c). Pipes, lists and redirections work as in sh."
+            },
+            "cwd": {
+                "type": ["string", "null"],
+                "description": "Directory to run in: absolute, or relative to the task's working directory. null means the task's working directory."
+            },
+            "timeout": {
+                "type": ["number", "null"],
+                "description": "Seconds to wait before returning while the command keeps running in the background (for servers and watchers); the output so far is returned. null or 0 waits until the command ends."
+            }
+        },
+        "required": ["command", "cwd", "timeout"],
+        "additionalProperties": false
+    }))
+}
+
+fn read_schema() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {
+            "artifact_id": {
+                "type": "string",
+                "description": "The artifact named in a command result, e.g. \"cmd-1706119234567.txt\"."
+            },
+            "search": {
+                "type": "string",
+                "description": "Only return lines matching this case-insensitive regular expression (taken literally if it is not a valid one). Leave it out to read instead."
+            },
+            "offset": {
+                "type": ["integer", "null"],
+                "description": "Byte offset to start reading at (read mode). Default 0."
+            },
+            "limit": {
+                "type": ["integer", "null"],
+                "description": "Maximum number of bytes to return. Default 40960."
+            }
+        },
+        "required": ["artifact_id"],
+        "additionalProperties": false
+    }))
+}
+
+fn terminate_schema() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {
+            "execution_id": {
+                "type": ["integer", "string"],
+                "description": "The command's execution id, as shown by list_commands."
+            }
+        },
+        "required": ["execution_id"],
+        "additionalProperties": false
+    }))
+}
+
+fn status_word(s: Status) -> &'static str {
+    match s {
+        Status::Running => "running",
+        Status::Exited => "exited",
+        Status::Terminated => "terminated",
+        Status::TimedOut => "timed out",
+    }
+}
+
+#[tool_router]
+impl ShoferServer {
+    /// A server over `engine`.
+    pub fn new(engine: Engine) -> Self {
+        ShoferServer {
+            engine,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// The engine (for shutting it down after the session).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    #[tool(
+        name = "execute_command",
+        description = "Run a shell command in the task's working directory and return its exit status and output. Long output is cut to a head and tail preview and saved whole as an artifact that read_command_output can page through or search. With a timeout, a command still running after that many seconds stays running in the background and the output so far is returned; use list_commands to see it and terminate_command to stop it.",
+        input_schema = execute_schema()
+    )]
+    async fn execute_command(&self, args: JsonObject, abort: CancellationToken) -> CallToolResult {
+        let run = async {
+            let command = req_str(&args, "command")?;
+            let cwd = opt_str(&args, "cwd")?;
+            // A soft timeout past ~31 years is "wait for completion" in all but name; the cap
+            // keeps `Duration` conversion in range (1e300 would not fit).
+            let timeout = opt_f64(&args, "timeout")?.map(|t| t.min(MAX_SOFT_TIMEOUT_S));
+            let task_cwd = self.engine.config().task_cwd.clone();
+            let run_cwd = self.engine.resolve_cwd(cwd.as_deref());
+            let ignore = ShoferIgnore::load(&task_cwd).map_err(|e| text_err(e.to_string()))?;
+            if let Some(ig) = ignore {
+                if let Some(path) = ig.denied_path(&command, &run_cwd) {
+                    return Err(text_err(access_denied_json(&path)));
+                }
+            }
+            let req = ExecRequest {
+                command,
+                cwd,
+                timeout,
+                abort: Some(abort),
+            };
+            match self.engine.execute(req).await {
+                Ok(o) => Ok(text_ok(o.text)),
+                Err(e) => Err(text_err(e.to_string())),
+            }
+        };
+        run.await.unwrap_or_else(|e| e)
+    }
+
+    #[tool(
+        name = "read_command_output",
+        description = "Read or search the full output of a command whose result said it was persisted. Read mode returns numbered lines from a byte offset, up to limit bytes; search mode returns the lines matching a case-insensitive regular expression with their line numbers, without loading the whole file.",
+        input_schema = read_schema(),
+        annotations(read_only_hint = true)
+    )]
+    async fn read_command_output(&self, args: JsonObject) -> CallToolResult {
+        let run = async {
+            let id = req_str(&args, "artifact_id")?;
+            let search = opt_str(&args, "search")?.filter(|s| !s.is_empty());
+            let offset = opt_i64(&args, "offset")?;
+            let limit = opt_i64(&args, "limit")?;
+            self.engine
+                .read(id, search, offset, limit)
+                .await
+                .map(text_ok)
+                .map_err(|e| text_err(e.to_string()))
+        };
+        run.await.unwrap_or_else(|e| e)
+    }
+
+    #[tool(
+        name = "terminate_command",
+        description = "Stop a command by its execution id: its whole process tree is killed (SIGTERM, then SIGKILL after a short grace), including background processes it started. Returns its final output.",
+        input_schema = terminate_schema(),
+        annotations(destructive_hint = true)
+    )]
+    async fn terminate_command(&self, args: JsonObject) -> CallToolResult {
+        let id = match args.get("execution_id") {
+            None | Some(Value::Null) => return missing("execution_id"),
+            Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap_or(0),
+            Some(Value::String(s)) if s.trim().parse::<u64>().is_ok() => {
+                s.trim().parse::<u64>().unwrap_or(0)
+            }
+            Some(v) => {
+                return invalid(
+                    "execution_id",
+                    "an execution id (a non-negative integer)",
+                    v,
+                )
+            }
+        };
+        let Some(before) = self.engine.status(id) else {
+            return text_err(format!(
+                "No command with execution id {id}. Use list_commands to see the commands of this session."
+            ));
+        };
+        let Some(after) = self.engine.terminate(id).await else {
+            return text_err(format!("No command with execution id {id}."));
+        };
+        if before.status == Status::Running {
+            text_ok(format!(
+                "Command {id} ({}) was terminated; its process tree is gone.\n\n{}",
+                after.command, after.text
+            ))
+        } else {
+            text_ok(format!(
+                "Command {id} ({}) had already {}; any processes it left running were killed.\n\n{}",
+                after.command,
+                status_word(after.status),
+                after.text
+            ))
+        }
+    }
+
+    #[tool(
+        name = "list_commands",
+        description = "List every command run in this session, oldest first, as JSON: execution id, command, working directory, status (running, exited, terminated or timed out), exit code, signal, output size and artifact id if the output was persisted.",
+        annotations(read_only_hint = true)
+    )]
+    async fn list_commands(&self) -> CallToolResult {
+        let list: Vec<Value> = self
+            .engine
+            .list()
+            .into_iter()
+            .map(|o| {
+                json!({
+                    "id": o.id,
+                    "command": o.command,
+                    "cwd": o.cwd,
+                    "status": status_word(o.status),
+                    "exit_code": o.exit_code,
+                    "signal": o.signal,
+                    "output_bytes": o.total_bytes,
+                    "artifact_id": o.artifact_id,
+                })
+            })
+            .collect();
+        let v = json!({ "commands": list });
+        text_ok(serde_json::to_string_pretty(&v).unwrap_or_else(|_| v.to_string()))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for ShoferServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("shofer", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Runs shell commands for the task (execute_command), with long output saved as \
+                 artifacts (read_command_output); background commands can be listed \
+                 (list_commands) and stopped (terminate_command). Commands reading files \
+                 excluded by .shofer/shoferignore are refused.",
+            )
+    }
+}
+
+/// Kills every command's tree (running ones and leftovers of finished ones) and returns how
+/// many were still running.
+pub async fn shutdown(engine: &Engine) -> usize {
+    let list = engine.list();
+    let running = list.iter().filter(|o| o.status == Status::Running).count();
+    let mut set = tokio::task::JoinSet::new();
+    for o in list {
+        let e = engine.clone();
+        set.spawn(async move { e.terminate(o.id).await });
+    }
+    while set.join_next().await.is_some() {}
+    running
+}
+
+/// Runs the server on stdin/stdout until stdin closes or a signal comes, then kills every
+/// command and removes the artifacts (see the module docs). Must run inside a tokio runtime
+/// with I/O and time enabled. Messages go to stderr, prefixed `shofer serve: `.
+///
+/// # Errors
+/// [`ServeError`]; every command started so far is killed and artifacts are cleaned up
+/// before it is returned.
+pub async fn run(opts: ServeOptions) -> Result<ServeEnd, ServeError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let ServeOptions {
+        engine,
+        keep_artifacts,
+        temp_artifacts,
+    } = opts;
+    let artifacts_dir: PathBuf = engine.artifacts_dir.clone();
+    let engine = Engine::new(engine).map_err(ServeError::Engine)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
+    let mut term = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
+    let mut hup = signal(SignalKind::hangup()).map_err(ServeError::Signals)?;
+    let server = ShoferServer::new(engine.clone());
+    eprintln!(
+        "shofer serve: task cwd {}; artifacts in {}",
+        engine.config().task_cwd.display(),
+        artifacts_dir.display()
+    );
+    let session = async {
+        let running = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| ServeError::Handshake(e.to_string()))?;
+        let _ = running.waiting().await;
+        Ok(ServeEnd::Closed)
+    };
+    let end: Result<ServeEnd, ServeError> = tokio::select! {
+        r = session => r,
+        _ = int.recv() => Ok(ServeEnd::Signal(libc::SIGINT)),
+        _ = term.recv() => Ok(ServeEnd::Signal(libc::SIGTERM)),
+        _ = hup.recv() => Ok(ServeEnd::Signal(libc::SIGHUP)),
+    };
+    let killed = shutdown(&engine).await;
+    let outputs: Vec<PathBuf> = engine
+        .list()
+        .into_iter()
+        .filter_map(|o| o.artifact_path)
+        .collect();
+    drop(engine);
+    let why = match &end {
+        Ok(ServeEnd::Closed) => "session closed".to_string(),
+        Ok(ServeEnd::Signal(s)) => format!("signal {s}"),
+        // The error itself is reported by the caller.
+        Err(_) => "session failed".to_string(),
+    };
+    let artifacts = if keep_artifacts {
+        if let Some(t) = temp_artifacts {
+            let _ = t.keep();
+        }
+        format!("artifacts kept in {}", artifacts_dir.display())
+    } else if let Some(t) = temp_artifacts {
+        match t.close() {
+            Ok(()) => "artifacts removed".to_string(),
+            Err(e) => format!("removing {} failed: {e}", artifacts_dir.display()),
+        }
+    } else {
+        let mut failed = 0;
+        for p in &outputs {
+            if let Err(e) = std::fs::remove_file(p) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    failed += 1;
+                }
+            }
+        }
+        format!(
+            "{} artifact(s) of this session removed from {}{}",
+            outputs.len() - failed,
+            artifacts_dir.display(),
+            if failed > 0 {
+                format!(", {failed} could not be removed")
+            } else {
+                String::new()
+            }
+        )
+    };
+    eprintln!("shofer serve: {why}; {killed} running command(s) killed; {artifacts}; exiting");
+    end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: Value) -> JsonObject {
+        match v {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    fn text(r: &CallToolResult) -> String {
+        r.content
+            .iter()
+            .filter_map(|c| match c {
+                ContentBlock::Text(t) => Some(t.text.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn missing_parameter_text_is_appendix_a() {
+        let r = missing("command");
+        assert_eq!(r.is_error, Some(true));
+        assert_eq!(
+            text(&r),
+            r#"{"status":"error","message":"The tool execution failed","error":"Missing value for required parameter 'command'. Please retry with complete response."}"#
+        );
+    }
+
+    #[test]
+    fn parameters() {
+        let a = args(
+            json!({"command": "  ", "cwd": null, "t": "1.5", "n": 3.0, "s": "12", "bad": [1], "f": 2.5}),
+        );
+        assert!(req_str(&a, "command").is_err());
+        assert!(req_str(&a, "absent").is_err());
+        assert_eq!(opt_str(&a, "cwd").ok(), Some(None));
+        assert_eq!(opt_f64(&a, "t").ok(), Some(Some(1.5)));
+        assert_eq!(opt_i64(&a, "n").ok(), Some(Some(3)));
+        assert_eq!(opt_i64(&a, "s").ok(), Some(Some(12)));
+        assert!(opt_i64(&a, "f").is_err());
+        let e = opt_f64(&a, "bad").unwrap_err();
+        assert!(text(&e)
+            .contains("Invalid value for parameter 'bad': expected a number or null, got [1]"));
+    }
+
+    #[test]
+    fn status_words() {
+        assert_eq!(status_word(Status::TimedOut), "timed out");
+        assert_eq!(status_word(Status::Running), "running");
+    }
+}

@@ -1,0 +1,82 @@
+//! Helpers shared by the integration tests: unique markers and a `/proc` survivor scan.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static N: AtomicU32 = AtomicU32::new(0);
+
+/// A marker unique to this test process and call, usable as a `sleep` duration
+/// (`sleep <marker>` sleeps ~1000 s) and as `$0` of `sh -c`, so it shows in `/proc/*/cmdline`.
+pub fn marker() -> String {
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("1000.{}{:04}{:09}", std::process::id(), n, nanos)
+}
+
+/// Live (non-zombie) processes whose command line contains `marker`.
+pub fn survivors(marker: &str) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        if !String::from_utf8_lossy(&cmdline).contains(marker) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(") ")
+            .map(|(_, r)| r.chars().next().unwrap_or('?'))
+            .unwrap_or('?');
+        if state != 'Z' && state != 'X' {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Polls until `marker` has at least `n` live processes (or 10 s pass).
+pub fn wait_for_processes(marker: &str, n: usize) -> usize {
+    let start = std::time::Instant::now();
+    loop {
+        let k = survivors(marker).len();
+        if k >= n || start.elapsed() > std::time::Duration::from_secs(10) {
+            return k;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Kills leftovers of a failed test so one failure does not leak processes.
+pub fn kill_leftovers(marker: &str) {
+    for pid in survivors(marker) {
+        // Safety: plain kill(2) of a pid found by its unique marker.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// Is this process root?
+pub fn is_root() -> bool {
+    // Safety: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Live `sleep` processes (argv[0] is `sleep`) whose command line contains `marker`.
+pub fn sleepers(marker: &str) -> usize {
+    survivors(marker)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"))
+        })
+        .count()
+}

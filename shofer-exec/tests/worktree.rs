@@ -1,0 +1,279 @@
+//! The same scenarios through the worktree path: `shofer-sandbox <worktree> -- /bin/sh -c ...`
+//! on a linked git worktree outside /tmp (field cases 11–16).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{kill_leftovers, marker, survivors, wait_for_processes};
+use shofer_exec::{CancellationToken, Engine, EngineConfig, ExecRequest, Outcome, Sandbox, Status};
+
+/// The workspace's `shofer-sandbox` binary, brought up to date once per test run (it is another
+/// package's binary, so cargo does not build it for this test on its own).
+fn sandbox_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let shofer = PathBuf::from(env!("CARGO_BIN_EXE_shofer"));
+            let bin = shofer.with_file_name("shofer-sandbox");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+            let mut build = Command::new(cargo);
+            build
+                .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
+                .arg(manifest);
+            if shofer
+                .parent()
+                .and_then(Path::file_name)
+                .is_some_and(|d| d == "release")
+            {
+                build.arg("--release");
+            }
+            let st = build.status().unwrap();
+            assert!(st.success(), "building shofer-sandbox failed");
+            assert!(bin.exists(), "{} missing", bin.display());
+            bin
+        })
+        .clone()
+}
+
+struct Wt {
+    _root: tempfile::TempDir,
+    wt: PathBuf,
+    artifacts: PathBuf,
+}
+
+/// A repository and a linked worktree under $HOME (outside /tmp, which the policy makes
+/// writable and would hide failures).
+fn linked_worktree() -> Wt {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/root".into());
+    let root = tempfile::Builder::new()
+        .prefix("shofer-exec-wt-")
+        .tempdir_in(&home)
+        .unwrap();
+    let repo = root.path().join("repo");
+    let wt = root.path().join("wt");
+    let git = |args: &[&str], dir: &Path| {
+        let o = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    std::fs::create_dir(&repo).unwrap();
+    git(&["init", "-q"], &repo);
+    git(
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@e",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "init",
+        ],
+        &repo,
+    );
+    git(&["worktree", "add", "-q", wt.to_str().unwrap()], &repo);
+    let artifacts = root.path().join("artifacts");
+    Wt {
+        _root: root,
+        wt,
+        artifacts,
+    }
+}
+
+fn engine(w: &Wt, hard: Option<Duration>) -> Engine {
+    let mut c = EngineConfig::new(&w.wt, &w.artifacts);
+    c.subreaper = true;
+    c.hard_timeout = hard;
+    c.sandbox = Some(Sandbox {
+        binary: sandbox_binary(),
+        worktree: w.wt.clone(),
+        extra_args: Vec::new(),
+    });
+    Engine::new(c).unwrap()
+}
+
+async fn run(e: &Engine, cmd: &str) -> Outcome {
+    e.execute(ExecRequest {
+        command: cmd.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn preview_of(text: &str) -> &str {
+    let start = text.find("\nPreview:\n").unwrap() + "\nPreview:\n".len();
+    let end = text.rfind("\n\nUse read_command_output tool").unwrap();
+    &text[start..end]
+}
+
+#[tokio::test]
+async fn worktree_commands_are_sandboxed() {
+    let w = linked_worktree();
+    let e = engine(&w, None);
+    let outside = w.wt.parent().unwrap().join("outside");
+    let o = run(
+        &e,
+        &format!(
+            "echo in > inside && cat inside; touch {} && echo escaped",
+            outside.display()
+        ),
+    )
+    .await;
+    assert!(o.text.contains("Output:\nin\n"), "{}", o.text);
+    assert!(
+        !o.text.contains("escaped") && !outside.exists(),
+        "{}",
+        o.text
+    );
+    assert!(w.wt.join("inside").exists());
+}
+
+#[tokio::test]
+async fn worktree_field_case_11_background_grandchild() {
+    let w = linked_worktree();
+    let e = engine(&w, None);
+    let m = marker();
+    let t = Instant::now();
+    let o = run(&e, &format!("sleep {m} & echo started")).await;
+    assert!(
+        t.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(o.text.ends_with("Output:\nstarted\n"), "{}", o.text);
+    drop(e);
+    let left = survivors(&m);
+    kill_leftovers(&m);
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test]
+async fn worktree_field_case_12_no_survivor_after_hard_timeout_or_abort() {
+    for kind in ["hard", "abort"] {
+        let w = linked_worktree();
+        let e = engine(&w, (kind == "hard").then_some(Duration::from_millis(1500)));
+        let (a, b, c) = (marker(), marker(), marker());
+        let abort = CancellationToken::new();
+        let script = format!("setsid sleep {a} & (nohup sleep {b} >/dev/null 2>&1 &); sleep {c}");
+        let req = ExecRequest {
+            command: script,
+            abort: Some(abort.clone()),
+            ..Default::default()
+        };
+        if kind == "abort" {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                abort.cancel();
+            });
+        }
+        let a2 = a.clone();
+        let seen = tokio::task::spawn_blocking(move || wait_for_processes(&a2, 1));
+        let o = e.execute(req).await.unwrap();
+        assert!(seen.await.unwrap() >= 1);
+        let left: Vec<i32> = [&a, &b, &c].iter().flat_map(|m| survivors(m)).collect();
+        for m in [&a, &b, &c] {
+            kill_leftovers(m);
+        }
+        assert!(left.is_empty(), "{kind}: {left:?}");
+        assert_eq!(
+            o.status,
+            if kind == "hard" {
+                Status::TimedOut
+            } else {
+                Status::Terminated
+            }
+        );
+    }
+}
+
+#[tokio::test]
+async fn worktree_field_cases_13_14_16_output_shapes() {
+    let w = linked_worktree();
+    let e = engine(&w, None);
+    let o = run(
+        &e,
+        "i=0; while [ $i -lt 20000 ]; do printf '━'; i=$((i+1)); done",
+    )
+    .await;
+    assert_eq!(o.total_bytes, 60_000);
+    let p = preview_of(&o.text);
+    assert!(!p.contains('\u{FFFD}'));
+    let o = run(&e, "i=0; while [ $i -lt 50000 ]; do printf '%5d%%\\r' $((i % 100)); i=$((i+1)); done; echo done").await;
+    assert!(preview_of(&o.text).ends_with("done\n"));
+    assert_eq!(
+        std::fs::read(o.artifact_path.unwrap()).unwrap().len(),
+        350_005
+    );
+    let o = run(&e, "printf 'a%.0s' $(seq 1 30000); printf 'END'").await;
+    assert!(preview_of(&o.text).ends_with("aEND"));
+    assert!(std::fs::read(o.artifact_path.unwrap())
+        .unwrap()
+        .ends_with(b"aEND"));
+}
+
+#[tokio::test]
+async fn worktree_field_case_15_huge_line_is_spilled_whole_and_searchable() {
+    let w = linked_worktree();
+    let e = engine(&w, None);
+    let o = run(&e, "head -c 30000000 /dev/zero | tr '\\0' a; printf NEEDLE").await;
+    assert_eq!(o.total_bytes, 30_000_006);
+    let id = o.artifact_id.clone().unwrap();
+    assert_eq!(
+        std::fs::metadata(o.artifact_path.unwrap()).unwrap().len(),
+        30_000_006
+    );
+    let r = e.read(id, Some("needle".into()), None, None).await.unwrap();
+    assert!(
+        r.contains("Total matches: 1") && r.ends_with("aNEEDLE"),
+        "{}",
+        &r[..200]
+    );
+}
+
+#[test]
+fn cli_worktree_relative_path_runs_sandboxed_in_the_worktree() {
+    let w = linked_worktree();
+    let root = w.wt.parent().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_shofer"))
+        .current_dir(root)
+        .args([
+            "run",
+            "--artifacts",
+            "artifacts",
+            "--worktree",
+            "wt",
+            "--",
+            "pwd; echo x > made; touch ../escaped",
+        ])
+        .env("SHOFER_SANDBOX", sandbox_binary())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let wt = std::fs::canonicalize(&w.wt).unwrap();
+    assert!(
+        out.contains(&format!("Output:\n{}\n", wt.display())),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "touch outside the worktree fails: {out}"
+    );
+    assert!(wt.join("made").exists() && !root.join("escaped").exists());
+}
