@@ -174,9 +174,13 @@ pub fn choose(
             landlock_what()
         ))
     };
-    let userns = |backend: Backend| -> Result<Choice, String> {
-        if let Err(why) = facts.userns() {
-            return Err(format!("user namespaces: {why}"));
+    // `probe` asks first (auto must know before it commits to a backend); a forced backend
+    // skips the trial clone: its own set-up fails with the same one-line reason.
+    let userns = |backend: Backend, probe: bool| -> Result<Choice, String> {
+        if probe {
+            if let Err(why) = facts.userns() {
+                return Err(format!("user namespaces: {why}"));
+            }
         }
         // Landlock ABI 1 refuses every cross-directory rename, even inside the worktree; the
         // read-only mounts already do its job, so plain userns does not layer it.
@@ -226,13 +230,13 @@ pub fn choose(
     };
     match request {
         BackendChoice::Forced(Backend::Landlock) => landlock(allow_degraded),
-        BackendChoice::Forced(b @ (Backend::Userns | Backend::Layered)) => userns(b),
+        BackendChoice::Forced(b @ (Backend::Userns | Backend::Layered)) => userns(b, false),
         BackendChoice::Forced(Backend::Bwrap) => bwrap(),
         BackendChoice::Auto => {
             let mut why = Vec::new();
             for attempt in [
                 &(|| landlock(false)) as &dyn Fn() -> Result<Choice, String>,
-                &|| userns(Backend::Userns),
+                &|| userns(Backend::Userns, true),
                 &bwrap,
             ] {
                 match attempt() {
