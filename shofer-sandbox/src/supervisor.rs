@@ -275,6 +275,19 @@ pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
     Ok(Outcome::Ran(sup.wait_loop(keep_descendants)))
 }
 
+/// Writes the failure record (stage byte + errno) for the supervisor and exits 125 without
+/// running destructors (in the `CLONE_VM` child they would free memory the supervisor owns).
+fn report_failure(err: RawFd, stage: Stage, e: io::Error) -> ! {
+    let mut rec = [0u8; 5];
+    rec[0] = stage as u8;
+    rec[1..].copy_from_slice(&e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes());
+    // Safety: writing a small buffer to our pipe, then _exit.
+    unsafe {
+        libc::write(err, rec.as_ptr().cast(), rec.len());
+        libc::_exit(125)
+    }
+}
+
 /// Reads one failure record (stage byte + errno) from the exec-error pipe; `None` on EOF.
 fn read_failure(fd: &OwnedFd) -> Option<(Stage, i32)> {
     let mut buf = [0u8; 5];
@@ -397,16 +410,7 @@ fn spawn_namespaced(args: ChildArgs) -> Result<libc::pid_t, SetupError> {
 /// whatever is left in the namespace).
 fn namespace_init(mut args: ChildArgs) -> ! {
     let err = args.err;
-    let fail = |stage: Stage, e: io::Error| -> ! {
-        let mut rec = [0u8; 5];
-        rec[0] = stage as u8;
-        rec[1..].copy_from_slice(&e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes());
-        // Safety: writing to our pipe, then exiting without the parent's destructors.
-        unsafe {
-            libc::write(err, rec.as_ptr().cast(), rec.len());
-            libc::_exit(125)
-        }
-    };
+    let fail = |stage: Stage, e: io::Error| -> ! { report_failure(err, stage, e) };
     let mut launch = args.launch.take().expect("launch is set once");
     // Safety: prctl with integer arguments. SIGKILL for PID 1 takes the namespace with it.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
@@ -488,17 +492,7 @@ fn namespace_init(mut args: ChildArgs) -> ! {
 
 /// The child between `clone` and `execve`. Never returns: it execs or exits 125.
 fn child(launch: Launch, expected_parent: libc::pid_t, old_mask: &libc::sigset_t, err: RawFd) -> ! {
-    let fail = |stage: Stage, e: io::Error| -> ! {
-        let mut rec = [0u8; 5];
-        rec[0] = stage as u8;
-        rec[1..].copy_from_slice(&e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes());
-        // Safety: writing a small buffer to our pipe; exiting without running destructors
-        // (they would free memory the supervisor still owns).
-        unsafe {
-            libc::write(err, rec.as_ptr().cast(), rec.len());
-            libc::_exit(125)
-        }
-    };
+    let fail = |stage: Stage, e: io::Error| -> ! { report_failure(err, stage, e) };
     let check = |stage: Stage, ret: libc::c_int| {
         if ret != 0 {
             fail(stage, io::Error::last_os_error());
