@@ -2161,6 +2161,8 @@ mod tests {
             "tcp",
             "tiocsti",
             "inherited_fds",
+            "terminal_programs",
+            "capabilities",
         ];
         for c in all() {
             if let Some(p) = c.protection {
