@@ -56,11 +56,9 @@ impl fmt::Display for SetupError {
                 "worktree '{}': {reason} (expected an existing directory)",
                 path.display()
             ),
-            SetupError::AllowWrite { path, reason } => write!(
-                f,
-                "--allow-write '{}': {reason} (expected an existing file or directory)",
-                path.display()
-            ),
+            SetupError::AllowWrite { path, reason } => {
+                write!(f, "--allow-write '{}': {reason}", path.display())
+            }
             SetupError::NoBackend(msg) => write!(f, "{msg}"),
             SetupError::Syscall { op, source } => write!(f, "{op}: {source}"),
             SetupError::Landlock(msg) => write!(f, "Landlock: {msg}"),

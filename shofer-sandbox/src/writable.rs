@@ -97,7 +97,7 @@ pub fn build(
     for path in allow_write {
         let canon = std::fs::canonicalize(path).map_err(|e| SetupError::AllowWrite {
             path: path.clone(),
-            reason: e.to_string(),
+            reason: format!("{e} (expected an existing file or directory)"),
         })?;
         // A path named inside the worktree that resolves outside it went through a symlink
         // the command could have planted: the worktree is attacker-controlled.
