@@ -13,12 +13,12 @@ use crate::sys::{self, LandlockAbsence};
 
 /// What the kernel offers, probed once per run. The slower probes (user namespaces: a clone
 /// and a mount; bubblewrap: running it) happen only when a decision or a report needs them.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Facts {
     /// `uname -r`.
     pub kernel: String,
     /// The kernel's Landlock ABI, or why there is none.
-    pub landlock: Option<Result<u32, LandlockAbsence>>,
+    pub landlock: Result<u32, LandlockAbsence>,
     userns: OnceCell<Result<(), String>>,
     bwrap: OnceCell<Result<Bwrap, String>>,
 }
@@ -28,8 +28,9 @@ impl Facts {
     pub fn probe() -> Facts {
         Facts {
             kernel: sys::kernel_release(),
-            landlock: Some(sys::landlock_abi()),
-            ..Facts::default()
+            landlock: sys::landlock_abi(),
+            userns: OnceCell::new(),
+            bwrap: OnceCell::new(),
         }
     }
 
@@ -41,19 +42,10 @@ impl Facts {
     ) -> Facts {
         Facts {
             kernel: "fixed".into(),
-            landlock: Some(landlock),
+            landlock,
             userns: OnceCell::from(userns),
             bwrap: OnceCell::from(bwrap),
         }
-    }
-
-    fn landlock(&self) -> Result<u32, LandlockAbsence> {
-        self.landlock.unwrap_or(Err(LandlockAbsence::Other(0)))
-    }
-
-    /// The kernel's Landlock result, for reports.
-    pub fn landlock_result(&self) -> Result<u32, LandlockAbsence> {
-        self.landlock()
     }
 
     /// The user-namespace probe's answer if it already ran.
@@ -83,7 +75,7 @@ impl Facts {
     /// The Landlock ABI to use: the kernel's, capped by `--max-abi` and by the newest ABI
     /// whose rights are pinned. 0 when there is no Landlock.
     pub fn effective_abi(&self, max_abi: Option<u32>) -> u32 {
-        let kernel = self.landlock().unwrap_or(0);
+        let kernel = self.landlock.unwrap_or(0);
         kernel
             .min(max_abi.unwrap_or(u32::MAX))
             .min(NEWEST_PINNED_ABI)
@@ -91,7 +83,7 @@ impl Facts {
 
     /// Why Landlock is unusable, as one clause (e.g. "not in this kernel (ENOSYS)").
     pub fn landlock_absence(&self, max_abi: Option<u32>) -> String {
-        match self.landlock() {
+        match self.landlock {
             Err(LandlockAbsence::NotBuilt) => "not in this kernel (ENOSYS)".into(),
             Err(LandlockAbsence::Disabled) => {
                 "built in but disabled at boot (EOPNOTSUPP; add landlock to lsm=)".into()
@@ -315,8 +307,9 @@ mod tests {
     fn with_landlock_complete_auto_never_probes_namespaces() {
         let f = Facts {
             kernel: "t".into(),
-            landlock: Some(Ok(6)),
-            ..Facts::default()
+            landlock: Ok(6),
+            userns: OnceCell::new(),
+            bwrap: OnceCell::new(),
         };
         choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
         assert!(f.userns.get().is_none() && f.bwrap.get().is_none());

@@ -11,7 +11,7 @@ use crate::sys::{self, LandlockAbsence};
 use crate::writable::OpenedPolicy;
 
 fn landlock_json(facts: &Facts) -> Value {
-    let (abi, status, errno) = match facts.landlock_result() {
+    let (abi, status, errno) = match facts.landlock {
         Ok(abi) => (abi, "available", Value::Null),
         Err(LandlockAbsence::NotBuilt) => (0, "not-built", json!("ENOSYS")),
         Err(LandlockAbsence::Disabled) => (0, "disabled", json!("EOPNOTSUPP")),

@@ -31,7 +31,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use landlock::RulesetCreated;
@@ -192,18 +192,10 @@ pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
         return Err(SetupError::last_os("sigprocmask"));
     }
 
-    let mut pipe_fds = [0; 2];
-    // Safety: pipe2 writes two descriptors into the array.
-    if unsafe { libc::pipe2(pipe_fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(SetupError::last_os("pipe2"));
-    }
-    // Safety: pipe2 just returned these descriptors; each is owned once.
-    let (err_read, err_write) = unsafe {
-        (
-            OwnedFd::from_raw_fd(pipe_fds[0]),
-            OwnedFd::from_raw_fd(pipe_fds[1]),
-        )
-    };
+    let (err_read, err_write) = sys::pipe_cloexec().map_err(|source| SetupError::Syscall {
+        op: "pipe2",
+        source,
+    })?;
 
     // Safety: getpid cannot fail.
     let supervisor = unsafe { libc::getpid() };
@@ -569,20 +561,11 @@ fn child(launch: Launch, expected_parent: libc::pid_t, old_mask: &libc::sigset_t
 /// kernel cannot execute (`ENOEXEC`) is run by `/bin/sh`, as `execvp` and shells do.
 /// Returns only on failure.
 fn exec_search(argv: &[CString]) -> io::Error {
-    let name = argv[0].as_bytes();
-    if name.contains(&b'/') {
+    if argv[0].as_bytes().contains(&b'/') {
         return exec_one(&argv[0], argv);
     }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
     let mut denied = false;
-    for dir in std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).split(|&b| b == b':') {
-        let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
-        let mut candidate = dir.to_vec();
-        candidate.push(b'/');
-        candidate.extend_from_slice(name);
-        let Ok(candidate) = CString::new(candidate) else {
-            continue;
-        };
+    for candidate in path_candidates(&argv[0]) {
         let err = exec_one(&candidate, argv);
         match err.raw_os_error() {
             Some(libc::EACCES) => denied |= is_regular_file(&candidate),
@@ -617,16 +600,8 @@ pub fn resolve_command(name: &CString) -> Result<CString, (i32, String)> {
         }
         return Err((127, format!("{shown}: command not found")));
     }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
     let mut denied = false;
-    for dir in std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).split(|&b| b == b':') {
-        let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
-        let mut candidate = dir.to_vec();
-        candidate.push(b'/');
-        candidate.extend_from_slice(name.as_bytes());
-        let Ok(candidate) = CString::new(candidate) else {
-            continue;
-        };
+    for candidate in path_candidates(name) {
         if executable(&candidate) {
             return Ok(candidate);
         }
@@ -637,6 +612,22 @@ pub fn resolve_command(name: &CString) -> Result<CString, (i32, String)> {
     } else {
         (127, format!("{shown}: command not found"))
     })
+}
+
+/// `<dir>/<name>` for each directory of `$PATH` in order (an empty entry is `.`; no `$PATH`
+/// means `/usr/local/bin:/usr/bin:/bin`), as `execvp(3)` searches them.
+fn path_candidates(name: &CString) -> Vec<CString> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())
+        .split(|&b| b == b':')
+        .filter_map(|dir| {
+            let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
+            let mut candidate = dir.to_vec();
+            candidate.push(b'/');
+            candidate.extend_from_slice(name.as_bytes());
+            CString::new(candidate).ok()
+        })
+        .collect()
 }
 
 fn exec_one(path: &CString, argv: &[CString]) -> io::Error {

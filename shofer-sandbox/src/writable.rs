@@ -16,15 +16,6 @@ use crate::error::SetupError;
 use crate::git::{self, GitLayout};
 use crate::paths::{self, Kind};
 
-/// A writable rule with its open `O_PATH` descriptor.
-#[derive(Debug)]
-pub struct OpenedRule {
-    /// The rule as reported.
-    pub rule: WritableRule,
-    /// `O_PATH | O_NOFOLLOW` descriptor of `rule.path`.
-    pub fd: OwnedFd,
-}
-
 /// The policy of one run, with every rule path opened.
 #[derive(Debug)]
 pub struct OpenedPolicy {
