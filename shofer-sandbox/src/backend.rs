@@ -136,7 +136,7 @@ pub struct Choice {
     pub bwrap: Option<Bwrap>,
 }
 
-/// Chooses the backend for `request` (docs/ARCHITECTURE.md, "backends"): `auto` takes
+/// Chooses the backend for `request` (docs/ARCHITECTURE.md): `auto` takes
 /// Landlock when it enforces the whole required policy, else `userns` (Landlock layered at
 /// whatever ABI the kernel has), else `bwrap`, else a partial Landlock with
 /// `--allow-degraded`, else a refusal naming each mechanism and why it failed. The

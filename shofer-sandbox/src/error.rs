@@ -1,5 +1,5 @@
 //! Errors of setting up a sandbox. Every variant maps to exit status 125
-//! (docs/ARCHITECTURE.md, "exit statuses") and renders as one line naming the input and what
+//! (docs/ARCHITECTURE.md) and renders as one line naming the input and what
 //! would be valid.
 
 use std::fmt;

@@ -70,7 +70,7 @@ use spawn::Spawn;
 use status::StatusFd;
 use writable::OpenedPolicy;
 
-/// Exit status when the sandbox could not be set up (docs/ARCHITECTURE.md, "exit statuses").
+/// Exit status when the sandbox could not be set up (docs/ARCHITECTURE.md).
 pub const EXIT_SETUP: i32 = 125;
 
 /// Grace between SIGTERM and SIGKILL when the tree is stopped.

@@ -1,4 +1,4 @@
-//! Supervising a running command (docs/ARCHITECTURE.md, "supervision"): the wait loop, signal
+//! Supervising a running command (docs/ARCHITECTURE.md): the wait loop, signal
 //! forwarding, and the end of the tree.
 //!
 //! # What the kernel gives us, and the order things happen in
