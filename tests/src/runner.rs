@@ -14,11 +14,12 @@
 //! it is a `FAIL`. Outside state is checked from outside (a snapshot of `out` before and
 //! after), so an attack that lies about its result cannot hide a change.
 
-use crate::attacks::RESULT_PREFIX;
+use crate::attacks::{Attack, RESULT_PREFIX};
 use crate::catalogue::{Case, Scope};
 use crate::gaps::{self, GapRule};
 use crate::sys;
 use serde_json::Value;
+use shofer_core::policy::Protection;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -393,9 +394,9 @@ pub fn clip(s: &str, n: usize) -> String {
 /// What to run inside the sandbox.
 pub enum Cmd {
     /// `shofer-containment attack <name> <wt> <out> <extra...>`.
-    Attack(&'static str, Vec<String>),
+    Attack(Attack, Vec<String>),
     /// `shofer-containment attack <name> <args...>` without the wt/out prefix.
-    AttackRaw(&'static str, Vec<String>),
+    AttackRaw(Attack, Vec<String>),
     /// An argv.
     Argv(Vec<String>),
     /// `-c <string>`.
@@ -548,13 +549,13 @@ impl<'w> Ctx<'w> {
         let me = self.w.me.display().to_string();
         match &spec.cmd {
             Cmd::Attack(name, extra) => {
-                args.extend(["--".into(), me, "attack".into(), name.to_string()]);
+                args.extend(["--".into(), me, "attack".into(), name.name().to_string()]);
                 args.push(self.wt.display().to_string());
                 args.push(self.out.display().to_string());
                 args.extend(extra.iter().cloned());
             }
             Cmd::AttackRaw(name, extra) => {
-                args.extend(["--".into(), me, "attack".into(), name.to_string()]);
+                args.extend(["--".into(), me, "attack".into(), name.name().to_string()]);
                 args.extend(extra.iter().cloned());
             }
             Cmd::Argv(v) => {
@@ -883,8 +884,8 @@ pub fn diff(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Optio
 }
 
 /// Runs an attack and decides from its verdict *and* the outside snapshot.
-pub fn attack_checked(c: &Ctx, name: &'static str, extra: &[String]) -> Outcome {
-    attack_spec_checked(c, Sb::new(Cmd::Attack(name, extra.to_vec())))
+pub fn attack_checked(c: &Ctx, attack: Attack, extra: &[String]) -> Outcome {
+    attack_spec_checked(c, Sb::new(Cmd::Attack(attack, extra.to_vec())))
 }
 
 /// Like [`attack_checked`] with a full invocation spec.
@@ -921,7 +922,7 @@ pub fn judge(w: &World, case: &Case, cell: &Cell, o: Outcome, report: Option<&Va
         Outcome::Escaped(d) => format!("escaped: {d}"),
         Outcome::Broken(d) => format!("broken: {d}"),
     };
-    let Some(key) = case.protection else {
+    let Some(key) = case.protection.map(Protection::key) else {
         return row("FAIL", bad);
     };
     let Some(rep) = report else {
@@ -1011,11 +1012,11 @@ pub fn preflight(w: &World, cell: &mut Cell) -> (Vec<Row>, bool) {
         cell: probe_cell,
         ..ctx
     };
-    let first = pctx.sb_once(&mut Sb::new(Cmd::Attack("noop", vec![])), false);
+    let first = pctx.sb_once(&mut Sb::new(Cmd::Attack(Attack::Noop, vec![])), false);
     if first.code == Some(125) {
         let msg = clip(first.stderr.trim(), 300);
         if msg.to_lowercase().contains("degrad") {
-            let second = pctx.sb_once(&mut Sb::new(Cmd::Attack("noop", vec![])), true);
+            let second = pctx.sb_once(&mut Sb::new(Cmd::Attack(Attack::Noop, vec![])), true);
             if second.code == Some(0) {
                 cell.degraded = true;
                 let listed = second
@@ -1138,19 +1139,7 @@ fn report_row(w: &World, cell: &Cell, run: &Run, wt: &Path) -> Row {
                     bad.push(format!("effective_abi {} != {want}", r["effective_abi"]));
                 }
             }
-            for key in [
-                "write_outside",
-                "truncate",
-                "rename_link_across",
-                "rename_inside",
-                "chmod_chown_utime_xattr",
-                "signals_out",
-                "abstract_unix_sockets",
-                "pathname_unix_sockets",
-                "tcp",
-                "tiocsti",
-                "inherited_fds",
-            ] {
+            for key in Protection::ALL.map(Protection::key) {
                 let p = &r["protections"][key];
                 if !p["enforced"].is_boolean() {
                     bad.push(format!("protection {key} missing"));
