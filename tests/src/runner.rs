@@ -1121,6 +1121,27 @@ fn probe_says_usable(w: &World, backend: &str) -> Option<String> {
     })
 }
 
+/// Protection keys in a `--report` / `--probe --json` document that `shofer_core`'s
+/// [`Protection`] does not know: each one is a row the harness could never judge as a gap, so
+/// it is a finding, not something to skip. (Known keys that are missing are reported by the
+/// caller, which also checks their shape.)
+pub fn unknown_protections(report: &Value) -> Vec<String> {
+    let known = Protection::ALL.map(Protection::key);
+    match report["protections"].as_object() {
+        None => vec![format!(
+            "no protections object ({})",
+            clip(&report["protections"].to_string(), 80)
+        )],
+        Some(m) => m
+            .keys()
+            .filter(|k| !known.contains(&k.as_str()))
+            .map(|k| {
+                format!("unknown protection {k} (shofer_core::policy::Protection has no such key)")
+            })
+            .collect(),
+    }
+}
+
 fn report_row(w: &World, cell: &Cell, run: &Run, wt: &Path) -> Row {
     let mut bad = Vec::new();
     match &run.report {
@@ -1139,6 +1160,7 @@ fn report_row(w: &World, cell: &Cell, run: &Run, wt: &Path) -> Row {
                     bad.push(format!("effective_abi {} != {want}", r["effective_abi"]));
                 }
             }
+            bad.extend(unknown_protections(r));
             for key in Protection::ALL.map(Protection::key) {
                 let p = &r["protections"][key];
                 if !p["enforced"].is_boolean() {
@@ -1175,4 +1197,24 @@ pub fn in_scope(case: &Case, global: bool) -> bool {
         (case.scope, global),
         (Scope::Cell, false) | (Scope::Global, true)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_protections_names_keys_shofer_core_does_not_know() {
+        let mut prot = serde_json::Map::new();
+        for k in Protection::ALL.map(Protection::key) {
+            prot.insert(k.into(), serde_json::json!({"enforced": true}));
+        }
+        let known = serde_json::json!({ "protections": prot.clone() });
+        assert!(unknown_protections(&known).is_empty());
+        prot.insert("teleport".into(), serde_json::json!({"enforced": true}));
+        let found = unknown_protections(&serde_json::json!({ "protections": prot }));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("teleport"), "{found:?}");
+        assert_eq!(unknown_protections(&serde_json::json!({})).len(), 1);
+    }
 }

@@ -13,6 +13,7 @@
 //! setuid file and create namespaces).
 
 use serde_json::Value;
+use shofer_core::policy::Protection;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -78,6 +79,36 @@ fn rows_with<'a>(v: &'a Value, result: &str) -> Vec<&'a Value> {
         .as_array()
         .map(|a| a.iter().filter(|r| r["result"] == result).collect())
         .unwrap_or_default()
+}
+
+/// The real `shofer-sandbox --probe --json` names exactly the protections `shofer_core`
+/// defines: a key the harness does not know could never be judged, and a key it expects but
+/// the sandbox does not print would make every `report-consistent` row fail.
+#[test]
+fn probe_prints_exactly_the_protections_shofer_core_knows() {
+    let out = Command::new(sandbox_binary())
+        .args(["--probe", "--json"])
+        .output()
+        .expect("run shofer-sandbox --probe --json");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "--probe --json printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let mut printed: Vec<&str> = v["protections"]
+        .as_object()
+        .expect("a protections object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    printed.sort_unstable();
+    let mut known = Protection::ALL.map(Protection::key).to_vec();
+    known.sort_unstable();
+    assert_eq!(
+        printed, known,
+        "--probe --json protections vs shofer_core::policy::Protection"
+    );
 }
 
 #[test]

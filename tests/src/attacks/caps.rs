@@ -1,18 +1,19 @@
-//! Inside the sandbox — Privileges and mounts: capability sets, no_new_privs, setuid programs, open_by_handle_at, namespaces, mounts and pivot_root.
+//! Inside the sandbox — privileges and mounts: capability sets, no_new_privs, setuid programs,
+//! open_by_handle_at, namespaces, mounts and pivot_root.
 
 use super::{arg, contain, p, write_via, Seen, RESULT_PREFIX};
 use crate::sys::{self, Errno};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-/// `mount-bind-outside`.
+/// `mount-bind-outside`: bind-mount an outside dir into the worktree and write.
 pub(crate) fn mount_bind_outside(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
     mount_bind(&wt, &out, arg(a, 2))
 }
 
-/// `root-chown-foreign`.
+/// `root-chown-foreign`: as root: chown a file owned by uid 4242 outside (CAP_CHOWN).
 pub(crate) fn root_chown_foreign(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     contain(
@@ -21,7 +22,7 @@ pub(crate) fn root_chown_foreign(a: &[String]) -> Seen {
     )
 }
 
-/// `root-dac-read`.
+/// `root-dac-read`: as root: read a 0600 file of uid 4242 (CAP_DAC_OVERRIDE).
 pub(crate) fn root_dac_read(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     contain(
@@ -30,35 +31,34 @@ pub(crate) fn root_dac_read(a: &[String]) -> Seen {
     )
 }
 
-/// `sethostname-uts`.
-pub(crate) fn sethostname_uts(_a: &[String]) -> Seen {
-    {
-        // Only inside a fresh UTS namespace, and only if creating it worked.
-        // Safety: plain flag argument.
-        match sys::check(unsafe { libc::unshare(libc::CLONE_NEWUTS) } as libc::c_long) {
-            Err(e) => Seen::Blocked(format!(
-                "unshare(CLONE_NEWUTS) -> {e} (sethostname not tried)"
-            )),
-            Ok(_) => {
-                let name = b"shofer-containment";
-                // Safety: `name` is valid for its length; this namespace is private.
-                let r = sys::check(
-                    unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) } as libc::c_long,
-                );
-                match r {
-                    Ok(_) => Seen::Escaped(
-                        "unshare(CLONE_NEWUTS) and sethostname succeeded: CAP_SYS_ADMIN kept"
-                            .into(),
-                    ),
-                    Err(e) => Seen::Escaped(format!(
-                        "unshare(CLONE_NEWUTS) succeeded (CAP_SYS_ADMIN kept); sethostname -> {e}"
-                    )),
-                }
+/// `sethostname-uts`: unshare(CLONE_NEWUTS), then sethostname in that private namespace.
+pub(crate) fn sethostname_uts(_: &[String]) -> Seen {
+    // Only inside a fresh UTS namespace, and only if creating it worked.
+    // Safety: plain flag argument.
+    match sys::check(unsafe { libc::unshare(libc::CLONE_NEWUTS) } as libc::c_long) {
+        Err(e) => Seen::Blocked(format!(
+            "unshare(CLONE_NEWUTS) -> {e} (sethostname not tried)"
+        )),
+        Ok(_) => {
+            let name = b"shofer-containment";
+            // Safety: `name` is valid for its length; this namespace is private.
+            let r = sys::check(
+                unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) } as libc::c_long,
+            );
+            match r {
+                Ok(_) => Seen::Escaped(
+                    "unshare(CLONE_NEWUTS) and sethostname succeeded: CAP_SYS_ADMIN kept".into(),
+                ),
+                Err(e) => Seen::Escaped(format!(
+                    "unshare(CLONE_NEWUTS) succeeded (CAP_SYS_ADMIN kept); sethostname -> {e}"
+                )),
             }
         }
     }
 }
 
+/// `open-tree-clone`: unshare, open_tree(CLONE) the outside tree, clear RDONLY, write through the
+/// detached mount.
 pub(crate) fn open_tree_clone(a: &[String]) -> Seen {
     let out = &p(arg(a, 1));
     // A detached clone of the outside tree (new mount API), written through its fd.
@@ -212,6 +212,7 @@ fn enter_userns() -> Result<(), String> {
     Ok(())
 }
 
+/// `unshare-remount`: unshare(user+mount ns), bind+remount rw an outside dir, write.
 pub(crate) fn unshare_remount(a: &[String]) -> Seen {
     let out = &p(arg(a, 1));
     let mut steps = Vec::new();
@@ -267,6 +268,7 @@ pub(crate) fn unshare_remount(a: &[String]) -> Seen {
     }
 }
 
+/// `pivot-root`: unshare, pivot_root into the worktree, write outside via the old root.
 pub(crate) fn pivot_root(a: &[String]) -> Seen {
     let (wt, out) = (&p(arg(a, 0)), &p(arg(a, 1)));
     if let Err(e) = enter_userns() {
@@ -326,6 +328,8 @@ fn status_field(name: &str) -> String {
         .unwrap_or_default()
 }
 
+/// `report-creds`: prints the effective uid and capability sets (run through the setuid copy by
+/// `suid-exec`).
 pub(crate) fn report_creds(_: &[String]) -> Seen {
     let (u, _) = sys::ids();
     Seen::Ok(format!(
@@ -335,6 +339,7 @@ pub(crate) fn report_creds(_: &[String]) -> Seen {
     ))
 }
 
+/// `suid-exec`: execs the setuid-root copy of the harness: no euid 0, no capabilities.
 pub(crate) fn suid_exec(a: &[String]) -> Seen {
     let prog = arg(a, 2);
     let out = std::process::Command::new(prog)
@@ -367,6 +372,7 @@ pub(crate) fn suid_exec(a: &[String]) -> Seen {
     }
 }
 
+/// `caps-and-nnp`: no capabilities in any set, NoNewPrivs=1.
 pub(crate) fn caps_and_nnp(a: &[String]) -> Seen {
     let root = arg(a, 2) == "root";
     let mut bad = Vec::new();
@@ -395,6 +401,7 @@ pub(crate) fn caps_and_nnp(a: &[String]) -> Seen {
     }
 }
 
+/// `open-by-handle`: open_by_handle_at on an outside file (needs CAP_DAC_READ_SEARCH).
 pub(crate) fn open_by_handle(a: &[String]) -> Seen {
     let ex = &p(arg(a, 1)).join("existing");
     #[repr(C)]

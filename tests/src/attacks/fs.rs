@@ -1,11 +1,12 @@
-//! Inside the sandbox — Files: writes, deletes, renames and links across the worktree boundary, symlinks, `..`, metadata, devices, /tmp and /dev/shm, ordinary work inside.
+//! Inside the sandbox — files: writes, deletes, renames and links across the worktree boundary,
+//! symlinks, `..`, metadata, devices, /tmp and /dev/shm, ordinary work inside.
 
 use super::{arg, attempt, contain, p, write_via, Seen};
 use crate::sys::{self, Errno};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-/// `create-outside`.
+/// `create-outside`: open(O_CREAT) a new file outside the worktree.
 pub(crate) fn create_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     contain(
@@ -18,7 +19,7 @@ pub(crate) fn create_outside(a: &[String]) -> Seen {
     )
 }
 
-/// `write-outside`.
+/// `write-outside`: open an existing outside file O_WRONLY and write.
 pub(crate) fn write_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     let ex = out.join("existing");
@@ -28,7 +29,7 @@ pub(crate) fn write_outside(a: &[String]) -> Seen {
     )
 }
 
-/// `append-outside`.
+/// `append-outside`: open an existing outside file O_APPEND and write.
 pub(crate) fn append_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     let ex = out.join("existing");
@@ -38,14 +39,14 @@ pub(crate) fn append_outside(a: &[String]) -> Seen {
     )
 }
 
-/// `truncate-path`.
+/// `truncate-path`: truncate(2) an outside file by path.
 pub(crate) fn truncate_path(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     let ex = out.join("existing");
     contain("truncate(outside/existing, 0)", sys::truncate(&ex, 0))
 }
 
-/// `truncate-rdonly-otrunc`.
+/// `truncate-rdonly-otrunc`: open(O_RDONLY|O_TRUNC) an outside file.
 pub(crate) fn truncate_rdonly_otrunc(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     let ex = out.join("existing");
@@ -55,20 +56,20 @@ pub(crate) fn truncate_rdonly_otrunc(a: &[String]) -> Seen {
     )
 }
 
-/// `unlink-outside`.
+/// `unlink-outside`: unlink an outside file.
 pub(crate) fn unlink_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     let ex = out.join("existing");
     contain("unlink(outside/existing)", sys::unlink(&ex))
 }
 
-/// `rmdir-outside`.
+/// `rmdir-outside`: rmdir an outside directory.
 pub(crate) fn rmdir_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     contain("rmdir(outside/emptydir)", sys::rmdir(out.join("emptydir")))
 }
 
-/// `mkdir-outside`.
+/// `mkdir-outside`: mkdir outside.
 pub(crate) fn mkdir_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     contain(
@@ -77,7 +78,7 @@ pub(crate) fn mkdir_outside(a: &[String]) -> Seen {
     )
 }
 
-/// `symlink-outside`.
+/// `symlink-outside`: create a symlink outside.
 pub(crate) fn symlink_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     contain(
@@ -86,7 +87,7 @@ pub(crate) fn symlink_outside(a: &[String]) -> Seen {
     )
 }
 
-/// `mkfifo-outside`.
+/// `mkfifo-outside`: mknod a FIFO outside.
 pub(crate) fn mkfifo_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     contain(
@@ -95,17 +96,15 @@ pub(crate) fn mkfifo_outside(a: &[String]) -> Seen {
     )
 }
 
-/// `bind-socket-outside`.
+/// `bind-socket-outside`: bind a unix socket file outside.
 pub(crate) fn bind_socket_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
-    {
-        let path = out.join("bound.sock");
-        let r = sys::unix_listen(path.as_os_str().as_encoded_bytes(), false);
-        contain("bind(AF_UNIX, outside/bound.sock)", r)
-    }
+    let path = out.join("bound.sock");
+    let r = sys::unix_listen(path.as_os_str().as_encoded_bytes(), false);
+    contain("bind(AF_UNIX, outside/bound.sock)", r)
 }
 
-/// `rename-out`.
+/// `rename-out`: rename a worktree file to outside.
 pub(crate) fn rename_out(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
@@ -115,7 +114,7 @@ pub(crate) fn rename_out(a: &[String]) -> Seen {
     )
 }
 
-/// `rename-in`.
+/// `rename-in`: rename an outside file into the worktree.
 pub(crate) fn rename_in(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
@@ -126,7 +125,7 @@ pub(crate) fn rename_in(a: &[String]) -> Seen {
     )
 }
 
-/// `rename-exchange`.
+/// `rename-exchange`: renameat2(RENAME_EXCHANGE) a worktree file with an outside one.
 pub(crate) fn rename_exchange(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
@@ -137,7 +136,7 @@ pub(crate) fn rename_exchange(a: &[String]) -> Seen {
     )
 }
 
-/// `rename-dir-out`.
+/// `rename-dir-out`: rename a worktree directory to outside.
 pub(crate) fn rename_dir_out(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
@@ -147,16 +146,14 @@ pub(crate) fn rename_dir_out(a: &[String]) -> Seen {
     )
 }
 
-/// `rename-worktree`.
+/// `rename-worktree`: rename the worktree itself.
 pub(crate) fn rename_worktree(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
-    {
-        let parent = wt.parent().unwrap_or(Path::new("/")).join("wt-renamed");
-        contain("rename(wt, ../wt-renamed)", sys::rename(&wt, parent))
-    }
+    let parent = wt.parent().unwrap_or(Path::new("/")).join("wt-renamed");
+    contain("rename(wt, ../wt-renamed)", sys::rename(&wt, parent))
 }
 
-/// `link-in`.
+/// `link-in`: hard-link an outside file into the worktree and write through it.
 pub(crate) fn link_in(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
@@ -173,7 +170,7 @@ pub(crate) fn link_in(a: &[String]) -> Seen {
     }
 }
 
-/// `link-out`.
+/// `link-out`: hard-link a worktree file to outside.
 pub(crate) fn link_out(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
@@ -183,159 +180,143 @@ pub(crate) fn link_out(a: &[String]) -> Seen {
     )
 }
 
-/// `linkat-procfd-in`.
+/// `linkat-procfd-in`: linkat(/proc/self/fd/N) of a read-only outside fd into the worktree.
 pub(crate) fn linkat_procfd_in(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
     let ex = out.join("existing");
-    {
-        let fd = match sys::open(&ex, libc::O_RDONLY, 0) {
-            Ok(fd) => fd,
-            Err(e) => return Seen::Broken(format!("open(outside/existing, O_RDONLY) -> {e}")),
-        };
-        let src = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        match attempt(
-            "linkat(/proc/self/fd/N, wt/hl2, AT_SYMLINK_FOLLOW)",
-            sys::linkat_follow(&src, wt.join("hl2")),
-        ) {
-            Err(d) => Seen::Blocked(d),
-            Ok(()) => match write_via(&wt.join("hl2"), libc::O_WRONLY | libc::O_APPEND) {
-                Ok(()) => Seen::Escaped("linked an outside file into wt and wrote it".into()),
-                Err(e) => Seen::Escaped(format!("linked an outside file into wt (write -> {e})")),
-            },
-        }
+    let fd = match sys::open(&ex, libc::O_RDONLY, 0) {
+        Ok(fd) => fd,
+        Err(e) => return Seen::Broken(format!("open(outside/existing, O_RDONLY) -> {e}")),
+    };
+    let src = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    match attempt(
+        "linkat(/proc/self/fd/N, wt/hl2, AT_SYMLINK_FOLLOW)",
+        sys::linkat_follow(&src, wt.join("hl2")),
+    ) {
+        Err(d) => Seen::Blocked(d),
+        Ok(()) => match write_via(&wt.join("hl2"), libc::O_WRONLY | libc::O_APPEND) {
+            Ok(()) => Seen::Escaped("linked an outside file into wt and wrote it".into()),
+            Err(e) => Seen::Escaped(format!("linked an outside file into wt (write -> {e})")),
+        },
     }
 }
 
-/// `otmpfile-link-out`.
+/// `otmpfile-link-out`: O_TMPFILE in the worktree, then link it outside.
 pub(crate) fn otmpfile_link_out(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
-    {
-        let fd = match sys::open(&wt, libc::O_TMPFILE | libc::O_WRONLY, 0o644) {
-            Ok(fd) => fd,
-            Err(e) => return Seen::Skip(format!("O_TMPFILE in wt -> {e}")),
-        };
-        let _ = sys::write(fd.as_raw_fd(), b"tmpfile\n");
-        let src = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        contain(
-            "linkat(O_TMPFILE fd, outside/tmplinked)",
-            sys::linkat_follow(&src, out.join("tmplinked")),
-        )
-    }
+    let fd = match sys::open(&wt, libc::O_TMPFILE | libc::O_WRONLY, 0o644) {
+        Ok(fd) => fd,
+        Err(e) => return Seen::Skip(format!("O_TMPFILE in wt -> {e}")),
+    };
+    let _ = sys::write(fd.as_raw_fd(), b"tmpfile\n");
+    let src = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    contain(
+        "linkat(O_TMPFILE fd, outside/tmplinked)",
+        sys::linkat_follow(&src, out.join("tmplinked")),
+    )
 }
 
-/// `symlink-write-through`.
+/// `symlink-write-through`: a worktree symlink to an outside file, written through.
 pub(crate) fn symlink_write_through(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
     let ex = out.join("existing");
-    {
-        if let Err(e) = sys::symlink(&ex, wt.join("sl")) {
-            return Seen::Broken(format!("symlink inside wt -> {e}"));
-        }
-        contain(
-            "open(wt/sl -> outside/existing, O_APPEND)+write",
-            write_via(&wt.join("sl"), libc::O_WRONLY | libc::O_APPEND),
-        )
+    if let Err(e) = sys::symlink(&ex, wt.join("sl")) {
+        return Seen::Broken(format!("symlink inside wt -> {e}"));
     }
+    contain(
+        "open(wt/sl -> outside/existing, O_APPEND)+write",
+        write_via(&wt.join("sl"), libc::O_WRONLY | libc::O_APPEND),
+    )
 }
 
-/// `symlink-dir-through`.
+/// `symlink-dir-through`: a worktree symlink to an outside dir, create through it.
 pub(crate) fn symlink_dir_through(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
-    {
-        if let Err(e) = sys::symlink(&out, wt.join("sd")) {
-            return Seen::Broken(format!("symlink inside wt -> {e}"));
-        }
-        contain(
-            "open(wt/sd/new2 [sd -> outside], O_CREAT)",
-            sys::open(wt.join("sd/new2"), libc::O_WRONLY | libc::O_CREAT, 0o644),
-        )
+    if let Err(e) = sys::symlink(&out, wt.join("sd")) {
+        return Seen::Broken(format!("symlink inside wt -> {e}"));
     }
+    contain(
+        "open(wt/sd/new2 [sd -> outside], O_CREAT)",
+        sys::open(wt.join("sd/new2"), libc::O_WRONLY | libc::O_CREAT, 0o644),
+    )
 }
 
-/// `dotdot-absolute`.
+/// `dotdot-absolute`: open(wt/../outside/new, O_CREAT).
 pub(crate) fn dotdot_absolute(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
-    {
-        let name = out
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        contain(
-            "open(wt/../<outside>/new3, O_CREAT)",
-            sys::open(
-                wt.join("..").join(name).join("new3"),
-                libc::O_WRONLY | libc::O_CREAT,
-                0o644,
-            ),
-        )
-    }
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    contain(
+        "open(wt/../<outside>/new3, O_CREAT)",
+        sys::open(
+            wt.join("..").join(name).join("new3"),
+            libc::O_WRONLY | libc::O_CREAT,
+            0o644,
+        ),
+    )
 }
 
-/// `dotdot-relative`.
+/// `dotdot-relative`: chdir(wt); open(../outside/new, O_CREAT).
 pub(crate) fn dotdot_relative(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     let out = p(arg(a, 1));
-    {
-        if let Err(e) = sys::chdir(&wt) {
-            return Seen::Broken(format!("chdir(wt) -> {e}"));
-        }
-        let name = out
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        contain(
-            "open(../<outside>/new4, O_CREAT) from wt",
-            sys::open(
-                format!("../{name}/new4"),
-                libc::O_WRONLY | libc::O_CREAT,
-                0o644,
-            ),
-        )
+    if let Err(e) = sys::chdir(&wt) {
+        return Seen::Broken(format!("chdir(wt) -> {e}"));
     }
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    contain(
+        "open(../<outside>/new4, O_CREAT) from wt",
+        sys::open(
+            format!("../{name}/new4"),
+            libc::O_WRONLY | libc::O_CREAT,
+            0o644,
+        ),
+    )
 }
 
-/// `tmp-symlink-out`.
+/// `tmp-symlink-out`: a /tmp symlink (writable place) to an outside file, written through.
 pub(crate) fn tmp_symlink_out(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     let ex = out.join("existing");
-    {
-        let l = PathBuf::from(format!("/tmp/{}", arg(a, 2)));
-        let _ = sys::unlink(&l);
-        if let Err(e) = sys::symlink(&ex, &l) {
-            return Seen::Broken(format!("symlink in /tmp -> {e}"));
-        }
-        let r = write_via(&l, libc::O_WRONLY | libc::O_APPEND);
-        let _ = sys::unlink(&l);
-        contain("open(/tmp/link -> outside/existing)+write", r)
+    let l = PathBuf::from(format!("/tmp/{}", arg(a, 2)));
+    let _ = sys::unlink(&l);
+    if let Err(e) = sys::symlink(&ex, &l) {
+        return Seen::Broken(format!("symlink in /tmp -> {e}"));
     }
+    let r = write_via(&l, libc::O_WRONLY | libc::O_APPEND);
+    let _ = sys::unlink(&l);
+    contain("open(/tmp/link -> outside/existing)+write", r)
 }
 
-/// `chmod-outside`.
+/// `chmod-outside`: chmod an outside file.
 pub(crate) fn chmod_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     let ex = out.join("existing");
     contain("chmod(outside/existing, 0777)", sys::chmod(&ex, 0o777))
 }
 
-/// `chown-outside`.
+/// `chown-outside`: chown an outside file (to its own owner).
 pub(crate) fn chown_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     let ex = out.join("existing");
-    {
-        let (u, g) = sys::ids();
-        contain(
-            "chown(outside/existing, own uid, own gid)",
-            sys::chown(&ex, u, g),
-        )
-    }
+    let (u, g) = sys::ids();
+    contain(
+        "chown(outside/existing, own uid, own gid)",
+        sys::chown(&ex, u, g),
+    )
 }
 
-/// `utime-outside`.
+/// `utime-outside`: utimensat an outside file.
 pub(crate) fn utime_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     let ex = out.join("existing");
@@ -345,7 +326,7 @@ pub(crate) fn utime_outside(a: &[String]) -> Seen {
     )
 }
 
-/// `xattr-outside`.
+/// `xattr-outside`: setxattr user.* on an outside file.
 pub(crate) fn xattr_outside(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     let ex = out.join("existing");
@@ -355,19 +336,17 @@ pub(crate) fn xattr_outside(a: &[String]) -> Seen {
     )
 }
 
-/// `dev-create`.
+/// `dev-create`: create a file in /dev.
 pub(crate) fn dev_create(a: &[String]) -> Seen {
-    {
-        let path = format!("/dev/{}", arg(a, 2));
-        let r = sys::open(&path, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600);
-        if r.is_ok() {
-            let _ = sys::unlink(&path);
-        }
-        contain("open(/dev/<new>, O_CREAT)", r)
+    let path = format!("/dev/{}", arg(a, 2));
+    let r = sys::open(&path, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600);
+    if r.is_ok() {
+        let _ = sys::unlink(&path);
     }
+    contain("open(/dev/<new>, O_CREAT)", r)
 }
 
-/// `dev-kmsg-open-write`.
+/// `dev-kmsg-open-write`: open /dev/kmsg for writing (nothing written).
 pub(crate) fn dev_kmsg_open_write(_: &[String]) -> Seen {
     contain(
         "open(/dev/kmsg, O_WRONLY) (nothing written)",
@@ -375,21 +354,19 @@ pub(crate) fn dev_kmsg_open_write(_: &[String]) -> Seen {
     )
 }
 
-/// `tmp-writable`.
+/// `tmp-writable`: /tmp stays writable.
 pub(crate) fn tmp_writable(a: &[String]) -> Seen {
-    {
-        let path = format!("/tmp/{}", arg(a, 2));
-        match write_via(Path::new(&path), libc::O_WRONLY | libc::O_CREAT) {
-            Ok(()) => {
-                let _ = sys::unlink(&path);
-                Seen::Ok("created, wrote and removed a file in /tmp".into())
-            }
-            Err(e) => Seen::Broken(format!("create in /tmp -> {e}")),
+    let path = format!("/tmp/{}", arg(a, 2));
+    match write_via(Path::new(&path), libc::O_WRONLY | libc::O_CREAT) {
+        Ok(()) => {
+            let _ = sys::unlink(&path);
+            Seen::Ok("created, wrote and removed a file in /tmp".into())
         }
+        Err(e) => Seen::Broken(format!("create in /tmp -> {e}")),
     }
 }
 
-/// `mknod-device`.
+/// `mknod-device`: mknod a character device (1:3) in the worktree.
 pub(crate) fn mknod_device(a: &[String]) -> Seen {
     let wt = p(arg(a, 0));
     contain(
@@ -402,50 +379,46 @@ pub(crate) fn mknod_device(a: &[String]) -> Seen {
     )
 }
 
-/// `link-into-tmp`.
+/// `link-into-tmp`: hard-link an outside file into /tmp (writable) and write through it.
 pub(crate) fn link_into_tmp(a: &[String]) -> Seen {
     let out = p(arg(a, 1));
     let ex = out.join("existing");
-    {
-        let l = PathBuf::from(format!("/tmp/{}", arg(a, 2)));
-        match attempt("link(outside/existing, /tmp/x)", sys::link(&ex, &l)) {
-            Err(d) => Seen::Blocked(d),
-            Ok(()) => {
-                let w = write_via(&l, libc::O_WRONLY | libc::O_APPEND);
-                let _ = sys::unlink(&l);
-                match w {
-                    Ok(()) => {
-                        Seen::Escaped("hard-linked an outside file into /tmp and wrote it".into())
-                    }
-                    Err(e) => Seen::Escaped(format!(
-                        "hard-linked an outside file into /tmp (write -> {e})"
-                    )),
+    let l = PathBuf::from(format!("/tmp/{}", arg(a, 2)));
+    match attempt("link(outside/existing, /tmp/x)", sys::link(&ex, &l)) {
+        Err(d) => Seen::Blocked(d),
+        Ok(()) => {
+            let w = write_via(&l, libc::O_WRONLY | libc::O_APPEND);
+            let _ = sys::unlink(&l);
+            match w {
+                Ok(()) => {
+                    Seen::Escaped("hard-linked an outside file into /tmp and wrote it".into())
                 }
+                Err(e) => Seen::Escaped(format!(
+                    "hard-linked an outside file into /tmp (write -> {e})"
+                )),
             }
         }
     }
 }
 
-/// `sys-write`.
+/// `sys-write`: open a /sys knob for writing (nothing written).
 pub(crate) fn sys_write(_: &[String]) -> Seen {
-    {
-        let cands = [
-            "/sys/kernel/mm/transparent_hugepage/enabled",
-            "/sys/kernel/mm/ksm/run",
-            "/sys/power/state",
-            "/sys/kernel/uevent_helper",
-        ];
-        match cands.iter().find(|p| Path::new(p).exists()) {
-            None => Seen::Skip("none of the probed /sys files exist".into()),
-            Some(p) => contain(
-                &format!("open({p}, O_WRONLY) (nothing written)"),
-                sys::open(p, libc::O_WRONLY, 0),
-            ),
-        }
+    let cands = [
+        "/sys/kernel/mm/transparent_hugepage/enabled",
+        "/sys/kernel/mm/ksm/run",
+        "/sys/power/state",
+        "/sys/kernel/uevent_helper",
+    ];
+    match cands.iter().find(|p| Path::new(p).exists()) {
+        None => Seen::Skip("none of the probed /sys files exist".into()),
+        Some(p) => contain(
+            &format!("open({p}, O_WRONLY) (nothing written)"),
+            sys::open(p, libc::O_WRONLY, 0),
+        ),
     }
 }
 
-/// `plant-symlink`.
+/// `plant-symlink <target> <link>`: creates a symlink (a setup step inside the worktree).
 pub(crate) fn plant_symlink(a: &[String]) -> Seen {
     match sys::symlink(arg(a, 0), arg(a, 1)) {
         Ok(()) => Seen::Ok("planted".into()),
@@ -453,58 +426,50 @@ pub(crate) fn plant_symlink(a: &[String]) -> Seen {
     }
 }
 
-/// `put`.
+/// `put <path> <content>`: replaces a file inside the worktree (O_TRUNC).
 pub(crate) fn put(a: &[String]) -> Seen {
-    {
-        // put <path> <content>: replace a file inside the worktree (O_TRUNC).
-        let fd = sys::open(
-            arg(a, 0),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-            0o644,
-        );
-        match fd.and_then(|fd| sys::write(fd.as_raw_fd(), arg(a, 1).as_bytes())) {
-            Ok(_) => Seen::Ok(format!("wrote {}", arg(a, 0))),
-            Err(e) => Seen::Broken(format!("put {} -> {e}", arg(a, 0))),
-        }
+    let fd = sys::open(
+        arg(a, 0),
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        0o644,
+    );
+    match fd.and_then(|fd| sys::write(fd.as_raw_fd(), arg(a, 1).as_bytes())) {
+        Ok(_) => Seen::Ok(format!("wrote {}", arg(a, 0))),
+        Err(e) => Seen::Broken(format!("put {} -> {e}", arg(a, 0))),
     }
 }
 
-/// `write-file`.
+/// `write-file <path>`: a plain create+write, for paths a rule grants.
 pub(crate) fn write_file(a: &[String]) -> Seen {
-    {
-        // write-file <path> : a plain create+write (for paths granted by a rule).
-        let path = p(arg(a, 0));
-        match write_via(&path, libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND) {
-            Ok(()) => Seen::Ok(format!("wrote {}", path.display())),
-            Err(e) => Seen::Broken(format!("write {} -> {e}", path.display())),
-        }
+    let path = p(arg(a, 0));
+    match write_via(&path, libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND) {
+        Ok(()) => Seen::Ok(format!("wrote {}", path.display())),
+        Err(e) => Seen::Broken(format!("write {} -> {e}", path.display())),
     }
 }
 
-/// `deny-write`.
+/// `deny-write <path>...`: every create+write must fail.
 pub(crate) fn deny_write(a: &[String]) -> Seen {
-    {
-        // deny-write <path>... : every create+write must fail.
-        let mut escaped = Vec::new();
-        let mut why = Vec::new();
-        for path in a {
-            let r = write_via(
-                Path::new(path),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
-            );
-            match r {
-                Ok(()) => escaped.push(path.clone()),
-                Err(e) => why.push(format!("{path} -> {e}")),
-            }
+    let mut escaped = Vec::new();
+    let mut why = Vec::new();
+    for path in a {
+        let r = write_via(
+            Path::new(path),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+        );
+        match r {
+            Ok(()) => escaped.push(path.clone()),
+            Err(e) => why.push(format!("{path} -> {e}")),
         }
-        if escaped.is_empty() {
-            Seen::Blocked(why.join("; "))
-        } else {
-            Seen::Escaped(format!("wrote {}", escaped.join(", ")))
-        }
+    }
+    if escaped.is_empty() {
+        Seen::Blocked(why.join("; "))
+    } else {
+        Seen::Escaped(format!("wrote {}", escaped.join(", ")))
     }
 }
 
+/// `devices-usable`: /dev/null, /dev/zero, /dev/full still work.
 pub(crate) fn devices_usable(_: &[String]) -> Seen {
     let mut bad = Vec::new();
     match sys::open("/dev/null", libc::O_WRONLY, 0) {
@@ -538,6 +503,7 @@ pub(crate) fn devices_usable(_: &[String]) -> Seen {
     }
 }
 
+/// `dev-shm`: field 1: a POSIX semaphore file in /dev/shm (create, size, map, unlink).
 pub(crate) fn dev_shm(a: &[String]) -> Seen {
     let marker = arg(a, 2);
     // What sem_open(3) does: create, size, map and unlink a file in /dev/shm.
@@ -576,6 +542,7 @@ pub(crate) fn dev_shm(a: &[String]) -> Seen {
     res
 }
 
+/// `worktree-writable`: ordinary work inside the worktree.
 pub(crate) fn worktree_writable(a: &[String]) -> Seen {
     let wt = &p(arg(a, 0));
     let f = wt.join("w1");
@@ -615,6 +582,7 @@ pub(crate) fn worktree_writable(a: &[String]) -> Seen {
     }
 }
 
+/// `rename-inside`: field 8: mkdir d && touch f && mv f d/ (and a link) inside.
 pub(crate) fn rename_inside(a: &[String]) -> Seen {
     let wt = &p(arg(a, 0));
     // Field case 8: `mkdir d && touch f && mv f d/` inside the worktree.
@@ -639,6 +607,7 @@ pub(crate) fn rename_inside(a: &[String]) -> Seen {
     }
 }
 
+/// `core-dump`: crash with the cwd outside: no core file there.
 pub(crate) fn core_dump(a: &[String]) -> Seen {
     let out = &p(arg(a, 1));
     if let Err(e) = sys::chdir(out) {

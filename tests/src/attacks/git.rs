@@ -4,6 +4,8 @@ use super::{arg, contain, p, write_via, Seen};
 use crate::sys::{self, Errno};
 use std::path::{Path, PathBuf};
 
+/// `git-write rename-over <writable dir> <target>`: create a file in a writable dir, then rename it
+/// over a read-only target.
 pub(crate) fn git_write(a: &[String]) -> Seen {
     // git-write <mode> <paths...>: `deny` = every write must fail (escape otherwise);
     // `rename-over <src-dir> <target>`: create a file in a writable dir then rename it over a
@@ -22,6 +24,8 @@ pub(crate) fn git_write(a: &[String]) -> Seen {
     }
 }
 
+/// `git-fake-layout`: plants a fake common dir in the worktree whose objects/, refs/, logs/ and
+/// hooks/ are symlinks into another repository.
 pub(crate) fn git_fake_layout(a: &[String]) -> Seen {
     let (wt, victim_git) = (&p(arg(a, 0)), Path::new(arg(a, 1)));
     // A well-formed-looking linked-worktree layout *inside* the worktree whose common dir's

@@ -1,55 +1,51 @@
-//! Inside the sandbox — The process tree: descendants that try to outlive the command (setsid, double fork, ignored or answered SIGTERM), and the sleeper processes they leave.
+//! Inside the sandbox — the process tree: descendants that try to outlive the command (setsid,
+//! double fork, ignored or answered SIGTERM), and the sleeper processes they leave.
 
 use super::{arg, Seen};
 use crate::sys::{self, Errno};
 use std::path::Path;
 
-/// `double-fork-escape`.
+/// `double-fork-escape`: a double-forked grandchild outlives the command.
 pub(crate) fn double_fork_escape(a: &[String]) -> Seen {
     double_fork(arg(a, 2), arg(a, 3), false)
 }
 
-/// `sigterm-ignoring-descendant`.
+/// `sigterm-ignoring-descendant`: a descendant ignoring SIGTERM/SIGHUP outlives the command.
 pub(crate) fn sigterm_ignoring_descendant(a: &[String]) -> Seen {
     double_fork(arg(a, 2), arg(a, 3), true)
 }
 
-/// `tree-then-wait`.
+/// `tree-then-wait <me> <marker>`: a grandchild with the marker, then wait to be stopped from
+/// outside.
 pub(crate) fn tree_then_wait(a: &[String]) -> Seen {
-    {
-        // A grandchild with the marker, then wait to be stopped from outside.
-        let _ = spawn_sleeper(arg(a, 2), arg(a, 3), false, false);
-        std::thread::sleep(std::time::Duration::from_secs(30));
-        Seen::Ok("slept".into())
-    }
+    let _ = spawn_sleeper(arg(a, 2), arg(a, 3), false, false);
+    std::thread::sleep(std::time::Duration::from_secs(30));
+    Seen::Ok("slept".into())
 }
 
-/// `spawn-then-exit`.
+/// `spawn-then-exit <me> <marker> <mode...>`: starts `sleeper <marker> 30 <mode...>` in a new
+/// session and exits at once.
 pub(crate) fn spawn_then_exit(a: &[String]) -> Seen {
-    {
-        // spawn-then-exit <me> <marker> <mode...>: start `sleeper <marker> 30 <mode...>` in
-        // a new session and exit at once.
-        let me = arg(a, 2);
-        let mut argv = vec![
-            me.to_string(),
-            "sleeper".into(),
-            arg(a, 3).to_string(),
-            "30".into(),
-        ];
-        argv.extend(a.iter().skip(4).cloned());
-        match sys::fork() {
-            Err(e) => Seen::Broken(format!("fork -> {e}")),
-            Ok(0) => {
-                // Safety: new session in the child before exec.
-                unsafe { libc::setsid() };
-                let e = sys::execv(Path::new(me), &argv);
-                eprintln!("exec -> {e}");
-                sys::exit_now(127)
-            }
-            Ok(_) => {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                Seen::Ok("left a process tree behind and exited".into())
-            }
+    let me = arg(a, 2);
+    let mut argv = vec![
+        me.to_string(),
+        "sleeper".into(),
+        arg(a, 3).to_string(),
+        "30".into(),
+    ];
+    argv.extend(a.iter().skip(4).cloned());
+    match sys::fork() {
+        Err(e) => Seen::Broken(format!("fork -> {e}")),
+        Ok(0) => {
+            // Safety: new session in the child before exec.
+            unsafe { libc::setsid() };
+            let e = sys::execv(Path::new(me), &argv);
+            eprintln!("exec -> {e}");
+            sys::exit_now(127)
+        }
+        Ok(_) => {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            Seen::Ok("left a process tree behind and exited".into())
         }
     }
 }
@@ -85,6 +81,7 @@ pub(super) fn spawn_sleeper(
     Ok(pid)
 }
 
+/// `setsid-escape`: a setsid() child outlives the command.
 pub(crate) fn setsid_escape(a: &[String]) -> Seen {
     let (me, marker) = (arg(a, 2), arg(a, 3));
     match spawn_sleeper(me, marker, true, false) {

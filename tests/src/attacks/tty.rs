@@ -1,76 +1,71 @@
-//! Inside the sandbox — Terminals: TIOCSTI and TIOCLINUX injection through every entry point, terminal programs that must keep working, /dev/uinput.
+//! Inside the sandbox — terminals: TIOCSTI and TIOCLINUX injection through every entry point,
+//! terminal programs that must keep working, /dev/uinput.
 
 use super::{arg, contain, write_via, Seen};
 use crate::sys::{self, Errno};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-/// `tiocsti`.
+/// `tiocsti`: field 4: TIOCSTI into the controlling pty (stdin and /dev/tty).
 pub(crate) fn tiocsti(_: &[String]) -> Seen {
     tiocsti_on_stdin_and_tty(false)
 }
 
-/// `tiocsti-high-bits`.
+/// `tiocsti-high-bits`: TIOCSTI with bits set above 32 in the request word (filter bypass).
 pub(crate) fn tiocsti_high_bits(_: &[String]) -> Seen {
     tiocsti_on_stdin_and_tty(true)
 }
 
-/// `tioclinux`.
+/// `tioclinux`: TIOCLINUX(PASTESEL) on the controlling pty must be refused by the filter.
 pub(crate) fn tioclinux(_: &[String]) -> Seen {
-    {
-        let mut sub = [3u8, 0, 0, 0]; // TIOCL_PASTESEL: paste the selection as input
-        match sys::ioctl_ptr(0, libc::TIOCLINUX as libc::c_ulong, sub.as_mut_ptr()) {
-            Ok(_) => Seen::Escaped("ioctl(TIOCLINUX, PASTESEL) succeeded".into()),
-            Err(e) if e.0 == libc::EPERM || e.0 == libc::EACCES => Seen::Blocked(format!(
-                "ioctl(0, TIOCLINUX) -> {e} (refused before the driver)"
-            )),
-            Err(e) => Seen::Escaped(format!(
-                "ioctl(0, TIOCLINUX) reached the tty driver ({e}): no filter refused it"
-            )),
-        }
+    let mut sub = [3u8, 0, 0, 0]; // TIOCL_PASTESEL: paste the selection as input
+    match sys::ioctl_ptr(0, libc::TIOCLINUX as libc::c_ulong, sub.as_mut_ptr()) {
+        Ok(_) => Seen::Escaped("ioctl(TIOCLINUX, PASTESEL) succeeded".into()),
+        Err(e) if e.0 == libc::EPERM || e.0 == libc::EACCES => Seen::Blocked(format!(
+            "ioctl(0, TIOCLINUX) -> {e} (refused before the driver)"
+        )),
+        Err(e) => Seen::Escaped(format!(
+            "ioctl(0, TIOCLINUX) reached the tty driver ({e}): no filter refused it"
+        )),
     }
 }
 
-/// `tiocsti-foreign-pty`.
+/// `tiocsti-foreign-pty`: non-interactive run: open a pty that is nobody's terminal, make it ours,
+/// TIOCSTI.
 pub(crate) fn tiocsti_foreign_pty(a: &[String]) -> Seen {
-    {
-        // A pty that is nobody's controlling terminal: open it (as a session leader without
-        // one it becomes ours), then inject. Must be refused in non-interactive runs too.
-        let path = arg(a, 2);
-        // Safety: setsid takes no arguments (fails harmlessly if already a leader).
-        unsafe { libc::setsid() };
-        let fd = match sys::open(path, libc::O_RDWR, 0) {
-            Ok(fd) => fd,
-            Err(e) => return Seen::Blocked(format!("open(foreign pty) -> {e}")),
-        };
-        // Safety: TIOCSCTTY with arg 0 (no stealing).
-        unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSCTTY, 0) };
-        let b = b'#';
-        contain(
-            "TIOCSTI on a foreign pty made our controlling terminal",
-            sys::ioctl_raw64(fd.as_raw_fd(), libc::TIOCSTI, &b),
-        )
-    }
+    // A pty that is nobody's controlling terminal: open it (as a session leader without
+    // one it becomes ours), then inject. Must be refused in non-interactive runs too.
+    let path = arg(a, 2);
+    // Safety: setsid takes no arguments (fails harmlessly if already a leader).
+    unsafe { libc::setsid() };
+    let fd = match sys::open(path, libc::O_RDWR, 0) {
+        Ok(fd) => fd,
+        Err(e) => return Seen::Blocked(format!("open(foreign pty) -> {e}")),
+    };
+    // Safety: TIOCSCTTY with arg 0 (no stealing).
+    unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSCTTY, 0) };
+    let b = b'#';
+    contain(
+        "TIOCSTI on a foreign pty made our controlling terminal",
+        sys::ioctl_raw64(fd.as_raw_fd(), libc::TIOCSTI, &b),
+    )
 }
 
-/// `tiocsti-x32`.
+/// `tiocsti-x32`: TIOCSTI through the x32 system call number.
 pub(crate) fn tiocsti_x32(_: &[String]) -> Seen {
-    {
-        let b = b'#';
-        // Safety: an x32 system call number; the kernel answers ENOSYS if x32 is off.
-        let r = sys::check(unsafe {
-            libc::syscall(0x4000_0000 | 514, 0, libc::TIOCSTI, &b as *const u8)
-        });
-        match r {
-            Err(e) if e.0 == libc::ENOSYS => {
-                Seen::Blocked("x32 ioctl -> ENOSYS (no x32 ABI in this kernel)".into())
-            }
-            r => contain("x32 ioctl(0, TIOCSTI)", r),
+    let b = b'#';
+    // Safety: an x32 system call number; the kernel answers ENOSYS if x32 is off.
+    let r =
+        sys::check(unsafe { libc::syscall(0x4000_0000 | 514, 0, libc::TIOCSTI, &b as *const u8) });
+    match r {
+        Err(e) if e.0 == libc::ENOSYS => {
+            Seen::Blocked("x32 ioctl -> ENOSYS (no x32 ABI in this kernel)".into())
         }
+        r => contain("x32 ioctl(0, TIOCSTI)", r),
     }
 }
 
-/// `dev-uinput`.
+/// `dev-uinput`: as root: open /dev/uinput (a fake keyboard) for writing.
 pub(crate) fn dev_uinput(_: &[String]) -> Seen {
     match sys::open("/dev/uinput", libc::O_WRONLY, 0) {
         Err(e) if e.0 == libc::ENOENT => Seen::Skip("no /dev/uinput".into()),
@@ -78,6 +73,7 @@ pub(crate) fn dev_uinput(_: &[String]) -> Seen {
     }
 }
 
+/// `tiocsti-ia32`: TIOCSTI through the i386 entry point (int 0x80).
 pub(crate) fn tiocsti_ia32(_: &[String]) -> Seen {
     // The i386 entry point (int 0x80, ioctl = 54) with a pointer below 4 GiB; in a child, so
     // a seccomp kill (SIGSYS) is observable.
@@ -145,6 +141,8 @@ pub(crate) fn tiocsti_ia32(_: &[String]) -> Seen {
     }
 }
 
+/// `terminal-programs`: field 3: /dev/tty winsize+termios, /dev/stdout, /dev/stderr, openpty under
+/// a pty.
 pub(crate) fn terminal_programs(_: &[String]) -> Seen {
     // Field case 3: what `stty size </dev/tty`, `echo >/dev/stdout`, `echo >/dev/stderr` and
     // `pty.openpty()` do, as system calls.

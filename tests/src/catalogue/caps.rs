@@ -1,4 +1,5 @@
-//! Host side — Privileges and mounts: capability sets, no_new_privs, setuid programs, open_by_handle_at, namespaces, mounts and pivot_root.
+//! Host side — privileges and mounts: capability sets, no_new_privs, setuid programs,
+//! open_by_handle_at, namespaces, mounts and pivot_root.
 
 use super::{need_suid, nothing, Case, Scope};
 use crate::attacks::Attack;

@@ -1,4 +1,6 @@
-//! Host side — Files: writes, deletes, renames and links across the worktree boundary, symlinks, `..`, metadata, devices, /tmp and /dev/shm, ordinary work inside. Also a symlink planted for a later `--allow-write`.
+//! Host side — files: writes, deletes, renames and links across the worktree boundary, symlinks,
+//! `..`, metadata, devices, /tmp and /dev/shm, ordinary work inside. Also a symlink planted for a
+//! later `--allow-write`.
 
 use super::{
     describe, need_core, need_python, need_xattr, nothing, python_bin, Case, Scope, M, R, T, W,

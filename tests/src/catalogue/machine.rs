@@ -1,10 +1,12 @@
-//! Host side — Machine-level cases, run once per suite with `--backend auto`: the probe, a blocked user namespace, an old bubblewrap, many rules, many worktrees.
+//! Host side — machine-level cases, run once per suite with `--backend auto`: the probe, a blocked
+//! user namespace, an old bubblewrap, many rules, many worktrees.
 
 use super::git::{git, git_env};
 use super::{need_git, nothing, Case, Scope};
 use crate::attacks::Attack;
-use crate::runner::{chown_all, clip, Cmd, Ctx, Outcome, Sb};
+use crate::runner::{chown_all, clip, unknown_protections, Cmd, Ctx, Outcome, Sb};
 use crate::sys;
+use shofer_core::policy::Protection;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,7 +14,7 @@ use std::process::Command;
 /// This family's cases, in report order.
 pub(super) fn cases() -> Vec<Case> {
     vec![
-        Case { scope: Scope::Global, ..case!("probe-matches-kernel", "field 5: --probe tells Landlock available / disabled (EOPNOTSUPP) / not built (ENOSYS) apart", None, probe_matches) },
+        Case { scope: Scope::Global, ..case!("probe-matches-kernel", "field 5: --probe tells Landlock available / disabled (EOPNOTSUPP) / not built (ENOSYS) apart; it lists exactly the protections shofer-core knows", None, probe_matches) },
         Case { scope: Scope::Global, root_only: true, ..case!("userns-blocked-reason", "field 6: user.max_user_namespaces=0: userns fails with a one-line reason; auto still runs", None, userns_blocked) },
         Case { scope: Scope::Global, ..case!("old-bwrap-detected", "field 7: an old bwrap (0.3.0) on PATH is refused by version, never run", None, old_bwrap) },
         Case { scope: Scope::Global, ..case!("many-allow-write", "field 9: 1,000 --allow-write paths", None, many_allow_write) },
@@ -28,6 +30,12 @@ fn probe_matches(c: &Ctx) -> Outcome {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     if p["kernel"].as_str() != Some(kernel.trim()) {
         bad.push(format!("kernel {} != {}", p["kernel"], kernel.trim()));
+    }
+    bad.extend(unknown_protections(p));
+    for key in Protection::ALL.map(Protection::key) {
+        if !p["protections"][key]["enforced"].is_boolean() {
+            bad.push(format!("protection {key} missing from --probe --json"));
+        }
     }
     let ll = &p["landlock"];
     let (status, errno, abi) = match sys::landlock_abi() {

@@ -1,4 +1,5 @@
-//! Host side — Sockets: abstract and pathname unix sockets of outside listeners, TCP with `--net deny` / `--net allow`.
+//! Host side — sockets: abstract and pathname unix sockets of outside listeners, TCP with `--net
+//! deny` / `--net allow`.
 
 use super::{nothing, Case, Scope};
 use crate::attacks::Attack;

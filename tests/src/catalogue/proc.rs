@@ -1,4 +1,5 @@
-//! Host side — Processes outside the sandbox and /proc: environ, fd and cwd re-opens, signals, ptrace, process_vm_readv, inherited and passed descriptors, the supervisor itself.
+//! Host side — processes outside the sandbox and /proc: environ, fd and cwd re-opens, signals,
+//! ptrace, process_vm_readv, inherited and passed descriptors, the supervisor itself.
 
 use super::{describe, fd_of, nothing, reap_marked, Case, Scope, W};
 use crate::attacks::Attack;

@@ -1,4 +1,5 @@
-//! Host side — The process tree: descendants that try to outlive the command (setsid, double fork, ignored or answered SIGTERM), and the sleeper processes they leave.
+//! Host side — the process tree: descendants that try to outlive the command (setsid, double fork,
+//! ignored or answered SIGTERM), and the sleeper processes they leave.
 
 use super::{nothing, reap_marked, Case, Scope};
 use crate::attacks::Attack;

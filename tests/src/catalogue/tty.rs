@@ -1,4 +1,5 @@
-//! Host side — Terminals: TIOCSTI and TIOCLINUX injection through every entry point, terminal programs that must keep working, /dev/uinput.
+//! Host side — terminals: TIOCSTI and TIOCLINUX injection through every entry point, terminal
+//! programs that must keep working, /dev/uinput.
 
 use super::{describe, need_python, need_sh_stty, nothing, python_bin, Case, Scope, W};
 use crate::attacks::Attack;
