@@ -21,14 +21,24 @@ fn probe_backend(extra: &[&str]) -> serde_json::Value {
 fn have(backend: &str) -> bool {
     let ok = backends().contains(&backend);
     if !ok {
-        eprintln!("SKIP: backend {backend} is not usable here");
+        skip(
+            &format!("the {backend} test"),
+            &format!("backend {backend} is not usable here"),
+        );
     }
     ok
 }
 
 #[test]
 fn auto_picks_landlock_at_abi_3_and_userns_below() {
-    if landlock_abi() < 3 || !have("userns") {
+    if landlock_abi() < 3 {
+        skip(
+            "auto_picks_landlock_at_abi_3_and_userns_below",
+            "the kernel is below Landlock ABI 3 (Linux 6.2)",
+        );
+        return;
+    }
+    if !have("userns") {
         return;
     }
     assert_eq!(probe_backend(&["--max-abi", "3"])["backend"], "landlock");
@@ -94,7 +104,7 @@ fn metadata_changes_outside_fail_under_layered_and_are_a_known_gap_under_landloc
     for b in backends() {
         for attack in attacks(&victim) {
             if attack.starts_with("setfattr") && !have_setfattr {
-                eprintln!("SKIP setfattr case: attr is not installed");
+                skip("the setfattr case", "attr (setfattr) is not installed");
                 continue;
             }
             std::fs::write(&victim, "x").unwrap();
@@ -163,7 +173,14 @@ fn userns_files_created_in_the_worktree_belong_to_the_caller() {
 fn blocked_user_namespaces_give_a_one_line_reason_and_auto_keeps_landlock() {
     // Field case 6: user.max_user_namespaces=0, set inside a child user namespace so the host
     // is untouched.
-    if !Path::new("/usr/bin/unshare").exists() || !have("userns") {
+    if !Path::new("/usr/bin/unshare").exists() {
+        skip(
+            "blocked_user_namespaces_give_a_one_line_reason_and_auto_keeps_landlock",
+            "unshare(1) (util-linux) not installed",
+        );
+        return;
+    }
+    if !have("userns") {
         return;
     }
     let s = Scratch::new();

@@ -10,7 +10,7 @@
 //! e.g. `--abis 7 --backends landlock` for a quick local check.
 //!
 //! Not root: both print a `SKIP` line and pass (the harness needs to switch users, make a
-//! setuid file and create namespaces).
+//! setuid file and create namespaces), or fail under `CI` (see [`skip`]).
 
 use serde_json::Value;
 use shofer_core::policy::Protection;
@@ -20,6 +20,15 @@ use std::sync::Mutex;
 
 /// The two runs are timing-sensitive (process trees, signals): never in parallel.
 static SERIAL: Mutex<()> = Mutex::new(());
+
+/// A prerequisite of `test` is missing: `SKIP <test>: <why>` and the test passes, except
+/// under `CI` (set and not empty), where it fails: CI provides every prerequisite.
+fn skip(test: &str, why: &str) {
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!("{test}: {why} (CI is set: a missing prerequisite fails the test; scripts/ci must provide it)");
+    }
+    eprintln!("SKIP {test}: {why}");
+}
 
 fn is_root() -> bool {
     // Safety: geteuid never fails.
@@ -114,7 +123,10 @@ fn probe_prints_exactly_the_protections_shofer_core_knows() {
 #[test]
 fn containment_matrix_has_no_fail_and_no_unlisted_gap() {
     if !is_root() {
-        eprintln!("SKIP containment_matrix_has_no_fail_and_no_unlisted_gap: needs root (user switching, setuid file, namespaces)");
+        skip(
+            "containment_matrix_has_no_fail_and_no_unlisted_gap",
+            "needs root (user switching, setuid file, namespaces)",
+        );
         return;
     }
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -145,7 +157,7 @@ fn containment_matrix_has_no_fail_and_no_unlisted_gap() {
 #[test]
 fn null_sandbox_is_caught_escaping() {
     if !is_root() {
-        eprintln!("SKIP null_sandbox_is_caught_escaping: needs root");
+        skip("null_sandbox_is_caught_escaping", "needs root");
         return;
     }
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -19,10 +19,26 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Prints a clear skip line and returns true when not root.
+/// Whether this is a CI run: `CI` is set and not empty (CI sets `CI=true`).
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+}
+
+/// A prerequisite of `test` is missing here (`why` says which). Outside CI it prints
+/// `SKIP <test>: <why>` and the caller returns, so the test passes. Under `CI` it panics
+/// instead: CI installs everything the tests need (`scripts/ci`), so a missing prerequisite
+/// there is a broken setup that must not pass as green.
+pub fn skip(test: &str, why: &str) {
+    if in_ci() {
+        panic!("{test}: {why} (CI is set: a missing prerequisite fails the test; scripts/ci must provide it)");
+    }
+    eprintln!("SKIP {test}: {why}");
+}
+
+/// Not root: [`skip`]s `test` and returns true (the caller returns).
 pub fn skip_unless_root(test: &str) -> bool {
     if !is_root() {
-        eprintln!("SKIP {test}: needs root (CI runs as root)");
+        skip(test, "needs root (CI runs as root)");
         return true;
     }
     false
@@ -251,9 +267,9 @@ pub fn backends() -> Vec<&'static str> {
                             "backend {b} should work here (probe: {probe}) but: {}",
                             String::from_utf8_lossy(&out.stderr)
                         );
-                        eprintln!(
-                            "SKIP backend {b}: {}",
-                            String::from_utf8_lossy(&out.stderr).trim()
+                        skip(
+                            &format!("every test on backend {b}"),
+                            String::from_utf8_lossy(&out.stderr).trim(),
                         );
                     }
                     out.status.success()
