@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -137,6 +138,44 @@ fn xattr_set(p: &Path) -> bool {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
+}
+
+/// A build tree another user cannot enter (a clone in root's 0700 home): runs as that user go
+/// through a copy it can reach. Before `ReachableCopy`, exec of the binary failed with EACCES.
+#[test]
+fn runs_as_another_uid_work_from_a_build_tree_that_uid_cannot_enter() {
+    if skip_unless_root("runs_as_another_uid_work_from_a_build_tree_that_uid_cannot_enter") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let private = Scratch::new();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let bin = private.path().join("shofer-sandbox");
+    std::fs::copy(SANDBOX, &bin).unwrap();
+    assert_eq!(
+        untraversable_ancestor(&bin, UNPRIV),
+        Some(private.path()),
+        "the 0700 directory must stop uid {UNPRIV}"
+    );
+    let direct = Command::new(&bin)
+        .arg("--probe")
+        .uid(UNPRIV)
+        .gid(UNPRIV)
+        .output();
+    assert_eq!(
+        direct.map_err(|e| e.raw_os_error()).err(),
+        Some(Some(libc::EACCES)),
+        "uid {UNPRIV} should not be able to start a binary in a 0700 root directory"
+    );
+    let copy = ReachableCopy::new(&bin, UNPRIV);
+    assert_eq!(untraversable_ancestor(copy.path(), UNPRIV), None);
+    let out = Command::new(copy.path())
+        .arg("--probe")
+        .uid(UNPRIV)
+        .gid(UNPRIV)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
 }
 
 #[test]
