@@ -171,6 +171,22 @@ pub struct World {
     seq: RefCell<u32>,
 }
 
+/// The first directory above `path` that `uid` (gid = uid, no other groups) may not search,
+/// by its mode bits (path_resolution(7)).
+pub fn untraversable_ancestor(path: &Path, uid: u32) -> Option<PathBuf> {
+    path.ancestors().skip(1).find_map(|d| {
+        let m = std::fs::metadata(d).ok()?;
+        let bit = if m.uid() == uid {
+            0o100
+        } else if m.gid() == uid {
+            0o010
+        } else {
+            0o001
+        };
+        (m.mode() & bit == 0).then(|| d.to_path_buf())
+    })
+}
+
 /// Finds an executable on PATH.
 pub fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
@@ -232,6 +248,20 @@ impl World {
         } else {
             None
         };
+        // The unprivileged cells run these copies (never the build tree, which may be in a home
+        // that user cannot enter): the whole path must be searchable by that uid.
+        if sys::ids().0 == 0 && opts.users.iter().any(|u| u == "unpriv") {
+            for b in [&sandbox, &me] {
+                if let Some(stop) = untraversable_ancestor(b, opts.unpriv_uid) {
+                    return Err(format!(
+                        "uid {} (--users unpriv) cannot reach {}: no search permission on {}; use --scratch with a directory every user can traverse",
+                        opts.unpriv_uid,
+                        b.display(),
+                        stop.display()
+                    ));
+                }
+            }
+        }
         let host_abi = sys::landlock_abi().unwrap_or(0);
         let xattr = {
             let f = scratch.join("xattr-probe");
@@ -1202,6 +1232,32 @@ pub fn in_scope(case: &Case, global: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_private_directory_stops_another_uid() {
+        let d = tempfile_dir();
+        let inner = d.join("private/bin");
+        std::fs::create_dir_all(&inner).unwrap();
+        std::fs::set_permissions(d.join("private"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        let (me, _) = sys::ids();
+        let other = if me == 4242 { 4243 } else { 4242 };
+        assert_eq!(
+            untraversable_ancestor(&inner.join("x"), other),
+            Some(d.join("private"))
+        );
+        assert_eq!(untraversable_ancestor(&d.join("x"), other), None);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("shofer-containment-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        d
+    }
 
     #[test]
     fn unknown_protections_names_keys_shofer_core_does_not_know() {
