@@ -253,6 +253,7 @@ impl World {
         if sys::ids().0 == 0 && opts.users.iter().any(|u| u == "unpriv") {
             for b in [&sandbox, &me] {
                 if let Some(stop) = untraversable_ancestor(b, opts.unpriv_uid) {
+                    let _ = std::fs::remove_dir_all(&scratch);
                     return Err(format!(
                         "uid {} (--users unpriv) cannot reach {}: no search permission on {}; use --scratch with a directory every user can traverse",
                         opts.unpriv_uid,
