@@ -49,7 +49,6 @@ mod seccomp;
 mod spawn;
 mod status;
 mod supervise;
-mod sys;
 mod tree;
 mod writable;
 
@@ -195,7 +194,7 @@ fn exec_spec(args: &RunArgs) -> Result<ExecSpec, SetupError> {
         .map(|fd| (fd, "--pass-fd or --report"))
         .chain(args.status_fd.iter().map(|fd| (fd, "--status-fd")))
     {
-        if !sys::fd_is_open(fd) {
+        if !shofer_sys::fd::fd_is_open(fd) {
             return Err(SetupError::FdNotOpen { fd, given_to });
         }
     }

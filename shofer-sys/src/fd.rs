@@ -1,7 +1,7 @@
 //! Descriptors: pipes, `eventfd`, `poll`, `read`, `splice`, and close-on-exec from 3 up.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
@@ -181,6 +181,23 @@ pub fn set_cloexec(fd: RawFd, on: bool) -> io::Result<()> {
     if unsafe { libc::fcntl(fd, libc::F_SETFD, new) } < 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(())
+}
+
+/// Asks the kernel to send SIGIO to this process when `fd` becomes readable (or its writers
+/// are gone): `F_SETOWN` to our pid, then `O_ASYNC` (fcntl(2); pipes since Linux 2.6).
+///
+/// # Errors
+/// As `fcntl(2)`.
+pub fn sigio_when_readable(fd: impl AsFd) -> io::Result<()> {
+    let fd = fd.as_fd();
+    // Raw fcntl: rustix has no F_SETOWN.
+    // Safety: fcntl on a descriptor borrowed for the call, with integer arguments.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETOWN, crate::process::getpid()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let flags = rustix::fs::fcntl_getfl(fd)?;
+    rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::ASYNC)?;
     Ok(())
 }
 

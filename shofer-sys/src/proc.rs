@@ -211,6 +211,19 @@ pub fn read(pid: i32) -> Option<ProcInfo> {
     parse_stat(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// The live processes (this one excepted) whose command line (`/proc/<pid>/cmdline`: the
+/// arguments, each ended by a NUL) satisfies `matches`: how tests find what a command left
+/// behind by a unique marker in its arguments.
+pub fn live_with_cmdline(matches: impl Fn(&[u8]) -> bool) -> Vec<ProcInfo> {
+    let me = crate::process::getpid();
+    ProcTable::scan()
+        .procs
+        .into_iter()
+        .filter(|p| p.pid != me && !p.is_dead())
+        .filter(|p| std::fs::read(format!("/proc/{}/cmdline", p.pid)).is_ok_and(|c| matches(&c)))
+        .collect()
+}
+
 /// One scan of every process, indexed by parent.
 #[derive(Debug, Default)]
 pub struct ProcTable {

@@ -27,15 +27,8 @@ fn marker(n: u32) -> String {
 
 /// Live processes whose command line contains `mark` (this process excluded).
 fn survivors(mark: &str) -> Vec<i32> {
-    let me = std::process::id() as i32;
-    ProcTable::scan()
-        .procs()
+    shofer_sys::proc::live_with_cmdline(|c| String::from_utf8_lossy(c).contains(mark))
         .iter()
-        .filter(|p| p.pid != me && !p.is_dead())
-        .filter(|p| {
-            std::fs::read(format!("/proc/{}/cmdline", p.pid))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(mark))
-        })
         .map(|p| p.pid)
         .collect()
 }

@@ -22,42 +22,7 @@ impl Errno {
 
     /// The symbolic name (`EACCES`), or `errno N` for the uncommon ones.
     pub fn name(self) -> String {
-        let n = match self.0 {
-            libc::EPERM => "EPERM",
-            libc::ENOENT => "ENOENT",
-            libc::ESRCH => "ESRCH",
-            libc::EINTR => "EINTR",
-            libc::EIO => "EIO",
-            libc::EBADF => "EBADF",
-            libc::ECHILD => "ECHILD",
-            libc::EAGAIN => "EAGAIN",
-            libc::ENOMEM => "ENOMEM",
-            libc::EACCES => "EACCES",
-            libc::EFAULT => "EFAULT",
-            libc::EBUSY => "EBUSY",
-            libc::EEXIST => "EEXIST",
-            libc::EXDEV => "EXDEV",
-            libc::ENODEV => "ENODEV",
-            libc::ENOTDIR => "ENOTDIR",
-            libc::EISDIR => "EISDIR",
-            libc::EINVAL => "EINVAL",
-            libc::ENOTTY => "ENOTTY",
-            libc::ENOSPC => "ENOSPC",
-            libc::EROFS => "EROFS",
-            libc::EMLINK => "EMLINK",
-            libc::ENOSYS => "ENOSYS",
-            libc::ELOOP => "ELOOP",
-            libc::ENOTEMPTY => "ENOTEMPTY",
-            libc::EOPNOTSUPP => "EOPNOTSUPP",
-            libc::ECONNREFUSED => "ECONNREFUSED",
-            libc::EADDRINUSE => "EADDRINUSE",
-            libc::ENETUNREACH => "ENETUNREACH",
-            libc::ENXIO => "ENXIO",
-            libc::ENODATA => "ENODATA",
-            libc::ETIMEDOUT => "ETIMEDOUT",
-            _ => return format!("errno {}", self.0),
-        };
-        n.to_string()
+        shofer_sys::errno::name_or_number(self.0)
     }
 }
 
@@ -268,22 +233,6 @@ pub fn ioctl_raw64(fd: RawFd, req: u64, arg: *const u8) -> SysResult<i64> {
     check(unsafe { libc::syscall(libc::SYS_ioctl, fd as libc::c_long, req, arg) })
 }
 
-/// The kernel's Landlock ABI version: `Ok(n)`, or `Err(ENOSYS)` (not built) /
-/// `Err(EOPNOTSUPP)` (built but disabled at boot).
-pub fn landlock_abi() -> SysResult<u32> {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // Safety: with the VERSION flag the kernel reads no attribute and returns the ABI.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    })
-    .map(|n| n as u32)
-}
-
 /// A new pseudo-terminal: `(master, slave, slave path)`, both ends `O_CLOEXEC`. Done with
 /// raw ioctls on `/dev/ptmx` so no `libutil` is needed in a static binary.
 pub fn openpty() -> SysResult<(OwnedFd, OwnedFd, String)> {
@@ -331,11 +280,7 @@ pub fn drain(fd: RawFd) -> Vec<u8> {
     out
 }
 
-/// Whether `fd` is open in this process.
-pub fn fd_is_open(fd: RawFd) -> bool {
-    // Safety: F_GETFD only inspects the descriptor table.
-    unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
-}
+pub use shofer_sys::fd::fd_is_open;
 
 /// A socket address for an abstract unix name (`name` without the leading NUL) or a path.
 pub fn sockaddr_un(name: &[u8], is_abstract: bool) -> (libc::sockaddr_un, libc::socklen_t) {

@@ -19,15 +19,8 @@ pub fn marker() -> String {
 
 /// Live (non-zombie) processes whose command line contains `marker`.
 pub fn survivors(marker: &str) -> Vec<i32> {
-    let me = std::process::id() as i32;
-    shofer_sys::ProcTable::scan()
-        .procs()
+    shofer_sys::proc::live_with_cmdline(|c| String::from_utf8_lossy(c).contains(marker))
         .iter()
-        .filter(|p| p.pid != me && !p.is_dead())
-        .filter(|p| {
-            std::fs::read(format!("/proc/{}/cmdline", p.pid))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
-        })
         .map(|p| p.pid)
         .collect()
 }
