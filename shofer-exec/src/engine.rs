@@ -383,15 +383,21 @@ struct Inner {
     records: Mutex<BTreeMap<u64, Arc<Record>>>,
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        let records: Vec<Arc<Record>> = self
-            .records
+impl Inner {
+    /// Every record now, oldest first.
+    fn all_records(&self) -> Vec<Arc<Record>> {
+        self.records
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
             .cloned()
-            .collect();
+            .collect()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let records = self.all_records();
         let trees: Vec<&Tree> = records.iter().map(|r| &r.tree).collect();
         tree::kill_trees(&trees, self.config.kill_grace);
         for r in &records {
@@ -676,14 +682,7 @@ impl Engine {
     /// ones to finish. Returns how many were still running. For the end of a session: 1,000
     /// background commands stop within the grace period and a few scans, not one by one.
     pub async fn terminate_all(&self) -> usize {
-        let recs: Vec<Arc<Record>> = self
-            .inner
-            .records
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let recs = self.inner.all_records();
         let mut running = 0;
         for r in &recs {
             let mut reason = r.kill_reason.lock().unwrap_or_else(|e| e.into_inner());
@@ -732,14 +731,7 @@ impl Engine {
 
     /// Every command of the engine's life, oldest first.
     pub fn list(&self) -> Vec<Outcome> {
-        let recs: Vec<Arc<Record>> = self
-            .inner
-            .records
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let recs = self.inner.all_records();
         recs.iter().map(|r| r.snapshot()).collect()
     }
 

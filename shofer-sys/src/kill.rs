@@ -26,7 +26,6 @@
 //! - Zombies are not targets (they are dead already); reaping them is the caller's business
 //!   (in [`Targets::select`], which runs before every scan is used).
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
@@ -122,11 +121,11 @@ pub fn kill(targets: &mut dyn Targets, grace: Duration) -> KillReport {
         v.retain(|p| !p.is_dead());
         v
     };
-    let mut seen: HashSet<(i32, u64)> = HashSet::new();
+    let mut seen: Set<(i32, u64)> = Set::default();
     let mut members = live(targets);
     let start = Instant::now();
     if !grace.is_zero() {
-        let mut termed: HashSet<(i32, u64)> = HashSet::new();
+        let mut termed: Set<(i32, u64)> = Set::default();
         loop {
             if members.is_empty() {
                 return KillReport {
@@ -160,7 +159,9 @@ pub fn kill(targets: &mut dyn Targets, grace: Duration) -> KillReport {
             survivors = members.iter().map(|p| p.pid).collect();
             break;
         }
-        seen.extend(members.iter().map(ProcInfo::identity));
+        for p in &members {
+            seen.insert(p.identity());
+        }
         signal_round(&dir, &*targets, &members, Signal::KILL);
         std::thread::sleep(KILL_ROUND);
         members = live(targets);
@@ -175,9 +176,9 @@ pub fn kill(targets: &mut dyn Targets, grace: Duration) -> KillReport {
 /// whole, else one per process. Members that left their group meanwhile are found by the
 /// next scan.
 fn signal_round(dir: &ProcDir, targets: &dyn Targets, procs: &[ProcInfo], sig: Signal) {
-    let mut groups_done: HashSet<i32> = HashSet::new();
+    let mut groups_done: Set<i32> = Set::default();
     for p in procs {
-        if groups_done.contains(&p.pgid) {
+        if groups_done.contains(p.pgid) {
             continue;
         }
         if targets.owns_session(p.sid)
@@ -187,5 +188,31 @@ fn signal_round(dir: &ProcDir, targets: &dyn Targets, procs: &[ProcInfo], sig: S
         } else {
             pidfd::signal_if_same(dir, p, sig);
         }
+    }
+}
+
+/// A set as a sorted list: a few thousand entries at most, and less code in the static
+/// sandbox binary than a hash set.
+#[derive(Default)]
+struct Set<T>(Vec<T>);
+
+impl<T: Ord + Copy> Set<T> {
+    /// Adds `v`; false when it was there already.
+    fn insert(&mut self, v: T) -> bool {
+        match self.0.binary_search(&v) {
+            Ok(_) => false,
+            Err(i) => {
+                self.0.insert(i, v);
+                true
+            }
+        }
+    }
+
+    fn contains(&self, v: T) -> bool {
+        self.0.binary_search(&v).is_ok()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
     }
 }

@@ -72,6 +72,24 @@ fn run_scenario(name: &str, mark: &str) -> String {
     text
 }
 
+/// Two tests: `$outer` runs `$inner` in a child process (see the module docs) and checks that
+/// nothing with the marker survived; `$inner` is the scenario, a no-op in the normal run.
+macro_rules! scenario {
+    ($outer:ident, $inner:ident, $n:expr, |$m:ident| $body:block) => {
+        #[test]
+        fn $outer() {
+            let text = run_scenario(stringify!($inner), &marker($n));
+            println!("{text}");
+        }
+
+        #[test]
+        fn $inner() {
+            let Some($m) = scenario() else { return };
+            $body
+        }
+    };
+}
+
 /// In the scenario child: the marker, after making this process a subreaper; `None` in the
 /// normal test run (the scenario test is then a no-op, its parent test does the checking).
 fn scenario() -> Option<String> {
@@ -95,82 +113,71 @@ fn spawn_sh(script: &str, setsid: bool) -> std::process::Child {
     c.spawn().unwrap()
 }
 
-#[test]
-fn detached_descendants_are_all_killed() {
-    run_scenario("detached_descendants_scenario", &marker(1));
-}
-
-#[test]
-fn detached_descendants_scenario() {
-    let Some(m) = scenario() else { return };
-    // setsid, double fork, nohup, setsid with an empty environment, a plain background job:
-    // five ways to leave the shell, none of them leaves a subreaper.
-    let script = format!(
-        "setsid sleep {m} & (sleep {m} &) ; nohup sleep {m} >/dev/null 2>&1 & \
+scenario!(
+    detached_descendants_are_all_killed,
+    detached_descendants_scenario,
+    1,
+    |m| {
+        // setsid, double fork, nohup, setsid with an empty environment, a plain background job:
+        // five ways to leave the shell, none of them leaves a subreaper.
+        let script = format!(
+            "setsid sleep {m} & (sleep {m} &) ; nohup sleep {m} >/dev/null 2>&1 & \
          setsid env -i sleep {m} & sleep {m} & exit 0"
-    );
-    let child = spawn_sh(&script, true);
-    wait_all([child]);
-    assert!(wait_for(&m, 5) >= 5);
-    let report = kill::kill(&mut Descendants::of_self(), Duration::from_millis(200));
-    assert!(report.survivors.is_empty(), "{report:?}");
-    assert!(report.signalled >= 5, "{report:?}");
-    reap_all();
-    println!("scenario done");
-}
+        );
+        let child = spawn_sh(&script, true);
+        wait_all([child]);
+        assert!(wait_for(&m, 5) >= 5);
+        let report = kill::kill(&mut Descendants::of_self(), Duration::from_millis(200));
+        assert!(report.survivors.is_empty(), "{report:?}");
+        assert!(report.signalled >= 5, "{report:?}");
+        reap_all();
+        println!("scenario done");
+    }
+);
 
-#[test]
-fn term_ignoring_and_stopped_processes_are_killed() {
-    run_scenario("term_ignoring_scenario", &marker(2));
-}
-
-#[test]
-fn term_ignoring_scenario() {
-    let Some(m) = scenario() else { return };
-    let flag = std::env::temp_dir().join(format!("shofer-sys-cont-{m}"));
-    // Some ignore SIGTERM; one is stopped with a TERM handler that records it ran (it can only
-    // run after SIGCONT). A shell cannot trap a signal ignored on entry, so that one is
-    // started on its own.
-    let deaf = spawn_sh(
-        &format!("trap '' TERM; for i in 1 2 3; do sleep {m} & done; wait"),
-        true,
-    );
-    let stopped = spawn_sh(
+scenario!(
+    term_ignoring_and_stopped_processes_are_killed,
+    term_ignoring_scenario,
+    2,
+    |m| {
+        let flag = std::env::temp_dir().join(format!("shofer-sys-cont-{m}"));
+        // Some ignore SIGTERM; one is stopped with a TERM handler that records it ran (it can only
+        // run after SIGCONT). A shell cannot trap a signal ignored on entry, so that one is
+        // started on its own.
+        let deaf = spawn_sh(
+            &format!("trap '' TERM; for i in 1 2 3; do sleep {m} & done; wait"),
+            true,
+        );
+        let stopped = spawn_sh(
         &format!(
             "trap 'echo handled > {f}; exit 0' TERM; kill -STOP $$; while :; do sleep 0.05; done; : {m}",
             f = flag.display()
         ),
         true,
     );
-    let plain = spawn_sh(&format!("sleep {m} & sleep {m} & wait"), true);
-    assert!(wait_for(&m, 8) >= 8);
-    // Wait for the stopped one to be stopped.
-    let start = Instant::now();
-    while !ProcTable::scan().procs().iter().any(ProcInfo::is_stopped) {
-        assert!(start.elapsed() < Duration::from_secs(10), "nothing stopped");
-        std::thread::sleep(Duration::from_millis(10));
+        let plain = spawn_sh(&format!("sleep {m} & sleep {m} & wait"), true);
+        assert!(wait_for(&m, 8) >= 8);
+        // Wait for the stopped one to be stopped.
+        let start = Instant::now();
+        while !ProcTable::scan().procs().iter().any(ProcInfo::is_stopped) {
+            assert!(start.elapsed() < Duration::from_secs(10), "nothing stopped");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let report = kill::kill(&mut Descendants::of_self(), Duration::from_millis(1500));
+        assert!(report.survivors.is_empty(), "{report:?}");
+        wait_all([deaf, stopped, plain]);
+        let handled = std::fs::read_to_string(&flag).unwrap_or_default();
+        let _ = std::fs::remove_file(&flag);
+        assert_eq!(
+            handled.trim(),
+            "handled",
+            "the stopped process never saw SIGTERM"
+        );
+        println!("scenario done");
     }
-    let report = kill::kill(&mut Descendants::of_self(), Duration::from_millis(1500));
-    assert!(report.survivors.is_empty(), "{report:?}");
-    wait_all([deaf, stopped, plain]);
-    let handled = std::fs::read_to_string(&flag).unwrap_or_default();
-    let _ = std::fs::remove_file(&flag);
-    assert_eq!(
-        handled.trim(),
-        "handled",
-        "the stopped process never saw SIGTERM"
-    );
-    println!("scenario done");
-}
+);
 
-#[test]
-fn a_fork_loop_is_outrun() {
-    run_scenario("fork_loop_scenario", &marker(3));
-}
-
-#[test]
-fn fork_loop_scenario() {
-    let Some(m) = scenario() else { return };
+scenario!(a_fork_loop_is_outrun, fork_loop_scenario, 3, |m| {
     // Each loop forks as fast as it can, and the children fork too; SIGTERM is ignored.
     let script = format!(
         "trap '' TERM; spin() {{ while :; do sleep {m} & done; }}; spin & spin & (setsid sh -c 'while :; do sleep {m} & done' &) ; wait"
@@ -181,40 +188,37 @@ fn fork_loop_scenario() {
     assert!(report.survivors.is_empty(), "{report:?}");
     wait_all([child]);
     println!("scenario done, {} processes", report.signalled);
-}
+});
 
-#[test]
-fn many_trees_share_one_grace_period() {
-    let text = run_scenario("many_trees_scenario", &marker(4));
-    println!("{text}");
-}
-
-#[test]
-fn many_trees_scenario() {
-    let Some(m) = scenario() else { return };
-    // 1,000 processes in 100 sessions of 10, half ignoring SIGTERM: what `shofer serve`
-    // leaves when a session with many background commands closes.
-    let mut children = Vec::new();
-    for i in 0..100 {
-        let trap = if i % 2 == 0 { "trap '' TERM;" } else { "" };
-        let script =
-            format!("{trap} for i in 1 2 3 4 5 6 7 8 9; do sleep {m} & done; exec sleep {m}");
-        children.push(spawn_sh(&script, true));
+scenario!(
+    many_trees_share_one_grace_period,
+    many_trees_scenario,
+    4,
+    |m| {
+        // 1,000 processes in 100 sessions of 10, half ignoring SIGTERM: what `shofer serve`
+        // leaves when a session with many background commands closes.
+        let mut children = Vec::new();
+        for i in 0..100 {
+            let trap = if i % 2 == 0 { "trap '' TERM;" } else { "" };
+            let script =
+                format!("{trap} for i in 1 2 3 4 5 6 7 8 9; do sleep {m} & done; exec sleep {m}");
+            children.push(spawn_sh(&script, true));
+        }
+        assert!(wait_for(&m, 1000) >= 1000);
+        let grace = Duration::from_millis(250);
+        let t = Instant::now();
+        let report = kill::kill(&mut Descendants::of_self(), grace);
+        let took = t.elapsed();
+        assert!(report.survivors.is_empty(), "{report:?}");
+        // One shared grace period: one tree after another would take 100 × 250 ms.
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        wait_all(children);
+        println!(
+            "scenario done: {} processes in {took:?} (grace {grace:?})",
+            report.signalled
+        );
     }
-    assert!(wait_for(&m, 1000) >= 1000);
-    let grace = Duration::from_millis(250);
-    let t = Instant::now();
-    let report = kill::kill(&mut Descendants::of_self(), grace);
-    let took = t.elapsed();
-    assert!(report.survivors.is_empty(), "{report:?}");
-    // One shared grace period: one tree after another would take 100 × 250 ms.
-    assert!(took < Duration::from_secs(10), "{took:?}");
-    wait_all(children);
-    println!(
-        "scenario done: {} processes in {took:?} (grace {grace:?})",
-        report.signalled
-    );
-}
+);
 
 /// A [`Targets`] over one subtree that is *not* our direct descendant set: the killer works for
 /// any selection, and leaves everything else alone.
@@ -235,33 +239,31 @@ impl Targets for Marked {
     }
 }
 
-#[test]
-fn only_the_selected_processes_are_killed() {
-    run_scenario("selection_scenario", &marker(5));
-}
-
-#[test]
-fn selection_scenario() {
-    let Some(m) = scenario() else { return };
-    let other = format!("{m}1");
-    let mut keep = spawn_sh(&format!("exec sleep {other}"), false);
-    let child = spawn_sh(&format!("sleep {m} & sleep {m} & wait"), true);
-    // The kept sleep carries the marker too (as a prefix), and so does the shell.
-    assert!(wait_for(&m, 4) >= 4);
-    let report = kill::kill(
-        &mut Marked(format!("sleep\0{m}\0")),
-        Duration::from_millis(100),
-    );
-    assert!(report.survivors.is_empty(), "{report:?}");
-    assert_eq!(report.signalled, 2, "{report:?}");
-    assert!(
-        keep.try_wait().unwrap().is_none(),
-        "an unselected process was killed"
-    );
-    let _ = keep.kill();
-    wait_all([keep, child]);
-    println!("scenario done");
-}
+scenario!(
+    only_the_selected_processes_are_killed,
+    selection_scenario,
+    5,
+    |m| {
+        let other = format!("{m}1");
+        let mut keep = spawn_sh(&format!("exec sleep {other}"), false);
+        let child = spawn_sh(&format!("sleep {m} & sleep {m} & wait"), true);
+        // The kept sleep carries the marker too (as a prefix), and so does the shell.
+        assert!(wait_for(&m, 4) >= 4);
+        let report = kill::kill(
+            &mut Marked(format!("sleep\0{m}\0")),
+            Duration::from_millis(100),
+        );
+        assert!(report.survivors.is_empty(), "{report:?}");
+        assert_eq!(report.signalled, 2, "{report:?}");
+        assert!(
+            keep.try_wait().unwrap().is_none(),
+            "an unselected process was killed"
+        );
+        let _ = keep.kill();
+        wait_all([keep, child]);
+        println!("scenario done");
+    }
+);
 
 fn wait_all(children: impl IntoIterator<Item = std::process::Child>) {
     for mut c in children {
