@@ -46,8 +46,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use shofer_sys::kill::{self, Descendants, KillReport, Targets};
 use shofer_sys::proc::{ProcInfo, ProcTable};
@@ -117,12 +117,33 @@ impl Tree {
         self.root.0
     }
 
-    /// The live members of this tree right now (one fresh scan).
+    /// The live members of this tree, from a scan at most [`SHARED_SCAN_AGE`] old.
     pub fn members(&self) -> Vec<ProcInfo> {
-        members_of(&[self], &ProcTable::scan())
+        members_of(&[self], &shared_scan())
             .pop()
             .unwrap_or_default()
     }
+}
+
+/// How old a scan [`Tree::members`] may reuse: every command that left background processes
+/// polls its tree, and a server with hundreds of them would otherwise scan `/proc` hundreds of
+/// times at once (which starves, among others, a kill of all of them). The killer always scans
+/// afresh.
+pub const SHARED_SCAN_AGE: Duration = Duration::from_millis(100);
+
+/// One scan shared by the callers of [`Tree::members`] (see [`SHARED_SCAN_AGE`]); concurrent
+/// callers wait for the one scan in progress instead of starting their own.
+fn shared_scan() -> Arc<ProcTable> {
+    static LAST: Mutex<Option<(Instant, Arc<ProcTable>)>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((at, table)) = &*last {
+        if at.elapsed() < SHARED_SCAN_AGE {
+            return Arc::clone(table);
+        }
+    }
+    let table = Arc::new(ProcTable::scan());
+    *last = Some((Instant::now(), Arc::clone(&table)));
+    table
 }
 
 /// Splits one scan into the live members of each tree; remembers members, reaps attributable

@@ -1,5 +1,8 @@
 //! The raw kernel interface the harness and its attacks use, in one place (STYLE §6).
 //!
+//! What is not the attacks' own (errno names, the Landlock ABI probe, the open-descriptor
+//! check, `/proc` scans) comes from `shofer-sys`, shared with the sandbox and the engine.
+//!
 //! Thin wrappers over `libc` that turn `-1`/`errno` into `Result<_, Errno>` and paths into C
 //! strings. Nothing here calls into NSS (no `getpwnam`): the binary must run in a busybox VM
 //! as a static executable, so users are numeric ids only.
