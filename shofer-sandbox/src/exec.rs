@@ -184,3 +184,118 @@ pub(crate) fn run(
     let e = path_search::exec(steps.argv);
     fail(Stage::Exec, e)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{PlanError, SetupError};
+    use crate::plan::LandlockPlan;
+    use crate::{bwrap, namespaces, ruleset, writable};
+    use shofer_core::policy::NetPolicy;
+
+    fn spec(caps: CapPolicy, command: &str) -> ExecSpec {
+        ExecSpec {
+            argv: vec![CString::new(command).unwrap()],
+            pass_fds: vec![7],
+            interactive: false,
+            caps,
+            grace: std::time::Duration::from_millis(1),
+            keep_descendants: false,
+        }
+    }
+
+    fn opened() -> (tempfile::TempDir, writable::OpenedPolicy) {
+        let dir = tempfile::tempdir().unwrap();
+        let opened = writable::build(dir.path(), &[], NetPolicy::Allow).unwrap();
+        (dir, opened)
+    }
+
+    #[test]
+    fn namespaces_drop_capabilities_whoever_the_caller_is() {
+        let ns = Confinement::Namespaces(namespaces::Setup {
+            binds: Vec::new(),
+            uid: 0,
+            gid: 0,
+            devices: Vec::new(),
+            net_deny: false,
+            landlock: None,
+        });
+        let drop = spec(CapPolicy::Drop, "true");
+        let s = Steps::of(&drop, &ns);
+        assert!(s.drop_caps && s.no_new_privs && s.landlock.is_none());
+        assert_eq!(s.seccomp, seccomp::FILTER_AVAILABLE);
+        assert_eq!((s.argv, &s.keep_fds[..]), (&drop.argv[..], &[7][..]));
+        assert!(!Steps::of(&spec(CapPolicy::Keep, "true"), &ns).drop_caps);
+    }
+
+    #[test]
+    fn landlock_drops_capabilities_only_where_the_caller_holds_some() {
+        let abi = match sys::landlock_abi() {
+            Ok(abi) => abi.min(shofer_core::rights::NEWEST_PINNED_ABI),
+            Err(e) => {
+                assert_ne!(
+                    std::env::var("CI").as_deref(),
+                    Ok("true"),
+                    "no Landlock: {e:?}"
+                );
+                eprintln!("SKIP landlock_drops_capabilities…: no Landlock here ({e:?})");
+                return;
+            }
+        };
+        let (_dir, opened) = opened();
+        for privileged in [false, true] {
+            let ll = Confinement::Landlock(LandlockPlan {
+                ruleset: ruleset::create(&opened, abi).unwrap(),
+                caller_privileged: privileged,
+            });
+            let drop = spec(CapPolicy::Drop, "true");
+            let s = Steps::of(&drop, &ll);
+            assert_eq!(s.drop_caps, privileged);
+            assert!(s.no_new_privs && s.landlock.is_some());
+            assert!(!Steps::of(&spec(CapPolicy::Keep, "true"), &ll).drop_caps);
+        }
+    }
+
+    #[test]
+    fn bwrap_runs_in_front_of_the_resolved_command_and_setuid_gets_no_no_new_privs() {
+        let (_dir, opened) = opened();
+        for setuid in [false, true] {
+            let b = bwrap::Bwrap {
+                path: "/usr/bin/bwrap".into(),
+                version: "0.8.0".into(),
+                setuid,
+            };
+            let drop = spec(CapPolicy::Drop, "sh");
+            let launch = match bwrap::plan(&b, &opened, &drop) {
+                Ok(l) => l,
+                Err(e) => panic!("{e:?}"),
+            };
+            let inherited = launch.inherited_fds();
+            let confinement = Confinement::Bwrap(launch);
+            let s = Steps::of(&drop, &confinement);
+            assert_eq!(s.argv[0].to_bytes(), b"/usr/bin/bwrap");
+            assert!(s.argv.last().unwrap().to_bytes().ends_with(b"/sh"));
+            assert_eq!(s.keep_fds, [7, inherited[0], inherited[1]]);
+            // bubblewrap drops the command's capabilities itself (--cap-drop ALL).
+            assert!(!s.drop_caps && s.landlock.is_none());
+            assert_eq!(s.no_new_privs, !setuid);
+            assert_eq!(s.seccomp, seccomp::FILTER_AVAILABLE && !setuid);
+        }
+        let b = bwrap::Bwrap {
+            path: "/usr/bin/bwrap".into(),
+            version: "0.8.0".into(),
+            setuid: false,
+        };
+        let missing = spec(CapPolicy::Drop, "shofer-no-such-command-4711");
+        assert!(matches!(
+            bwrap::plan(&b, &opened, &missing),
+            Err(PlanError::NotRunnable { code: 127, .. })
+        ));
+        let mut keep = spec(CapPolicy::Drop, "sh");
+        keep.keep_descendants = true;
+        assert!(matches!(
+            bwrap::plan(&b, &opened, &keep),
+            Err(PlanError::Setup(SetupError::KeepDescendantsWithBwrap))
+        ));
+    }
+}

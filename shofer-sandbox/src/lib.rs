@@ -30,6 +30,9 @@
 //! - File descriptors 0-2 are inherited as they are: a caller that hands the command a
 //!   writable file there lets it write that file.
 #![deny(missing_docs)]
+// The crate is a binary with a small library face; its docs are read with
+// `--document-private-items`, where these links resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod backend;
 mod bwrap;

@@ -165,7 +165,8 @@ pub(crate) fn spawn(plan: &Plan<'_>, exit_pipe: bool) -> Result<Spawn, SetupErro
         let mut status = 0;
         // Safety: reaping our own child.
         unsafe { libc::waitpid(main, &mut status, 0) };
-        let name = plan.exec.argv[0].to_string_lossy();
+        // What was executed: the command, or bubblewrap in front of it.
+        let name = steps.argv[0].to_string_lossy();
         return match stage {
             Stage::Exec if errno == libc::ENOENT || errno == libc::ENOTDIR => Ok(
                 Spawn::NotExecuted(127, NotRunnable::NotFound.message(&name)),
