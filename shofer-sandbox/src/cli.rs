@@ -68,6 +68,9 @@ pub enum Invocation {
         /// `--net` given alongside.
         net: NetPolicy,
     },
+    /// `--print-apparmor-profile`: the AppArmor profile that lets this binary create user
+    /// namespaces (Ubuntu's `kernel.apparmor_restrict_unprivileged_userns`).
+    PrintAppArmorProfile,
     /// `--help`.
     Help,
     /// `--version`.
@@ -82,6 +85,7 @@ Usage:
   shofer-sandbox [OPTIONS] <WORKTREE> [--] <COMMAND> [ARGS...]
   shofer-sandbox [OPTIONS] <WORKTREE> -c <SHELL-STRING>
   shofer-sandbox --probe [--json]
+  shofer-sandbox --print-apparmor-profile
 
 Writable: the worktree, /tmp and $TMPDIR, /dev/null, /dev/zero, /dev/full, terminals
 (/dev/tty, /dev/pts/*, /dev/ptmx), /dev/shm, a linked worktree's git metadata, and every
@@ -100,6 +104,8 @@ Options:
                            instead of killing them
   --report <FD>            write a JSON report of what is enforced to descriptor FD
   --probe                  print what this kernel can enforce (--json for JSON)
+  --print-apparmor-profile print an AppArmor profile that lets this binary create
+                           user namespaces (Ubuntu 23.10+ restricts them)
   -h, --help               print this help
   -V, --version            print the version
 
@@ -145,6 +151,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut report_fd = None;
     let mut probe = false;
     let mut json = false;
+    let mut apparmor = false;
 
     let err = |e: lexopt::Error| usage(e.to_string());
     while let Some(arg) = parser.next().map_err(err)? {
@@ -152,6 +159,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
             Short('h') | Long("help") => return Ok(Invocation::Help),
             Short('V') | Long("version") => return Ok(Invocation::Version),
             Long("probe") => probe = true,
+            Long("print-apparmor-profile") => apparmor = true,
             Long("json") => json = true,
             Short('c') => {
                 if worktree.is_none() {
@@ -240,6 +248,14 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         }
     }
 
+    if apparmor {
+        if probe || json || worktree.is_some() {
+            return Err(usage(
+                "--print-apparmor-profile takes no other option, worktree or command",
+            ));
+        }
+        return Ok(Invocation::PrintAppArmorProfile);
+    }
     if probe {
         if worktree.is_some() {
             return Err(usage("--probe takes no worktree or command"));
@@ -361,6 +377,15 @@ mod tests {
         assert!(fails(&["--net", "maybe", "/wt", "ls"]).contains("allow or deny"));
         assert!(fails(&["--bogus", "/wt", "ls"]).contains("--bogus"));
         assert!(fails(&["", "ls"]).contains("empty string"));
+    }
+
+    #[test]
+    fn print_apparmor_profile_stands_alone() {
+        assert!(matches!(
+            parse(["--print-apparmor-profile"].map(OsString::from)).unwrap(),
+            Invocation::PrintAppArmorProfile
+        ));
+        assert!(fails(&["--print-apparmor-profile", "/wt", "ls"]).contains("takes no other"));
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //!   writable file there lets it write that file.
 #![deny(missing_docs)]
 
+pub mod apparmor;
 pub mod backend;
 pub mod bwrap;
 pub mod capabilities;
@@ -69,6 +70,21 @@ pub fn probe(json: bool, max_abi: Option<u32>, net: shofer_core::policy::NetPoli
         print!("{}", report::probe_text(&value));
     }
     0
+}
+
+/// `--print-apparmor-profile`: prints the profile for this binary's real path. Returns the
+/// exit status: 0, or 125 when the binary's own path cannot be found.
+pub fn print_apparmor_profile() -> i32 {
+    match std::env::current_exe().and_then(std::fs::canonicalize) {
+        Ok(exe) => {
+            print!("{}", apparmor::profile(&exe));
+            0
+        }
+        Err(e) => {
+            eprintln!("shofer-sandbox: cannot find this binary's path (/proc/self/exe): {e}");
+            EXIT_SETUP
+        }
+    }
 }
 
 /// Runs one sandboxed command and returns the exit status to use: the command's own status,

@@ -359,7 +359,10 @@ pub fn failure_reason(step: &str, errno: i32) -> String {
     if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
         && matches!(errno, libc::EPERM | libc::EACCES)
     {
-        return "blocked (AppArmor restricts unprivileged user namespaces: allow shofer-sandbox in an AppArmor profile, or set kernel.apparmor_restrict_unprivileged_userns=0)".into();
+        return format!(
+            "blocked (AppArmor restricts unprivileged user namespaces: install the profile from `shofer-sandbox --print-apparmor-profile` ({}), or set kernel.apparmor_restrict_unprivileged_userns=0)",
+            crate::apparmor::install_hint()
+        );
     }
     if errno == libc::ENOSPC {
         return "blocked (user.max_user_namespaces is 0 or exhausted for this user: raise it with sysctl)".into();
