@@ -110,7 +110,7 @@ fn cstr(p: impl AsRef<[u8]>) -> io::Result<CString> {
 
 /// `mount(2)`; on failure says which target failed on stderr (the caller's, as every
 /// shofer-sandbox message) before returning the raw error.
-fn mount(
+pub(crate) fn mount(
     src: Option<&str>,
     target: &str,
     fstype: Option<&str>,
@@ -192,6 +192,7 @@ fn mounts(plan: &Plan) -> io::Result<()> {
     // Step 3: the minimal /dev. Descriptors opened before the clone name mounts of the
     // host's mount namespace, which cannot be bind sources here: open the nodes again in
     // this namespace while the host's /dev is still visible.
+    let terminal = crate::devpts::caller_terminal();
     let mut devices = Vec::new();
     for (name, writable) in &plan.devices {
         if let Ok(fd) = paths::open_following(Path::new(&format!("/dev/{name}"))) {
@@ -224,14 +225,8 @@ fn mounts(plan: &Plan) -> io::Result<()> {
     // devpts from a bind mount (the kernel looks for "pts" beside the ptmx node), so new ptys
     // come from here. The caller's own terminal stays usable through fds 0-2 and /dev/tty.
     std::fs::create_dir("/dev/pts")?;
-    mount(
-        Some("devpts"),
-        "/dev/pts",
-        Some("devpts"),
-        libc::MS_NOSUID | libc::MS_NOEXEC,
-        Some("newinstance,ptmxmode=0666,mode=620"),
-    )?;
-    std::os::unix::fs::symlink("pts/ptmx", "/dev/ptmx")?;
+    // Kept open by process A for the whole run (see devpts).
+    std::mem::forget(crate::devpts::mount_private(terminal)?);
     std::fs::create_dir("/dev/shm")?;
     mount(
         Some("tmpfs"),
