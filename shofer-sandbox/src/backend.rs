@@ -1,7 +1,7 @@
 //! Choosing a backend (DESIGN §2.4): the strongest that enforces the whole policy, or a clear
 //! refusal naming each mechanism and why it failed. Never a silent downgrade.
 
-use shofer_core::policy::{degradations, Backend, NetPolicy, Protection};
+use shofer_core::policy::{degradations, hardening_gaps, Backend, NetPolicy, Protection};
 use shofer_core::rights::NEWEST_PINNED_ABI;
 
 use std::cell::OnceCell;
@@ -63,6 +63,23 @@ impl Facts {
         self.userns.get_or_init(namespaces::probe)
     }
 
+    /// For a run: takes user namespaces as usable without the trial clone unless a sysctl
+    /// already says they are blocked. The run's own clone is the real test; when it fails
+    /// before the command starts, [`Facts::userns_failed`] records why and `auto` chooses
+    /// again (the trial clone would cost as much as the run's own).
+    pub fn assume_userns(&mut self) {
+        if self.userns.get().is_none() {
+            let _ = self
+                .userns
+                .set(namespaces::blocked_by_sysctl().map_or(Ok(()), Err));
+        }
+    }
+
+    /// Records that user namespaces failed with `why` (one clause).
+    pub fn userns_failed(&mut self, why: String) {
+        self.userns = OnceCell::from(Err(why));
+    }
+
     /// A usable bubblewrap, or why not (probed on first call).
     pub fn bwrap(&self) -> &Result<Bwrap, String> {
         self.bwrap.get_or_init(|| {
@@ -107,16 +124,19 @@ pub struct Choice {
     /// Required protections this choice cannot enforce (non-empty only with
     /// `--allow-degraded`).
     pub degraded: Vec<(Protection, String)>,
+    /// Hardening protections this choice cannot enforce (each one stderr line per run).
+    pub hardening: Vec<(Protection, String)>,
     /// Why this backend was chosen, in one sentence.
     pub reason: String,
     /// The bubblewrap to run, for the `bwrap` backend.
     pub bwrap: Option<Bwrap>,
 }
 
-/// Chooses the backend for `request` (DESIGN §2.4): `auto` takes Landlock when it enforces
-/// the whole required policy, else `userns` (Landlock layered at whatever ABI the kernel has),
-/// else `bwrap`, else a partial Landlock with `--allow-degraded`, else a refusal naming each
-/// mechanism and why it failed.
+/// Chooses the backend for `request` (DESIGN §2.4): `auto` takes `layered` wherever user
+/// namespaces work (`userns` when the Landlock ABI is below 2, where Landlock would break
+/// renames), else Landlock alone when it enforces every required protection, else `bwrap`,
+/// else a partial Landlock with `--allow-degraded`, else a refusal naming each mechanism and
+/// why it failed. Hardening protections a choice lacks are listed in [`Choice::hardening`].
 ///
 /// # Errors
 /// One line naming each mechanism tried and why it failed (exit 125).
@@ -145,7 +165,8 @@ pub fn choose(
                 backend: Backend::Landlock,
                 abi,
                 degraded: Vec::new(),
-                reason: format!("Landlock ABI {abi} enforces the whole policy"),
+                hardening: hardening_gaps(Backend::Landlock, abi, net),
+                reason: format!("Landlock ABI {abi} enforces every required protection"),
                 bwrap: None,
             });
         }
@@ -154,6 +175,7 @@ pub fn choose(
                 backend: Backend::Landlock,
                 abi,
                 degraded: landlock_degraded.clone(),
+                hardening: hardening_gaps(Backend::Landlock, abi, net),
                 reason: format!(
                     "Landlock ABI {abi}, degraded as allowed: {}",
                     landlock_what()
@@ -204,7 +226,8 @@ pub fn choose(
             backend,
             abi,
             degraded,
-            reason: format!("user, mount and PID namespaces with a read-only root{layered}"),
+            hardening: hardening_gaps(backend, abi, net),
+            reason: format!("user, mount, PID and IPC namespaces with a read-only root{layered}"),
             bwrap: None,
         })
     };
@@ -214,6 +237,7 @@ pub fn choose(
                 backend: Backend::Bwrap,
                 abi: 0,
                 degraded: degradations(Backend::Bwrap, 0, net),
+                hardening: hardening_gaps(Backend::Bwrap, 0, net),
                 reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
                 bwrap: Some(b.clone()),
             }),
@@ -226,9 +250,15 @@ pub fn choose(
         BackendChoice::Forced(Backend::Bwrap) => bwrap(),
         BackendChoice::Auto => {
             let mut why = Vec::new();
+            // Layered needs Landlock from ABI 2 (ABI 1 refuses renames across directories).
+            let namespaces = if abi >= 2 {
+                Backend::Layered
+            } else {
+                Backend::Userns
+            };
             for attempt in [
-                &(|| landlock(false)) as &dyn Fn() -> Result<Choice, String>,
-                &|| userns(Backend::Userns, true),
+                &(|| userns(namespaces, true)) as &dyn Fn() -> Result<Choice, String>,
+                &|| landlock(false),
                 &bwrap,
             ] {
                 match attempt() {
@@ -287,11 +317,28 @@ mod tests {
     }
 
     #[test]
-    fn auto_falls_back_to_userns_then_bwrap() {
+    fn auto_prefers_layered_then_landlock_then_bwrap() {
+        let f = Facts::fixed(Ok(7), Ok(()), no_bwrap());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert_eq!((c.backend, c.abi), (Backend::Layered, 7));
+        assert!(c.degraded.is_empty());
         let f = Facts::fixed(Ok(2), Ok(()), no_bwrap());
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
-        assert_eq!((c.backend, c.abi), (Backend::Userns, 2));
+        assert_eq!((c.backend, c.abi), (Backend::Layered, 2));
         assert!(c.degraded.is_empty());
+        // Without user namespaces, Landlock alone, naming what it lacks.
+        let f = Facts::fixed(Ok(7), no_ns(), no_bwrap());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert_eq!(c.backend, Backend::Landlock);
+        assert!(
+            c.reason.contains("user namespaces: blocked"),
+            "{}",
+            c.reason
+        );
+        assert!(c
+            .hardening
+            .iter()
+            .any(|(p, _)| *p == Protection::SigkillKillsTree));
         let b = Bwrap {
             path: "/usr/bin/bwrap".into(),
             version: "0.8.0".into(),
@@ -304,15 +351,22 @@ mod tests {
     }
 
     #[test]
-    fn with_landlock_complete_auto_never_probes_namespaces() {
-        let f = Facts {
+    fn a_run_assumes_user_namespaces_until_its_clone_fails() {
+        let mut f = Facts {
             kernel: "t".into(),
             landlock: Ok(6),
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
         };
-        choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
-        assert!(f.userns.get().is_none() && f.bwrap.get().is_none());
+        f.assume_userns();
+        if namespaces::blocked_by_sysctl().is_none() {
+            let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
+            assert_eq!(c.backend, Backend::Layered);
+        }
+        assert!(f.bwrap.get().is_none());
+        f.userns_failed("blocked (test)".into());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
+        assert_eq!(c.backend, Backend::Landlock);
     }
 
     #[test]

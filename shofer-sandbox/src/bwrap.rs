@@ -150,6 +150,7 @@ pub fn argv(
         b"--die-with-parent",
         b"--new-session",
         b"--unshare-pid",
+        b"--unshare-ipc",
         b"--ro-bind",
         b"/",
         b"/",

@@ -63,6 +63,8 @@ pub enum Invocation {
     Probe {
         /// Print JSON instead of text.
         json: bool,
+        /// `--backend` given alongside: describe that backend.
+        backend: BackendChoice,
         /// `--max-abi` given alongside.
         max_abi: Option<u32>,
         /// `--net` given alongside.
@@ -84,7 +86,7 @@ shofer-sandbox: run a command that may read everything but write only to its wor
 Usage:
   shofer-sandbox [OPTIONS] <WORKTREE> [--] <COMMAND> [ARGS...]
   shofer-sandbox [OPTIONS] <WORKTREE> -c <SHELL-STRING>
-  shofer-sandbox --probe [--json]
+  shofer-sandbox --probe [--json] [--backend NAME]
   shofer-sandbox --print-apparmor-profile
 
 Writable: the worktree, /tmp and $TMPDIR, /dev/null, /dev/zero, /dev/full, terminals
@@ -103,7 +105,8 @@ Options:
   --keep-descendants       after the command exits, wait for its descendants
                            instead of killing them
   --report <FD>            write a JSON report of what is enforced to descriptor FD
-  --probe                  print what this kernel can enforce (--json for JSON)
+  --probe                  print what this kernel can enforce (--json for JSON),
+                           with the backend auto picks or the one --backend names
   --print-apparmor-profile print an AppArmor profile that lets this binary create
                            user namespaces (Ubuntu 23.10+ restricts them)
   -h, --help               print this help
@@ -260,7 +263,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         if worktree.is_some() {
             return Err(usage("--probe takes no worktree or command"));
         }
-        return Ok(Invocation::Probe { json, max_abi, net });
+        return Ok(Invocation::Probe {
+            json,
+            backend,
+            max_abi,
+            net,
+        });
     }
     if json {
         return Err(usage("--json only goes with --probe"));

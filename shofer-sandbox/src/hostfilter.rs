@@ -117,8 +117,9 @@ mod x86_64 {
         out
     }
 
-    /// The program for a caller with ids `uid` and `gid`.
-    pub(super) fn program(uid: u32, gid: u32) -> Vec<libc::sock_filter> {
+    /// The program: keyrings refused, and with `ids = Some((uid, gid))` identity changes to
+    /// other ids too.
+    pub(super) fn program(ids: Option<(u32, u32)>) -> Vec<libc::sock_filter> {
         use Insn::*;
         let mut p = vec![
             Load(OFF_ARCH),
@@ -129,6 +130,14 @@ mod x86_64 {
             Jeq(NR_REQUEST_KEY, Some(DENY), None),
             Jeq(NR_KEYCTL, Some(DENY), None),
         ];
+        let Some((uid, gid)) = ids else {
+            p.push(Ret(libc::SECCOMP_RET_ALLOW));
+            p.push(Label(DENY));
+            p.push(Ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32));
+            p.push(Label(ALLOW));
+            p.push(Ret(libc::SECCOMP_RET_ALLOW));
+            return assemble(&p);
+        };
         for (i, (nr, _, _)) in ID_CALLS.iter().enumerate() {
             p.push(Jeq(*nr, Some(10 + i), None));
         }
@@ -152,13 +161,17 @@ mod x86_64 {
         assemble(&p)
     }
 
-    /// Installs the filter for a caller with ids `uid` and `gid` on the calling thread
-    /// (inherited by children, kept across exec). Requires `no_new_privs` or `CAP_SYS_ADMIN`.
+    /// Installs the filter on the calling thread (inherited by children, kept across exec):
+    /// keyrings refused, and with `refuse_id_changes` every set*id call to an id other than
+    /// the thread's own real uid/gid (leave it off when capabilities are kept on purpose,
+    /// `--keep-caps`). Requires `no_new_privs` or `CAP_SYS_ADMIN`.
     ///
     /// # Errors
     /// The `prctl(PR_SET_SECCOMP)` error.
-    pub fn install(uid: u32, gid: u32) -> io::Result<()> {
-        let filter = program(uid, gid);
+    pub fn install(refuse_id_changes: bool) -> io::Result<()> {
+        // Safety: getuid/getgid cannot fail.
+        let ids = refuse_id_changes.then(|| unsafe { (libc::getuid(), libc::getgid()) });
+        let filter = program(ids);
         let prog = libc::sock_fprog {
             len: filter.len() as u16,
             filter: filter.as_ptr() as *mut libc::sock_filter,
@@ -219,7 +232,7 @@ mod x86_64 {
 
         #[test]
         fn keyring_calls_are_refused_on_both_entry_points() {
-            let p = program(1000, 1000);
+            let p = program(None);
             for nr in [NR_ADD_KEY, NR_REQUEST_KEY, NR_KEYCTL] {
                 assert_eq!(decide(&p, &call(nr, &[])), EPERM);
                 assert_eq!(decide(&p, &call(nr | X32_SYSCALL_BIT, &[])), EPERM);
@@ -229,7 +242,7 @@ mod x86_64 {
 
         #[test]
         fn only_own_or_unchanged_ids_pass() {
-            let p = program(1000, 100);
+            let p = program(Some((1000, 100)));
             assert_eq!(decide(&p, &call(105, &[1000])), OK);
             assert_eq!(decide(&p, &call(105, &[0])), EPERM);
             assert_eq!(decide(&p, &call(106, &[100])), OK);

@@ -59,10 +59,19 @@ pub const EXIT_SETUP: i32 = 125;
 /// Grace between SIGTERM and SIGKILL when the tree is stopped.
 pub const KILL_GRACE: Duration = Duration::from_millis(250);
 
-/// `--probe`: prints what this kernel can enforce. Returns the exit status (0).
-pub fn probe(json: bool, max_abi: Option<u32>, net: shofer_core::policy::NetPolicy) -> i32 {
+/// `--probe`: prints what this kernel can enforce with `backend` (`--backend`, default
+/// `auto`). Returns the exit status (0).
+pub fn probe(
+    json: bool,
+    backend: cli::BackendChoice,
+    max_abi: Option<u32>,
+    net: shofer_core::policy::NetPolicy,
+) -> i32 {
     let facts = backend::Facts::probe();
-    let choice = backend::choose(cli::BackendChoice::Auto, &facts, max_abi, net, false);
+    // A forced backend is described even where it is partial (its degradations are listed);
+    // `auto` says what a run would do.
+    let describe_partial = backend != cli::BackendChoice::Auto;
+    let choice = backend::choose(backend, &facts, max_abi, net, describe_partial);
     // The probe reports every mechanism, needed for the decision or not.
     let _ = (facts.userns(), facts.bwrap());
     let value = report::probe(&facts, &choice, net);
@@ -94,6 +103,9 @@ pub fn print_apparmor_profile() -> i32 {
 /// be set up (after printing why on stderr).
 pub fn run(args: RunArgs) -> i32 {
     match try_run(args) {
+        Ok(Outcome::Ran(status)) if libc::WIFSIGNALED(status) => {
+            die_by_signal(libc::WTERMSIG(status))
+        }
         Ok(Outcome::Ran(status)) => wait_status_to_exit(status),
         Ok(Outcome::NotExecuted(code, msg)) => {
             eprintln!("shofer-sandbox: {msg}");
@@ -104,6 +116,28 @@ pub fn run(args: RunArgs) -> i32 {
             EXIT_SETUP
         }
     }
+}
+
+/// Ends this process by signal `sig`, as the command ended, so the caller's shell sees what it
+/// would have seen without the sandbox (a `for` loop stops on Ctrl-C: bash breaks out only
+/// when its child *died* by SIGINT, not when it exited 130). No core dump is written
+/// (`PR_SET_DUMPABLE` 0 stops dumps to files and to a `core_pattern` pipe alike), and the
+/// signal is unblocked and its default action restored first. Returns 128+`sig` only if the
+/// signal's default action does not end a process.
+pub fn die_by_signal(sig: i32) -> i32 {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // Safety: prctl/signal/sigprocmask/kill with valid arguments on this process only.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::kill(libc::getpid(), sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+    128 + sig
 }
 
 /// Maps a raw `waitpid` status to a shell-style exit status: the exit code, or 128+N for a
@@ -126,21 +160,79 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
             )));
         }
     }
-    let facts = backend::Facts::probe();
-    let choice = backend::choose(
-        args.backend,
-        &facts,
-        args.max_abi,
-        args.net,
-        args.allow_degraded,
-    )
-    .map_err(SetupError::NoBackend)?;
+    let mut facts = backend::Facts::probe();
+    let auto = args.backend == cli::BackendChoice::Auto;
+    if auto && args.report_fd.is_none() {
+        // The run's own clone tests user namespaces; a report must be right before it.
+        facts.assume_userns();
+    }
     let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
+    let mut told = Vec::new();
+    loop {
+        let choice = backend::choose(
+            args.backend,
+            &facts,
+            args.max_abi,
+            args.net,
+            args.allow_degraded,
+        )
+        .map_err(SetupError::NoBackend)?;
+        match launch(&args, &facts, &choice, &opened, &mut told) {
+            Err(SetupError::NoBackend(why))
+                if auto
+                    && args.report_fd.is_none()
+                    && matches!(choice.backend, Backend::Layered | Backend::Userns) =>
+            {
+                // Set-up failed before the command ran: choose again without namespaces.
+                let why = why
+                    .strip_prefix("user namespaces: ")
+                    .unwrap_or(&why)
+                    .to_string();
+                facts.userns_failed(why);
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// One attempt at running the command with `choice`. `told` collects the stderr lines
+/// already printed (a second attempt does not repeat them).
+fn launch(
+    args: &RunArgs,
+    facts: &backend::Facts,
+    choice: &backend::Choice,
+    opened: &writable::OpenedPolicy,
+    told: &mut Vec<String>,
+) -> Result<Outcome, SetupError> {
+    let mut tell = |line: String| {
+        if !told.contains(&line) {
+            eprintln!("{line}");
+            told.push(line);
+        }
+    };
+    if args.backend == cli::BackendChoice::Auto && choice.backend == Backend::Landlock {
+        if let Some(Err(why)) = facts.userns_if_probed() {
+            tell(format!(
+                "shofer-sandbox: note: Landlock alone, without namespaces: user namespaces: {why}"
+            ));
+        }
+    }
     if let crate::git::GitLayout::Rejected(why) = &opened.git {
-        eprintln!("shofer-sandbox: note: git metadata not made writable: {why}");
+        tell(format!(
+            "shofer-sandbox: note: git metadata not made writable: {why}"
+        ));
     }
     for (p, why) in &choice.degraded {
-        eprintln!("shofer-sandbox: warning: degraded ({}): {why}", p.key());
+        tell(format!(
+            "shofer-sandbox: warning: degraded ({}): {why}",
+            p.key()
+        ));
+    }
+    for (p, why) in &choice.hardening {
+        tell(format!(
+            "shofer-sandbox: hardening not enforced ({}): {why}",
+            p.key()
+        ));
     }
     let guard = gitguard::GitGuard::snapshot(&opened.git, &opened.policy.worktree);
     if matches!(opened.git, git::GitLayout::MainWorktree) {
@@ -177,7 +269,7 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     let mut launch = Launch {
         argv,
         interactive,
-        pass_fds: args.pass_fds,
+        pass_fds: args.pass_fds.clone(),
         drop_caps: !args.keep_caps && (root || capabilities::holds_any()),
         landlock,
         keep_descendants: args.keep_descendants,
@@ -185,6 +277,7 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
         namespaces: None,
         no_new_privs: true,
         seccomp: true,
+        refuse_id_changes: !args.keep_caps,
         bwrap_info: None,
     };
     // Kept alive until the command has exec'd.
@@ -239,7 +332,6 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
         }
     }
     let outcome = supervisor::run(launch);
-    drop(opened);
     // The whole tree is gone (or the command never started): put back what it changed.
     let (restored, failed) = guard.restore();
     for path in restored {

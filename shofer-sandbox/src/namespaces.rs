@@ -235,6 +235,15 @@ fn mounts(plan: &Plan) -> io::Result<()> {
         libc::MS_NOSUID | libc::MS_NODEV,
         Some("mode=1777"),
     )?;
+    // The IPC namespace's own POSIX message queues (mq_overview(7)).
+    std::fs::create_dir("/dev/mqueue")?;
+    mount(
+        Some("mqueue"),
+        "/dev/mqueue",
+        Some("mqueue"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )?;
     for (link, target) in [
         ("fd", "/proc/self/fd"),
         ("stdin", "/proc/self/fd/0"),
@@ -245,7 +254,12 @@ fn mounts(plan: &Plan) -> io::Result<()> {
     }
 
     // Step 5: writable binds, source and target pinned by descriptor.
-    let mut keep_rw: Vec<String> = vec!["/proc".into(), "/dev/shm".into(), "/dev/pts".into()];
+    let mut keep_rw: Vec<String> = vec![
+        "/proc".into(),
+        "/dev/shm".into(),
+        "/dev/mqueue".into(),
+        "/dev/pts".into(),
+    ];
     for (name, _, writable) in &devices {
         if *writable {
             keep_rw.push(format!("/dev/{name}"));
@@ -373,6 +387,32 @@ pub fn failure_reason(step: &str, errno: i32) -> String {
         crate::sys::errno_name(errno),
         crate::sys::strerror(errno)
     )
+}
+
+/// Why user namespaces cannot work here, when a sysctl already says so (no clone needed):
+/// `user.max_user_namespaces=0`, or Debian's `kernel.unprivileged_userns_clone=0` for a
+/// caller without `CAP_SYS_ADMIN`. `None` means "try": AppArmor's restriction, for one,
+/// may be lifted for this binary by a profile, which only the clone tells.
+pub fn blocked_by_sysctl() -> Option<String> {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    if read("/proc/sys/user/max_user_namespaces")
+        .as_deref()
+        .map(str::trim)
+        == Some("0")
+    {
+        return Some(failure_reason("clone", libc::ENOSPC));
+    }
+    // Safety: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root
+        && read("/proc/sys/kernel/unprivileged_userns_clone")
+            .as_deref()
+            .map(str::trim)
+            == Some("0")
+    {
+        return Some(failure_reason("clone", libc::EPERM));
+    }
+    None
 }
 
 /// Whether an unprivileged user namespace with its own mounts works here: clones a child into

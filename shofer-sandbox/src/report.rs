@@ -23,10 +23,13 @@ fn landlock_json(facts: &Facts) -> Value {
 fn protections_json(backend: Backend, abi: u32, net: NetPolicy) -> Value {
     let mut map = Map::new();
     for (p, v) in protections(backend, abi, net) {
+        let tier = p.tier(net).as_str();
         let entry = match v {
-            Verdict::Enforced(by) => json!({"enforced": true, "by": by}),
-            Verdict::NotEnforced(reason) => json!({"enforced": false, "reason": reason}),
-            Verdict::NotRequested => json!({"enforced": false, "requested": false}),
+            Verdict::Enforced(by) => json!({"enforced": true, "by": by, "tier": tier}),
+            Verdict::NotEnforced(reason) => {
+                json!({"enforced": false, "reason": reason, "tier": tier})
+            }
+            Verdict::NotRequested => json!({"enforced": false, "requested": false, "tier": tier}),
         };
         map.insert(p.key().to_string(), entry);
     }
@@ -56,9 +59,16 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, String>, net: NetPolicy) -> 
             map.insert("backend".into(), json!(c.backend.as_str()));
             map.insert("backend_reason".into(), json!(c.reason));
             map.insert("effective_abi".into(), json!(c.abi));
+            // Every protection this run lacks, required (accepted with --allow-degraded) and
+            // hardening; each row's `tier` says which.
             map.insert(
                 "degraded".into(),
-                json!(c.degraded.iter().map(|(p, _)| p.key()).collect::<Vec<_>>()),
+                json!(c
+                    .degraded
+                    .iter()
+                    .chain(&c.hardening)
+                    .map(|(p, _)| p.key())
+                    .collect::<Vec<_>>()),
             );
             map.insert(
                 "protections".into(),

@@ -57,8 +57,11 @@ pub struct Launch {
     pub namespaces: Option<NsSetup>,
     /// Set `no_new_privs` before exec (off only in front of a setuid bubblewrap).
     pub no_new_privs: bool,
-    /// Install the TIOCSTI/TIOCLINUX seccomp filter (needs `no_new_privs` unless privileged).
+    /// Install the seccomp filters: TIOCSTI/TIOCLINUX and [`crate::hostfilter`] (need
+    /// `no_new_privs` unless privileged).
     pub seccomp: bool,
+    /// With `seccomp`: also refuse set*id calls to other ids (off with `--keep-caps`).
+    pub refuse_id_changes: bool,
     /// bubblewrap's `--info-fd` pipe (read end, write end): the supervisor learns the
     /// command's PID from it, to forward signals past bubblewrap, which does not.
     pub bwrap_info: Option<(OwnedFd, OwnedFd)>,
@@ -205,11 +208,20 @@ pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
     let namespaced = launch.namespaces.is_some();
     let grace = launch.grace;
     let bwrap_info = launch.bwrap_info.take();
+    let status_pipe = if namespaced {
+        Some(sys::pipe_cloexec().map_err(|source| SetupError::Syscall {
+            op: "pipe2",
+            source,
+        })?)
+    } else {
+        None
+    };
     let args = ChildArgs {
         launch: Some(launch),
         supervisor,
         old_mask,
         err: err_write.as_raw_fd(),
+        status: status_pipe.as_ref().map_or(-1, |(_, w)| w.as_raw_fd()),
     };
     let pid = if namespaced {
         spawn_namespaced(args)?
@@ -217,6 +229,10 @@ pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
         spawn_child(args)?
     };
     drop(err_write);
+    let status_read = status_pipe.map(|(read, write)| {
+        drop(write);
+        read
+    });
     let bwrap_info = bwrap_info.map(|(read, write)| {
         drop(write);
         read
@@ -264,7 +280,12 @@ pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
         main_status: None,
         set,
     };
-    Ok(Outcome::Ran(sup.wait_loop(keep_descendants)))
+    let status = sup.wait_loop(keep_descendants);
+    // A namespace's init passes on the command's own status (a signal included).
+    let status = status_read
+        .and_then(|fd| read_status(&fd))
+        .unwrap_or(status);
+    Ok(Outcome::Ran(status))
 }
 
 /// Writes the failure record (stage byte + errno) for the supervisor and exits 125 without
@@ -308,12 +329,23 @@ fn read_failure(fd: &OwnedFd) -> Option<(Stage, i32)> {
     Some((Stage::from_u8(buf[0])?, errno))
 }
 
+/// The raw wait status process A wrote, if it wrote one (it does not when it was killed).
+fn read_status(fd: &OwnedFd) -> Option<i32> {
+    let mut buf = [0u8; 4];
+    // Safety: reading into a local buffer; A has exited, so this does not block.
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    (n == 4).then(|| i32::from_ne_bytes(buf))
+}
+
 /// What the child needs; lives on the supervisor's stack while the child runs.
 struct ChildArgs {
     launch: Option<Launch>,
     supervisor: libc::pid_t,
     old_mask: libc::sigset_t,
     err: RawFd,
+    /// Namespace backends: where process A writes the command's raw wait status before it
+    /// exits (PID 1 of a namespace cannot die by the command's signal itself); -1 otherwise.
+    status: RawFd,
 }
 
 /// Size of the child's own stack while it shares our memory (bytes).
@@ -377,7 +409,8 @@ fn spawn_namespaced(args: ChildArgs) -> Result<libc::pid_t, SetupError> {
         .as_ref()
         .and_then(|l| l.namespaces.as_ref())
         .is_some_and(|n| n.net_deny);
-    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    let mut flags =
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
     if net {
         flags |= libc::CLONE_NEWNET;
     }
@@ -463,8 +496,13 @@ fn namespace_init(mut args: ChildArgs) -> ! {
                 let none_left = pid < 0;
                 if let Some(status) = command_status {
                     if !keep_descendants || none_left {
-                        // Safety: exiting PID 1; the kernel kills the rest of the namespace.
-                        unsafe { libc::_exit(crate::wait_status_to_exit(status)) };
+                        let raw = status.to_ne_bytes();
+                        // Safety: a 4-byte write to our status pipe, then exiting PID 1; the
+                        // kernel kills the rest of the namespace.
+                        unsafe {
+                            libc::write(args.status, raw.as_ptr().cast(), raw.len());
+                            libc::_exit(crate::wait_status_to_exit(status))
+                        };
                     }
                 }
                 if pid <= 0 {
@@ -536,6 +574,9 @@ fn child(launch: Launch, expected_parent: libc::pid_t, old_mask: &libc::sigset_t
     }
     if launch.seccomp {
         if let Err(e) = seccomp::refuse_terminal_injection() {
+            fail(Stage::Seccomp, e);
+        }
+        if let Err(e) = crate::hostfilter::install(launch.refuse_id_changes) {
             fail(Stage::Seccomp, e);
         }
     }

@@ -147,10 +147,19 @@ fn a_sigkill_of_the_sandbox_at_any_moment_leaves_nothing_running() {
     cases.extend(
         backends()
             .into_iter()
-            .filter(|b| *b != "landlock")
+            .filter(|b| matches!(*b, "userns" | "layered"))
             .map(Some),
     );
-    if !auto_has_pid_namespace(&[]) {
+    // bubblewrap has a PID namespace, but its init sometimes outlives a SIGKILLed bwrap
+    // (found by this test): the report must say so.
+    if backends().contains(&"bwrap") {
+        let v = probe(&["--backend", "bwrap"]);
+        assert_eq!(
+            v["protections"]["sigkill_kills_tree"]["enforced"], false,
+            "{v}"
+        );
+    }
+    if !matches!(auto_backend(&[]).as_str(), "layered" | "userns") {
         // Landlock alone cannot promise it: the report must say so instead.
         let v = probe(&[]);
         assert!(
@@ -507,7 +516,9 @@ fn the_terminal_keeps_its_name_and_size_and_ctrl_c_kills_the_sandbox_by_sigint()
 fn the_sandbox_dies_by_the_commands_signal_without_a_core_dump() {
     let s = Scratch::new();
     let mut cases: Vec<Option<&str>> = vec![None];
-    cases.extend(backends().into_iter().map(Some));
+    // bubblewrap reports a command's death by signal N as exit status 128+N: that status
+    // cannot be told from a command that exits 128+N itself, so it is passed on as is.
+    cases.extend(backends().into_iter().filter(|b| *b != "bwrap").map(Some));
     for backend in cases {
         for (sig, name) in [
             (libc::SIGINT, "INT"),
