@@ -37,9 +37,11 @@ const PTY_SLAVE_MAJOR: u32 = 136;
 /// A before `/dev` is replaced). `None` when none of 0-2 is a pty.
 pub fn caller_terminal() -> Option<(u32, OwnedFd)> {
     for fd in 0..3 {
-        // Safety: isatty and fstat only inspect the descriptor; `st` is filled on success.
+        // Safety: an all-zero stat is a valid out-parameter.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::isatty(fd) } != 1 || unsafe { libc::fstat(fd, &mut st) } != 0 {
+        // Safety: isatty and fstat only inspect the descriptor; `st` is filled on success.
+        let tty = unsafe { libc::isatty(fd) == 1 && libc::fstat(fd, &mut st) == 0 };
+        if !tty {
             continue;
         }
         let (major, minor) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
@@ -52,9 +54,11 @@ pub fn caller_terminal() -> Option<(u32, OwnedFd)> {
         let Ok(node) = paths::open_following(Path::new(&path)) else {
             continue;
         };
-        // Safety: as above.
+        // Safety: an all-zero stat is a valid out-parameter.
         let mut there: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(node.as_raw_fd(), &mut there) } == 0
+        // Safety: fstat of a descriptor we own into a local buffer.
+        let same = unsafe { libc::fstat(node.as_raw_fd(), &mut there) } == 0;
+        if same
             && there.st_rdev == st.st_rdev
             && there.st_ino == st.st_ino
             && there.st_dev == st.st_dev

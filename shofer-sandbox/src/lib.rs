@@ -241,8 +241,26 @@ fn launch(
             opened.policy.worktree.display()
         );
     }
+    // Safety: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    // A root caller over a worktree owned by someone else (a container over a bind-mounted
+    // checkout) must be able to work in it without getting back what the drop closed.
+    let owner = foreign_owner(opened, root && !args.keep_caps);
     if let Some(fd) = args.report_fd {
-        let record = report::run(&facts, &choice, &opened, &guard);
+        let mut record = report::run(facts, choice, opened, &guard);
+        if let Some((uid, gid)) = owner {
+            let how = if choice.backend == Backend::Landlock {
+                format!("dropped; the command runs as the worktree's owner, uid {uid} gid {gid}")
+            } else if choice.backend == Backend::Bwrap {
+                String::new()
+            } else {
+                format!("CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER and CAP_FSETID kept inside the user namespace (every id mapped) for a worktree owned by uid {uid}; every other capability dropped, no_new_privs")
+            };
+            if !how.is_empty() {
+                record["protections"]["capabilities"] =
+                    serde_json::json!({"enforced": false, "reason": how, "tier": "info"});
+            }
+        }
         // Safety: the caller handed us this descriptor with --report and we checked it is
         // open; we own it from here and close it before the command starts.
         let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
@@ -259,10 +277,8 @@ fn launch(
         .map_err(|_| SetupError::Usage("the command contains a NUL byte".into()))?;
     // Safety: isatty only inspects the descriptors.
     let interactive = (0..3).any(|fd| unsafe { libc::isatty(fd) } == 1);
-    // Safety: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
     let landlock = if choice.abi > 0 && choice.backend != Backend::Bwrap {
-        Some(ruleset::create(&opened, choice.abi)?)
+        Some(ruleset::create(opened, choice.abi)?)
     } else {
         None
     };
@@ -278,17 +294,30 @@ fn launch(
         no_new_privs: true,
         seccomp: true,
         refuse_id_changes: !args.keep_caps,
+        kept_caps: &[],
+        run_as: None,
         bwrap_info: None,
     };
     // Kept alive until the command has exec'd.
     let mut _bwrap_args = None;
     match choice.backend {
-        Backend::Landlock => {}
+        Backend::Landlock => {
+            if let Some((uid, gid)) = owner {
+                tell(format!("shofer-sandbox: note: the worktree belongs to uid {uid}: the command runs as uid {uid}, gid {gid} (Landlock alone has no read-only root to keep capabilities from reaching outside)"));
+                launch.run_as = Some((uid, gid));
+            }
+        }
         Backend::Userns | Backend::Layered => {
             // In a user namespace the command holds capabilities there until exec: drop them
             // whoever the caller is.
             launch.drop_caps = !args.keep_caps;
-            launch.namespaces = Some(namespace_setup(&opened, choice.abi));
+            let mut setup = namespace_setup(opened, choice.abi);
+            if let Some((uid, _)) = owner {
+                tell(format!("shofer-sandbox: note: the worktree belongs to uid {uid}: the command keeps CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER and CAP_FSETID inside its user namespace, every id mapped"));
+                setup.plan.full_map = true;
+                launch.kept_caps = &capabilities::FOREIGN_WORKTREE;
+            }
+            launch.namespaces = Some(setup);
         }
         Backend::Bwrap => {
             if args.keep_descendants {
@@ -308,17 +337,13 @@ fn launch(
                 op: "pipe2",
                 source: e,
             })?;
-            let (fd, argv) = bwrap::argv(
-                b,
-                &opened,
-                &launch.argv,
-                !args.keep_caps,
-                info.1.as_raw_fd(),
-            )
-            .map_err(|e| SetupError::Syscall {
-                op: "preparing the bubblewrap arguments",
-                source: e,
-            })?;
+            let (fd, argv) =
+                bwrap::argv(b, opened, &launch.argv, !args.keep_caps, info.1.as_raw_fd()).map_err(
+                    |e| SetupError::Syscall {
+                        op: "preparing the bubblewrap arguments",
+                        source: e,
+                    },
+                )?;
             launch.pass_fds.push(info.1.as_raw_fd());
             launch.bwrap_info = Some(info);
             launch.pass_fds.push(fd.as_raw_fd());
@@ -347,6 +372,23 @@ fn launch(
         );
     }
     outcome
+}
+
+/// The worktree's owner (uid, gid) when `root_drops_caps` and it is not root, in the initial
+/// user namespace (where every id is mapped, so the supervisor may map them all or switch to
+/// them); `None` otherwise.
+fn foreign_owner(opened: &writable::OpenedPolicy, root_drops_caps: bool) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    if !root_drops_caps {
+        return None;
+    }
+    let m = std::fs::metadata(&opened.policy.worktree).ok()?;
+    if m.uid() == 0 {
+        return None;
+    }
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    let initial = map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"];
+    initial.then(|| (m.uid(), m.gid()))
 }
 
 /// The plan for process A of the namespace backends: every writable path except the device
@@ -387,6 +429,7 @@ fn namespace_setup(opened: &writable::OpenedPolicy, abi: u32) -> supervisor::NsS
             uid,
             gid,
             devices,
+            full_map: false,
         },
         net_deny: opened.policy.net == shofer_core::policy::NetPolicy::Deny,
         landlock_abi: abi,

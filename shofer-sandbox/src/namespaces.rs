@@ -64,7 +64,15 @@ pub struct Plan {
     pub gid: u32,
     /// Host device nodes to bind into the new `/dev`: (name under /dev, writable).
     pub devices: Vec<(String, bool)>,
+    /// Every id mapped to itself instead of only the caller's, written by the supervisor
+    /// (only a process with `CAP_SETUID` in the parent namespace may): a root caller over a
+    /// worktree owned by another uid, whose kept capabilities must apply to that owner's
+    /// files (capabilities in a user namespace cover only inodes with mapped owners).
+    pub full_map: bool,
 }
+
+/// The map of every id to itself, for [`Plan::full_map`].
+pub const FULL_MAP: &str = "0 0 4294967295";
 
 /// Host `/dev` entries bound into the minimal `/dev`: name and whether writable.
 const DEV_NODES: [(&str, bool); 6] = [
@@ -159,7 +167,9 @@ pub fn build(plan: &Plan) -> Result<(), (NsStep, io::Error)> {
         write_file("/proc/self/uid_map", &format!("{0} {0} 1", plan.uid))?;
         write_file("/proc/self/gid_map", &format!("{0} {0} 1", plan.gid))
     };
-    maps().map_err(|e| (NsStep::IdMaps, e))?;
+    if !plan.full_map {
+        maps().map_err(|e| (NsStep::IdMaps, e))?;
+    }
     let cwd = std::env::current_dir();
     mounts(plan).map_err(|e| (NsStep::Mounts, e))?;
     // The working directory still points into the mount as it was before the binds:

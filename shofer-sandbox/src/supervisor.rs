@@ -62,6 +62,12 @@ pub struct Launch {
     pub seccomp: bool,
     /// With `seccomp`: also refuse set*id calls to other ids (off with `--keep-caps`).
     pub refuse_id_changes: bool,
+    /// With `drop_caps`: the capabilities kept (empty: none; see
+    /// [`capabilities::FOREIGN_WORKTREE`]).
+    pub kept_caps: &'static [caps::Capability],
+    /// With `drop_caps`: run the command as this (uid, gid) (a root caller over a worktree
+    /// owned by another uid, on the Landlock backend).
+    pub run_as: Option<(u32, u32)>,
     /// bubblewrap's `--info-fd` pipe (read end, write end): the supervisor learns the
     /// command's PID from it, to forward signals past bubblewrap, which does not.
     pub bwrap_info: Option<(OwnedFd, OwnedFd)>,
@@ -94,6 +100,7 @@ enum Stage {
     IdMaps,
     Mounts,
     Fork,
+    Identity,
 }
 
 impl Stage {
@@ -111,6 +118,7 @@ impl Stage {
             IdMaps,
             Mounts,
             Fork,
+            Identity,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -129,6 +137,7 @@ impl Stage {
             Stage::IdMaps => "writing uid_map/gid_map",
             Stage::Mounts => "mount",
             Stage::Fork => "fork",
+            Stage::Identity => "switching to the worktree's owner (setgroups/setresgid/setresuid)",
         }
     }
 }
@@ -216,15 +225,39 @@ pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
     } else {
         None
     };
+    let full_map = launch.namespaces.as_ref().is_some_and(|n| n.plan.full_map);
+    let maps_pipe = if full_map {
+        Some(sys::pipe_cloexec().map_err(|source| SetupError::Syscall {
+            op: "pipe2",
+            source,
+        })?)
+    } else {
+        None
+    };
     let args = ChildArgs {
         launch: Some(launch),
         supervisor,
         old_mask,
         err: err_write.as_raw_fd(),
         status: status_pipe.as_ref().map_or(-1, |(_, w)| w.as_raw_fd()),
+        maps_ready: maps_pipe
+            .as_ref()
+            .map_or((-1, -1), |(r, w)| (r.as_raw_fd(), w.as_raw_fd())),
     };
     let pid = if namespaced {
-        spawn_namespaced(args)?
+        let pid = spawn_namespaced(args)?;
+        if let Some((_, ready)) = maps_pipe {
+            // Only we, with CAP_SETUID over the parent namespace, may map every id. A failure
+            // closes the pipe unwritten: A reports it through the error pipe.
+            let written = ["uid_map", "gid_map"]
+                .iter()
+                .all(|f| std::fs::write(format!("/proc/{pid}/{f}"), namespaces::FULL_MAP).is_ok());
+            if written {
+                // Safety: a one-byte write to our pipe.
+                unsafe { libc::write(ready.as_raw_fd(), b"1".as_ptr().cast(), 1) };
+            }
+        }
+        pid
     } else {
         spawn_child(args)?
     };
@@ -346,6 +379,9 @@ struct ChildArgs {
     /// Namespace backends: where process A writes the command's raw wait status before it
     /// exits (PID 1 of a namespace cannot die by the command's signal itself); -1 otherwise.
     status: RawFd,
+    /// With a full id map: the pipe (read, write) on which the supervisor says A's maps are
+    /// written (one byte; EOF means it could not write them); -1s otherwise.
+    maps_ready: (RawFd, RawFd),
 }
 
 /// Size of the child's own stack while it shares our memory (bytes).
@@ -440,6 +476,18 @@ fn namespace_init(mut args: ChildArgs) -> ! {
     // Safety: prctl with integer arguments. SIGKILL for PID 1 takes the namespace with it.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
     let ns = launch.namespaces.take().expect("namespaced launch");
+    if args.maps_ready.0 >= 0 {
+        let mut byte = 0u8;
+        // Safety: closing our copy of the write end (so a supervisor that gives up means
+        // EOF), then a one-byte read from the pipe it writes once the maps are in.
+        let n = unsafe {
+            libc::close(args.maps_ready.1);
+            libc::read(args.maps_ready.0, (&mut byte as *mut u8).cast(), 1)
+        };
+        if n != 1 {
+            fail(Stage::IdMaps, io::Error::from_raw_os_error(libc::EPERM));
+        }
+    }
     if let Err((step, e)) = namespaces::build(&ns.plan) {
         let stage = match step {
             namespaces::NsStep::IdMaps => Stage::IdMaps,
@@ -568,7 +616,21 @@ fn child(launch: Launch, expected_parent: libc::pid_t, old_mask: &libc::sigset_t
         });
     }
     if launch.drop_caps {
-        if let Err(e) = capabilities::drop_all() {
+        if let Err(e) = capabilities::drop_bounding(launch.kept_caps) {
+            fail(Stage::Capabilities, e);
+        }
+        if let Some((uid, gid)) = launch.run_as {
+            // Safety: plain syscalls with integer arguments and a one-element group list.
+            let ok = unsafe {
+                libc::setgroups(1, &gid) == 0
+                    && libc::setresgid(gid, gid, gid) == 0
+                    && libc::setresuid(uid, uid, uid) == 0
+            };
+            if !ok {
+                fail(Stage::Identity, io::Error::last_os_error());
+            }
+        }
+        if let Err(e) = capabilities::clear_sets(launch.kept_caps) {
             fail(Stage::Capabilities, e);
         }
     }
