@@ -191,10 +191,13 @@ pub fn choose(
     // `probe` asks first (auto must know before it commits to a backend); a forced backend
     // skips the trial clone: its own set-up fails with the same one-line reason.
     let userns = |backend: Backend, probe: bool| -> Result<Choice, String> {
-        if probe {
-            if let Err(why) = facts.userns() {
-                return Err(format!("user namespaces: {why}"));
-            }
+        let known = if probe {
+            Some(facts.userns())
+        } else {
+            facts.userns_if_probed()
+        };
+        if let Some(Err(why)) = known {
+            return Err(format!("user namespaces: {why}"));
         }
         // Landlock ABI 1 refuses every cross-directory rename, even inside the worktree; the
         // read-only mounts already do its job, so plain userns does not layer it.

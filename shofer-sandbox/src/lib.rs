@@ -162,8 +162,13 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     }
     let mut facts = backend::Facts::probe();
     let auto = args.backend == cli::BackendChoice::Auto;
-    if auto && args.report_fd.is_none() {
-        // The run's own clone tests user namespaces; a report must be right before it.
+    let forced_namespaces = matches!(
+        args.backend,
+        cli::BackendChoice::Forced(Backend::Userns | Backend::Layered)
+    );
+    if (auto && args.report_fd.is_none()) || forced_namespaces {
+        // The run's own clone tests user namespaces (a report must be right before it, so
+        // `auto` with --report probes); a sysctl that already says "blocked" saves the clone.
         facts.assume_userns();
     }
     let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;

@@ -293,7 +293,11 @@ fn mounts(plan: &Plan) -> io::Result<()> {
         keep_rw.push(bind.path.to_string_lossy().into_owned());
     }
 
-    // Step 6: everything else read-only.
+    // Step 6: everything else read-only: the whole tree at once, then the writable set back.
+    if readonly_tree(&keep_rw)? {
+        return Ok(());
+    }
+    // Before Linux 5.12: one remount per mount point.
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
     let mut done: Vec<String> = Vec::new();
     for (point, flags) in parse_mountinfo(&mountinfo) {
@@ -316,6 +320,75 @@ fn mounts(plan: &Plan) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+/// mount_setattr(2) (Linux 5.12) on `path` with `flags` (`AT_RECURSIVE`…), setting or
+/// clearing `MOUNT_ATTR_RDONLY`. Raw syscall: neither libc nor rustix wraps it in the
+/// versions we use.
+fn set_readonly(path: &str, flags: libc::c_uint, readonly: bool) -> io::Result<()> {
+    let path = cstr(path)?;
+    let attr = MountAttr {
+        attr_set: if readonly { MOUNT_ATTR_RDONLY } else { 0 },
+        attr_clr: if readonly { 0 } else { MOUNT_ATTR_RDONLY },
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // Safety: a NUL-terminated path and a mount_attr of the size we pass, alive for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes every mount read-only with one `mount_setattr(AT_RECURSIVE)` on `/`, then the
+/// mounts at `keep_rw` (the top one at each path, not their submounts) read-write again.
+/// Returns false, changing nothing, on a kernel without mount_setattr (before 5.12).
+///
+/// Locked flags are no obstacle: setting read-only only adds a restriction, and clearing it
+/// is refused (`EPERM`) only where the host made the mount read-only, which then stays so.
+fn readonly_tree(keep_rw: &[String]) -> io::Result<bool> {
+    match set_readonly("/", libc::AT_RECURSIVE as libc::c_uint, true) {
+        Ok(()) => {}
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) => {
+            return Ok(false)
+        }
+        Err(e) => {
+            eprintln!("shofer-sandbox: mount_setattr /: {e}");
+            return Err(e);
+        }
+    }
+    for path in keep_rw {
+        match set_readonly(path, libc::AT_SYMLINK_NOFOLLOW as libc::c_uint, false) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+            Err(e) => {
+                eprintln!("shofer-sandbox: mount_setattr {path}: {e}");
+                return Err(e);
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// (mount point, flags to keep) for each line of `/proc/self/mountinfo`, in order. Mount

@@ -513,15 +513,19 @@ fn namespace_init(mut args: ChildArgs) -> ! {
     let interactive = launch.interactive;
     let keep_descendants = launch.keep_descendants;
     let mut command_status = None;
-    // Safety: single-threaded; the child execs or exits.
-    let command = unsafe { libc::fork() };
-    if command < 0 {
-        fail(Stage::Fork, io::Error::last_os_error());
-    }
-    if command == 0 {
-        child(launch, 1, &args.old_mask, err);
-    }
-    drop(launch);
+    // The command starts as the supervisor's does (clone with CLONE_VM | CLONE_VFORK: no page
+    // tables copied); A is suspended until it has exec'd.
+    let command = match spawn_child(ChildArgs {
+        launch: Some(launch),
+        supervisor: 1,
+        old_mask: args.old_mask,
+        err,
+        status: -1,
+        maps_ready: (-1, -1),
+    }) {
+        Ok(pid) => pid,
+        Err(_) => fail(Stage::Fork, io::Error::last_os_error()),
+    };
     // Safety: closing our copy of the error pipe, so the supervisor sees EOF at exec.
     unsafe { libc::close(err) };
 

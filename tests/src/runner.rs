@@ -944,7 +944,12 @@ pub fn judge(w: &World, case: &Case, cell: &Cell, o: Outcome, report: Option<&Va
         .map(|a| a as u32)
         .or(cell.abi)
         .unwrap_or(w.host_abi);
-    match gaps::allowed(&w.gaps, case.name, &cell.backend, abi) {
+    // `auto` has the gaps of the backend it picked (the report says which).
+    let backend = match (cell.backend.as_str(), rep["backend"].as_str()) {
+        ("auto", Some(picked)) => picked,
+        (b, _) => b,
+    };
+    match gaps::allowed(&w.gaps, case.name, backend, abi) {
         Some(_) => row("gap", format!("{reason} [{bad}]")),
         None => row(
             "FAIL",
