@@ -312,12 +312,14 @@ pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
         grace,
         main_status: None,
         set,
+        stopped: false,
     };
     let status = sup.wait_loop(keep_descendants);
     // A namespace's init passes on the command's own status (a signal included).
-    let status = status_read
-        .and_then(|fd| read_status(&fd))
-        .unwrap_or(status);
+    let status = match status_read {
+        Some(fd) if !sup.stopped => read_status(&fd).unwrap_or(status),
+        _ => status,
+    };
     Ok(Outcome::Ran(status))
 }
 
@@ -771,6 +773,8 @@ struct Supervisor {
     grace: Duration,
     main_status: Option<i32>,
     set: libc::sigset_t,
+    /// The caller stopped us with SIGTERM (the status is then ours, not the command's).
+    stopped: bool,
 }
 
 /// Raw wait status of a process killed by SIGTERM, used when the tree is stopped before the
@@ -797,8 +801,10 @@ impl Supervisor {
                     }
                 }
                 libc::SIGTERM => {
+                    // Told to stop: the tree goes, and so do we, by the signal we were sent.
                     self.kill_tree();
-                    return self.main_status.unwrap_or(TERMINATED);
+                    self.stopped = true;
+                    return TERMINATED;
                 }
                 _ => self.forward(sig, &info),
             }
