@@ -73,12 +73,3 @@ pub fn clear_sets(keep: &[Capability]) -> io::Result<()> {
     }
     Ok(())
 }
-
-/// Clears the bounding, ambient, inheritable, effective and permitted sets.
-///
-/// # Errors
-/// The first `prctl`/`capset` failure; the caller must not exec after one.
-pub fn drop_all() -> io::Result<()> {
-    drop_bounding(&[])?;
-    clear_sets(&[])
-}

@@ -52,6 +52,9 @@ pub struct RunArgs {
     pub keep_descendants: bool,
     /// `--report FD`: write the JSON report of this run to this descriptor.
     pub report_fd: Option<i32>,
+    /// `--status-fd FD`: write the command's PID and exit status to this descriptor as JSON
+    /// lines (see the `status` module).
+    pub status_fd: Option<i32>,
 }
 
 /// What the command line asks for.
@@ -105,6 +108,9 @@ Options:
   --keep-descendants       after the command exits, wait for its descendants
                            instead of killing them
   --report <FD>            write a JSON report of what is enforced to descriptor FD
+  --status-fd <FD>         write JSON lines to descriptor FD: {\"child-pid\": N} when the
+                           command has started, {\"exit-status\": N} as soon as it exits
+                           (before its descendants with --keep-descendants)
   --probe                  print what this kernel can enforce (--json for JSON),
                            with the backend auto picks or the one --backend names
   --print-apparmor-profile print an AppArmor profile that lets this binary create
@@ -152,6 +158,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut keep_caps = false;
     let mut keep_descendants = false;
     let mut report_fd = None;
+    let mut status_fd = None;
     let mut probe = false;
     let mut json = false;
     let mut apparmor = false;
@@ -234,6 +241,13 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
                     "a file descriptor number",
                 )?)
             }
+            Long("status-fd") => {
+                status_fd = Some(parse_number(
+                    "--status-fd",
+                    parser.value().map_err(err)?,
+                    "a file descriptor number",
+                )?)
+            }
             Value(v) if worktree.is_none() => worktree = Some(PathBuf::from(v)),
             Value(v) => {
                 command.push(v);
@@ -308,6 +322,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         keep_caps,
         keep_descendants,
         report_fd,
+        status_fd,
     })))
 }
 
@@ -394,6 +409,12 @@ mod tests {
             Invocation::PrintAppArmorProfile
         ));
         assert!(fails(&["--print-apparmor-profile", "/wt", "ls"]).contains("takes no other"));
+    }
+
+    #[test]
+    fn status_fd_takes_a_number() {
+        assert_eq!(run(&["--status-fd", "7", "/wt", "true"]).status_fd, Some(7));
+        assert!(fails(&["--status-fd", "x", "/wt", "true"]).contains("--status-fd x"));
     }
 
     #[test]

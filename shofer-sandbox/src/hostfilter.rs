@@ -16,8 +16,8 @@
 //! gets the kernel's own answers: `EPERM`, or `EINVAL` for an unmapped id in a namespace, and
 //! its keyring calls are not refused).
 
-/// Whether this build has the filter for the architecture it runs on.
-pub const FILTER_AVAILABLE: bool = cfg!(target_arch = "x86_64");
+//!
+//! Installed wherever the terminal-injection filter is ([`crate::seccomp::FILTER_AVAILABLE`]).
 
 #[cfg(target_arch = "x86_64")]
 pub use x86_64::install;

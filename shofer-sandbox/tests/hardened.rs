@@ -181,12 +181,17 @@ fn a_sigkill_of_the_sandbox_at_any_moment_leaves_nothing_running() {
                      sh -c 'sleep {m}4 & sleep {m}5 &' & (setsid sh -c 'sleep {m}6 &') ; exec sleep {m}7",
                     m = marker
                 );
-                let mut run = run_as(&s.path(), uid);
+                // Another uid runs a copy of the binary it can reach (the build tree may be
+                // private to root).
+                let copy = uid.map(|u| ReachableCopy::new(Path::new(SANDBOX), u));
+                let program = copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path());
+                let mut cmd = Command::new(program);
+                cmd.current_dir(s.path()).arg(s.path());
                 if let Some(b) = backend {
-                    run = run.backend(b);
+                    cmd.args(["--backend", b]);
                 }
-                let mut cmd = run.sh(&script).command();
-                let mut child = cmd
+                cmd.args(["-c", &script]);
+                let mut child = as_uid(cmd, uid)
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
@@ -345,16 +350,19 @@ fn host_sysv_ipc_and_a_host_key_are_untouched() {
     }
     for uid in uids() {
         let s = scratch_for(uid);
+        let copy = uid.map(|u| ReachableCopy::new(Path::new(SANDBOX), u));
+        let sandbox = copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path());
         let shm = ipcmk(&["-M", "4096"], uid);
         let msg = ipcmk(&["-Q"], uid);
         let sem = ipcmk(&["-S", "1"], uid);
         // A key in a fresh session keyring the sandbox inherits (so it possesses the key).
         let script = format!(
             "id=$(keyctl add user shofer-test-key before @s) || exit 97; \
-             '{SANDBOX}' '{wt}' -c \"ipcrm -m {shm}; ipcrm -q {msg}; ipcrm -s {sem}; \
+             '{sandbox}' '{wt}' -c \"ipcrm -m {shm}; ipcrm -q {msg}; ipcrm -s {sem}; \
                keyctl update $id after; keyctl setperm $id 0x3f3f3f3f; keyctl revoke $id\"; \
              echo \"key=$(keyctl print $id)\"",
-            wt = s.path().display()
+            wt = s.path().display(),
+            sandbox = sandbox.display()
         );
         let mut cmd = Command::new("keyctl");
         cmd.args(["session", "-", "sh", "-c", &script])
