@@ -234,6 +234,7 @@ mod tests {
             caps,
             grace: std::time::Duration::from_millis(1),
             keep_descendants: false,
+            foreign_owner: None,
         }
     }
 
@@ -252,6 +253,7 @@ mod tests {
             devices: Vec::new(),
             net_deny: false,
             landlock: None,
+            full_map: false,
         });
         let drop = spec(CapPolicy::Drop, "true");
         let s = Steps::of(&drop, &ns);
@@ -263,7 +265,7 @@ mod tests {
 
     #[test]
     fn landlock_drops_capabilities_only_where_the_caller_holds_some() {
-        let abi = match sys::landlock_abi() {
+        let abi = match shofer_sys::landlock::abi() {
             Ok(abi) => abi.min(shofer_core::rights::NEWEST_PINNED_ABI),
             Err(e) => {
                 assert_ne!(
