@@ -193,6 +193,7 @@ impl Protection {
             | Protection::Truncate
             | Protection::RenameLinkAcross
             | Protection::RenameInside
+            | Protection::PathnameSockets
             | Protection::Tiocsti => true,
             Protection::Tcp => net == NetPolicy::Deny,
             // Descriptors the caller hands over on purpose (0-2, --pass-fd) are a limit of
@@ -202,8 +203,7 @@ impl Protection {
             | Protection::Capabilities
             | Protection::MetadataOutside
             | Protection::SignalsOut
-            | Protection::AbstractSockets
-            | Protection::PathnameSockets => false,
+            | Protection::AbstractSockets => false,
         }
     }
 }
@@ -226,21 +226,35 @@ impl Verdict {
     }
 }
 
-/// What `backend` enforces with an effective Landlock ABI `abi` (0 = no Landlock layered) and
-/// network policy `net`, for every [`Protection`] in [`Protection::ALL`] order.
+/// What `backend` enforces with an effective Landlock ABI `abi` (0 = no Landlock layered),
+/// network policy `net` and, when `unix_gate`, shofer-sandbox's seccomp gate on unix-socket
+/// connects (used below Landlock ABI 9), for every [`Protection`] in [`Protection::ALL`]
+/// order.
 ///
 /// The kernel facts come from the Landlock documentation
 /// (<https://docs.kernel.org/userspace-api/landlock.html>): `REFER` from ABI 2, `TRUNCATE`
 /// from ABI 3, TCP from ABI 4, `IOCTL_DEV` from ABI 5, scopes from ABI 6, `RESOLVE_UNIX`
 /// from ABI 9; Landlock never covers chmod, chown, utime or xattr changes.
-pub fn protections(backend: Backend, abi: u32, net: NetPolicy) -> Vec<(Protection, Verdict)> {
+pub fn protections(
+    backend: Backend,
+    abi: u32,
+    net: NetPolicy,
+    unix_gate: bool,
+) -> Vec<(Protection, Verdict)> {
     Protection::ALL
         .iter()
-        .map(|&p| (p, verdict(p, backend, abi, net)))
+        .map(|&p| (p, verdict(p, backend, abi, net, unix_gate)))
         .collect()
 }
 
-fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy) -> Verdict {
+/// Whether the unix-socket gate is needed to enforce [`Protection::PathnameSockets`]: Landlock
+/// does it itself from ABI 9 (`LANDLOCK_ACCESS_FS_RESOLVE_UNIX`), except behind bubblewrap,
+/// which layers no Landlock.
+pub fn needs_unix_gate(backend: Backend, abi: u32) -> bool {
+    abi < 9 || backend == Backend::Bwrap
+}
+
+fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy, gate: bool) -> Verdict {
     use Verdict::{Enforced, NotEnforced};
     let mounts = backend.has_readonly_root();
     let no = |s: &str| NotEnforced(s.to_string());
@@ -290,6 +304,8 @@ fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy) -> Verdict
         Protection::AbstractSockets => {
             if abi >= 6 {
                 Enforced("landlock scope")
+            } else if gate {
+                Enforced("seccomp gate")
             } else if backend.has_pid_namespace() && net == NetPolicy::Deny {
                 Enforced("network namespace")
             } else {
@@ -297,10 +313,12 @@ fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy) -> Verdict
             }
         }
         Protection::PathnameSockets => {
-            if abi >= 9 {
+            if !needs_unix_gate(backend, abi) {
                 Enforced("landlock")
+            } else if gate {
+                Enforced("seccomp gate")
             } else {
-                no("Landlock before ABI 9 cannot stop connect() to a pathname unix socket")
+                no("Landlock before ABI 9 cannot stop connect() to a pathname unix socket, and the seccomp gate cannot run here")
             }
         }
         Protection::Tcp => match net {
@@ -336,8 +354,13 @@ fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy) -> Verdict
 
 /// The required protections (see [`Protection::is_required`]) that do not hold: a non-empty
 /// list means the run would be degraded.
-pub fn degradations(backend: Backend, abi: u32, net: NetPolicy) -> Vec<(Protection, String)> {
-    protections(backend, abi, net)
+pub fn degradations(
+    backend: Backend,
+    abi: u32,
+    net: NetPolicy,
+    unix_gate: bool,
+) -> Vec<(Protection, String)> {
+    protections(backend, abi, net, unix_gate)
         .into_iter()
         .filter(|(p, _)| p.is_required(net))
         .filter_map(|(p, v)| match v {
@@ -352,38 +375,58 @@ mod tests {
     use super::*;
 
     #[test]
-    fn landlock_abi3_is_complete_without_net_deny() {
-        assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow).is_empty());
+    fn pathname_sockets_are_required_and_enforced_by_landlock_9_or_the_gate() {
+        let get = |b, abi, gate| {
+            protections(b, abi, NetPolicy::Allow, gate)
+                .into_iter()
+                .find(|(p, _)| *p == Protection::PathnameSockets)
+                .unwrap()
+                .1
+        };
+        assert_eq!(get(Backend::Landlock, 9, false), Verdict::Enforced("landlock"));
+        assert_eq!(get(Backend::Landlock, 7, true), Verdict::Enforced("seccomp gate"));
+        assert_eq!(get(Backend::Bwrap, 0, true), Verdict::Enforced("seccomp gate"));
+        assert!(!get(Backend::Landlock, 7, false).is_enforced());
         assert_eq!(
-            degradations(Backend::Landlock, 3, NetPolicy::Deny)[0].0,
+            degradations(Backend::Landlock, 7, NetPolicy::Allow, false)[0].0,
+            Protection::PathnameSockets
+        );
+        assert!(degradations(Backend::Landlock, 7, NetPolicy::Allow, true).is_empty());
+    }
+
+    #[test]
+    fn landlock_abi3_is_complete_without_net_deny() {
+        assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow, true).is_empty());
+        assert_eq!(
+            degradations(Backend::Landlock, 3, NetPolicy::Deny, true)[0].0,
             Protection::Tcp
         );
-        assert!(degradations(Backend::Landlock, 4, NetPolicy::Deny).is_empty());
+        assert!(degradations(Backend::Landlock, 4, NetPolicy::Deny, true).is_empty());
     }
 
     #[test]
     fn landlock_abi1_and_2_are_degraded() {
-        let d1: Vec<_> = degradations(Backend::Landlock, 1, NetPolicy::Allow)
+        let d1: Vec<_> = degradations(Backend::Landlock, 1, NetPolicy::Allow, true)
             .into_iter()
             .map(|(p, _)| p)
             .collect();
         assert_eq!(d1, vec![Protection::Truncate, Protection::RenameInside]);
-        let d2: Vec<_> = degradations(Backend::Landlock, 2, NetPolicy::Allow)
+        let d2: Vec<_> = degradations(Backend::Landlock, 2, NetPolicy::Allow, true)
             .into_iter()
             .map(|(p, _)| p)
             .collect();
         assert_eq!(d2, vec![Protection::Truncate]);
-        assert!(!degradations(Backend::Landlock, 0, NetPolicy::Allow).is_empty());
+        assert!(!degradations(Backend::Landlock, 0, NetPolicy::Allow, true).is_empty());
     }
 
     #[test]
     fn metadata_and_pathname_sockets_are_listed_never_hidden() {
-        let all = protections(Backend::Landlock, 7, NetPolicy::Deny);
+        let all = protections(Backend::Landlock, 7, NetPolicy::Deny, false);
         let get = |p| all.iter().find(|(q, _)| *q == p).unwrap().1.clone();
         assert!(!get(Protection::MetadataOutside).is_enforced());
         assert!(!get(Protection::PathnameSockets).is_enforced());
         assert!(get(Protection::SignalsOut).is_enforced());
-        let layered = protections(Backend::Layered, 7, NetPolicy::Allow);
+        let layered = protections(Backend::Layered, 7, NetPolicy::Allow, true);
         assert!(layered[4].1.is_enforced());
     }
 }

@@ -1,7 +1,7 @@
 //! Choosing a backend (DESIGN §2.4): the strongest that enforces the whole policy, or a clear
 //! refusal naming each mechanism and why it failed. Never a silent downgrade.
 
-use shofer_core::policy::{degradations, Backend, NetPolicy, Protection};
+use shofer_core::policy::{degradations, needs_unix_gate, Backend, NetPolicy, Protection};
 use shofer_core::rights::NEWEST_PINNED_ABI;
 
 use std::cell::OnceCell;
@@ -21,6 +21,7 @@ pub struct Facts {
     pub landlock: Result<u32, LandlockAbsence>,
     userns: OnceCell<Result<(), String>>,
     bwrap: OnceCell<Result<Bwrap, String>>,
+    unix_gate: OnceCell<Result<(), String>>,
 }
 
 impl Facts {
@@ -31,6 +32,7 @@ impl Facts {
             landlock: sys::landlock_abi(),
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
+            unix_gate: OnceCell::new(),
         }
     }
 
@@ -45,7 +47,22 @@ impl Facts {
             landlock,
             userns: OnceCell::from(userns),
             bwrap: OnceCell::from(bwrap),
+            unix_gate: OnceCell::from(Ok(())),
         }
+    }
+
+    /// The same facts with the unix-socket gate's availability fixed (tests).
+    pub fn with_unix_gate(self, gate: Result<(), String>) -> Facts {
+        Facts {
+            unix_gate: OnceCell::from(gate),
+            ..self
+        }
+    }
+
+    /// Whether the seccomp unix-socket gate can run here ([`crate::gate::available`]; probed
+    /// on first call).
+    pub fn unix_gate(&self) -> &Result<(), String> {
+        self.unix_gate.get_or_init(crate::gate::available)
     }
 
     /// The user-namespace probe's answer if it already ran.
@@ -111,6 +128,8 @@ pub struct Choice {
     pub reason: String,
     /// The bubblewrap to run, for the `bwrap` backend.
     pub bwrap: Option<Bwrap>,
+    /// The seccomp unix-socket gate runs (Landlock below ABI 9, or bubblewrap).
+    pub unix_gate: bool,
 }
 
 /// Chooses the backend for `request` (DESIGN §2.4): `auto` takes Landlock when it enforces
@@ -128,7 +147,13 @@ pub fn choose(
     allow_degraded: bool,
 ) -> Result<Choice, String> {
     let abi = facts.effective_abi(max_abi);
-    let landlock_degraded = degradations(Backend::Landlock, abi, net);
+    // Whether `backend` at `abi` gets the unix-socket gate: needed below Landlock ABI 9 and
+    // able to run (a setuid bubblewrap cannot run under no_new_privs, so no filter).
+    let gate = |backend: Backend, abi: u32, setuid_bwrap: bool| {
+        needs_unix_gate(backend, abi) && !setuid_bwrap && facts.unix_gate().is_ok()
+    };
+    let landlock_gate = abi > 0 && gate(Backend::Landlock, abi, false);
+    let landlock_degraded = degradations(Backend::Landlock, abi, net, landlock_gate);
     let landlock_what = || {
         landlock_degraded
             .iter()
@@ -147,6 +172,7 @@ pub fn choose(
                 degraded: Vec::new(),
                 reason: format!("Landlock ABI {abi} enforces the whole policy"),
                 bwrap: None,
+                unix_gate: landlock_gate,
             });
         }
         if accept_partial {
@@ -159,6 +185,7 @@ pub fn choose(
                     landlock_what()
                 ),
                 bwrap: None,
+                unix_gate: landlock_gate,
             });
         }
         Err(format!(
@@ -192,7 +219,8 @@ pub fn choose(
         } else {
             String::from(", no Landlock layered")
         };
-        let degraded = degradations(backend, abi, net);
+        let unix_gate = gate(backend, abi, false);
+        let degraded = degradations(backend, abi, net, unix_gate);
         if !degraded.is_empty() && !allow_degraded {
             let what: Vec<&str> = degraded.iter().map(|(_, why)| why.as_str()).collect();
             return Err(format!(
@@ -206,17 +234,30 @@ pub fn choose(
             degraded,
             reason: format!("user, mount and PID namespaces with a read-only root{layered}"),
             bwrap: None,
+            unix_gate,
         })
     };
     let bwrap = || -> Result<Choice, String> {
         match facts.bwrap() {
-            Ok(b) => Ok(Choice {
-                backend: Backend::Bwrap,
-                abi: 0,
-                degraded: degradations(Backend::Bwrap, 0, net),
-                reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
-                bwrap: Some(b.clone()),
-            }),
+            Ok(b) => {
+                let unix_gate = gate(Backend::Bwrap, 0, b.setuid);
+                let degraded = degradations(Backend::Bwrap, 0, net, unix_gate);
+                if !degraded.is_empty() && !allow_degraded {
+                    let what: Vec<&str> = degraded.iter().map(|(_, why)| why.as_str()).collect();
+                    return Err(format!(
+                        "bwrap: partial ({}; pass --allow-degraded to accept)",
+                        what.join("; ")
+                    ));
+                }
+                Ok(Choice {
+                    backend: Backend::Bwrap,
+                    abi: 0,
+                    degraded,
+                    reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
+                    bwrap: Some(b.clone()),
+                    unix_gate,
+                })
+            }
             Err(why) => Err(format!("bwrap: {why}")),
         }
     };
@@ -310,6 +351,7 @@ mod tests {
             landlock: Ok(6),
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
+            unix_gate: OnceCell::from(Ok(())),
         };
         choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
         assert!(f.userns.get().is_none() && f.bwrap.get().is_none());
@@ -398,6 +440,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.degraded[0].0, Protection::RenameInside);
+    }
+
+    #[test]
+    fn without_the_gate_below_abi_9_auto_refuses_unless_degraded_is_allowed() {
+        let f = facts(Ok(7)).with_unix_gate(Err("outer listener (test)".into()));
+        let err = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap_err();
+        assert!(err.contains("pathname unix socket"), "{err}");
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, true).unwrap();
+        assert!(!c.unix_gate);
+        assert_eq!(c.degraded[0].0, Protection::PathnameSockets);
+        let c = choose(BackendChoice::Auto, &facts(Ok(7)), None, NetPolicy::Allow, false).unwrap();
+        assert!(c.unix_gate && c.degraded.is_empty());
+        let c = choose(BackendChoice::Auto, &facts(Ok(9)), None, NetPolicy::Allow, false).unwrap();
+        assert!(!c.unix_gate, "ABI 9 needs no gate");
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
     /// `--allow-write` paths, in order.
     pub allow_write: Vec<PathBuf>,
+    /// `--allow-unix` paths (sockets or directories), in order: reachable unix sockets besides
+    /// the worktree's and the run's own.
+    pub allow_unix: Vec<PathBuf>,
     /// `--backend`, default `auto`.
     pub backend: BackendChoice,
     /// `--max-abi`: cap on the Landlock ABI used.
@@ -87,9 +90,15 @@ Writable: the worktree, /tmp and $TMPDIR, /dev/null, /dev/zero, /dev/full, termi
 (/dev/tty, /dev/pts/*, /dev/ptmx), /dev/shm, a linked worktree's git metadata, and every
 --allow-write path. Everything else is read-only.
 
+Unix sockets: the command may connect to (or send to) a pathname unix socket only if a
+process of this run created it, or it lies beneath the worktree or an --allow-unix path;
+anything else fails with EACCES (Landlock ABI 9, or a seccomp gate in the supervisor).
+
 Options:
   -c <SHELL-STRING>        run /bin/sh -c <SHELL-STRING>
   --allow-write <PATH>     also make PATH writable (repeatable)
+  --allow-unix <PATH>      also allow connecting to the unix socket PATH, or to any
+                           socket beneath the directory PATH (repeatable)
   --backend <NAME>         auto (default), landlock, userns, bwrap or layered
   --max-abi <N>            use at most Landlock ABI N (to test older kernels)
   --net <allow|deny>       deny TCP bind/connect (Landlock ABI 4+); default allow
@@ -135,6 +144,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut command: Vec<OsString> = Vec::new();
     let mut shell: Option<OsString> = None;
     let mut allow_write = Vec::new();
+    let mut allow_unix = Vec::new();
     let mut backend = BackendChoice::Auto;
     let mut max_abi = None;
     let mut net = NetPolicy::Allow;
@@ -162,6 +172,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
                 break;
             }
             Long("allow-write") => allow_write.push(PathBuf::from(parser.value().map_err(err)?)),
+            Long("allow-unix") => allow_unix.push(PathBuf::from(parser.value().map_err(err)?)),
             Long("backend") => {
                 let v = parser.value().map_err(err)?;
                 backend = match v.to_str() {
@@ -276,6 +287,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         worktree,
         command,
         allow_write,
+        allow_unix,
         backend,
         max_abi,
         net,
@@ -340,12 +352,17 @@ mod tests {
             "/wt",
             "--allow-write",
             "/a b",
+            "--allow-unix",
+            "/run/s",
+            "--allow-unix",
+            "/run/d",
             "--max-abi",
             "2",
             "--",
             "true",
         ]);
         assert_eq!(r.allow_write, [PathBuf::from("/a b")]);
+        assert_eq!(r.allow_unix, [PathBuf::from("/run/s"), PathBuf::from("/run/d")]);
         assert_eq!(r.max_abi, Some(2));
     }
 

@@ -12,13 +12,16 @@
 //!    [`seccomp`] filter and the ruleset in the child, and supervises the tree;
 //! 6. [`report`] renders what is enforced for `--probe` and `--report`.
 //!
+//! Below Landlock ABI 9 the [`gate`] (a seccomp user-notification filter served by the
+//! supervisor) keeps the command from reaching host processes through unix sockets.
+//!
 //! Exit statuses (DESIGN §2.6) are decided in one place, [`run`].
 //!
 //! # Limitations (Landlock backend)
 //! - chmod, chown, utime and xattr changes outside the writable set are not controlled by
 //!   Landlock; `--probe` lists them as not enforced.
-//! - Before Landlock ABI 9, `connect()` to a pathname unix socket outside the writable set is
-//!   not stopped; before ABI 6, signals and abstract unix sockets are not scoped.
+//! - Before Landlock ABI 9, unix-socket connects are mediated by the [`gate`] (where it cannot
+//!   run, `auto` refuses unless `--allow-degraded`); before ABI 6, signals are not scoped.
 //! - File descriptors 0-2 are inherited as they are: a caller that hands the command a
 //!   writable file there lets it write that file.
 #![deny(missing_docs)]
@@ -28,6 +31,7 @@ pub mod bwrap;
 pub mod capabilities;
 pub mod cli;
 pub mod error;
+pub mod gate;
 pub mod git;
 pub mod gitguard;
 pub mod namespaces;
@@ -118,11 +122,17 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     )
     .map_err(SetupError::NoBackend)?;
     let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
+    let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
     if let crate::git::GitLayout::Rejected(why) = &opened.git {
         eprintln!("shofer-sandbox: note: git metadata not made writable: {why}");
     }
     for (p, why) in &choice.degraded {
         eprintln!("shofer-sandbox: warning: degraded ({}): {why}", p.key());
+        if *p == shofer_core::policy::Protection::PathnameSockets {
+            if let Err(gate) = facts.unix_gate() {
+                eprintln!("shofer-sandbox: note: the unix socket gate: {gate}");
+            }
+        }
     }
     let guard = gitguard::GitGuard::snapshot(&opened.git, &opened.policy.worktree);
     if matches!(opened.git, git::GitLayout::MainWorktree) {
@@ -131,15 +141,21 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
             opened.policy.worktree.display()
         );
     }
+    let mut report_file = None;
     if let Some(fd) = args.report_fd {
-        let record = report::run(&facts, &choice, &opened, &guard);
+        let record = report::run(&facts, &choice, &opened, &guard, &allow_unix.paths);
         // Safety: the caller handed us this descriptor with --report and we checked it is
-        // open; we own it from here and close it before the command starts.
+        // open; we own it from here (close-on-exec: the command never sees it).
         let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
         writeln!(file, "{record}").map_err(|e| SetupError::Syscall {
             op: "writing the --report record",
             source: e,
         })?;
+        sys::set_cloexec(fd, true).map_err(|e| SetupError::Syscall {
+            op: "fcntl on the --report descriptor",
+            source: e,
+        })?;
+        report_file = Some(file);
     }
     let argv = args
         .command
@@ -152,7 +168,7 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     // Safety: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     let landlock = if choice.abi > 0 && choice.backend != Backend::Bwrap {
-        Some(ruleset::create(&opened, choice.abi)?)
+        Some(ruleset::create(&opened, &allow_unix, choice.abi)?)
     } else {
         None
     };
@@ -168,6 +184,7 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
         no_new_privs: true,
         seccomp: true,
         bwrap_info: None,
+        gate: None,
     };
     // Kept alive until the command has exec'd.
     let mut _bwrap_args = None;
@@ -220,7 +237,36 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
             launch.seccomp = !b.setuid;
         }
     }
+    let refused = if choice.unix_gate {
+        let worktree = opened
+            .policy
+            .writable
+            .iter()
+            .zip(&opened.fds)
+            .find(|(r, _)| r.origin == shofer_core::policy::RuleOrigin::Worktree)
+            .map(|(_, fd)| fd)
+            .expect("the writable set holds the worktree");
+        let tcp_denied = args.net == shofer_core::policy::NetPolicy::Deny
+            && choice.abi >= 4
+            && choice.backend != Backend::Bwrap;
+        let setup = gate::Setup::new(worktree, &allow_unix, tcp_denied, !args.keep_caps)
+            .map_err(|e| SetupError::Syscall {
+                op: "preparing the unix socket gate",
+                source: e,
+            })?;
+        let refused = setup.refused.clone();
+        launch.gate = Some(setup);
+        Some(refused)
+    } else {
+        None
+    };
     let outcome = supervisor::run(launch);
+    let refused: Vec<String> = refused
+        .and_then(|r| r.lock().ok().map(|r| r.clone()))
+        .unwrap_or_default();
+    if let (Some(file), false) = (report_file.as_mut(), refused.is_empty()) {
+        let _ = writeln!(file, "{}", report::unix_refused(&refused));
+    }
     drop(opened);
     // The whole tree is gone (or the command never started): put back what it changed.
     let (restored, failed) = guard.restore();

@@ -20,9 +20,9 @@ fn landlock_json(facts: &Facts) -> Value {
     json!({"abi": abi, "status": status, "errno": errno})
 }
 
-fn protections_json(backend: Backend, abi: u32, net: NetPolicy) -> Value {
+fn protections_json(backend: Backend, abi: u32, net: NetPolicy, unix_gate: bool) -> Value {
     let mut map = Map::new();
-    for (p, v) in protections(backend, abi, net) {
+    for (p, v) in protections(backend, abi, net, unix_gate) {
         let entry = match v {
             Verdict::Enforced(by) => json!({"enforced": true, "by": by}),
             Verdict::NotEnforced(reason) => json!({"enforced": false, "reason": reason}),
@@ -62,7 +62,7 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, String>, net: NetPolicy) -> 
             );
             map.insert(
                 "protections".into(),
-                protections_json(c.backend, c.abi, net),
+                protections_json(c.backend, c.abi, net, c.unix_gate),
             );
         }
         Err(why) => {
@@ -77,16 +77,19 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, String>, net: NetPolicy) -> 
 }
 
 /// The record of a real run: the probe object for the chosen backend, plus the worktree,
-/// the writable set and what was found of the worktree's git metadata.
+/// the writable set, the `--allow-unix` paths and what was found of the worktree's git
+/// metadata.
 pub fn run(
     facts: &Facts,
     choice: &Choice,
     opened: &OpenedPolicy,
     guard: &crate::gitguard::GitGuard,
+    allow_unix: &[std::path::PathBuf],
 ) -> Value {
     let mut obj = probe(facts, &Ok(choice.clone()), opened.policy.net);
     let map = obj.as_object_mut().expect("object literal");
     map.insert("worktree".into(), json!(opened.policy.worktree));
+    map.insert("allow_unix".into(), json!(allow_unix));
     map.insert(
         "writable".into(),
         Value::Array(
@@ -147,4 +150,10 @@ pub fn probe_text(v: &Value) -> String {
         }
     }
     out
+}
+
+/// The second `--report` record, written when the command has ended and the unix-socket gate
+/// refused something: `{"unix_refused": [paths, in order, each once]}`.
+pub fn unix_refused(paths: &[String]) -> Value {
+    json!({ "unix_refused": paths })
 }

@@ -64,7 +64,80 @@ pub struct Launch {
     pub bwrap_info: Option<(OwnedFd, OwnedFd)>,
     /// Time between SIGTERM and SIGKILL when killing the tree.
     pub grace: Duration,
+    /// The unix-socket gate ([`crate::gate`]), below Landlock ABI 9: the command's first
+    /// process installs its filter, the supervisor serves it.
+    pub gate: Option<crate::gate::Setup>,
 }
+
+// --- unix-socket gate plumbing (see crate::gate) ---------------------------------------------
+
+/// The listener the `CLONE_VM | CLONE_FILES` child installed: it shares our memory and
+/// descriptor table until exec, so the number it stores here is valid for us.
+static GATE_LISTENER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// Installs the gate filter in the child and hands the listener over: through the shared
+/// table (`pipe` < 0) or by writing its number (and a sock_diag socket of this network
+/// namespace) to `pipe` for the supervisor's `pidfd_getfd` (namespace init).
+fn install_gate(pipe: RawFd) -> io::Result<()> {
+    use std::os::fd::IntoRawFd;
+    let listener = crate::gate::filter::install()?.into_raw_fd();
+    if pipe < 0 {
+        GATE_LISTENER.store(listener, std::sync::atomic::Ordering::SeqCst);
+        return Ok(());
+    }
+    let diag = crate::gate::diag::open().map_or(-1, IntoRawFd::into_raw_fd);
+    let mut rec = [0u8; 8];
+    rec[..4].copy_from_slice(&listener.to_ne_bytes());
+    rec[4..].copy_from_slice(&diag.to_ne_bytes());
+    // Safety: writing our buffer to our pipe (atomic below PIPE_BUF).
+    if unsafe { libc::write(pipe, rec.as_ptr().cast(), rec.len()) } != rec.len() as isize {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The supervisor's side: takes the listener (and the namespace's sock_diag socket) and
+/// starts serving. Without a listener the child failed before installing it (its error
+/// arrives on the exec-error pipe) and nothing runs under the filter.
+fn start_gate(setup: crate::gate::Setup, child: libc::pid_t, pipe: Option<OwnedFd>) {
+    use std::os::fd::FromRawFd;
+    let (listener, diag) = match pipe {
+        None => {
+            let fd = GATE_LISTENER.swap(-1, std::sync::atomic::Ordering::SeqCst);
+            // Safety: the child put this descriptor in our shared table for us.
+            (
+                (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) }),
+                None,
+            )
+        }
+        Some(pipe) => {
+            let mut rec = [0u8; 8];
+            // Safety: reading into our buffer; EOF (0) means process A failed first.
+            let n = unsafe { libc::read(pipe.as_raw_fd(), rec.as_mut_ptr().cast(), 8) };
+            let get = |num: i32| {
+                let pidfd = sys::pidfd_open(child).ok()?;
+                crate::gate::notify::getfd(&pidfd, num).ok()
+            };
+            if n == 8 {
+                let l = i32::from_ne_bytes([rec[0], rec[1], rec[2], rec[3]]);
+                let d = i32::from_ne_bytes([rec[4], rec[5], rec[6], rec[7]]);
+                (get(l), if d >= 0 { get(d) } else { None })
+            } else {
+                (None, None)
+            }
+        }
+    };
+    if let Some(listener) = listener {
+        if let Err(e) = setup.start(listener, diag) {
+            // Nobody answers: every gated call of the command blocks; stop it instead.
+            eprintln!("shofer-sandbox: the unix socket gate could not start: {e}");
+            // Safety: killing our own child.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+        }
+    }
+}
+
+// --- end of the gate plumbing ----------------------------------------------------------------
 
 /// The namespace backends' part of a [`Launch`].
 pub struct NsSetup {
@@ -205,11 +278,24 @@ pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
     let namespaced = launch.namespaces.is_some();
     let grace = launch.grace;
     let bwrap_info = launch.bwrap_info.take();
+    let gate = launch.gate.take();
+    let gate_pipe = match (&gate, namespaced) {
+        (Some(_), true) => Some(sys::pipe_cloexec().map_err(|source| SetupError::Syscall {
+            op: "pipe2",
+            source,
+        })?),
+        _ => None,
+    };
     let args = ChildArgs {
         launch: Some(launch),
         supervisor,
         old_mask,
         err: err_write.as_raw_fd(),
+        gate: match (&gate, &gate_pipe) {
+            (None, _) => None,
+            (Some(_), None) => Some(-1),
+            (Some(_), Some((_, w))) => Some(w.as_raw_fd()),
+        },
     };
     let pid = if namespaced {
         spawn_namespaced(args)?
@@ -217,6 +303,9 @@ pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
         spawn_child(args)?
     };
     drop(err_write);
+    if let Some(setup) = gate {
+        start_gate(setup, pid, gate_pipe.map(|(r, _w)| r));
+    }
     let bwrap_info = bwrap_info.map(|(read, write)| {
         drop(write);
         read
@@ -314,6 +403,9 @@ struct ChildArgs {
     supervisor: libc::pid_t,
     old_mask: libc::sigset_t,
     err: RawFd,
+    /// Install the unix-socket gate: `Some(-1)` in the `CLONE_FILES` child, `Some(pipe)` in
+    /// namespace init.
+    gate: Option<RawFd>,
 }
 
 /// Size of the child's own stack while it shares our memory (bytes).
@@ -344,15 +436,22 @@ fn spawn_child(mut args: ChildArgs) -> Result<libc::pid_t, SetupError> {
         // Safety: `arg` is the `ChildArgs` below, alive while the parent is suspended.
         let args = unsafe { &mut *(arg as *mut ChildArgs) };
         let launch = args.launch.take().expect("launch is set once");
-        child(launch, args.supervisor, &args.old_mask, args.err)
+        child(launch, args.supervisor, &args.old_mask, args.err, args.gate)
     }
+    // The gate's listener comes back through a shared descriptor table (the child stops
+    // sharing it at exec, where the listener is close-on-exec).
+    let files = if args.gate.is_some() {
+        libc::CLONE_FILES
+    } else {
+        0
+    };
     // Safety: the stack grows down from the top of our mapping; `args` outlives the child's
     // use of it because CLONE_VFORK suspends us until the child execs or exits.
     let pid = unsafe {
         libc::clone(
             entry,
             (stack as *mut u8).add(CHILD_STACK).cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | files | libc::SIGCHLD,
             (&mut args as *mut ChildArgs).cast(),
         )
     };
@@ -429,6 +528,13 @@ fn namespace_init(mut args: ChildArgs) -> ! {
         }
     }
     drop(ns);
+    // The gate filter goes on A itself, before the command is forked: A never makes a gated
+    // call, and A (alive the whole run) holds the listener for the supervisor to take.
+    if let Some(pipe) = args.gate {
+        if let Err(e) = install_gate(pipe) {
+            fail(Stage::Seccomp, e);
+        }
+    }
     let interactive = launch.interactive;
     let keep_descendants = launch.keep_descendants;
     let mut command_status = None;
@@ -438,7 +544,7 @@ fn namespace_init(mut args: ChildArgs) -> ! {
         fail(Stage::Fork, io::Error::last_os_error());
     }
     if command == 0 {
-        child(launch, 1, &args.old_mask, err);
+        child(launch, 1, &args.old_mask, err, None);
     }
     drop(launch);
     // Safety: closing our copy of the error pipe, so the supervisor sees EOF at exec.
@@ -483,7 +589,13 @@ fn namespace_init(mut args: ChildArgs) -> ! {
 }
 
 /// The child between `clone` and `execve`. Never returns: it execs or exits 125.
-fn child(launch: Launch, expected_parent: libc::pid_t, old_mask: &libc::sigset_t, err: RawFd) -> ! {
+fn child(
+    launch: Launch,
+    expected_parent: libc::pid_t,
+    old_mask: &libc::sigset_t,
+    err: RawFd,
+    gate: Option<RawFd>,
+) -> ! {
     let fail = |stage: Stage, e: io::Error| -> ! { report_failure(err, stage, e) };
     let check = |stage: Stage, ret: libc::c_int| {
         if ret != 0 {
@@ -536,6 +648,11 @@ fn child(launch: Launch, expected_parent: libc::pid_t, old_mask: &libc::sigset_t
     }
     if launch.seccomp {
         if let Err(e) = seccomp::refuse_terminal_injection() {
+            fail(Stage::Seccomp, e);
+        }
+    }
+    if let Some(pipe) = gate {
+        if let Err(e) = install_gate(pipe) {
             fail(Stage::Seccomp, e);
         }
     }
