@@ -383,9 +383,18 @@ mod tests {
                 .unwrap()
                 .1
         };
-        assert_eq!(get(Backend::Landlock, 9, false), Verdict::Enforced("landlock"));
-        assert_eq!(get(Backend::Landlock, 7, true), Verdict::Enforced("seccomp gate"));
-        assert_eq!(get(Backend::Bwrap, 0, true), Verdict::Enforced("seccomp gate"));
+        assert_eq!(
+            get(Backend::Landlock, 9, false),
+            Verdict::Enforced("landlock")
+        );
+        assert_eq!(
+            get(Backend::Landlock, 7, true),
+            Verdict::Enforced("seccomp gate")
+        );
+        assert_eq!(
+            get(Backend::Bwrap, 0, true),
+            Verdict::Enforced("seccomp gate")
+        );
         assert!(!get(Backend::Landlock, 7, false).is_enforced());
         assert_eq!(
             degradations(Backend::Landlock, 7, NetPolicy::Allow, false)[0].0,

@@ -450,9 +450,23 @@ mod tests {
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, true).unwrap();
         assert!(!c.unix_gate);
         assert_eq!(c.degraded[0].0, Protection::PathnameSockets);
-        let c = choose(BackendChoice::Auto, &facts(Ok(7)), None, NetPolicy::Allow, false).unwrap();
+        let c = choose(
+            BackendChoice::Auto,
+            &facts(Ok(7)),
+            None,
+            NetPolicy::Allow,
+            false,
+        )
+        .unwrap();
         assert!(c.unix_gate && c.degraded.is_empty());
-        let c = choose(BackendChoice::Auto, &facts(Ok(9)), None, NetPolicy::Allow, false).unwrap();
+        let c = choose(
+            BackendChoice::Auto,
+            &facts(Ok(9)),
+            None,
+            NetPolicy::Allow,
+            false,
+        )
+        .unwrap();
         assert!(!c.unix_gate, "ABI 9 needs no gate");
     }
 

@@ -23,14 +23,31 @@ pub fn holds_any() -> bool {
 /// The first `prctl`/`capset` failure; the caller must not exec after one.
 pub fn drop_all() -> io::Result<()> {
     let to_io = |e: caps::errors::CapsError| io::Error::other(e.to_string());
-    // Every number the kernel may know, including ones newer than the caps crate: PR_CAPBSET_DROP
-    // answers EINVAL past CAP_LAST_CAP.
+    // Every number the kernel may know, including ones newer than the caps crate:
+    // PR_CAPBSET_READ answers EINVAL past CAP_LAST_CAP.
     for cap in 0..64 {
+        // Already out of the bounding set (a sandbox inside a sandbox, root without
+        // capabilities): dropping it again would need CAP_SETPCAP, which is gone too.
+        // Safety: prctl with integer arguments.
+        match unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) } {
+            0 => continue,
+            1 => {}
+            _ => break, // EINVAL: past the kernel's last capability
+        }
         // Safety: prctl with integer arguments.
         let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
         if ret != 0 {
             let err = io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EINVAL) {
+                break;
+            }
+            // No CAP_SETPCAP (root inside bubblewrap, which keeps only the bounding set):
+            // under no_new_privs exec cannot gain anything from the bounding set (the new
+            // permitted set is capped by the old one), so it may stay.
+            // Safety: prctl with integer arguments.
+            if err.raw_os_error() == Some(libc::EPERM)
+                && unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) } == 1
+            {
                 break;
             }
             return Err(err);

@@ -362,7 +362,10 @@ mod tests {
             "true",
         ]);
         assert_eq!(r.allow_write, [PathBuf::from("/a b")]);
-        assert_eq!(r.allow_unix, [PathBuf::from("/run/s"), PathBuf::from("/run/d")]);
+        assert_eq!(
+            r.allow_unix,
+            [PathBuf::from("/run/s"), PathBuf::from("/run/d")]
+        );
         assert_eq!(r.max_abi, Some(2));
     }
 

@@ -249,10 +249,15 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
         let tcp_denied = args.net == shofer_core::policy::NetPolicy::Deny
             && choice.abi >= 4
             && choice.backend != Backend::Bwrap;
-        let setup = gate::Setup::new(worktree, &allow_unix, tcp_denied, !args.keep_caps)
-            .map_err(|e| SetupError::Syscall {
-                op: "preparing the unix socket gate",
-                source: e,
+        // bubblewrap needs its privileges for its own set-up (loopback, mounts), which goes
+        // through the gate too: the gate keeps them and drops them per unprivileged caller.
+        let drop_caps = !args.keep_caps && choice.backend != Backend::Bwrap;
+        let setup =
+            gate::Setup::new(worktree, &allow_unix, tcp_denied, drop_caps).map_err(|e| {
+                SetupError::Syscall {
+                    op: "preparing the unix socket gate",
+                    source: e,
+                }
             })?;
         let refused = setup.refused.clone();
         launch.gate = Some(setup);

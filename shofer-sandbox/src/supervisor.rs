@@ -105,10 +105,7 @@ fn start_gate(setup: crate::gate::Setup, child: libc::pid_t, pipe: Option<OwnedF
         None => {
             let fd = GATE_LISTENER.swap(-1, std::sync::atomic::Ordering::SeqCst);
             // Safety: the child put this descriptor in our shared table for us.
-            (
-                (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) }),
-                None,
-            )
+            ((fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) }), None)
         }
         Some(pipe) => {
             let mut rec = [0u8; 8];

@@ -171,8 +171,8 @@ impl Setup {
         tcp_denied: bool,
         drop_caps: bool,
     ) -> std::io::Result<Setup> {
-        let mut dirs = vec![resolve::ident(worktree.as_raw_fd())
-            .map_err(std::io::Error::from_raw_os_error)?];
+        let mut dirs =
+            vec![resolve::ident(worktree.as_raw_fd()).map_err(std::io::Error::from_raw_os_error)?];
         let mut files = Vec::new();
         for (id, dir) in &allow.ids {
             if *dir {

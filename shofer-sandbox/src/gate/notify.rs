@@ -97,7 +97,9 @@ pub fn read_mem(pid: libc::pid_t, addr: u64, len: usize) -> Result<Vec<u8>, i32>
     // Safety: `local` covers `buf`; the remote range is only read by the kernel.
     let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
     if n < 0 {
-        let e = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EFAULT);
+        let e = io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EFAULT);
         return Err(if e == libc::ESRCH { e } else { libc::EFAULT });
     }
     if n as usize != len {

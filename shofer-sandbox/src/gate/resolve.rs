@@ -236,7 +236,9 @@ pub fn beneath(dir: &OwnedFd, roots: &[Ident], stop: Option<Ident>) -> bool {
 
 /// The identity of the caller's root directory, to stop [`beneath`] there.
 pub fn root_ident(pid: libc::pid_t) -> Option<Ident> {
-    proc_dir(pid, "root").ok().and_then(|f| ident(f.as_raw_fd()).ok())
+    proc_dir(pid, "root")
+        .ok()
+        .and_then(|f| ident(f.as_raw_fd()).ok())
 }
 
 /// `sockaddr_un` for `/proc/self/fd/<fd>`: the pinned inode, named so that the kernel's own
@@ -250,5 +252,7 @@ pub fn pinned_addr(fd: RawFd) -> Vec<u8> {
 
 /// Shows a path for messages.
 pub fn show(path: &[u8]) -> String {
-    std::ffi::OsStr::from_bytes(path).to_string_lossy().into_owned()
+    std::ffi::OsStr::from_bytes(path)
+        .to_string_lossy()
+        .into_owned()
 }

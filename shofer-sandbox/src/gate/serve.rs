@@ -52,7 +52,9 @@ pub struct Rules {
     /// Landlock handles TCP connect/bind with no port allowed (`--net deny`, ABI ≥ 4): the
     /// gate refuses them too, as it performs connects itself.
     pub tcp_denied: bool,
-    /// The command runs without capabilities: the gate's thread drops its own.
+    /// The command runs without capabilities: the gate's thread drops its own. When false
+    /// (bubblewrap, which needs its privileges for its own set-up, or `--keep-caps`), calls of
+    /// a caller without effective capabilities are performed on a thread that drops them.
     pub drop_caps: bool,
 }
 
@@ -115,6 +117,31 @@ pub fn spawn(
     Ok(())
 }
 
+/// Drops every capability of the calling thread (capabilities are per thread).
+fn drop_thread_caps() -> bool {
+    [
+        caps::CapSet::Ambient,
+        caps::CapSet::Inheritable,
+        caps::CapSet::Effective,
+        caps::CapSet::Permitted,
+    ]
+    .into_iter()
+    .all(|set| caps::clear(None, set).is_ok())
+}
+
+/// Whether process `pid` runs without effective capabilities (`CapEff` in
+/// `/proc/PID/status`); unknown counts as without.
+fn without_caps(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .map(|v| v.trim().chars().all(|c| c == '0'))
+        })
+        .unwrap_or(true)
+}
+
 fn errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
@@ -152,7 +179,10 @@ fn nonblocking(fd: RawFd) -> bool {
 
 fn connect_to(sock: RawFd, addr: &[u8]) -> Result<i64, i32> {
     // Safety: `addr` is a readable buffer of the given length.
-    ret(unsafe { libc::connect(sock, addr.as_ptr().cast(), addr.len() as libc::socklen_t) } as isize)
+    ret(
+        unsafe { libc::connect(sock, addr.as_ptr().cast(), addr.len() as libc::socklen_t) }
+            as isize,
+    )
 }
 
 /// Where a call goes, decided.
@@ -217,19 +247,11 @@ impl Gate {
     fn serve(&mut self) {
         // Per-thread state: nothing the gate does may change the supervisor's (or be done
         // with more privilege than the command has).
-        if self.rules.drop_caps {
-            for set in [
-                caps::CapSet::Ambient,
-                caps::CapSet::Inheritable,
-                caps::CapSet::Effective,
-                caps::CapSet::Permitted,
-            ] {
-                if caps::clear(None, set).is_err() {
-                    // Without dropping we would act with more than the command has: stop
-                    // answering, so every gated call fails (the listener closes with us).
-                    return;
-                }
-            }
+        // Without dropping we would act with more than the command has: stop answering (the
+        // listener closes with the process; every gated call of the command then blocks until
+        // the run is stopped).
+        if self.rules.drop_caps && !drop_thread_caps() {
+            return;
         }
         let fd = self.listener.as_raw_fd();
         loop {
@@ -251,9 +273,7 @@ impl Gate {
             }
             let n = match notify::recv(fd) {
                 Ok(n) => n,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINTR)) => {
-                    continue
-                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINTR)) => continue,
                 Err(_) => return,
             };
             match self.handle(&n) {
@@ -291,7 +311,8 @@ impl Gate {
                 if self.pidfds.len() > 4096 {
                     self.pidfds.clear();
                 }
-                let p = crate::sys::pidfd_open(pid).map_err(|e| e.raw_os_error().unwrap_or(libc::ESRCH))?;
+                let p = crate::sys::pidfd_open(pid)
+                    .map_err(|e| e.raw_os_error().unwrap_or(libc::ESRCH))?;
                 self.pidfds.insert(pid, p);
             }
             match notify::getfd(&self.pidfds[&pid], fd) {
@@ -328,7 +349,13 @@ impl Gate {
     }
 
     /// Decides where a call with address `addr` on socket `sock` may go.
-    fn target(&mut self, pid: libc::pid_t, sock: RawFd, addr: Vec<u8>, verb: &str) -> Result<Target, i32> {
+    fn target(
+        &mut self,
+        pid: libc::pid_t,
+        sock: RawFd,
+        addr: Vec<u8>,
+        verb: &str,
+    ) -> Result<Target, i32> {
         if addr.is_empty() {
             return Ok(Target::None);
         }
@@ -363,9 +390,8 @@ impl Gate {
         let allowed = self.rules.files.contains(&id)
             || resolve::beneath(&r.parent, &self.rules.dirs, resolve::root_ident(pid))
             || (st.st_mode & libc::S_IFMT == libc::S_IFSOCK
-                && self.is_own(|vfs, _| {
-                    vfs == Some((diag::kernel_dev(st.st_dev), st.st_ino as u32))
-                }));
+                && self
+                    .is_own(|vfs, _| vfs == Some((diag::kernel_dev(st.st_dev), st.st_ino as u32))));
         if !allowed {
             return Err(self.refuse(
                 verb,
@@ -438,12 +464,30 @@ impl Gate {
             && (proto == libc::IPPROTO_TCP || proto == libc::IPPROTO_MPTCP)
     }
 
-    /// Runs `op` on a helper thread which answers the notification itself.
-    fn later(&self, id: u64, op: impl FnOnce() -> Result<i64, i32> + Send + 'static) -> Reply {
+    /// Whether calls of `pid` must be made without the capabilities this thread still has.
+    fn needs_unprivileged(&self, pid: libc::pid_t) -> bool {
+        !self.rules.drop_caps && without_caps(pid)
+    }
+
+    /// Runs `op` on a helper thread which answers the notification itself (without
+    /// capabilities when `unprivileged`).
+    fn later(
+        &self,
+        id: u64,
+        unprivileged: bool,
+        op: impl FnOnce() -> Result<i64, i32> + Send + 'static,
+    ) -> Reply {
         let listener = self.listener.clone();
         let spawned = std::thread::Builder::new()
             .stack_size(64 * 1024)
-            .spawn(move || notify::answer(listener.as_raw_fd(), id, op()));
+            .spawn(move || {
+                let r = if !unprivileged || drop_thread_caps() {
+                    op()
+                } else {
+                    Err(libc::EPERM)
+                };
+                notify::answer(listener.as_raw_fd(), id, r)
+            });
         match spawned {
             Ok(_) => Reply::Later,
             Err(_) => Reply::Now(Err(libc::EAGAIN)),
@@ -462,10 +506,11 @@ impl Gate {
         let target = self.target(n.pid, sock.as_raw_fd(), addr, "connect")?;
         let addr = target.addr().map(<[u8]>::to_vec).unwrap_or_default();
         let unix = sockopt(sock.as_raw_fd(), libc::SO_DOMAIN) == libc::AF_UNIX;
-        if unix || nonblocking(sock.as_raw_fd()) {
+        let unprivileged = self.needs_unprivileged(n.pid);
+        if !unprivileged && (unix || nonblocking(sock.as_raw_fd())) {
             return Ok(Reply::Now(connect_to(sock.as_raw_fd(), &addr)));
         }
-        Ok(self.later(n.id, move || {
+        Ok(self.later(n.id, unprivileged, move || {
             let _pin = target;
             connect_to(sock.as_raw_fd(), &addr)
         }))
@@ -473,12 +518,17 @@ impl Gate {
 
     /// Sends `m` now without blocking, or on a helper thread when the caller asked to block
     /// and the socket would.
-    fn send(&self, id: u64, sock: OwnedFd, m: Message, flags: i32) -> Reply {
+    fn send(&self, n: &Notif, sock: OwnedFd, m: Message, flags: i32) -> Reply {
+        if self.needs_unprivileged(n.pid) {
+            return self.later(n.id, true, move || {
+                send_message(sock.as_raw_fd(), &m, flags)
+            });
+        }
         let wants_block = flags & libc::MSG_DONTWAIT == 0 && !nonblocking(sock.as_raw_fd());
         match send_message(sock.as_raw_fd(), &m, flags | libc::MSG_DONTWAIT) {
-            Err(libc::EAGAIN) if wants_block => {
-                self.later(id, move || send_message(sock.as_raw_fd(), &m, flags))
-            }
+            Err(libc::EAGAIN) if wants_block => self.later(n.id, false, move || {
+                send_message(sock.as_raw_fd(), &m, flags)
+            }),
             r => Reply::Now(r),
         }
     }
@@ -502,7 +552,7 @@ impl Gate {
             _fds: Vec::new(),
             target,
         };
-        Ok(self.send(n.id, sock, m, n.args[3] as i32))
+        Ok(self.send(n, sock, m, n.args[3] as i32))
     }
 
     /// Reads the `msghdr` at `ptr` and everything it points to, translating `SCM_RIGHTS`
@@ -573,7 +623,7 @@ impl Gate {
             return Ok(Reply::Later);
         }
         m.target = self.target(n.pid, sock.as_raw_fd(), addr, "send")?;
-        Ok(self.send(n.id, sock, m, n.args[2] as i32))
+        Ok(self.send(n, sock, m, n.args[2] as i32))
     }
 
     fn sendmmsg(&mut self, n: &Notif) -> Result<Reply, i32> {
@@ -600,7 +650,8 @@ impl Gate {
             for (i, m) in ready.iter().enumerate() {
                 match send_message(sock, m, flags) {
                     Ok(len) => {
-                        let at = base + i as u64 * entry + std::mem::size_of::<libc::msghdr>() as u64;
+                        let at =
+                            base + i as u64 * entry + std::mem::size_of::<libc::msghdr>() as u64;
                         notify::write_mem(pid, at, &(len as u32).to_ne_bytes())?;
                         sent += 1;
                     }
@@ -610,10 +661,13 @@ impl Gate {
             }
             Ok(sent as i64)
         };
+        if self.needs_unprivileged(n.pid) {
+            return Ok(self.later(n.id, true, move || run(sock.as_raw_fd(), &ready, flags)));
+        }
         let wants_block = flags & libc::MSG_DONTWAIT == 0 && !nonblocking(sock.as_raw_fd());
         match run(sock.as_raw_fd(), &ready, flags | libc::MSG_DONTWAIT) {
             Err(libc::EAGAIN) if wants_block => {
-                Ok(self.later(n.id, move || run(sock.as_raw_fd(), &ready, flags)))
+                Ok(self.later(n.id, false, move || run(sock.as_raw_fd(), &ready, flags)))
             }
             r => Ok(Reply::Now(r)),
         }
@@ -625,7 +679,9 @@ impl Gate {
         let Ok(sock) = self.socket_of(n.pid, n.args[0]) else {
             return Reply::Continue; // the kernel reports EBADF/ENOTSOCK itself
         };
-        if sockopt(sock.as_raw_fd(), libc::SO_DOMAIN) == libc::AF_UNIX && !is_bound(sock.as_raw_fd()) {
+        if sockopt(sock.as_raw_fd(), libc::SO_DOMAIN) == libc::AF_UNIX
+            && !is_bound(sock.as_raw_fd())
+        {
             if let Ok(st) = resolve::stat_fd(sock.as_raw_fd()) {
                 let ino = st.st_ino as u32;
                 if !self.own.pending.contains(&ino) && !self.own.bound.contains_key(&ino) {
