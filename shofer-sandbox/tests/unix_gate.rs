@@ -288,7 +288,7 @@ def stream(path):
         c, _ = s.accept()
         c.sendall(b"own")
         c.close()
-    th = threading.Thread(target=serve)
+    th = threading.Thread(target=serve, daemon=True)
     th.start()
     c = socket.socket(socket.AF_UNIX)
     c.connect(path)
@@ -337,6 +337,14 @@ res["socketpair"] = b.recvmsg(4, 64)[0]
 w.connect(tmp + "/dg")
 w.send(b"connected")
 res["connected-send"] = r.recv(20)
+# From a thread other than the main one (seccomp names the thread, not the process).
+out = {}
+def from_thread():
+    out["v"] = stream(tempfile.mkdtemp(dir="/tmp") + "/t")
+th = threading.Thread(target=from_thread)
+th.start()
+th.join()
+res["thread"] = out["v"]
 print(sorted((k, v.decode()) for k, v in res.items()))
 "#;
 
@@ -364,6 +372,7 @@ fn the_commands_own_sockets_keep_working() {
                 "('scm_rights', 'rights')",
                 "('socketpair', 'pair')",
                 "('connected-send', 'connected')",
+                "('thread', 'own')",
             ] {
                 assert!(text.contains(key), "{b} {uid:?}: {key} in {}", show(&out));
             }

@@ -142,6 +142,55 @@ fn without_caps(pid: libc::pid_t) -> bool {
         .unwrap_or(true)
 }
 
+/// A pidfd for the calling *thread* `tid` (notifications name threads): `PIDFD_THREAD`
+/// (Linux 6.9), else the thread group's leader, whose descriptor table the threads share.
+fn thread_pidfd(tid: libc::pid_t) -> Result<OwnedFd, i32> {
+    use std::os::fd::FromRawFd;
+    const PIDFD_THREAD: libc::c_int = libc::O_EXCL;
+    let open = |pid: libc::pid_t, flags: libc::c_int| {
+        // Safety: pidfd_open takes two integers and returns a new descriptor or -1.
+        let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, flags) };
+        if r < 0 {
+            Err(errno())
+        } else {
+            // Safety: the kernel just returned this descriptor.
+            Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+        }
+    };
+    // A thread that is not the leader: EINVAL before Linux 6.9, ENOENT after.
+    match open(tid, 0) {
+        Err(libc::EINVAL | libc::ENOENT) => {}
+        other => return other,
+    }
+    match open(tid, PIDFD_THREAD) {
+        Err(libc::EINVAL) => {}
+        other => return other,
+    }
+    open(tgid_of(tid).ok_or(libc::ESRCH)?, 0)
+}
+
+/// The thread group (process) of thread `tid`, from `/proc/<tid>/status`.
+fn tgid_of(tid: libc::pid_t) -> Option<libc::pid_t> {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The kernel raises SIGPIPE in the sending thread on `EPIPE` unless `MSG_NOSIGNAL`: done for
+/// the caller, as the gate sends with `MSG_NOSIGNAL` (the supervisor must not get it).
+fn raise_sigpipe(result: &Result<i64, i32>, flags: i32, tid: libc::pid_t) {
+    if *result == Err(libc::EPIPE) && flags & libc::MSG_NOSIGNAL == 0 {
+        if let Some(tgid) = tgid_of(tid) {
+            // Safety: tgkill with integers, to a thread of the sandboxed run.
+            unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, libc::SIGPIPE) };
+        }
+    }
+}
+
 fn errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
@@ -231,6 +280,7 @@ fn send_message(sock: RawFd, m: &Message, flags: i32) -> Result<i64, i32> {
         h.msg_control = m.control.as_ptr() as *mut libc::c_void;
         h.msg_controllen = m.control.len();
     }
+    // MSG_NOSIGNAL: see `raise_sigpipe`.
     // Safety: every pointer in `h` refers to a buffer of `m` alive for the call.
     ret(unsafe { libc::sendmsg(sock, &h, flags | libc::MSG_NOSIGNAL) })
 }
@@ -311,8 +361,7 @@ impl Gate {
                 if self.pidfds.len() > 4096 {
                     self.pidfds.clear();
                 }
-                let p = crate::sys::pidfd_open(pid)
-                    .map_err(|e| e.raw_os_error().unwrap_or(libc::ESRCH))?;
+                let p = thread_pidfd(pid)?;
                 self.pidfds.insert(pid, p);
             }
             match notify::getfd(&self.pidfds[&pid], fd) {
@@ -504,6 +553,9 @@ impl Gate {
             return Err(libc::EACCES);
         }
         let target = self.target(n.pid, sock.as_raw_fd(), addr, "connect")?;
+        if !self.valid(n) {
+            return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
+        }
         let addr = target.addr().map(<[u8]>::to_vec).unwrap_or_default();
         let unix = sockopt(sock.as_raw_fd(), libc::SO_DOMAIN) == libc::AF_UNIX;
         let unprivileged = self.needs_unprivileged(n.pid);
@@ -519,16 +571,20 @@ impl Gate {
     /// Sends `m` now without blocking, or on a helper thread when the caller asked to block
     /// and the socket would.
     fn send(&self, n: &Notif, sock: OwnedFd, m: Message, flags: i32) -> Reply {
+        let tid = n.pid;
+        let send = move |sock: &OwnedFd, m: &Message, f: i32| {
+            let r = send_message(sock.as_raw_fd(), m, f);
+            raise_sigpipe(&r, flags, tid);
+            r
+        };
         if self.needs_unprivileged(n.pid) {
-            return self.later(n.id, true, move || {
-                send_message(sock.as_raw_fd(), &m, flags)
-            });
+            return self.later(n.id, true, move || send(&sock, &m, flags));
         }
         let wants_block = flags & libc::MSG_DONTWAIT == 0 && !nonblocking(sock.as_raw_fd());
-        match send_message(sock.as_raw_fd(), &m, flags | libc::MSG_DONTWAIT) {
-            Err(libc::EAGAIN) if wants_block => self.later(n.id, false, move || {
-                send_message(sock.as_raw_fd(), &m, flags)
-            }),
+        match send(&sock, &m, flags | libc::MSG_DONTWAIT) {
+            Err(libc::EAGAIN) if wants_block => {
+                self.later(n.id, false, move || send(&sock, &m, flags))
+            }
             r => Reply::Now(r),
         }
     }
@@ -546,6 +602,9 @@ impl Gate {
             return Ok(Reply::Later);
         }
         let target = self.target(n.pid, sock.as_raw_fd(), addr, "send")?;
+        if !self.valid(n) {
+            return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
+        }
         let m = Message {
             data,
             control: Vec::new(),
@@ -623,6 +682,9 @@ impl Gate {
             return Ok(Reply::Later);
         }
         m.target = self.target(n.pid, sock.as_raw_fd(), addr, "send")?;
+        if !self.valid(n) {
+            return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
+        }
         Ok(self.send(n, sock, m, n.args[2] as i32))
     }
 
@@ -642,6 +704,9 @@ impl Gate {
         for (mut m, addr) in msgs {
             m.target = self.target(n.pid, sock.as_raw_fd(), addr, "send")?;
             ready.push(m);
+        }
+        if !self.valid(n) {
+            return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
         }
         let pid = n.pid;
         let base = n.args[1];
