@@ -51,7 +51,8 @@ impl Facts {
         }
     }
 
-    /// The same facts with the unix-socket gate's availability fixed (tests).
+    /// The same facts with the unix-socket gate's availability fixed (tests, and
+    /// `--no-unix-gate`).
     pub fn with_unix_gate(self, gate: Result<(), String>) -> Facts {
         Facts {
             unix_gate: OnceCell::from(gate),

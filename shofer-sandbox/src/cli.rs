@@ -38,6 +38,9 @@ pub struct RunArgs {
     /// `--allow-unix` paths (sockets or directories), in order: reachable unix sockets besides
     /// the worktree's and the run's own.
     pub allow_unix: Vec<PathBuf>,
+    /// `--no-unix-gate`: do not run the seccomp unix-socket gate (a degradation below
+    /// Landlock ABI 9, so it needs `--allow-degraded` there).
+    pub no_unix_gate: bool,
     /// `--backend`, default `auto`.
     pub backend: BackendChoice,
     /// `--max-abi`: cap on the Landlock ABI used.
@@ -103,6 +106,9 @@ Options:
   --max-abi <N>            use at most Landlock ABI N (to test older kernels)
   --net <allow|deny>       deny TCP bind/connect (Landlock ABI 4+); default allow
   --allow-degraded         accept a backend that cannot enforce the whole policy
+  --no-unix-gate           do not mediate unix-socket connects with the seccomp gate
+                           (below Landlock ABI 9 a degradation: needs --allow-degraded;
+                           io_uring then works)
   --pass-fd <N>            keep descriptor N (> 2) open in the command (repeatable)
   --keep-caps              as root, keep capabilities (they are dropped by default)
   --keep-descendants       after the command exits, wait for its descendants
@@ -145,6 +151,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut shell: Option<OsString> = None;
     let mut allow_write = Vec::new();
     let mut allow_unix = Vec::new();
+    let mut no_unix_gate = false;
     let mut backend = BackendChoice::Auto;
     let mut max_abi = None;
     let mut net = NetPolicy::Allow;
@@ -173,6 +180,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
             }
             Long("allow-write") => allow_write.push(PathBuf::from(parser.value().map_err(err)?)),
             Long("allow-unix") => allow_unix.push(PathBuf::from(parser.value().map_err(err)?)),
+            Long("no-unix-gate") => no_unix_gate = true,
             Long("backend") => {
                 let v = parser.value().map_err(err)?;
                 backend = match v.to_str() {
@@ -288,6 +296,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         command,
         allow_write,
         allow_unix,
+        no_unix_gate,
         backend,
         max_abi,
         net,

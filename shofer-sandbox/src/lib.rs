@@ -112,7 +112,10 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
             )));
         }
     }
-    let facts = backend::Facts::probe();
+    let mut facts = backend::Facts::probe();
+    if args.no_unix_gate {
+        facts = facts.with_unix_gate(Err("disabled by --no-unix-gate".into()));
+    }
     let choice = backend::choose(
         args.backend,
         &facts,

@@ -25,6 +25,8 @@ pub struct Resolved {
     pub name: Vec<u8>,
     /// `O_PATH` descriptor of the target, `None` when it does not exist.
     pub target: Option<OwnedFd>,
+    /// The caller's root directory, where [`beneath`] stops.
+    pub root: Ident,
 }
 
 fn open_at(dir: RawFd, name: &[u8], flags: libc::c_int) -> Result<OwnedFd, i32> {
@@ -129,6 +131,7 @@ fn walk(
             parent: dir,
             name: b".".to_vec(),
             target: Some(target),
+            root: root_id,
         });
     }
     while let Some(comp) = todo.pop() {
@@ -140,6 +143,7 @@ fn walk(
                     parent: dir,
                     name: comp,
                     target: Some(target),
+                    root: root_id,
                 });
             }
             continue;
@@ -154,9 +158,23 @@ fn walk(
                     parent: dir,
                     name: b".".to_vec(),
                     target: Some(target),
+                    root: root_id,
                 });
             }
             continue;
+        }
+        if !last {
+            // The common case, a directory, without an fstat; a symlink or a file fails with
+            // ENOTDIR and takes the general path below.
+            let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY;
+            match open_at(dir.as_raw_fd(), &comp, flags) {
+                Ok(fd) => {
+                    dir = fd;
+                    continue;
+                }
+                Err(libc::ENOTDIR) => {}
+                Err(e) => return Err(e),
+            }
         }
         let fd = match open_at(dir.as_raw_fd(), &comp, libc::O_PATH | libc::O_NOFOLLOW) {
             Ok(fd) => fd,
@@ -165,6 +183,7 @@ fn walk(
                     parent: dir,
                     name: comp,
                     target: None,
+                    root: root_id,
                 })
             }
             Err(e) => return Err(e),
@@ -194,6 +213,7 @@ fn walk(
                 parent: dir,
                 name: comp,
                 target: Some(fd),
+                root: root_id,
             });
         }
         if kind != libc::S_IFDIR {
@@ -232,13 +252,6 @@ pub fn beneath(dir: &OwnedFd, roots: &[Ident], stop: Option<Ident>) -> bool {
         cur = Some(up);
     }
     false
-}
-
-/// The identity of the caller's root directory, to stop [`beneath`] there.
-pub fn root_ident(pid: libc::pid_t) -> Option<Ident> {
-    proc_dir(pid, "root")
-        .ok()
-        .and_then(|f| ident(f.as_raw_fd()).ok())
 }
 
 /// `sockaddr_un` for `/proc/self/fd/<fd>`: the pinned inode, named so that the kernel's own

@@ -39,6 +39,8 @@ const MAX_IOV: u64 = 1024;
 /// Most payload copied for one send; a stream socket then reports a short write, which
 /// callers handle; no datagram is this large.
 const MAX_PAYLOAD: usize = 4 << 20;
+/// Most socket files of this run held open at once (beyond, the cache starts over).
+const MAX_OWN_FILES: usize = 4096;
 /// Most ancillary data (the kernel's default `optmem_max` is 20 KiB).
 const MAX_CONTROL: u64 = 64 << 10;
 
@@ -82,6 +84,8 @@ struct Gate {
     diag: Vec<OwnedFd>,
     pidfds: HashMap<libc::pid_t, OwnedFd>,
     own: Own,
+    /// Socket files known to be bound by this run, held open: (device, inode) → `O_PATH`.
+    own_files: HashMap<Ident, OwnedFd>,
     refused: Refused,
     shown: HashSet<String>,
 }
@@ -107,6 +111,7 @@ pub fn spawn(
             pending: Vec::new(),
             bound: HashMap::new(),
         },
+        own_files: HashMap::new(),
         refused: refused.clone(),
         shown: HashSet::new(),
     };
@@ -304,23 +309,9 @@ impl Gate {
             return;
         }
         let fd = self.listener.as_raw_fd();
+        // The thread lives as long as the supervisor: when every process under the filter is
+        // gone, RECV just blocks, and the supervisor's exit ends it.
         loop {
-            let mut p = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // Safety: one pollfd.
-            let r = unsafe { libc::poll(&mut p, 1, -1) };
-            if r < 0 {
-                if errno() == libc::EINTR {
-                    continue;
-                }
-                return;
-            }
-            if p.revents & libc::POLLIN == 0 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
-                return; // every process under the filter is gone
-            }
             let n = match notify::recv(fd) {
                 Ok(n) => n,
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINTR)) => continue,
@@ -436,11 +427,14 @@ impl Gate {
         };
         let st = resolve::stat_fd(pin.as_raw_fd())?;
         let id = (st.st_dev, st.st_ino);
+        let socket = st.st_mode & libc::S_IFMT == libc::S_IFSOCK;
+        // Cheapest first: an allowed socket file, a socket file of this run seen before (its
+        // inode held open, so the number cannot have been reused), the kernel's word that a
+        // socket of this run is bound to it, the path's place under an allowed directory.
         let allowed = self.rules.files.contains(&id)
-            || resolve::beneath(&r.parent, &self.rules.dirs, resolve::root_ident(pid))
-            || (st.st_mode & libc::S_IFMT == libc::S_IFSOCK
-                && self
-                    .is_own(|vfs, _| vfs == Some((diag::kernel_dev(st.st_dev), st.st_ino as u32))));
+            || (socket && self.own_files.contains_key(&id))
+            || (socket && self.own_file(&pin, &st))
+            || resolve::beneath(&r.parent, &self.rules.dirs, Some(r.root));
         if !allowed {
             return Err(self.refuse(
                 verb,
@@ -450,6 +444,22 @@ impl Gate {
         }
         let addr = resolve::pinned_addr(pin.as_raw_fd());
         Ok(Target::Pinned { _pin: pin, addr })
+    }
+
+    /// Whether the socket file `pin` (with `st`) is bound by a socket of this run; if so it
+    /// is remembered, held open (a bounded number of them).
+    fn own_file(&mut self, pin: &OwnedFd, st: &libc::stat) -> bool {
+        let vfs = (diag::kernel_dev(st.st_dev), st.st_ino as u32);
+        if !self.is_own(|v, _| v == Some(vfs)) {
+            return false;
+        }
+        if self.own_files.len() >= MAX_OWN_FILES {
+            self.own_files.clear();
+        }
+        if let Ok(held) = pin.try_clone() {
+            self.own_files.insert((st.st_dev, st.st_ino), held);
+        }
+        true
     }
 
     /// Whether a socket of this run matches `want(vfs, name)`: known bound sockets first
@@ -546,9 +556,6 @@ impl Gate {
     fn connect(&mut self, n: &Notif) -> Result<Reply, i32> {
         let sock = self.socket_of(n.pid, n.args[0])?;
         let addr = Self::read_addr(n.pid, n.args[1], n.args[2])?;
-        if !self.valid(n) {
-            return Ok(Reply::Later);
-        }
         if self.tcp_refused(sock.as_raw_fd()) {
             return Err(libc::EACCES);
         }
@@ -598,9 +605,6 @@ impl Gate {
             notify::read_mem(n.pid, n.args[1], len)?
         };
         let addr = Self::read_addr(n.pid, n.args[4], n.args[5])?;
-        if !self.valid(n) {
-            return Ok(Reply::Later);
-        }
         let target = self.target(n.pid, sock.as_raw_fd(), addr, "send")?;
         if !self.valid(n) {
             return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
@@ -678,9 +682,6 @@ impl Gate {
     fn sendmsg(&mut self, n: &Notif) -> Result<Reply, i32> {
         let sock = self.socket_of(n.pid, n.args[0])?;
         let (mut m, addr) = self.read_message(n.pid, n.args[1])?;
-        if !self.valid(n) {
-            return Ok(Reply::Later);
-        }
         m.target = self.target(n.pid, sock.as_raw_fd(), addr, "send")?;
         if !self.valid(n) {
             return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
@@ -696,9 +697,6 @@ impl Gate {
         let mut msgs = Vec::new();
         for i in 0..vlen {
             msgs.push(self.read_message(n.pid, n.args[1] + i * entry)?);
-        }
-        if !self.valid(n) {
-            return Ok(Reply::Later);
         }
         let mut ready = Vec::new();
         for (mut m, addr) in msgs {
