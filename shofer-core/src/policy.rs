@@ -226,10 +226,12 @@ impl Verdict {
     }
 }
 
-/// What `backend` enforces with an effective Landlock ABI `abi` (0 = no Landlock layered),
-/// network policy `net` and, when `unix_gate`, shofer-sandbox's seccomp gate on unix-socket
-/// connects (used below Landlock ABI 9), for every [`Protection`] in [`Protection::ALL`]
-/// order.
+/// What `backend` enforces with an effective Landlock ABI `abi` (0 = no Landlock layered) and
+/// network policy `net`, for every [`Protection`] in [`Protection::ALL`] order.
+/// `tiocsti_filter` says whether the sandbox has its TIOCSTI/TIOCLINUX seccomp filter for the
+/// machine's architecture (a fact of the build, not of the kernel: the filter is written for
+/// x86-64 only). `unix_gate` says whether shofer-sandbox's seccomp gate on unix-socket
+/// connects runs (below Landlock ABI 9, see [`needs_unix_gate`]).
 ///
 /// The kernel facts come from the Landlock documentation
 /// (<https://docs.kernel.org/userspace-api/landlock.html>): `REFER` from ABI 2, `TRUNCATE`
@@ -239,11 +241,12 @@ pub fn protections(
     backend: Backend,
     abi: u32,
     net: NetPolicy,
+    tiocsti_filter: bool,
     unix_gate: bool,
 ) -> Vec<(Protection, Verdict)> {
     Protection::ALL
         .iter()
-        .map(|&p| (p, verdict(p, backend, abi, net, unix_gate)))
+        .map(|&p| (p, verdict(p, backend, abi, net, tiocsti_filter, unix_gate)))
         .collect()
 }
 
@@ -254,7 +257,14 @@ pub fn needs_unix_gate(backend: Backend, abi: u32) -> bool {
     abi < 9 || backend == Backend::Bwrap
 }
 
-fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy, gate: bool) -> Verdict {
+fn verdict(
+    p: Protection,
+    backend: Backend,
+    abi: u32,
+    net: NetPolicy,
+    tiocsti_filter: bool,
+    gate: bool,
+) -> Verdict {
     use Verdict::{Enforced, NotEnforced};
     let mounts = backend.has_readonly_root();
     let no = |s: &str| NotEnforced(s.to_string());
@@ -327,7 +337,8 @@ fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy, gate: bool
             NetPolicy::Deny if backend.has_readonly_root() => Enforced("network namespace"),
             NetPolicy::Deny => no("Landlock controls TCP only from ABI 4"),
         },
-        Protection::Tiocsti => Enforced("seccomp"),
+        Protection::Tiocsti if tiocsti_filter => Enforced("seccomp"),
+        Protection::Tiocsti => no("the seccomp filter against TIOCSTI/TIOCLINUX exists only for x86-64; none is installed on this architecture"),
         Protection::TerminalPrograms => {
             if backend == Backend::Bwrap {
                 no("bubblewrap's --new-session leaves the command without a controlling terminal (/dev/tty: ENXIO)")
@@ -353,14 +364,15 @@ fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy, gate: bool
 }
 
 /// The required protections (see [`Protection::is_required`]) that do not hold: a non-empty
-/// list means the run would be degraded.
+/// list means the run would be degraded. Arguments as for [`protections`].
 pub fn degradations(
     backend: Backend,
     abi: u32,
     net: NetPolicy,
+    tiocsti_filter: bool,
     unix_gate: bool,
 ) -> Vec<(Protection, String)> {
-    protections(backend, abi, net, unix_gate)
+    protections(backend, abi, net, tiocsti_filter, unix_gate)
         .into_iter()
         .filter(|(p, _)| p.is_required(net))
         .filter_map(|(p, v)| match v {
@@ -377,7 +389,7 @@ mod tests {
     #[test]
     fn pathname_sockets_are_required_and_enforced_by_landlock_9_or_the_gate() {
         let get = |b, abi, gate| {
-            protections(b, abi, NetPolicy::Allow, gate)
+            protections(b, abi, NetPolicy::Allow, true, gate)
                 .into_iter()
                 .find(|(p, _)| *p == Protection::PathnameSockets)
                 .unwrap()
@@ -397,45 +409,74 @@ mod tests {
         );
         assert!(!get(Backend::Landlock, 7, false).is_enforced());
         assert_eq!(
-            degradations(Backend::Landlock, 7, NetPolicy::Allow, false)[0].0,
+            degradations(Backend::Landlock, 7, NetPolicy::Allow, true, false)[0].0,
             Protection::PathnameSockets
         );
-        assert!(degradations(Backend::Landlock, 7, NetPolicy::Allow, true).is_empty());
+        assert!(degradations(Backend::Landlock, 7, NetPolicy::Allow, true, true).is_empty());
     }
 
     #[test]
     fn landlock_abi3_is_complete_without_net_deny() {
-        assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow, true).is_empty());
+        assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow, true, true).is_empty());
         assert_eq!(
-            degradations(Backend::Landlock, 3, NetPolicy::Deny, true)[0].0,
+            degradations(Backend::Landlock, 3, NetPolicy::Deny, true, true)[0].0,
             Protection::Tcp
         );
-        assert!(degradations(Backend::Landlock, 4, NetPolicy::Deny, true).is_empty());
+        assert!(degradations(Backend::Landlock, 4, NetPolicy::Deny, true, true).is_empty());
     }
 
     #[test]
     fn landlock_abi1_and_2_are_degraded() {
-        let d1: Vec<_> = degradations(Backend::Landlock, 1, NetPolicy::Allow, true)
+        let d1: Vec<_> = degradations(Backend::Landlock, 1, NetPolicy::Allow, true, true)
             .into_iter()
             .map(|(p, _)| p)
             .collect();
         assert_eq!(d1, vec![Protection::Truncate, Protection::RenameInside]);
-        let d2: Vec<_> = degradations(Backend::Landlock, 2, NetPolicy::Allow, true)
+        let d2: Vec<_> = degradations(Backend::Landlock, 2, NetPolicy::Allow, true, true)
             .into_iter()
             .map(|(p, _)| p)
             .collect();
         assert_eq!(d2, vec![Protection::Truncate]);
-        assert!(!degradations(Backend::Landlock, 0, NetPolicy::Allow, true).is_empty());
+        assert!(!degradations(Backend::Landlock, 0, NetPolicy::Allow, true, true).is_empty());
     }
 
     #[test]
     fn metadata_and_pathname_sockets_are_listed_never_hidden() {
-        let all = protections(Backend::Landlock, 7, NetPolicy::Deny, false);
+        let all = protections(Backend::Landlock, 7, NetPolicy::Deny, true, false);
         let get = |p| all.iter().find(|(q, _)| *q == p).unwrap().1.clone();
         assert!(!get(Protection::MetadataOutside).is_enforced());
         assert!(!get(Protection::PathnameSockets).is_enforced());
         assert!(get(Protection::SignalsOut).is_enforced());
-        let layered = protections(Backend::Layered, 7, NetPolicy::Allow, true);
+        let layered = protections(Backend::Layered, 7, NetPolicy::Allow, true, true);
         assert!(layered[4].1.is_enforced());
+    }
+
+    #[test]
+    fn tiocsti_is_enforced_only_with_the_filter() {
+        for backend in [
+            Backend::Landlock,
+            Backend::Userns,
+            Backend::Layered,
+            Backend::Bwrap,
+        ] {
+            let with = protections(backend, 7, NetPolicy::Allow, true, true);
+            let without = protections(backend, 7, NetPolicy::Allow, false, true);
+            let tiocsti = |all: &[(Protection, Verdict)]| {
+                all.iter()
+                    .find(|(p, _)| *p == Protection::Tiocsti)
+                    .unwrap()
+                    .1
+                    .clone()
+            };
+            assert_eq!(tiocsti(&with), Verdict::Enforced("seccomp"));
+            assert!(!tiocsti(&without).is_enforced());
+            assert_eq!(
+                degradations(backend, 7, NetPolicy::Allow, false, true)
+                    .iter()
+                    .map(|(p, _)| *p)
+                    .collect::<Vec<_>>(),
+                [Protection::Tiocsti]
+            );
+        }
     }
 }

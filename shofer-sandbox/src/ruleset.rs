@@ -4,15 +4,19 @@
 //! set is granted on every writable directory (including `REFER` from ABI 2, so renames inside
 //! the writable set work) and its file subset on writable files. From ABI 6 signals and
 //! abstract unix sockets are scoped to the sandbox's domain; with `--net deny`, from ABI 4,
-//! TCP bind and connect are handled with no port allowed. From ABI 9, `RESOLVE_UNIX`
-//! (connecting to a pathname unix socket) is granted only beneath the worktree and the
-//! `--allow-unix` paths — not on `/tmp` or the other writable paths — so the kernel lets the
-//! command reach its own sockets (created in its domain) and those, and nothing else. The
-//! compatibility level is
+//! TCP bind and connect are handled with no port allowed. The compatibility level is
 //! `HardRequirement`: a right the kernel does not know fails creation rather than being
 //! dropped (we already capped the ABI to what the kernel reports).
 //!
+//! From ABI 9, `RESOLVE_UNIX` (connecting to a pathname unix socket) is granted only beneath
+//! the worktree and the `--allow-unix` paths — not on `/tmp` or the other writable paths — so
+//! the kernel lets the command reach its own sockets (created in its domain) and those, and
+//! nothing else.
+//!
 //! Kernel doc: <https://docs.kernel.org/userspace-api/landlock.html>.
+//!
+//! The backend's plan ([`plan`]) is the ruleset alone; the namespace backends layer the same
+//! ruleset on their mounts ([`crate::namespaces::plan`]).
 
 use landlock::{
     AccessFs, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr, RulesetCreated,
@@ -21,7 +25,9 @@ use landlock::{
 use shofer_core::policy::{NetPolicy, RuleOrigin};
 use shofer_core::rights;
 
+use crate::capabilities;
 use crate::error::SetupError;
+use crate::plan::LandlockPlan;
 use crate::writable::OpenedPolicy;
 
 /// Creates the ruleset for `opened` and the `--allow-unix` paths `unix` at Landlock ABI `abi`
@@ -31,12 +37,12 @@ use crate::writable::OpenedPolicy;
 ///
 /// # Errors
 /// [`SetupError::Landlock`] when the kernel refuses the ruleset or a rule.
-pub fn create(
+pub(crate) fn create(
     opened: &OpenedPolicy,
     unix: &crate::gate::AllowUnix,
     abi: u32,
 ) -> Result<RulesetCreated, SetupError> {
-    let err = |e: landlock::RulesetError| SetupError::Landlock(e.to_string());
+    let err = |source| SetupError::Landlock { rule: None, source };
     let fs = rights::fs_write_rights(abi);
     let file = rights::fs_file_rights(abi);
     let mut ruleset = Ruleset::default()
@@ -59,14 +65,38 @@ pub fn create(
         }
         created = created
             .add_rule(PathBeneath::new(fd, access))
-            .map_err(|e| SetupError::Landlock(format!("rule {}: {e}", rule.path.display())))?;
+            .map_err(|source| SetupError::Landlock {
+                rule: Some(rule.path.clone()),
+                source,
+            })?;
     }
     if fs.contains(AccessFs::ResolveUnix) {
         for (path, fd) in unix.paths.iter().zip(&unix.fds) {
             created = created
                 .add_rule(PathBeneath::new(fd, AccessFs::ResolveUnix))
-                .map_err(|e| SetupError::Landlock(format!("rule {}: {e}", path.display())))?;
+                .map_err(|source| SetupError::Landlock {
+                    rule: Some(path.clone()),
+                    source,
+                })?;
         }
     }
     Ok(created)
+}
+
+/// The `landlock` backend's plan: the ruleset for `opened` at `abi`, and whether the caller
+/// holds capabilities to drop (root, or file capabilities).
+///
+/// # Errors
+/// As [`create`].
+pub(crate) fn plan(
+    opened: &OpenedPolicy,
+    unix: &crate::gate::AllowUnix,
+    abi: u32,
+) -> Result<LandlockPlan, SetupError> {
+    // Safety: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    Ok(LandlockPlan {
+        ruleset: create(opened, unix, abi)?,
+        caller_privileged: root || capabilities::holds_any(),
+    })
 }

@@ -8,8 +8,12 @@
 //! 1. [`filter`]: before exec, the command's first process installs a seccomp filter with
 //!    `SECCOMP_FILTER_FLAG_NEW_LISTENER` that sends `connect`, `bind`, `sendmsg`,
 //!    `sendmmsg` and `sendto` with an address to the supervisor, and fails `io_uring_setup`
-//!    with `ENOSYS`. The listener reaches the supervisor through a shared descriptor table
-//!    (the `CLONE_VFORK` child) or `pidfd_getfd` from the namespace's init.
+//!    with `ENOSYS`. The listener cannot travel by `SCM_RIGHTS` (the `sendmsg` would itself
+//!    be trapped, with nobody yet to answer it): the `CLONE_VFORK` child shares the
+//!    supervisor's descriptor table until exec (`CLONE_FILES`, [`install_in_child`]), and the
+//!    namespaces' init, which installs it before forking the command and lives as long as the
+//!    run, gives its number to the supervisor, which takes it with `pidfd_getfd`
+//!    ([`take_listener`]).
 //! 2. [`serve`]: a supervisor thread reads each call's arguments, resolves the path in the
 //!    caller's view ([`resolve`]), pins the inode, decides, and performs the call itself on the
 //!    caller's socket against the pinned inode; the result is the syscall's result.
@@ -26,8 +30,9 @@ pub mod notify;
 pub mod resolve;
 pub mod serve;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 pub use serve::Refused;
 
@@ -196,10 +201,69 @@ impl Setup {
     /// command's network namespace when it has its own.
     ///
     /// # Errors
-    /// Thread creation failure.
+    /// Thread creation failure (nobody then answers the command's gated calls: the caller
+    /// stops the run).
     pub fn start(self, listener: OwnedFd, extra_diag: Option<OwnedFd>) -> std::io::Result<()> {
         let mut diags: Vec<OwnedFd> = diag::open().into_iter().collect();
         diags.extend(extra_diag);
         serve::spawn(listener, self.rules, diags, self.refused)
     }
+}
+
+/// The listener the `CLONE_VM | CLONE_FILES` child installed: it shares our memory and
+/// descriptor table until exec, so the number it stores here is valid for us.
+static SHARED_LISTENER: AtomicI32 = AtomicI32::new(-1);
+
+/// Child side: installs the gate filter and hands the listener over, through the shared
+/// table (`pipe` < 0: the `CLONE_FILES` child) or by writing its number and a sock_diag
+/// socket of this network namespace to `pipe` (the namespaces' init, which stays alive).
+///
+/// # Errors
+/// The `seccomp(2)` or `write(2)` error.
+pub(crate) fn install_in_child(pipe: RawFd) -> std::io::Result<()> {
+    let listener = filter::install()?.into_raw_fd();
+    if pipe < 0 {
+        SHARED_LISTENER.store(listener, Ordering::SeqCst);
+        return Ok(());
+    }
+    let diag = diag::open().map_or(-1, IntoRawFd::into_raw_fd);
+    let mut rec = [0u8; 8];
+    rec[..4].copy_from_slice(&listener.to_ne_bytes());
+    rec[4..].copy_from_slice(&diag.to_ne_bytes());
+    // Safety: writing our buffer to our pipe (atomic below PIPE_BUF).
+    if unsafe { libc::write(pipe, rec.as_ptr().cast(), rec.len()) } != rec.len() as isize {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Supervisor side, once the child has exec'd: the listener (and the namespace's sock_diag
+/// socket) from the shared table (`pipe` `None`) or from process `child` by `pidfd_getfd`.
+/// `None` when the child failed before installing it (its error comes on the exec-error
+/// pipe) — then nothing runs under the filter.
+pub(crate) fn take_listener(
+    child: libc::pid_t,
+    pipe: Option<OwnedFd>,
+) -> Option<(OwnedFd, Option<OwnedFd>)> {
+    let Some(pipe) = pipe else {
+        let fd = SHARED_LISTENER.swap(-1, Ordering::SeqCst);
+        // Safety: the child put this descriptor in our shared table for us; we own it now.
+        return (fd >= 0).then(|| (unsafe { OwnedFd::from_raw_fd(fd) }, None));
+    };
+    let mut rec = [0u8; 8];
+    // Safety: reading into our buffer; EOF (0) means the child failed first.
+    let n = unsafe { libc::read(pipe.as_raw_fd(), rec.as_mut_ptr().cast(), rec.len()) };
+    if n != rec.len() as isize {
+        return None;
+    }
+    let pidfd = crate::sys::pidfd_open(child).ok()?;
+    let number = |b: &[u8]| i32::from_ne_bytes(b.try_into().expect("4 bytes"));
+    let listener = notify::getfd(&pidfd, number(&rec[..4])).ok()?;
+    let d = number(&rec[4..]);
+    let diag = if d >= 0 {
+        notify::getfd(&pidfd, d).ok()
+    } else {
+        None
+    };
+    Some((listener, diag))
 }

@@ -16,13 +16,10 @@ const MAX_SYMLINKS: usize = 40;
 /// A device/inode pair, `st_dev` in the C library's encoding.
 pub type Ident = (u64, u64);
 
-/// A resolved path: the directory holding the last component, the component, and the target
-/// when it exists.
+/// A resolved path: the directory holding the last component, and the target when it exists.
 pub struct Resolved {
     /// `O_PATH` descriptor of the directory the last component lives in.
     pub parent: OwnedFd,
-    /// The last component (no `/`; may be `.` only for a path ending in a directory).
-    pub name: Vec<u8>,
     /// `O_PATH` descriptor of the target, `None` when it does not exist.
     pub target: Option<OwnedFd>,
     /// The caller's root directory, where [`beneath`] stops.
@@ -129,7 +126,6 @@ fn walk(
         let target = open_at(dir.as_raw_fd(), b".", libc::O_PATH)?;
         return Ok(Resolved {
             parent: dir,
-            name: b".".to_vec(),
             target: Some(target),
             root: root_id,
         });
@@ -141,7 +137,6 @@ fn walk(
                 let target = open_at(dir.as_raw_fd(), b".", libc::O_PATH)?;
                 return Ok(Resolved {
                     parent: dir,
-                    name: comp,
                     target: Some(target),
                     root: root_id,
                 });
@@ -156,7 +151,6 @@ fn walk(
                 let target = open_at(dir.as_raw_fd(), b".", libc::O_PATH)?;
                 return Ok(Resolved {
                     parent: dir,
-                    name: b".".to_vec(),
                     target: Some(target),
                     root: root_id,
                 });
@@ -181,7 +175,6 @@ fn walk(
             Err(libc::ENOENT) if last => {
                 return Ok(Resolved {
                     parent: dir,
-                    name: comp,
                     target: None,
                     root: root_id,
                 })
@@ -211,7 +204,6 @@ fn walk(
         if last {
             return Ok(Resolved {
                 parent: dir,
-                name: comp,
                 target: Some(fd),
                 root: root_id,
             });
