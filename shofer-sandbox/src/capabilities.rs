@@ -44,10 +44,11 @@ pub fn drop_all() -> io::Result<()> {
             // No CAP_SETPCAP (root inside bubblewrap, which keeps only the bounding set):
             // under no_new_privs exec cannot gain anything from the bounding set (the new
             // permitted set is capped by the old one), so it may stay.
-            // Safety: prctl with integer arguments.
-            if err.raw_os_error() == Some(libc::EPERM)
-                && unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) } == 1
-            {
+            let nnp = || {
+                // Safety: prctl with integer arguments only reads a flag.
+                unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1 }
+            };
+            if err.raw_os_error() == Some(libc::EPERM) && nnp() {
                 break;
             }
             return Err(err);

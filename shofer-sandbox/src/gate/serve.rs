@@ -70,12 +70,16 @@ enum Reply {
     Later,
 }
 
+/// What a socket is bound to: its socket file (kernel `dev_t`, inode) for a pathname socket,
+/// and its address bytes.
+type Binding = (Option<(u32, u32)>, Option<Vec<u8>>);
+
 /// A socket bound by this run, as far as the gate knows it.
 struct Own {
     /// Socket inodes noted at `bind`, not yet seen bound.
     pending: Vec<u32>,
-    /// Bound sockets: socket inode → (socket file, name).
-    bound: HashMap<u32, (Option<(u32, u32)>, Option<Vec<u8>>)>,
+    /// Bound sockets: socket inode → what it is bound to.
+    bound: HashMap<u32, Binding>,
 }
 
 struct Gate {
