@@ -844,3 +844,102 @@ fn syslog_to_dev_log_is_refused_with_a_clear_line() {
         show(&out)
     );
 }
+
+#[test]
+fn no_unix_gate_is_a_degradation_that_must_be_accepted_and_is_reported() {
+    if landlock_abi() >= 9 {
+        return; // Landlock enforces it itself: the flag changes nothing there.
+    }
+    let script = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(libc.syscall(425, 4, ctypes.create_string_buffer(120)))";
+    for b in backends() {
+        let tree = Tree::new(None);
+        let out = tree.run(b, None).arg("--no-unix-gate").arg("true").output();
+        assert_eq!(out.status.code(), Some(125), "{b}: {}", show(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--allow-degraded"),
+            "{b}: {}",
+            show(&out)
+        );
+        let report = tree.scratch.path().join("report.json");
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "exec '{SANDBOX}' --report 3 --no-unix-gate --allow-degraded --backend {b} '{}' {PY} -c '{script}' 3>'{}'",
+                tree.wt.display(),
+                report.display()
+            ))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("degraded (pathname_unix_sockets)"),
+            "{b}: {err}"
+        );
+        assert!(err.contains("disabled by --no-unix-gate"), "{b}: {err}");
+        // Without the gate, io_uring is there again.
+        let fd: i64 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(-1);
+        assert!(fd >= 0, "{b}: {}", show(&out));
+        let text = std::fs::read_to_string(&report).unwrap();
+        let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(
+            first["protections"]["pathname_unix_sockets"]["enforced"], false,
+            "{b}: {first}"
+        );
+    }
+}
+
+/// A listener that never accepts (its backlog full) must not hold up the run's other gated
+/// calls; a large `sendmsg()` on a blocking stream socket is sent whole, as without the gate.
+const SLOW_PEERS: &str = r#"
+import os, socket, tempfile, threading, time
+d = tempfile.mkdtemp(dir="/tmp")
+stuck = socket.socket(socket.AF_UNIX)
+stuck.bind(d + "/stuck")
+stuck.listen(0)
+def client():
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(d + "/stuck")
+    time.sleep(60)
+for _ in range(4):
+    threading.Thread(target=client, daemon=True).start()
+time.sleep(0.5)
+ok = socket.socket(socket.AF_UNIX)
+ok.bind(d + "/ok")
+ok.listen(5)
+t0 = time.time()
+c = socket.socket(socket.AF_UNIX)
+c.connect(d + "/ok")
+print("other connect", "fast" if time.time() - t0 < 5 else "slow")
+a, b = socket.socketpair()
+big = b"x" * (4 << 20)
+got = []
+def reader():
+    n = 0
+    while n < len(big):
+        n += len(b.recv(1 << 20))
+    got.append(n)
+r = threading.Thread(target=reader)
+r.start()
+sent = a.sendmsg([big])
+r.join()
+print("sendmsg", sent == len(big) and got[0] == len(big))
+os._exit(0)
+"#;
+
+#[test]
+fn slow_peers_do_not_stall_the_gate_and_large_sends_are_whole() {
+    for b in backends() {
+        let tree = Tree::new(None);
+        // A stalled gate hangs the command: `timeout` turns that into a failure.
+        let out = tree
+            .run(b, None)
+            .args(["/usr/bin/timeout", "30", PY, "-c", SLOW_PEERS])
+            .output();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("other connect fast"), "{b}: {}", show(&out));
+        assert!(text.contains("sendmsg True"), "{b}: {}", show(&out));
+    }
+}

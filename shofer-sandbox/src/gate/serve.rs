@@ -243,6 +243,22 @@ fn connect_to(sock: RawFd, addr: &[u8]) -> Result<i64, i32> {
     )
 }
 
+/// `connect` with `O_NONBLOCK` set for the call and restored after; `EAGAIN` when it would
+/// block (a unix listener's full backlog; the socket is then still unconnected).
+fn connect_nonblocking(sock: RawFd, addr: &[u8]) -> Result<i64, i32> {
+    // Safety: F_GETFL/F_SETFL only change the file status flags of a descriptor we hold.
+    let flags = unsafe { libc::fcntl(sock, libc::F_GETFL) };
+    if flags < 0 {
+        return connect_to(sock, addr);
+    }
+    // Safety: as above.
+    unsafe { libc::fcntl(sock, libc::F_SETFL, flags | libc::O_NONBLOCK) };
+    let r = connect_to(sock, addr);
+    // Safety: as above.
+    unsafe { libc::fcntl(sock, libc::F_SETFL, flags) };
+    r
+}
+
 /// Where a call goes, decided.
 enum Target {
     /// No address.
@@ -570,8 +586,18 @@ impl Gate {
         let addr = target.addr().map(<[u8]>::to_vec).unwrap_or_default();
         let unix = sockopt(sock.as_raw_fd(), libc::SO_DOMAIN) == libc::AF_UNIX;
         let unprivileged = self.needs_unprivileged(n.pid);
-        if !unprivileged && (unix || nonblocking(sock.as_raw_fd())) {
+        if !unprivileged && nonblocking(sock.as_raw_fd()) {
             return Ok(Reply::Now(connect_to(sock.as_raw_fd(), &addr)));
+        }
+        if !unprivileged && unix {
+            // A unix connect blocks only on a full backlog: try without blocking (O_NONBLOCK
+            // on the shared file for the duration of the call; the caller is blocked in this
+            // very connect), and only then wait on a helper thread, so a listener that is slow
+            // to accept never holds up the rest of the run's gated calls.
+            match connect_nonblocking(sock.as_raw_fd(), &addr) {
+                Err(libc::EAGAIN) => {}
+                r => return Ok(Reply::Now(r)),
+            }
         }
         Ok(self.later(n.id, unprivileged, move || {
             let _pin = target;
@@ -595,6 +621,23 @@ impl Gate {
         match send(&sock, &m, flags | libc::MSG_DONTWAIT) {
             Err(libc::EAGAIN) if wants_block => {
                 self.later(n.id, false, move || send(&sock, &m, flags))
+            }
+            // A blocking stream send returns when all is sent: the rest follows, blocking.
+            Ok(sent)
+                if wants_block
+                    && (sent as usize) < m.data.len()
+                    && sockopt(sock.as_raw_fd(), libc::SO_TYPE) == libc::SOCK_STREAM =>
+            {
+                let rest = Message {
+                    data: m.data[sent as usize..].to_vec(),
+                    control: Vec::new(),
+                    _fds: Vec::new(),
+                    target: Target::None,
+                };
+                self.later(n.id, false, move || {
+                    let more = send(&sock, &rest, flags);
+                    Ok(sent + more.unwrap_or(0))
+                })
             }
             r => Reply::Now(r),
         }
