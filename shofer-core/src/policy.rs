@@ -72,7 +72,8 @@ pub enum Backend {
     Userns,
     /// The system's bubblewrap.
     Bwrap,
-    /// `userns` plus full Landlock (only when asked).
+    /// User, mount, PID and IPC namespaces with Landlock and the seccomp filters on top: the
+    /// first choice of `auto` wherever unprivileged user namespaces work.
     Layered,
 }
 
@@ -145,11 +146,43 @@ pub enum Protection {
     TerminalPrograms,
     /// No capability in any set (root callers), `no_new_privs` set.
     Capabilities,
+    /// `ptrace` (and `/proc/PID/mem`, `environ`, …) of processes outside the sandbox.
+    PtraceOut,
+    /// A SIGKILL of the sandbox takes every descendant with it (nothing outlives it).
+    SigkillKillsTree,
+    /// System V shared memory, message queues and semaphores of outside processes.
+    SysvIpc,
+    /// The caller's keyrings (`add_key`, `keyctl`, `request_key`).
+    Keyrings,
+    /// The user's other terminals (`/dev/pts/N` other than the caller's own).
+    OtherTerminals,
+}
+
+/// How much a protection matters (DESIGN's two tiers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// Missing: exit 125 naming the mechanism, unless `--allow-degraded`.
+    Required,
+    /// Missing: one stderr line per run and a `degraded` entry in the report.
+    Hardening,
+    /// A property of the run shown in the report, not a protection against the command.
+    Info,
+}
+
+impl Tier {
+    /// Stable lower-case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Required => "required",
+            Tier::Hardening => "hardening",
+            Tier::Info => "info",
+        }
+    }
 }
 
 impl Protection {
     /// Every protection, in report order.
-    pub const ALL: [Protection; 13] = [
+    pub const ALL: [Protection; 18] = [
         Protection::WriteOutside,
         Protection::Truncate,
         Protection::RenameLinkAcross,
@@ -163,6 +196,11 @@ impl Protection {
         Protection::InheritedFds,
         Protection::TerminalPrograms,
         Protection::Capabilities,
+        Protection::PtraceOut,
+        Protection::SigkillKillsTree,
+        Protection::SysvIpc,
+        Protection::Keyrings,
+        Protection::OtherTerminals,
     ];
 
     /// Stable snake-case key used in JSON.
@@ -181,30 +219,48 @@ impl Protection {
             Protection::InheritedFds => "inherited_fds",
             Protection::TerminalPrograms => "terminal_programs",
             Protection::Capabilities => "capabilities",
+            Protection::PtraceOut => "ptrace_out",
+            Protection::SigkillKillsTree => "sigkill_kills_tree",
+            Protection::SysvIpc => "sysv_ipc",
+            Protection::Keyrings => "keyrings",
+            Protection::OtherTerminals => "other_terminals",
         }
     }
 
-    /// Whether losing this protection is a *degradation* that `auto` refuses without
-    /// `--allow-degraded`. The others are documented kernel limits: listed as not enforced,
-    /// never hidden, but not a reason to refuse (DESIGN §2.1, §2.4).
-    pub fn is_required(self, net: NetPolicy) -> bool {
+    /// The tier of this protection under network policy `net` (DESIGN §2.1): *required*
+    /// ones (writes outside, terminal injection, TCP with `--net deny`) make `auto` refuse
+    /// when missing; *hardening* ones are named on stderr and in the report's `degraded`;
+    /// *info* rows describe the run.
+    pub fn tier(self, net: NetPolicy) -> Tier {
         match self {
             Protection::WriteOutside
             | Protection::Truncate
             | Protection::RenameLinkAcross
             | Protection::RenameInside
             | Protection::PathnameSockets
-            | Protection::Tiocsti => true,
-            Protection::Tcp => net == NetPolicy::Deny,
-            // Descriptors the caller hands over on purpose (0-2, --pass-fd) are a limit of
-            // the namespace backends without Landlock, listed but not a reason to refuse.
-            Protection::InheritedFds
-            | Protection::TerminalPrograms
-            | Protection::Capabilities
-            | Protection::MetadataOutside
+            | Protection::Tiocsti => Tier::Required,
+            Protection::Tcp if net == NetPolicy::Deny => Tier::Required,
+            Protection::Tcp => Tier::Info,
+            Protection::MetadataOutside
             | Protection::SignalsOut
-            | Protection::AbstractSockets => false,
+            | Protection::PtraceOut
+            | Protection::SigkillKillsTree
+            | Protection::SysvIpc
+            | Protection::Keyrings
+            | Protection::OtherTerminals
+            | Protection::AbstractSockets => Tier::Hardening,
+            // Descriptors the caller hands over on purpose (0-2, --pass-fd), whether terminal
+            // programs work, and the capability drop describe the run.
+            Protection::InheritedFds | Protection::TerminalPrograms | Protection::Capabilities => {
+                Tier::Info
+            }
         }
+    }
+
+    /// Whether losing this protection is a *degradation* that `auto` refuses without
+    /// `--allow-degraded` ([`Tier::Required`]).
+    pub fn is_required(self, net: NetPolicy) -> bool {
+        self.tier(net) == Tier::Required
     }
 }
 
@@ -308,7 +364,43 @@ fn verdict(
             } else if backend.has_pid_namespace() {
                 Enforced("pid namespace")
             } else {
-                no("Landlock scopes signals only from ABI 6")
+                NotEnforced(format!("Landlock scopes signals only from ABI 6 (ABI {abi} here): the command can signal every process of its user"))
+            }
+        }
+        Protection::PtraceOut => {
+            if backend.has_pid_namespace() {
+                Enforced("pid namespace")
+            } else if abi >= 1 {
+                Enforced("landlock (ptrace only within the sandbox's domain)")
+            } else {
+                no("without Landlock or a PID namespace, processes of the same user can be traced")
+            }
+        }
+        Protection::SigkillKillsTree => {
+            if backend == Backend::Bwrap {
+                no("bubblewrap's --die-with-parent does not always take its PID namespace's init along: SIGKILLs of the sandbox at random moments left the command running")
+            } else if backend.has_pid_namespace() {
+                Enforced("pid namespace (its init's death kills every process in it)")
+            } else {
+                no("without a PID namespace a SIGKILLed supervisor cannot stop the tree: descendants are re-parented and keep running")
+            }
+        }
+        Protection::SysvIpc => {
+            if backend.has_pid_namespace() {
+                Enforced("ipc namespace")
+            } else {
+                no("without an IPC namespace, System V shared memory, message queues and semaphores of outside processes stay reachable (Landlock does not scope them)")
+            }
+        }
+        Protection::Keyrings if tiocsti_filter => {
+            Enforced("seccomp (add_key, request_key, keyctl refused)")
+        }
+        Protection::Keyrings => no("the seccomp filters exist only for x86-64: the command may use the caller's keyrings"),
+        Protection::OtherTerminals => {
+            if backend.has_pid_namespace() {
+                Enforced("private devpts")
+            } else {
+                no("Landlock grants /dev/pts whole (new ptys need it): the user's other terminals stay writable")
             }
         }
         Protection::AbstractSockets => {
@@ -318,6 +410,8 @@ fn verdict(
                 Enforced("seccomp gate")
             } else if backend.has_pid_namespace() && net == NetPolicy::Deny {
                 Enforced("network namespace")
+            } else if backend == Backend::Bwrap {
+                no("bubblewrap keeps the host's network namespace without --net deny, and abstract unix sockets belong to it")
             } else {
                 no("Landlock scopes abstract unix sockets only from ABI 6")
             }
@@ -327,6 +421,8 @@ fn verdict(
                 Enforced("landlock")
             } else if gate {
                 Enforced("seccomp gate")
+            } else if backend == Backend::Bwrap {
+                no("bubblewrap binds the host's root: connect() to its pathname unix sockets is not stopped")
             } else {
                 no("Landlock before ABI 9 cannot stop connect() to a pathname unix socket, and the seccomp gate cannot run here")
             }
@@ -375,6 +471,25 @@ pub fn degradations(
     protections(backend, abi, net, tiocsti_filter, unix_gate)
         .into_iter()
         .filter(|(p, _)| p.is_required(net))
+        .filter_map(|(p, v)| match v {
+            Verdict::NotEnforced(reason) => Some((p, reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The hardening protections (see [`Tier::Hardening`]) that do not hold, with why: each is one
+/// stderr line per run and a `degraded` entry of the report.
+pub fn hardening_gaps(
+    backend: Backend,
+    abi: u32,
+    net: NetPolicy,
+    seccomp_filters: bool,
+    unix_gate: bool,
+) -> Vec<(Protection, String)> {
+    protections(backend, abi, net, seccomp_filters, unix_gate)
+        .into_iter()
+        .filter(|(p, _)| p.tier(net) == Tier::Hardening)
         .filter_map(|(p, v)| match v {
             Verdict::NotEnforced(reason) => Some((p, reason)),
             _ => None,
@@ -477,6 +592,55 @@ mod tests {
                     .collect::<Vec<_>>(),
                 [Protection::Tiocsti]
             );
+        }
+    }
+
+    #[test]
+    fn layered_closes_every_hardening_gap_and_landlock_alone_names_its() {
+        let keys = |v: Vec<(Protection, String)>| v.into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+        // Pathname sockets are required (the seccomp gate below ABI 9), not a hardening gap.
+        assert!(keys(hardening_gaps(
+            Backend::Layered,
+            7,
+            NetPolicy::Allow,
+            true,
+            true
+        ))
+        .is_empty());
+        assert_eq!(
+            keys(hardening_gaps(
+                Backend::Landlock,
+                7,
+                NetPolicy::Allow,
+                true,
+                true
+            )),
+            vec![
+                Protection::MetadataOutside,
+                Protection::SigkillKillsTree,
+                Protection::SysvIpc,
+                Protection::OtherTerminals,
+            ]
+        );
+        // ABI 4-5: no signal scoping, and the report must say so.
+        for abi in [4, 5] {
+            assert!(keys(hardening_gaps(
+                Backend::Landlock,
+                abi,
+                NetPolicy::Allow,
+                true,
+                true
+            ))
+            .contains(&Protection::SignalsOut));
+        }
+    }
+
+    #[test]
+    fn bwrap_rows_never_blame_landlock() {
+        for (p, v) in protections(Backend::Bwrap, 0, NetPolicy::Allow, true, false) {
+            if let Verdict::NotEnforced(why) = v {
+                assert!(!why.contains("Landlock before ABI"), "{p:?}: {why}");
+            }
         }
     }
 }

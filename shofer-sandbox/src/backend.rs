@@ -2,7 +2,8 @@
 //! refusal naming each mechanism and why it failed. Never a silent downgrade.
 
 use shofer_core::policy::{
-    degradations, needs_unix_gate, protections, Backend, NetPolicy, Protection, Verdict,
+    degradations, hardening_gaps, needs_unix_gate, protections, Backend, NetPolicy, Protection,
+    Verdict,
 };
 use shofer_core::rights::NEWEST_PINNED_ABI;
 
@@ -103,6 +104,23 @@ impl Facts {
         self.userns.get_or_init(namespaces::probe)
     }
 
+    /// For a run: takes user namespaces as usable without the trial clone unless a sysctl
+    /// already says they are blocked. The run's own clone is the real test; when it fails
+    /// before the command starts, [`Facts::userns_failed`] records why and `auto` chooses
+    /// again (the trial clone would cost as much as the run's own).
+    pub fn assume_userns(&mut self) {
+        if self.userns.get().is_none() {
+            let _ = self
+                .userns
+                .set(namespaces::blocked_by_sysctl().map_or(Ok(()), Err));
+        }
+    }
+
+    /// Records that user namespaces failed with `why` (one clause).
+    pub fn userns_failed(&mut self, why: String) {
+        self.userns = OnceCell::from(Err(why));
+    }
+
     /// A usable bubblewrap, or why not (probed on first call).
     pub fn bwrap(&self) -> &Result<Bwrap, String> {
         self.bwrap.get_or_init(|| {
@@ -151,6 +169,17 @@ impl Facts {
         let gate = self.unix_gate_runs(backend, abi);
         degradations(backend, abi, net, self.tiocsti_filter, gate)
     }
+
+    /// [`hardening_gaps`] of `backend` at `abi` on this kernel and build.
+    pub fn hardening_gaps(
+        &self,
+        backend: Backend,
+        abi: u32,
+        net: NetPolicy,
+    ) -> Vec<(Protection, String)> {
+        let gate = self.unix_gate_runs(backend, abi);
+        hardening_gaps(backend, abi, net, self.tiocsti_filter, gate)
+    }
 }
 
 /// The decision: which backend, at which Landlock ABI, and what it cannot enforce.
@@ -163,17 +192,20 @@ pub struct Choice {
     /// Required protections this choice cannot enforce (non-empty only with
     /// `--allow-degraded`).
     pub degraded: Vec<(Protection, String)>,
+    /// Hardening protections this choice cannot enforce (each one stderr line per run).
+    pub hardening: Vec<(Protection, String)>,
     /// Why this backend was chosen, in one sentence.
     pub reason: String,
     /// The bubblewrap to run, for the `bwrap` backend.
     pub bwrap: Option<Bwrap>,
 }
 
-/// Chooses the backend for `request` (docs/ARCHITECTURE.md): `auto` takes
-/// Landlock when it enforces the whole required policy, else `userns` (Landlock layered at
-/// whatever ABI the kernel has), else `bwrap`, else a partial Landlock with
-/// `--allow-degraded`, else a refusal naming each mechanism and why it failed. The
-/// degradations of the choice are computed here and nowhere else.
+/// Chooses the backend for `request` (docs/ARCHITECTURE.md): `auto` takes `layered` wherever
+/// user namespaces work (`userns` below Landlock ABI 2, where Landlock would break renames),
+/// else Landlock alone when it enforces every required protection, else `bwrap`, else a
+/// partial Landlock with `--allow-degraded`, else a refusal naming each mechanism and why it
+/// failed. The degradations of the choice, required and hardening ([`Choice::hardening`]),
+/// are computed here and nowhere else.
 ///
 /// # Errors
 /// [`SetupError::Unusable`] for a forced backend, [`SetupError::NoBackend`] for `auto`.
@@ -198,7 +230,8 @@ pub fn choose(
                 backend: Backend::Landlock,
                 abi,
                 degraded,
-                reason: format!("Landlock ABI {abi} enforces the whole policy"),
+                hardening: facts.hardening_gaps(Backend::Landlock, abi, net),
+                reason: format!("Landlock ABI {abi} enforces every required protection"),
                 bwrap: None,
             });
         }
@@ -210,17 +243,22 @@ pub fn choose(
             backend: Backend::Landlock,
             abi,
             degraded,
+            hardening: facts.hardening_gaps(Backend::Landlock, abi, net),
             reason: format!("Landlock ABI {abi}, degraded as allowed: {what}"),
             bwrap: None,
         })
     };
-    // `probe` asks first (auto must know before it commits to a backend); a forced backend
-    // skips the trial clone: its own set-up fails with the same one-line reason.
+    // `probe` asks first (`--probe`, and `auto` with `--report`, must know before they commit
+    // to a backend); otherwise what is known so far decides (a run assumes user namespaces
+    // work, see `Facts::assume_userns`, and its own clone is the test).
     let userns = |backend: Backend, probe: bool| -> Result<Choice, Unusable> {
-        if probe {
-            if let Err(why) = facts.userns() {
-                return Err(Unusable::Userns(why.clone()));
-            }
+        let known = if probe {
+            Some(facts.userns())
+        } else {
+            facts.userns_if_probed()
+        };
+        if let Some(Err(why)) = known {
+            return Err(Unusable::Userns(why.clone()));
         }
         // Landlock ABI 1 refuses every cross-directory rename, even inside the worktree; the
         // read-only mounts already do its job, so plain userns does not layer it.
@@ -252,7 +290,8 @@ pub fn choose(
             backend,
             abi,
             degraded,
-            reason: format!("user, mount and PID namespaces with a read-only root{layered}"),
+            hardening: facts.hardening_gaps(backend, abi, net),
+            reason: format!("user, mount, PID and IPC namespaces with a read-only root{layered}"),
             bwrap: None,
         })
     };
@@ -271,6 +310,7 @@ pub fn choose(
                     backend: Backend::Bwrap,
                     abi: 0,
                     degraded,
+                    hardening: facts.hardening_gaps(Backend::Bwrap, 0, net),
                     reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
                     bwrap: Some(b.clone()),
                 })
@@ -284,9 +324,16 @@ pub fn choose(
         BackendChoice::Forced(Backend::Bwrap) => bwrap(),
         BackendChoice::Auto => {
             let mut why = Vec::new();
+            // Layered needs Landlock from ABI 2 (ABI 1 refuses renames across directories).
+            let namespaces = if abi >= 2 {
+                Backend::Layered
+            } else {
+                Backend::Userns
+            };
+            let probe_userns = facts.userns_if_probed().is_none();
             for attempt in [
-                &(|| landlock(false)) as &dyn Fn() -> Result<Choice, Unusable>,
-                &|| userns(Backend::Userns, true),
+                &(|| userns(namespaces, probe_userns)) as &dyn Fn() -> Result<Choice, Unusable>,
+                &|| landlock(false),
                 &bwrap,
             ] {
                 match attempt() {
@@ -357,8 +404,8 @@ mod tests {
         ));
         assert!(
             matches!(&tried[..], [
-                Unusable::LandlockPartial { abi: 2, degraded },
                 Unusable::Userns(ns),
+                Unusable::LandlockPartial { abi: 2, degraded },
                 Unusable::Bwrap(bwrap),
             ] if degraded[0].0 == Protection::Truncate
                 && ns == "blocked (test)"
@@ -370,11 +417,24 @@ mod tests {
     }
 
     #[test]
-    fn auto_falls_back_to_userns_then_bwrap() {
+    fn auto_prefers_layered_then_landlock_then_bwrap() {
+        let f = Facts::fixed(Ok(7), Ok(()), no_bwrap());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert_eq!((c.backend, c.abi), (Backend::Layered, 7));
+        assert!(c.degraded.is_empty());
         let f = Facts::fixed(Ok(2), Ok(()), no_bwrap());
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
-        assert_eq!((c.backend, c.abi), (Backend::Userns, 2));
+        assert_eq!((c.backend, c.abi), (Backend::Layered, 2));
         assert!(c.degraded.is_empty());
+        // Without user namespaces, Landlock alone, naming what it lacks.
+        let f = Facts::fixed(Ok(7), no_ns(), no_bwrap());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert_eq!(c.backend, Backend::Landlock);
+        assert!(c.reason.contains("blocked (test)"), "{}", c.reason);
+        assert!(c
+            .hardening
+            .iter()
+            .any(|(p, _)| *p == Protection::SigkillKillsTree));
         let b = Bwrap {
             path: "/usr/bin/bwrap".into(),
             version: "0.8.0".into(),
@@ -387,8 +447,8 @@ mod tests {
     }
 
     #[test]
-    fn with_landlock_complete_auto_never_probes_namespaces() {
-        let f = Facts {
+    fn a_run_assumes_user_namespaces_until_its_clone_fails() {
+        let mut f = Facts {
             kernel: "t".into(),
             landlock: Ok(6),
             tiocsti_filter: true,
@@ -396,8 +456,15 @@ mod tests {
             bwrap: OnceCell::new(),
             unix_gate: OnceCell::from(Ok(())),
         };
-        choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
-        assert!(f.userns.get().is_none() && f.bwrap.get().is_none());
+        f.assume_userns();
+        if namespaces::blocked_by_sysctl().is_none() {
+            let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
+            assert_eq!(c.backend, Backend::Layered);
+        }
+        assert!(f.bwrap.get().is_none());
+        f.userns_failed("blocked (test)".into());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
+        assert_eq!(c.backend, Backend::Landlock);
     }
 
     #[test]
@@ -428,7 +495,7 @@ mod tests {
             NetPolicy::Deny,
             false,
         ));
-        assert_eq!(tried[0].degraded()[0].0, Protection::Tcp);
+        assert_eq!(tried[1].degraded()[0].0, Protection::Tcp);
         assert!(choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).is_ok());
     }
 
@@ -445,15 +512,15 @@ mod tests {
         assert_eq!(
             refused(err),
             [
-                Unusable::Landlock(LandlockOff::Kernel(LandlockAbsence::NotBuilt)),
                 Unusable::Userns("blocked (test)".into()),
+                Unusable::Landlock(LandlockOff::Kernel(LandlockAbsence::NotBuilt)),
                 Unusable::Bwrap("not installed (test)".into()),
             ]
         );
         // The one-line message users and scripts read.
         assert_eq!(
             text,
-            "no sandbox backend can enforce the policy: Landlock: not in this kernel (ENOSYS); user namespaces: blocked (test); bwrap: not installed (test)"
+            "no sandbox backend can enforce the policy: user namespaces: blocked (test); Landlock: not in this kernel (ENOSYS); bwrap: not installed (test)"
         );
         let err = unusable(choose(
             BackendChoice::Forced(Backend::Landlock),
@@ -534,7 +601,7 @@ mod tests {
             NetPolicy::Allow,
             true,
         ));
-        assert_eq!(tried[0], Unusable::Landlock(LandlockOff::CappedToZero));
+        assert_eq!(tried[1], Unusable::Landlock(LandlockOff::CappedToZero));
     }
 
     #[test]

@@ -72,11 +72,16 @@ pub enum Invocation {
     Probe {
         /// Print JSON instead of text.
         json: bool,
+        /// `--backend` given alongside: describe that backend.
+        backend: BackendChoice,
         /// `--max-abi` given alongside.
         max_abi: Option<u32>,
         /// `--net` given alongside.
         net: NetPolicy,
     },
+    /// `--print-apparmor-profile`: the AppArmor profile that lets this binary create user
+    /// namespaces (Ubuntu's `kernel.apparmor_restrict_unprivileged_userns`).
+    PrintAppArmorProfile,
     /// `--help`.
     Help,
     /// `--version`.
@@ -90,7 +95,8 @@ shofer-sandbox: run a command that may read everything but write only to its wor
 Usage:
   shofer-sandbox [OPTIONS] <WORKTREE> [--] <COMMAND> [ARGS...]
   shofer-sandbox [OPTIONS] <WORKTREE> -c <SHELL-STRING>
-  shofer-sandbox --probe [--json]
+  shofer-sandbox --probe [--json] [--backend NAME]
+  shofer-sandbox --print-apparmor-profile
 
 Writable: the worktree, /tmp and $TMPDIR, /dev/null, /dev/zero, /dev/full, terminals
 (/dev/tty, /dev/pts/*, /dev/ptmx), /dev/shm, a linked worktree's git metadata, and every
@@ -120,7 +126,10 @@ Options:
   --status-fd <FD>         write JSON lines to descriptor FD: {\"child-pid\": N} when the
                            command has started, {\"exit-status\": N} as soon as it exits
                            (before its descendants with --keep-descendants)
-  --probe                  print what this kernel can enforce (--json for JSON)
+  --probe                  print what this kernel can enforce (--json for JSON),
+                           with the backend auto picks or the one --backend names
+  --print-apparmor-profile print an AppArmor profile that lets this binary create
+                           user namespaces (Ubuntu 23.10+ restricts them)
   -h, --help               print this help
   -V, --version            print the version
 
@@ -169,6 +178,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut status_fd = None;
     let mut probe = false;
     let mut json = false;
+    let mut apparmor = false;
 
     let err = |e: lexopt::Error| usage(e.to_string());
     while let Some(arg) = parser.next().map_err(err)? {
@@ -176,6 +186,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
             Short('h') | Long("help") => return Ok(Invocation::Help),
             Short('V') | Long("version") => return Ok(Invocation::Version),
             Long("probe") => probe = true,
+            Long("print-apparmor-profile") => apparmor = true,
             Long("json") => json = true,
             Short('c') => {
                 if worktree.is_none() {
@@ -273,11 +284,24 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         }
     }
 
+    if apparmor {
+        if probe || json || worktree.is_some() {
+            return Err(usage(
+                "--print-apparmor-profile takes no other option, worktree or command",
+            ));
+        }
+        return Ok(Invocation::PrintAppArmorProfile);
+    }
     if probe {
         if worktree.is_some() {
             return Err(usage("--probe takes no worktree or command"));
         }
-        return Ok(Invocation::Probe { json, max_abi, net });
+        return Ok(Invocation::Probe {
+            json,
+            backend,
+            max_abi,
+            net,
+        });
     }
     if json {
         return Err(usage("--json only goes with --probe"));
@@ -405,6 +429,15 @@ mod tests {
         assert!(fails(&["--net", "maybe", "/wt", "ls"]).contains("allow or deny"));
         assert!(fails(&["--bogus", "/wt", "ls"]).contains("--bogus"));
         assert!(fails(&["", "ls"]).contains("empty string"));
+    }
+
+    #[test]
+    fn print_apparmor_profile_stands_alone() {
+        assert!(matches!(
+            parse(["--print-apparmor-profile"].map(OsString::from)).unwrap(),
+            Invocation::PrintAppArmorProfile
+        ));
+        assert!(fails(&["--print-apparmor-profile", "/wt", "ls"]).contains("takes no other"));
     }
 
     #[test]

@@ -24,10 +24,13 @@ fn landlock_json(facts: &Facts) -> Value {
 fn protections_json(facts: &Facts, backend: Backend, abi: u32, net: NetPolicy) -> Value {
     let mut map = Map::new();
     for (p, v) in facts.protections(backend, abi, net) {
+        let tier = p.tier(net).as_str();
         let entry = match v {
-            Verdict::Enforced(by) => json!({"enforced": true, "by": by}),
-            Verdict::NotEnforced(reason) => json!({"enforced": false, "reason": reason}),
-            Verdict::NotRequested => json!({"enforced": false, "requested": false}),
+            Verdict::Enforced(by) => json!({"enforced": true, "by": by, "tier": tier}),
+            Verdict::NotEnforced(reason) => {
+                json!({"enforced": false, "reason": reason, "tier": tier})
+            }
+            Verdict::NotRequested => json!({"enforced": false, "requested": false, "tier": tier}),
         };
         map.insert(p.key().to_string(), entry);
     }
@@ -57,9 +60,16 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, SetupError>, net: NetPolicy)
             map.insert("backend".into(), json!(c.backend.as_str()));
             map.insert("backend_reason".into(), json!(c.reason));
             map.insert("effective_abi".into(), json!(c.abi));
+            // Every protection this run lacks, required (accepted with --allow-degraded) and
+            // hardening; each row's `tier` says which.
             map.insert(
                 "degraded".into(),
-                json!(c.degraded.iter().map(|(p, _)| p.key()).collect::<Vec<_>>()),
+                json!(c
+                    .degraded
+                    .iter()
+                    .chain(&c.hardening)
+                    .map(|(p, _)| p.key())
+                    .collect::<Vec<_>>()),
             );
             map.insert(
                 "protections".into(),
@@ -178,7 +188,10 @@ mod tests {
 
     #[test]
     fn tiocsti_is_reported_enforced_only_where_the_filter_exists() {
-        assert_eq!(tiocsti(true), json!({"enforced": true, "by": "seccomp"}));
+        assert_eq!(
+            tiocsti(true),
+            json!({"enforced": true, "by": "seccomp", "tier": "required"})
+        );
         let without = tiocsti(false);
         assert_eq!(without["enforced"], json!(false), "{without}");
         assert!(

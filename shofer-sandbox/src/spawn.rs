@@ -31,6 +31,7 @@ pub(crate) enum Stage {
     IdMaps,
     Mounts,
     Fork,
+    Identity,
 }
 
 impl Stage {
@@ -48,6 +49,7 @@ impl Stage {
             IdMaps,
             Mounts,
             Fork,
+            Identity,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -66,6 +68,7 @@ impl Stage {
             Stage::IdMaps => "writing uid_map/gid_map",
             Stage::Mounts => "mount",
             Stage::Fork => "fork",
+            Stage::Identity => "switching to the worktree's owner (setgroups/setresgid/setresuid)",
         }
     }
 }
@@ -93,13 +96,14 @@ pub(crate) enum Spawn {
 }
 
 /// Prepares the supervisor, starts the command of `plan` and waits until it has exec'd.
-/// With `exit_pipe`, process A of the namespace backends reports the command's exit over a
-/// pipe even while it waits for descendants.
+/// Process A of the namespace backends reports the command's raw exit status over a pipe the
+/// moment it exits (for `--status-fd` while descendants are still waited for, and so the
+/// sandbox can die by the command's signal, which A, PID 1, cannot pass on by dying).
 ///
 /// # Errors
 /// [`SetupError`] when the supervisor cannot be set up (`prctl`, `pipe2`, `clone`) or a
 /// child-side step before `execve` fails; the command has then not run.
-pub(crate) fn spawn(plan: &Plan<'_>, exit_pipe: bool, gate: bool) -> Result<Spawn, SetupError> {
+pub(crate) fn spawn(plan: &Plan<'_>, gate: bool) -> Result<Spawn, SetupError> {
     // Safety: prctl with integer arguments only changes this process's attributes.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
@@ -118,7 +122,7 @@ pub(crate) fn spawn(plan: &Plan<'_>, exit_pipe: bool, gate: bool) -> Result<Spaw
     let namespaced = matches!(plan.confinement, Confinement::Namespaces(_));
     let mut handled = vec![libc::SIGCHLD, libc::SIGTERM];
     handled.extend(FORWARDED);
-    let exit_pipe = exit_pipe && namespaced;
+    let exit_pipe = namespaced;
     if exit_pipe {
         handled.push(libc::SIGIO);
     }
@@ -162,12 +166,32 @@ pub(crate) fn spawn(plan: &Plan<'_>, exit_pipe: bool, gate: bool) -> Result<Spaw
         gate_pipe: gate_pipe.as_ref().map(|(_, w)| w.as_raw_fd()),
     };
     let main = match &plan.confinement {
-        Confinement::Namespaces(setup) => spawn_namespaced(
-            &args,
-            setup,
-            plan.exec.keep_descendants,
-            main_exit.as_ref().map(|(_, w)| w.as_raw_fd()),
-        )?,
+        Confinement::Namespaces(setup) => {
+            // Only we, with CAP_SETUID over the parent namespace, may map every id: A waits
+            // on this pipe until we have (EOF: we could not).
+            let maps = if setup.full_map {
+                Some(pipe("pipe2")?)
+            } else {
+                None
+            };
+            let pid = spawn_namespaced(
+                &args,
+                setup,
+                plan.exec.keep_descendants,
+                main_exit.as_ref().map(|(_, w)| w.as_raw_fd()),
+                maps.as_ref().map(|(r, w)| (r.as_raw_fd(), w.as_raw_fd())),
+            )?;
+            if let Some((_, ready)) = maps {
+                let written = ["uid_map", "gid_map"].iter().all(|f| {
+                    std::fs::write(format!("/proc/{pid}/{f}"), namespaces::FULL_MAP).is_ok()
+                });
+                if written {
+                    // Safety: a one-byte write to our pipe.
+                    unsafe { libc::write(ready.as_raw_fd(), b"1".as_ptr().cast(), 1) };
+                }
+            }
+            pid
+        }
         _ => spawn_child(&args)?,
     };
     drop(err_write);
@@ -182,7 +206,8 @@ pub(crate) fn spawn(plan: &Plan<'_>, exit_pipe: bool, gate: bool) -> Result<Spaw
         let mut status = 0;
         // Safety: reaping our own child.
         unsafe { libc::waitpid(main, &mut status, 0) };
-        let name = plan.exec.argv[0].to_string_lossy();
+        // What was executed: the command, or bubblewrap in front of it.
+        let name = steps.argv[0].to_string_lossy();
         return match stage {
             Stage::Exec if errno == libc::ENOENT || errno == libc::ENOTDIR => Ok(
                 Spawn::NotExecuted(127, NotRunnable::NotFound.message(&name)),
@@ -273,7 +298,7 @@ const CHILD_STACK: usize = 256 * 1024;
 /// the child runs on its own stack, and everything it changes (signal mask and dispositions,
 /// session, credentials, seccomp, Landlock) is per task, not per address space. The child
 /// only reads the plan: everything it owns stays the supervisor's.
-fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupError> {
+pub(crate) fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupError> {
     // Safety: an anonymous private mapping; checked for MAP_FAILED below.
     let stack = unsafe {
         libc::mmap(
@@ -322,7 +347,7 @@ fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupError> {
     Ok(pid)
 }
 
-/// Starts process A in new user, mount and PID namespaces (and a network namespace with
+/// Starts process A in new user, mount, PID and IPC namespaces (and a network namespace with
 /// `--net deny`) with a fork-like `clone`: A outlives the exec of the command, so it cannot
 /// share our memory. A runs [`namespaces::init`].
 fn spawn_namespaced(
@@ -330,8 +355,10 @@ fn spawn_namespaced(
     setup: &namespaces::Setup<'_>,
     keep_descendants: bool,
     main_exit: Option<RawFd>,
+    maps_ready: Option<(RawFd, RawFd)>,
 ) -> Result<libc::pid_t, SetupError> {
-    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    let mut flags =
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
     if setup.net_deny {
         flags |= libc::CLONE_NEWNET;
     }
@@ -345,7 +372,7 @@ fn spawn_namespaced(
         )));
     }
     if pid == 0 {
-        namespaces::init(args, setup, keep_descendants, main_exit);
+        namespaces::init(args, setup, keep_descendants, main_exit, maps_ready);
     }
     Ok(pid as libc::pid_t)
 }

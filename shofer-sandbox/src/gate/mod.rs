@@ -122,6 +122,16 @@ pub struct AllowUnix {
 }
 
 impl AllowUnix {
+    /// No `--allow-unix` path (tests).
+    #[cfg(test)]
+    pub fn none() -> AllowUnix {
+        AllowUnix {
+            paths: Vec::new(),
+            fds: Vec::new(),
+            ids: Vec::new(),
+        }
+    }
+
     /// Opens every `--allow-unix` path.
     ///
     /// # Errors
