@@ -943,3 +943,32 @@ fn slow_peers_do_not_stall_the_gate_and_large_sends_are_whole() {
         assert!(text.contains("sendmsg True"), "{b}: {}", show(&out));
     }
 }
+
+#[test]
+fn a_command_run_as_the_worktrees_owner_is_gated_and_keeps_its_own_sockets() {
+    // Root over a worktree another uid owns: the command runs as that uid (or keeps some
+    // capabilities in its user namespace); the gate acts as the caller, not as root.
+    if !is_root() {
+        return;
+    }
+    for b in backends() {
+        let tree = Tree::new(Some(UNPRIV));
+        let sock = tree.host.join("s");
+        let host = Host::service("stream", &sock);
+        let script = format!(
+            "import socket, tempfile\nd = tempfile.mkdtemp(dir='/tmp')\ns = socket.socket(socket.AF_UNIX)\ns.bind(d + '/s')\ns.listen(1)\nsocket.socket(socket.AF_UNIX).connect(d + '/s')\nprint('own ok')\ntry:\n    socket.socket(socket.AF_UNIX).connect('{}')\n    print('host REACHED')\nexcept PermissionError:\n    print('host refused')",
+            sock.display()
+        );
+        let out = tree.run(b, None).args([PY, "-c", &script]).output();
+        let text = String::from_utf8_lossy(&out.stdout);
+        if b == "bwrap" && out.status.code() == Some(125) {
+            continue; // bubblewrap over a foreign worktree: its own refusal, not the gate's
+        }
+        assert!(
+            text.contains("own ok") && text.contains("host refused"),
+            "{b}: {}",
+            show(&out)
+        );
+        assert_eq!(host.contacts(), 0, "{b}");
+    }
+}

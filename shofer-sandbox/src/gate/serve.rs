@@ -55,8 +55,9 @@ pub struct Rules {
     /// gate refuses them too, as it performs connects itself.
     pub tcp_denied: bool,
     /// The command runs without capabilities: the gate's thread drops its own. When false
-    /// (bubblewrap, which needs its privileges for its own set-up, or `--keep-caps`), calls of
-    /// a caller without effective capabilities are performed on a thread that drops them.
+    /// (bubblewrap, which needs its privileges for its own set-up; a command switched to the
+    /// worktree's owner; `--keep-caps`), calls of a caller without effective capabilities are
+    /// performed on a thread that takes the caller's uid, gid and groups and no capabilities.
     pub drop_caps: bool,
 }
 
@@ -138,17 +139,58 @@ fn drop_thread_caps() -> bool {
     .all(|set| caps::clear(None, set).is_ok())
 }
 
-/// Whether process `pid` runs without effective capabilities (`CapEff` in
-/// `/proc/PID/status`); unknown counts as without.
-fn without_caps(pid: libc::pid_t) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .map(|v| v.trim().chars().all(|c| c == '0'))
-        })
-        .unwrap_or(true)
+/// Who a caller without capabilities is, to act as it: effective uid and gid and the
+/// supplementary groups (`/proc/PID/status`, in the supervisor's user namespace).
+#[derive(Clone)]
+struct Caller {
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+}
+
+/// The identity of thread `pid` when it runs without effective capabilities; `None` when it
+/// holds some (or cannot be read: then the call is refused).
+fn unprivileged_caller(pid: libc::pid_t) -> Option<Caller> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+    };
+    if !field("CapEff:")?.first()?.chars().all(|c| c == '0') {
+        return None;
+    }
+    Some(Caller {
+        uid: field("Uid:")?.get(1)?.parse().ok()?,
+        gid: field("Gid:")?.get(1)?.parse().ok()?,
+        groups: field("Groups:")?
+            .iter()
+            .filter_map(|g| g.parse().ok())
+            .collect(),
+    })
+}
+
+/// Makes the calling thread `caller`: groups, gid, uid, then no capabilities. Raw syscalls:
+/// the kernel changes credentials per thread (the C library's wrappers would change every
+/// thread of the supervisor).
+fn become_caller(caller: &Caller) -> bool {
+    // Safety: geteuid/getegid cannot fail.
+    if unsafe { (libc::geteuid(), libc::getegid()) } == (caller.uid, caller.gid) {
+        return drop_thread_caps(); // the same user: only the capabilities differ
+    }
+    // Safety: setgroups/setresgid/setresuid with our own buffer and integers; they change
+    // only this thread's credentials.
+    let ok = unsafe {
+        libc::syscall(
+            libc::SYS_setgroups,
+            caller.groups.len(),
+            caller.groups.as_ptr(),
+        ) == 0
+            && libc::syscall(libc::SYS_setresgid, caller.gid, caller.gid, caller.gid) == 0
+            && libc::syscall(libc::SYS_setresuid, caller.uid, caller.uid, caller.uid) == 0
+    };
+    ok && drop_thread_caps()
 }
 
 /// A pidfd for the calling *thread* `tid` (notifications name threads): `PIDFD_THREAD`
@@ -543,9 +585,18 @@ impl Gate {
             && (proto == libc::IPPROTO_TCP || proto == libc::IPPROTO_MPTCP)
     }
 
-    /// Whether calls of `pid` must be made without the capabilities this thread still has.
-    fn needs_unprivileged(&self, pid: libc::pid_t) -> bool {
-        !self.rules.drop_caps && without_caps(pid)
+    /// Whether calls of `pid` must be made as it, without the capabilities this thread still
+    /// has (the caller's identity), or may be made here (`None`).
+    fn needs_unprivileged(&self, pid: libc::pid_t) -> Option<Option<Caller>> {
+        if self.rules.drop_caps {
+            return None;
+        }
+        // Unreadable: refused (Some(None)) rather than made with our privileges.
+        match unprivileged_caller(pid) {
+            Some(c) => Some(Some(c)),
+            None if std::fs::metadata(format!("/proc/{pid}")).is_ok() => None,
+            None => Some(None),
+        }
     }
 
     /// Runs `op` on a helper thread which answers the notification itself (without
@@ -553,17 +604,17 @@ impl Gate {
     fn later(
         &self,
         id: u64,
-        unprivileged: bool,
+        as_caller: Option<Option<Caller>>,
         op: impl FnOnce() -> Result<i64, i32> + Send + 'static,
     ) -> Reply {
         let listener = self.listener.clone();
         let spawned = std::thread::Builder::new()
             .stack_size(64 * 1024)
             .spawn(move || {
-                let r = if !unprivileged || drop_thread_caps() {
-                    op()
-                } else {
-                    Err(libc::EPERM)
+                let r = match as_caller {
+                    None => op(),
+                    Some(Some(caller)) if become_caller(&caller) => op(),
+                    Some(_) => Err(libc::EPERM),
                 };
                 notify::answer(listener.as_raw_fd(), id, r)
             });
@@ -586,10 +637,10 @@ impl Gate {
         let addr = target.addr().map(<[u8]>::to_vec).unwrap_or_default();
         let unix = sockopt(sock.as_raw_fd(), libc::SO_DOMAIN) == libc::AF_UNIX;
         let unprivileged = self.needs_unprivileged(n.pid);
-        if !unprivileged && nonblocking(sock.as_raw_fd()) {
+        if unprivileged.is_none() && nonblocking(sock.as_raw_fd()) {
             return Ok(Reply::Now(connect_to(sock.as_raw_fd(), &addr)));
         }
-        if !unprivileged && unix {
+        if unprivileged.is_none() && unix {
             // A unix connect blocks only on a full backlog: try without blocking (O_NONBLOCK
             // on the shared file for the duration of the call; the caller is blocked in this
             // very connect), and only then wait on a helper thread, so a listener that is slow
@@ -614,13 +665,13 @@ impl Gate {
             raise_sigpipe(&r, flags, tid);
             r
         };
-        if self.needs_unprivileged(n.pid) {
-            return self.later(n.id, true, move || send(&sock, &m, flags));
+        if let Some(caller) = self.needs_unprivileged(n.pid) {
+            return self.later(n.id, Some(caller), move || send(&sock, &m, flags));
         }
         let wants_block = flags & libc::MSG_DONTWAIT == 0 && !nonblocking(sock.as_raw_fd());
         match send(&sock, &m, flags | libc::MSG_DONTWAIT) {
             Err(libc::EAGAIN) if wants_block => {
-                self.later(n.id, false, move || send(&sock, &m, flags))
+                self.later(n.id, None, move || send(&sock, &m, flags))
             }
             // A blocking stream send returns when all is sent: the rest follows, blocking.
             Ok(sent)
@@ -634,7 +685,7 @@ impl Gate {
                     _fds: Vec::new(),
                     target: Target::None,
                 };
-                self.later(n.id, false, move || {
+                self.later(n.id, None, move || {
                     let more = send(&sock, &rest, flags);
                     Ok(sent + more.unwrap_or(0))
                 })
@@ -771,13 +822,15 @@ impl Gate {
             }
             Ok(sent as i64)
         };
-        if self.needs_unprivileged(n.pid) {
-            return Ok(self.later(n.id, true, move || run(sock.as_raw_fd(), &ready, flags)));
+        if let Some(caller) = self.needs_unprivileged(n.pid) {
+            return Ok(self.later(n.id, Some(caller), move || {
+                run(sock.as_raw_fd(), &ready, flags)
+            }));
         }
         let wants_block = flags & libc::MSG_DONTWAIT == 0 && !nonblocking(sock.as_raw_fd());
         match run(sock.as_raw_fd(), &ready, flags | libc::MSG_DONTWAIT) {
             Err(libc::EAGAIN) if wants_block => {
-                Ok(self.later(n.id, false, move || run(sock.as_raw_fd(), &ready, flags)))
+                Ok(self.later(n.id, None, move || run(sock.as_raw_fd(), &ready, flags)))
             }
             r => Ok(Reply::Now(r)),
         }
