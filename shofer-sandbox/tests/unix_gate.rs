@@ -278,6 +278,10 @@ const OWN: &str = r#"
 import array, os, socket, sys, tempfile, threading
 wt = sys.argv[1]
 res = {}
+made = []
+def mkdtemp(**kw):
+    made.append(tempfile.mkdtemp(prefix="shofer-ug-", **kw))
+    return made[-1]
 def stream(path):
     if path[0] != "\0" and os.path.lexists(path):
         os.unlink(path)
@@ -307,9 +311,9 @@ def stream_raw(path):
     if libc.connect(c.fileno(), a, len(a)) != 0:
         return b"errno %d" % ctypes.get_errno()
     return s.accept()[0] and b"own"
-tmp = tempfile.mkdtemp(dir="/tmp")
+tmp = mkdtemp(dir="/tmp")
 res["tmp"] = stream(tmp + "/s")
-res["tmpdir"] = stream(tempfile.mkdtemp() + "/s")
+res["tmpdir"] = stream(mkdtemp() + "/s")
 res["worktree"] = stream(wt + "/own.sock")
 res["abstract"] = stream("\0shofer-ug-own-%d" % os.getpid())
 os.chdir(tmp)
@@ -340,12 +344,15 @@ res["connected-send"] = r.recv(20)
 # From a thread other than the main one (seccomp names the thread, not the process).
 out = {}
 def from_thread():
-    out["v"] = stream(tempfile.mkdtemp(dir="/tmp") + "/t")
+    out["v"] = stream(mkdtemp(dir="/tmp") + "/t")
 th = threading.Thread(target=from_thread)
 th.start()
 th.join()
 res["thread"] = out["v"]
 print(sorted((k, v.decode()) for k, v in res.items()))
+import shutil
+for d in made:
+    shutil.rmtree(d, ignore_errors=True)
 "#;
 
 #[test]
@@ -471,6 +478,8 @@ for i in range(n):
 stop = True
 th.join()
 print("ok", ok, "refused", refused, "other", other)
+import shutil
+shutil.rmtree(d, ignore_errors=True)
 "#;
 
 #[test]
@@ -686,13 +695,15 @@ class Prog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 prog = Prog(1, ctypes.addressof(buf))
 assert libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0, ctypes.get_errno()  # PR_SET_SECCOMP
-d = tempfile.mkdtemp(dir="/tmp")
+d = tempfile.mkdtemp(prefix="shofer-ug-", dir="/tmp")
 s = socket.socket(socket.AF_UNIX); s.bind(d + "/s"); s.listen(1)
 c = socket.socket(socket.AF_UNIX); c.connect(d + "/s"); print("own ok")
 try:
     socket.socket(socket.AF_UNIX).connect(sys.argv[1]); print("host REACHED")
 except PermissionError:
     print("host refused")
+import shutil
+shutil.rmtree(d, ignore_errors=True)
 "#;
     for b in backends() {
         let tree = Tree::new(None);
@@ -895,7 +906,7 @@ fn no_unix_gate_is_a_degradation_that_must_be_accepted_and_is_reported() {
 /// calls; a large `sendmsg()` on a blocking stream socket is sent whole, as without the gate.
 const SLOW_PEERS: &str = r#"
 import os, socket, tempfile, threading, time
-d = tempfile.mkdtemp(dir="/tmp")
+d = tempfile.mkdtemp(prefix="shofer-ug-", dir="/tmp")
 stuck = socket.socket(socket.AF_UNIX)
 stuck.bind(d + "/stuck")
 stuck.listen(0)
@@ -926,6 +937,8 @@ r.start()
 sent = a.sendmsg([big])
 r.join()
 print("sendmsg", sent == len(big) and got[0] == len(big))
+import shutil
+shutil.rmtree(d, ignore_errors=True)
 os._exit(0)
 "#;
 
@@ -956,7 +969,7 @@ fn a_command_run_as_the_worktrees_owner_is_gated_and_keeps_its_own_sockets() {
         let sock = tree.host.join("s");
         let host = Host::service("stream", &sock);
         let script = format!(
-            "import socket, tempfile\nd = tempfile.mkdtemp(dir='/tmp')\ns = socket.socket(socket.AF_UNIX)\ns.bind(d + '/s')\ns.listen(1)\nsocket.socket(socket.AF_UNIX).connect(d + '/s')\nprint('own ok')\ntry:\n    socket.socket(socket.AF_UNIX).connect('{}')\n    print('host REACHED')\nexcept PermissionError:\n    print('host refused')",
+            "import socket, tempfile\nd = tempfile.mkdtemp(prefix='shofer-ug-', dir='/tmp')\ns = socket.socket(socket.AF_UNIX)\ns.bind(d + '/s')\ns.listen(1)\nsocket.socket(socket.AF_UNIX).connect(d + '/s')\nprint('own ok')\ntry:\n    socket.socket(socket.AF_UNIX).connect('{}')\n    print('host REACHED')\nexcept PermissionError:\n    print('host refused')\nimport shutil\nshutil.rmtree(d, ignore_errors=True)",
             sock.display()
         );
         let out = tree.run(b, None).args([PY, "-c", &script]).output();
