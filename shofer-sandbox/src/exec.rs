@@ -20,17 +20,15 @@
 //! A gate (issue 10: mediate `connect()` to pathname unix sockets below Landlock ABI 9) needs
 //! two pieces, and both places are marked `HOOK(seccomp-notify)` in the code:
 //! - **child side**, step 8 in [`run`]: after `no_new_privs` and the TIOCSTI filter, before
-//!   Landlock, install a filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER` and send the listener
-//!   descriptor to the supervisor (`SCM_RIGHTS` over a socketpair created before `clone`,
-//!   whose child end is passed here like the failure pipe). The child must not wait for an
-//!   answer: with `CLONE_VFORK` the supervisor is suspended until `execve`. A failure is a
-//!   new [`Stage`], reported like the others.
-//! - **supervisor side**, in [`crate::supervise`] right after the spawn succeeded: receive the
-//!   listener and serve its notifications (e.g. on a thread) until the tree is gone; the wait
-//!   loop itself stays signal-driven.
+//!   Landlock, install a filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER`; the listener stays
+//!   in the descriptor table this child shares with the supervisor until `execve`
+//!   (`CLONE_FILES`; an `SCM_RIGHTS` send would itself be trapped, with nobody to answer it
+//!   yet). A failure is [`Stage::Seccomp`].
+//! - **supervisor side**, in [`crate::spawn`] right after the spawn succeeded
+//!   ([`crate::gate::take_listener`]), then served on a thread ([`crate::gate::Setup::start`]).
 //!
-//! For the namespace backends the same child sequence runs in process B, so the gate covers
-//! them too; A only forwards the socket's child end.
+//! For the namespace backends process A installs it before forking the command (so A's
+//! whole namespace is under it), and the supervisor takes it from A with `pidfd_getfd`.
 
 use std::ffi::CString;
 use std::io;
@@ -67,6 +65,9 @@ pub(crate) struct Steps<'a> {
     pub seccomp: bool,
     /// The Landlock ruleset to apply last.
     pub landlock: Option<&'a RulesetCreated>,
+    /// Install the unix-socket gate ([`crate::gate`]) here: `Some(-1)` in the `CLONE_FILES`
+    /// child. The namespace backends install it in process A instead (`None` here).
+    pub gate: Option<RawFd>,
 }
 
 impl<'a> Steps<'a> {
@@ -84,6 +85,7 @@ impl<'a> Steps<'a> {
             refuse_id_changes: drop,
             seccomp: seccomp::FILTER_AVAILABLE,
             landlock: None,
+            gate: None,
         };
         match confinement {
             Confinement::Landlock(l) => {
@@ -194,8 +196,12 @@ pub(crate) fn run(
             fail(Stage::Seccomp, e);
         }
     }
-    // HOOK(seccomp-notify): install the notify filter and send its listener to the
-    // supervisor here (module docs).
+    // The unix-socket gate (crate::gate): the listener goes back through the shared table.
+    if let Some(pipe) = steps.gate {
+        if let Err(e) = crate::gate::install_in_child(pipe) {
+            fail(Stage::Seccomp, e);
+        }
+    }
     if let Some(ruleset) = steps.landlock {
         // A duplicate of the descriptor: the plan stays the supervisor's, in its memory.
         let applied = ruleset
@@ -280,7 +286,7 @@ mod tests {
         let (_dir, opened) = opened();
         for privileged in [false, true] {
             let ll = Confinement::Landlock(LandlockPlan {
-                ruleset: ruleset::create(&opened, abi).unwrap(),
+                ruleset: ruleset::create(&opened, &crate::gate::AllowUnix::none(), abi).unwrap(),
                 caller_privileged: privileged,
             });
             let drop = spec(CapPolicy::Drop, "true");

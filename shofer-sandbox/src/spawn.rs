@@ -84,6 +84,8 @@ pub(crate) struct Running {
     /// `--keep-descendants` and `--status-fd`): the raw wait status, 4 bytes, native endian.
     /// It raises SIGIO in the supervisor when readable.
     pub main_exit: Option<OwnedFd>,
+    /// The unix-socket gate's listener and, for a namespace, a sock_diag socket in it.
+    pub gate: Option<(OwnedFd, Option<OwnedFd>)>,
 }
 
 /// How the spawn ended.
@@ -102,7 +104,7 @@ pub(crate) enum Spawn {
 /// # Errors
 /// [`SetupError`] when the supervisor cannot be set up (`prctl`, `pipe2`, `clone`) or a
 /// child-side step before `execve` fails; the command has then not run.
-pub(crate) fn spawn(plan: &Plan<'_>) -> Result<Spawn, SetupError> {
+pub(crate) fn spawn(plan: &Plan<'_>, gate: bool) -> Result<Spawn, SetupError> {
     // Safety: prctl with integer arguments only changes this process's attributes.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
@@ -147,13 +149,23 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> Result<Spawn, SetupError> {
         None
     };
 
-    let steps = Steps::of(&plan.exec, &plan.confinement);
+    // The gate's listener comes back through the shared table, or a pipe from process A.
+    let gate_pipe = if gate && namespaced {
+        Some(pipe("pipe2")?)
+    } else {
+        None
+    };
+    let mut steps = Steps::of(&plan.exec, &plan.confinement);
+    if gate && !namespaced {
+        steps.gate = Some(-1);
+    }
     let args = ChildArgs {
         steps: &steps,
         // Safety: getpid cannot fail.
         supervisor: unsafe { libc::getpid() },
         old_mask,
         err: err_write.as_raw_fd(),
+        gate_pipe: gate_pipe.as_ref().map(|(_, w)| w.as_raw_fd()),
     };
     let main = match &plan.confinement {
         Confinement::Namespaces(setup) => {
@@ -186,6 +198,11 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> Result<Spawn, SetupError> {
     };
     drop(err_write);
     let main_exit = main_exit.map(|(read, _write)| read);
+    let gate = if gate {
+        crate::gate::take_listener(main, gate_pipe.map(|(read, _write)| read))
+    } else {
+        None
+    };
 
     if let Some((stage, errno)) = read_failure(&err_read) {
         let mut status = 0;
@@ -214,6 +231,7 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> Result<Spawn, SetupError> {
         main,
         set,
         main_exit,
+        gate,
     }))
 }
 
@@ -268,6 +286,8 @@ pub(crate) struct ChildArgs<'a> {
     pub old_mask: libc::sigset_t,
     /// The failure pipe's write end.
     pub err: RawFd,
+    /// Process A installs the unix-socket gate and writes its listener's number here.
+    pub gate_pipe: Option<RawFd>,
 }
 
 /// Size of the child's own stack while it shares our memory (bytes).
@@ -300,13 +320,20 @@ pub(crate) fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupErro
         let args = unsafe { &*(arg as *const ChildArgs<'_>) };
         exec::run(args.steps, args.supervisor, &args.old_mask, args.err)
     }
+    // With the gate, the child shares our descriptor table until exec, to leave us the
+    // listener (close-on-exec, so the command does not keep it).
+    let files = if args.steps.gate.is_some() {
+        libc::CLONE_FILES
+    } else {
+        0
+    };
     // Safety: the stack grows down from the top of our mapping; `args` outlives the child's
     // use of it because CLONE_VFORK suspends us until the child execs or exits.
     let pid = unsafe {
         libc::clone(
             entry,
             (stack as *mut u8).add(CHILD_STACK).cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | files | libc::SIGCHLD,
             (args as *const ChildArgs<'_>).cast_mut().cast(),
         )
     };
