@@ -408,7 +408,7 @@ fn write_record(fd: i32, record: &serde_json::Value) -> Result<std::fs::File, Se
         op: "writing the --report record",
         source: e,
     })?;
-    sys::set_cloexec(fd, true).map_err(|e| SetupError::Syscall {
+    shofer_sys::fd::set_cloexec(fd, true).map_err(|e| SetupError::Syscall {
         op: "fcntl on the --report descriptor",
         source: e,
     })?;
