@@ -30,7 +30,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use shofer_core::preview::PreviewSize;
 use shofer_exec::reader::{self, ReadRequest};
-use shofer_exec::serve;
+use shofer_exec::{serve, tree};
 use shofer_exec::{CancellationToken, Engine, EngineConfig, ExecRequest, Outcome, Sandbox, Status};
 
 #[derive(Parser, Debug)]
@@ -313,6 +313,7 @@ fn run(
         // Too large for a Duration (e.g. 1e300): as good as no timeout.
         .and_then(|s| Duration::try_from_secs_f64(s).ok());
     config.subreaper = true;
+    let grace = config.kill_grace;
     if worktree.is_some() {
         match Sandbox::locate(&config.task_cwd) {
             Ok(sb) => config.sandbox = Some(with_allow_unix(sb, &allow_unix)),
@@ -369,8 +370,12 @@ fn run(
             Err(e) => End::CouldNotRun(e.to_string()),
         };
         // Dropping the engine kills what is left of the tree (a soft timeout's command, or
-        // background processes of one that exited): nothing outlives `shofer run`.
+        // background processes of one that exited).
         drop(engine);
+        // Then everything else below us: a detached orphan the tree scan never saw (`setsid
+        // env -i daemon &` whose shell exited first) is still our descendant (subreaper).
+        // Nothing outlives `shofer run`.
+        tree::kill_everything_below_us(grace);
         end
     })
 }
@@ -481,7 +486,10 @@ fn serve_cmd(
         keep_artifacts,
         temp_artifacts: temp,
     };
+    let grace = opts.engine.kill_grace;
     let end = rt.block_on(serve::run(opts));
+    // What no command's tree claimed (see `shofer run`) ends with the server too.
+    tree::kill_everything_below_us(grace);
     // The stdin reader may sit in a blocking read forever (a signal ended the session while
     // the client keeps stdin open): do not wait for it.
     rt.shutdown_background();

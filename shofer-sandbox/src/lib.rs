@@ -61,7 +61,6 @@ mod seccomp;
 mod spawn;
 mod status;
 mod supervise;
-mod sys;
 mod tree;
 mod writable;
 
@@ -373,7 +372,7 @@ fn exec_spec(args: &RunArgs) -> Result<ExecSpec, SetupError> {
         .map(|fd| (fd, "--pass-fd or --report"))
         .chain(args.status_fd.iter().map(|fd| (fd, "--status-fd")))
     {
-        if !sys::fd_is_open(fd) {
+        if !shofer_sys::fd::fd_is_open(fd) {
             return Err(SetupError::FdNotOpen { fd, given_to });
         }
     }
@@ -409,7 +408,7 @@ fn write_record(fd: i32, record: &serde_json::Value) -> Result<std::fs::File, Se
         op: "writing the --report record",
         source: e,
     })?;
-    sys::set_cloexec(fd, true).map_err(|e| SetupError::Syscall {
+    shofer_sys::fd::set_cloexec(fd, true).map_err(|e| SetupError::Syscall {
         op: "fcntl on the --report descriptor",
         source: e,
     })?;
