@@ -17,9 +17,11 @@
 //! kills the tree even after the command went to the background, unless the command starts
 //! with a prefix on the allowlist.
 //!
-//! Every command stays in the registry ([`Engine::list`]) for the engine's life. Dropping the
-//! last clone of the engine kills every command's tree, including the leftover background
-//! processes of commands that already exited.
+//! Every command stays in the registry ([`Engine::list`]) while it or a process it left behind
+//! runs; finished ones are compact (their result text, no buffers or descriptors) and only the
+//! latest [`MAX_FINISHED_RECORDS`] of them are kept (their artifacts stay on disk and
+//! readable). Dropping the last clone of the engine kills every command's tree, including the
+//! leftover background processes of commands that already exited.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -46,6 +48,10 @@ use crate::tree::{self, Tree};
 /// How often the tree of an exited command that left background processes is rescanned
 /// (to reap their zombies once they exit).
 const LEFTOVER_RESCAN: Duration = Duration::from_millis(500);
+
+/// How many finished commands (with no process left) the registry keeps; past it the oldest
+/// are forgotten, so a long session's memory is bounded by what runs, not by its history.
+pub const MAX_FINISHED_RECORDS: usize = 1000;
 
 /// The environment variable every command inherits, `<engine pid>-<execution id>`; the tree
 /// scan finds escaped descendants by it.
@@ -278,6 +284,8 @@ struct Record {
     kill_reason: Mutex<Option<KillReason>>,
     done: watch::Sender<Option<Final>>,
     hard_timeout_secs: Option<f64>,
+    /// Finished and no process of its tree left: may be forgotten past the cap.
+    settled: std::sync::atomic::AtomicBool,
 }
 
 impl Record {
@@ -586,6 +594,7 @@ impl Engine {
             kill_reason: Mutex::new(None),
             done: watch::channel(None).0,
             hard_timeout_secs: hard.map(|d| d.as_secs_f64()),
+            settled: std::sync::atomic::AtomicBool::new(false),
         });
         self.inner
             .records
@@ -593,6 +602,7 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, Arc::clone(&rec));
         let r = Arc::clone(&rec);
+        let weak = Arc::downgrade(&self.inner);
         let (drain_max, drain_idle, grace) = (cfg.drain_max, cfg.drain_idle, cfg.kill_grace);
         tokio::spawn(async move {
             let status = tokio::select! {
@@ -627,12 +637,19 @@ impl Engine {
                 }
                 None => (Status::Exited, result_text(&r.cwd, &exit, &intercepted)),
             };
+            // Compact: the result text stays; the preview (already in it) and buffers go.
+            let mut intercepted = intercepted;
+            intercepted.preview.text = String::new();
             r.done.send_replace(Some(Final {
                 status: st,
                 exit,
                 intercepted,
                 text: txt,
             }));
+            r.interceptor
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .release_buffers();
             // Background leftovers (`daemon &`) stay in the tree; while any lives, rescan now
             // and then so that their zombies, reparented to us as subreaper, get reaped.
             loop {
@@ -642,6 +659,10 @@ impl Engine {
                     break;
                 }
                 tokio::time::sleep(LEFTOVER_RESCAN).await;
+            }
+            r.settled.store(true, Ordering::SeqCst);
+            if let Some(inner) = weak.upgrade() {
+                forget_oldest_settled(&inner);
             }
         });
         Ok(rec)
@@ -752,6 +773,20 @@ impl Engine {
                 source: std::io::Error::other(e),
             })
         })
+    }
+}
+
+/// Forgets the oldest settled records past [`MAX_FINISHED_RECORDS`].
+fn forget_oldest_settled(inner: &Inner) {
+    let mut records = inner.records.lock().unwrap_or_else(|e| e.into_inner());
+    let settled: Vec<u64> = records
+        .values()
+        .filter(|r| r.settled.load(Ordering::SeqCst))
+        .map(|r| r.id)
+        .collect();
+    let excess = settled.len().saturating_sub(MAX_FINISHED_RECORDS);
+    for id in &settled[..excess] {
+        records.remove(id);
     }
 }
 

@@ -263,6 +263,12 @@ impl Interceptor {
         }
     }
 
+    /// Frees the preview buffer once the final state was taken with [`Interceptor::finish`]
+    /// (a finished command's record keeps only its result text). Later snapshots are empty.
+    pub fn release_buffers(&mut self) {
+        self.buf = HeadTail::new(0);
+    }
+
     /// Closes the artifact (a close error counts as a disk error) and returns the final state.
     pub fn finish(&mut self) -> Intercepted {
         if self.tail_stale {
