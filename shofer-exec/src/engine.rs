@@ -757,6 +757,9 @@ impl Engine {
         limit: Option<i64>,
     ) -> Result<String, ReadError> {
         let dir = self.inner.config.artifacts_dir.clone();
+        // Dropping this future (the client cancelled the call) stops a search in progress.
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let _stop_on_drop = SetOnDrop(Arc::clone(&cancel));
         tokio::task::spawn_blocking(move || {
             let req = ReadRequest {
                 artifact_id: &artifact_id,
@@ -764,7 +767,7 @@ impl Engine {
                 offset: offset.unwrap_or(0),
                 limit: limit.unwrap_or(reader::DEFAULT_LIMIT),
             };
-            reader::read_output(&dir, &req)
+            reader::read_output_cancellable(&dir, &req, &cancel)
         })
         .await
         .unwrap_or_else(|e| {
@@ -773,6 +776,15 @@ impl Engine {
                 source: std::io::Error::other(e),
             })
         })
+    }
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 

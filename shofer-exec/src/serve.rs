@@ -307,17 +307,23 @@ impl ShoferServer {
         input_schema = read_schema(),
         annotations(read_only_hint = true)
     )]
-    async fn read_command_output(&self, args: JsonObject) -> CallToolResult {
+    async fn read_command_output(
+        &self,
+        args: JsonObject,
+        abort: CancellationToken,
+    ) -> CallToolResult {
         let run = async {
             let id = req_str(&args, "artifact_id")?;
             let search = opt_str(&args, "search")?.filter(|s| !s.is_empty());
             let offset = opt_i64(&args, "offset")?;
             let limit = opt_i64(&args, "limit")?;
-            self.engine
-                .read(id, search, offset, limit)
-                .await
-                .map(text_ok)
-                .map_err(|e| text_err(e.to_string()))
+            // A cancelled call drops the read, which stops a search in progress.
+            tokio::select! {
+                r = self.engine.read(id, search, offset, limit) => {
+                    r.map(text_ok).map_err(|e| text_err(e.to_string()))
+                }
+                () = abort.cancelled() => Err(text_err("The read was cancelled.")),
+            }
         };
         run.await.unwrap_or_else(|e| e)
     }
