@@ -419,14 +419,16 @@ fn serve_cmd(
     }
     let (artifacts, temp) = match artifacts {
         Some(a) => (here.join(a), None),
-        None => match tempfile::Builder::new().prefix("shofer-serve-").tempdir() {
-            Ok(t) => (t.path().to_path_buf(), Some(t)),
-            Err(e) => {
-                return End::CouldNotRun(format!(
-                    "cannot create a temporary artifact directory (set TMPDIR or pass --artifacts DIR): {e}"
-                ))
+        // The server's own 0700 directory, outside what a sandboxed command may write.
+        None => {
+            let writable = worktree
+                .as_ref()
+                .map(|w| serve::sandbox_writable(&here.join(w)));
+            match serve::private_artifacts_dir(writable.as_deref()) {
+                Ok(t) => (t.path().to_path_buf(), Some(t)),
+                Err(e) => return End::CouldNotRun(e),
             }
-        },
+        }
     };
     let hard_timeout = match hard_timeout
         .filter(|s| *s > 0.0)

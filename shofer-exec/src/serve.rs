@@ -414,6 +414,120 @@ impl ServerHandler for ShoferServer {
     }
 }
 
+/// Creates the server's own artifact directory, fresh and private (mode 0700, a new
+/// `shofer-serve-XXXXXX` directory that only this server writes).
+///
+/// Without a sandbox (`sandboxed` false) it goes under `$TMPDIR` (or `/tmp`): the commands
+/// then run with the server's own rights anyway. With `--worktree` the commands may write
+/// `/tmp`, `$TMPDIR`, `/dev/shm` and the worktree (see `docs/ARCHITECTURE.md`, the sandbox's
+/// writable set), where they could plant links under artifact names or fill the directory;
+/// so the directory goes under `$XDG_RUNTIME_DIR/shofer` when that is set (a 0700 per-user
+/// tmpfs), else `$XDG_STATE_HOME/shofer/serve` (default `~/.local/state/shofer/serve`), and a
+/// place inside the writable set is never used.
+///
+/// # Errors
+/// A message naming the places tried when none could be created.
+pub fn private_artifacts_dir(
+    sandbox_writable: Option<&[PathBuf]>,
+) -> Result<tempfile::TempDir, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let builder = || {
+        let mut b = tempfile::Builder::new();
+        b.prefix("shofer-serve-")
+            .permissions(std::fs::Permissions::from_mode(0o700));
+        b
+    };
+    let fresh = |base: &std::path::Path| builder().tempdir_in(base);
+    let Some(writable) = sandbox_writable else {
+        return builder()
+            .tempdir()
+            .map_err(|e| {
+                format!("cannot create a temporary artifact directory (set TMPDIR or pass --artifacts DIR): {e}")
+            });
+    };
+    let env_dir = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let mut bases = Vec::new();
+    if let Some(r) = env_dir("XDG_RUNTIME_DIR") {
+        bases.push(r.join("shofer"));
+    }
+    if let Some(s) = env_dir("XDG_STATE_HOME") {
+        bases.push(s.join("shofer/serve"));
+    } else if let Some(h) = env_dir("HOME") {
+        bases.push(h.join(".local/state/shofer/serve"));
+    }
+    let mut tried = Vec::new();
+    for base in bases {
+        match private_base(&base, writable) {
+            Ok(()) => match fresh(&base) {
+                Ok(t) => return Ok(t),
+                Err(e) => tried.push(format!("{}: {e}", base.display())),
+            },
+            Err(e) => tried.push(format!("{}: {e}", base.display())),
+        }
+    }
+    if tried.is_empty() {
+        tried.push("neither XDG_RUNTIME_DIR, XDG_STATE_HOME nor HOME is set".into());
+    }
+    Err(format!(
+        "no private artifact directory outside the sandbox's writable places ({}); pass --artifacts DIR",
+        tried.join("; ")
+    ))
+}
+
+/// Makes `base` (and missing parents) with mode 0700 and checks that it is ours, not writable
+/// by others, and not inside any of `writable`.
+fn private_base(base: &std::path::Path, writable: &[PathBuf]) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(base)?;
+    let real = std::fs::canonicalize(base)?;
+    for w in writable {
+        let w = std::fs::canonicalize(w).unwrap_or_else(|_| w.clone());
+        if real.starts_with(&w) {
+            return Err(std::io::Error::other(format!(
+                "inside {}, which sandboxed commands may write",
+                w.display()
+            )));
+        }
+    }
+    let meta = std::fs::symlink_metadata(&real)?;
+    // Safety: geteuid(2) has no arguments and always succeeds.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(std::io::Error::other(format!(
+            "owned by uid {}, not {me}",
+            meta.uid()
+        )));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// The places a sandboxed command may write besides `--allow-write` paths: the worktree,
+/// `/tmp`, `$TMPDIR` and `/dev/shm` (see `docs/ARCHITECTURE.md`).
+pub fn sandbox_writable(worktree: &std::path::Path) -> Vec<PathBuf> {
+    let mut w = vec![
+        worktree.to_path_buf(),
+        PathBuf::from("/tmp"),
+        PathBuf::from("/dev/shm"),
+    ];
+    if let Some(t) = std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+    {
+        w.push(t);
+    }
+    w
+}
+
 /// Kills every command's tree (running ones and leftovers of finished ones) and returns how
 /// many were still running.
 pub async fn shutdown(engine: &Engine) -> usize {

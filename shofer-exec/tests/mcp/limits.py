@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""`shofer serve` under load, faults and hostile input, through the official MCP Python SDK.
+
+Usage: limits.py CASE SHOFER_BINARY SCRATCH_DIR [WORKTREE_DIR]
+
+Cases (each one server session; see shofer-exec/tests/serve_limits.rs):
+  load      2,000 sequential execute_command calls under `ulimit -n 256`: every call answers,
+            the server's descriptors and RSS at the end are back near their level after the
+            first calls, and list_commands keeps at most the documented number of records.
+  plants    --worktree: the default artifact directory is private (0700, not under /tmp) and a
+            sandboxed command cannot plant anything in it; with a user-named directory in /tmp
+            the reader refuses a planted symlink, FIFO and hard link with a clear message.
+  search    a cancelled search stops burning the server's CPU; catastrophic patterns answer.
+  huge      a command over the kernel's argument limit with a .shofer/shoferignore present:
+            refused at once, RSS stays low, a concurrent call answers quickly.
+  shutdown  1,000 background commands (half ignoring SIGTERM): gone within 1 s of stdin closing.
+
+Prints `ok`/`FAIL` lines and exits 0 when every check passed.
+"""
+
+import asyncio
+import json
+import os
+import re
+import stat
+import sys
+import time
+import uuid
+
+import anyio
+
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+CASE, SHOFER, SCRATCH = sys.argv[1], sys.argv[2], sys.argv[3]
+WORKTREE = sys.argv[4] if len(sys.argv) > 4 else None
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root")}
+
+failures = []
+
+
+def check(cond, what):
+    print(f"{'ok  ' if cond else 'FAIL'} {what}", flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def text_of(result):
+    return "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+async def call(session, name, args=None):
+    result = await session.call_tool(name, args or {})
+    return result, text_of(result)
+
+
+async def run(session, command, timeout=None):
+    return await call(session, "execute_command", {"command": command, "cwd": None, "timeout": timeout})
+
+
+def procs_with(marker):
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{d}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmd and state != "Z":
+            found.append(int(d))
+    return found
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def status_kb(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+async def server_pid(session):
+    r, t = await run(session, "echo $PPID")
+    m = re.search(r"^(\d+)$", t, re.M)
+    return int(m.group(1)) if m else None
+
+
+def server(args, errlog_name, shell_prefix=None, env=None):
+    argv = ["serve", *args]
+    if shell_prefix:
+        quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in [SHOFER, *argv])
+        params = StdioServerParameters(command="/bin/sh", args=["-c", f"{shell_prefix}; exec {quoted}"], env=env or ENV)
+    else:
+        params = StdioServerParameters(command=SHOFER, args=argv, env=env or ENV)
+    return params, open(os.path.join(SCRATCH, errlog_name), "w")
+
+
+async def case_load():
+    task = os.path.join(SCRATCH, "task")
+    os.makedirs(task, exist_ok=True)
+    params, errlog = server(["--cwd", task, "--preview", "small"], "load.log", shell_prefix="ulimit -n 256")
+    calls, failed = 2000, []
+    with errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                pid = await server_pid(session)
+                check(pid is not None and open(f"/proc/{pid}/limits").read().find("Max open files            256") >= 0,
+                      f"server {pid} runs under ulimit -n 256")
+                base_fds = base_rss = None
+                t0 = time.monotonic()
+                for i in range(calls):
+                    # Every 50th call spills to an artifact (another descriptor while it runs).
+                    cmd = f"seq 1 2000; echo call-{i}" if i % 50 == 0 else f"echo call-{i}"
+                    r, t = await run(session, cmd)
+                    if r.is_error or f"call-{i}" not in t:
+                        failed.append((i, t[:200]))
+                    if i == 99:
+                        base_fds, base_rss = fd_count(pid), status_kb(pid, "VmRSS")
+                took = time.monotonic() - t0
+                end_fds, end_rss = fd_count(pid), status_kb(pid, "VmRSS")
+                threads = status_kb(pid, "Threads")
+                check(failed == [], f"all {calls} calls answered with their output ({len(failed)} failed, first {failed[:1]})")
+                print(f"note {calls} calls in {took:.1f}s ({calls / took:.0f}/s); fds {base_fds} -> {end_fds}; "
+                      f"RSS {base_rss} -> {end_rss} kB; threads {threads}")
+                check(end_fds <= base_fds + 2, f"descriptors back to their level: {base_fds} after 100 calls, {end_fds} after {calls}")
+                # 1,900 more calls may add at most the capped, compact records (~1 kB each here).
+                check(end_rss - base_rss < 4096, f"RSS bounded: {base_rss} kB after 100 calls, {end_rss} kB after {calls}")
+                r, t = await call(session, "list_commands")
+                n = len(json.loads(t)["commands"])
+                check(1000 <= n <= 1010, f"list_commands keeps the latest 1,000 finished commands ({n})")
+                arts = re.findall(r"cmd-\d+\.txt", t)
+                first = None
+                r, t = await run(session, "seq 1 3000")
+                m = re.search(r"Artifact ID: (cmd-\d+\.txt)", t)
+                first = m.group(1) if m else None
+                r, t = await call(session, "read_command_output", {"artifact_id": first, "search": "^2999$"})
+                check("Total matches: 1" in t, f"artifacts still readable after the cap ({t[:120]!r})")
+
+
+async def case_plants():
+    home = os.environ.get("HOME", "/root")
+    state = os.path.join(SCRATCH, "state")  # the test makes SCRATCH outside /tmp (under $HOME)
+    env = dict(ENV, XDG_STATE_HOME=state)
+    env.pop("XDG_RUNTIME_DIR", None)
+    victim = os.path.join(SCRATCH, "victim.txt")
+    with open(victim, "w") as f:
+        f.write("secret line\n" * 10)
+    params, errlog = server(["--worktree", WORKTREE, "--preview", "small"], "plants.log", env=env)
+    with errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                r, t = await run(session, "seq 1 3000")
+                m = re.search(r"Artifact ID: (cmd-\d+\.txt)", t)
+                art = m.group(1) if m else None
+                with open(os.path.join(SCRATCH, "plants.log")) as f:
+                    d = re.search(r"artifacts in (\S+)", f.read())
+                arts = d.group(1) if d else None
+                check(arts is not None and arts.startswith(state + "/shofer/serve/shofer-serve-")
+                      and not arts.startswith("/tmp/"), f"--worktree: artifacts in a private state directory ({arts})")
+                mode = stat.S_IMODE(os.stat(arts).st_mode) if arts else None
+                check(mode == 0o700, f"the artifact directory is 0700 ({oct(mode or 0)})")
+                plant = (f"ln -s {victim} {arts}/cmd-11.txt; mkfifo {arts}/cmd-12.txt; ln {victim} {arts}/cmd-13.txt; "
+                         f"rm -f {arts}/{art}; echo x > {arts}/cmd-14.txt; ls {arts}")
+                r, t = await run(session, plant)
+                check(os.listdir(arts) == [art], f"a sandboxed command cannot plant in it ({os.listdir(arts)}; {t[-300:]!r})")
+                r, t = await call(session, "read_command_output", {"artifact_id": art, "search": "^2999$"})
+                check("Total matches: 1" in t, "its own artifact still reads")
+
+    # A user-named directory in /tmp (writable by the sandbox): the plants land, the reader
+    # refuses each.
+    arts = os.path.join(SCRATCH, "tmp-arts")
+    tmp_arts = f"/tmp/shofer-plants-{uuid.uuid4().hex[:10]}"
+    os.makedirs(tmp_arts, mode=0o700)
+    tmp_victim = os.path.join(tmp_arts, "victim")
+    with open(tmp_victim, "w") as f:
+        f.write("not an artifact\n")
+    params, errlog = server(["--worktree", WORKTREE, "--artifacts", tmp_arts], "plants2.log", env=env)
+    try:
+        with errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    r, t = await run(session, f"ln -s {victim} {tmp_arts}/cmd-11.txt && mkfifo {tmp_arts}/cmd-12.txt "
+                                              f"&& ln {tmp_victim} {tmp_arts}/cmd-13.txt && echo planted")
+                    check("planted" in t, f"plants made from the sandbox in /tmp ({t[-200:]!r})")
+                    for art, found in [("cmd-11.txt", "a symbolic link"), ("cmd-12.txt", "a FIFO"),
+                                       ("cmd-13.txt", "a file with 2 hard links")]:
+                        for args in [{"artifact_id": art}, {"artifact_id": art, "search": "secret"}]:
+                            t0 = time.monotonic()
+                            with anyio.fail_after(10):
+                                r, t = await call(session, "read_command_output", args)
+                            want = f'Refusing to read "{art}": it is {found}, not an output artifact written by this server.'
+                            check(r.is_error and t.startswith(want) and time.monotonic() - t0 < 5,
+                                  f"{art} ({found}) refused: {t!r}")
+    finally:
+        import shutil
+        shutil.rmtree(tmp_arts, ignore_errors=True)
+
+
+async def main():
+    await {"load": case_load, "plants": case_plants}[CASE]()
+    print(f"{len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
