@@ -38,6 +38,12 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{Engine, EngineConfig, ExecError, ExecRequest, Status};
 use crate::shoferignore::{access_denied_json, ShoferIgnore};
 
+/// The longest command accepted, in bytes: `/bin/sh -c COMMAND` passes it as one argument,
+/// and the kernel refuses a single argument of more than `MAX_ARG_STRLEN` (32 pages, 128 KiB,
+/// with its terminating NUL) with E2BIG (`execve(2)`, "Limits on size of arguments"). Longer
+/// commands are refused before any parsing.
+pub const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
+
 /// Largest soft timeout taken from a request, in seconds (larger values are capped to it).
 const MAX_SOFT_TIMEOUT_S: f64 = 1.0e9;
 
@@ -113,6 +119,14 @@ fn invalid(name: &str, expected: &str, got: &Value) -> CallToolResult {
     tool_error(&format!(
         "Invalid value for parameter '{name}': expected {expected}, got {got}. Please retry with a valid value."
     ))
+}
+
+/// The refusal of a command longer than [`MAX_COMMAND_BYTES`].
+fn too_long_text(len: usize) -> String {
+    format!(
+        "The command is {len} bytes long; the kernel refuses any single argument of {} bytes or more (MAX_ARG_STRLEN, counting its final NUL), so /bin/sh -c cannot take it. The command was not run. Write the script to a file in smaller pieces and run the file instead.",
+        MAX_COMMAND_BYTES + 1
+    )
 }
 
 fn text_ok(t: impl Into<String>) -> CallToolResult {
@@ -275,17 +289,29 @@ impl ShoferServer {
     async fn execute_command(&self, args: JsonObject, abort: CancellationToken) -> CallToolResult {
         let run = async {
             let command = req_str(&args, "command")?;
+            if command.len() > MAX_COMMAND_BYTES {
+                return Err(text_err(too_long_text(command.len())));
+            }
             let cwd = opt_str(&args, "cwd")?;
             // A soft timeout past ~31 years is "wait for completion" in all but name; the cap
             // keeps `Duration` conversion in range (1e300 would not fit).
             let timeout = opt_f64(&args, "timeout")?.map(|t| t.min(MAX_SOFT_TIMEOUT_S));
             let task_cwd = self.engine.config().task_cwd.clone();
             let run_cwd = self.engine.resolve_cwd(cwd.as_deref());
-            let ignore = ShoferIgnore::load(&task_cwd).map_err(|e| text_err(e.to_string()))?;
-            if let Some(ig) = ignore {
-                if let Some(path) = ig.denied_path(&command, &run_cwd) {
-                    return Err(text_err(access_denied_json(&path)));
+            // Off the runtime's thread: the check reads the file system (globs, symlinks) and
+            // other calls must keep being answered meanwhile.
+            let cmd = command.clone();
+            let denied = tokio::task::spawn_blocking(move || {
+                match ShoferIgnore::load(&task_cwd).map_err(|e| e.to_string())? {
+                    Some(ig) => Ok(ig.denied_path(&cmd, &run_cwd)),
+                    None => Ok(None),
                 }
+            })
+            .await
+            .map_err(|e| text_err(e.to_string()))?
+            .map_err(|e: String| text_err(e))?;
+            if let Some(path) = denied {
+                return Err(text_err(access_denied_json(&path)));
             }
             let req = ExecRequest {
                 command,

@@ -95,3 +95,18 @@ fn artifact_directory_is_the_servers_alone() {
     let wt = scratch_outside_tmp();
     run_script("limits.py", "plants", &[wt.path()]);
 }
+
+/// Case 3: `[^"]*error` over 16 MiB answers; `(a{1,100}){1,100}b` is refused at once; a
+/// cancelled search stops using the server's CPU.
+#[test]
+fn search_is_bounded_and_cancellable() {
+    run_script("limits.py", "search", &[]);
+}
+
+/// Case 5: a command over the kernel's argument limit is refused before parsing (low RSS, a
+/// concurrent call answers); one just under it is checked against shoferignore off the
+/// server's thread.
+#[test]
+fn huge_commands_with_a_shoferignore() {
+    run_script("limits.py", "huge", &[]);
+}

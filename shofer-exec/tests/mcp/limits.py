@@ -213,8 +213,94 @@ async def case_plants():
         shutil.rmtree(tmp_arts, ignore_errors=True)
 
 
+async def case_search():
+    task = os.path.join(SCRATCH, "task")
+    os.makedirs(task, exist_ok=True)
+    params, errlog = server(["--cwd", task], "search.log")
+    with errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                pid = await server_pid(session)
+                # 16 MiB of an ordinary log: `[^"]*error` was ~24 s per MiB.
+                r, t = await run(session, "i=0; while [ $i -lt 4000 ]; do echo \"$i info: worker ok, queue 3\"; i=$((i+1)); done > /tmp/.x-$$; "
+                                          "echo 'one error here' >> /tmp/.x-$$; for k in $(seq 1 160); do cat /tmp/.x-$$; done | head -c 16777216; rm -f /tmp/.x-$$")
+                m = re.search(r"Artifact ID: (cmd-\d+\.txt)", t)
+                log = m.group(1) if m else None
+                t0 = time.monotonic()
+                r, t = await call(session, "read_command_output", {"artifact_id": log, "search": '[^"]*error'})
+                took = time.monotonic() - t0
+                n = re.search(r"Total matches: (\d+) \|", t)
+                check(n is not None and int(n.group(1)) >= 100 and "Search stopped" not in t,
+                      f'[^"]*error over 16 MiB answered in {took:.1f}s ({t[:100]!r})')
+                t0 = time.monotonic()
+                r, t = await call(session, "read_command_output", {"artifact_id": log, "search": "(a{1,100}){1,100}b"})
+                check(t.startswith("Search pattern too complex") and time.monotonic() - t0 < 2,
+                      f"(a{{1,100}}){{1,100}}b refused at once ({t[:90]!r})")
+                # 64 MB of `a` lines and a slow pattern: cancel the call after 1 s; the server
+                # must stop working on it.
+                r, t = await run(session, "yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | head -c 64000000")
+                m = re.search(r"Artifact ID: (cmd-\d+\.txt)", t)
+                big = m.group(1) if m else None
+                hz = os.sysconf("SC_CLK_TCK")
+                before = cpu_ticks(pid)
+                with anyio.move_on_after(1.0):
+                    await call(session, "read_command_output", {"artifact_id": big, "search": "(a{1,30}){1,30}b"})
+                busy = (cpu_ticks(pid) - before) / hz
+                await asyncio.sleep(0.5)  # the search notices between windows
+                before = cpu_ticks(pid)
+                await asyncio.sleep(2.0)
+                idle = (cpu_ticks(pid) - before) / hz
+                check(busy > 0.2 and idle < 0.2,
+                      f"a cancelled search stops: {busy:.2f}s CPU in the call's second, {idle:.2f}s in 2 s after")
+                r, t = await run(session, "echo still-answering")
+                check("still-answering" in t, "the server answers after the cancelled search")
+
+
+async def case_huge():
+    task = os.path.join(SCRATCH, "task")
+    os.makedirs(os.path.join(task, ".shofer"), exist_ok=True)
+    with open(os.path.join(task, ".shofer", "shoferignore"), "w") as f:
+        f.write("secrets/\n.env\n")
+    params, errlog = server(["--cwd", task], "huge.log")
+    with errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                pid = await server_pid(session)
+                huge = "a|" * (7 << 20) + "a"  # 14 MiB
+                t0 = time.monotonic()
+                pending = asyncio.create_task(run(session, huge))
+                await asyncio.sleep(0.05)
+                t1 = time.monotonic()
+                r, t = await run(session, "echo concurrent")
+                latency = time.monotonic() - t1
+                r2, t2 = await pending
+                took = time.monotonic() - t0
+                check(r2.is_error and t2.startswith(f"The command is {len(huge)} bytes long; the kernel refuses any single argument of 131072 bytes"),
+                      f"a 14 MiB command is refused before parsing, in {took:.2f}s ({t2[:80]!r})")
+                check("concurrent" in t and latency < 2.0, f"a concurrent call answered in {latency:.2f}s")
+                hwm = status_kb(pid, "VmHWM")
+                check(hwm < 400 * 1024, f"peak RSS {hwm} kB (was 1.7-3 GB)")
+                # Just under the limit: the ignore check runs, bounded in time, off the
+                # server's thread.
+                under = "a|" * 60000 + "cat .env"
+                t0 = time.monotonic()
+                pending = asyncio.create_task(run(session, under))
+                await asyncio.sleep(0.05)
+                t1 = time.monotonic()
+                r, t = await run(session, "echo concurrent")
+                latency = time.monotonic() - t1
+                r2, t2 = await pending
+                took = time.monotonic() - t0
+                check(r2.is_error and '"path":".env"' in t2 and took < 5, f"a {len(under)}-byte command is checked in {took:.2f}s ({t2[:120]!r})")
+                check("concurrent" in t and latency < 2.0, f"a concurrent call answered in {latency:.2f}s meanwhile")
+                hwm = status_kb(pid, "VmHWM")
+                check(hwm < 400 * 1024, f"peak RSS {hwm} kB after both")
+
+
 async def main():
-    await {"load": case_load, "plants": case_plants}[CASE]()
+    await {"load": case_load, "plants": case_plants, "search": case_search, "huge": case_huge}[CASE]()
     print(f"{len(failures)} failed")
     return 1 if failures else 0
 
