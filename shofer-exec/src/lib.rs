@@ -39,6 +39,7 @@ mod engine;
 pub mod intercept;
 mod pump;
 pub mod reader;
+pub mod rpc_gate;
 pub mod serve;
 pub mod shoferignore;
 mod sys;

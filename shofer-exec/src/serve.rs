@@ -594,11 +594,15 @@ pub async fn run(opts: ServeOptions) -> Result<ServeEnd, ServeError> {
         artifacts_dir.display()
     );
     let session = async {
+        // Lines are checked before rmcp sees them, so malformed requests get answers.
+        let (transport, written) = crate::rpc_gate::stdio();
         let running = server
-            .serve(rmcp::transport::stdio())
+            .serve(transport)
             .await
             .map_err(|e| ServeError::Handshake(e.to_string()))?;
         let _ = running.waiting().await;
+        // Let the last answers reach stdout (bounded: the client may not be reading).
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), written).await;
         Ok(ServeEnd::Closed)
     };
     let end: Result<ServeEnd, ServeError> = tokio::select! {

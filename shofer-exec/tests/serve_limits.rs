@@ -110,3 +110,24 @@ fn search_is_bounded_and_cancellable() {
 fn huge_commands_with_a_shoferignore() {
     run_script("limits.py", "huge", &[]);
 }
+
+/// Case 6: malformed requests written as raw bytes (plain python3, no MCP library) each get
+/// a JSON-RPC error response with their id; the server keeps serving and exits 0 at EOF.
+#[test]
+fn every_request_gets_an_answer() {
+    let scratch = scratch_outside_tmp();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/raw.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_shofer"))
+        .arg(scratch.path())
+        .output()
+        .expect("run python3 (the raw JSON-RPC driver needs only the standard library)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && stdout.contains("\n0 failed"),
+        "raw JSON-RPC driver: {stdout}"
+    );
+}
