@@ -49,6 +49,9 @@ use crate::tree::{self, Tree};
 /// (to reap their zombies once they exit).
 const LEFTOVER_RESCAN: Duration = Duration::from_millis(500);
 
+/// The default cap of one artifact: 4 GiB.
+pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 4 << 30;
+
 /// How many finished commands (with no process left) the registry keeps; past it the oldest
 /// are forgotten, so a long session's memory is bounded by what runs, not by its history.
 pub const MAX_FINISHED_RECORDS: usize = 1000;
@@ -141,6 +144,10 @@ pub struct EngineConfig {
     pub drain_idle: Duration,
     /// Run commands inside this sandbox. Default none.
     pub sandbox: Option<Sandbox>,
+    /// Most bytes of one command's output stored in its artifact; past it the output is
+    /// counted but not stored, and the result says so. Default
+    /// [`DEFAULT_MAX_ARTIFACT_BYTES`].
+    pub max_artifact_bytes: u64,
     /// Make this process a child subreaper on engine creation (see [`crate::tree`]).
     /// Default false; set it when the engine owns its process (the `shofer` binary does).
     pub subreaper: bool,
@@ -159,6 +166,7 @@ impl EngineConfig {
             drain_max: Duration::from_secs(2),
             drain_idle: Duration::from_millis(200),
             sandbox: None,
+            max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
             subreaper: false,
         }
     }
@@ -299,11 +307,17 @@ impl Record {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .snapshot();
-                let so_far = match snap.spill {
-                    Spill::Inline => text::compress_output(&snap.preview.text),
+                let (artifact_id, artifact_path) = artifact_of(&snap, &self.interceptor);
+                let so_far = match (&snap.spill, &artifact_id) {
+                    (Spill::Inline, _) => text::compress_output(&snap.preview.text),
+                    // Already spilled: say where the whole output so far is.
+                    (_, Some(a)) => format!(
+                        "{}\n\n[Output so far ({}) persisted. Artifact ID: {a} (it grows while the command runs)]",
+                        snap.preview.text,
+                        text::format_size(snap.preview.total)
+                    ),
                     _ => snap.preview.text.clone(),
                 };
-                let (artifact_id, artifact_path) = artifact_of(&snap, &self.interceptor);
                 Outcome {
                     id: self.id,
                     command: self.command.clone(),
@@ -567,11 +581,10 @@ impl Engine {
         let mut child = spawned.map_err(|source| ExecError::Spawn { program, source })?;
         let pid = child.id().map_or(0, |p| p as i32);
         let tree = Tree::new(pid, format!("{TAG_VAR}={tag}"));
-        let interceptor = Arc::new(Mutex::new(Interceptor::new(
-            &cfg.artifacts_dir,
-            id,
-            cfg.preview.budget(),
-        )));
+        let interceptor = Arc::new(Mutex::new(
+            Interceptor::new(&cfg.artifacts_dir, id, cfg.preview.budget())
+                .with_cap(cfg.max_artifact_bytes),
+        ));
         let (pump_ctl, pump_done) = match pump::start(read_end, Arc::clone(&interceptor)) {
             Ok(p) => p,
             Err(e) => {

@@ -45,5 +45,8 @@ pub mod shoferignore;
 mod sys;
 pub mod tree;
 
-pub use engine::{Engine, EngineConfig, ExecError, ExecRequest, Outcome, Sandbox, Status, TAG_VAR};
+pub use engine::{
+    Engine, EngineConfig, ExecError, ExecRequest, Outcome, Sandbox, Status,
+    DEFAULT_MAX_ARTIFACT_BYTES, MAX_FINISHED_RECORDS, TAG_VAR,
+};
 pub use tokio_util::sync::CancellationToken;

@@ -116,6 +116,11 @@ enum Cmd {
         /// Keep the artifacts at exit (default: remove them).
         #[arg(long)]
         keep_artifacts: bool,
+        /// Most bytes of one command's output stored in its artifact (default 4 GiB); past
+        /// it the output is counted but not stored, and the result says so.
+        #[arg(long = "max-artifact-bytes", value_name = "BYTES",
+              default_value_t = shofer_exec::DEFAULT_MAX_ARTIFACT_BYTES)]
+        max_artifact_bytes: u64,
     },
 }
 
@@ -225,6 +230,7 @@ fn main() -> ExitCode {
             hard_timeout,
             timeout_allowlist,
             keep_artifacts,
+            max_artifact_bytes,
         } => (
             serve_cmd(
                 worktree,
@@ -234,6 +240,7 @@ fn main() -> ExitCode {
                 hard_timeout,
                 timeout_allowlist,
                 keep_artifacts,
+                max_artifact_bytes,
             ),
             false,
         ),
@@ -399,6 +406,7 @@ fn serve_cmd(
     hard_timeout: Option<f64>,
     timeout_allowlist: Vec<String>,
     keep_artifacts: bool,
+    max_artifact_bytes: u64,
 ) -> End {
     let here = match std::env::current_dir() {
         Ok(d) => d,
@@ -441,6 +449,7 @@ fn serve_cmd(
         }
     };
     let mut config = EngineConfig::new(task_cwd, artifacts);
+    config.max_artifact_bytes = max_artifact_bytes;
     config.preview = preview;
     config.hard_timeout = hard_timeout;
     config.hard_timeout_allowlist = timeout_allowlist;

@@ -131,3 +131,17 @@ fn every_request_gets_an_answer() {
         "raw JSON-RPC driver: {stdout}"
     );
 }
+
+/// Case 7: `--max-artifact-bytes` stores at most that much and says so; the still-running
+/// text names the artifact; an artifact removed mid-run is not advertised.
+#[test]
+fn disk_is_bounded_and_artifacts_honest() {
+    run_script("limits.py", "disk", &[]);
+}
+
+/// Case 4: 1,000 background commands, half ignoring SIGTERM, all gone within 1 s of stdin
+/// closing (every tree signalled at once, one shared grace).
+#[test]
+fn shutdown_is_bounded() {
+    run_script("limits.py", "shutdown", &[]);
+}

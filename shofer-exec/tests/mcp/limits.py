@@ -299,8 +299,85 @@ async def case_huge():
                 check(hwm < 400 * 1024, f"peak RSS {hwm} kB after both")
 
 
+async def case_shutdown():
+    task = os.path.join(SCRATCH, "task")
+    os.makedirs(task, exist_ok=True)
+    marker = f"shofer-shut-{uuid.uuid4().hex[:12]}"
+    n = int(os.environ.get("SHOFER_SHUTDOWN_COMMANDS", "1000"))
+    params, errlog = server(["--cwd", task], "shutdown.log")
+    with errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                pid = await server_pid(session)
+                sem = asyncio.Semaphore(50)
+
+                async def start(i):
+                    # Half of them ignore SIGTERM (the tree kill must SIGKILL them).
+                    body = "trap '' TERM; sleep 600" if i % 2 else "sleep 600"
+                    async with sem:
+                        return await run(session, f"sh -c \"{body}\" {marker}-{i}", timeout=0.05)
+
+                t0 = time.monotonic()
+                results = await asyncio.gather(*(start(i) for i in range(n)))
+                running = sum("Command is still running" in t for _, t in results)
+                print(f"note started {n} background commands in {time.monotonic() - t0:.1f}s")
+                check(running == n, f"{n} commands running in the background ({running})")
+                for _ in range(200):
+                    if len(procs_with(marker)) >= n:
+                        break
+                    await asyncio.sleep(0.05)
+                check(len(procs_with(marker)) >= n, f"their processes are up ({len(procs_with(marker))})")
+            t_close = time.monotonic()
+        # stdio_client has closed stdin and waited for the server (it kills it after ~2 s).
+    gone_at = None
+    while time.monotonic() - t_close < 30:
+        if not procs_with(marker):
+            gone_at = time.monotonic() - t_close
+            break
+        await asyncio.sleep(0.02)
+    with open(os.path.join(SCRATCH, "shutdown.log")) as f:
+        err = f.read()
+    check("session closed;" in err, f"the server ended on stdin EOF by itself ({err.strip()[-160:]!r})")
+    check(gone_at is not None and gone_at <= 1.0,
+          f"every process gone within 1 s of stdin closing ({gone_at if gone_at is None else round(gone_at, 2)}s; left {len(procs_with(marker))})")
+    for p in procs_with(marker):  # leave the machine clean whatever happened
+        try:
+            os.kill(p, 9)
+        except OSError:
+            pass
+
+
+async def case_disk():
+    task = os.path.join(SCRATCH, "task")
+    os.makedirs(task, exist_ok=True)
+    params, errlog = server(["--cwd", task, "--preview", "small", "--max-artifact-bytes", "100000"], "disk.log")
+    with errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                r, t = await run(session, "yes 0123456789 | head -c 5000000; echo; echo LAST-LINE")
+                m = re.search(r"Artifact ID: (cmd-\d+\.txt)", t)
+                with open(os.path.join(SCRATCH, "disk.log")) as f:
+                    arts = re.search(r"artifacts in (\S+)", f.read()).group(1)
+                size = os.path.getsize(os.path.join(arts, m.group(1))) if m else None
+                check("Output (4.8MB) could not be fully persisted: the artifact size cap of 100000 bytes was reached" in t
+                      and "holds only the first 97.7KB" in t and "LAST-LINE" in t and size == 100000,
+                      f"--max-artifact-bytes: stored {size} bytes, counted all, said so ({t[:260]!r})")
+                # Still running after spilling: the text names the artifact.
+                r, t = await run(session, "seq 1 100000; sleep 30", timeout=1.5)
+                check(t.startswith("Command is still running") and re.search(r"Artifact ID: cmd-\d+\.txt \(it grows", t),
+                      f"the still-running text names the artifact ({t[-200:]!r})")
+                # The artifact directory removed while the command runs: not advertised.
+                r, t = await run(session, f"seq 1 20000; rm -rf '{arts}'; echo after-removal")
+                check("could not be persisted: the artifact file was removed while the command ran. Only the preview below is available." in t
+                      and "Artifact ID" not in t and "after-removal" in t,
+                      f"an artifact removed mid-run is not advertised ({t[:240]!r})")
+
+
 async def main():
-    await {"load": case_load, "plants": case_plants, "search": case_search, "huge": case_huge}[CASE]()
+    await {"load": case_load, "plants": case_plants, "search": case_search, "huge": case_huge,
+           "shutdown": case_shutdown, "disk": case_disk}[CASE]()
     print(f"{len(failures)} failed")
     return 1 if failures else 0
 
