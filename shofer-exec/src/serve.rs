@@ -8,7 +8,12 @@
 //!   A client's `notifications/cancelled` for the call aborts the command (tree killed).
 //! - `read_command_output` (`artifact_id`, `search`, `offset`, `limit`): DESIGN §3.4.
 //! - `terminate_command` (`execution_id`): kills a command's whole tree.
-//! - `list_commands`: every command of the server's life, as JSON.
+//! - `list_commands`: the session's commands as JSON: every running one (and every finished
+//!   one that left a process behind) and the latest [`crate::MAX_FINISHED_RECORDS`] others.
+//!
+//! Every line from the client passes [`crate::rpc_gate`] first, so malformed requests get
+//! JSON-RPC errors with their id; commands over [`MAX_COMMAND_BYTES`] are refused before
+//! any parsing; the default artifact directory is private ([`private_artifacts_dir`]).
 //!
 //! Errors the model should see (a missing parameter, a refused command, a missing cwd, a bad
 //! artifact id) are tool results with `isError: true` and the texts of Appendix A; protocol
@@ -231,7 +236,7 @@ fn read_schema() -> Arc<JsonObject> {
             },
             "offset": {
                 "type": ["integer", "null"],
-                "description": "Byte offset to start reading at (read mode). Default 0."
+                "description": "Byte offset to start reading at; in search mode, where the search starts (a search that ran out of time says where to go on). Default 0."
             },
             "limit": {
                 "type": ["integer", "null"],
@@ -400,7 +405,7 @@ impl ShoferServer {
 
     #[tool(
         name = "list_commands",
-        description = "List every command run in this session, oldest first, as JSON: execution id, command, working directory, status (running, exited, terminated or timed out), exit code, signal, output size and artifact id if the output was persisted.",
+        description = "List the commands of this session (all running ones and the latest 1000 finished ones), oldest first, as JSON: execution id, command, working directory, status (running, exited, terminated or timed out), exit code, signal, output size and artifact id if the output was persisted.",
         annotations(read_only_hint = true)
     )]
     async fn list_commands(&self) -> CallToolResult {
