@@ -458,6 +458,48 @@ mod tests {
     }
 
     #[test]
+    fn the_cap_stores_the_first_bytes_and_counts_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut i = Interceptor::new(dir.path(), 3, 5120).with_cap(10_000);
+        for k in 0..10u8 {
+            i.write(&[b'0' + k; 3000]);
+        }
+        let out = i.finish();
+        let stored = fs::read(i.artifact_path()).unwrap();
+        assert_eq!(stored.len(), 10_000);
+        assert_eq!(&stored[9_000..], &[b'3'; 1000][..]);
+        assert_eq!(out.preview.total, 30_000);
+        assert!(
+            out.preview.text.ends_with("9999"),
+            "{}",
+            &out.preview.text[..40]
+        );
+        match &out.spill {
+            Spill::Failed {
+                artifact: Some(_),
+                written: 10_000,
+                error,
+            } => assert!(error.contains("size cap of 10000 bytes"), "{error}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_artifact_removed_before_the_end_is_not_advertised() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut i = Interceptor::new(dir.path(), 4, 5120);
+        i.write(&[b'x'; 6000]);
+        fs::remove_file(i.artifact_path()).unwrap();
+        i.write(&[b'y'; 100]);
+        let out = i.finish();
+        assert!(
+            matches!(&out.spill, Spill::Failed { artifact: None, error, .. } if error.contains("removed")),
+            "{:?}",
+            out.spill
+        );
+    }
+
+    #[test]
     fn removed_dir_is_reported_and_preview_survives() {
         let dir = tempfile::tempdir().unwrap();
         let gone = dir.path().join("sub");

@@ -393,11 +393,11 @@ fn build(pattern: &str) -> Result<(meta::Regex, usize), PatternError> {
             .multi_line(true)
             .build()
             .parse(p)
+            .map_err(|e| e.to_string())
     };
     let hir = match parse(pattern) {
         Ok(h) => h,
-        Err(_) => parse(&regex_syntax::escape(pattern))
-            .map_err(|e| PatternError::TooComplex(e.to_string()))?,
+        Err(_) => parse(&regex_syntax::escape(pattern)).map_err(PatternError::TooComplex)?,
     };
     let hir = without_newline(hir);
     let too_complex = |e: &dyn std::fmt::Display| PatternError::TooComplex(e.to_string());
