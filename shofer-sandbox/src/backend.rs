@@ -1,14 +1,19 @@
 //! Choosing a backend (DESIGN §2.4): the strongest that enforces the whole policy, or a clear
 //! refusal naming each mechanism and why it failed. Never a silent downgrade.
 
-use shofer_core::policy::{degradations, Backend, NetPolicy, Protection};
+use shofer_core::policy::{
+    degradations, hardening_gaps, needs_unix_gate, protections, Backend, NetPolicy, Protection,
+    Verdict,
+};
 use shofer_core::rights::NEWEST_PINNED_ABI;
 
 use std::cell::OnceCell;
 
 use crate::bwrap::{self, Bwrap};
 use crate::cli::BackendChoice;
+use crate::error::{LandlockOff, SetupError, Unusable};
 use crate::namespaces;
+use crate::seccomp;
 use crate::sys::{self, LandlockAbsence};
 
 /// What the kernel offers, probed once per run. The slower probes (user namespaces: a clone
@@ -19,8 +24,13 @@ pub struct Facts {
     pub kernel: String,
     /// The kernel's Landlock ABI, or why there is none.
     pub landlock: Result<u32, LandlockAbsence>,
+    /// Whether this build has the TIOCSTI/TIOCLINUX seccomp filter for the machine's
+    /// architecture ([`seccomp::FILTER_AVAILABLE`]); without it, terminal injection is not
+    /// enforced and the report says so.
+    pub tiocsti_filter: bool,
     userns: OnceCell<Result<(), String>>,
     bwrap: OnceCell<Result<Bwrap, String>>,
+    unix_gate: OnceCell<Result<(), String>>,
 }
 
 impl Facts {
@@ -29,12 +39,15 @@ impl Facts {
         Facts {
             kernel: sys::kernel_release(),
             landlock: sys::landlock_abi(),
+            tiocsti_filter: seccomp::FILTER_AVAILABLE,
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
+            unix_gate: OnceCell::new(),
         }
     }
 
-    /// Facts with fixed answers (tests, and `--probe` of a hypothetical kernel).
+    /// Facts with fixed answers (tests).
+    #[cfg(test)]
     pub fn fixed(
         landlock: Result<u32, LandlockAbsence>,
         userns: Result<(), String>,
@@ -43,9 +56,37 @@ impl Facts {
         Facts {
             kernel: "fixed".into(),
             landlock,
+            tiocsti_filter: seccomp::FILTER_AVAILABLE,
             userns: OnceCell::from(userns),
             bwrap: OnceCell::from(bwrap),
+            unix_gate: OnceCell::from(Ok(())),
         }
+    }
+
+    /// The same facts with the unix-socket gate's availability fixed (tests, and
+    /// `--no-unix-gate`).
+    pub fn with_unix_gate(self, gate: Result<(), String>) -> Facts {
+        Facts {
+            unix_gate: OnceCell::from(gate),
+            ..self
+        }
+    }
+
+    /// Whether the seccomp unix-socket gate can run here ([`crate::gate::available`]; probed
+    /// on first call).
+    pub fn unix_gate(&self) -> &Result<(), String> {
+        self.unix_gate.get_or_init(crate::gate::available)
+    }
+
+    /// Whether `backend` at `abi` runs the unix-socket gate: below Landlock ABI 9 (or behind
+    /// bubblewrap), when it can run here — not in front of a setuid bubblewrap, which cannot
+    /// run under `no_new_privs`.
+    pub fn unix_gate_runs(&self, backend: Backend, abi: u32) -> bool {
+        let setuid_bwrap = backend == Backend::Bwrap
+            && self
+                .bwrap_if_probed()
+                .is_some_and(|b| b.as_ref().is_ok_and(|b| b.setuid));
+        needs_unix_gate(backend, abi) && !setuid_bwrap && self.unix_gate().is_ok()
     }
 
     /// The user-namespace probe's answer if it already ran.
@@ -61,6 +102,23 @@ impl Facts {
     /// Whether unprivileged user namespaces with mounts work here (probed on first call).
     pub fn userns(&self) -> &Result<(), String> {
         self.userns.get_or_init(namespaces::probe)
+    }
+
+    /// For a run: takes user namespaces as usable without the trial clone unless a sysctl
+    /// already says they are blocked. The run's own clone is the real test; when it fails
+    /// before the command starts, [`Facts::userns_failed`] records why and `auto` chooses
+    /// again (the trial clone would cost as much as the run's own).
+    pub fn assume_userns(&mut self) {
+        if self.userns.get().is_none() {
+            let _ = self
+                .userns
+                .set(namespaces::blocked_by_sysctl().map_or(Ok(()), Err));
+        }
+    }
+
+    /// Records that user namespaces failed with `why` (one clause).
+    pub fn userns_failed(&mut self, why: String) {
+        self.userns = OnceCell::from(Err(why));
     }
 
     /// A usable bubblewrap, or why not (probed on first call).
@@ -81,19 +139,46 @@ impl Facts {
             .min(NEWEST_PINNED_ABI)
     }
 
-    /// Why Landlock is unusable, as one clause (e.g. "not in this kernel (ENOSYS)").
-    pub fn landlock_absence(&self, max_abi: Option<u32>) -> String {
+    /// Why Landlock is unusable at `max_abi`, if it is.
+    pub fn landlock_off(&self, max_abi: Option<u32>) -> Option<LandlockOff> {
         match self.landlock {
-            Err(LandlockAbsence::NotBuilt) => "not in this kernel (ENOSYS)".into(),
-            Err(LandlockAbsence::Disabled) => {
-                "built in but disabled at boot (EOPNOTSUPP; add landlock to lsm=)".into()
-            }
-            Err(LandlockAbsence::Other(e)) => {
-                format!("landlock_create_ruleset failed ({})", sys::errno_name(e))
-            }
-            Ok(_) if max_abi == Some(0) => "disabled by --max-abi 0".into(),
-            Ok(abi) => format!("ABI {abi}"),
+            Err(absence) => Some(LandlockOff::Kernel(absence)),
+            Ok(_) if max_abi == Some(0) => Some(LandlockOff::CappedToZero),
+            Ok(_) => None,
         }
+    }
+
+    /// [`protections`] of `backend` at `abi` on this kernel and build.
+    pub fn protections(
+        &self,
+        backend: Backend,
+        abi: u32,
+        net: NetPolicy,
+    ) -> Vec<(Protection, Verdict)> {
+        let gate = self.unix_gate_runs(backend, abi);
+        protections(backend, abi, net, self.tiocsti_filter, gate)
+    }
+
+    /// [`degradations`] of `backend` at `abi` on this kernel and build.
+    pub fn degradations(
+        &self,
+        backend: Backend,
+        abi: u32,
+        net: NetPolicy,
+    ) -> Vec<(Protection, String)> {
+        let gate = self.unix_gate_runs(backend, abi);
+        degradations(backend, abi, net, self.tiocsti_filter, gate)
+    }
+
+    /// [`hardening_gaps`] of `backend` at `abi` on this kernel and build.
+    pub fn hardening_gaps(
+        &self,
+        backend: Backend,
+        abi: u32,
+        net: NetPolicy,
+    ) -> Vec<(Protection, String)> {
+        let gate = self.unix_gate_runs(backend, abi);
+        hardening_gaps(backend, abi, net, self.tiocsti_filter, gate)
     }
 }
 
@@ -107,72 +192,73 @@ pub struct Choice {
     /// Required protections this choice cannot enforce (non-empty only with
     /// `--allow-degraded`).
     pub degraded: Vec<(Protection, String)>,
+    /// Hardening protections this choice cannot enforce (each one stderr line per run).
+    pub hardening: Vec<(Protection, String)>,
     /// Why this backend was chosen, in one sentence.
     pub reason: String,
     /// The bubblewrap to run, for the `bwrap` backend.
     pub bwrap: Option<Bwrap>,
 }
 
-/// Chooses the backend for `request` (DESIGN §2.4): `auto` takes Landlock when it enforces
-/// the whole required policy, else `userns` (Landlock layered at whatever ABI the kernel has),
-/// else `bwrap`, else a partial Landlock with `--allow-degraded`, else a refusal naming each
-/// mechanism and why it failed.
+/// Chooses the backend for `request` (docs/ARCHITECTURE.md): `auto` takes `layered` wherever
+/// user namespaces work (`userns` below Landlock ABI 2, where Landlock would break renames),
+/// else Landlock alone when it enforces every required protection, else `bwrap`, else a
+/// partial Landlock with `--allow-degraded`, else a refusal naming each mechanism and why it
+/// failed. The degradations of the choice, required and hardening ([`Choice::hardening`]),
+/// are computed here and nowhere else.
 ///
 /// # Errors
-/// One line naming each mechanism tried and why it failed (exit 125).
+/// [`SetupError::Unusable`] for a forced backend, [`SetupError::NoBackend`] for `auto`.
 pub fn choose(
     request: BackendChoice,
     facts: &Facts,
     max_abi: Option<u32>,
     net: NetPolicy,
     allow_degraded: bool,
-) -> Result<Choice, String> {
+) -> Result<Choice, SetupError> {
     let abi = facts.effective_abi(max_abi);
-    let landlock_degraded = degradations(Backend::Landlock, abi, net);
-    let landlock_what = || {
-        landlock_degraded
-            .iter()
-            .map(|(_, why)| why.as_str())
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
-    let landlock = |accept_partial: bool| -> Result<Choice, String> {
+    let landlock = |accept_partial: bool| -> Result<Choice, Unusable> {
         if abi == 0 {
-            return Err(format!("Landlock: {}", facts.landlock_absence(max_abi)));
+            let off = facts
+                .landlock_off(max_abi)
+                .unwrap_or(LandlockOff::CappedToZero);
+            return Err(Unusable::Landlock(off));
         }
-        if landlock_degraded.is_empty() {
+        let degraded = facts.degradations(Backend::Landlock, abi, net);
+        if degraded.is_empty() {
             return Ok(Choice {
                 backend: Backend::Landlock,
                 abi,
-                degraded: Vec::new(),
-                reason: format!("Landlock ABI {abi} enforces the whole policy"),
+                degraded,
+                hardening: facts.hardening_gaps(Backend::Landlock, abi, net),
+                reason: format!("Landlock ABI {abi} enforces every required protection"),
                 bwrap: None,
             });
         }
-        if accept_partial {
-            return Ok(Choice {
-                backend: Backend::Landlock,
-                abi,
-                degraded: landlock_degraded.clone(),
-                reason: format!(
-                    "Landlock ABI {abi}, degraded as allowed: {}",
-                    landlock_what()
-                ),
-                bwrap: None,
-            });
+        if !accept_partial {
+            return Err(Unusable::LandlockPartial { abi, degraded });
         }
-        Err(format!(
-            "Landlock: ABI {abi} is partial ({}; pass --allow-degraded to accept)",
-            landlock_what()
-        ))
+        let what = crate::error::whys(&degraded);
+        Ok(Choice {
+            backend: Backend::Landlock,
+            abi,
+            degraded,
+            hardening: facts.hardening_gaps(Backend::Landlock, abi, net),
+            reason: format!("Landlock ABI {abi}, degraded as allowed: {what}"),
+            bwrap: None,
+        })
     };
-    // `probe` asks first (auto must know before it commits to a backend); a forced backend
-    // skips the trial clone: its own set-up fails with the same one-line reason.
-    let userns = |backend: Backend, probe: bool| -> Result<Choice, String> {
-        if probe {
-            if let Err(why) = facts.userns() {
-                return Err(format!("user namespaces: {why}"));
-            }
+    // `probe` asks first (`--probe`, and `auto` with `--report`, must know before they commit
+    // to a backend); otherwise what is known so far decides (a run assumes user namespaces
+    // work, see `Facts::assume_userns`, and its own clone is the test).
+    let userns = |backend: Backend, probe: bool| -> Result<Choice, Unusable> {
+        let known = if probe {
+            Some(facts.userns())
+        } else {
+            facts.userns_if_probed()
+        };
+        if let Some(Err(why)) = known {
+            return Err(Unusable::Userns(why.clone()));
         }
         // Landlock ABI 1 refuses every cross-directory rename, even inside the worktree; the
         // read-only mounts already do its job, so plain userns does not layer it.
@@ -182,78 +268,94 @@ pub fn choose(
             abi
         };
         if backend == Backend::Layered && abi == 0 {
-            return Err(format!(
-                "layered: needs Landlock, which is unusable: {}",
-                facts.landlock_absence(max_abi)
-            ));
+            let off = facts
+                .landlock_off(max_abi)
+                .unwrap_or(LandlockOff::CappedToZero);
+            return Err(Unusable::LayeredWithoutLandlock(off));
         }
         let layered = if abi > 0 {
             format!(", Landlock ABI {abi} layered on top")
         } else {
             String::from(", no Landlock layered")
         };
-        let degraded = degradations(backend, abi, net);
+        let degraded = facts.degradations(backend, abi, net);
         if !degraded.is_empty() && !allow_degraded {
-            let what: Vec<&str> = degraded.iter().map(|(_, why)| why.as_str()).collect();
-            return Err(format!(
-                "{backend}: partial at Landlock ABI {abi} ({}; pass --allow-degraded to accept)",
-                what.join("; ")
-            ));
+            return Err(Unusable::NamespacesPartial {
+                backend,
+                abi,
+                degraded,
+            });
         }
         Ok(Choice {
             backend,
             abi,
             degraded,
-            reason: format!("user, mount and PID namespaces with a read-only root{layered}"),
+            hardening: facts.hardening_gaps(backend, abi, net),
+            reason: format!("user, mount, PID and IPC namespaces with a read-only root{layered}"),
             bwrap: None,
         })
     };
-    let bwrap = || -> Result<Choice, String> {
+    let bwrap = || -> Result<Choice, Unusable> {
         match facts.bwrap() {
-            Ok(b) => Ok(Choice {
-                backend: Backend::Bwrap,
-                abi: 0,
-                degraded: degradations(Backend::Bwrap, 0, net),
-                reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
-                bwrap: Some(b.clone()),
-            }),
-            Err(why) => Err(format!("bwrap: {why}")),
+            Ok(b) => {
+                let degraded = facts.degradations(Backend::Bwrap, 0, net);
+                if !degraded.is_empty() && !allow_degraded {
+                    return Err(Unusable::NamespacesPartial {
+                        backend: Backend::Bwrap,
+                        abi: 0,
+                        degraded,
+                    });
+                }
+                Ok(Choice {
+                    backend: Backend::Bwrap,
+                    abi: 0,
+                    degraded,
+                    hardening: facts.hardening_gaps(Backend::Bwrap, 0, net),
+                    reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
+                    bwrap: Some(b.clone()),
+                })
+            }
+            Err(why) => Err(Unusable::Bwrap(why.clone())),
         }
     };
-    match request {
+    let forced = match request {
         BackendChoice::Forced(Backend::Landlock) => landlock(allow_degraded),
         BackendChoice::Forced(b @ (Backend::Userns | Backend::Layered)) => userns(b, false),
         BackendChoice::Forced(Backend::Bwrap) => bwrap(),
         BackendChoice::Auto => {
             let mut why = Vec::new();
+            // Layered needs Landlock from ABI 2 (ABI 1 refuses renames across directories).
+            let namespaces = if abi >= 2 {
+                Backend::Layered
+            } else {
+                Backend::Userns
+            };
+            let probe_userns = facts.userns_if_probed().is_none();
             for attempt in [
-                &(|| landlock(false)) as &dyn Fn() -> Result<Choice, String>,
-                &|| userns(Backend::Userns, true),
+                &(|| userns(namespaces, probe_userns)) as &dyn Fn() -> Result<Choice, Unusable>,
+                &|| landlock(false),
                 &bwrap,
             ] {
                 match attempt() {
                     Ok(c) => {
-                        return Ok(Choice {
-                            reason: if why.is_empty() {
-                                c.reason.clone()
-                            } else {
-                                format!("{} (because {})", c.reason, why.join("; "))
-                            },
-                            ..c
-                        })
+                        let reason = if why.is_empty() {
+                            c.reason.clone()
+                        } else {
+                            let why: Vec<String> = why.iter().map(ToString::to_string).collect();
+                            format!("{} (because {})", c.reason, why.join("; "))
+                        };
+                        return Ok(Choice { reason, ..c });
                     }
                     Err(e) => why.push(e),
                 }
             }
             if allow_degraded && abi > 0 {
-                return landlock(true);
+                return landlock(true).map_err(SetupError::Unusable);
             }
-            Err(format!(
-                "no sandbox backend can enforce the policy: {}",
-                why.join("; ")
-            ))
+            return Err(SetupError::NoBackend(why));
         }
-    }
+    };
+    forced.map_err(SetupError::Unusable)
 }
 
 #[cfg(test)]
@@ -272,26 +374,67 @@ mod tests {
         Facts::fixed(landlock, no_ns(), no_bwrap())
     }
 
+    /// What `auto` tried, in order, when it refused.
+    fn refused(r: Result<Choice, SetupError>) -> Vec<Unusable> {
+        match r {
+            Err(SetupError::NoBackend(tried)) => tried,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    fn unusable(r: Result<Choice, SetupError>) -> Unusable {
+        match r {
+            Err(SetupError::Unusable(u)) => u,
+            other => panic!("expected an unusable backend, got {other:?}"),
+        }
+    }
+
     #[test]
     fn auto_picks_landlock_from_abi_3_and_refuses_below_without_allow_degraded() {
         let f = facts(Ok(7));
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
         assert_eq!((c.backend, c.abi), (Backend::Landlock, 7));
         assert!(choose(BackendChoice::Auto, &f, Some(3), NetPolicy::Allow, false).is_ok());
-        let err = choose(BackendChoice::Auto, &f, Some(2), NetPolicy::Allow, false).unwrap_err();
-        assert!(err.contains("truncate"), "{err}");
-        assert!(err.contains("user namespaces: blocked"), "{err}");
-        assert!(err.contains("bwrap: not installed"), "{err}");
+        let tried = refused(choose(
+            BackendChoice::Auto,
+            &f,
+            Some(2),
+            NetPolicy::Allow,
+            false,
+        ));
+        assert!(
+            matches!(&tried[..], [
+                Unusable::Userns(ns),
+                Unusable::LandlockPartial { abi: 2, degraded },
+                Unusable::Bwrap(bwrap),
+            ] if degraded[0].0 == Protection::Truncate
+                && ns == "blocked (test)"
+                && bwrap == "not installed (test)"),
+            "{tried:?}"
+        );
         let c = choose(BackendChoice::Auto, &f, Some(2), NetPolicy::Allow, true).unwrap();
         assert_eq!(c.degraded.len(), 1);
     }
 
     #[test]
-    fn auto_falls_back_to_userns_then_bwrap() {
+    fn auto_prefers_layered_then_landlock_then_bwrap() {
+        let f = Facts::fixed(Ok(7), Ok(()), no_bwrap());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert_eq!((c.backend, c.abi), (Backend::Layered, 7));
+        assert!(c.degraded.is_empty());
         let f = Facts::fixed(Ok(2), Ok(()), no_bwrap());
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
-        assert_eq!((c.backend, c.abi), (Backend::Userns, 2));
+        assert_eq!((c.backend, c.abi), (Backend::Layered, 2));
         assert!(c.degraded.is_empty());
+        // Without user namespaces, Landlock alone, naming what it lacks.
+        let f = Facts::fixed(Ok(7), no_ns(), no_bwrap());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert_eq!(c.backend, Backend::Landlock);
+        assert!(c.reason.contains("blocked (test)"), "{}", c.reason);
+        assert!(c
+            .hardening
+            .iter()
+            .any(|(p, _)| *p == Protection::SigkillKillsTree));
         let b = Bwrap {
             path: "/usr/bin/bwrap".into(),
             version: "0.8.0".into(),
@@ -304,21 +447,55 @@ mod tests {
     }
 
     #[test]
-    fn with_landlock_complete_auto_never_probes_namespaces() {
-        let f = Facts {
+    fn a_run_assumes_user_namespaces_until_its_clone_fails() {
+        let mut f = Facts {
             kernel: "t".into(),
             landlock: Ok(6),
+            tiocsti_filter: true,
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
+            unix_gate: OnceCell::from(Ok(())),
         };
-        choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
-        assert!(f.userns.get().is_none() && f.bwrap.get().is_none());
+        f.assume_userns();
+        if namespaces::blocked_by_sysctl().is_none() {
+            let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
+            assert_eq!(c.backend, Backend::Layered);
+        }
+        assert!(f.bwrap.get().is_none());
+        f.userns_failed("blocked (test)".into());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
+        assert_eq!(c.backend, Backend::Landlock);
+    }
+
+    #[test]
+    fn without_the_gate_below_abi_9_auto_refuses_unless_degraded_is_allowed() {
+        let f = facts(Ok(7)).with_unix_gate(Err("outer listener (test)".into()));
+        let err = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pathname unix socket"), "{err}");
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, true).unwrap();
+        assert!(!f.unix_gate_runs(c.backend, c.abi));
+        assert_eq!(c.degraded[0].0, Protection::PathnameSockets);
+        let f = facts(Ok(7));
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert!(f.unix_gate_runs(c.backend, c.abi) && c.degraded.is_empty());
+        let f = facts(Ok(9));
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert!(!f.unix_gate_runs(c.backend, c.abi), "ABI 9 needs no gate");
     }
 
     #[test]
     fn net_deny_needs_abi_4() {
         let f = facts(Ok(3));
-        assert!(choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).is_err());
+        let tried = refused(choose(
+            BackendChoice::Auto,
+            &f,
+            None,
+            NetPolicy::Deny,
+            false,
+        ));
+        assert_eq!(tried[1].degraded()[0].0, Protection::Tcp);
         assert!(choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).is_ok());
     }
 
@@ -330,39 +507,49 @@ mod tests {
             None,
             NetPolicy::Allow,
             false,
-        )
-        .unwrap_err();
-        assert!(
-            err.contains("Landlock: not in this kernel (ENOSYS)"),
-            "{err}"
         );
-        assert!(
-            err.contains("user namespaces") && err.contains("bwrap"),
-            "{err}"
+        let text = err.as_ref().unwrap_err().to_string();
+        assert_eq!(
+            refused(err),
+            [
+                Unusable::Userns("blocked (test)".into()),
+                Unusable::Landlock(LandlockOff::Kernel(LandlockAbsence::NotBuilt)),
+                Unusable::Bwrap("not installed (test)".into()),
+            ]
         );
-        let err = choose(
+        // The one-line message users and scripts read.
+        assert_eq!(
+            text,
+            "no sandbox backend can enforce the policy: user namespaces: blocked (test); Landlock: not in this kernel (ENOSYS); bwrap: not installed (test)"
+        );
+        let err = unusable(choose(
             BackendChoice::Forced(Backend::Landlock),
             &facts(Err(LandlockAbsence::Disabled)),
             None,
             NetPolicy::Allow,
             true,
-        )
-        .unwrap_err();
-        assert!(err.contains("EOPNOTSUPP"), "{err}");
+        ));
+        assert_eq!(
+            err,
+            Unusable::Landlock(LandlockOff::Kernel(LandlockAbsence::Disabled))
+        );
+        assert!(err.to_string().contains("EOPNOTSUPP"), "{err}");
     }
 
     #[test]
     fn layered_needs_landlock_and_userns() {
         let f = Facts::fixed(Err(LandlockAbsence::NotBuilt), Ok(()), no_bwrap());
-        let err = choose(
+        let err = unusable(choose(
             BackendChoice::Forced(Backend::Layered),
             &f,
             None,
             NetPolicy::Allow,
             false,
-        )
-        .unwrap_err();
-        assert!(err.contains("needs Landlock"), "{err}");
+        ));
+        assert_eq!(
+            err,
+            Unusable::LayeredWithoutLandlock(LandlockOff::Kernel(LandlockAbsence::NotBuilt))
+        );
         let f = Facts::fixed(Ok(7), Ok(()), no_bwrap());
         let c = choose(
             BackendChoice::Forced(Backend::Layered),
@@ -380,15 +567,18 @@ mod tests {
         let f = Facts::fixed(Ok(1), Ok(()), no_bwrap());
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
         assert_eq!((c.backend, c.abi), (Backend::Userns, 0));
-        let err = choose(
+        let err = unusable(choose(
             BackendChoice::Forced(Backend::Layered),
             &f,
             None,
             NetPolicy::Allow,
             false,
-        )
-        .unwrap_err();
-        assert!(err.contains("rename"), "{err}");
+        ));
+        assert!(
+            matches!(&err, Unusable::NamespacesPartial { backend: Backend::Layered, abi: 1, degraded }
+                if degraded[0].0 == Protection::RenameInside),
+            "{err:?}"
+        );
         let c = choose(
             BackendChoice::Forced(Backend::Layered),
             &f,
@@ -404,6 +594,30 @@ mod tests {
     fn max_abi_zero_disables_landlock() {
         let f = facts(Ok(7));
         assert_eq!(f.effective_abi(Some(0)), 0);
-        assert!(choose(BackendChoice::Auto, &f, Some(0), NetPolicy::Allow, true).is_err());
+        let tried = refused(choose(
+            BackendChoice::Auto,
+            &f,
+            Some(0),
+            NetPolicy::Allow,
+            true,
+        ));
+        assert_eq!(tried[1], Unusable::Landlock(LandlockOff::CappedToZero));
+    }
+
+    #[test]
+    fn without_the_tiocsti_filter_every_backend_is_degraded() {
+        let mut f = Facts::fixed(Ok(7), Ok(()), no_bwrap());
+        f.tiocsti_filter = false;
+        let tried = refused(choose(
+            BackendChoice::Auto,
+            &f,
+            None,
+            NetPolicy::Allow,
+            false,
+        ));
+        assert_eq!(tried[0].degraded()[0].0, Protection::Tiocsti);
+        assert_eq!(tried[1].degraded()[0].0, Protection::Tiocsti);
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, true).unwrap();
+        assert_eq!(c.degraded[0].0, Protection::Tiocsti);
     }
 }

@@ -4,9 +4,10 @@
 //! cannot drift apart. Known kernel limits are listed as not enforced, never left out.
 
 use serde_json::{json, Map, Value};
-use shofer_core::policy::{protections, Backend, NetPolicy, Verdict};
+use shofer_core::policy::{Backend, NetPolicy, Verdict};
 
 use crate::backend::{Choice, Facts};
+use crate::error::SetupError;
 use crate::sys::{self, LandlockAbsence};
 use crate::writable::OpenedPolicy;
 
@@ -20,13 +21,16 @@ fn landlock_json(facts: &Facts) -> Value {
     json!({"abi": abi, "status": status, "errno": errno})
 }
 
-fn protections_json(backend: Backend, abi: u32, net: NetPolicy) -> Value {
+fn protections_json(facts: &Facts, backend: Backend, abi: u32, net: NetPolicy) -> Value {
     let mut map = Map::new();
-    for (p, v) in protections(backend, abi, net) {
+    for (p, v) in facts.protections(backend, abi, net) {
+        let tier = p.tier(net).as_str();
         let entry = match v {
-            Verdict::Enforced(by) => json!({"enforced": true, "by": by}),
-            Verdict::NotEnforced(reason) => json!({"enforced": false, "reason": reason}),
-            Verdict::NotRequested => json!({"enforced": false, "requested": false}),
+            Verdict::Enforced(by) => json!({"enforced": true, "by": by, "tier": tier}),
+            Verdict::NotEnforced(reason) => {
+                json!({"enforced": false, "reason": reason, "tier": tier})
+            }
+            Verdict::NotRequested => json!({"enforced": false, "requested": false, "tier": tier}),
         };
         map.insert(p.key().to_string(), entry);
     }
@@ -35,7 +39,7 @@ fn protections_json(backend: Backend, abi: u32, net: NetPolicy) -> Value {
 
 /// The probe object: kernel facts, the backend `auto` would pick (or why none), and what that
 /// backend enforces.
-pub fn probe(facts: &Facts, choice: &Result<Choice, String>, net: NetPolicy) -> Value {
+pub fn probe(facts: &Facts, choice: &Result<Choice, SetupError>, net: NetPolicy) -> Value {
     let mut obj = json!({
         "kernel": facts.kernel,
         "landlock": landlock_json(facts),
@@ -56,18 +60,25 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, String>, net: NetPolicy) -> 
             map.insert("backend".into(), json!(c.backend.as_str()));
             map.insert("backend_reason".into(), json!(c.reason));
             map.insert("effective_abi".into(), json!(c.abi));
+            // Every protection this run lacks, required (accepted with --allow-degraded) and
+            // hardening; each row's `tier` says which.
             map.insert(
                 "degraded".into(),
-                json!(c.degraded.iter().map(|(p, _)| p.key()).collect::<Vec<_>>()),
+                json!(c
+                    .degraded
+                    .iter()
+                    .chain(&c.hardening)
+                    .map(|(p, _)| p.key())
+                    .collect::<Vec<_>>()),
             );
             map.insert(
                 "protections".into(),
-                protections_json(c.backend, c.abi, net),
+                protections_json(facts, c.backend, c.abi, net),
             );
         }
         Err(why) => {
             map.insert("backend".into(), Value::Null);
-            map.insert("backend_reason".into(), json!(why));
+            map.insert("backend_reason".into(), json!(why.to_string()));
             map.insert("effective_abi".into(), json!(0));
             map.insert("degraded".into(), json!([]));
             map.insert("protections".into(), json!({}));
@@ -77,16 +88,19 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, String>, net: NetPolicy) -> 
 }
 
 /// The record of a real run: the probe object for the chosen backend, plus the worktree,
-/// the writable set and what was found of the worktree's git metadata.
+/// the writable set, the `--allow-unix` paths and what was found of the worktree's git
+/// metadata.
 pub fn run(
     facts: &Facts,
     choice: &Choice,
     opened: &OpenedPolicy,
     guard: &crate::gitguard::GitGuard,
+    allow_unix: &[std::path::PathBuf],
 ) -> Value {
     let mut obj = probe(facts, &Ok(choice.clone()), opened.policy.net);
     let map = obj.as_object_mut().expect("object literal");
     map.insert("worktree".into(), json!(opened.policy.worktree));
+    map.insert("allow_unix".into(), json!(allow_unix));
     map.insert(
         "writable".into(),
         Value::Array(
@@ -147,4 +161,44 @@ pub fn probe_text(v: &Value) -> String {
         }
     }
     out
+}
+
+/// The second `--report` record, written when the command has ended and the unix-socket gate
+/// refused something: `{"unix_refused": [paths, in order, each once]}`.
+pub fn unix_refused(paths: &[String]) -> Value {
+    json!({ "unix_refused": paths })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiocsti(tiocsti_filter: bool) -> Value {
+        let mut facts = Facts::fixed(Ok(7), Err("test".into()), Err("test".into()));
+        facts.tiocsti_filter = tiocsti_filter;
+        let choice = crate::backend::choose(
+            crate::cli::BackendChoice::Auto,
+            &facts,
+            None,
+            NetPolicy::Allow,
+            true,
+        );
+        probe(&facts, &choice, NetPolicy::Allow)["protections"]["tiocsti"].clone()
+    }
+
+    #[test]
+    fn tiocsti_is_reported_enforced_only_where_the_filter_exists() {
+        assert_eq!(
+            tiocsti(true),
+            json!({"enforced": true, "by": "seccomp", "tier": "required"})
+        );
+        let without = tiocsti(false);
+        assert_eq!(without["enforced"], json!(false), "{without}");
+        assert!(
+            without["reason"].as_str().unwrap().contains("x86-64"),
+            "{without}"
+        );
+        // This build's own answer follows its architecture.
+        assert_eq!(Facts::probe().tiocsti_filter, cfg!(target_arch = "x86_64"));
+    }
 }
