@@ -614,34 +614,39 @@ fn search(
     };
     let mut line_no = 1 + newlines_before(file, offset)?;
     // `buf[start..]` is unsearched; bytes before `start` are kept only as context.
-    let mut buf: Vec<u8> = Vec::with_capacity(CHUNK + WINDOW + WINDOW_OVERLAP + 1);
+    // Zeroed once: refills read into it in place (no per-chunk zeroing or reallocation).
+    let mut buf: Vec<u8> = vec![0u8; 2 * CHUNK + WINDOW + WINDOW_OVERLAP + 1];
+    let mut len = 0usize;
     let mut start = 0usize;
     let mut file_pos = offset;
     let mut eof = false;
     // Inside a line longer than a window: bytes of it already searched, and whether it matched.
     let mut long: Option<(usize, bool)> = None;
     let stopped = loop {
-        if !eof && buf.len() - start <= win {
+        if !eof && len - start <= win {
             // Keep the context a long line's next window needs, drop the rest, refill.
             let keep = long.map_or(0, |(seen, _)| seen.min(overlap + 1));
-            buf.drain(..start - keep);
+            buf.copy_within(start - keep..len, 0);
+            len -= start - keep;
             start = keep;
-            while !eof && buf.len() - start <= win {
-                let old = buf.len();
-                buf.resize(old + CHUNK, 0);
-                let n = pread_full(file, &mut buf[old..], file_pos)?;
-                buf.truncate(old + n);
+            while !eof && len - start <= win {
+                if buf.len() < len + CHUNK {
+                    buf.resize(len + CHUNK, 0);
+                }
+                let n = pread_full(file, &mut buf[len..len + CHUNK], file_pos)?;
+                len += n;
                 file_pos += n as u64;
                 eof = n == 0;
             }
         }
-        if buf.len() == start {
+        let buf = &buf[..len];
+        if len == start {
             break None;
         }
         if let Some(s) = scan.stop.check() {
             break Some(s);
         }
-        let avail = (buf.len() - start).min(win);
+        let avail = (len - start).min(win);
         let nl = memchr::memchr(b'\n', &buf[start..start + avail]).map(|i| start + i);
         match long {
             Some((seen, matched)) => {
@@ -650,12 +655,12 @@ fn search(
                 let back = seen.min(overlap);
                 let (to, line_ends) = match nl {
                     Some(i) => (i, true),
-                    None if eof && buf.len() - start <= win => (buf.len(), true),
+                    None if eof && len - start <= win => (len, true),
                     None => (start + win, false),
                 };
                 let mut found = matched;
                 if !matched {
-                    if let Some((s, _)) = scan.find(&buf, start - back, to) {
+                    if let Some((s, _)) = scan.find(buf, start - back, to) {
                         scan.m
                             .add(line_no, &buf[start - back..to], s - (start - back));
                         found = true;
@@ -663,7 +668,7 @@ fn search(
                 }
                 if line_ends {
                     line_no += 1;
-                    start = (to + 1).min(buf.len());
+                    start = (to + 1).min(len);
                     long = None;
                 } else {
                     start = to;
@@ -674,16 +679,16 @@ fn search(
                 let last_nl = memchr::memrchr(b'\n', &buf[start..start + avail]).map(|i| start + i);
                 match last_nl {
                     Some(i) => {
-                        match scan.lines(&buf, start, i + 1, line_no) {
+                        match scan.lines(buf, start, i + 1, line_no) {
                             Ok(n) => line_no = n,
                             Err(s) => break Some(s),
                         }
                         start = i + 1;
                     }
-                    None if eof && buf.len() - start <= win => {
+                    None if eof && len - start <= win => {
                         // A last line without a newline.
-                        let end = buf.len();
-                        if let Err(s) = scan.lines(&buf, start, end, line_no) {
+                        let end = len;
+                        if let Err(s) = scan.lines(buf, start, end, line_no) {
                             break Some(s);
                         }
                         start = end;
@@ -692,7 +697,7 @@ fn search(
                         // A line longer than a window: its first window.
                         let to = start + win;
                         let mut found = false;
-                        if let Some((s, _)) = scan.find(&buf, start, to) {
+                        if let Some((s, _)) = scan.find(buf, start, to) {
                             scan.m.add(line_no, &buf[start..to], s - start);
                             found = true;
                         }
@@ -703,7 +708,7 @@ fn search(
             }
         }
     };
-    let searched_to = file_pos - (buf.len() - start) as u64;
+    let searched_to = file_pos - (len - start) as u64;
     let mut out = format_search(id, pattern, &scan.m);
     match stopped {
         None => {}
