@@ -17,9 +17,11 @@
 //! kills the tree even after the command went to the background, unless the command starts
 //! with a prefix on the allowlist.
 //!
-//! Every command stays in the registry ([`Engine::list`]) for the engine's life. Dropping the
-//! last clone of the engine kills every command's tree, including the leftover background
-//! processes of commands that already exited.
+//! Every command stays in the registry ([`Engine::list`]) while it or a process it left behind
+//! runs; finished ones are compact (their result text, no buffers or descriptors) and only the
+//! latest [`MAX_FINISHED_RECORDS`] of them are kept (their artifacts stay on disk and
+//! readable). Dropping the last clone of the engine kills every command's tree, including the
+//! leftover background processes of commands that already exited.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -45,6 +47,13 @@ use crate::tree::{self, Tree};
 /// How often the tree of an exited command that left background processes is rescanned
 /// (to reap their zombies once they exit).
 const LEFTOVER_RESCAN: Duration = Duration::from_millis(500);
+
+/// The default cap of one artifact: 4 GiB.
+pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 4 << 30;
+
+/// How many finished commands (with no process left) the registry keeps; past it the oldest
+/// are forgotten, so a long session's memory is bounded by what runs, not by its history.
+pub const MAX_FINISHED_RECORDS: usize = 1000;
 
 /// The environment variable every command inherits, `<engine pid>-<execution id>`; the tree
 /// scan finds escaped descendants by it.
@@ -134,6 +143,10 @@ pub struct EngineConfig {
     pub drain_idle: Duration,
     /// Run commands inside this sandbox. Default none.
     pub sandbox: Option<Sandbox>,
+    /// Most bytes of one command's output stored in its artifact; past it the output is
+    /// counted but not stored, and the result says so. Default
+    /// [`DEFAULT_MAX_ARTIFACT_BYTES`].
+    pub max_artifact_bytes: u64,
     /// Make this process a child subreaper on engine creation (see [`crate::tree`]).
     /// Default false; set it when the engine owns its process (the `shofer` binary does).
     pub subreaper: bool,
@@ -152,6 +165,7 @@ impl EngineConfig {
             drain_max: Duration::from_secs(2),
             drain_idle: Duration::from_millis(200),
             sandbox: None,
+            max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
             subreaper: false,
         }
     }
@@ -277,6 +291,8 @@ struct Record {
     kill_reason: Mutex<Option<KillReason>>,
     done: watch::Sender<Option<Final>>,
     hard_timeout_secs: Option<f64>,
+    /// Finished and no process of its tree left: may be forgotten past the cap.
+    settled: std::sync::atomic::AtomicBool,
 }
 
 impl Record {
@@ -290,11 +306,17 @@ impl Record {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .snapshot();
-                let so_far = match snap.spill {
-                    Spill::Inline => text::compress_output(&snap.preview.text),
+                let (artifact_id, artifact_path) = artifact_of(&snap, &self.interceptor);
+                let so_far = match (&snap.spill, &artifact_id) {
+                    (Spill::Inline, _) => text::compress_output(&snap.preview.text),
+                    // Already spilled: say where the whole output so far is.
+                    (_, Some(a)) => format!(
+                        "{}\n\n[Output so far ({}) persisted. Artifact ID: {a} (it grows while the command runs)]",
+                        snap.preview.text,
+                        text::format_size(snap.preview.total)
+                    ),
                     _ => snap.preview.text.clone(),
                 };
-                let (artifact_id, artifact_path) = artifact_of(&snap, &self.interceptor);
                 Outcome {
                     id: self.id,
                     command: self.command.clone(),
@@ -564,11 +586,10 @@ impl Engine {
         let mut child = spawned.map_err(|source| ExecError::Spawn { program, source })?;
         let pid = child.id().map_or(0, |p| p as i32);
         let tree = Tree::new(pid, tag);
-        let interceptor = Arc::new(Mutex::new(Interceptor::new(
-            &cfg.artifacts_dir,
-            id,
-            cfg.preview.budget(),
-        )));
+        let interceptor = Arc::new(Mutex::new(
+            Interceptor::new(&cfg.artifacts_dir, id, cfg.preview.budget())
+                .with_cap(cfg.max_artifact_bytes),
+        ));
         let (pump_ctl, pump_done) = match pump::start(read_end, Arc::clone(&interceptor)) {
             Ok(p) => p,
             Err(e) => {
@@ -591,6 +612,7 @@ impl Engine {
             kill_reason: Mutex::new(None),
             done: watch::channel(None).0,
             hard_timeout_secs: hard.map(|d| d.as_secs_f64()),
+            settled: std::sync::atomic::AtomicBool::new(false),
         });
         self.inner
             .records
@@ -598,6 +620,7 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, Arc::clone(&rec));
         let r = Arc::clone(&rec);
+        let weak = Arc::downgrade(&self.inner);
         let (drain_max, drain_idle, grace) = (cfg.drain_max, cfg.drain_idle, cfg.kill_grace);
         tokio::spawn(async move {
             let status = tokio::select! {
@@ -632,12 +655,19 @@ impl Engine {
                 }
                 None => (Status::Exited, result_text(&r.cwd, &exit, &intercepted)),
             };
+            // Compact: the result text stays; the preview (already in it) and buffers go.
+            let mut intercepted = intercepted;
+            intercepted.preview.text = String::new();
             r.done.send_replace(Some(Final {
                 status: st,
                 exit,
                 intercepted,
                 text: txt,
             }));
+            r.interceptor
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .release_buffers();
             // Background leftovers (`daemon &`) stay in the tree; while any lives, rescan now
             // and then so that their zombies, reparented to us as subreaper, get reaped.
             loop {
@@ -647,6 +677,10 @@ impl Engine {
                     break;
                 }
                 tokio::time::sleep(LEFTOVER_RESCAN).await;
+            }
+            r.settled.store(true, Ordering::SeqCst);
+            if let Some(inner) = weak.upgrade() {
+                forget_oldest_settled(&inner);
             }
         });
         Ok(rec)
@@ -761,6 +795,9 @@ impl Engine {
         limit: Option<i64>,
     ) -> Result<String, ReadError> {
         let dir = self.inner.config.artifacts_dir.clone();
+        // Dropping this future (the client cancelled the call) stops a search in progress.
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let _stop_on_drop = SetOnDrop(Arc::clone(&cancel));
         tokio::task::spawn_blocking(move || {
             let req = ReadRequest {
                 artifact_id: &artifact_id,
@@ -768,7 +805,7 @@ impl Engine {
                 offset: offset.unwrap_or(0),
                 limit: limit.unwrap_or(reader::DEFAULT_LIMIT),
             };
-            reader::read_output(&dir, &req)
+            reader::read_output_cancellable(&dir, &req, &cancel)
         })
         .await
         .unwrap_or_else(|e| {
@@ -777,6 +814,29 @@ impl Engine {
                 source: std::io::Error::other(e),
             })
         })
+    }
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Forgets the oldest settled records past [`MAX_FINISHED_RECORDS`].
+fn forget_oldest_settled(inner: &Inner) {
+    let mut records = inner.records.lock().unwrap_or_else(|e| e.into_inner());
+    let settled: Vec<u64> = records
+        .values()
+        .filter(|r| r.settled.load(Ordering::SeqCst))
+        .map(|r| r.id)
+        .collect();
+    let excess = settled.len().saturating_sub(MAX_FINISHED_RECORDS);
+    for id in &settled[..excess] {
+        records.remove(id);
     }
 }
 

@@ -69,6 +69,10 @@ pub struct Interceptor {
     tail_stale: bool,
     /// `splice(2)` into the artifact works (until it fails with EINVAL and the like).
     splice_ok: bool,
+    /// Most bytes stored in the artifact; later output is counted, not stored.
+    cap: u64,
+    /// The artifact's (device, inode) when it was created: at the end it must still be there.
+    created: Option<(u64, u64)>,
 }
 
 impl Interceptor {
@@ -85,7 +89,17 @@ impl Interceptor {
             written: 0,
             tail_stale: false,
             splice_ok: true,
+            cap: u64::MAX,
+            created: None,
         }
+    }
+
+    /// Stores at most `cap` bytes in the artifact; past it the output is counted (and its
+    /// preview kept) but not stored, and the result says the artifact holds only the first
+    /// `cap` bytes. Default: no cap.
+    pub fn with_cap(mut self, cap: u64) -> Self {
+        self.cap = cap;
+        self
     }
 
     /// The artifact file's path (it exists only once the output spilled).
@@ -118,6 +132,8 @@ impl Interceptor {
                 self.buf.push(data);
                 match self.open() {
                     Ok(f) => {
+                        use std::os::unix::fs::MetadataExt;
+                        self.created = f.metadata().ok().map(|m| (m.dev(), m.ino()));
                         self.file = Some(f);
                         self.spill = Spill::Complete(self.id.clone());
                         self.append(&prior);
@@ -158,6 +174,36 @@ impl Interceptor {
     }
 
     fn append(&mut self, mut data: &[u8]) {
+        let room = self.cap.saturating_sub(self.written);
+        let over = (data.len() as u64) > room;
+        if over {
+            data = &data[..room as usize];
+        }
+        self.append_uncapped(data);
+        if over {
+            self.reach_cap();
+        }
+    }
+
+    /// The cap is reached: stop storing (the preview keeps counting).
+    fn reach_cap(&mut self) {
+        if self.tail_stale {
+            self.resync_tail();
+        }
+        if matches!(self.spill, Spill::Complete(_)) {
+            self.file = None;
+            self.spill = Spill::Failed {
+                artifact: Some(self.id.clone()),
+                written: self.written,
+                error: format!(
+                    "the artifact size cap of {} bytes was reached (the rest was counted, not stored)",
+                    self.cap
+                ),
+            };
+        }
+    }
+
+    fn append_uncapped(&mut self, mut data: &[u8]) {
         let Some(f) = self.file.as_mut() else { return };
         while !data.is_empty() {
             match f.write(data) {
@@ -188,6 +234,12 @@ impl Interceptor {
         if !self.splice_ok || !matches!(self.spill, Spill::Complete(_)) {
             return None;
         }
+        let room = self.cap.saturating_sub(self.written);
+        if room == 0 {
+            self.reach_cap();
+            return None;
+        }
+        let max = max.min(usize::try_from(room).unwrap_or(usize::MAX));
         match shofer_sys::fd::splice(pipe, self.file.as_ref()?, max) {
             Ok(n) => {
                 self.written += n as u64;
@@ -246,6 +298,34 @@ impl Interceptor {
         };
     }
 
+    /// An artifact removed or replaced while the command ran (its directory deleted, say) is
+    /// not advertised: the result then says only the preview is available.
+    fn check_still_there(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let advertised = matches!(
+            self.spill,
+            Spill::Complete(_)
+                | Spill::Failed {
+                    artifact: Some(_),
+                    ..
+                }
+        );
+        if !advertised {
+            return;
+        }
+        let now = fs::symlink_metadata(self.artifact_path())
+            .ok()
+            .filter(|m| m.file_type().is_file())
+            .map(|m| (m.dev(), m.ino()));
+        if now.is_none() || now != self.created {
+            self.spill = Spill::Failed {
+                artifact: None,
+                written: self.written,
+                error: "the artifact file was removed while the command ran".into(),
+            };
+        }
+    }
+
     /// The preview and artifact state so far (e.g. for a soft timeout).
     pub fn snapshot(&self) -> Intercepted {
         let preview = match self.tail_stale.then(|| self.file_tail()).flatten() {
@@ -262,6 +342,12 @@ impl Interceptor {
         }
     }
 
+    /// Frees the preview buffer once the final state was taken with [`Interceptor::finish`]
+    /// (a finished command's record keeps only its result text). Later snapshots are empty.
+    pub fn release_buffers(&mut self) {
+        self.buf = HeadTail::new(0);
+    }
+
     /// Closes the artifact (a close error counts as a disk error) and returns the final state.
     pub fn finish(&mut self) -> Intercepted {
         if self.tail_stale {
@@ -276,6 +362,7 @@ impl Interceptor {
                 }
             }
         }
+        self.check_still_there();
         self.snapshot()
     }
 }
@@ -368,6 +455,48 @@ mod tests {
         let out = i.finish();
         assert_eq!(fs::read(i.artifact_path()).unwrap(), [a, b, c].concat());
         assert_eq!(out.preview.omitted, 12288 - 10240);
+    }
+
+    #[test]
+    fn the_cap_stores_the_first_bytes_and_counts_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut i = Interceptor::new(dir.path(), 3, 5120).with_cap(10_000);
+        for k in 0..10u8 {
+            i.write(&[b'0' + k; 3000]);
+        }
+        let out = i.finish();
+        let stored = fs::read(i.artifact_path()).unwrap();
+        assert_eq!(stored.len(), 10_000);
+        assert_eq!(&stored[9_000..], &[b'3'; 1000][..]);
+        assert_eq!(out.preview.total, 30_000);
+        assert!(
+            out.preview.text.ends_with("9999"),
+            "{}",
+            &out.preview.text[..40]
+        );
+        match &out.spill {
+            Spill::Failed {
+                artifact: Some(_),
+                written: 10_000,
+                error,
+            } => assert!(error.contains("size cap of 10000 bytes"), "{error}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_artifact_removed_before_the_end_is_not_advertised() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut i = Interceptor::new(dir.path(), 4, 5120);
+        i.write(&[b'x'; 6000]);
+        fs::remove_file(i.artifact_path()).unwrap();
+        i.write(&[b'y'; 100]);
+        let out = i.finish();
+        assert!(
+            matches!(&out.spill, Spill::Failed { artifact: None, error, .. } if error.contains("removed")),
+            "{:?}",
+            out.spill
+        );
     }
 
     #[test]

@@ -125,6 +125,11 @@ enum Cmd {
         /// Keep the artifacts at exit (default: remove them).
         #[arg(long)]
         keep_artifacts: bool,
+        /// Most bytes of one command's output stored in its artifact (default 4 GiB); past
+        /// it the output is counted but not stored, and the result says so.
+        #[arg(long = "max-artifact-bytes", value_name = "BYTES",
+              default_value_t = shofer_exec::DEFAULT_MAX_ARTIFACT_BYTES)]
+        max_artifact_bytes: u64,
     },
 }
 
@@ -237,6 +242,7 @@ fn main() -> ExitCode {
             hard_timeout,
             timeout_allowlist,
             keep_artifacts,
+            max_artifact_bytes,
         } => (
             serve_cmd(
                 worktree,
@@ -247,6 +253,7 @@ fn main() -> ExitCode {
                 hard_timeout,
                 timeout_allowlist,
                 keep_artifacts,
+                max_artifact_bytes,
             ),
             false,
         ),
@@ -421,6 +428,7 @@ fn serve_cmd(
     hard_timeout: Option<f64>,
     timeout_allowlist: Vec<String>,
     keep_artifacts: bool,
+    max_artifact_bytes: u64,
 ) -> End {
     let here = match std::env::current_dir() {
         Ok(d) => d,
@@ -441,14 +449,16 @@ fn serve_cmd(
     }
     let (artifacts, temp) = match artifacts {
         Some(a) => (here.join(a), None),
-        None => match tempfile::Builder::new().prefix("shofer-serve-").tempdir() {
-            Ok(t) => (t.path().to_path_buf(), Some(t)),
-            Err(e) => {
-                return End::CouldNotRun(format!(
-                    "cannot create a temporary artifact directory (set TMPDIR or pass --artifacts DIR): {e}"
-                ))
+        // The server's own 0700 directory, outside what a sandboxed command may write.
+        None => {
+            let writable = worktree
+                .as_ref()
+                .map(|w| serve::sandbox_writable(&here.join(w)));
+            match serve::private_artifacts_dir(writable.as_deref()) {
+                Ok(t) => (t.path().to_path_buf(), Some(t)),
+                Err(e) => return End::CouldNotRun(e),
             }
-        },
+        }
     };
     let hard_timeout = match hard_timeout
         .filter(|s| *s > 0.0)
@@ -461,6 +471,7 @@ fn serve_cmd(
         }
     };
     let mut config = EngineConfig::new(task_cwd, artifacts);
+    config.max_artifact_bytes = max_artifact_bytes;
     config.preview = preview;
     config.hard_timeout = hard_timeout;
     config.hard_timeout_allowlist = timeout_allowlist;
