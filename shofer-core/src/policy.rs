@@ -237,6 +237,7 @@ impl Protection {
             | Protection::Truncate
             | Protection::RenameLinkAcross
             | Protection::RenameInside
+            | Protection::PathnameSockets
             | Protection::Tiocsti => Tier::Required,
             Protection::Tcp if net == NetPolicy::Deny => Tier::Required,
             Protection::Tcp => Tier::Info,
@@ -247,8 +248,7 @@ impl Protection {
             | Protection::SysvIpc
             | Protection::Keyrings
             | Protection::OtherTerminals
-            | Protection::AbstractSockets
-            | Protection::PathnameSockets => Tier::Hardening,
+            | Protection::AbstractSockets => Tier::Hardening,
             // Descriptors the caller hands over on purpose (0-2, --pass-fd), whether terminal
             // programs work, and the capability drop describe the run.
             Protection::InheritedFds | Protection::TerminalPrograms | Protection::Capabilities => {
@@ -286,7 +286,8 @@ impl Verdict {
 /// network policy `net`, for every [`Protection`] in [`Protection::ALL`] order.
 /// `tiocsti_filter` says whether the sandbox has its TIOCSTI/TIOCLINUX seccomp filter for the
 /// machine's architecture (a fact of the build, not of the kernel: the filter is written for
-/// x86-64 only).
+/// x86-64 only). `unix_gate` says whether shofer-sandbox's seccomp gate on unix-socket
+/// connects runs (below Landlock ABI 9, see [`needs_unix_gate`]).
 ///
 /// The kernel facts come from the Landlock documentation
 /// (<https://docs.kernel.org/userspace-api/landlock.html>): `REFER` from ABI 2, `TRUNCATE`
@@ -297,11 +298,19 @@ pub fn protections(
     abi: u32,
     net: NetPolicy,
     tiocsti_filter: bool,
+    unix_gate: bool,
 ) -> Vec<(Protection, Verdict)> {
     Protection::ALL
         .iter()
-        .map(|&p| (p, verdict(p, backend, abi, net, tiocsti_filter)))
+        .map(|&p| (p, verdict(p, backend, abi, net, tiocsti_filter, unix_gate)))
         .collect()
+}
+
+/// Whether the unix-socket gate is needed to enforce [`Protection::PathnameSockets`]: Landlock
+/// does it itself from ABI 9 (`LANDLOCK_ACCESS_FS_RESOLVE_UNIX`), except behind bubblewrap,
+/// which layers no Landlock.
+pub fn needs_unix_gate(backend: Backend, abi: u32) -> bool {
+    abi < 9 || backend == Backend::Bwrap
 }
 
 fn verdict(
@@ -310,6 +319,7 @@ fn verdict(
     abi: u32,
     net: NetPolicy,
     tiocsti_filter: bool,
+    gate: bool,
 ) -> Verdict {
     use Verdict::{Enforced, NotEnforced};
     let mounts = backend.has_readonly_root();
@@ -396,6 +406,8 @@ fn verdict(
         Protection::AbstractSockets => {
             if abi >= 6 {
                 Enforced("landlock scope")
+            } else if gate {
+                Enforced("seccomp gate")
             } else if backend.has_pid_namespace() && net == NetPolicy::Deny {
                 Enforced("network namespace")
             } else if backend == Backend::Bwrap {
@@ -405,12 +417,14 @@ fn verdict(
             }
         }
         Protection::PathnameSockets => {
-            if abi >= 9 {
+            if !needs_unix_gate(backend, abi) {
                 Enforced("landlock")
+            } else if gate {
+                Enforced("seccomp gate")
             } else if backend == Backend::Bwrap {
                 no("bubblewrap binds the host's root: connect() to its pathname unix sockets is not stopped")
             } else {
-                no("Landlock before ABI 9 cannot stop connect() to a pathname unix socket")
+                no("Landlock before ABI 9 cannot stop connect() to a pathname unix socket, and the seccomp gate cannot run here")
             }
         }
         Protection::Tcp => match net {
@@ -452,8 +466,9 @@ pub fn degradations(
     abi: u32,
     net: NetPolicy,
     tiocsti_filter: bool,
+    unix_gate: bool,
 ) -> Vec<(Protection, String)> {
-    protections(backend, abi, net, tiocsti_filter)
+    protections(backend, abi, net, tiocsti_filter, unix_gate)
         .into_iter()
         .filter(|(p, _)| p.is_required(net))
         .filter_map(|(p, v)| match v {
@@ -470,8 +485,9 @@ pub fn hardening_gaps(
     abi: u32,
     net: NetPolicy,
     seccomp_filters: bool,
+    unix_gate: bool,
 ) -> Vec<(Protection, String)> {
-    protections(backend, abi, net, seccomp_filters)
+    protections(backend, abi, net, seccomp_filters, unix_gate)
         .into_iter()
         .filter(|(p, _)| p.tier(net) == Tier::Hardening)
         .filter_map(|(p, v)| match v {
@@ -486,38 +502,67 @@ mod tests {
     use super::*;
 
     #[test]
-    fn landlock_abi3_is_complete_without_net_deny() {
-        assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow, true).is_empty());
+    fn pathname_sockets_are_required_and_enforced_by_landlock_9_or_the_gate() {
+        let get = |b, abi, gate| {
+            protections(b, abi, NetPolicy::Allow, true, gate)
+                .into_iter()
+                .find(|(p, _)| *p == Protection::PathnameSockets)
+                .unwrap()
+                .1
+        };
         assert_eq!(
-            degradations(Backend::Landlock, 3, NetPolicy::Deny, true)[0].0,
+            get(Backend::Landlock, 9, false),
+            Verdict::Enforced("landlock")
+        );
+        assert_eq!(
+            get(Backend::Landlock, 7, true),
+            Verdict::Enforced("seccomp gate")
+        );
+        assert_eq!(
+            get(Backend::Bwrap, 0, true),
+            Verdict::Enforced("seccomp gate")
+        );
+        assert!(!get(Backend::Landlock, 7, false).is_enforced());
+        assert_eq!(
+            degradations(Backend::Landlock, 7, NetPolicy::Allow, true, false)[0].0,
+            Protection::PathnameSockets
+        );
+        assert!(degradations(Backend::Landlock, 7, NetPolicy::Allow, true, true).is_empty());
+    }
+
+    #[test]
+    fn landlock_abi3_is_complete_without_net_deny() {
+        assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow, true, true).is_empty());
+        assert_eq!(
+            degradations(Backend::Landlock, 3, NetPolicy::Deny, true, true)[0].0,
             Protection::Tcp
         );
-        assert!(degradations(Backend::Landlock, 4, NetPolicy::Deny, true).is_empty());
+        assert!(degradations(Backend::Landlock, 4, NetPolicy::Deny, true, true).is_empty());
     }
 
     #[test]
     fn landlock_abi1_and_2_are_degraded() {
-        let d1: Vec<_> = degradations(Backend::Landlock, 1, NetPolicy::Allow, true)
+        let d1: Vec<_> = degradations(Backend::Landlock, 1, NetPolicy::Allow, true, true)
             .into_iter()
             .map(|(p, _)| p)
             .collect();
         assert_eq!(d1, vec![Protection::Truncate, Protection::RenameInside]);
-        let d2: Vec<_> = degradations(Backend::Landlock, 2, NetPolicy::Allow, true)
+        let d2: Vec<_> = degradations(Backend::Landlock, 2, NetPolicy::Allow, true, true)
             .into_iter()
             .map(|(p, _)| p)
             .collect();
         assert_eq!(d2, vec![Protection::Truncate]);
-        assert!(!degradations(Backend::Landlock, 0, NetPolicy::Allow, true).is_empty());
+        assert!(!degradations(Backend::Landlock, 0, NetPolicy::Allow, true, true).is_empty());
     }
 
     #[test]
     fn metadata_and_pathname_sockets_are_listed_never_hidden() {
-        let all = protections(Backend::Landlock, 7, NetPolicy::Deny, true);
+        let all = protections(Backend::Landlock, 7, NetPolicy::Deny, true, false);
         let get = |p| all.iter().find(|(q, _)| *q == p).unwrap().1.clone();
         assert!(!get(Protection::MetadataOutside).is_enforced());
         assert!(!get(Protection::PathnameSockets).is_enforced());
         assert!(get(Protection::SignalsOut).is_enforced());
-        let layered = protections(Backend::Layered, 7, NetPolicy::Allow, true);
+        let layered = protections(Backend::Layered, 7, NetPolicy::Allow, true, true);
         assert!(layered[4].1.is_enforced());
     }
 
@@ -529,8 +574,8 @@ mod tests {
             Backend::Layered,
             Backend::Bwrap,
         ] {
-            let with = protections(backend, 7, NetPolicy::Allow, true);
-            let without = protections(backend, 7, NetPolicy::Allow, false);
+            let with = protections(backend, 7, NetPolicy::Allow, true, true);
+            let without = protections(backend, 7, NetPolicy::Allow, false, true);
             let tiocsti = |all: &[(Protection, Verdict)]| {
                 all.iter()
                     .find(|(p, _)| *p == Protection::Tiocsti)
@@ -541,7 +586,7 @@ mod tests {
             assert_eq!(tiocsti(&with), Verdict::Enforced("seccomp"));
             assert!(!tiocsti(&without).is_enforced());
             assert_eq!(
-                degradations(backend, 7, NetPolicy::Allow, false)
+                degradations(backend, 7, NetPolicy::Allow, false, true)
                     .iter()
                     .map(|(p, _)| *p)
                     .collect::<Vec<_>>(),
@@ -551,17 +596,27 @@ mod tests {
     }
 
     #[test]
-    fn layered_closes_every_hardening_gap_but_pathname_sockets_and_landlock_alone_names_its() {
+    fn layered_closes_every_hardening_gap_and_landlock_alone_names_its() {
         let keys = |v: Vec<(Protection, String)>| v.into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+        // Pathname sockets are required (the seccomp gate below ABI 9), not a hardening gap.
+        assert!(keys(hardening_gaps(
+            Backend::Layered,
+            7,
+            NetPolicy::Allow,
+            true,
+            true
+        ))
+        .is_empty());
         assert_eq!(
-            keys(hardening_gaps(Backend::Layered, 7, NetPolicy::Allow, true)),
-            vec![Protection::PathnameSockets]
-        );
-        assert_eq!(
-            keys(hardening_gaps(Backend::Landlock, 7, NetPolicy::Allow, true)),
+            keys(hardening_gaps(
+                Backend::Landlock,
+                7,
+                NetPolicy::Allow,
+                true,
+                true
+            )),
             vec![
                 Protection::MetadataOutside,
-                Protection::PathnameSockets,
                 Protection::SigkillKillsTree,
                 Protection::SysvIpc,
                 Protection::OtherTerminals,
@@ -573,6 +628,7 @@ mod tests {
                 Backend::Landlock,
                 abi,
                 NetPolicy::Allow,
+                true,
                 true
             ))
             .contains(&Protection::SignalsOut));
@@ -581,7 +637,7 @@ mod tests {
 
     #[test]
     fn bwrap_rows_never_blame_landlock() {
-        for (p, v) in protections(Backend::Bwrap, 0, NetPolicy::Allow, true) {
+        for (p, v) in protections(Backend::Bwrap, 0, NetPolicy::Allow, true, false) {
             if let Verdict::NotEnforced(why) = v {
                 assert!(!why.contains("Landlock before ABI"), "{p:?}: {why}");
             }

@@ -2,7 +2,8 @@
 //! refusal naming each mechanism and why it failed. Never a silent downgrade.
 
 use shofer_core::policy::{
-    degradations, hardening_gaps, protections, Backend, NetPolicy, Protection, Verdict,
+    degradations, hardening_gaps, needs_unix_gate, protections, Backend, NetPolicy, Protection,
+    Verdict,
 };
 use shofer_core::rights::NEWEST_PINNED_ABI;
 
@@ -13,7 +14,7 @@ use crate::cli::BackendChoice;
 use crate::error::{LandlockOff, SetupError, Unusable};
 use crate::namespaces;
 use crate::seccomp;
-use crate::sys::{self, LandlockAbsence};
+use shofer_sys::landlock::LandlockAbsence;
 
 /// What the kernel offers, probed once per run. The slower probes (user namespaces: a clone
 /// and a mount; bubblewrap: running it) happen only when a decision or a report needs them.
@@ -29,17 +30,19 @@ pub struct Facts {
     pub tiocsti_filter: bool,
     userns: OnceCell<Result<(), String>>,
     bwrap: OnceCell<Result<Bwrap, String>>,
+    unix_gate: OnceCell<Result<(), String>>,
 }
 
 impl Facts {
     /// Probes the running kernel's Landlock ABI (the cheap probe).
     pub fn probe() -> Facts {
         Facts {
-            kernel: sys::kernel_release(),
-            landlock: sys::landlock_abi(),
+            kernel: shofer_sys::kernel_release(),
+            landlock: shofer_sys::landlock::abi(),
             tiocsti_filter: seccomp::FILTER_AVAILABLE,
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
+            unix_gate: OnceCell::new(),
         }
     }
 
@@ -56,7 +59,34 @@ impl Facts {
             tiocsti_filter: seccomp::FILTER_AVAILABLE,
             userns: OnceCell::from(userns),
             bwrap: OnceCell::from(bwrap),
+            unix_gate: OnceCell::from(Ok(())),
         }
+    }
+
+    /// The same facts with the unix-socket gate's availability fixed (tests, and
+    /// `--no-unix-gate`).
+    pub fn with_unix_gate(self, gate: Result<(), String>) -> Facts {
+        Facts {
+            unix_gate: OnceCell::from(gate),
+            ..self
+        }
+    }
+
+    /// Whether the seccomp unix-socket gate can run here ([`crate::gate::available`]; probed
+    /// on first call).
+    pub fn unix_gate(&self) -> &Result<(), String> {
+        self.unix_gate.get_or_init(crate::gate::available)
+    }
+
+    /// Whether `backend` at `abi` runs the unix-socket gate: below Landlock ABI 9 (or behind
+    /// bubblewrap), when it can run here — not in front of a setuid bubblewrap, which cannot
+    /// run under `no_new_privs`.
+    pub fn unix_gate_runs(&self, backend: Backend, abi: u32) -> bool {
+        let setuid_bwrap = backend == Backend::Bwrap
+            && self
+                .bwrap_if_probed()
+                .is_some_and(|b| b.as_ref().is_ok_and(|b| b.setuid));
+        needs_unix_gate(backend, abi) && !setuid_bwrap && self.unix_gate().is_ok()
     }
 
     /// The user-namespace probe's answer if it already ran.
@@ -125,7 +155,8 @@ impl Facts {
         abi: u32,
         net: NetPolicy,
     ) -> Vec<(Protection, Verdict)> {
-        protections(backend, abi, net, self.tiocsti_filter)
+        let gate = self.unix_gate_runs(backend, abi);
+        protections(backend, abi, net, self.tiocsti_filter, gate)
     }
 
     /// [`degradations`] of `backend` at `abi` on this kernel and build.
@@ -135,7 +166,8 @@ impl Facts {
         abi: u32,
         net: NetPolicy,
     ) -> Vec<(Protection, String)> {
-        degradations(backend, abi, net, self.tiocsti_filter)
+        let gate = self.unix_gate_runs(backend, abi);
+        degradations(backend, abi, net, self.tiocsti_filter, gate)
     }
 
     /// [`hardening_gaps`] of `backend` at `abi` on this kernel and build.
@@ -145,7 +177,8 @@ impl Facts {
         abi: u32,
         net: NetPolicy,
     ) -> Vec<(Protection, String)> {
-        hardening_gaps(backend, abi, net, self.tiocsti_filter)
+        let gate = self.unix_gate_runs(backend, abi);
+        hardening_gaps(backend, abi, net, self.tiocsti_filter, gate)
     }
 }
 
@@ -264,14 +297,24 @@ pub fn choose(
     };
     let bwrap = || -> Result<Choice, Unusable> {
         match facts.bwrap() {
-            Ok(b) => Ok(Choice {
-                backend: Backend::Bwrap,
-                abi: 0,
-                degraded: facts.degradations(Backend::Bwrap, 0, net),
-                hardening: facts.hardening_gaps(Backend::Bwrap, 0, net),
-                reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
-                bwrap: Some(b.clone()),
-            }),
+            Ok(b) => {
+                let degraded = facts.degradations(Backend::Bwrap, 0, net);
+                if !degraded.is_empty() && !allow_degraded {
+                    return Err(Unusable::NamespacesPartial {
+                        backend: Backend::Bwrap,
+                        abi: 0,
+                        degraded,
+                    });
+                }
+                Ok(Choice {
+                    backend: Backend::Bwrap,
+                    abi: 0,
+                    degraded,
+                    hardening: facts.hardening_gaps(Backend::Bwrap, 0, net),
+                    reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
+                    bwrap: Some(b.clone()),
+                })
+            }
             Err(why) => Err(Unusable::Bwrap(why.clone())),
         }
     };
@@ -411,6 +454,7 @@ mod tests {
             tiocsti_filter: true,
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
+            unix_gate: OnceCell::from(Ok(())),
         };
         f.assume_userns();
         if namespaces::blocked_by_sysctl().is_none() {
@@ -421,6 +465,24 @@ mod tests {
         f.userns_failed("blocked (test)".into());
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
         assert_eq!(c.backend, Backend::Landlock);
+    }
+
+    #[test]
+    fn without_the_gate_below_abi_9_auto_refuses_unless_degraded_is_allowed() {
+        let f = facts(Ok(7)).with_unix_gate(Err("outer listener (test)".into()));
+        let err = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pathname unix socket"), "{err}");
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, true).unwrap();
+        assert!(!f.unix_gate_runs(c.backend, c.abi));
+        assert_eq!(c.degraded[0].0, Protection::PathnameSockets);
+        let f = facts(Ok(7));
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert!(f.unix_gate_runs(c.backend, c.abi) && c.degraded.is_empty());
+        let f = facts(Ok(9));
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert!(!f.unix_gate_runs(c.backend, c.abi), "ABI 9 needs no gate");
     }
 
     #[test]

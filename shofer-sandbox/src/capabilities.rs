@@ -36,17 +36,35 @@ pub const FOREIGN_WORKTREE: [Capability; 4] = [
 /// # Errors
 /// The first `prctl` failure.
 pub fn drop_bounding(keep: &[Capability]) -> io::Result<()> {
-    // Every number the kernel may know, including ones newer than the caps crate: PR_CAPBSET_DROP
-    // answers EINVAL past CAP_LAST_CAP.
+    // Every number the kernel may know, including ones newer than the caps crate:
+    // PR_CAPBSET_READ answers EINVAL past CAP_LAST_CAP.
     for cap in 0..64u8 {
         if keep.iter().any(|k| k.index() == cap) {
             continue;
+        }
+        // Already out of the bounding set (a sandbox inside a sandbox, root without
+        // capabilities): dropping it again would need CAP_SETPCAP, which is gone too.
+        // Safety: prctl with integer arguments.
+        match unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0, 0, 0) } {
+            0 => continue,
+            1 => {}
+            _ => break, // EINVAL: past the kernel's last capability
         }
         // Safety: prctl with integer arguments.
         let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
         if ret != 0 {
             let err = io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EINVAL) {
+                break;
+            }
+            // No CAP_SETPCAP (root inside bubblewrap, which keeps only the bounding set):
+            // under no_new_privs exec cannot gain anything from the bounding set (the new
+            // permitted set is capped by the old one), so it may stay.
+            let nnp = || {
+                // Safety: prctl with integer arguments only reads a flag.
+                unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1 }
+            };
+            if err.raw_os_error() == Some(libc::EPERM) && nnp() {
                 break;
             }
             return Err(err);

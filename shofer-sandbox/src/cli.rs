@@ -35,6 +35,12 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
     /// `--allow-write` paths, in order.
     pub allow_write: Vec<PathBuf>,
+    /// `--allow-unix` paths (sockets or directories), in order: reachable unix sockets besides
+    /// the worktree's and the run's own.
+    pub allow_unix: Vec<PathBuf>,
+    /// `--no-unix-gate`: do not run the seccomp unix-socket gate (a degradation below
+    /// Landlock ABI 9, so it needs `--allow-degraded` there).
+    pub no_unix_gate: bool,
     /// `--backend`, default `auto`.
     pub backend: BackendChoice,
     /// `--max-abi`: cap on the Landlock ABI used.
@@ -96,13 +102,22 @@ Writable: the worktree, /tmp and $TMPDIR, /dev/null, /dev/zero, /dev/full, termi
 (/dev/tty, /dev/pts/*, /dev/ptmx), /dev/shm, a linked worktree's git metadata, and every
 --allow-write path. Everything else is read-only.
 
+Unix sockets: the command may connect to (or send to) a pathname unix socket only if a
+process of this run created it, or it lies beneath the worktree or an --allow-unix path;
+anything else fails with EACCES (Landlock ABI 9, or a seccomp gate in the supervisor).
+
 Options:
   -c <SHELL-STRING>        run /bin/sh -c <SHELL-STRING>
   --allow-write <PATH>     also make PATH writable (repeatable)
+  --allow-unix <PATH>      also allow connecting to the unix socket PATH, or to any
+                           socket beneath the directory PATH (repeatable)
   --backend <NAME>         auto (default), landlock, userns, bwrap or layered
   --max-abi <N>            use at most Landlock ABI N (to test older kernels)
   --net <allow|deny>       deny TCP bind/connect (Landlock ABI 4+); default allow
   --allow-degraded         accept a backend that cannot enforce the whole policy
+  --no-unix-gate           do not mediate unix-socket connects with the seccomp gate
+                           (below Landlock ABI 9 a degradation: needs --allow-degraded;
+                           io_uring then works)
   --pass-fd <N>            keep descriptor N (> 2) open in the command (repeatable)
   --keep-caps              as root, keep capabilities (they are dropped by default)
   --keep-descendants       after the command exits, wait for its descendants
@@ -150,6 +165,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut command: Vec<OsString> = Vec::new();
     let mut shell: Option<OsString> = None;
     let mut allow_write = Vec::new();
+    let mut allow_unix = Vec::new();
+    let mut no_unix_gate = false;
     let mut backend = BackendChoice::Auto;
     let mut max_abi = None;
     let mut net = NetPolicy::Allow;
@@ -180,6 +197,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
                 break;
             }
             Long("allow-write") => allow_write.push(PathBuf::from(parser.value().map_err(err)?)),
+            Long("allow-unix") => allow_unix.push(PathBuf::from(parser.value().map_err(err)?)),
+            Long("no-unix-gate") => no_unix_gate = true,
             Long("backend") => {
                 let v = parser.value().map_err(err)?;
                 backend = match v.to_str() {
@@ -314,6 +333,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         worktree,
         command,
         allow_write,
+        allow_unix,
+        no_unix_gate,
         backend,
         max_abi,
         net,
@@ -379,12 +400,20 @@ mod tests {
             "/wt",
             "--allow-write",
             "/a b",
+            "--allow-unix",
+            "/run/s",
+            "--allow-unix",
+            "/run/d",
             "--max-abi",
             "2",
             "--",
             "true",
         ]);
         assert_eq!(r.allow_write, [PathBuf::from("/a b")]);
+        assert_eq!(
+            r.allow_unix,
+            [PathBuf::from("/run/s"), PathBuf::from("/run/d")]
+        );
         assert_eq!(r.max_abi, Some(2));
     }
 

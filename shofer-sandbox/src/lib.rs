@@ -19,17 +19,25 @@
 //!    of [`path_search`]);
 //! 7. **supervise**: [`supervise`] forwards signals, reaps, reports on `--status-fd`
 //!    ([`status`]) and stops the whole tree ([`tree`]);
-//! 8. **report**: what the command changed that the host's git trusts is put back, and the
+//! 8. **report**: what the command changed that the host's git trusts is put back, the
+//!    unix-socket paths the [`gate`] refused are added to the `--report` record, and the
 //!    exit status is decided in one place, [`run`].
+//!
+//! Below Landlock ABI 9 (and behind bubblewrap) the [`gate`] — a seccomp user-notification
+//! filter installed in step 6 and served by the supervisor from step 7 — keeps the command
+//! from reaching host processes through unix sockets.
 //!
 //! # Limitations (Landlock backend)
 //! - chmod, chown, utime and xattr changes outside the writable set are not controlled by
 //!   Landlock; `--probe` lists them as not enforced.
-//! - Before Landlock ABI 9, `connect()` to a pathname unix socket outside the writable set is
-//!   not stopped; before ABI 6, signals and abstract unix sockets are not scoped.
+//! - Before Landlock ABI 9, unix-socket connects are mediated by the [`gate`] (where it cannot
+//!   run, `auto` refuses unless `--allow-degraded`); before ABI 6, signals are not scoped.
 //! - File descriptors 0-2 are inherited as they are: a caller that hands the command a
 //!   writable file there lets it write that file.
 #![deny(missing_docs)]
+// The crate is a binary with a small library face; its docs are read with
+// `--document-private-items`, where these links resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod apparmor;
 mod backend;
@@ -39,6 +47,7 @@ pub mod cli;
 mod devpts;
 mod error;
 mod exec;
+mod gate;
 mod git;
 mod gitguard;
 mod hostfilter;
@@ -52,7 +61,6 @@ mod seccomp;
 mod spawn;
 mod status;
 mod supervise;
-mod sys;
 mod tree;
 mod writable;
 
@@ -181,6 +189,9 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     exec_spec(&args)?;
     // 2. kernel facts
     let mut facts = Facts::probe();
+    if args.no_unix_gate {
+        facts = facts.with_unix_gate(Err("disabled by --no-unix-gate".into()));
+    }
     let auto = args.backend == cli::BackendChoice::Auto;
     let forced_namespaces = matches!(
         args.backend,
@@ -193,6 +204,7 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     }
     // 4. opened policy (once: a second attempt reuses it)
     let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
+    let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
     let mut told = Vec::new();
     loop {
         // 3. choice
@@ -203,7 +215,7 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
             args.net,
             args.allow_degraded,
         )?;
-        match attempt(&args, &facts, &choice, &opened, &mut told) {
+        match attempt(&args, &facts, &choice, &opened, &allow_unix, &mut told) {
             // The namespaces could not be built (before the command ran): `auto` chooses
             // again without them.
             Err(SetupError::Unusable(error::Unusable::Userns(why)))
@@ -225,6 +237,7 @@ fn attempt(
     facts: &Facts,
     choice: &Choice,
     opened: &OpenedPolicy,
+    allow_unix: &gate::AllowUnix,
     told: &mut Vec<String>,
 ) -> Result<Outcome, SetupError> {
     let exec = exec_spec(args)?;
@@ -251,6 +264,13 @@ fn attempt(
             "shofer-sandbox: warning: degraded ({}): {why}",
             p.key()
         ));
+        if *p == shofer_core::policy::Protection::PathnameSockets {
+            if let Err(gate) = facts.unix_gate() {
+                tell(format!(
+                    "shofer-sandbox: note: the unix socket gate: {gate}"
+                ));
+            }
+        }
     }
     for (p, why) in &choice.hardening {
         tell(format!(
@@ -272,8 +292,9 @@ fn attempt(
             opened.policy.worktree.display()
         );
     }
+    let mut report_file = None;
     if let Some(fd) = args.report_fd {
-        let mut record = report::run(facts, choice, opened, &guard);
+        let mut record = report::run(facts, choice, opened, &guard, &allow_unix.paths);
         if let Some((uid, gid)) = exec.foreign_owner {
             let how = match choice.backend {
                 Backend::Landlock => Some(format!("dropped; the command runs as the worktree's owner, uid {uid} gid {gid}")),
@@ -285,17 +306,29 @@ fn attempt(
                     serde_json::json!({"enforced": false, "reason": how, "tier": "info"});
             }
         }
-        write_record(fd, &record)?;
+        report_file = Some(write_record(fd, &record)?);
     }
+    let gate = if facts.unix_gate_runs(choice.backend, choice.abi) {
+        Some(gate_setup(args, choice, opened, allow_unix, &exec)?)
+    } else {
+        None
+    };
+    let refused = gate.as_ref().map(|g| g.refused.clone());
     // 5.-7. plan, spawn, supervise
     // Safety: the caller handed us this descriptor with --status-fd and `exec_spec` checked
     // it is open; nothing else here owns it.
     let status = args.status_fd.map(|fd| unsafe { StatusFd::from_raw(fd) });
-    let outcome = match plan(choice, opened, exec) {
-        Ok(plan) => supervised(plan, status),
+    let outcome = match plan(choice, opened, allow_unix, exec) {
+        Ok(plan) => supervised(plan, status, gate),
         Err(PlanError::Setup(e)) => Err(e),
         Err(PlanError::NotRunnable { code, message }) => Ok(Outcome::NotExecuted(code, message)),
     };
+    let refused: Vec<String> = refused
+        .and_then(|r| r.lock().ok().map(|r| r.clone()))
+        .unwrap_or_default();
+    if let (Some(file), false) = (report_file.as_mut(), refused.is_empty()) {
+        let _ = writeln!(file, "{}", report::unix_refused(&refused));
+    }
     // 8. report: the whole tree is gone (or the command never started): put back what it
     // changed.
     let (restored, failed) = guard.restore();
@@ -339,7 +372,7 @@ fn exec_spec(args: &RunArgs) -> Result<ExecSpec, SetupError> {
         .map(|fd| (fd, "--pass-fd or --report"))
         .chain(args.status_fd.iter().map(|fd| (fd, "--status-fd")))
     {
-        if !sys::fd_is_open(fd) {
+        if !shofer_sys::fd::fd_is_open(fd) {
             return Err(SetupError::FdNotOpen { fd, given_to });
         }
     }
@@ -365,14 +398,53 @@ fn exec_spec(args: &RunArgs) -> Result<ExecSpec, SetupError> {
     })
 }
 
-/// Writes the `--report` record to `fd` and closes it (before the command starts).
-fn write_record(fd: i32, record: &serde_json::Value) -> Result<(), SetupError> {
+/// Writes the `--report` record to `fd` and keeps it, close-on-exec (the command never
+/// sees it), for the record of refused unix sockets at the end.
+fn write_record(fd: i32, record: &serde_json::Value) -> Result<std::fs::File, SetupError> {
     // Safety: the caller handed us this descriptor with --report and we checked it is open;
-    // we own it from here and close it before the command starts.
+    // we own it from here.
     let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
     writeln!(file, "{record}").map_err(|e| SetupError::Syscall {
         op: "writing the --report record",
         source: e,
+    })?;
+    shofer_sys::fd::set_cloexec(fd, true).map_err(|e| SetupError::Syscall {
+        op: "fcntl on the --report descriptor",
+        source: e,
+    })?;
+    Ok(file)
+}
+
+/// The unix-socket gate's rules for this run: the worktree and the `--allow-unix` paths.
+fn gate_setup(
+    args: &RunArgs,
+    choice: &Choice,
+    opened: &OpenedPolicy,
+    allow_unix: &gate::AllowUnix,
+    exec: &ExecSpec,
+) -> Result<gate::Setup, SetupError> {
+    let worktree = opened
+        .policy
+        .writable
+        .iter()
+        .zip(&opened.fds)
+        .find(|(r, _)| r.origin == shofer_core::policy::RuleOrigin::Worktree)
+        .map(|(_, fd)| fd)
+        .expect("the writable set holds the worktree");
+    // The gate connects on the command's behalf: where Landlock handles TCP it refuses too.
+    let tcp_denied =
+        args.net == NetPolicy::Deny && choice.abi >= 4 && choice.backend != Backend::Bwrap;
+    // The gate thread drops its capabilities when the command has none, except: bubblewrap
+    // needs its privileges for its own set-up (loopback, mounts), which goes through the gate
+    // too; a command switched to the worktree's owner is reached only with CAP_SYS_PTRACE.
+    // Then the gate keeps them and drops them per call of an unprivileged caller.
+    let drop_caps =
+        !args.keep_caps && choice.backend != Backend::Bwrap && exec.foreign_owner.is_none();
+    gate::Setup::new(worktree, allow_unix, tcp_denied, drop_caps).map_err(|source| {
+        SetupError::Syscall {
+            op: "preparing the unix socket gate",
+            source,
+        }
     })
 }
 
@@ -380,12 +452,13 @@ fn write_record(fd: i32, record: &serde_json::Value) -> Result<(), SetupError> {
 fn plan<'a>(
     choice: &Choice,
     opened: &'a OpenedPolicy,
+    unix: &gate::AllowUnix,
     exec: ExecSpec,
 ) -> Result<Plan<'a>, PlanError> {
     let confinement = match choice.backend {
-        Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, choice.abi)?),
+        Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, unix, choice.abi)?),
         Backend::Userns | Backend::Layered => {
-            let mut setup = namespaces::plan(opened, choice.abi)?;
+            let mut setup = namespaces::plan(opened, unix, choice.abi)?;
             setup.full_map = exec.foreign_owner.is_some();
             Confinement::Namespaces(setup)
         }
@@ -400,11 +473,24 @@ fn plan<'a>(
     Ok(Plan { exec, confinement })
 }
 
-/// Steps 6 and 7: spawn, then supervise until the tree is gone.
-fn supervised(plan: Plan<'_>, status: Option<StatusFd>) -> Result<Outcome, SetupError> {
-    match spawn::spawn(&plan)? {
+/// Steps 6 and 7: spawn, then supervise until the tree is gone (serving the unix-socket
+/// gate, when it runs, from a thread).
+fn supervised(
+    plan: Plan<'_>,
+    status: Option<StatusFd>,
+    gate: Option<gate::Setup>,
+) -> Result<Outcome, SetupError> {
+    match spawn::spawn(&plan, gate.is_some())? {
         Spawn::NotExecuted(code, msg) => Ok(Outcome::NotExecuted(code, msg)),
-        Spawn::Running(running) => {
+        Spawn::Running(mut running) => {
+            if let (Some(setup), Some((listener, diag))) = (gate, running.gate.take()) {
+                if let Err(e) = setup.start(listener, diag) {
+                    // Nobody would answer the command's gated calls: stop it instead.
+                    // Safety: killing our own child.
+                    unsafe { libc::kill(running.main, libc::SIGKILL) };
+                    eprintln!("shofer-sandbox: the unix socket gate could not start: {e}");
+                }
+            }
             let mut supervisor = supervise::Supervisor::new(running, plan, status);
             Ok(Outcome::Ran(supervisor.wait_loop()))
         }

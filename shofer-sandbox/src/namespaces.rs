@@ -107,7 +107,11 @@ pub(crate) struct Layered {
 ///
 /// # Errors
 /// [`SetupError::Landlock`] when the kernel refuses the layered ruleset.
-pub(crate) fn plan(opened: &OpenedPolicy, abi: u32) -> Result<Setup<'_>, SetupError> {
+pub(crate) fn plan<'a>(
+    opened: &'a OpenedPolicy,
+    unix: &crate::gate::AllowUnix,
+    abi: u32,
+) -> Result<Setup<'a>, SetupError> {
     let mut devices = standard_devices();
     let mut binds = Vec::new();
     for (rule, fd) in opened.policy.writable.iter().zip(&opened.fds) {
@@ -134,7 +138,7 @@ pub(crate) fn plan(opened: &OpenedPolicy, abi: u32) -> Result<Setup<'_>, SetupEr
     }
     let landlock = if abi > 0 {
         Some(Layered {
-            ruleset: crate::ruleset::create(opened, abi)?,
+            ruleset: crate::ruleset::create(opened, unix, abi)?,
             abi,
         })
     } else {
@@ -544,8 +548,8 @@ pub(crate) fn failure_reason(step: &str, errno: i32) -> String {
     }
     format!(
         "failed at {step} ({}: {})",
-        crate::sys::errno_name(errno),
-        crate::sys::strerror(errno)
+        shofer_sys::errno::name_or_number(errno),
+        shofer_sys::errno::strerror(errno)
     )
 }
 
@@ -592,7 +596,10 @@ pub(crate) fn init(
         };
         for dir in ["/dev/shm", "/dev/pts"] {
             let rule = paths::open_following(Path::new(dir)).map(|fd| {
-                landlock::PathBeneath::new(fd, shofer_core::rights::fs_write_rights(layered.abi))
+                // Not RESOLVE_UNIX: only the worktree and --allow-unix paths get it.
+                let rights = shofer_core::rights::fs_write_rights(layered.abi)
+                    & !landlock::AccessFs::ResolveUnix;
+                landlock::PathBeneath::new(fd, rights)
             });
             match rule.map(|r| landlock::RulesetCreatedAttr::add_rule(ruleset, r)) {
                 Ok(Ok(r)) => ruleset = r,
@@ -606,6 +613,13 @@ pub(crate) fn init(
     if extended.is_some() {
         steps.landlock = extended.as_ref();
     }
+    // The unix-socket gate (crate::gate) goes on A itself, before the command is forked: A
+    // makes no gated call, and A (alive the whole run) holds the listener for the supervisor.
+    if let Some(pipe) = args.gate_pipe {
+        if let Err(e) = crate::gate::install_in_child(pipe) {
+            fail(Stage::Seccomp, e);
+        }
+    }
     let interactive = steps.interactive;
     let mut command_status = None;
     // The command starts as the supervisor's child does (no page tables copied); A is
@@ -615,6 +629,7 @@ pub(crate) fn init(
         supervisor: 1,
         old_mask: args.old_mask,
         err,
+        gate_pipe: None,
     };
     let command = match crate::spawn::spawn_child(&child) {
         Ok(pid) => pid,

@@ -8,15 +8,16 @@ use shofer_core::policy::{Backend, NetPolicy, Verdict};
 
 use crate::backend::{Choice, Facts};
 use crate::error::SetupError;
-use crate::sys::{self, LandlockAbsence};
 use crate::writable::OpenedPolicy;
+use shofer_sys::errno;
+use shofer_sys::landlock::LandlockAbsence;
 
 fn landlock_json(facts: &Facts) -> Value {
     let (abi, status, errno) = match facts.landlock {
         Ok(abi) => (abi, "available", Value::Null),
         Err(LandlockAbsence::NotBuilt) => (0, "not-built", json!("ENOSYS")),
         Err(LandlockAbsence::Disabled) => (0, "disabled", json!("EOPNOTSUPP")),
-        Err(LandlockAbsence::Other(e)) => (0, "error", json!(sys::errno_name(e))),
+        Err(LandlockAbsence::Other(e)) => (0, "error", json!(errno::name_or_number(e))),
     };
     json!({"abi": abi, "status": status, "errno": errno})
 }
@@ -88,16 +89,19 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, SetupError>, net: NetPolicy)
 }
 
 /// The record of a real run: the probe object for the chosen backend, plus the worktree,
-/// the writable set and what was found of the worktree's git metadata.
+/// the writable set, the `--allow-unix` paths and what was found of the worktree's git
+/// metadata.
 pub fn run(
     facts: &Facts,
     choice: &Choice,
     opened: &OpenedPolicy,
     guard: &crate::gitguard::GitGuard,
+    allow_unix: &[std::path::PathBuf],
 ) -> Value {
     let mut obj = probe(facts, &Ok(choice.clone()), opened.policy.net);
     let map = obj.as_object_mut().expect("object literal");
     map.insert("worktree".into(), json!(opened.policy.worktree));
+    map.insert("allow_unix".into(), json!(allow_unix));
     map.insert(
         "writable".into(),
         Value::Array(
@@ -158,6 +162,12 @@ pub fn probe_text(v: &Value) -> String {
         }
     }
     out
+}
+
+/// The second `--report` record, written when the command has ended and the unix-socket gate
+/// refused something: `{"unix_refused": [paths, in order, each once]}`.
+pub fn unix_refused(paths: &[String]) -> Value {
+    json!({ "unix_refused": paths })
 }
 
 #[cfg(test)]

@@ -11,10 +11,11 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::error::{SetupError, Unusable};
 use crate::exec::{self, Steps};
+use crate::namespaces;
 use crate::path_search::NotRunnable;
 use crate::plan::{Confinement, Plan};
 use crate::supervise::{sigset, FORWARDED};
-use crate::{namespaces, sys};
+use shofer_sys::errno;
 
 /// Child-side setup steps, reported back to the supervisor when one fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +84,8 @@ pub(crate) struct Running {
     /// `--keep-descendants` and `--status-fd`): the raw wait status, 4 bytes, native endian.
     /// It raises SIGIO in the supervisor when readable.
     pub main_exit: Option<OwnedFd>,
+    /// The unix-socket gate's listener and, for a namespace, a sock_diag socket in it.
+    pub gate: Option<(OwnedFd, Option<OwnedFd>)>,
 }
 
 /// How the spawn ended.
@@ -101,7 +104,7 @@ pub(crate) enum Spawn {
 /// # Errors
 /// [`SetupError`] when the supervisor cannot be set up (`prctl`, `pipe2`, `clone`) or a
 /// child-side step before `execve` fails; the command has then not run.
-pub(crate) fn spawn(plan: &Plan<'_>) -> Result<Spawn, SetupError> {
+pub(crate) fn spawn(plan: &Plan<'_>, gate: bool) -> Result<Spawn, SetupError> {
     // Safety: prctl with integer arguments only changes this process's attributes.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
@@ -132,11 +135,12 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> Result<Spawn, SetupError> {
         return Err(SetupError::last_os("sigprocmask"));
     }
 
-    let pipe = |op| sys::pipe_cloexec().map_err(|source| SetupError::Syscall { op, source });
+    let pipe =
+        |op| shofer_sys::fd::pipe_cloexec().map_err(|source| SetupError::Syscall { op, source });
     let (err_read, err_write) = pipe("pipe2")?;
     let main_exit = if exit_pipe {
         let (read, write) = pipe("pipe2")?;
-        sys::sigio_when_readable(&read).map_err(|source| SetupError::Syscall {
+        shofer_sys::fd::sigio_when_readable(&read).map_err(|source| SetupError::Syscall {
             op: "fcntl(O_ASYNC)",
             source,
         })?;
@@ -145,13 +149,23 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> Result<Spawn, SetupError> {
         None
     };
 
-    let steps = Steps::of(&plan.exec, &plan.confinement);
+    // The gate's listener comes back through the shared table, or a pipe from process A.
+    let gate_pipe = if gate && namespaced {
+        Some(pipe("pipe2")?)
+    } else {
+        None
+    };
+    let mut steps = Steps::of(&plan.exec, &plan.confinement);
+    if gate && !namespaced {
+        steps.gate = Some(-1);
+    }
     let args = ChildArgs {
         steps: &steps,
         // Safety: getpid cannot fail.
         supervisor: unsafe { libc::getpid() },
         old_mask,
         err: err_write.as_raw_fd(),
+        gate_pipe: gate_pipe.as_ref().map(|(_, w)| w.as_raw_fd()),
     };
     let main = match &plan.confinement {
         Confinement::Namespaces(setup) => {
@@ -184,19 +198,25 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> Result<Spawn, SetupError> {
     };
     drop(err_write);
     let main_exit = main_exit.map(|(read, _write)| read);
+    let gate = if gate {
+        crate::gate::take_listener(main, gate_pipe.map(|(read, _write)| read))
+    } else {
+        None
+    };
 
     if let Some((stage, errno)) = read_failure(&err_read) {
         let mut status = 0;
         // Safety: reaping our own child.
         unsafe { libc::waitpid(main, &mut status, 0) };
-        let name = plan.exec.argv[0].to_string_lossy();
+        // What was executed: the command, or bubblewrap in front of it.
+        let name = steps.argv[0].to_string_lossy();
         return match stage {
             Stage::Exec if errno == libc::ENOENT || errno == libc::ENOTDIR => Ok(
                 Spawn::NotExecuted(127, NotRunnable::NotFound.message(&name)),
             ),
             Stage::Exec => Ok(Spawn::NotExecuted(
                 126,
-                format!("{name}: {}", sys::strerror(errno)),
+                format!("{name}: {}", errno::strerror(errno)),
             )),
             Stage::IdMaps | Stage::Mounts => Err(SetupError::Unusable(Unusable::Userns(
                 namespaces::failure_reason(stage.describe(), errno),
@@ -211,6 +231,7 @@ pub(crate) fn spawn(plan: &Plan<'_>) -> Result<Spawn, SetupError> {
         main,
         set,
         main_exit,
+        gate,
     }))
 }
 
@@ -265,6 +286,8 @@ pub(crate) struct ChildArgs<'a> {
     pub old_mask: libc::sigset_t,
     /// The failure pipe's write end.
     pub err: RawFd,
+    /// Process A installs the unix-socket gate and writes its listener's number here.
+    pub gate_pipe: Option<RawFd>,
 }
 
 /// Size of the child's own stack while it shares our memory (bytes).
@@ -297,13 +320,20 @@ pub(crate) fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupErro
         let args = unsafe { &*(arg as *const ChildArgs<'_>) };
         exec::run(args.steps, args.supervisor, &args.old_mask, args.err)
     }
+    // With the gate, the child shares our descriptor table until exec, to leave us the
+    // listener (close-on-exec, so the command does not keep it).
+    let files = if args.steps.gate.is_some() {
+        libc::CLONE_FILES
+    } else {
+        0
+    };
     // Safety: the stack grows down from the top of our mapping; `args` outlives the child's
     // use of it because CLONE_VFORK suspends us until the child execs or exits.
     let pid = unsafe {
         libc::clone(
             entry,
             (stack as *mut u8).add(CHILD_STACK).cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | files | libc::SIGCHLD,
             (args as *const ChildArgs<'_>).cast_mut().cast(),
         )
     };
