@@ -220,6 +220,8 @@ pub(crate) fn run(
             Err(e) => fail(Stage::Landlock, e),
         }
     }
+    // Last: the steps above may still open descriptors (Landlock duplicates its ruleset).
+    crate::nofile::restore();
     let e = path_search::exec(steps.argv);
     fail(Stage::Exec, e)
 }

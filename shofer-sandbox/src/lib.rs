@@ -52,6 +52,7 @@ mod git;
 mod gitguard;
 mod hostfilter;
 mod namespaces;
+mod nofile;
 pub mod path_search;
 mod paths;
 mod plan;
@@ -187,6 +188,7 @@ pub(crate) fn wait_status_to_exit(status: i32) -> i32 {
 fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     // 1. parse: what the parser could not check without syscalls.
     exec_spec(&args)?;
+    nofile::raise();
     // 2. kernel facts
     let mut facts = Facts::probe();
     if args.no_unix_gate {
