@@ -190,6 +190,16 @@ pub fn argv(
         let p = rule.path.as_os_str().as_bytes();
         args.extend_from_slice(&[b"--bind", p, p]);
     }
+    // Git control files (crate::gitprotect): pinned directories, then read-only binds on top.
+    for p in &opened.controls.pinned {
+        let p = p.as_os_str().as_bytes();
+        args.extend_from_slice(&[b"--bind", p, p]);
+    }
+    for c in &opened.controls.read_only {
+        let p = c.path.as_os_str().as_bytes();
+        // Absent ones had no placeholder to cover: git does not read them (see gitprotect).
+        args.extend_from_slice(&[b"--ro-bind-try", p, p]);
+    }
     // Safety: memfd_create with a static name; the result is checked.
     let fd = unsafe { libc::memfd_create(c"shofer-bwrap-args".as_ptr(), 0) };
     if fd < 0 {

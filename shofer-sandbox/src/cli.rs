@@ -72,6 +72,8 @@ pub enum Invocation {
     Help,
     /// `--version`.
     Version,
+    /// `--repair WORKTREE`: finish the git control-file restores a killed run left.
+    Repair(PathBuf),
 }
 
 /// The `--help` text.
@@ -82,6 +84,7 @@ Usage:
   shofer-sandbox [OPTIONS] <WORKTREE> [--] <COMMAND> [ARGS...]
   shofer-sandbox [OPTIONS] <WORKTREE> -c <SHELL-STRING>
   shofer-sandbox --probe [--json]
+  shofer-sandbox --repair <WORKTREE>
 
 Writable: the worktree, /tmp and $TMPDIR, /dev/null, /dev/zero, /dev/full, terminals
 (/dev/tty, /dev/pts/*, /dev/ptmx), /dev/shm, a linked worktree's git metadata, and every
@@ -100,10 +103,13 @@ Options:
                            instead of killing them
   --report <FD>            write a JSON report of what is enforced to descriptor FD
   --probe                  print what this kernel can enforce (--json for JSON)
+  --repair <WORKTREE>      finish restoring git control files that a killed run left
+                           changed (the next run on the worktree does it too)
   -h, --help               print this help
   -V, --version            print the version
 
-Exit status: 125 the sandbox could not be set up; 126 the command is not executable;
+Exit status: 125 the sandbox could not be set up, or a git control file the command changed
+could not be restored; 126 the command is not executable;
 127 the command was not found; otherwise the command's status (signal N: 128+N).
 ";
 
@@ -152,6 +158,11 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
             Short('h') | Long("help") => return Ok(Invocation::Help),
             Short('V') | Long("version") => return Ok(Invocation::Version),
             Long("probe") => probe = true,
+            Long("repair") => {
+                return Ok(Invocation::Repair(PathBuf::from(
+                    parser.value().map_err(err)?,
+                )))
+            }
             Long("json") => json = true,
             Short('c') => {
                 if worktree.is_none() {

@@ -30,6 +30,8 @@ pub mod cli;
 pub mod error;
 pub mod git;
 pub mod gitguard;
+pub mod gitprotect;
+pub mod gitrun;
 pub mod namespaces;
 pub mod paths;
 pub mod report;
@@ -76,10 +78,21 @@ pub fn probe(json: bool, max_abi: Option<u32>, net: shofer_core::policy::NetPoli
 /// be set up (after printing why on stderr).
 pub fn run(args: RunArgs) -> i32 {
     match try_run(args) {
-        Ok(Outcome::Ran(status)) => wait_status_to_exit(status),
-        Ok(Outcome::NotExecuted(code, msg)) => {
-            eprintln!("shofer-sandbox: {msg}");
-            code
+        Ok((outcome, git_restore_failed)) => {
+            let code = match outcome {
+                Outcome::Ran(status) => wait_status_to_exit(status),
+                Outcome::NotExecuted(code, msg) => {
+                    eprintln!("shofer-sandbox: {msg}");
+                    code
+                }
+            };
+            if git_restore_failed {
+                // A git control file the host trusts may still hold the command's version:
+                // nobody may take this run for a success (docs/ARCHITECTURE.md).
+                EXIT_SETUP
+            } else {
+                code
+            }
         }
         Err(e) => {
             eprintln!("shofer-sandbox: {e}");
@@ -100,7 +113,7 @@ pub fn wait_status_to_exit(status: i32) -> i32 {
     }
 }
 
-fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
+fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     for &fd in args.pass_fds.iter().chain(args.report_fd.iter()) {
         if !sys::fd_is_open(fd) {
             return Err(SetupError::Usage(format!(
@@ -117,6 +130,8 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
         args.allow_degraded,
     )
     .map_err(SetupError::NoBackend)?;
+    // A run killed before it restored git control files left a journal: finish it first.
+    gitrun::repair_before_run(&args.worktree)?;
     let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
     if let crate::git::GitLayout::Rejected(why) = &opened.git {
         eprintln!("shofer-sandbox: note: git metadata not made writable: {why}");
@@ -124,22 +139,20 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     for (p, why) in &choice.degraded {
         eprintln!("shofer-sandbox: warning: degraded ({}): {why}", p.key());
     }
-    let guard = gitguard::GitGuard::snapshot(&opened.git, &opened.policy.worktree);
-    if matches!(opened.git, git::GitLayout::MainWorktree) {
-        eprintln!(
-            "shofer-sandbox: warning: {}/.git is a directory inside the worktree: its config and hooks are writable while the command runs (restored when it ends); a linked worktree keeps them read-only",
-            opened.policy.worktree.display()
-        );
-    }
+    let mut git_run = gitrun::GitRun::prepare(&opened, choice.backend)?;
+    let mut report_file = None;
     if let Some(fd) = args.report_fd {
-        let record = report::run(&facts, &choice, &opened, &guard);
+        let record = report::run(&facts, &choice, &opened, &git_run);
         // Safety: the caller handed us this descriptor with --report and we checked it is
-        // open; we own it from here and close it before the command starts.
+        // open; we own it from here. It is close-on-exec for the command (the child closes
+        // every descriptor not passed); a closing record follows only if git files had to be
+        // restored.
         let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
         writeln!(file, "{record}").map_err(|e| SetupError::Syscall {
             op: "writing the --report record",
             source: e,
         })?;
+        report_file = Some(file);
     }
     let argv = args
         .command
@@ -187,7 +200,10 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
             }
             match supervisor::resolve_command(&launch.argv[0]) {
                 Ok(path) => launch.argv[0] = path,
-                Err((code, msg)) => return Ok(Outcome::NotExecuted(code, msg)),
+                Err((code, msg)) => {
+                    let failed = git_run.finish(None);
+                    return Ok((Outcome::NotExecuted(code, msg), failed));
+                }
             }
             let b = choice
                 .bwrap
@@ -220,23 +236,12 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
             launch.seccomp = !b.setuid;
         }
     }
+    git_run.start();
     let outcome = supervisor::run(launch);
     drop(opened);
     // The whole tree is gone (or the command never started): put back what it changed.
-    let (restored, failed) = guard.restore();
-    for path in restored {
-        eprintln!(
-            "shofer-sandbox: warning: the command changed {}, which the host's git trusts; restored",
-            path.display()
-        );
-    }
-    for (path, e) in failed {
-        eprintln!(
-            "shofer-sandbox: error: the command changed {} and it could not be restored: {e}",
-            path.display()
-        );
-    }
-    outcome
+    let failed = git_run.finish(report_file.as_mut());
+    outcome.map(|o| (o, failed))
 }
 
 /// The plan for process A of the namespace backends: every writable path except the device
@@ -277,6 +282,13 @@ fn namespace_setup(opened: &writable::OpenedPolicy, abi: u32) -> supervisor::NsS
             uid,
             gid,
             devices,
+            pinned: opened.controls.pinned.clone(),
+            read_only: opened
+                .controls
+                .read_only
+                .iter()
+                .map(|c| c.path.clone())
+                .collect(),
         },
         net_deny: opened.policy.net == shofer_core::policy::NetPolicy::Deny,
         landlock_abi: abi,
