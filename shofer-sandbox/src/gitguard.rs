@@ -57,6 +57,8 @@ enum State {
 struct Guarded {
     dir: OwnedFd,
     dir_path: PathBuf,
+    /// The directory's permission bits at the snapshot (`None`: unknown, from a journal).
+    dir_mode: Option<u32>,
     name: String,
     original: State,
 }
@@ -106,11 +108,13 @@ impl GitGuard {
             let Ok(dir) = paths::open_nofollow(&dir_path) else {
                 return;
             };
+            let dir_mode = mode_of(&dir).ok();
             for &name in names {
                 let original = read_state(&dir, name);
                 entries.push(Guarded {
                     dir: dir.try_clone().expect("dup of an open descriptor"),
                     dir_path: dir_path.clone(),
+                    dir_mode,
                     name: name.to_string(),
                     original,
                 });
@@ -219,6 +223,17 @@ impl GitGuard {
             }
         }
         for g in &self.entries {
+            // A directory made read-only (or opened up) by the command gets its mode back.
+            if let Some(want) = g.dir_mode {
+                if mode_of(&g.dir).is_ok_and(|m| m != want) {
+                    let p = format!("/proc/self/fd/{}", g.dir.as_raw_fd());
+                    let perm = std::os::unix::fs::PermissionsExt::from_mode(want);
+                    match std::fs::set_permissions(&p, perm) {
+                        Ok(()) => out.restored.push(g.dir_path.clone()),
+                        Err(e) => out.failed.push((g.dir_path.clone(), format!("chmod: {e}"))),
+                    }
+                }
+            }
             if matches!(g.original, State::Unguardable(_)) {
                 continue;
             }
@@ -346,6 +361,17 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
         .map(|e| e.path())
         .take(MAX_ENTRIES)
         .collect()
+}
+
+/// The permission bits of a descriptor's object.
+fn mode_of(fd: &OwnedFd) -> io::Result<u32> {
+    // Safety: `st` is filled by fstat on success.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // Safety: live descriptor, writable buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_mode & 0o7777)
 }
 
 /// (st_dev, st_ino) of a descriptor.
@@ -541,6 +567,7 @@ pub fn repair(dir: &Path, worktree: &Path) -> Restored {
                 Ok(fd) => entries.push(Guarded {
                     dir: fd,
                     dir_path: PathBuf::from(d),
+                    dir_mode: None,
                     name: n.to_string(),
                     original: state,
                 }),

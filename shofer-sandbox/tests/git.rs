@@ -1,0 +1,324 @@
+//! The host's git never runs what the command wrote (issue 11): each tampering attack on every
+//! backend, as root and as uid 65534, with host `git status`, `git log` and `git commit` run
+//! while the sandboxed command is still running and after it, in the attacked worktree, the
+//! main worktree and a second linked worktree. The planted program (an fsmonitor or a hook)
+//! would leave a marker file outside; none may appear. Every attack is first run without a
+//! sandbox to show that it does make the host's git run the program.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A repository with a main worktree `repo/`, linked worktrees `wt/` (attacked) and `wt2/`,
+/// and the program an attacker would plant (`evil.sh`, which creates `ran`).
+struct Layout {
+    s: Scratch,
+    repo: PathBuf,
+    wt: PathBuf,
+    wt2: PathBuf,
+    uid: Option<u32>,
+}
+
+impl Layout {
+    fn new(uid: Option<u32>, setup: &[&[&str]]) -> Layout {
+        let s = Scratch::new();
+        let (repo, wt) = linked_worktree(&s);
+        git(&repo, &["worktree", "add", "-q", "../wt2"]);
+        for args in setup {
+            git(&repo, args);
+        }
+        let evil = s.path().join("evil.sh");
+        std::fs::write(
+            &evil,
+            format!("#!/bin/sh\ntouch '{}'\n", s.path().join("ran").display()),
+        )
+        .unwrap();
+        Command::new("chmod")
+            .arg("755")
+            .arg(&evil)
+            .status()
+            .unwrap();
+        std::fs::create_dir(s.path().join("state")).unwrap();
+        if let Some(u) = uid {
+            s.chown_all(u);
+        }
+        let wt2 = s.path().join("wt2");
+        Layout {
+            s,
+            repo,
+            wt,
+            wt2,
+            uid,
+        }
+    }
+
+    fn ran(&self) -> bool {
+        self.s.path().join("ran").exists()
+    }
+
+    /// The environment an attack script sees.
+    fn vars(&self) -> Vec<(String, String)> {
+        let d = |p: &Path| p.display().to_string();
+        vec![
+            ("EVIL".into(), d(&self.s.path().join("evil.sh"))),
+            ("GITDIR".into(), d(&self.repo.join(".git/worktrees/wt"))),
+            ("COMMON".into(), d(&self.repo.join(".git"))),
+            ("SCRATCH".into(), d(&self.s.path())),
+        ]
+    }
+
+    /// Host git in the three worktrees, as the run's user; returns the failures.
+    fn host_git(&self) -> Vec<String> {
+        let mut failures = Vec::new();
+        for dir in [&self.wt, &self.repo, &self.wt2] {
+            for args in [
+                &["status", "--short"][..],
+                &["log", "-1", "--oneline"],
+                &["commit", "-q", "--allow-empty", "-m", "host"],
+            ] {
+                let mut cmd = Command::new("git");
+                cmd.args(args)
+                    .current_dir(dir)
+                    .envs(git_env())
+                    .env("XDG_CONFIG_HOME", self.s.path().join("state"))
+                    .stdin(Stdio::null());
+                as_uid(&mut cmd, self.uid);
+                let out = cmd.output().unwrap();
+                if !out.status.success() {
+                    failures.push(format!(
+                        "git {args:?} in {}: {}",
+                        dir.display(),
+                        String::from_utf8_lossy(&out.stderr)
+                    ));
+                }
+            }
+        }
+        failures
+    }
+}
+
+fn as_uid(cmd: &mut Command, uid: Option<u32>) {
+    if let Some(uid) = uid {
+        // Safety: only async-signal-safe syscalls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+/// One attack: git configuration set up before, and the script the command runs (in the
+/// attacked worktree).
+struct Attack {
+    name: &'static str,
+    setup: &'static [&'static [&'static str]],
+    /// Run in the main worktree instead of `wt`.
+    in_main: bool,
+    script: &'static str,
+}
+
+const EVIL_COMMON: &str = "git init -q --bare \"$PWD/.evilc\" && git config -f \"$PWD/.evilc/config\" core.bare false && git config -f \"$PWD/.evilc/config\" core.fsmonitor \"$EVIL\"";
+
+fn attacks() -> Vec<Attack> {
+    vec![
+        Attack {
+            name: "pointer file to a repository of the command's",
+            setup: &[],
+            in_main: false,
+            script: "git init -q .evilwt && mv .evilwt/.git .evil && git config -f .evil/config core.fsmonitor \"$EVIL\" && printf 'gitdir: .evil\\n' > .git",
+        },
+        Attack {
+            name: "linked gitdir's commondir",
+            setup: &[],
+            in_main: false,
+            script: "EVILC; echo \"$PWD/.evilc\" > \"$GITDIR/commondir\"",
+        },
+        Attack {
+            name: "restore temp name pre-created, then commondir",
+            setup: &[],
+            in_main: false,
+            script: "EVILC; for p in $PPID $$ $(($PPID+1)); do mkdir -p \"$GITDIR/.commondir.shofer-restore-$p\"; done; echo \"$PWD/.evilc\" > \"$GITDIR/commondir\"",
+        },
+        Attack {
+            name: "commondir, then the gitdir made read-only",
+            setup: &[],
+            in_main: false,
+            script: "EVILC; echo \"$PWD/.evilc\" > \"$GITDIR/commondir\"; chmod 0555 \"$GITDIR\"",
+        },
+        Attack {
+            name: "config.worktree with extensions.worktreeConfig",
+            setup: &[&["config", "extensions.worktreeConfig", "true"]],
+            in_main: false,
+            script: "printf '[core]\\n\\tfsmonitor = %s\\n' \"$EVIL\" > \"$GITDIR/config.worktree\"",
+        },
+        Attack {
+            name: "in-tree core.hooksPath",
+            setup: &[&["config", "core.hooksPath", ".githooks"]],
+            in_main: false,
+            script: "mkdir -p .githooks && printf '#!/bin/sh\\n%s\\n' \"$EVIL\" > .githooks/post-commit && chmod +x .githooks/post-commit",
+        },
+        Attack {
+            name: "main worktree .git/config",
+            setup: &[],
+            in_main: true,
+            script: "printf '[core]\\n\\tfsmonitor = %s\\n' \"$EVIL\" >> .git/config",
+        },
+        Attack {
+            name: "main worktree .git/commondir",
+            setup: &[],
+            in_main: true,
+            script: "EVILC; echo \"$PWD/.evilc\" > .git/commondir",
+        },
+        Attack {
+            name: "main worktree hooks/",
+            setup: &[],
+            in_main: true,
+            script: "mkdir -p .git/hooks && printf '#!/bin/sh\\n%s\\n' \"$EVIL\" > .git/hooks/post-commit && chmod +x .git/hooks/post-commit",
+        },
+        Attack {
+            name: "main worktree: another worktree's commondir",
+            setup: &[],
+            in_main: true,
+            script: "EVILC; echo \"$PWD/.evilc\" > .git/worktrees/wt2/commondir",
+        },
+        Attack {
+            name: "main worktree .git renamed away and replaced",
+            setup: &[],
+            in_main: true,
+            script: "mv .git .git-old && cp -r .git-old .git && printf '[core]\\n\\tfsmonitor = %s\\n' \"$EVIL\" >> .git/config",
+        },
+    ]
+}
+
+fn script_of(a: &Attack) -> String {
+    a.script.replace("EVILC", EVIL_COMMON)
+}
+
+/// Without a sandbox, the attack makes the host's git run the planted program.
+fn attack_works_unsandboxed(a: &Attack) {
+    let l = Layout::new(None, a.setup);
+    let dir = if a.in_main { &l.repo } else { &l.wt };
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script_of(a))
+        .current_dir(dir)
+        .envs(git_env())
+        .envs(l.vars())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}: {}", a.name, show(&out));
+    l.host_git();
+    assert!(
+        l.ran(),
+        "control: '{}' does not make the host's git run the program",
+        a.name
+    );
+}
+
+/// Starts the sandboxed attack: it tampers, signals through a file in `/tmp` (writable), and
+/// waits for `go` (outside the writable set: only the test can create it).
+fn start(l: &Layout, backend: &str, a: &Attack) -> (Child, PathBuf, PathBuf) {
+    let go = l.s.path().join("go");
+    let ready = std::env::temp_dir().join(format!(
+        "shofer-git-test-{}-{}",
+        std::process::id(),
+        l.s.path().file_name().unwrap().to_string_lossy()
+    ));
+    let script = format!(
+        "{} ; touch '{r}'; while [ ! -e '{g}' ]; do sleep 0.02; done",
+        script_of(a),
+        r = ready.display(),
+        g = go.display(),
+    );
+    let dir = if a.in_main { &l.repo } else { &l.wt };
+    let mut run = Run::new(dir).backend(backend).sh(&script);
+    if let Some(u) = l.uid {
+        run = run.with_uid(u);
+    }
+    let mut cmd = run.command();
+    cmd.envs(l.vars())
+        .env("XDG_STATE_HOME", l.s.path().join("state"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    (child, ready, go)
+}
+
+fn wait_for(path: &Path, child: &mut Child) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if path.exists() {
+            return true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+fn uids() -> Vec<Option<u32>> {
+    if is_root() {
+        vec![None, Some(UNPRIV)]
+    } else {
+        vec![None]
+    }
+}
+
+#[test]
+fn no_tampering_attack_makes_the_host_git_run_the_commands_program() {
+    let mut failures = Vec::new();
+    for a in attacks() {
+        attack_works_unsandboxed(&a);
+        for b in backends() {
+            for uid in uids() {
+                let l = Layout::new(uid, a.setup);
+                let (mut child, ready, go) = start(&l, b, &a);
+                let was_ready = wait_for(&ready, &mut child);
+                let during = l.host_git();
+                let ran_during = l.ran();
+                std::fs::write(&go, "").unwrap();
+                let _ = std::fs::remove_file(&ready);
+                let out = child.wait_with_output().unwrap();
+                let after = l.host_git();
+                let cell = format!("{} / {b} / uid {uid:?}", a.name);
+                if !was_ready {
+                    failures.push(format!("{cell}: the command ended early: {}", show(&out)));
+                }
+                if ran_during || l.ran() {
+                    failures.push(format!(
+                        "{cell}: the host's git ran the command's program ({}): {}",
+                        if ran_during {
+                            "during the run"
+                        } else {
+                            "after it"
+                        },
+                        show(&out)
+                    ));
+                }
+                if !after.is_empty() {
+                    failures.push(format!("{cell}: host git fails after the run: {after:?}"));
+                }
+                let _ = during;
+                if out.status.code() != Some(0) {
+                    failures.push(format!("{cell}: exit status: {}", show(&out)));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
