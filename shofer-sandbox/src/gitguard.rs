@@ -638,10 +638,12 @@ impl Watcher {
         }
         let (stop_read, stop_write) = crate::sys::pipe_cloexec()?;
         // Signals stay with the supervisor: the new thread starts with all of them blocked.
+        // Safety: an all-zero sigset_t is valid plain data (filled below).
+        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // Safety: as above.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
         // Safety: sigfillset initialises the set; pthread_sigmask changes this thread's mask,
         // restored right after the spawn.
-        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
         unsafe {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
@@ -822,7 +824,17 @@ fn remove(dir: &OwnedFd, name: &str) -> io::Result<()> {
     match err.raw_os_error() {
         Some(libc::ENOENT) => Ok(()),
         Some(libc::EISDIR) | Some(libc::EPERM) => {
-            let sub = open_dir(dir, name)?;
+            // A directory the command made unreadable (chmod 000) is opened up first: the
+            // supervisor owns what the command created.
+            let sub = match open_dir(dir, name) {
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                    // Safety: valid dirfd and name; AT_SYMLINK_NOFOLLOW is not supported by
+                    // fchmodat, but `name` was just found to be a directory (EISDIR/EPERM).
+                    unsafe { libc::fchmodat(dir.as_raw_fd(), c.as_ptr(), 0o700, 0) };
+                    open_dir(dir, name)?
+                }
+                other => other?,
+            };
             for entry in list(&sub)? {
                 remove(&sub, &entry)?;
             }
@@ -872,7 +884,11 @@ fn write_over_once(dir: &OwnedFd, name: &str, data: &[u8], mode: u32) -> io::Res
     }
     // Safety: openat just returned this descriptor.
     let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    file.write_all(data)?;
+    if let Err(e) = file.write_all(data) {
+        drop(file);
+        let _ = remove(dir, &tmp);
+        return Err(e);
+    }
     drop(file);
     let c = cname(name);
     // Safety: valid dirfd and names.
@@ -1013,5 +1029,56 @@ mod tests {
             std::fs::read_to_string(wt.join(".git/config")).unwrap(),
             "[core]\n"
         );
+    }
+
+    #[test]
+    fn a_restore_that_cannot_write_is_reported_as_failed() {
+        let (_t, root, layout) = setup();
+        let guard = GitGuard::snapshot(&layout, &root, &Default::default());
+        let GitLayout::Linked { gitdir, .. } = &layout else {
+            unreachable!()
+        };
+        // The directory disappears under the guard: nothing can be written there.
+        std::fs::remove_dir_all(gitdir).unwrap();
+        let r = guard.restore();
+        assert!(r.restored.is_empty(), "{r:?}");
+        assert!(
+            r.failed.iter().any(|(p, _)| p.ends_with("commondir")),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn a_journal_lets_a_later_process_finish_the_restore() {
+        let (_t, root, layout) = setup();
+        let state = root.join("state");
+        std::fs::create_dir(&state).unwrap();
+        let mut guard = GitGuard::snapshot(&layout, &root, &Default::default());
+        guard.write_journal(&state, &root).unwrap();
+        let GitLayout::Linked { gitdir, .. } = &layout else {
+            unreachable!()
+        };
+        std::fs::write(gitdir.join("commondir"), "/evil\n").unwrap();
+        // Our own journal belongs to a live process (us): left alone.
+        assert!(repair(&state, &root).restored.is_empty());
+        // As if this process had been killed: the recorded start time no longer matches.
+        let journal = std::fs::read_dir(&state)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let text = std::fs::read_to_string(&journal).unwrap();
+        let mut v: Value = serde_json::from_str(&text).unwrap();
+        v["start"] = json!(0);
+        std::fs::write(&journal, v.to_string()).unwrap();
+        let r = repair(&state, &root);
+        assert!(r.failed.is_empty(), "{r:?}");
+        assert_eq!(r.restored, vec![gitdir.join("commondir")]);
+        assert_eq!(
+            std::fs::read_to_string(gitdir.join("commondir")).unwrap(),
+            "../..\n"
+        );
+        assert!(!journal.exists());
     }
 }

@@ -322,3 +322,150 @@ fn no_tampering_attack_makes_the_host_git_run_the_commands_program() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Landlock: a supervisor killed with SIGKILL cannot restore; a descendant that outlives it
+/// tampers afterwards. The journal outside the writable set lets `--repair` (and the next run)
+/// finish the restore.
+#[test]
+fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_run() {
+    if !backends().contains(&"landlock") {
+        return;
+    }
+    for uid in uids() {
+        for finish_by_next_run in [false, true] {
+            let l = Layout::new(uid, &[]);
+            let go = l.s.path().join("go");
+            let ready = std::env::temp_dir().join(format!(
+                "shofer-git-kill-{}-{}",
+                std::process::id(),
+                l.s.path().file_name().unwrap().to_string_lossy()
+            ));
+            let script = format!(
+                "{EVIL_COMMON}; setsid sh -c 'while [ ! -e {g} ]; do sleep 0.02; done; echo \"$PWD/.evilc\" > \"$GITDIR/commondir\"' </dev/null >/dev/null 2>&1 & \
+                 trap '' TERM; touch {r}; sleep 60",
+                g = go.display(),
+                r = ready.display()
+            );
+            let mut run = Run::new(&l.wt).backend("landlock").sh(&script);
+            if let Some(u) = uid {
+                run = run.with_uid(u);
+            }
+            let mut cmd = run.command();
+            cmd.envs(l.vars())
+                .env("XDG_STATE_HOME", l.s.path().join("state"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let mut child = cmd.spawn().unwrap();
+            assert!(wait_for(&ready, &mut child), "the command did not start");
+            child.kill().unwrap(); // SIGKILL: no restore, no cleanup
+            child.wait().unwrap();
+            std::fs::write(&go, "").unwrap();
+            let commondir = l.repo.join(".git/worktrees/wt/commondir");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::fs::read_to_string(&commondir).unwrap() == "../..\n" {
+                assert!(Instant::now() < deadline, "the survivor did not tamper");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let mut cmd = Command::new(SANDBOX);
+            if finish_by_next_run {
+                cmd.arg(&l.wt).args(["--", "true"]);
+            } else {
+                cmd.arg("--repair").arg(&l.wt);
+            }
+            cmd.env("XDG_STATE_HOME", l.s.path().join("state"))
+                .current_dir(&l.repo)
+                .stdin(Stdio::null());
+            as_uid(&mut cmd, uid);
+            let out = cmd.output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{uid:?}: {}", show(&out));
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("restored from the journal"),
+                "{}",
+                show(&out)
+            );
+            assert_eq!(std::fs::read_to_string(&commondir).unwrap(), "../..\n");
+            assert!(l.host_git().is_empty());
+            assert!(!l.ran(), "{uid:?}: the host's git ran the planted program");
+            // The journal is gone once the restore is complete.
+            let left: Vec<_> = std::fs::read_dir(l.s.path().join("state/shofer/git-guard"))
+                .unwrap()
+                .flatten()
+                .collect();
+            assert!(left.is_empty(), "{left:?}");
+        }
+    }
+}
+
+/// Landlock, full disk: the restore cannot write its copy, so the command's file is removed
+/// (which frees its space) and the next pass puts the original back; the error and the restore
+/// are both on stderr and in the closing report record.
+#[test]
+fn a_full_disk_does_not_defeat_the_restore() {
+    if !backends().contains(&"landlock") || skip_unless_root("full disk") {
+        return;
+    }
+    let s = Scratch::new();
+    let disk = s.path().join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "shofer-git-test"])
+        .arg(&disk)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let result = std::panic::catch_unwind(|| {
+        let repo = disk.join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        git(&repo, &["commit", "-q", "--allow-empty", "-m", "init"]);
+        git(&repo, &["worktree", "add", "-q", "../wt"]);
+        let wt = disk.join("wt");
+        let commondir = repo.join(".git/worktrees/wt/commondir");
+        let report = s.path().join("report.json");
+        let script = format!(
+            "dd if=/dev/zero of=fill bs=4k 2>/dev/null; dd if=/dev/zero of=fill2 bs=1 2>/dev/null; printf x >> '{}'; sleep 0.2",
+            commondir.display()
+        );
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "exec 9>'{}'; exec '{SANDBOX}' --backend landlock --report 9 '{}' -c \"$0\"",
+                report.display(),
+                wt.display()
+            ))
+            .arg(&script)
+            .current_dir(&wt)
+            .envs(git_env())
+            .env("XDG_STATE_HOME", s.path())
+            .output()
+            .unwrap();
+        let records: Vec<serde_json::Value> = std::fs::read_to_string(&report)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(records.len(), 2, "{records:?}");
+        assert_eq!(records[1]["git_restore"]["complete"], true, "{records:?}");
+        assert!(
+            !records[1]["git_restore"]["failed"]
+                .as_array()
+                .unwrap()
+                .is_empty(),
+            "the disk was not full: {records:?}"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+        assert!(err.contains("No space left"), "{err}");
+        assert_eq!(std::fs::read_to_string(&commondir).unwrap(), "../..\n");
+        let gitdir = repo.join(".git/worktrees/wt");
+        let leftovers: Vec<_> = std::fs::read_dir(&gitdir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("shofer-restore"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    });
+    let _ = Command::new("umount").arg(&disk).status();
+    result.unwrap();
+}
