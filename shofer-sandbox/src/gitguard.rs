@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Value};
 
 use crate::git::GitLayout;
+use crate::nested::{Checked, NestedScan};
 use crate::paths::{self, Kind};
 
 /// Largest guarded file (bytes); a larger one is left unguarded and reported.
@@ -76,6 +77,11 @@ pub struct GitGuard {
     entries: Vec<Guarded>,
     dot_git: Option<DotGitDir>,
     journal: Option<PathBuf>,
+    /// The gitlinked repositories check ([`crate::nested`]).
+    nested: Option<NestedScan>,
+    /// Gitlinks were found at the last check: check again periodically (their config can
+    /// change without the index changing).
+    nested_seen: bool,
 }
 
 /// What one restore pass did.
@@ -83,13 +89,17 @@ pub struct GitGuard {
 pub struct Restored {
     /// Paths put back.
     pub restored: Vec<PathBuf>,
-    /// Paths that could not be put back, with why.
+    /// Nested repositories' configs moved aside ([`crate::nested`]).
+    pub quarantined: Vec<crate::nested::Quarantined>,
+    /// Paths that could not be put back (or moved aside), with why.
     pub failed: Vec<(PathBuf, String)>,
 }
 
 impl Restored {
-    fn merge(&mut self, other: Restored) {
+    /// Adds `other`'s results to these.
+    pub fn merge(&mut self, other: Restored) {
         self.restored.extend(other.restored);
+        self.quarantined.extend(other.quarantined);
         self.failed.extend(other.failed);
     }
 }
@@ -166,10 +176,41 @@ impl GitGuard {
                 }
             }
         }
+        let nested = match layout {
+            GitLayout::Linked { gitdir, common } => Some(NestedScan::new(
+                worktree,
+                gitdir,
+                crate::gitprotect::uses_sha256(common),
+            )),
+            GitLayout::MainWorktree => {
+                let dot = worktree.join(".git");
+                Some(NestedScan::new(
+                    worktree,
+                    &dot,
+                    crate::gitprotect::uses_sha256(&dot),
+                ))
+            }
+            GitLayout::None | GitLayout::Rejected(_) => None,
+        };
         GitGuard {
             entries,
             dot_git,
             journal: None,
+            nested,
+            nested_seen: false,
+        }
+    }
+
+    /// Quarantines program-naming configs of gitlinked repositories inside the worktree
+    /// ([`crate::nested`]).
+    pub fn check_nested(&mut self) -> Checked {
+        match &self.nested {
+            Some(scan) => {
+                let (checked, links) = scan.check();
+                self.nested_seen = links > 0;
+                checked
+            }
+            None => Checked::default(),
         }
     }
 
@@ -386,7 +427,7 @@ fn identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
 }
 
 /// 16 hex digits from getrandom(2), for temporary names the command cannot predict.
-fn random_suffix() -> String {
+pub(crate) fn random_suffix() -> String {
     let mut buf = [0u8; 8];
     // Safety: writing at most buf.len() bytes into buf.
     let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
@@ -581,6 +622,8 @@ pub fn repair(dir: &Path, worktree: &Path) -> Restored {
             entries,
             dot_git: None,
             journal: None,
+            nested: None,
+            nested_seen: false,
         };
         let r = guard.restore();
         let clean = r.failed.is_empty();
@@ -592,19 +635,24 @@ pub fn repair(dir: &Path, worktree: &Path) -> Restored {
     out
 }
 
-/// The Landlock backend's watcher: a thread that restores as soon as a guarded entry changes.
+/// The watcher: a thread that restores guarded entries as soon as they change (the Landlock
+/// backend) and quarantines nested repositories' program-naming configs (every backend).
 pub struct Watcher {
     stop: OwnedFd,
+    gate: OwnedFd,
     thread: Option<std::thread::JoinHandle<Restored>>,
 }
 
 impl Watcher {
-    /// Starts watching `guard`'s directories. The thread blocks every signal (they belong to
-    /// the supervisor's `sigwaitinfo` loop). Restores are announced on stderr as they happen.
+    /// Starts watching `guard`'s directories; `restore` is false where the backend makes the
+    /// guarded entries read-only. The thread blocks every signal (they belong to the
+    /// supervisor's `sigwaitinfo` loop) and waits at a gate, without allocating, until
+    /// [`Self::open_gate`]: a namespace backend's fork-like clone must not copy a thread that
+    /// holds the allocator's lock.
     ///
     /// # Errors
     /// inotify_init1(2), pipe2(2) or thread creation failures.
-    pub fn start(guard: Arc<Mutex<GitGuard>>) -> io::Result<Watcher> {
+    pub fn start(guard: Arc<Mutex<GitGuard>>, restore: bool) -> io::Result<Watcher> {
         // Safety: inotify_init1 with flags only.
         let ino = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
         if ino < 0 {
@@ -637,30 +685,58 @@ impl Watcher {
             };
         }
         let (stop_read, stop_write) = crate::sys::pipe_cloexec()?;
-        // Signals stay with the supervisor: the new thread starts with all of them blocked.
+        let (gate_read, gate_write) = crate::sys::pipe_cloexec()?;
+        let (ready_read, ready_write) = crate::sys::pipe_cloexec()?;
         // Safety: an all-zero sigset_t is valid plain data (filled below).
         let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
         // Safety: as above.
         let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // Safety: sigfillset initialises the set; pthread_sigmask changes this thread's mask,
-        // restored right after the spawn.
+        // Safety: sigfillset initialises the set; pthread_sigmask changes this thread's mask
+        // (inherited by the new thread), restored right after the spawn.
         unsafe {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         }
         let thread = std::thread::Builder::new()
             .name("shofer-git-watch".into())
-            .spawn(move || watch_loop(ino, stop_read, guard));
+            .spawn(move || {
+                let mut b = 0u8;
+                // Safety: one byte to and from our own pipes; no allocation between telling
+                // the supervisor we are ready and the gate opening.
+                unsafe {
+                    libc::write(ready_write.as_raw_fd(), b"r".as_ptr().cast(), 1);
+                    libc::read(gate_read.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
+                }
+                drop(ready_write);
+                watch_loop(ino, stop_read, guard, restore)
+            });
         // Safety: restoring the mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        let thread = thread?;
+        let mut b = 0u8;
+        // Safety: reading one byte from our pipe: the thread is at the gate.
+        unsafe { libc::read(ready_read.as_raw_fd(), (&mut b as *mut u8).cast(), 1) };
         Ok(Watcher {
             stop: stop_write,
-            thread: Some(thread?),
+            gate: gate_write,
+            thread: Some(thread),
         })
     }
 
-    /// Stops the watcher and returns what it restored during the run.
+    /// Lets the watcher run (once the sandbox's processes exist).
+    pub fn open_gate(&self) {
+        // Safety: one byte to our own pipe.
+        unsafe { libc::write(self.gate.as_raw_fd(), b"g".as_ptr().cast(), 1) };
+    }
+
+    /// The gate's write end, for the supervisor to open right after it spawned the command.
+    pub fn gate_fd(&self) -> std::os::fd::RawFd {
+        self.gate.as_raw_fd()
+    }
+
+    /// Stops the watcher and returns what it did during the run.
     pub fn stop(mut self) -> Restored {
+        self.open_gate();
         // Safety: one byte to our own pipe.
         unsafe { libc::write(self.stop.as_raw_fd(), b"x".as_ptr().cast(), 1) };
         self.thread
@@ -670,9 +746,38 @@ impl Watcher {
     }
 }
 
-fn watch_loop(ino: OwnedFd, stop: OwnedFd, guard: Arc<Mutex<GitGuard>>) -> Restored {
+/// Says on stderr what a pass did.
+pub fn announce(r: &Restored, how: &str) {
+    for p in &r.restored {
+        eprintln!(
+            "shofer-sandbox: warning: the command changed {}, which the host's git trusts; {how}",
+            p.display()
+        );
+    }
+    for q in &r.quarantined {
+        eprintln!(
+            "shofer-sandbox: warning: {} names a program ({}) and belongs to a repository the host's git enters through a gitlink; moved to {}",
+            q.path.display(),
+            q.key,
+            q.moved_to.display()
+        );
+    }
+    for (p, e) in &r.failed {
+        eprintln!(
+            "shofer-sandbox: error: the command changed {}, which the host's git trusts, and it could not be restored: {e}",
+            p.display()
+        );
+    }
+}
+
+/// How often gitlinked repositories are checked again while any exist (their config can
+/// change without an event in a watched directory).
+const NESTED_RECHECK_MS: libc::c_int = 200;
+
+fn watch_loop(ino: OwnedFd, stop: OwnedFd, guard: Arc<Mutex<GitGuard>>, restore: bool) -> Restored {
     let mut total = Restored::default();
     let mut buf = vec![0u8; 64 * 1024];
+    let mut first = true;
     loop {
         let mut fds = [
             libc::pollfd {
@@ -686,33 +791,41 @@ fn watch_loop(ino: OwnedFd, stop: OwnedFd, guard: Arc<Mutex<GitGuard>>) -> Resto
                 revents: 0,
             },
         ];
-        // Safety: two valid pollfds.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        let timeout = match guard.lock() {
+            Ok(g) if g.nested_seen => NESTED_RECHECK_MS,
+            _ => -1,
+        };
+        let n = if first {
+            first = false;
+            0 // one check right away: the index may have changed before the gate opened
+        } else {
+            // Safety: two valid pollfds.
+            unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) }
+        };
         if n < 0 {
             continue;
         }
         if fds[1].revents != 0 {
             return total;
         }
-        // Drain the events: which ones does not matter, every change triggers one check.
-        // Safety: reading into our buffer.
-        unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        let Ok(g) = guard.lock() else {
+        let event = fds[0].revents != 0;
+        if event {
+            // Drain the events: which ones does not matter, every change triggers one check.
+            // Safety: reading into our buffer.
+            unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        }
+        let Ok(mut g) = guard.lock() else {
             return total;
         };
-        let r = g.restore();
-        for p in &r.restored {
-            eprintln!(
-                "shofer-sandbox: warning: the command changed {}, which the host's git trusts; restored at once",
-                p.display()
-            );
-        }
-        for (p, e) in &r.failed {
-            eprintln!(
-                "shofer-sandbox: error: the command changed {}, which the host's git trusts, and it could not be restored: {e}",
-                p.display()
-            );
-        }
+        let mut r = if restore && event {
+            g.restore()
+        } else {
+            Restored::default()
+        };
+        let c = g.check_nested();
+        r.quarantined.extend(c.quarantined);
+        r.failed.extend(c.failed);
+        announce(&r, "restored at once");
         total.merge(r);
     }
 }
@@ -973,7 +1086,9 @@ mod tests {
         };
         std::fs::write(gitdir.join("commondir"), "/evil\n").unwrap();
         std::fs::write(gitdir.join("config.worktree"), "[core]\nfsmonitor=x\n").unwrap();
-        let Restored { restored, failed } = guard.restore();
+        let Restored {
+            restored, failed, ..
+        } = guard.restore();
         assert!(failed.is_empty(), "{failed:?}");
         assert_eq!(restored.len(), 2);
         assert_eq!(
@@ -1017,7 +1132,9 @@ mod tests {
         std::fs::write(wt.join(".git/hooks/post-checkout"), "rm -rf ~\n").unwrap();
         std::fs::write(wt.join(".git/hooks/pre-commit.sample"), "evil\n").unwrap();
         std::fs::write(wt.join(".git/config"), "[core]\nhooksPath=/x\n").unwrap();
-        let Restored { restored, failed } = guard.restore();
+        let Restored {
+            restored, failed, ..
+        } = guard.restore();
         assert!(failed.is_empty(), "{failed:?}");
         assert_eq!(restored.len(), 2);
         assert!(!wt.join(".git/hooks/post-checkout").exists());

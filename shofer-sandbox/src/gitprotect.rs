@@ -277,7 +277,9 @@ impl Config {
                 let Some(end) = after.find(']') else { continue };
                 let head = &after[..end];
                 section = match head.split_once(char::is_whitespace) {
-                    Some((name, sub)) => format!("{}.{}", name.to_lowercase(), sub.trim()),
+                    Some((name, sub)) => {
+                        format!("{}.{}", name.to_lowercase(), sub.trim().trim_matches('"'))
+                    }
                     None => head.to_lowercase(),
                 };
                 rest = after[end + 1..].trim();
@@ -308,6 +310,20 @@ impl Config {
             Some("true" | "yes" | "on" | "1")
         )
     }
+}
+
+/// The (section, key, value) entries of a git config file, sections and keys lowercased,
+/// subsections as `section.sub`.
+pub(crate) fn config_entries(text: &str) -> Vec<(String, String, String)> {
+    Config::parse(text).entries
+}
+
+/// Whether the repository whose common dir is `common` uses SHA-256 object names
+/// (`extensions.objectFormat = sha256`).
+pub(crate) fn uses_sha256(common: &Path) -> bool {
+    Config::load(&common.join("config"), &mut Vec::new())
+        .get("extensions", "objectformat")
+        .is_some_and(|v| v.eq_ignore_ascii_case("sha256"))
 }
 
 /// A config value without its comment and quotes.

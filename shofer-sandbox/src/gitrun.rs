@@ -88,7 +88,7 @@ impl GitRun {
             journal_missing,
             placeholders,
             watcher: None,
-            watch: !structural && has_entries,
+            watch: has_entries,
             watch_error: None,
         })
     }
@@ -101,18 +101,24 @@ impl GitRun {
             .unwrap_or_default()
     }
 
-    /// Just before the command starts: the Landlock backend's watcher.
-    pub fn start(&mut self) {
+    /// Just before the command starts: the watcher ([`Watcher`]). Returns the descriptor the
+    /// supervisor writes to once the sandbox's processes exist (the watcher's gate).
+    pub fn start(&mut self) -> Option<std::os::fd::RawFd> {
         if !self.watch {
-            return;
+            return None;
         }
-        match Watcher::start(Arc::clone(&self.guard)) {
-            Ok(w) => self.watcher = Some(w),
+        match Watcher::start(Arc::clone(&self.guard), !self.structural) {
+            Ok(w) => {
+                let gate = w.gate_fd();
+                self.watcher = Some(w);
+                Some(gate)
+            }
             Err(e) => {
                 eprintln!(
                     "shofer-sandbox: warning: degraded (git_guard_watch): inotify: {e}; git control files are restored only when the command ends"
                 );
                 self.watch_error = Some(e.to_string());
+                None
             }
         }
     }
@@ -123,19 +129,25 @@ impl GitRun {
     pub fn finish(mut self, report: Option<&mut std::fs::File>) -> bool {
         let mut all = self.watcher.take().map(Watcher::stop).unwrap_or_default();
         let last = match self.guard.lock() {
-            Ok(g) => g.restore(),
+            Ok(mut g) => {
+                let mut r = g.restore();
+                let c = g.check_nested();
+                r.quarantined.extend(c.quarantined);
+                r.failed.extend(c.failed);
+                r
+            }
             Err(_) => Restored::default(),
         };
-        announce(&last, "restored");
+        gitguard::announce(&last, "restored");
         let failed_now = !last.failed.is_empty();
-        all.restored.extend(last.restored);
-        all.failed.extend(last.failed);
+        all.merge(last);
         // A failure during the run that the last pass fixed is not a failure any more.
         let failed = failed_now;
         if let Some(file) = report {
-            if !all.restored.is_empty() || !all.failed.is_empty() {
+            if !all.restored.is_empty() || !all.failed.is_empty() || !all.quarantined.is_empty() {
                 let record = serde_json::json!({"git_restore": {
                     "restored": all.restored,
+                    "quarantined": all.quarantined.iter().map(|q| serde_json::json!({"path": q.path, "moved_to": q.moved_to, "key": q.key})).collect::<Vec<_>>(),
                     "failed": all.failed.iter().map(|(p, e)| serde_json::json!({"path": p, "error": e})).collect::<Vec<_>>(),
                     "complete": !failed,
                 }});
@@ -153,21 +165,6 @@ impl GitRun {
         }
         gitprotect::remove_placeholders(&self.placeholders);
         failed
-    }
-}
-
-fn announce(r: &Restored, how: &str) {
-    for p in &r.restored {
-        eprintln!(
-            "shofer-sandbox: warning: the command changed {}, which the host's git trusts; {how}",
-            p.display()
-        );
-    }
-    for (p, e) in &r.failed {
-        eprintln!(
-            "shofer-sandbox: error: the command changed {}, which the host's git trusts, and it could not be restored: {e}",
-            p.display()
-        );
     }
 }
 
@@ -195,7 +192,7 @@ pub fn repair_before_run(worktree: &Path) -> Result<(), SetupError> {
     let Some(r) = repair(worktree) else {
         return Ok(());
     };
-    announce(&r, "restored from the journal of a run that was killed");
+    gitguard::announce(&r, "restored from the journal of a run that was killed");
     if let Some((p, e)) = r.failed.first() {
         return Err(SetupError::Usage(format!(
             "a killed run left {} changed and it cannot be restored ({e}); fix it by hand, then run `shofer-sandbox --repair {}`",
@@ -210,7 +207,7 @@ pub fn repair_before_run(worktree: &Path) -> Result<(), SetupError> {
 /// left to restore, 1 when a restore failed.
 pub fn repair_command(worktree: &Path) -> i32 {
     let r = repair(worktree).unwrap_or_default();
-    announce(&r, "restored from the journal of a run that was killed");
+    gitguard::announce(&r, "restored from the journal of a run that was killed");
     if r.failed.is_empty() {
         if r.restored.is_empty() {
             eprintln!("shofer-sandbox: {}: nothing to repair", worktree.display());

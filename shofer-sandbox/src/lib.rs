@@ -33,6 +33,7 @@ pub mod gitguard;
 pub mod gitprotect;
 pub mod gitrun;
 pub mod namespaces;
+pub mod nested;
 pub mod paths;
 pub mod report;
 pub mod ruleset;
@@ -181,6 +182,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         no_new_privs: true,
         seccomp: true,
         bwrap_info: None,
+        spawned_gate: None,
     };
     // Kept alive until the command has exec'd.
     let mut _bwrap_args = None;
@@ -236,7 +238,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
             launch.seccomp = !b.setuid;
         }
     }
-    git_run.start();
+    launch.spawned_gate = git_run.start();
     let outcome = supervisor::run(launch);
     drop(opened);
     // The whole tree is gone (or the command never started): put back what it changed.

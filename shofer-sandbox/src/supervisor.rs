@@ -64,6 +64,9 @@ pub struct Launch {
     pub bwrap_info: Option<(OwnedFd, OwnedFd)>,
     /// Time between SIGTERM and SIGKILL when killing the tree.
     pub grace: Duration,
+    /// Written to (one byte) once the command's process exists: the git watcher's gate
+    /// (`crate::gitguard::Watcher`), which must not run during a fork-like clone.
+    pub spawned_gate: Option<RawFd>,
 }
 
 /// The namespace backends' part of a [`Launch`].
@@ -205,6 +208,7 @@ pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
     let namespaced = launch.namespaces.is_some();
     let grace = launch.grace;
     let bwrap_info = launch.bwrap_info.take();
+    let spawned_gate = launch.spawned_gate.take();
     let args = ChildArgs {
         launch: Some(launch),
         supervisor,
@@ -217,6 +221,10 @@ pub fn run(mut launch: Launch) -> Result<Outcome, SetupError> {
         spawn_child(args)?
     };
     drop(err_write);
+    if let Some(gate) = spawned_gate {
+        // Safety: one byte to the watcher's pipe, which the caller keeps open.
+        unsafe { libc::write(gate, b"s".as_ptr().cast(), 1) };
+    }
     let bwrap_info = bwrap_info.map(|(read, write)| {
         drop(write);
         read

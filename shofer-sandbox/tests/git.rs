@@ -170,6 +170,18 @@ fn attacks() -> Vec<Attack> {
             script: "mkdir -p .githooks && printf '#!/bin/sh\\n%s\\n' \"$EVIL\" > .githooks/post-commit && chmod +x .githooks/post-commit",
         },
         Attack {
+            name: "nested repository registered as a gitlink",
+            setup: &[],
+            in_main: false,
+            script: "mkdir sub && git -C sub init -q && git -C sub commit -q --allow-empty -m s && git -C sub config core.fsmonitor \"$EVIL\" && git add sub",
+        },
+        Attack {
+            name: "gitlink first, the nested config changed afterwards",
+            setup: &[],
+            in_main: false,
+            script: "mkdir sub && git -C sub init -q && git -C sub commit -q --allow-empty -m s && git add sub && sleep 0.3 && git -C sub config core.fsmonitor \"$EVIL\" && sleep 0.5",
+        },
+        Attack {
             name: "main worktree .git/config",
             setup: &[],
             in_main: true,
