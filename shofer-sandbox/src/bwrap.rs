@@ -176,6 +176,7 @@ pub fn argv(
     if opened.policy.net == NetPolicy::Deny {
         args.push(b"--unshare-net");
     }
+    let mut owned: Vec<(&[u8], Vec<u8>)> = Vec::new();
     if drop_caps {
         args.extend_from_slice(&[b"--cap-drop", b"ALL"]);
     }
@@ -190,15 +191,18 @@ pub fn argv(
         let p = rule.path.as_os_str().as_bytes();
         args.extend_from_slice(&[b"--bind", p, p]);
     }
-    // Git control files (crate::gitprotect): pinned directories, then read-only binds on top.
-    for p in &opened.controls.pinned {
-        let p = p.as_os_str().as_bytes();
-        args.extend_from_slice(&[b"--bind", p, p]);
+    // Git (crate::gitprotect): writable layers and read-only binds over control files, in
+    // order. Absent read-only paths had no placeholder to cover: git does not read them.
+    for (path, writable) in opened.controls.layers() {
+        let flag: &[u8] = if writable {
+            b"--bind"
+        } else {
+            b"--ro-bind-try"
+        };
+        owned.push((flag, path.as_os_str().as_bytes().to_vec()));
     }
-    for c in &opened.controls.read_only {
-        let p = c.path.as_os_str().as_bytes();
-        // Absent ones had no placeholder to cover: git does not read them (see gitprotect).
-        args.extend_from_slice(&[b"--ro-bind-try", p, p]);
+    for (flag, p) in &owned {
+        args.extend_from_slice(&[flag, p, p]);
     }
     // Safety: memfd_create with a static name; the result is checked.
     let fd = unsafe { libc::memfd_create(c"shofer-bwrap-args".as_ptr(), 0) };

@@ -23,12 +23,13 @@ use crate::git::GitLayout;
 use crate::paths::{self, Kind};
 
 /// What to create before the run when a protected path is absent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Placeholder {
     /// An empty directory (`hooks/`, `info/`, an in-tree hooks directory).
     EmptyDir,
-    /// A file with this content (`""` for `config.worktree`, `".\n"` for `commondir`).
-    File(&'static str),
+    /// A file with this content (`""` for `config.worktree`, `".\n"` for `commondir`, the
+    /// object name of a packed branch for its loose ref).
+    File(String),
 }
 
 /// One protected path.
@@ -53,11 +54,157 @@ pub struct ControlSet {
     pub pinned: Vec<PathBuf>,
     /// Protected because they are outside the writable set: (path, what).
     pub outside: Vec<(PathBuf, &'static str)>,
+    /// A linked worktree's common dir, which the namespace backends bind read-write so that
+    /// `packed-refs` can be replaced through `packed-refs.lock` (git deletes refs that way):
+    /// every other entry of it is bound read-only on top ([`CommonLayer`]).
+    pub common: Option<CommonLayer>,
     /// Facts the report states (paths git does not read in this configuration, limits).
     pub notes: Vec<String>,
 }
 
+/// The namespace backends' layout of a linked worktree's common dir: the directory itself
+/// read-write, then read-only binds over everything in it except `objects/`, `refs/`, `logs/`
+/// and `packed-refs` (with placeholders for the names git reads as configuration or hooks),
+/// over the branches other worktrees have checked out and their reflogs, then the worktree's
+/// own gitdir read-write again (it lies under the read-only `worktrees/`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommonLayer {
+    /// The common dir.
+    pub common: PathBuf,
+    /// Bound read-only over themselves, in order.
+    pub read_only: Vec<Control>,
+    /// The worktree's gitdir, bound read-write after them.
+    pub gitdir: PathBuf,
+}
+
+/// Entries of the common dir that stay writable on the namespace backends.
+const COMMON_WRITABLE: [&str; 4] = ["objects", "refs", "logs", "packed-refs"];
+
+/// The common-dir layer for a linked worktree whose gitdir is `gitdir`.
+fn common_layer(common: &Path, gitdir: &Path, worktree_config: bool) -> CommonLayer {
+    let mut ro = Vec::new();
+    let mut names: Vec<String> = std::fs::read_dir(common)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    for name in names {
+        if COMMON_WRITABLE.contains(&name.as_str()) || name.starts_with("packed-refs.") {
+            continue;
+        }
+        ro.push(Control {
+            path: common.join(&name),
+            what: "the common dir's files (the main worktree's HEAD and index, config, hooks, other worktrees)",
+            placeholder: None,
+        });
+    }
+    // Absent names the host's git would read as configuration or hooks in the main worktree.
+    let mut absent = vec![
+        ("commondir", Placeholder::File(".\n".into())),
+        ("hooks", Placeholder::EmptyDir),
+        ("info", Placeholder::EmptyDir),
+    ];
+    if worktree_config {
+        absent.push(("config.worktree", Placeholder::File(String::new())));
+    }
+    for (name, ph) in absent {
+        if !exists(&common.join(name)) {
+            ro.push(Control {
+                path: common.join(name),
+                what: "a name the main worktree's git would read as configuration or hooks",
+                placeholder: Some(ph),
+            });
+        }
+    }
+    // Branches checked out in other worktrees, and their reflogs.
+    let mut heads = vec![common.join("HEAD")];
+    if let Ok(rd) = std::fs::read_dir(common.join("worktrees")) {
+        for e in rd.flatten() {
+            if e.path() != gitdir {
+                heads.push(e.path().join("HEAD"));
+            }
+        }
+    }
+    let packed = std::fs::read_to_string(common.join("packed-refs")).unwrap_or_default();
+    for head in heads {
+        let Ok(text) = std::fs::read_to_string(&head) else {
+            continue;
+        };
+        let Some(refname) = text.trim().strip_prefix("ref: ") else {
+            continue;
+        };
+        if !refname.starts_with("refs/heads/")
+            || refname
+                .split('/')
+                .any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            continue;
+        }
+        let loose = common.join(refname);
+        let placeholder = if exists(&loose) {
+            None
+        } else {
+            match packed_oid(&packed, refname) {
+                Some(oid) => Some(Placeholder::File(format!("{oid}\n"))),
+                None => continue, // unborn
+            }
+        };
+        ro.push(Control {
+            path: loose,
+            what: "a branch another worktree has checked out",
+            placeholder,
+        });
+        let log = common.join("logs").join(refname);
+        if exists(&log) {
+            ro.push(Control {
+                path: log,
+                what: "the reflog of a branch another worktree has checked out",
+                placeholder: None,
+            });
+        }
+    }
+    if exists(&common.join("logs/HEAD")) {
+        ro.push(Control {
+            path: common.join("logs/HEAD"),
+            what: "the main worktree's HEAD reflog",
+            placeholder: None,
+        });
+    }
+    CommonLayer {
+        common: common.to_path_buf(),
+        read_only: ro,
+        gitdir: gitdir.to_path_buf(),
+    }
+}
+
+/// The object name `packed-refs` records for `refname`.
+fn packed_oid<'a>(packed: &'a str, refname: &str) -> Option<&'a str> {
+    packed
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
+        .find_map(|l| {
+            let (oid, name) = l.split_once(' ')?;
+            (name == refname).then_some(oid)
+        })
+}
+
 impl ControlSet {
+    /// The namespace backends' git binds, in the order they are made: `(path, writable)`.
+    /// Each is a bind of the path over itself, after the writable set's binds.
+    pub fn layers(&self) -> Vec<(PathBuf, bool)> {
+        let mut out: Vec<(PathBuf, bool)> = self.pinned.iter().map(|p| (p.clone(), true)).collect();
+        if let Some(l) = &self.common {
+            out.push((l.common.clone(), true));
+            out.extend(l.read_only.iter().map(|c| (c.path.clone(), false)));
+            out.push((l.gitdir.clone(), true));
+        }
+        out.extend(self.read_only.iter().map(|c| (c.path.clone(), false)));
+        out
+    }
+
     /// Every protected path that is not a directory the command may write into.
     pub fn paths(&self) -> Vec<&Path> {
         self.read_only.iter().map(|c| c.path.as_path()).collect()
@@ -107,6 +254,7 @@ pub fn control_set(layout: &GitLayout, worktree: &Path) -> ControlSet {
                 "gitdir (the back-link to this worktree)",
                 None,
             );
+            set.common = Some(common_layer(&common, &gitdir, worktree_config));
             for (name, what) in [
                 ("config", "config (the repository's configuration)"),
                 ("hooks", "hooks/"),
@@ -143,7 +291,7 @@ pub fn control_set(layout: &GitLayout, worktree: &Path) -> ControlSet {
                 &mut set,
                 gitdir.join("commondir"),
                 "commondir (where the repository's config and hooks are; '.' is the default)",
-                Some(Placeholder::File(".\n")),
+                Some(Placeholder::File(".\n".into())),
             );
             for (name, what) in [
                 ("worktrees", "worktrees/ (other worktrees' control files)"),
@@ -159,7 +307,12 @@ pub fn control_set(layout: &GitLayout, worktree: &Path) -> ControlSet {
     if exists(&cw) {
         ro(&mut set, cw, CONFIG_WORKTREE, None);
     } else if worktree_config {
-        ro(&mut set, cw, CONFIG_WORKTREE, Some(Placeholder::File("")));
+        ro(
+            &mut set,
+            cw,
+            CONFIG_WORKTREE,
+            Some(Placeholder::File(String::new())),
+        );
     } else {
         set.notes.push(format!(
             "{}: not read by git (extensions.worktreeConfig is off in the protected common config)",
@@ -366,9 +519,14 @@ pub struct Created {
 /// it safely: the run is refused) or a placeholder cannot be created.
 pub fn prepare(set: &ControlSet) -> Result<Vec<Created>, (PathBuf, String)> {
     let mut created = Vec::new();
-    for c in &set.read_only {
+    let layer = set.common.iter().flat_map(|l| l.read_only.iter());
+    for c in layer.chain(&set.read_only) {
         let parent = c.path.parent().unwrap_or(Path::new("/"));
         let name = c.path.file_name().unwrap_or_default();
+        if c.placeholder.is_some() && !exists(parent) {
+            // A branch known only from packed-refs: its loose ref's directory.
+            std::fs::create_dir_all(parent).map_err(|e| (c.path.clone(), e.to_string()))?;
+        }
         let dir = paths::open_nofollow(parent).map_err(|e| (c.path.clone(), e.to_string()))?;
         match paths::openat_path(&dir, Path::new(name)) {
             Ok(fd) => match paths::kind(&fd) {
@@ -382,10 +540,10 @@ pub fn prepare(set: &ControlSet) -> Result<Vec<Created>, (PathBuf, String)> {
                 Err(e) => return Err((c.path.clone(), e.to_string())),
             },
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                let Some(ph) = c.placeholder else {
+                let Some(ph) = c.placeholder.clone() else {
                     continue;
                 };
-                create(&dir, name, ph).map_err(|e| (c.path.clone(), e.to_string()))?;
+                create(&dir, name, &ph).map_err(|e| (c.path.clone(), e.to_string()))?;
                 created.push(Created {
                     path: c.path.clone(),
                     placeholder: ph,
@@ -397,7 +555,7 @@ pub fn prepare(set: &ControlSet) -> Result<Vec<Created>, (PathBuf, String)> {
     Ok(created)
 }
 
-fn create(dir: &std::os::fd::OwnedFd, name: &std::ffi::OsStr, ph: Placeholder) -> io::Result<()> {
+fn create(dir: &std::os::fd::OwnedFd, name: &std::ffi::OsStr, ph: &Placeholder) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(name.as_bytes()).map_err(io::Error::other)?;
     // The directory is reached through its O_PATH descriptor's /proc path (the `*at` calls
@@ -453,7 +611,7 @@ fn create(dir: &std::os::fd::OwnedFd, name: &std::ffi::OsStr, ph: Placeholder) -
 /// file with the placeholder's content).
 pub fn remove_placeholders(created: &[Created]) {
     for c in created {
-        match c.placeholder {
+        match &c.placeholder {
             Placeholder::EmptyDir => {
                 let _ = std::fs::remove_dir(&c.path); // fails unless empty
             }

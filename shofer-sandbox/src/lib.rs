@@ -166,7 +166,15 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     // Safety: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     let landlock = if choice.abi > 0 && choice.backend != Backend::Bwrap {
-        Some(ruleset::create(&opened, choice.abi)?)
+        let mut created = ruleset::create(&opened, choice.abi)?;
+        // The namespace backends bind a linked worktree's common dir writable, with read-only
+        // binds on top (gitprotect): Landlock must allow what the mounts allow.
+        if matches!(choice.backend, Backend::Userns | Backend::Layered) {
+            if let Some(layer) = &opened.controls.common {
+                created = ruleset::add_dir(created, &layer.common, choice.abi)?;
+            }
+        }
+        Some(created)
     } else {
         None
     };
@@ -284,13 +292,7 @@ fn namespace_setup(opened: &writable::OpenedPolicy, abi: u32) -> supervisor::NsS
             uid,
             gid,
             devices,
-            pinned: opened.controls.pinned.clone(),
-            read_only: opened
-                .controls
-                .read_only
-                .iter()
-                .map(|c| c.path.clone())
-                .collect(),
+            git_layers: opened.controls.layers(),
         },
         net_deny: opened.policy.net == shofer_core::policy::NetPolicy::Deny,
         landlock_abi: abi,

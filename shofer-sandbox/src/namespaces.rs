@@ -64,12 +64,9 @@ pub struct Plan {
     pub gid: u32,
     /// Host device nodes to bind into the new `/dev`: (name under /dev, writable).
     pub devices: Vec<(String, bool)>,
-    /// Git control directories bound read-write over themselves, so they cannot be renamed
-    /// away ([`crate::gitprotect`]).
-    pub pinned: Vec<PathBuf>,
-    /// Git control files and directories bound read-only over themselves, on top of the
-    /// writable binds ([`crate::gitprotect`]).
-    pub read_only: Vec<PathBuf>,
+    /// Git binds after the writable ones, in order: (path, writable), each over itself
+    /// ([`crate::gitprotect::ControlSet::layers`]).
+    pub git_layers: Vec<(PathBuf, bool)>,
 }
 
 /// Host `/dev` entries bound into the minimal `/dev`: name and whether writable.
@@ -280,21 +277,16 @@ fn mounts(plan: &Plan) -> io::Result<()> {
         keep_rw.push(bind.path.to_string_lossy().into_owned());
     }
 
-    // Step 5b: git control files (crate::gitprotect). A pinned directory is a mount point, so
-    // it cannot be renamed away; each read-only path becomes one (step 6 makes it read-only),
-    // so it can be neither written, nor replaced by a rename, nor removed (EBUSY). Opened
-    // again here without following symlinks: a path swapped for a symlink fails closed.
-    for path in &plan.pinned {
-        let fd = paths::open_nofollow(path)?;
-        let p = fd_path(fd.as_raw_fd());
-        mount(Some(&p), &p, None, libc::MS_BIND, None)?;
-        keep_rw.push(path.to_string_lossy().into_owned());
-    }
-    for path in &plan.read_only {
+    // Step 5b: git (crate::gitprotect): writable layers (a main worktree's `.git`, pinned so
+    // it cannot be renamed away; a linked worktree's common dir, for packed-refs) and
+    // read-only binds over control files on top. A mount point can be neither written (step
+    // 6 makes it read-only), nor replaced by a rename, nor removed (EBUSY). Opened again here
+    // without following symlinks: a path swapped for a symlink fails closed.
+    for (path, writable) in &plan.git_layers {
         let fd = match paths::open_nofollow(path) {
             Ok(fd) => fd,
             // Absent without a placeholder: git does not read it (see gitprotect).
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !writable => continue,
             Err(e) => {
                 eprintln!("shofer-sandbox: {}: {e}", path.display());
                 return Err(e);
@@ -302,6 +294,9 @@ fn mounts(plan: &Plan) -> io::Result<()> {
         };
         let p = fd_path(fd.as_raw_fd());
         mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
+        if *writable {
+            keep_rw.push(path.to_string_lossy().into_owned());
+        }
     }
 
     // Step 6: everything else read-only.

@@ -50,3 +50,21 @@ pub fn create(opened: &OpenedPolicy, abi: u32) -> Result<RulesetCreated, SetupEr
     }
     Ok(created)
 }
+
+/// Adds a writable directory to `created` at ABI `abi`: a linked worktree's common dir on the
+/// namespace backends, where read-only bind mounts keep everything but `packed-refs`,
+/// `objects/`, `refs/` and `logs/` from the command (`crate::gitprotect::CommonLayer`).
+///
+/// # Errors
+/// [`SetupError::Landlock`] when the path cannot be opened or the kernel refuses the rule.
+pub fn add_dir(
+    created: RulesetCreated,
+    path: &std::path::Path,
+    abi: u32,
+) -> Result<RulesetCreated, SetupError> {
+    let fd = crate::paths::open_nofollow(path)
+        .map_err(|e| SetupError::Landlock(format!("rule {}: {e}", path.display())))?;
+    created
+        .add_rule(PathBeneath::new(&fd, rights::fs_write_rights(abi)))
+        .map_err(|e| SetupError::Landlock(format!("rule {}: {e}", path.display())))
+}

@@ -26,11 +26,29 @@ struct Layout {
 
 impl Layout {
     fn new(uid: Option<u32>, setup: &[&[&str]]) -> Layout {
+        Layout::build(uid, setup, false)
+    }
+
+    /// With `remote`: a bare `origin.git` beside, pushed to, and every ref packed.
+    fn build(uid: Option<u32>, setup: &[&[&str]], remote: bool) -> Layout {
         let s = Scratch::new();
         let (repo, wt) = linked_worktree(&s);
         git(&repo, &["worktree", "add", "-q", "../wt2"]);
         for args in setup {
             git(&repo, args);
+        }
+        if remote {
+            let origin = s.path().join("origin.git");
+            git(
+                &s.path(),
+                &["init", "-q", "--bare", origin.to_str().unwrap()],
+            );
+            git(
+                &repo,
+                &["remote", "add", "origin", origin.to_str().unwrap()],
+            );
+            git(&repo, &["push", "-q", "origin", "main"]);
+            git(&repo, &["pack-refs", "--all"]);
         }
         let evil = s.path().join("evil.sh");
         std::fs::write(
@@ -480,4 +498,156 @@ fn a_full_disk_does_not_defeat_the_restore() {
     });
     let _ = Command::new("umount").arg(&disk).status();
     result.unwrap();
+}
+
+/// The git commands an agent runs, in a linked worktree (`wt`, branch `wt`) whose repository
+/// has a local remote `origin` and packed refs. `set -e`: the first failing command ends it.
+const GIT_OPS: &str = r#"set -e
+run() { echo "+ $*"; "$@"; }
+run git status --short
+echo one > f1; run git add f1; run git commit -qm one
+run git commit -q --amend -m one-amended
+run git branch topic; run git tag v1; run git tag -a v2 -m v2
+run git branch -d topic; run git tag -d v1; run git tag -d v2
+echo s > f2; git add f2; run git stash push -q; run git stash pop -q
+git add f2; run git stash push -q; run git stash clear
+echo two > f1; git commit -qam two; echo three > f1; git commit -qam three
+run env GIT_SEQUENCE_EDITOR="sed -i 1s/^pick/reword/" GIT_EDITOR=true git rebase -q -i HEAD~2
+run git rebase -q --force-rebase HEAD~1
+run git switch -q -c side HEAD~1; echo side > f3; git add f3; git commit -qm side
+run git switch -q wt
+run git cherry-pick side
+run git revert --no-edit HEAD
+run git merge -q --no-edit side
+run git reset -q --hard HEAD~1
+run git checkout -q HEAD~1; run git checkout -q wt
+run git fetch -q origin
+run git fetch -q --prune origin
+run git pull -q --no-rebase --no-edit origin main
+run git update-ref refs/heads/tmp HEAD; run git update-ref -d refs/heads/tmp
+run git branch -D side
+run git worktree list
+run git gc --auto
+run git status --short
+echo ALL-OK
+"#;
+
+/// The lines git prints when it rewrites the repository's config, which stays read-only:
+/// `git branch -d` always rewrites it to drop a `[branch "x"]` section (config.c,
+/// `repo_config_copy_or_rename_section_in_file`); the deletion itself succeeds.
+fn is_config_rewrite_notice(line: &str, common: &Path) -> bool {
+    line == format!(
+        "error: could not write config file {}/config: Device or resource busy",
+        common.display()
+    ) || line == "warning: update of config-file failed"
+}
+
+/// A repository with a remote `origin` (bare, outside), packed refs, linked worktrees `wt`
+/// and `wt2`.
+fn repo_with_remote(uid: Option<u32>) -> Layout {
+    Layout::build(uid, &[], true)
+}
+
+/// Every git command works in a linked worktree on the namespace backends: exit 0, and no
+/// `error:` line except the read-only config's (see [`is_config_rewrite_notice`]). Landlock
+/// cannot grant `packed-refs.lock` without also granting `config` (README: limits).
+#[test]
+fn every_git_command_works_in_a_linked_worktree_on_the_namespace_backends() {
+    let mut failures = Vec::new();
+    for b in backends().into_iter().filter(|b| *b != "landlock") {
+        for uid in uids() {
+            let l = repo_with_remote(uid);
+            let mut run = Run::new(&l.wt).backend(b).sh(GIT_OPS);
+            if let Some(u) = uid {
+                run = run.with_uid(u);
+            }
+            let mut cmd = run.command();
+            cmd.env("XDG_CONFIG_HOME", l.s.path().join("state"))
+                .stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let common = l.repo.join(".git");
+            let errors: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("error:") || l.starts_with("fatal:"))
+                .filter(|l| !is_config_rewrite_notice(l, &common))
+                .collect();
+            if out.status.code() != Some(0) || !errors.is_empty() || !text.contains("ALL-OK") {
+                failures.push(format!("{b} / uid {uid:?}: {errors:?}\n{}", show(&out)));
+            }
+            // The host's git is fine afterwards, and no placeholder is left behind.
+            let after = l.host_git();
+            if !after.is_empty() {
+                failures.push(format!("{b} / uid {uid:?}: host git after: {after:?}"));
+            }
+            if common.join("commondir").exists() {
+                failures.push(format!("{b} / uid {uid:?}: placeholder commondir left"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Branches checked out in other worktrees (and their reflogs), the main worktree's HEAD and
+/// index: the command cannot change them on the namespace backends.
+#[test]
+fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
+    let mut failures = Vec::new();
+    for b in backends().into_iter().filter(|b| *b != "landlock") {
+        for uid in uids() {
+            let l = repo_with_remote(uid);
+            let common = l.repo.join(".git");
+            let watched = [
+                "refs/heads/main",
+                "refs/heads/wt2",
+                "logs/refs/heads/main",
+                "logs/refs/heads/wt2",
+                "logs/HEAD",
+                "HEAD",
+                "index",
+                "worktrees/wt2/HEAD",
+                "worktrees/wt2/index",
+            ];
+            let before: Vec<Option<Vec<u8>>> = watched
+                .iter()
+                .map(|p| std::fs::read(common.join(p)).ok())
+                .collect();
+            let script = "git update-ref refs/heads/main HEAD~0 2>&1; \
+                 git update-ref refs/heads/wt2 HEAD 2>&1; \
+                 echo 0000000000000000000000000000000000000000 > \"$COMMON/refs/heads/wt2\"; \
+                 rm -f \"$COMMON/logs/refs/heads/main\" \"$COMMON/logs/refs/heads/wt2\" \"$COMMON/logs/HEAD\" \"$COMMON/index\"; \
+                 echo 'ref: refs/heads/wt' > \"$COMMON/HEAD\"; \
+                 echo 'ref: refs/heads/wt' > \"$COMMON/worktrees/wt2/HEAD\"; \
+                 sed -i s/main/wt/ \"$COMMON/packed-refs\"; \
+                 git reflog expire --expire=now --all; true";
+            let mut run = Run::new(&l.wt).backend(b).sh(script);
+            if let Some(u) = uid {
+                run = run.with_uid(u);
+            }
+            let mut cmd = run.command();
+            cmd.envs(l.vars()).stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            for (p, was) in watched.iter().zip(&before) {
+                let now = std::fs::read(common.join(p)).ok();
+                if &now != was {
+                    failures.push(format!("{b} / uid {uid:?}: {p} changed\n{}", show(&out)));
+                }
+            }
+            let head = |dir: &Path| {
+                let mut cmd = Command::new("git");
+                cmd.args(["rev-parse", "HEAD"]).current_dir(dir);
+                as_uid(&mut cmd, uid);
+                let out = cmd.output().unwrap();
+                String::from_utf8_lossy(&out.stdout).trim().to_string()
+            };
+            if head(&l.repo).is_empty() || head(&l.wt2).is_empty() {
+                failures.push(format!("{b} / uid {uid:?}: a worktree lost its HEAD"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
