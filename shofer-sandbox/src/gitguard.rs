@@ -82,7 +82,14 @@ pub struct GitGuard {
     /// Gitlinks were found at the last check: check again periodically (their config can
     /// change without the index changing).
     nested_seen: bool,
+    /// A linked worktree's common dir (writable on the namespace backends, for
+    /// `packed-refs`) and the names in it before the run: a name the command adds there
+    /// (`MERGE_HEAD` of the main worktree, `shallow`, …) is removed when it ends.
+    common_names: Option<(OwnedFd, PathBuf, Vec<String>)>,
 }
+
+/// Names git itself may add to the common dir from a linked worktree.
+const COMMON_NEW_ALLOWED: [&str; 1] = ["packed-refs"];
 
 /// What one restore pass did.
 #[derive(Debug, Default)]
@@ -192,12 +199,18 @@ impl GitGuard {
             }
             GitLayout::None | GitLayout::Rejected(_) => None,
         };
+        let common_names = controls.common.as_ref().and_then(|l| {
+            let fd = paths::open_nofollow(&l.common).ok()?;
+            let names = list(&fd).ok()?;
+            Some((fd, l.common.clone(), names))
+        });
         GitGuard {
             entries,
             dot_git,
             journal: None,
             nested,
             nested_seen: false,
+            common_names,
         }
     }
 
@@ -257,6 +270,17 @@ impl GitGuard {
     /// directory itself, if it was renamed away).
     pub fn restore(&self) -> Restored {
         let mut out = Restored::default();
+        if let Some((fd, path, before)) = &self.common_names {
+            for name in list(fd).unwrap_or_default() {
+                if before.contains(&name) || COMMON_NEW_ALLOWED.contains(&name.as_str()) {
+                    continue;
+                }
+                match remove(fd, &name) {
+                    Ok(()) => out.restored.push(path.join(&name)),
+                    Err(e) => out.failed.push((path.join(&name), e.to_string())),
+                }
+            }
+        }
         if let Some(d) = &self.dot_git {
             if let Err(e) = d.restore() {
                 out.failed
@@ -624,6 +648,7 @@ pub fn repair(dir: &Path, worktree: &Path) -> Restored {
             journal: None,
             nested: None,
             nested_seen: false,
+            common_names: None,
         };
         let r = guard.restore();
         let clean = r.failed.is_empty();

@@ -593,7 +593,8 @@ fn every_git_command_works_in_a_linked_worktree_on_the_namespace_backends() {
 }
 
 /// Branches checked out in other worktrees (and their reflogs), the main worktree's HEAD and
-/// index: the command cannot change them on the namespace backends.
+/// index: the command cannot change them on the namespace backends; a name it adds to the
+/// common dir (a `MERGE_HEAD` for the main worktree) is removed when it ends.
 #[test]
 fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
     let mut failures = Vec::new();
@@ -623,6 +624,7 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
                  echo 'ref: refs/heads/wt' > \"$COMMON/HEAD\"; \
                  echo 'ref: refs/heads/wt' > \"$COMMON/worktrees/wt2/HEAD\"; \
                  sed -i s/main/wt/ \"$COMMON/packed-refs\"; \
+                 git rev-parse HEAD > \"$COMMON/MERGE_HEAD\"; \
                  git reflog expire --expire=now --all; true";
             let mut run = Run::new(&l.wt).backend(b).sh(script);
             if let Some(u) = uid {
@@ -644,6 +646,12 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
                 let out = cmd.output().unwrap();
                 String::from_utf8_lossy(&out.stdout).trim().to_string()
             };
+            // A merge the main worktree never started.
+            if common.join("MERGE_HEAD").exists() {
+                failures.push(format!(
+                    "{b} / uid {uid:?}: MERGE_HEAD planted in the common dir"
+                ));
+            }
             if head(&l.repo).is_empty() || head(&l.wt2).is_empty() {
                 failures.push(format!("{b} / uid {uid:?}: a worktree lost its HEAD"));
             }
