@@ -60,6 +60,32 @@ pub struct ControlSet {
     pub common: Option<CommonLayer>,
     /// Facts the report states (paths git does not read in this configuration, limits).
     pub notes: Vec<String>,
+    /// The existing pack files (`objects/pack/*`), bound read-only over themselves on the
+    /// namespace backends so they can be neither changed nor deleted.
+    pub packs: Vec<PathBuf>,
+}
+
+/// Most pack files bound read-only; the rest are covered by the check at exit
+/// ([`crate::objects`]).
+const MAX_PACK_BINDS: usize = 512;
+
+/// The files of `objects/pack` that hold existing objects.
+fn pack_files(objects: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(objects.join("pack")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = rd
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|x| {
+                ["pack", "idx", "rev", "bitmap", "mtimes"].contains(&x.to_str().unwrap_or(""))
+            })
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// The namespace backends' layout of a linked worktree's common dir: the directory itself
@@ -202,6 +228,7 @@ impl ControlSet {
             out.push((l.gitdir.clone(), true));
         }
         out.extend(self.read_only.iter().map(|c| (c.path.clone(), false)));
+        out.extend(self.packs.iter().map(|p| (p.clone(), false)));
         out
     }
 
@@ -233,6 +260,14 @@ pub fn control_set(layout: &GitLayout, worktree: &Path) -> ControlSet {
         GitLayout::None | GitLayout::Rejected(_) => return set,
     };
     let config = Config::load(&common.join("config"), &mut set.notes);
+    set.packs = pack_files(&common.join("objects"));
+    if set.packs.len() > MAX_PACK_BINDS {
+        set.notes.push(format!(
+            "{} pack files: only the first {MAX_PACK_BINDS} are bound read-only; the rest are checked when the command ends",
+            set.packs.len()
+        ));
+        set.packs.truncate(MAX_PACK_BINDS);
+    }
     let worktree_config = config.bool("extensions", "worktreeconfig");
     match layout {
         GitLayout::Linked { .. } => {

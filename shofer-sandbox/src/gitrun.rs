@@ -17,13 +17,17 @@ use std::sync::{Arc, Mutex};
 use shofer_core::policy::Backend;
 
 use crate::error::SetupError;
+use crate::git::GitLayout;
 use crate::gitguard::{self, GitGuard, Restored, Watcher};
 use crate::gitprotect::{self, Created};
+use crate::objects::ObjectStore;
 use crate::writable::OpenedPolicy;
 
 /// How the git control files are kept on this run.
 pub struct GitRun {
     guard: Arc<Mutex<GitGuard>>,
+    /// The repository's objects before the run ([`crate::objects`]).
+    objects: Option<ObjectStore>,
     /// The guard's journal directory, when one is written.
     pub journal: Option<PathBuf>,
     /// Protected structurally (read-only binds) rather than by the guard.
@@ -81,8 +85,17 @@ impl GitRun {
                 );
             }
         }
+        let objects = match &opened.git {
+            GitLayout::Linked { common, .. } => Some(common.clone()),
+            GitLayout::MainWorktree => Some(opened.policy.worktree.join(".git")),
+            _ => None,
+        }
+        .map(|common| {
+            ObjectStore::snapshot(&common.join("objects"), gitprotect::uses_sha256(&common))
+        });
         Ok(GitRun {
             guard: Arc::new(Mutex::new(guard)),
+            objects,
             journal,
             structural,
             journal_missing,
@@ -139,13 +152,29 @@ impl GitRun {
             Err(_) => Restored::default(),
         };
         gitguard::announce(&last, "restored");
-        let failed_now = !last.failed.is_empty();
+        let damage = self
+            .objects
+            .as_ref()
+            .map(ObjectStore::check)
+            .unwrap_or_default();
+        for d in &damage {
+            eprintln!(
+                "shofer-sandbox: error: the command destroyed or changed git object {}: {}",
+                d.what, d.how
+            );
+        }
+        let failed_now = !last.failed.is_empty() || !damage.is_empty();
         all.merge(last);
         // A failure during the run that the last pass fixed is not a failure any more.
         let failed = failed_now;
         if let Some(file) = report {
-            if !all.restored.is_empty() || !all.failed.is_empty() || !all.quarantined.is_empty() {
+            if !all.restored.is_empty()
+                || !all.failed.is_empty()
+                || !all.quarantined.is_empty()
+                || !damage.is_empty()
+            {
                 let record = serde_json::json!({"git_restore": {
+                    "objects_damaged": damage.iter().map(|d| serde_json::json!({"object": d.what, "how": d.how})).collect::<Vec<_>>(),
                     "restored": all.restored,
                     "quarantined": all.quarantined.iter().map(|q| serde_json::json!({"path": q.path, "moved_to": q.moved_to, "key": q.key})).collect::<Vec<_>>(),
                     "failed": all.failed.iter().map(|(p, e)| serde_json::json!({"path": p, "error": e})).collect::<Vec<_>>(),

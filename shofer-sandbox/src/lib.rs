@@ -34,6 +34,7 @@ pub mod gitprotect;
 pub mod gitrun;
 pub mod namespaces;
 pub mod nested;
+pub mod objects;
 pub mod paths;
 pub mod report;
 pub mod ruleset;

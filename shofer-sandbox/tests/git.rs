@@ -659,3 +659,64 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Existing objects: on the namespace backends packs are read-only (a deletion fails); a loose
+/// object rewritten under its name, or deleted, is named when the run ends on every backend,
+/// and the run fails (exit status 125).
+#[test]
+fn destroyed_or_rewritten_objects_are_named_and_fail_the_run() {
+    let mut failures = Vec::new();
+    let setup: &[&[&str]] = &[
+        &["repack", "-adq"],
+        &["commit", "-q", "--allow-empty", "-m", "loose"],
+    ];
+    for b in backends() {
+        for uid in uids() {
+            let l = Layout::new(uid, setup);
+            let objects = l.repo.join(".git/objects");
+            let loose = {
+                let mut cmd = Command::new("git");
+                cmd.args(["rev-parse", "main"]).current_dir(&l.repo);
+                as_uid(&mut cmd, uid);
+                String::from_utf8_lossy(&cmd.output().unwrap().stdout)
+                    .trim()
+                    .to_string()
+            };
+            let packs_before = std::fs::read_dir(objects.join("pack")).unwrap().count();
+            let script = format!(
+                "X=$(echo planted | git hash-object -w --stdin); \
+                 P=\"$COMMON/objects/{a}/{b}\"; chmod u+w \"$P\"; rm -f \"$P\"; \
+                 cp \"$COMMON/objects/$(echo $X | cut -c1-2)/$(echo $X | cut -c3-)\" \"$P\"; \
+                 rm -f \"$COMMON\"/objects/pack/*; true",
+                a = &loose[..2],
+                b = &loose[2..]
+            );
+            let mut run = Run::new(&l.wt).backend(b).sh(&script);
+            if let Some(u) = uid {
+                run = run.with_uid(u);
+            }
+            let mut cmd = run.command();
+            cmd.envs(l.vars())
+                .env("XDG_STATE_HOME", l.s.path().join("state"))
+                .stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            let cell = format!("{b} / uid {uid:?}");
+            if out.status.code() != Some(125) {
+                failures.push(format!("{cell}: exit status\n{}", show(&out)));
+            }
+            if !err.contains(&format!("git object {loose}: rewritten")) {
+                failures.push(format!("{cell}: rewrite not named\n{}", show(&out)));
+            }
+            let packs_after = std::fs::read_dir(objects.join("pack")).unwrap().count();
+            if b == "landlock" {
+                if !err.contains("deleted with pack-") {
+                    failures.push(format!("{cell}: pack deletion not named\n{}", show(&out)));
+                }
+            } else if packs_after != packs_before {
+                failures.push(format!("{cell}: a pack was deleted\n{}", show(&out)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
