@@ -274,26 +274,12 @@ impl ObjectStore {
         set
     }
 
-    fn hasher(&self) -> Box<dyn FnMut(Option<&[u8]>) -> Option<Vec<u8>>> {
+    fn hasher(&self) -> Hasher {
         use sha1::Digest as _;
         if self.sha256 {
-            let mut h = sha2::Sha256::new();
-            Box::new(move |chunk| match chunk {
-                Some(c) => {
-                    h.update(c);
-                    None
-                }
-                None => Some(h.clone().finalize().to_vec()),
-            })
+            Hasher::Sha256(sha2::Sha256::new())
         } else {
-            let mut h = sha1::Sha1::new();
-            Box::new(move |chunk| match chunk {
-                Some(c) => {
-                    h.update(c);
-                    None
-                }
-                None => Some(h.clone().finalize().to_vec()),
-            })
+            Hasher::Sha1(sha1::Sha1::new())
         }
     }
 
@@ -307,9 +293,9 @@ impl ObjectStore {
             if n == 0 {
                 break;
             }
-            h(Some(&buf[..n]));
+            h.update(&buf[..n]);
         }
-        Ok(h(None).unwrap_or_default())
+        Ok(h.finish())
     }
 
     /// Whether the file's trailing checksum (a hash of everything before it) is `trailer`
@@ -333,10 +319,34 @@ impl ObjectStore {
             if f.read_exact(&mut buf[..want]).is_err() {
                 return false;
             }
-            h(Some(&buf[..want]));
+            h.update(&buf[..want]);
             left -= want as u64;
         }
-        h(None).as_deref() == Some(trailer)
+        h.finish() == trailer
+    }
+}
+
+/// The repository's object hash.
+enum Hasher {
+    Sha1(sha1::Sha1),
+    Sha256(sha2::Sha256),
+}
+
+impl Hasher {
+    fn update(&mut self, data: &[u8]) {
+        use sha1::Digest as _;
+        match self {
+            Hasher::Sha1(h) => h.update(data),
+            Hasher::Sha256(h) => h.update(data),
+        }
+    }
+
+    fn finish(self) -> Vec<u8> {
+        use sha1::Digest as _;
+        match self {
+            Hasher::Sha1(h) => h.finalize().to_vec(),
+            Hasher::Sha256(h) => h.finalize().to_vec(),
+        }
     }
 }
 
