@@ -1594,6 +1594,12 @@ fn git_packed_refs(c: &Ctx) -> Outcome {
         Ok(r) => r,
         Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
     };
+    // The namespace backends make packed-refs writable (git deletes refs through
+    // packed-refs.lock), with everything else of the common dir read-only on top: there the
+    // case checks that the rest stays unchanged.
+    if c.cell.backend != "landlock" {
+        return git_packed_refs_writable(c, &r);
+    }
     let before = fs_snapshot_common(&r);
     let run1 = deny(c, &r.env, None, &[r.common.join("packed-refs")]);
     let mut spec = Sb::new(Cmd::AttackRaw(
@@ -1625,6 +1631,40 @@ fn git_packed_refs(c: &Ctx) -> Outcome {
         (Outcome::Blocked(_), o) => o,
         (o, _) => o,
     }
+}
+
+/// Namespace backends: packed-refs may be replaced (by design), nothing else of the common
+/// dir may change, and `git pack-refs` works.
+fn git_packed_refs_writable(c: &Ctx, r: &Repo) -> Outcome {
+    let packed = r.common.join("packed-refs").display().to_string();
+    let without_packed = |m: BTreeMap<String, String>| -> BTreeMap<String, String> {
+        m.into_iter()
+            .filter(|(k, _)| !k.starts_with(&packed))
+            .map(|(k, v)| {
+                // The list of names stays the same: packed-refs existed before.
+                (k, v)
+            })
+            .collect()
+    };
+    let before = without_packed(fs_snapshot_common(r));
+    let git_bin =
+        c.w.git
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+    let mut spec = Sb::new(Cmd::Argv(vec![git_bin, "pack-refs".into(), "--all".into()]));
+    spec.env = r.env.clone();
+    let run = c.sb(spec);
+    let after = without_packed(fs_snapshot_common(r));
+    if let Some(d) = diff(&before, &after) {
+        return Outcome::Escaped(format!("common dir changed beyond packed-refs: {d}"));
+    }
+    if run.code != Some(0) {
+        return Outcome::Broken(format!("git pack-refs failed: {}", run.how()));
+    }
+    Outcome::Blocked(
+        "packed-refs writable by design (read-only binds keep config, hooks, info and the rest of the common dir); git pack-refs worked".into(),
+    )
 }
 
 fn git_worktree_config(c: &Ctx) -> Outcome {
@@ -1734,6 +1774,10 @@ fn git_tamper(c: &Ctx, how: Tamper) -> Outcome {
     };
     match step1.outcome() {
         Outcome::Works(_) => {}
+        // The namespace backends bind the control files read-only: the tampering itself fails.
+        Outcome::Broken(why) if c.cell.backend != "landlock" && why.contains("EROFS") => {
+            return Outcome::Blocked(format!("the tampering itself was refused: {why}"))
+        }
         o => {
             return Outcome::Error(format!(
                 "harness: tampering inside the worktree failed: {}",
