@@ -1640,10 +1640,6 @@ fn git_packed_refs_writable(c: &Ctx, r: &Repo) -> Outcome {
     let without_packed = |m: BTreeMap<String, String>| -> BTreeMap<String, String> {
         m.into_iter()
             .filter(|(k, _)| !k.starts_with(&packed))
-            .map(|(k, v)| {
-                // The list of names stays the same: packed-refs existed before.
-                (k, v)
-            })
             .collect()
     };
     let before = without_packed(fs_snapshot_common(r));
