@@ -231,11 +231,6 @@ impl ControlSet {
         out.extend(self.packs.iter().map(|p| (p.clone(), false)));
         out
     }
-
-    /// Every protected path that is not a directory the command may write into.
-    pub fn paths(&self) -> Vec<&Path> {
-        self.read_only.iter().map(|c| c.path.as_path()).collect()
-    }
 }
 
 const CONFIG_WORKTREE: &str =
@@ -699,7 +694,7 @@ mod tests {
         )
         .unwrap();
         let set = control_set(&GitLayout::MainWorktree, &wt);
-        let paths = set.paths();
+        let paths: Vec<&Path> = set.read_only.iter().map(|c| c.path.as_path()).collect();
         for p in [
             ".git/config",
             ".git/hooks",

@@ -106,6 +106,14 @@ impl GitRun {
         })
     }
 
+    /// A note for the report when the loose object store was too big to record whole.
+    pub fn objects_note(&self) -> Option<&'static str> {
+        self.objects
+            .as_ref()
+            .filter(|o| o.loose_truncated())
+            .map(|_| "more loose objects than shofer records: the ones beyond were not checked (run git gc)")
+    }
+
     /// The guarded paths and those that could not be snapshotted.
     pub fn guarded(&self) -> (Vec<PathBuf>, Vec<String>) {
         self.guard

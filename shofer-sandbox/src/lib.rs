@@ -1,18 +1,30 @@
 //! shofer-sandbox: run a command that may read the whole machine but write only to its
-//! worktree (DESIGN §2).
+//! worktree (docs/ARCHITECTURE.md).
 //!
-//! The flow, one module per step:
-//! 1. [`cli`] parses the command line into a typed [`cli::Invocation`] (no syscalls);
-//! 2. [`backend`] probes the kernel ([`backend::Facts`]) and chooses a backend, refusing
-//!    rather than silently downgrading;
-//! 3. [`writable`] builds the writable set, opening every rule path without following
-//!    symlinks, with [`git`] adding a validated linked worktree's metadata;
-//! 4. [`ruleset`] turns it into a Landlock ruleset (created, not yet applied);
-//! 5. [`supervisor`] forks the command, applies no_new_privs, capability drop, the
-//!    [`seccomp`] filter and the ruleset in the child, and supervises the tree;
-//! 6. [`report`] renders what is enforced for `--probe` and `--report`.
-//!
-//! Exit statuses (DESIGN §2.6) are decided in one place, [`run`].
+//! One run is a straight line of steps; each step's result flows into the next, once
+//! ([`run`] reads as this list):
+//! 1. **parse**: [`cli`] turns the command line into a typed [`cli::RunArgs`] (no syscalls);
+//! 2. **kernel facts**: [`backend::Facts`] probes the Landlock ABI (user namespaces and
+//!    bubblewrap only when the decision needs them);
+//! 3. **choice**: [`backend::choose`] picks the backend and computes its degradations, or
+//!    refuses naming each mechanism and why — never a silent downgrade;
+//! 4. **opened policy**: [`writable`] builds the writable set, opening every rule path
+//!    without following symlinks, with [`git`] adding a validated linked worktree's metadata
+//!    and [`gitprotect`] listing what the host's git trusts; [`gitrun`] prepares their
+//!    protection (placeholders, the [`gitguard`] snapshot and journal, the [`objects`]
+//!    record); the `--report` record ([`report`]) is written from the choice and the opened
+//!    policy;
+//! 5. **plan**: the chosen backend's module builds its [`plan::Confinement`] ([`ruleset`],
+//!    [`namespaces`], [`bwrap`]) around the common [`plan::ExecSpec`];
+//! 6. **spawn**: [`spawn`] clones the child, which runs the exec-time sequence of [`exec`]
+//!    (no_new_privs, capability drop, the [`seccomp`] filter, Landlock, the `$PATH` search
+//!    of [`path_search`]);
+//! 7. **supervise**: [`supervise`] forwards signals, reaps, reports on `--status-fd`
+//!    ([`status`]) and stops the whole tree ([`tree`]);
+//! 8. **report**: what the command changed that the host's git trusts is put back (the
+//!    watcher of [`gitguard`] does it at once during the run), nested repositories' configs
+//!    are quarantined ([`nested`]), destroyed objects are named, and the exit status is
+//!    decided in one place, [`run`].
 //!
 //! # Limitations (Landlock backend)
 //! - chmod, chown, utime and xattr changes outside the writable set are not controlled by
@@ -23,46 +35,58 @@
 //!   writable file there lets it write that file.
 #![deny(missing_docs)]
 
-pub mod backend;
-pub mod bwrap;
-pub mod capabilities;
+mod backend;
+mod bwrap;
+mod capabilities;
 pub mod cli;
-pub mod error;
-pub mod git;
-pub mod gitguard;
-pub mod gitprotect;
-pub mod gitrun;
-pub mod namespaces;
-pub mod nested;
-pub mod objects;
-pub mod paths;
-pub mod report;
-pub mod ruleset;
-pub mod seccomp;
-pub mod supervisor;
-pub mod sys;
-pub mod writable;
+mod error;
+mod exec;
+mod git;
+mod gitguard;
+mod gitprotect;
+mod gitrun;
+mod namespaces;
+mod nested;
+mod objects;
+pub mod path_search;
+mod paths;
+mod plan;
+mod report;
+mod ruleset;
+mod seccomp;
+mod spawn;
+mod status;
+mod supervise;
+mod sys;
+mod tree;
+mod writable;
+
+pub use error::SetupError;
 
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::FromRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
+use backend::{Choice, Facts};
 use cli::RunArgs;
-use error::SetupError;
-use shofer_core::policy::Backend;
-use supervisor::{Launch, Outcome};
+use error::PlanError;
+use plan::{CapPolicy, Confinement, ExecSpec, Plan};
+use shofer_core::policy::{Backend, NetPolicy};
+use spawn::Spawn;
+use status::StatusFd;
+use writable::OpenedPolicy;
 
-/// Exit status when the sandbox could not be set up (DESIGN §2.6).
+/// Exit status when the sandbox could not be set up (docs/ARCHITECTURE.md).
 pub const EXIT_SETUP: i32 = 125;
 
 /// Grace between SIGTERM and SIGKILL when the tree is stopped.
-pub const KILL_GRACE: Duration = Duration::from_millis(250);
+const KILL_GRACE: Duration = Duration::from_millis(250);
 
 /// `--probe`: prints what this kernel can enforce. Returns the exit status (0).
-pub fn probe(json: bool, max_abi: Option<u32>, net: shofer_core::policy::NetPolicy) -> i32 {
-    let facts = backend::Facts::probe();
+pub fn probe(json: bool, max_abi: Option<u32>, net: NetPolicy) -> i32 {
+    let facts = Facts::probe();
     let choice = backend::choose(cli::BackendChoice::Auto, &facts, max_abi, net, false);
     // The probe reports every mechanism, needed for the decision or not.
     let _ = (facts.userns(), facts.bwrap());
@@ -75,26 +99,34 @@ pub fn probe(json: bool, max_abi: Option<u32>, net: shofer_core::policy::NetPoli
     0
 }
 
+/// `--repair WORKTREE`: finishes the git control-file restores a killed run left (see
+/// `gitrun`). Returns the exit status: 0 when nothing is left to restore, 1 otherwise.
+pub fn repair(worktree: &std::path::Path) -> i32 {
+    gitrun::repair_command(worktree)
+}
+
+/// How a run ended, before mapping to an exit status.
+enum Outcome {
+    /// The command ran; its raw wait status (or our SIGTERM status if it was killed).
+    Ran(i32),
+    /// The command could not be executed: 126 or 127 with a message.
+    NotExecuted(i32, String),
+}
+
 /// Runs one sandboxed command and returns the exit status to use: the command's own status,
 /// 128+N for signal N, 126/127 when it could not be executed, 125 when the sandbox could not
 /// be set up (after printing why on stderr).
+///
+/// A git control file the command changed that could not be restored, or a git object it
+/// destroyed, makes the status 125 whatever the command's own: nobody may take such a run for
+/// a success.
 pub fn run(args: RunArgs) -> i32 {
     match try_run(args) {
-        Ok((outcome, git_restore_failed)) => {
-            let code = match outcome {
-                Outcome::Ran(status) => wait_status_to_exit(status),
-                Outcome::NotExecuted(code, msg) => {
-                    eprintln!("shofer-sandbox: {msg}");
-                    code
-                }
-            };
-            if git_restore_failed {
-                // A git control file the host trusts may still hold the command's version:
-                // nobody may take this run for a success (docs/ARCHITECTURE.md).
-                EXIT_SETUP
-            } else {
-                code
-            }
+        Ok((_, true)) => EXIT_SETUP,
+        Ok((Outcome::Ran(status), false)) => wait_status_to_exit(status),
+        Ok((Outcome::NotExecuted(code, msg), false)) => {
+            eprintln!("shofer-sandbox: {msg}");
+            code
         }
         Err(e) => {
             eprintln!("shofer-sandbox: {e}");
@@ -105,7 +137,7 @@ pub fn run(args: RunArgs) -> i32 {
 
 /// Maps a raw `waitpid` status to a shell-style exit status: the exit code, or 128+N for a
 /// process killed by signal N (as bash and bubblewrap report it).
-pub fn wait_status_to_exit(status: i32) -> i32 {
+pub(crate) fn wait_status_to_exit(status: i32) -> i32 {
     if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {
@@ -115,187 +147,138 @@ pub fn wait_status_to_exit(status: i32) -> i32 {
     }
 }
 
+/// The steps of the crate docs, in order. Also returns whether a git restore failed.
 fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
-    for &fd in args.pass_fds.iter().chain(args.report_fd.iter()) {
-        if !sys::fd_is_open(fd) {
-            return Err(SetupError::Usage(format!(
-                "file descriptor {fd} is not open (given to --pass-fd or --report)"
-            )));
-        }
-    }
-    let facts = backend::Facts::probe();
+    // 1. parse: what the parser could not check without syscalls.
+    let exec = exec_spec(&args)?;
+    // 2. kernel facts
+    let facts = Facts::probe();
+    // 3. choice
     let choice = backend::choose(
         args.backend,
         &facts,
         args.max_abi,
         args.net,
         args.allow_degraded,
-    )
-    .map_err(SetupError::NoBackend)?;
-    // A run killed before it restored git control files left a journal: finish it first.
+    )?;
+    // 4. opened policy (first, a restore that a killed run left is finished)
     gitrun::repair_before_run(&args.worktree)?;
     let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
-    if let crate::git::GitLayout::Rejected(why) = &opened.git {
+    if let git::GitLayout::Rejected(why) = &opened.git {
         eprintln!("shofer-sandbox: note: git metadata not made writable: {why}");
     }
     for (p, why) in &choice.degraded {
         eprintln!("shofer-sandbox: warning: degraded ({}): {why}", p.key());
     }
     let mut git_run = gitrun::GitRun::prepare(&opened, choice.backend)?;
-    let mut report_file = None;
-    if let Some(fd) = args.report_fd {
-        let record = report::run(&facts, &choice, &opened, &git_run);
-        // Safety: the caller handed us this descriptor with --report and we checked it is
-        // open; we own it from here. It is close-on-exec for the command (the child closes
-        // every descriptor not passed); a closing record follows only if git files had to be
-        // restored.
-        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
-        writeln!(file, "{record}").map_err(|e| SetupError::Syscall {
-            op: "writing the --report record",
-            source: e,
-        })?;
-        report_file = Some(file);
+    let mut report_file = match args.report_fd {
+        Some(fd) => Some(write_record(
+            fd,
+            &report::run(&facts, &choice, &opened, &git_run),
+        )?),
+        None => None,
+    };
+    // 5.-7. plan, spawn, supervise
+    // Safety: the caller handed us this descriptor with --status-fd and `exec_spec` checked
+    // it is open; nothing else here owns it.
+    let status = args.status_fd.map(|fd| unsafe { StatusFd::from_raw(fd) });
+    let outcome = match plan(&choice, &opened, exec) {
+        Ok(mut plan) => {
+            plan.spawned_gate = git_run.start();
+            supervised(plan, status)
+        }
+        Err(PlanError::Setup(e)) => Err(e),
+        Err(PlanError::NotRunnable { code, message }) => Ok(Outcome::NotExecuted(code, message)),
+    };
+    drop(opened);
+    // 8. report: the whole tree is gone (or the command never started): put back what it
+    // changed, name what it destroyed.
+    let failed = git_run.finish(report_file.as_mut());
+    outcome.map(|o| (o, failed))
+}
+
+/// The exec spec of `args`, after checking the descriptors it names are open.
+fn exec_spec(args: &RunArgs) -> Result<ExecSpec, SetupError> {
+    let named = args.pass_fds.iter().chain(args.report_fd.iter());
+    for (&fd, given_to) in named
+        .map(|fd| (fd, "--pass-fd or --report"))
+        .chain(args.status_fd.iter().map(|fd| (fd, "--status-fd")))
+    {
+        if !sys::fd_is_open(fd) {
+            return Err(SetupError::FdNotOpen { fd, given_to });
+        }
     }
     let argv = args
         .command
         .iter()
         .map(|a| CString::new(a.as_bytes()))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| SetupError::Usage("the command contains a NUL byte".into()))?;
-    // Safety: isatty only inspects the descriptors.
-    let interactive = (0..3).any(|fd| unsafe { libc::isatty(fd) } == 1);
-    // Safety: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let landlock = if choice.abi > 0 && choice.backend != Backend::Bwrap {
-        let mut created = ruleset::create(&opened, choice.abi)?;
-        // The namespace backends bind a linked worktree's common dir writable, with read-only
-        // binds on top (gitprotect): Landlock must allow what the mounts allow.
-        if matches!(choice.backend, Backend::Userns | Backend::Layered) {
-            if let Some(layer) = &opened.controls.common {
-                created = ruleset::add_dir(created, &layer.common, choice.abi)?;
-            }
-        }
-        Some(created)
-    } else {
-        None
-    };
-    let mut launch = Launch {
+        .map_err(|_| SetupError::NulInCommand)?;
+    Ok(ExecSpec {
         argv,
-        interactive,
-        pass_fds: args.pass_fds,
-        drop_caps: !args.keep_caps && (root || capabilities::holds_any()),
-        landlock,
-        keep_descendants: args.keep_descendants,
+        pass_fds: args.pass_fds.clone(),
+        // Safety: isatty only inspects the descriptors.
+        interactive: (0..3).any(|fd| unsafe { libc::isatty(fd) } == 1),
+        caps: if args.keep_caps {
+            CapPolicy::Keep
+        } else {
+            CapPolicy::Drop
+        },
         grace: KILL_GRACE,
-        namespaces: None,
-        no_new_privs: true,
-        seccomp: true,
-        bwrap_info: None,
-        spawned_gate: None,
-    };
-    // Kept alive until the command has exec'd.
-    let mut _bwrap_args = None;
-    match choice.backend {
-        Backend::Landlock => {}
+        keep_descendants: args.keep_descendants,
+    })
+}
+
+/// Writes the `--report` record to `fd` and returns it, for a closing `git_restore` record
+/// when git files had to be restored (`gitrun`).
+fn write_record(fd: i32, record: &serde_json::Value) -> Result<std::fs::File, SetupError> {
+    // Safety: the caller handed us this descriptor with --report and we checked it is open;
+    // we own it from here. The command does not inherit it: the child closes every
+    // descriptor above 2 that is not passed (exec::Steps).
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    writeln!(file, "{record}").map_err(|e| SetupError::Syscall {
+        op: "writing the --report record",
+        source: e,
+    })?;
+    Ok(file)
+}
+
+/// Step 5: the chosen backend builds its confinement.
+fn plan<'a>(
+    choice: &Choice,
+    opened: &'a OpenedPolicy,
+    exec: ExecSpec,
+) -> Result<Plan<'a>, PlanError> {
+    let confinement = match choice.backend {
+        Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, choice.abi)?),
         Backend::Userns | Backend::Layered => {
-            // In a user namespace the command holds capabilities there until exec: drop them
-            // whoever the caller is.
-            launch.drop_caps = !args.keep_caps;
-            launch.namespaces = Some(namespace_setup(&opened, choice.abi));
+            Confinement::Namespaces(namespaces::plan(opened, choice.abi)?)
         }
         Backend::Bwrap => {
-            if args.keep_descendants {
-                return Err(SetupError::Usage(
-                    "--keep-descendants is not available with the bwrap backend (bubblewrap's init kills them when the command exits); use landlock or userns".into(),
-                ));
-            }
-            match supervisor::resolve_command(&launch.argv[0]) {
-                Ok(path) => launch.argv[0] = path,
-                Err((code, msg)) => {
-                    let failed = git_run.finish(None);
-                    return Ok((Outcome::NotExecuted(code, msg), failed));
-                }
-            }
             let b = choice
                 .bwrap
                 .as_ref()
                 .expect("bwrap choice carries its binary");
-            let info = sys::pipe_cloexec().map_err(|e| SetupError::Syscall {
-                op: "pipe2",
-                source: e,
-            })?;
-            let (fd, argv) = bwrap::argv(
-                b,
-                &opened,
-                &launch.argv,
-                !args.keep_caps,
-                info.1.as_raw_fd(),
-            )
-            .map_err(|e| SetupError::Syscall {
-                op: "preparing the bubblewrap arguments",
-                source: e,
-            })?;
-            launch.pass_fds.push(info.1.as_raw_fd());
-            launch.bwrap_info = Some(info);
-            launch.pass_fds.push(fd.as_raw_fd());
-            launch.argv = argv;
-            _bwrap_args = Some(fd);
-            // bubblewrap needs its privileges to build the sandbox and drops them itself; a
-            // setuid one must not run under no_new_privs.
-            launch.drop_caps = false;
-            launch.no_new_privs = !b.setuid;
-            launch.seccomp = !b.setuid;
+            Confinement::Bwrap(bwrap::plan(b, opened, &exec)?)
         }
-    }
-    launch.spawned_gate = git_run.start();
-    let outcome = supervisor::run(launch);
-    drop(opened);
-    // The whole tree is gone (or the command never started): put back what it changed.
-    let failed = git_run.finish(report_file.as_mut());
-    outcome.map(|o| (o, failed))
+    };
+    Ok(Plan {
+        exec,
+        confinement,
+        spawned_gate: None,
+    })
 }
 
-/// The plan for process A of the namespace backends: every writable path except the device
-/// nodes and `/dev/shm`, which the minimal `/dev` provides (plus any other terminal the caller
-/// sits on).
-fn namespace_setup(opened: &writable::OpenedPolicy, abi: u32) -> supervisor::NsSetup {
-    use shofer_core::policy::RuleOrigin;
-    let mut devices = namespaces::standard_devices();
-    let mut binds = Vec::new();
-    for (rule, fd) in opened.policy.writable.iter().zip(&opened.fds) {
-        match rule.origin {
-            RuleOrigin::Device | RuleOrigin::SharedMemory => {}
-            RuleOrigin::Terminal => {
-                let name = rule.path.strip_prefix("/dev").ok().and_then(|p| p.to_str());
-                if let Some(name) = name {
-                    // ptmx and pts come from the namespace's own devpts instance.
-                    let covered = devices.iter().any(|(d, _)| name == d)
-                        || name == "ptmx"
-                        || name == "pts"
-                        || name.starts_with("pts/");
-                    if !covered && !name.contains('/') {
-                        devices.push((name.to_string(), true));
-                    }
-                }
-            }
-            _ => binds.push(namespaces::Bind {
-                path: rule.path.clone(),
-                fd: fd.as_raw_fd(),
-                origin: rule.origin,
-            }),
+/// Steps 6 and 7: spawn, then supervise until the tree is gone.
+fn supervised(plan: Plan<'_>, status: Option<StatusFd>) -> Result<Outcome, SetupError> {
+    // Only process A of the namespace backends can tell the command's exit apart from the
+    // tree's; it needs the pipe only when someone asks and it waits for descendants.
+    let exit_pipe = status.is_some() && plan.exec.keep_descendants;
+    match spawn::spawn(&plan, exit_pipe)? {
+        Spawn::NotExecuted(code, msg) => Ok(Outcome::NotExecuted(code, msg)),
+        Spawn::Running(running) => {
+            let mut supervisor = supervise::Supervisor::new(running, plan, status);
+            Ok(Outcome::Ran(supervisor.wait_loop()))
         }
-    }
-    // Safety: getuid/getgid cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    supervisor::NsSetup {
-        plan: namespaces::Plan {
-            binds,
-            uid,
-            gid,
-            devices,
-            git_layers: opened.controls.layers(),
-        },
-        net_deny: opened.policy.net == shofer_core::policy::NetPolicy::Deny,
-        landlock_abi: abi,
     }
 }

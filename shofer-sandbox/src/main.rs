@@ -26,7 +26,7 @@ extern "C" fn main(
         }
         Ok(Invocation::Probe { json, max_abi, net }) => shofer_sandbox::probe(json, max_abi, net),
         Ok(Invocation::Run(args)) => shofer_sandbox::run(*args),
-        Ok(Invocation::Repair(wt)) => shofer_sandbox::gitrun::repair_command(&wt),
+        Ok(Invocation::Repair(wt)) => shofer_sandbox::repair(&wt),
         // 125: the sandbox could not be set up (here: a usage error).
         Err(e) => {
             eprintln!("shofer-sandbox: {e}");

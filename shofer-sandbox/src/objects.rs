@@ -137,17 +137,6 @@ impl ObjectStore {
         }
     }
 
-    /// The packs recorded, as paths (for the report and the read-only binds).
-    pub fn pack_files(&self) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        for p in &self.packs {
-            for ext in ["pack", "idx"] {
-                out.push(self.dir.join("pack").join(format!("{}.{ext}", p.base)));
-            }
-        }
-        out
-    }
-
     /// Every recorded object or pack destroyed or changed since the snapshot.
     pub fn check(&self) -> Vec<Damage> {
         let mut damage = Vec::new();
