@@ -120,6 +120,25 @@ impl Layout {
     }
 }
 
+/// The sandbox running `script` in `dir` with `backend`, as `uid` (from a copy it can reach,
+/// returned to be kept alive until the run ends).
+fn sandboxed(
+    uid: Option<u32>,
+    dir: &Path,
+    backend: &str,
+    script: &str,
+) -> (Command, Option<ReachableCopy>) {
+    let copy = uid.map(|u| ReachableCopy::new(Path::new(SANDBOX), u));
+    let program = copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path());
+    let mut cmd = Command::new(program);
+    cmd.current_dir(dir)
+        .envs(git_env())
+        .arg(dir)
+        .args(["--backend", backend, "-c", script]);
+    as_uid(&mut cmd, uid);
+    (cmd, copy)
+}
+
 fn as_uid(cmd: &mut Command, uid: Option<u32>) {
     if let Some(uid) = uid {
         // Safety: only async-signal-safe syscalls between fork and exec.
@@ -273,11 +292,7 @@ fn start(l: &Layout, backend: &str, a: &Attack) -> (Child, PathBuf, PathBuf) {
         g = go.display(),
     );
     let dir = if a.in_main { &l.repo } else { &l.wt };
-    let mut run = Run::new(dir).backend(backend).sh(&script);
-    if let Some(u) = l.uid {
-        run = run.with_uid(u);
-    }
-    let mut cmd = run.command();
+    let (mut cmd, _copy) = sandboxed(l.uid, dir, backend, &script);
     cmd.envs(l.vars())
         .env("XDG_STATE_HOME", l.s.path().join("state"))
         .stdin(Stdio::null())
@@ -376,11 +391,7 @@ fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_r
                 g = go.display(),
                 r = ready.display()
             );
-            let mut run = Run::new(&l.wt).backend("landlock").sh(&script);
-            if let Some(u) = uid {
-                run = run.with_uid(u);
-            }
-            let mut cmd = run.command();
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, "landlock", &script);
             cmd.envs(l.vars())
                 .env("XDG_STATE_HOME", l.s.path().join("state"))
                 .stdin(Stdio::null())
@@ -397,7 +408,8 @@ fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_r
                 assert!(Instant::now() < deadline, "the survivor did not tamper");
                 std::thread::sleep(Duration::from_millis(20));
             }
-            let mut cmd = Command::new(SANDBOX);
+            let copy = uid.map(|u| ReachableCopy::new(Path::new(SANDBOX), u));
+            let mut cmd = Command::new(copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path()));
             if finish_by_next_run {
                 cmd.arg(&l.wt).args(["--", "true"]);
             } else {
@@ -557,11 +569,7 @@ fn every_git_command_works_in_a_linked_worktree_on_the_namespace_backends() {
     for b in backends().into_iter().filter(|b| *b != "landlock") {
         for uid in uids() {
             let l = repo_with_remote(uid);
-            let mut run = Run::new(&l.wt).backend(b).sh(GIT_OPS);
-            if let Some(u) = uid {
-                run = run.with_uid(u);
-            }
-            let mut cmd = run.command();
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, GIT_OPS);
             cmd.env("XDG_CONFIG_HOME", l.s.path().join("state"))
                 .stdin(Stdio::null());
             let out = cmd.output().unwrap();
@@ -626,11 +634,7 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
                  sed -i s/main/wt/ \"$COMMON/packed-refs\"; \
                  git rev-parse HEAD > \"$COMMON/MERGE_HEAD\"; \
                  git reflog expire --expire=now --all; true";
-            let mut run = Run::new(&l.wt).backend(b).sh(script);
-            if let Some(u) = uid {
-                run = run.with_uid(u);
-            }
-            let mut cmd = run.command();
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, script);
             cmd.envs(l.vars()).stdin(Stdio::null());
             let out = cmd.output().unwrap();
             for (p, was) in watched.iter().zip(&before) {
@@ -691,11 +695,7 @@ fn destroyed_or_rewritten_objects_are_named_and_fail_the_run() {
                 a = &loose[..2],
                 b = &loose[2..]
             );
-            let mut run = Run::new(&l.wt).backend(b).sh(&script);
-            if let Some(u) = uid {
-                run = run.with_uid(u);
-            }
-            let mut cmd = run.command();
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, &script);
             cmd.envs(l.vars())
                 .env("XDG_STATE_HOME", l.s.path().join("state"))
                 .stdin(Stdio::null());
