@@ -157,8 +157,24 @@ fn git_protected(opened: &OpenedPolicy, git_run: &crate::gitrun::GitRun) -> Valu
         out.push(json!({"path": p, "what": ".git directory (must stay where it is)",
             "how": if git_run.structural { "bind mount (cannot be renamed or removed)" } else { "guard (moved back)" }}));
     }
-    for (p, what) in &c.outside {
-        out.push(json!({"path": p, "what": what, "how": "outside the writable set"}));
+    match (&c.common, git_run.structural) {
+        (Some(layer), true) => {
+            for r in &layer.read_only {
+                out.push(json!({"path": r.path, "what": r.what, "how": "read-only bind mount"}));
+            }
+            out.push(json!({"path": layer.common.join("packed-refs"), "what": "packed-refs",
+                "how": "writable: git deletes refs through packed-refs.lock (the common dir is bound writable, everything else in it read-only)"}));
+        }
+        _ => {
+            for (p, what) in &c.outside {
+                out.push(json!({"path": p, "what": what, "how": "outside the writable set"}));
+            }
+        }
+    }
+    if git_run.structural {
+        for p in &c.packs {
+            out.push(json!({"path": p, "what": "an existing pack", "how": "read-only bind mount"}));
+        }
     }
     Value::Array(out)
 }
