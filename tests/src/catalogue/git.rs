@@ -71,6 +71,27 @@ pub(super) fn cases() -> Vec<Case> {
         case!("git-commondir-redirect-host", "rewrite <gitdir>/commondir to a common dir inside wt with core.fsmonitor; the host's next git status runs it", None, git_commondir_host, needs = need_git_sh),
         case!("git-main-worktree-hooks", "a main worktree (.git is a directory inside wt): write .git/config core.fsmonitor; the host's next git status runs it", None, git_main_worktree, needs = need_git_sh),
         case!(
+            "git-pointer-redirect-host",
+            "rewrite wt/.git to `gitdir: .evil`, a repo inside wt whose config sets core.fsmonitor; the host's git status runs it",
+            None,
+            |c| git_host_script(c, "pointer", "git init -q .evilwt && mv .evilwt/.git .evil && printf '%s' \"$PAYLOAD_CONFIG\" > .evil/config && printf 'gitdir: .evil\\n' > .git"),
+            needs = need_git_sh
+        ),
+        case!(
+            "git-nested-gitlink-host",
+            "a nested repo registered as a gitlink (git add sub) whose config sets core.fsmonitor; the host's git status recurses into it",
+            None,
+            |c| git_host_script(c, "gitlink", "mkdir sub && git -C sub init -q && git -C sub commit -q --allow-empty -m s && printf '%s' \"$PAYLOAD_CONFIG\" > sub/.git/config && git add sub"),
+            needs = need_git_sh
+        ),
+        case!(
+            "git-ref-deletion-works",
+            "issue 11: branch/tag delete, update-ref -d, stash clear, cherry-pick in a linked worktree (packed-refs.lock)",
+            Some(Protection::RenameInside),
+            git_ref_deletion,
+            needs = need_git_sh
+        ),
+        case!(
             "git-fake-layout-next-run",
             "a fake common dir in wt with symlinks to another repo, then write on the next run",
             None,
@@ -356,6 +377,76 @@ fn git_commondir_host(c: &Ctx) -> Outcome {
         "host git status did not run the payload ({})",
         clip(err.trim(), 160)
     ))
+}
+
+/// Runs `script` in the worktree inside the sandbox (with `$PAYLOAD_CONFIG`: a git config
+/// whose core.fsmonitor creates the payload), then the host's `git status`: the payload must
+/// not appear.
+fn git_host_script(c: &Ctx, what: &str, script: &str) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let payload = c.out.join(format!("pwned-by-{what}"));
+    let mut spec = Sb::new(Cmd::Shell(format!("{script}; true")));
+    spec.env = r.env.clone();
+    spec.env
+        .push(("PAYLOAD_CONFIG".into(), payload_config(&payload)));
+    let run = c.sb(spec);
+    let err = host_git_status(c, &c.wt);
+    if payload.exists() {
+        let _ = std::fs::remove_file(&payload);
+        return Outcome::Escaped(format!(
+            "the host's `git status` ran the command's core.fsmonitor ({what})"
+        ));
+    }
+    Outcome::Blocked(format!(
+        "host git status did not run the payload (sandbox: {}; git: {})",
+        clip(run.stderr.trim(), 160),
+        clip(err.trim(), 80)
+    ))
+}
+
+/// Ref deletion goes through `<common>/packed-refs.lock`: on the namespace backends the
+/// common dir is writable for it; Landlock cannot grant it without `config` (README, "Landlock
+/// limits").
+fn git_ref_deletion(c: &Ctx) -> Outcome {
+    if c.cell.backend == "landlock" {
+        return Outcome::Skip(
+            "Landlock cannot grant packed-refs.lock without the common config (README: Landlock limits)".into(),
+        );
+    }
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let mut spec = Sb::new(Cmd::Shell(
+        "set -e; echo x > f; git add f; git commit -qm one; git branch topic; git tag v1; \
+         git branch -D topic; git tag -d v1; git update-ref refs/heads/t HEAD; \
+         git update-ref -d refs/heads/t; echo y > f; git stash push -q; git stash clear; \
+         git switch -q -c side; echo z > g; git add g; git commit -qm side; git switch -q agent; \
+         git cherry-pick side >/dev/null; echo 'SHOFER-CONTAINMENT: ok done'"
+            .into(),
+    ));
+    spec.env = r.env.clone();
+    let run = c.sb(spec);
+    let errors: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error:") || l.starts_with("fatal:"))
+        // `git branch -D` always rewrites the (read-only) config to drop the branch's section
+        // (README, "Git"): the deletion itself succeeds.
+        .filter(|l| !l.starts_with("error: could not write config file"))
+        .collect();
+    if run.code != Some(0) || !errors.is_empty() {
+        return Outcome::Broken(format!(
+            "ref deletion in the linked worktree failed: {}",
+            run.how()
+        ));
+    }
+    Outcome::Works(
+        "branch -D, tag -d, update-ref -d, stash clear, cherry-pick: exit 0, no error line".into(),
+    )
 }
 
 fn git_main_worktree(c: &Ctx) -> Outcome {
