@@ -356,8 +356,9 @@ impl GitGuard {
             .truncate(true)
             .custom_flags_nofollow()
             .open(&tmp)?;
+        // No fsync: the journal guards against a killed supervisor, whose writes the page
+        // cache keeps; an fsync costs tens of milliseconds on a busy disk at every start.
         f.write_all(record.to_string().as_bytes())?;
-        f.sync_all()?;
         std::fs::rename(&tmp, &path)?;
         self.journal = Some(path);
         Ok(())
