@@ -21,7 +21,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -184,12 +184,11 @@ impl Interceptor {
     /// the artifact failed, the filesystem does not support splice, or this call hit a write
     /// error (recorded as with [`Interceptor::write`]). The caller then reads the data and
     /// passes it to [`Interceptor::write`] instead. `Some(0)` is the pipe's end of file.
-    pub fn splice_from(&mut self, fd: RawFd, max: usize) -> Option<usize> {
+    pub fn splice_from(&mut self, pipe: BorrowedFd<'_>, max: usize) -> Option<usize> {
         if !self.splice_ok || !matches!(self.spill, Spill::Complete(_)) {
             return None;
         }
-        let out = self.file.as_ref()?.as_raw_fd();
-        match crate::sys::splice(fd, out, max) {
+        match shofer_sys::fd::splice(pipe, self.file.as_ref()?, max) {
             Ok(n) => {
                 self.written += n as u64;
                 self.buf.skip(n as u64);
@@ -328,6 +327,7 @@ fn remove_where(dir: &Path, pred: impl Fn(&str) -> bool) -> io::Result<usize> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::os::fd::AsFd;
 
     fn run(budget: usize, chunks: &[&[u8]]) -> (tempfile::TempDir, Interceptor, Intercepted) {
         let dir = tempfile::tempdir().unwrap();
@@ -417,7 +417,7 @@ mod tests {
         let (plain_dir, _, plain) = run(5120, &[&data]);
         let dir = tempfile::tempdir().unwrap();
         let mut i = Interceptor::new(dir.path(), 7, 5120);
-        let (r, w) = crate::sys::pipe().unwrap();
+        let (r, w) = shofer_sys::fd::pipe_large().unwrap();
         let feed = data.clone();
         let writer = std::thread::spawn(move || {
             let mut f = File::from(w);
@@ -427,7 +427,7 @@ mod tests {
         let mut spliced = 0;
         let mut checked_mid = false;
         loop {
-            if let Some(n) = i.splice_from(r.as_raw_fd(), 65536) {
+            if let Some(n) = i.splice_from(r.as_fd(), 65536) {
                 if n == 0 {
                     break;
                 }
@@ -441,7 +441,7 @@ mod tests {
                 }
                 continue;
             }
-            let n = crate::sys::read(r.as_raw_fd(), &mut buf).unwrap();
+            let n = shofer_sys::fd::read(&r, &mut buf).unwrap();
             if n == 0 {
                 break;
             }

@@ -41,7 +41,6 @@ mod pump;
 pub mod reader;
 pub mod serve;
 pub mod shoferignore;
-mod sys;
 pub mod tree;
 
 pub use engine::{Engine, EngineConfig, ExecError, ExecRequest, Outcome, Sandbox, Status, TAG_VAR};

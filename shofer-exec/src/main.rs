@@ -1,10 +1,11 @@
 //! `shofer`: run a command the way an agent host would, or read its spilled output.
 //!
 //! ```text
-//! shofer run [--worktree DIR] [--cwd DIR] [--timeout S] [--hard-timeout S]
-//!            [--preview small|medium|large] [--artifacts DIR] [--json] -- <command>
+//! shofer run [--worktree DIR [--allow-unix PATH]...] [--cwd DIR] [--timeout S]
+//!            [--hard-timeout S] [--preview small|medium|large] [--artifacts DIR] [--json]
+//!            -- <command>
 //! shofer read <ARTIFACT_ID> [--search RE] [--offset N] [--limit N] [--artifacts DIR]
-//! shofer serve [--worktree DIR] [--cwd DIR] [--artifacts DIR] [--preview SIZE]
+//! shofer serve [--worktree DIR [--allow-unix PATH]...] [--cwd DIR] [--artifacts DIR] [--preview SIZE]
 //!              [--hard-timeout S] [--timeout-allowlist PREFIX]... [--keep-artifacts]
 //! ```
 //!
@@ -29,7 +30,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use shofer_core::preview::PreviewSize;
 use shofer_exec::reader::{self, ReadRequest};
-use shofer_exec::serve;
+use shofer_exec::{serve, tree};
 use shofer_exec::{CancellationToken, Engine, EngineConfig, ExecRequest, Outcome, Sandbox, Status};
 
 #[derive(Parser, Debug)]
@@ -53,6 +54,10 @@ enum Cmd {
         /// Working directory, relative to the task cwd (the worktree, else the current dir).
         #[arg(long, value_name = "DIR")]
         cwd: Option<String>,
+        /// With --worktree: also let the command reach the unix socket PATH (or any beneath
+        /// the directory PATH), e.g. $SSH_AUTH_SOCK (repeatable; see shofer-sandbox --help).
+        #[arg(long = "allow-unix", value_name = "PATH")]
+        allow_unix: Vec<PathBuf>,
         /// Soft (agent) timeout in seconds: print the output so far and stop waiting.
         #[arg(long, value_name = "S", value_parser = parse_seconds)]
         timeout: Option<f64>,
@@ -101,6 +106,10 @@ enum Cmd {
         /// [default: the worktree, else the current directory].
         #[arg(long, value_name = "DIR")]
         cwd: Option<PathBuf>,
+        /// With --worktree: also let commands reach the unix socket PATH (or any beneath the
+        /// directory PATH) (repeatable; see shofer-sandbox --help).
+        #[arg(long = "allow-unix", value_name = "PATH")]
+        allow_unix: Vec<PathBuf>,
         /// Artifact directory [default: a fresh temporary directory, removed at exit].
         #[arg(long, value_name = "DIR")]
         artifacts: Option<PathBuf>,
@@ -189,6 +198,7 @@ fn main() -> ExitCode {
         Cmd::Run {
             worktree,
             cwd,
+            allow_unix,
             timeout,
             hard_timeout,
             preview,
@@ -199,6 +209,7 @@ fn main() -> ExitCode {
             run(
                 worktree,
                 cwd,
+                allow_unix,
                 timeout,
                 hard_timeout,
                 preview,
@@ -220,6 +231,7 @@ fn main() -> ExitCode {
         Cmd::Serve {
             worktree,
             cwd,
+            allow_unix,
             artifacts,
             preview,
             hard_timeout,
@@ -229,6 +241,7 @@ fn main() -> ExitCode {
             serve_cmd(
                 worktree,
                 cwd,
+                allow_unix,
                 artifacts,
                 preview,
                 hard_timeout,
@@ -266,6 +279,7 @@ fn main() -> ExitCode {
 fn run(
     worktree: Option<PathBuf>,
     cwd: Option<String>,
+    allow_unix: Vec<PathBuf>,
     timeout: Option<f64>,
     hard_timeout: Option<f64>,
     preview: PreviewSize,
@@ -299,11 +313,14 @@ fn run(
         // Too large for a Duration (e.g. 1e300): as good as no timeout.
         .and_then(|s| Duration::try_from_secs_f64(s).ok());
     config.subreaper = true;
+    let grace = config.kill_grace;
     if worktree.is_some() {
         match Sandbox::locate(&config.task_cwd) {
-            Ok(sb) => config.sandbox = Some(sb),
+            Ok(sb) => config.sandbox = Some(with_allow_unix(sb, &allow_unix)),
             Err(e) => return End::CouldNotRun(e.to_string()),
         }
+    } else if !allow_unix.is_empty() {
+        return End::Usage("--allow-unix needs --worktree (it is a sandbox option)".into());
     }
     // Stage 2: the engine and the runtime.
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -353,8 +370,12 @@ fn run(
             Err(e) => End::CouldNotRun(e.to_string()),
         };
         // Dropping the engine kills what is left of the tree (a soft timeout's command, or
-        // background processes of one that exited): nothing outlives `shofer run`.
+        // background processes of one that exited).
         drop(engine);
+        // Then everything else below us: a detached orphan the tree scan never saw (`setsid
+        // env -i daemon &` whose shell exited first) is still our descendant (subreaper).
+        // Nothing outlives `shofer run`.
+        tree::kill_everything_below_us(grace);
         end
     })
 }
@@ -394,6 +415,7 @@ fn read(
 fn serve_cmd(
     worktree: Option<PathBuf>,
     cwd: Option<PathBuf>,
+    allow_unix: Vec<PathBuf>,
     artifacts: Option<PathBuf>,
     preview: PreviewSize,
     hard_timeout: Option<f64>,
@@ -443,9 +465,12 @@ fn serve_cmd(
     config.hard_timeout = hard_timeout;
     config.hard_timeout_allowlist = timeout_allowlist;
     config.subreaper = true;
+    if worktree.is_none() && !allow_unix.is_empty() {
+        return End::Usage("--allow-unix needs --worktree (it is a sandbox option)".into());
+    }
     if let Some(w) = &worktree {
         match Sandbox::locate(&here.join(w)) {
-            Ok(sb) => config.sandbox = Some(sb),
+            Ok(sb) => config.sandbox = Some(with_allow_unix(sb, &allow_unix)),
             Err(e) => return End::CouldNotRun(e.to_string()),
         }
     }
@@ -461,7 +486,10 @@ fn serve_cmd(
         keep_artifacts,
         temp_artifacts: temp,
     };
+    let grace = opts.engine.kill_grace;
     let end = rt.block_on(serve::run(opts));
+    // What no command's tree claimed (see `shofer run`) ends with the server too.
+    tree::kill_everything_below_us(grace);
     // The stdin reader may sit in a blocking read forever (a signal ended the session while
     // the client keeps stdin open): do not wait for it.
     rt.shutdown_background();
@@ -469,4 +497,13 @@ fn serve_cmd(
         Err(e @ serve::ServeError::Engine(_)) => End::CouldNotRun(e.to_string()),
         other => End::Served(other.map_err(|e| e.to_string())),
     }
+}
+
+/// Passes each `--allow-unix PATH` on to `shofer-sandbox`, which checks it.
+fn with_allow_unix(mut sb: Sandbox, paths: &[PathBuf]) -> Sandbox {
+    for p in paths {
+        sb.extra_args.push("--allow-unix".into());
+        sb.extra_args.push(p.clone().into_os_string());
+    }
+    sb
 }

@@ -13,14 +13,14 @@
 //! (see [`Interceptor::splice_from`]), or before the spill one `read` per 512 KiB, with no task
 //! wakeups or buffer copies in between.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
 use crate::intercept::Interceptor;
-use crate::sys;
+use shofer_sys::fd as sys;
 
 const BUF_SIZE: usize = 512 * 1024;
 const SPLICE_MAX: usize = 1 << 20;
@@ -82,7 +82,7 @@ pub fn start(
 
 fn run(pipe: &OwnedFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl) {
     let mut buf = vec![0u8; BUF_SIZE];
-    let fds = [pipe.as_raw_fd(), ctl.wake.as_raw_fd()];
+    let fds = [pipe.as_fd(), ctl.wake.as_fd()];
     let mut drain: Option<(Instant, Duration)> = None;
     loop {
         let timeout_ms = match drain {
@@ -115,7 +115,7 @@ fn run(pipe: &OwnedFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl) {
             let moved = match spliced {
                 Some(0) => return,
                 Some(n) => n,
-                None => match sys::read(fds[0], &mut buf) {
+                None => match sys::read(pipe, &mut buf) {
                     Ok(0) | Err(_) => return,
                     Ok(n) => {
                         sink.lock()

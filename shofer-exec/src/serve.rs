@@ -408,18 +408,10 @@ impl ServerHandler for ShoferServer {
     }
 }
 
-/// Kills every command's tree (running ones and leftovers of finished ones) and returns how
-/// many were still running.
+/// Kills every command's tree (running ones and leftovers of finished ones) at once, with one
+/// shared grace period ([`Engine::terminate_all`]), and returns how many were still running.
 pub async fn shutdown(engine: &Engine) -> usize {
-    let list = engine.list();
-    let running = list.iter().filter(|o| o.status == Status::Running).count();
-    let mut set = tokio::task::JoinSet::new();
-    for o in list {
-        let e = engine.clone();
-        set.spawn(async move { e.terminate(o.id).await });
-    }
-    while set.join_next().await.is_some() {}
-    running
+    engine.terminate_all().await
 }
 
 /// Runs the server on stdin/stdout until stdin closes or a signal comes, then kills every

@@ -710,9 +710,9 @@ impl Watcher {
                 )
             };
         }
-        let (stop_read, stop_write) = crate::sys::pipe_cloexec()?;
-        let (gate_read, gate_write) = crate::sys::pipe_cloexec()?;
-        let (ready_read, ready_write) = crate::sys::pipe_cloexec()?;
+        let (stop_read, stop_write) = shofer_sys::fd::pipe_cloexec()?;
+        let (gate_read, gate_write) = shofer_sys::fd::pipe_cloexec()?;
+        let (ready_read, ready_write) = shofer_sys::fd::pipe_cloexec()?;
         // Safety: an all-zero sigset_t is valid plain data (filled below).
         let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
         // Safety: as above.

@@ -6,7 +6,7 @@
 use std::ffi::{CStr, CString};
 use std::io;
 
-use crate::sys;
+use shofer_sys::errno;
 
 /// The search list when `$PATH` is unset (glibc's `execvp` default without the current
 /// directory).
@@ -36,7 +36,7 @@ impl NotRunnable {
     pub fn message(self, name: &str) -> String {
         match self {
             NotRunnable::NotFound => format!("{name}: command not found"),
-            NotRunnable::NotExecutable => format!("{name}: {}", sys::strerror(libc::EACCES)),
+            NotRunnable::NotExecutable => format!("{name}: {}", errno::strerror(libc::EACCES)),
         }
     }
 }
@@ -61,7 +61,8 @@ pub fn candidates(name: &CStr) -> Vec<CString> {
 /// cannot search or that lack the name are skipped, and the error is `EACCES` (126) only when
 /// a matching regular file exists but cannot be executed, else `ENOENT` (127). A file the
 /// kernel cannot execute (`ENOEXEC`) is run by `/bin/sh`, as `execvp` and shells do.
-/// Returns only on failure; allocates (callers between `clone` and `execve` own their heap).
+/// Returns only on failure. It allocates: between `clone(CLONE_VM)` and `execve` that is
+/// sound only because the supervisor is suspended meanwhile (see [`crate::spawn`]).
 pub fn exec(argv: &[CString]) -> io::Error {
     if argv[0].as_bytes().contains(&b'/') {
         return exec_one(&argv[0], argv);

@@ -8,15 +8,16 @@ use shofer_core::policy::{Backend, NetPolicy, Verdict};
 
 use crate::backend::{Choice, Facts};
 use crate::error::SetupError;
-use crate::sys::{self, LandlockAbsence};
 use crate::writable::OpenedPolicy;
+use shofer_sys::errno;
+use shofer_sys::landlock::LandlockAbsence;
 
 fn landlock_json(facts: &Facts) -> Value {
     let (abi, status, errno) = match facts.landlock {
         Ok(abi) => (abi, "available", Value::Null),
         Err(LandlockAbsence::NotBuilt) => (0, "not-built", json!("ENOSYS")),
         Err(LandlockAbsence::Disabled) => (0, "disabled", json!("EOPNOTSUPP")),
-        Err(LandlockAbsence::Other(e)) => (0, "error", json!(sys::errno_name(e))),
+        Err(LandlockAbsence::Other(e)) => (0, "error", json!(errno::name_or_number(e))),
     };
     json!({"abi": abi, "status": status, "errno": errno})
 }
@@ -24,10 +25,13 @@ fn landlock_json(facts: &Facts) -> Value {
 fn protections_json(facts: &Facts, backend: Backend, abi: u32, net: NetPolicy) -> Value {
     let mut map = Map::new();
     for (p, v) in facts.protections(backend, abi, net) {
+        let tier = p.tier(net).as_str();
         let entry = match v {
-            Verdict::Enforced(by) => json!({"enforced": true, "by": by}),
-            Verdict::NotEnforced(reason) => json!({"enforced": false, "reason": reason}),
-            Verdict::NotRequested => json!({"enforced": false, "requested": false}),
+            Verdict::Enforced(by) => json!({"enforced": true, "by": by, "tier": tier}),
+            Verdict::NotEnforced(reason) => {
+                json!({"enforced": false, "reason": reason, "tier": tier})
+            }
+            Verdict::NotRequested => json!({"enforced": false, "requested": false, "tier": tier}),
         };
         map.insert(p.key().to_string(), entry);
     }
@@ -57,9 +61,16 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, SetupError>, net: NetPolicy)
             map.insert("backend".into(), json!(c.backend.as_str()));
             map.insert("backend_reason".into(), json!(c.reason));
             map.insert("effective_abi".into(), json!(c.abi));
+            // Every protection this run lacks, required (accepted with --allow-degraded) and
+            // hardening; each row's `tier` says which.
             map.insert(
                 "degraded".into(),
-                json!(c.degraded.iter().map(|(p, _)| p.key()).collect::<Vec<_>>()),
+                json!(c
+                    .degraded
+                    .iter()
+                    .chain(&c.hardening)
+                    .map(|(p, _)| p.key())
+                    .collect::<Vec<_>>()),
             );
             map.insert(
                 "protections".into(),
@@ -78,16 +89,19 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, SetupError>, net: NetPolicy)
 }
 
 /// The record of a real run: the probe object for the chosen backend, plus the worktree,
-/// the writable set and what was found of the worktree's git metadata.
+/// the writable set, the `--allow-unix` paths and what was found of the worktree's git
+/// metadata.
 pub fn run(
     facts: &Facts,
     choice: &Choice,
     opened: &OpenedPolicy,
     git_run: &crate::gitrun::GitRun,
+    allow_unix: &[std::path::PathBuf],
 ) -> Value {
     let mut obj = probe(facts, &Ok(choice.clone()), opened.policy.net);
     let map = obj.as_object_mut().expect("object literal");
     map.insert("worktree".into(), json!(opened.policy.worktree));
+    map.insert("allow_unix".into(), json!(allow_unix));
     map.insert(
         "writable".into(),
         Value::Array(
@@ -213,6 +227,12 @@ pub fn probe_text(v: &Value) -> String {
     out
 }
 
+/// The second `--report` record, written when the command has ended and the unix-socket gate
+/// refused something: `{"unix_refused": [paths, in order, each once]}`.
+pub fn unix_refused(paths: &[String]) -> Value {
+    json!({ "unix_refused": paths })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,7 +252,10 @@ mod tests {
 
     #[test]
     fn tiocsti_is_reported_enforced_only_where_the_filter_exists() {
-        assert_eq!(tiocsti(true), json!({"enforced": true, "by": "seccomp"}));
+        assert_eq!(
+            tiocsti(true),
+            json!({"enforced": true, "by": "seccomp", "tier": "required"})
+        );
         let without = tiocsti(false);
         assert_eq!(without["enforced"], json!(false), "{without}");
         assert!(

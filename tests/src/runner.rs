@@ -263,7 +263,7 @@ impl World {
                 }
             }
         }
-        let host_abi = sys::landlock_abi().unwrap_or(0);
+        let host_abi = shofer_sys::landlock::abi().unwrap_or(0);
         let xattr = {
             let f = scratch.join("xattr-probe");
             std::fs::write(&f, b"").is_ok() && sys::setxattr(&f, "user.shofer", b"1").is_ok()
@@ -802,23 +802,10 @@ impl Drop for Victim {
 
 /// Processes (by pid) whose command line has an argument equal to `marker`.
 pub fn marked(marker: &str) -> Vec<i32> {
-    let mut pids = Vec::new();
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return pids;
-    };
-    for e in rd.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cl) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        if cl.split(|b| *b == 0).any(|a| a == marker.as_bytes()) {
-            // A zombie still has an empty cmdline; a live match is a running process.
-            pids.push(pid);
-        }
-    }
-    pids
+    shofer_sys::proc::live_with_cmdline(|cl| cl.split(|b| *b == 0).any(|a| a == marker.as_bytes()))
+        .iter()
+        .map(|p| p.pid)
+        .collect()
 }
 
 fn chown_tree(p: &Path, u: u32, g: u32) {
@@ -976,7 +963,12 @@ pub fn judge(w: &World, case: &Case, cell: &Cell, o: Outcome, report: Option<&Va
         .map(|a| a as u32)
         .or(cell.abi)
         .unwrap_or(w.host_abi);
-    match gaps::allowed(&w.gaps, case.name, &cell.backend, abi) {
+    // `auto` has the gaps of the backend it picked (the report says which).
+    let backend = match (cell.backend.as_str(), rep["backend"].as_str()) {
+        ("auto", Some(picked)) => picked,
+        (b, _) => b,
+    };
+    match gaps::allowed(&w.gaps, case.name, backend, abi) {
         Some(_) => row("gap", format!("{reason} [{bad}]")),
         None => row(
             "FAIL",
@@ -1053,7 +1045,7 @@ pub fn preflight(w: &World, cell: &mut Cell) -> (Vec<Row>, bool) {
                 let listed = second
                     .report
                     .as_ref()
-                    .map(|r| r["degraded"].clone())
+                    .map(required_degraded)
                     .unwrap_or(Value::Null);
                 let ok = listed.as_array().is_some_and(|a| !a.is_empty());
                 rows.push(mk(
@@ -1109,11 +1101,12 @@ pub fn preflight(w: &World, cell: &mut Cell) -> (Vec<Row>, bool) {
         ));
         return (rows, false);
     }
-    // It ran without --allow-degraded: then nothing required may be degraded.
+    // It ran without --allow-degraded: then nothing required may be degraded (hardening gaps
+    // are listed too, each row's `tier` says which).
     let listed = first
         .report
         .as_ref()
-        .map(|r| r["degraded"].clone())
+        .map(required_degraded)
         .unwrap_or(Value::Null);
     let expected_degraded = cell.backend == "landlock" && cell.abi.unwrap_or(w.host_abi) < 3;
     let ok = listed.as_array().is_some_and(|a| a.is_empty()) && !expected_degraded;
@@ -1227,6 +1220,21 @@ pub fn in_scope(case: &Case, global: bool) -> bool {
     matches!(
         (case.scope, global),
         (Scope::Cell, false) | (Scope::Global, true)
+    )
+}
+
+/// The report's `degraded` keys whose protection row is of the required tier (the others are
+/// hardening gaps, which a run may have without `--allow-degraded`).
+fn required_degraded(report: &Value) -> Value {
+    let keys = report["degraded"].as_array().cloned().unwrap_or_default();
+    Value::Array(
+        keys.into_iter()
+            .filter(|k| {
+                let tier = &report["protections"][k.as_str().unwrap_or("")]["tier"];
+                // Reports before the tiers listed only required protections.
+                tier.is_null() || tier == "required"
+            })
+            .collect(),
     )
 }
 
