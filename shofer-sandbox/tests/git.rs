@@ -720,3 +720,64 @@ fn destroyed_or_rewritten_objects_are_named_and_fail_the_run() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Landlock below ABI 9 (the unix-socket gate runs): a command that both changes a file the
+/// host's git trusts and is refused a host socket gets both closing records on the one
+/// `--report` descriptor, after the unchanged first record.
+#[test]
+fn the_report_closes_with_both_the_refused_sockets_and_the_git_restore() {
+    if !backends().contains(&"landlock") || landlock_abi() >= 9 {
+        return;
+    }
+    let s = Scratch::new();
+    let repo = s.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    git(&repo, &["worktree", "add", "-q", "../wt"]);
+    let wt = s.path().join("wt");
+    let commondir = repo.join(".git/worktrees/wt/commondir");
+    let before = std::fs::read(&commondir).unwrap();
+    // A host socket: bound outside the run, outside the worktree.
+    let sock = s.path().join("host.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let report = s.path().join("report.json");
+    let script = format!(
+        "printf x >> '{}'; python3 -c \"import socket\ntry: socket.socket(socket.AF_UNIX).connect('{}')\nexcept OSError: pass\"",
+        commondir.display(),
+        sock.display()
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 9>'{}'; exec '{SANDBOX}' --backend landlock --report 9 '{}' -c \"$0\"",
+            report.display(),
+            wt.display()
+        ))
+        .arg(&script)
+        .current_dir(&wt)
+        .envs(git_env())
+        .env("XDG_STATE_HOME", s.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(std::fs::read(&commondir).unwrap(), before);
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&report)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 3, "{records:?}");
+    assert_eq!(records[0]["backend"], "landlock", "{records:?}");
+    assert_eq!(
+        records[1]["unix_refused"],
+        serde_json::json!([sock]),
+        "{records:?}"
+    );
+    assert_eq!(records[2]["git_restore"]["complete"], true, "{records:?}");
+    assert_eq!(
+        records[2]["git_restore"]["restored"],
+        serde_json::json!([commondir]),
+        "{records:?}"
+    );
+}
