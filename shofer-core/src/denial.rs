@@ -36,7 +36,10 @@ const SOCKET_REFUSED: &str = "shofer-sandbox: connect to ";
 pub fn denial_hint(output: &str, writable: &[&str]) -> Option<String> {
     let lines: Vec<&str> = output.lines().collect();
     for line in &lines {
-        if let Some(rest) = line.find(SOCKET_REFUSED).map(|i| &line[i + SOCKET_REFUSED.len()..]) {
+        if let Some(rest) = line
+            .find(SOCKET_REFUSED)
+            .map(|i| &line[i + SOCKET_REFUSED.len()..])
+        {
             if let Some(end) = rest.find(" refused") {
                 return Some(format!(
                     "Note: the sandbox refused the connection to the host socket {}: commands of this task cannot reach host services through it (not a bug in the command; the user can allow it with shofer-sandbox --allow-unix).",
@@ -73,13 +76,10 @@ fn is_writable(path: &str, writable: &[&str]) -> bool {
     // Devices and kernel interfaces are not where caches go; a denial there is not ours to
     // explain.
     let exempt = ["/dev", "/proc", "/sys"];
-    exempt
-        .iter()
-        .chain(writable.iter())
-        .any(|w| {
-            let w = w.trim_end_matches('/');
-            path == w || path.strip_prefix(w).is_some_and(|r| r.starts_with('/'))
-        })
+    exempt.iter().chain(writable.iter()).any(|w| {
+        let w = w.trim_end_matches('/');
+        path == w || path.strip_prefix(w).is_some_and(|r| r.starts_with('/'))
+    })
 }
 
 #[cfg(test)]
@@ -125,6 +125,9 @@ mod tests {
             &WT,
         )
         .unwrap();
-        assert!(h.contains("/run/docker.sock") && h.contains("--allow-unix"), "{h}");
+        assert!(
+            h.contains("/run/docker.sock") && h.contains("--allow-unix"),
+            "{h}"
+        );
     }
 }

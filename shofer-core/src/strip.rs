@@ -323,8 +323,14 @@ mod tests {
 
     #[test]
     fn colours_and_cursor_moves_go() {
-        assert_eq!(s(b"\x1b[31m FAIL \x1b[39m src/a.test.ts\n"), " FAIL  src/a.test.ts\n");
-        assert_eq!(s(b"\x1b[1;38;5;196mred\x1b[0m\x1b[2K\x1b[1G ok\n"), "red ok\n");
+        assert_eq!(
+            s(b"\x1b[31m FAIL \x1b[39m src/a.test.ts\n"),
+            " FAIL  src/a.test.ts\n"
+        );
+        assert_eq!(
+            s(b"\x1b[1;38;5;196mred\x1b[0m\x1b[2K\x1b[1G ok\n"),
+            "red ok\n"
+        );
         assert_eq!(s(b"\x1b[?25l\x1b[?25hx"), "x");
         assert_eq!(s(b"\x1b(B\x1b=\x1b7a\x1b8"), "a");
     }

@@ -244,7 +244,11 @@ pub fn background_note(names: &[String], still_running: bool) -> String {
     }
     let mut list: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
     let more = names.len().saturating_sub(8);
-    let more = if more > 0 { format!(", {more} more") } else { String::new() };
+    let more = if more > 0 {
+        format!(", {more} more")
+    } else {
+        String::new()
+    };
     list.dedup();
     let what = if still_running {
         "still running"
@@ -256,6 +260,12 @@ pub fn background_note(names: &[String], still_running: bool) -> String {
         names.len(),
         list.join(", ")
     )
+}
+
+/// `; their output keeps going to artifact <id> (terminate_command <execution id> stops them)`:
+/// appended to a [`background_note`] of processes still running.
+pub fn background_artifact_note(artifact_id: &str, execution_id: u64) -> String {
+    format!("; their output keeps going to artifact {artifact_id} (terminate_command {execution_id} stops them)")
 }
 
 /// Where spilled output went, for [`persisted_result`].
@@ -348,13 +358,16 @@ pub fn persisted_block(total: u64, persisted: &Persisted<'_>, preview: &str) -> 
 /// there was none, else a blank line and the [`persisted_block`].
 pub fn killed_result(headline: &str, output: KilledOutput<'_>) -> String {
     match output {
-        KilledOutput::Inline("") => format!("{headline}\nNo output."),
+        KilledOutput::Inline("") => headline.to_string(),
         KilledOutput::Inline(o) => format!("{headline}\n\nOutput:\n{}", compress_output(o)),
         KilledOutput::Persisted {
             total,
             persisted,
             preview,
-        } => format!("{headline}\n\n{}", persisted_block(total, &persisted, preview)),
+        } => format!(
+            "{headline}\n\n{}",
+            persisted_block(total, &persisted, preview)
+        ),
     }
 }
 
@@ -389,17 +402,28 @@ pub fn running_artifact_note(artifact_id: &str, total: u64) -> String {
 /// (or an empty line when there is none yet), then
 /// `You will be updated on the terminal status and new output in the future.`
 pub fn running_result(cwd: &str, output_so_far: &str) -> String {
+    running_result_noted(cwd, output_so_far, "")
+}
+
+/// [`running_result`] with `note` (e.g. a [`running_artifact_note`]) as a line before the
+/// last sentence.
+pub fn running_result_noted(cwd: &str, output_so_far: &str, note: &str) -> String {
     let middle = if output_so_far.is_empty() {
         "\n".to_string()
     } else {
         format!("Here's the output so far:\n{output_so_far}\n")
     };
-    [
+    let mut parts = vec![
         format!("Command is still running in terminal from '{cwd}'."),
         middle,
+    ];
+    if !note.is_empty() {
+        parts.push(note.to_string());
+    }
+    parts.push(
         "You will be updated on the terminal status and new output in the future.".to_string(),
-    ]
-    .join("\n")
+    );
+    parts.join("\n")
 }
 
 /// The hard (user) timeout text, with the timeout in seconds as configured (e.g. `5s`, `0.5s`).

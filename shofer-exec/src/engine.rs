@@ -32,16 +32,21 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use shofer_core::artifact::next_unique;
+use shofer_core::denial::denial_hint;
 use shofer_core::preview::PreviewSize;
-use shofer_core::text::{self, ExitStatus, Persisted};
+use shofer_core::text::{self, ExitStatus, KilledOutput, Persisted};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::childenv;
 use crate::intercept::{Intercepted, Interceptor, Spill};
 use crate::pump::{self, PumpCtl};
 use crate::reader::{self, ReadError, ReadRequest};
 use crate::sys;
 use crate::tree::{self, Tree};
+
+/// The last execution id handed out in this process.
+static LAST_ID: AtomicU64 = AtomicU64::new(0);
 
 /// How often the tree of an exited command that left background processes is rescanned
 /// (to reap their zombies once they exit).
@@ -108,6 +113,25 @@ impl Sandbox {
     }
 }
 
+impl Sandbox {
+    /// The directories a sandboxed command may write: the worktree, `/tmp`, and every
+    /// `--allow-write DIR` among the extra arguments.
+    pub fn writable(&self) -> Vec<String> {
+        let mut w = vec![self.worktree.display().to_string(), "/tmp".to_string()];
+        let mut args = self.extra_args.iter();
+        while let Some(a) = args.next() {
+            if a == "--allow-write" {
+                if let Some(d) = args.next() {
+                    w.push(d.to_string_lossy().into_owned());
+                }
+            } else if let Some(d) = a.to_str().and_then(|a| a.strip_prefix("--allow-write=")) {
+                w.push(d.to_string());
+            }
+        }
+        w
+    }
+}
+
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -138,6 +162,26 @@ pub struct EngineConfig {
     /// Make this process a child subreaper on engine creation (see [`crate::tree`]).
     /// Default false; set it when the engine owns its process (the `shofer` binary does).
     pub subreaper: bool,
+    /// Environment variables the caller sets explicitly: they win over the engine's
+    /// non-interactive defaults ([`crate::childenv`]). Default none.
+    pub env: Vec<(OsString, OsString)>,
+    /// What happens to descendants still running when a command's main process exits.
+    /// Default [`Background::Keep`].
+    pub background: Background,
+}
+
+/// What becomes of a command's descendants that outlive its main process (`server &`,
+/// `nohup x &`, `setsid daemon`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Background {
+    /// They stay part of the command (`shofer serve`): the result says
+    /// `K background process(es) still running (names)`, their output keeps flowing into the
+    /// command's artifact, and [`Engine::terminate`] or dropping the engine stops them.
+    #[default]
+    Keep,
+    /// They are killed when the main process exits (one-shot `shofer run`), and the result
+    /// names them.
+    Stop,
 }
 
 impl EngineConfig {
@@ -154,6 +198,8 @@ impl EngineConfig {
             drain_idle: Duration::from_millis(200),
             sandbox: None,
             subreaper: false,
+            env: Vec::new(),
+            background: Background::Keep,
         }
     }
 }
@@ -252,8 +298,11 @@ pub struct Outcome {
     pub artifact_id: Option<String>,
     /// The artifact's path, once the output spilled.
     pub artifact_path: Option<PathBuf>,
-    /// Bytes of output so far.
+    /// Bytes of output so far (terminal control bytes stripped).
     pub total_bytes: u64,
+    /// Names of the descendants still running after the main process exited (with
+    /// [`Background::Keep`]), or stopped then (with [`Background::Stop`]).
+    pub background: Vec<String>,
     /// The result text for the model (DESIGN §3.3).
     pub text: String,
 }
@@ -264,6 +313,7 @@ struct Final {
     status: Status,
     exit: ExitStatus,
     intercepted: Intercepted,
+    background: Vec<String>,
     text: String,
 }
 
@@ -286,16 +336,22 @@ impl Record {
         match fin {
             Some(f) => self.outcome_from(&f),
             None => {
-                let snap = self
-                    .interceptor
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .snapshot();
+                let snap = {
+                    let mut i = self.interceptor.lock().unwrap_or_else(|e| e.into_inner());
+                    // The agent may be shown the artifact id now: keep the file.
+                    i.keep_artifact();
+                    i.snapshot()
+                };
                 let so_far = match snap.spill {
                     Spill::Inline => text::compress_output(&snap.preview.text),
                     _ => snap.preview.text.clone(),
                 };
                 let (artifact_id, artifact_path) = artifact_of(&snap, &self.interceptor);
+                let note = artifact_id
+                    .as_ref()
+                    .map(|id| text::running_artifact_note(id, snap.preview.total))
+                    .unwrap_or_default();
+                let txt = text::running_result_noted(&self.cwd, &so_far, &note);
                 Outcome {
                     id: self.id,
                     command: self.command.clone(),
@@ -306,7 +362,8 @@ impl Record {
                     artifact_id,
                     artifact_path,
                     total_bytes: snap.preview.total,
-                    text: text::running_result(&self.cwd, &so_far),
+                    background: Vec::new(),
+                    text: txt,
                 }
             }
         }
@@ -328,6 +385,7 @@ impl Record {
             artifact_id,
             artifact_path,
             total_bytes: f.intercepted.preview.total,
+            background: f.background.clone(),
             text: f.text.clone(),
         }
     }
@@ -349,6 +407,7 @@ impl Record {
                     status: Status::Terminated,
                     exit: ExitStatus::from_signal(9, false),
                     intercepted: snap,
+                    background: Vec::new(),
                     text: text::ABORTED_TEXT.to_string(),
                 };
             }
@@ -364,11 +423,15 @@ fn artifact_of(
     i: &Intercepted,
     interceptor: &Mutex<Interceptor>,
 ) -> (Option<String>, Option<PathBuf>) {
-    let id = match &i.spill {
-        Spill::Complete(id)
-        | Spill::Failed {
-            artifact: Some(id), ..
-        } => id,
+    let id = match (&i.spill, &i.artifact) {
+        (
+            Spill::Complete(id)
+            | Spill::Failed {
+                artifact: Some(id), ..
+            },
+            _,
+        )
+        | (Spill::Inline, Some(id)) => id,
         _ => return (None, None),
     };
     let path = interceptor
@@ -444,26 +507,16 @@ impl Engine {
         &self.inner.config
     }
 
-    /// The next execution id: the time in milliseconds, made unique within the process (all
-    /// engines share one counter, so two engines never hand out the same id or tag).
-    fn next_id(&self) -> u64 {
-        static LAST_ID: AtomicU64 = AtomicU64::new(0);
+    /// A candidate for the next execution id: the time in milliseconds, made unique within
+    /// the process (all engines share one counter). The interceptor then claims the artifact
+    /// file with `O_EXCL`, moving on past ids that other processes hold.
+    fn next_id() -> u64 {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         let mut last = LAST_ID.load(Ordering::SeqCst);
         loop {
-            let mut id = next_unique(now, last);
-            // Another process may have left an artifact with this id in a shared directory.
-            while self
-                .inner
-                .config
-                .artifacts_dir
-                .join(format!("cmd-{id}.txt"))
-                .exists()
-            {
-                id += 1;
-            }
+            let id = next_unique(now, last);
             match LAST_ID.compare_exchange(last, id, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => return id,
                 Err(cur) => last = cur,
@@ -511,7 +564,11 @@ impl Engine {
         if !cwd.is_dir() {
             return Err(ExecError::MissingCwd { dir: cwd });
         }
-        let id = self.next_id();
+        // The artifact is created first: its O_EXCL claim fixes the execution id.
+        let interceptor =
+            Interceptor::create(&cfg.artifacts_dir, Self::next_id(), cfg.preview.budget());
+        let id = interceptor.execution_id();
+        LAST_ID.fetch_max(id, Ordering::SeqCst);
         let tag = format!("{}-{id}", sys::getpid());
         let (read_end, write_end) = sys::pipe().map_err(ExecError::Pipe)?;
         let write2: OwnedFd = write_end.try_clone().map_err(ExecError::Pipe)?;
@@ -537,18 +594,50 @@ impl Engine {
             .stdout(Stdio::from(write_end))
             .stderr(Stdio::from(write2))
             .env("LANG", "C.UTF-8")
-            .env("LC_ALL", "C.UTF-8")
-            .env(TAG_VAR, &tag)
-            .kill_on_drop(false);
+            .env("LC_ALL", "C.UTF-8");
+        for (k, v) in childenv::changes(&cfg.env) {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd.env(TAG_VAR, &tag).kill_on_drop(false);
         // A new session (and so a new process group): no controlling terminal, as in
         // shofer-sandbox's supervisor, so the command cannot read or inject into the user's
         // terminal (TIOCSTI); and every process in this session is the command's, which the
         // tree kill relies on (see `tree`).
-        // Safety: setsid(2) is async-signal-safe and touches no memory of the parent.
+        // Descriptors above 2 that the caller left open without close-on-exec (a shell's
+        // `3<file`, a harness's pipes) must not reach the command: marked close-on-exec here,
+        // so exec closes them (and std's own exec-error pipe keeps working).
+        // Safety: setsid(2), close_range(2), getrlimit(2) and fcntl(2) are async-signal-safe
+        // system calls on this process's own state; no memory of the parent is touched and
+        // nothing is allocated.
         unsafe {
             cmd.pre_exec(|| {
                 if libc::setsid() < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                // Raw libc: no allocation is allowed between fork and exec.
+                let r = libc::syscall(
+                    libc::SYS_close_range,
+                    3 as libc::c_uint,
+                    libc::c_uint::MAX,
+                    libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+                );
+                if r != 0 {
+                    // Before Linux 5.11: every descriptor up to the limit, one by one.
+                    let mut lim = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                        lim.rlim_cur.min(1 << 20) as libc::c_int
+                    } else {
+                        65536
+                    };
+                    for fd in 3..max {
+                        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                    }
                 }
                 Ok(())
             });
@@ -559,11 +648,7 @@ impl Engine {
         let mut child = spawned.map_err(|source| ExecError::Spawn { program, source })?;
         let pid = child.id().map_or(0, |p| p as i32);
         let tree = Tree::new(pid, format!("{TAG_VAR}={tag}"));
-        let interceptor = Arc::new(Mutex::new(Interceptor::new(
-            &cfg.artifacts_dir,
-            id,
-            cfg.preview.budget(),
-        )));
+        let interceptor = Arc::new(Mutex::new(interceptor));
         let (pump_ctl, pump_done) = match pump::start(read_end, Arc::clone(&interceptor)) {
             Ok(p) => p,
             Err(e) => {
@@ -594,7 +679,10 @@ impl Engine {
             .insert(id, Arc::clone(&rec));
         let r = Arc::clone(&rec);
         let (drain_max, drain_idle, grace) = (cfg.drain_max, cfg.drain_idle, cfg.kill_grace);
+        let policy = cfg.background;
+        let writable = cfg.sandbox.as_ref().map(Sandbox::writable);
         tokio::spawn(async move {
+            let mut pump_done = pump_done;
             let status = tokio::select! {
                 s = child.wait() => s,
                 () = sleep_or_forever(hard) => {
@@ -604,13 +692,42 @@ impl Engine {
                     child.wait().await
                 }
             };
-            r.pump.begin_drain(drain_max, drain_idle);
-            let _ = pump_done.await;
-            let intercepted = r
-                .interceptor
+            let killed = r
+                .kill_reason
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .finish();
+                .is_some();
+            // Descendants still running now that the main process is gone.
+            let mut background = Vec::new();
+            let mut keep_pumping = false;
+            if !killed {
+                let t = Arc::clone(&r);
+                let left = tokio::task::spawn_blocking(move || t.tree.members())
+                    .await
+                    .unwrap_or_default();
+                background = left.iter().map(|p| process_name(p.pid)).collect();
+                if !left.is_empty() {
+                    match policy {
+                        Background::Stop => kill_blocking(&r, grace).await,
+                        Background::Keep => keep_pumping = true,
+                    }
+                }
+            }
+            let intercepted = if keep_pumping {
+                // The pump keeps reading the background processes' output; the result is
+                // what came until the output settled.
+                settle(&r.interceptor, drain_max, drain_idle).await;
+                let mut i = r.interceptor.lock().unwrap_or_else(|e| e.into_inner());
+                i.keep_artifact();
+                i.snapshot()
+            } else {
+                r.pump.begin_drain(drain_max, drain_idle);
+                let _ = (&mut pump_done).await;
+                r.interceptor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .finish()
+            };
             let exit = match status {
                 Ok(s) => exit_status_of(s),
                 Err(_) => ExitStatus::from_signal(9, false),
@@ -619,20 +736,53 @@ impl Engine {
             let (st, txt) = match reason {
                 Some(KillReason::HardTimeout) => (
                     Status::TimedOut,
-                    text::hard_timeout_text(r.hard_timeout_secs.unwrap_or(0.0)),
+                    killed_text(
+                        &text::hard_timeout_text(r.hard_timeout_secs.unwrap_or(0.0)),
+                        &intercepted,
+                    ),
                 ),
-                Some(KillReason::Abort) => (Status::Terminated, text::ABORTED_TEXT.to_string()),
-                Some(KillReason::Terminate) => {
-                    (Status::Terminated, result_text(&r.cwd, &exit, &intercepted))
+                Some(KillReason::Abort) => (
+                    Status::Terminated,
+                    killed_text(text::ABORTED_TEXT, &intercepted),
+                ),
+                Some(KillReason::Terminate) => (
+                    Status::Terminated,
+                    result_text(&r.cwd, &exit, &intercepted, ""),
+                ),
+                None => {
+                    let mut note = text::background_note(&background, policy == Background::Keep);
+                    if keep_pumping {
+                        if let Some(a) = &intercepted.artifact {
+                            note.push_str(&text::background_artifact_note(a.as_str(), r.id));
+                        }
+                    }
+                    let mut t = result_text(&r.cwd, &exit, &intercepted, &note);
+                    if let (Some(w), true) = (&writable, exit != ExitStatus::Code(0)) {
+                        let w: Vec<&str> = w.iter().map(String::as_str).collect();
+                        if let Some(h) = denial_hint(&intercepted.preview.text, &w) {
+                            t.push('\n');
+                            t.push_str(&h);
+                        }
+                    }
+                    (Status::Exited, t)
                 }
-                None => (Status::Exited, result_text(&r.cwd, &exit, &intercepted)),
             };
             r.done.send_replace(Some(Final {
                 status: st,
                 exit,
                 intercepted,
+                background,
                 text: txt,
             }));
+            if keep_pumping {
+                // Until the background processes close the pipe (they exit, or are killed by
+                // terminate) or the engine stops the pump.
+                let _ = pump_done.await;
+                r.interceptor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .finish();
+            }
             // Background leftovers (`daemon &`) stay in the tree; while any lives, rescan now
             // and then so that their zombies, reparented to us as subreaper, get reaped.
             loop {
@@ -776,13 +926,73 @@ fn exit_status_of(s: std::process::ExitStatus) -> ExitStatus {
     }
 }
 
+/// Waits until the output has been quiet for `idle`, at most `max`.
+async fn settle(interceptor: &Mutex<Interceptor>, max: Duration, idle: Duration) {
+    let total = || {
+        interceptor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .total()
+    };
+    let start = tokio::time::Instant::now();
+    let step = idle
+        .min(Duration::from_millis(50))
+        .max(Duration::from_millis(1));
+    let mut last = total();
+    let mut quiet_since = start;
+    while start.elapsed() < max && quiet_since.elapsed() < idle {
+        tokio::time::sleep(step).await;
+        let now = total();
+        if now != last {
+            last = now;
+            quiet_since = tokio::time::Instant::now();
+        }
+    }
+}
+
+/// A process's name (`/proc/<pid>/comm`), or its pid when it is gone.
+fn process_name(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_else(|_| format!("pid {pid}"))
+}
+
+/// The text of a command the engine killed: the fixed headline plus what it printed.
+fn killed_text(headline: &str, i: &Intercepted) -> String {
+    let out = match &i.spill {
+        Spill::Inline => KilledOutput::Inline(&i.preview.text),
+        Spill::Complete(id) => KilledOutput::Persisted {
+            total: i.preview.total,
+            persisted: Persisted::Complete {
+                artifact_id: id.as_str(),
+            },
+            preview: &i.preview.text,
+        },
+        Spill::Failed {
+            artifact,
+            written,
+            error,
+        } => KilledOutput::Persisted {
+            total: i.preview.total,
+            persisted: Persisted::Failed {
+                artifact_id: artifact.as_ref().map(|a| a.as_str()),
+                written: *written,
+                error,
+            },
+            preview: &i.preview.text,
+        },
+    };
+    text::killed_result(headline, out)
+}
+
 /// The inline or persisted result text for a finished command.
-fn result_text(cwd: &str, exit: &ExitStatus, i: &Intercepted) -> String {
+fn result_text(cwd: &str, exit: &ExitStatus, i: &Intercepted, note: &str) -> String {
     match &i.spill {
-        Spill::Inline => text::inline_result(cwd, exit, &i.preview.text),
-        Spill::Complete(id) => text::persisted_result(
+        Spill::Inline => text::inline_result_noted(cwd, exit, note, &i.preview.text),
+        Spill::Complete(id) => text::persisted_result_noted(
             cwd,
             exit,
+            note,
             i.preview.total,
             &Persisted::Complete {
                 artifact_id: id.as_str(),
@@ -793,9 +1003,10 @@ fn result_text(cwd: &str, exit: &ExitStatus, i: &Intercepted) -> String {
             artifact,
             written,
             error,
-        } => text::persisted_result(
+        } => text::persisted_result_noted(
             cwd,
             exit,
+            note,
             i.preview.total,
             &Persisted::Failed {
                 artifact_id: artifact.as_ref().map(|a| a.as_str()),

@@ -6,7 +6,8 @@
 //!   ([`Engine::list`], [`Engine::status`], [`Engine::wait`], [`Engine::terminate`]) and reads
 //!   artifacts ([`Engine::read`]). Its settings are an [`EngineConfig`]; a worktree task adds a
 //!   [`Sandbox`] (the `shofer-sandbox` wrapper).
-//! - [`intercept`]: the output interceptor (preview + spill to `cmd-<id>.txt`), with
+//! - [`childenv`]: the non-interactive environment every command gets.
+//! - [`intercept`]: the output interceptor (control bytes stripped, preview, `cmd-<id>.txt`), with
 //!   [`intercept::cleanup`] and [`intercept::cleanup_by_ids`].
 //! - [`tree`]: finding and killing a command's whole process tree (procfs, pidfds, child
 //!   subreaper); read its module docs for what is and is not guaranteed.
@@ -35,6 +36,7 @@
 //! (it prints SKIP otherwise).
 #![deny(missing_docs)]
 
+pub mod childenv;
 mod engine;
 pub mod intercept;
 mod pump;
@@ -44,5 +46,7 @@ pub mod shoferignore;
 mod sys;
 pub mod tree;
 
-pub use engine::{Engine, EngineConfig, ExecError, ExecRequest, Outcome, Sandbox, Status, TAG_VAR};
+pub use engine::{
+    Background, Engine, EngineConfig, ExecError, ExecRequest, Outcome, Sandbox, Status, TAG_VAR,
+};
 pub use tokio_util::sync::CancellationToken;

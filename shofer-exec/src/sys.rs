@@ -231,33 +231,3 @@ pub fn read_at(dir: &std::fs::File, path: &[u8], buf: &mut [u8]) -> io::Result<u
     let f = unsafe { OwnedFd::from_raw_fd(fd) };
     read(f.as_raw_fd(), buf)
 }
-
-/// `splice(fd_in, NULL, fd_out, NULL, len, SPLICE_F_MOVE)`: moves up to `len` bytes from a
-/// pipe to a file at the file's position without copying them through user space. Retries
-/// `EINTR`. Returns 0 at the pipe's end of file.
-///
-/// # Errors
-/// As `splice(2)`: `EINVAL` when the file's filesystem cannot take spliced data, `ENOSPC`/`EIO`
-/// etc. from the write. On an error no byte was moved by that call.
-pub fn splice(fd_in: RawFd, fd_out: RawFd, len: usize) -> io::Result<usize> {
-    loop {
-        // Safety: NULL offsets mean "use and update the file positions"; both fds are open.
-        let ret = unsafe {
-            libc::splice(
-                fd_in,
-                std::ptr::null_mut(),
-                fd_out,
-                std::ptr::null_mut(),
-                len,
-                libc::SPLICE_F_MOVE,
-            )
-        };
-        if ret >= 0 {
-            return Ok(ret as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
