@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use shofer_core::artifact::next_unique;
 use shofer_core::denial::denial_hint;
 use shofer_core::preview::PreviewSize;
@@ -258,7 +258,7 @@ impl std::error::Error for ExecError {
 }
 
 /// A command's state in the registry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Still running (its main process has not exited).
@@ -280,7 +280,7 @@ enum KillReason {
 }
 
 /// What the engine tells about one command.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Outcome {
     /// The execution id.
     pub id: u64,

@@ -6,6 +6,7 @@
 //!   ([`Engine::list`], [`Engine::status`], [`Engine::wait`], [`Engine::terminate`]) and reads
 //!   artifacts ([`Engine::read`]). Its settings are an [`EngineConfig`]; a worktree task adds a
 //!   [`Sandbox`] (the `shofer-sandbox` wrapper).
+//! - [`detach`]: `shofer run --timeout`'s detached supervisor and its state files.
 //! - [`childenv`]: the non-interactive environment every command gets.
 //! - [`intercept`]: the output interceptor (control bytes stripped, preview, `cmd-<id>.txt`), with
 //!   [`intercept::cleanup`] and [`intercept::cleanup_by_ids`].
@@ -37,6 +38,7 @@
 #![deny(missing_docs)]
 
 pub mod childenv;
+pub mod detach;
 mod engine;
 pub mod intercept;
 mod pump;
