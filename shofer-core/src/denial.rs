@@ -67,8 +67,8 @@ pub fn denial_hint(output: &str, writable: &[&str]) -> Option<String> {
 
 /// Absolute paths in a line: words starting with `/`, quotes and trailing punctuation removed.
 fn absolute_paths(line: &str) -> impl Iterator<Item = &str> {
-    line.split(|c: char| c.is_whitespace() || c == '\'' || c == '"' || c == '`' || c == '(')
-        .map(|w| w.trim_end_matches([':', ',', ';', ')', '.', '\'', '"']))
+    line.split(|c: char| c.is_whitespace() || "'\"`(‘’“”«»".contains(c))
+        .map(|w| w.trim_end_matches([':', ',', ';', ')', '.']))
         .filter(|w| w.len() > 1 && w.starts_with('/') && !w.starts_with("//"))
 }
 
@@ -96,6 +96,7 @@ mod tests {
             "error: Failed to initialize cache at `/root/.cache/uv`\n  Caused by: failed to create directory `/root/.cache/uv`: Permission denied (os error 13)",
             "ERROR: Could not install packages due to an OSError: [Errno 30] Read-only file system: '/usr/lib/python3/dist-packages/x'",
             "touch: cannot touch '/home/me/outside': Permission denied",
+            "mkdir: cannot create directory ‘/root/.cache’: Permission denied",
         ] {
             let h = denial_hint(out, &WT).unwrap_or_else(|| panic!("no hint for {out}"));
             assert!(h.starts_with("Note: the sandbox refused a write to /"), "{h}");

@@ -847,7 +847,8 @@ impl Engine {
         Some(rec.outcome_from(&rec.wait_final().await))
     }
 
-    /// Every command of the engine's life, oldest first.
+    /// Every command of the engine's life, oldest first; for a command that exited leaving
+    /// background processes, [`Outcome::background`] names those still running now.
     pub fn list(&self) -> Vec<Outcome> {
         let recs: Vec<Arc<Record>> = self
             .inner
@@ -857,7 +858,21 @@ impl Engine {
             .values()
             .cloned()
             .collect();
-        recs.iter().map(|r| r.snapshot()).collect()
+        recs.iter()
+            .map(|r| {
+                let mut o = r.snapshot();
+                if o.status != Status::Running && !o.background.is_empty() {
+                    // Those of its background processes that still run now.
+                    o.background = r
+                        .tree
+                        .members()
+                        .iter()
+                        .map(|p| process_name(p.pid))
+                        .collect();
+                }
+                o
+            })
+            .collect()
     }
 
     /// Removes artifacts from the artifact directory: every `cmd-*` file when `keep` is
