@@ -228,19 +228,33 @@ impl Verdict {
 
 /// What `backend` enforces with an effective Landlock ABI `abi` (0 = no Landlock layered) and
 /// network policy `net`, for every [`Protection`] in [`Protection::ALL`] order.
+/// `tiocsti_filter` says whether the sandbox has its TIOCSTI/TIOCLINUX seccomp filter for the
+/// machine's architecture (a fact of the build, not of the kernel: the filter is written for
+/// x86-64 only).
 ///
 /// The kernel facts come from the Landlock documentation
 /// (<https://docs.kernel.org/userspace-api/landlock.html>): `REFER` from ABI 2, `TRUNCATE`
 /// from ABI 3, TCP from ABI 4, `IOCTL_DEV` from ABI 5, scopes from ABI 6, `RESOLVE_UNIX`
 /// from ABI 9; Landlock never covers chmod, chown, utime or xattr changes.
-pub fn protections(backend: Backend, abi: u32, net: NetPolicy) -> Vec<(Protection, Verdict)> {
+pub fn protections(
+    backend: Backend,
+    abi: u32,
+    net: NetPolicy,
+    tiocsti_filter: bool,
+) -> Vec<(Protection, Verdict)> {
     Protection::ALL
         .iter()
-        .map(|&p| (p, verdict(p, backend, abi, net)))
+        .map(|&p| (p, verdict(p, backend, abi, net, tiocsti_filter)))
         .collect()
 }
 
-fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy) -> Verdict {
+fn verdict(
+    p: Protection,
+    backend: Backend,
+    abi: u32,
+    net: NetPolicy,
+    tiocsti_filter: bool,
+) -> Verdict {
     use Verdict::{Enforced, NotEnforced};
     let mounts = backend.has_readonly_root();
     let no = |s: &str| NotEnforced(s.to_string());
@@ -309,7 +323,8 @@ fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy) -> Verdict
             NetPolicy::Deny if backend.has_readonly_root() => Enforced("network namespace"),
             NetPolicy::Deny => no("Landlock controls TCP only from ABI 4"),
         },
-        Protection::Tiocsti => Enforced("seccomp"),
+        Protection::Tiocsti if tiocsti_filter => Enforced("seccomp"),
+        Protection::Tiocsti => no("the seccomp filter against TIOCSTI/TIOCLINUX exists only for x86-64; none is installed on this architecture"),
         Protection::TerminalPrograms => {
             if backend == Backend::Bwrap {
                 no("bubblewrap's --new-session leaves the command without a controlling terminal (/dev/tty: ENXIO)")
@@ -335,9 +350,14 @@ fn verdict(p: Protection, backend: Backend, abi: u32, net: NetPolicy) -> Verdict
 }
 
 /// The required protections (see [`Protection::is_required`]) that do not hold: a non-empty
-/// list means the run would be degraded.
-pub fn degradations(backend: Backend, abi: u32, net: NetPolicy) -> Vec<(Protection, String)> {
-    protections(backend, abi, net)
+/// list means the run would be degraded. Arguments as for [`protections`].
+pub fn degradations(
+    backend: Backend,
+    abi: u32,
+    net: NetPolicy,
+    tiocsti_filter: bool,
+) -> Vec<(Protection, String)> {
+    protections(backend, abi, net, tiocsti_filter)
         .into_iter()
         .filter(|(p, _)| p.is_required(net))
         .filter_map(|(p, v)| match v {
@@ -353,37 +373,66 @@ mod tests {
 
     #[test]
     fn landlock_abi3_is_complete_without_net_deny() {
-        assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow).is_empty());
+        assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow, true).is_empty());
         assert_eq!(
-            degradations(Backend::Landlock, 3, NetPolicy::Deny)[0].0,
+            degradations(Backend::Landlock, 3, NetPolicy::Deny, true)[0].0,
             Protection::Tcp
         );
-        assert!(degradations(Backend::Landlock, 4, NetPolicy::Deny).is_empty());
+        assert!(degradations(Backend::Landlock, 4, NetPolicy::Deny, true).is_empty());
     }
 
     #[test]
     fn landlock_abi1_and_2_are_degraded() {
-        let d1: Vec<_> = degradations(Backend::Landlock, 1, NetPolicy::Allow)
+        let d1: Vec<_> = degradations(Backend::Landlock, 1, NetPolicy::Allow, true)
             .into_iter()
             .map(|(p, _)| p)
             .collect();
         assert_eq!(d1, vec![Protection::Truncate, Protection::RenameInside]);
-        let d2: Vec<_> = degradations(Backend::Landlock, 2, NetPolicy::Allow)
+        let d2: Vec<_> = degradations(Backend::Landlock, 2, NetPolicy::Allow, true)
             .into_iter()
             .map(|(p, _)| p)
             .collect();
         assert_eq!(d2, vec![Protection::Truncate]);
-        assert!(!degradations(Backend::Landlock, 0, NetPolicy::Allow).is_empty());
+        assert!(!degradations(Backend::Landlock, 0, NetPolicy::Allow, true).is_empty());
     }
 
     #[test]
     fn metadata_and_pathname_sockets_are_listed_never_hidden() {
-        let all = protections(Backend::Landlock, 7, NetPolicy::Deny);
+        let all = protections(Backend::Landlock, 7, NetPolicy::Deny, true);
         let get = |p| all.iter().find(|(q, _)| *q == p).unwrap().1.clone();
         assert!(!get(Protection::MetadataOutside).is_enforced());
         assert!(!get(Protection::PathnameSockets).is_enforced());
         assert!(get(Protection::SignalsOut).is_enforced());
-        let layered = protections(Backend::Layered, 7, NetPolicy::Allow);
+        let layered = protections(Backend::Layered, 7, NetPolicy::Allow, true);
         assert!(layered[4].1.is_enforced());
+    }
+
+    #[test]
+    fn tiocsti_is_enforced_only_with_the_filter() {
+        for backend in [
+            Backend::Landlock,
+            Backend::Userns,
+            Backend::Layered,
+            Backend::Bwrap,
+        ] {
+            let with = protections(backend, 7, NetPolicy::Allow, true);
+            let without = protections(backend, 7, NetPolicy::Allow, false);
+            let tiocsti = |all: &[(Protection, Verdict)]| {
+                all.iter()
+                    .find(|(p, _)| *p == Protection::Tiocsti)
+                    .unwrap()
+                    .1
+                    .clone()
+            };
+            assert_eq!(tiocsti(&with), Verdict::Enforced("seccomp"));
+            assert!(!tiocsti(&without).is_enforced());
+            assert_eq!(
+                degradations(backend, 7, NetPolicy::Allow, false)
+                    .iter()
+                    .map(|(p, _)| *p)
+                    .collect::<Vec<_>>(),
+                [Protection::Tiocsti]
+            );
+        }
     }
 }

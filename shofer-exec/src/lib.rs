@@ -34,7 +34,7 @@
 //! (`sh`, `sleep`, `setsid`, double forks, fork loops), each with a unique marker in its command
 //! line so that the survivor check (a `/proc` scan for the marker) cannot confuse parallel
 //! tests. The ENOSPC test mounts a 1 MiB tmpfs inside a private mount namespace and needs root
-//! (it prints SKIP otherwise).
+//! (it prints SKIP otherwise, and fails under `CI`).
 #![deny(missing_docs)]
 
 pub mod childenv;

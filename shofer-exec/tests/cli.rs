@@ -7,7 +7,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{is_root, kill_leftovers, marker, sleepers, survivors};
+use common::{is_root, kill_leftovers, marker, skip, sleepers, survivors};
 
 const SHOFER: &str = env!("CARGO_BIN_EXE_shofer");
 
@@ -299,7 +299,10 @@ fn field_case_15_one_huge_line_bounded_memory_complete_artifact_readable() {
 #[test]
 fn enospc_while_spilling_keeps_the_preview_and_says_so() {
     if !is_root() {
-        println!("SKIP enospc_while_spilling_keeps_the_preview_and_says_so: needs root (mounts a tmpfs in a private mount namespace)");
+        skip(
+            "enospc_while_spilling_keeps_the_preview_and_says_so",
+            "needs root (mounts a tmpfs in a private mount namespace)",
+        );
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -325,9 +328,9 @@ fn enospc_while_spilling_keeps_the_preview_and_says_so() {
     if o.status.code() == Some(99)
         || (!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("unshare"))
     {
-        println!(
-            "SKIP enospc_while_spilling_keeps_the_preview_and_says_so: cannot mount tmpfs: {}",
-            String::from_utf8_lossy(&o.stderr)
+        skip(
+            "enospc_while_spilling_keeps_the_preview_and_says_so",
+            &format!("cannot mount tmpfs: {}", String::from_utf8_lossy(&o.stderr)),
         );
         return;
     }
@@ -358,8 +361,9 @@ fn commands_get_no_controlling_terminal_even_under_a_pty() {
     // The command runs in a new session: it cannot open /dev/tty (to read the user's terminal
     // or inject into it with TIOCSTI) even when `shofer` itself runs on a terminal.
     if Command::new("script").arg("--version").output().is_err() {
-        println!(
-            "SKIP commands_get_no_controlling_terminal_even_under_a_pty: script(1) not installed"
+        skip(
+            "commands_get_no_controlling_terminal_even_under_a_pty",
+            "script(1) (bsdutils) not installed",
         );
         return;
     }

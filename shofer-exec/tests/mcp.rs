@@ -5,7 +5,9 @@
 //!
 //! The Python environment comes from `scripts/mcp-venv` (default `target/mcp-venv`), or
 //! `SHOFER_MCP_PYTHON=/path/to/python` naming an interpreter that has `mcp`. Without it the
-//! test prints SKIP, and fails when `CI` is set (CI must run it).
+//! test prints SKIP, and fails when `CI` is set (CI must run it; `common::skip`).
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,10 +41,10 @@ fn python() -> Option<PathBuf> {
 fn real_mcp_client_session() {
     let Some(python) = python() else {
         let how = "create it with `scripts/mcp-venv` (python3 -m venv target/mcp-venv && target/mcp-venv/bin/pip install 'mcp>=2.3,<3'), or set SHOFER_MCP_PYTHON";
-        if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
-            panic!("the MCP client venv is missing (CI is set, so this test must run): {how}");
-        }
-        println!("SKIP real_mcp_client_session: no MCP client venv; {how}");
+        common::skip(
+            "real_mcp_client_session",
+            &format!("no MCP client venv; {how}"),
+        );
         return;
     };
     let probe = Command::new(&python)

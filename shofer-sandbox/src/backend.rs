@@ -1,14 +1,16 @@
 //! Choosing a backend (DESIGN §2.4): the strongest that enforces the whole policy, or a clear
 //! refusal naming each mechanism and why it failed. Never a silent downgrade.
 
-use shofer_core::policy::{degradations, Backend, NetPolicy, Protection};
+use shofer_core::policy::{degradations, protections, Backend, NetPolicy, Protection, Verdict};
 use shofer_core::rights::NEWEST_PINNED_ABI;
 
 use std::cell::OnceCell;
 
 use crate::bwrap::{self, Bwrap};
 use crate::cli::BackendChoice;
+use crate::error::{LandlockOff, SetupError, Unusable};
 use crate::namespaces;
+use crate::seccomp;
 use crate::sys::{self, LandlockAbsence};
 
 /// What the kernel offers, probed once per run. The slower probes (user namespaces: a clone
@@ -19,6 +21,10 @@ pub struct Facts {
     pub kernel: String,
     /// The kernel's Landlock ABI, or why there is none.
     pub landlock: Result<u32, LandlockAbsence>,
+    /// Whether this build has the TIOCSTI/TIOCLINUX seccomp filter for the machine's
+    /// architecture ([`seccomp::FILTER_AVAILABLE`]); without it, terminal injection is not
+    /// enforced and the report says so.
+    pub tiocsti_filter: bool,
     userns: OnceCell<Result<(), String>>,
     bwrap: OnceCell<Result<Bwrap, String>>,
 }
@@ -29,12 +35,14 @@ impl Facts {
         Facts {
             kernel: sys::kernel_release(),
             landlock: sys::landlock_abi(),
+            tiocsti_filter: seccomp::FILTER_AVAILABLE,
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
         }
     }
 
-    /// Facts with fixed answers (tests, and `--probe` of a hypothetical kernel).
+    /// Facts with fixed answers (tests).
+    #[cfg(test)]
     pub fn fixed(
         landlock: Result<u32, LandlockAbsence>,
         userns: Result<(), String>,
@@ -43,6 +51,7 @@ impl Facts {
         Facts {
             kernel: "fixed".into(),
             landlock,
+            tiocsti_filter: seccomp::FILTER_AVAILABLE,
             userns: OnceCell::from(userns),
             bwrap: OnceCell::from(bwrap),
         }
@@ -81,19 +90,33 @@ impl Facts {
             .min(NEWEST_PINNED_ABI)
     }
 
-    /// Why Landlock is unusable, as one clause (e.g. "not in this kernel (ENOSYS)").
-    pub fn landlock_absence(&self, max_abi: Option<u32>) -> String {
+    /// Why Landlock is unusable at `max_abi`, if it is.
+    pub fn landlock_off(&self, max_abi: Option<u32>) -> Option<LandlockOff> {
         match self.landlock {
-            Err(LandlockAbsence::NotBuilt) => "not in this kernel (ENOSYS)".into(),
-            Err(LandlockAbsence::Disabled) => {
-                "built in but disabled at boot (EOPNOTSUPP; add landlock to lsm=)".into()
-            }
-            Err(LandlockAbsence::Other(e)) => {
-                format!("landlock_create_ruleset failed ({})", sys::errno_name(e))
-            }
-            Ok(_) if max_abi == Some(0) => "disabled by --max-abi 0".into(),
-            Ok(abi) => format!("ABI {abi}"),
+            Err(absence) => Some(LandlockOff::Kernel(absence)),
+            Ok(_) if max_abi == Some(0) => Some(LandlockOff::CappedToZero),
+            Ok(_) => None,
         }
+    }
+
+    /// [`protections`] of `backend` at `abi` on this kernel and build.
+    pub fn protections(
+        &self,
+        backend: Backend,
+        abi: u32,
+        net: NetPolicy,
+    ) -> Vec<(Protection, Verdict)> {
+        protections(backend, abi, net, self.tiocsti_filter)
+    }
+
+    /// [`degradations`] of `backend` at `abi` on this kernel and build.
+    pub fn degradations(
+        &self,
+        backend: Backend,
+        abi: u32,
+        net: NetPolicy,
+    ) -> Vec<(Protection, String)> {
+        degradations(backend, abi, net, self.tiocsti_filter)
     }
 }
 
@@ -113,65 +136,57 @@ pub struct Choice {
     pub bwrap: Option<Bwrap>,
 }
 
-/// Chooses the backend for `request` (DESIGN §2.4): `auto` takes Landlock when it enforces
-/// the whole required policy, else `userns` (Landlock layered at whatever ABI the kernel has),
-/// else `bwrap`, else a partial Landlock with `--allow-degraded`, else a refusal naming each
-/// mechanism and why it failed.
+/// Chooses the backend for `request` (docs/ARCHITECTURE.md): `auto` takes
+/// Landlock when it enforces the whole required policy, else `userns` (Landlock layered at
+/// whatever ABI the kernel has), else `bwrap`, else a partial Landlock with
+/// `--allow-degraded`, else a refusal naming each mechanism and why it failed. The
+/// degradations of the choice are computed here and nowhere else.
 ///
 /// # Errors
-/// One line naming each mechanism tried and why it failed (exit 125).
+/// [`SetupError::Unusable`] for a forced backend, [`SetupError::NoBackend`] for `auto`.
 pub fn choose(
     request: BackendChoice,
     facts: &Facts,
     max_abi: Option<u32>,
     net: NetPolicy,
     allow_degraded: bool,
-) -> Result<Choice, String> {
+) -> Result<Choice, SetupError> {
     let abi = facts.effective_abi(max_abi);
-    let landlock_degraded = degradations(Backend::Landlock, abi, net);
-    let landlock_what = || {
-        landlock_degraded
-            .iter()
-            .map(|(_, why)| why.as_str())
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
-    let landlock = |accept_partial: bool| -> Result<Choice, String> {
+    let landlock = |accept_partial: bool| -> Result<Choice, Unusable> {
         if abi == 0 {
-            return Err(format!("Landlock: {}", facts.landlock_absence(max_abi)));
+            let off = facts
+                .landlock_off(max_abi)
+                .unwrap_or(LandlockOff::CappedToZero);
+            return Err(Unusable::Landlock(off));
         }
-        if landlock_degraded.is_empty() {
+        let degraded = facts.degradations(Backend::Landlock, abi, net);
+        if degraded.is_empty() {
             return Ok(Choice {
                 backend: Backend::Landlock,
                 abi,
-                degraded: Vec::new(),
+                degraded,
                 reason: format!("Landlock ABI {abi} enforces the whole policy"),
                 bwrap: None,
             });
         }
-        if accept_partial {
-            return Ok(Choice {
-                backend: Backend::Landlock,
-                abi,
-                degraded: landlock_degraded.clone(),
-                reason: format!(
-                    "Landlock ABI {abi}, degraded as allowed: {}",
-                    landlock_what()
-                ),
-                bwrap: None,
-            });
+        if !accept_partial {
+            return Err(Unusable::LandlockPartial { abi, degraded });
         }
-        Err(format!(
-            "Landlock: ABI {abi} is partial ({}; pass --allow-degraded to accept)",
-            landlock_what()
-        ))
+        let what = crate::error::whys(&degraded);
+        Ok(Choice {
+            backend: Backend::Landlock,
+            abi,
+            degraded,
+            reason: format!("Landlock ABI {abi}, degraded as allowed: {what}"),
+            bwrap: None,
+        })
     };
     // `probe` asks first (auto must know before it commits to a backend); a forced backend
     // skips the trial clone: its own set-up fails with the same one-line reason.
-    let userns = |backend: Backend, probe: bool| -> Result<Choice, String> {
+    let userns = |backend: Backend, probe: bool| -> Result<Choice, Unusable> {
         if probe {
             if let Err(why) = facts.userns() {
-                return Err(format!("user namespaces: {why}"));
+                return Err(Unusable::Userns(why.clone()));
             }
         }
         // Landlock ABI 1 refuses every cross-directory rename, even inside the worktree; the
@@ -182,23 +197,23 @@ pub fn choose(
             abi
         };
         if backend == Backend::Layered && abi == 0 {
-            return Err(format!(
-                "layered: needs Landlock, which is unusable: {}",
-                facts.landlock_absence(max_abi)
-            ));
+            let off = facts
+                .landlock_off(max_abi)
+                .unwrap_or(LandlockOff::CappedToZero);
+            return Err(Unusable::LayeredWithoutLandlock(off));
         }
         let layered = if abi > 0 {
             format!(", Landlock ABI {abi} layered on top")
         } else {
             String::from(", no Landlock layered")
         };
-        let degraded = degradations(backend, abi, net);
+        let degraded = facts.degradations(backend, abi, net);
         if !degraded.is_empty() && !allow_degraded {
-            let what: Vec<&str> = degraded.iter().map(|(_, why)| why.as_str()).collect();
-            return Err(format!(
-                "{backend}: partial at Landlock ABI {abi} ({}; pass --allow-degraded to accept)",
-                what.join("; ")
-            ));
+            return Err(Unusable::NamespacesPartial {
+                backend,
+                abi,
+                degraded,
+            });
         }
         Ok(Choice {
             backend,
@@ -208,52 +223,49 @@ pub fn choose(
             bwrap: None,
         })
     };
-    let bwrap = || -> Result<Choice, String> {
+    let bwrap = || -> Result<Choice, Unusable> {
         match facts.bwrap() {
             Ok(b) => Ok(Choice {
                 backend: Backend::Bwrap,
                 abi: 0,
-                degraded: degradations(Backend::Bwrap, 0, net),
+                degraded: facts.degradations(Backend::Bwrap, 0, net),
                 reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
                 bwrap: Some(b.clone()),
             }),
-            Err(why) => Err(format!("bwrap: {why}")),
+            Err(why) => Err(Unusable::Bwrap(why.clone())),
         }
     };
-    match request {
+    let forced = match request {
         BackendChoice::Forced(Backend::Landlock) => landlock(allow_degraded),
         BackendChoice::Forced(b @ (Backend::Userns | Backend::Layered)) => userns(b, false),
         BackendChoice::Forced(Backend::Bwrap) => bwrap(),
         BackendChoice::Auto => {
             let mut why = Vec::new();
             for attempt in [
-                &(|| landlock(false)) as &dyn Fn() -> Result<Choice, String>,
+                &(|| landlock(false)) as &dyn Fn() -> Result<Choice, Unusable>,
                 &|| userns(Backend::Userns, true),
                 &bwrap,
             ] {
                 match attempt() {
                     Ok(c) => {
-                        return Ok(Choice {
-                            reason: if why.is_empty() {
-                                c.reason.clone()
-                            } else {
-                                format!("{} (because {})", c.reason, why.join("; "))
-                            },
-                            ..c
-                        })
+                        let reason = if why.is_empty() {
+                            c.reason.clone()
+                        } else {
+                            let why: Vec<String> = why.iter().map(ToString::to_string).collect();
+                            format!("{} (because {})", c.reason, why.join("; "))
+                        };
+                        return Ok(Choice { reason, ..c });
                     }
                     Err(e) => why.push(e),
                 }
             }
             if allow_degraded && abi > 0 {
-                return landlock(true);
+                return landlock(true).map_err(SetupError::Unusable);
             }
-            Err(format!(
-                "no sandbox backend can enforce the policy: {}",
-                why.join("; ")
-            ))
+            return Err(SetupError::NoBackend(why));
         }
-    }
+    };
+    forced.map_err(SetupError::Unusable)
 }
 
 #[cfg(test)]
@@ -272,16 +284,44 @@ mod tests {
         Facts::fixed(landlock, no_ns(), no_bwrap())
     }
 
+    /// What `auto` tried, in order, when it refused.
+    fn refused(r: Result<Choice, SetupError>) -> Vec<Unusable> {
+        match r {
+            Err(SetupError::NoBackend(tried)) => tried,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    fn unusable(r: Result<Choice, SetupError>) -> Unusable {
+        match r {
+            Err(SetupError::Unusable(u)) => u,
+            other => panic!("expected an unusable backend, got {other:?}"),
+        }
+    }
+
     #[test]
     fn auto_picks_landlock_from_abi_3_and_refuses_below_without_allow_degraded() {
         let f = facts(Ok(7));
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
         assert_eq!((c.backend, c.abi), (Backend::Landlock, 7));
         assert!(choose(BackendChoice::Auto, &f, Some(3), NetPolicy::Allow, false).is_ok());
-        let err = choose(BackendChoice::Auto, &f, Some(2), NetPolicy::Allow, false).unwrap_err();
-        assert!(err.contains("truncate"), "{err}");
-        assert!(err.contains("user namespaces: blocked"), "{err}");
-        assert!(err.contains("bwrap: not installed"), "{err}");
+        let tried = refused(choose(
+            BackendChoice::Auto,
+            &f,
+            Some(2),
+            NetPolicy::Allow,
+            false,
+        ));
+        assert!(
+            matches!(&tried[..], [
+                Unusable::LandlockPartial { abi: 2, degraded },
+                Unusable::Userns(ns),
+                Unusable::Bwrap(bwrap),
+            ] if degraded[0].0 == Protection::Truncate
+                && ns == "blocked (test)"
+                && bwrap == "not installed (test)"),
+            "{tried:?}"
+        );
         let c = choose(BackendChoice::Auto, &f, Some(2), NetPolicy::Allow, true).unwrap();
         assert_eq!(c.degraded.len(), 1);
     }
@@ -308,6 +348,7 @@ mod tests {
         let f = Facts {
             kernel: "t".into(),
             landlock: Ok(6),
+            tiocsti_filter: true,
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
         };
@@ -318,7 +359,14 @@ mod tests {
     #[test]
     fn net_deny_needs_abi_4() {
         let f = facts(Ok(3));
-        assert!(choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).is_err());
+        let tried = refused(choose(
+            BackendChoice::Auto,
+            &f,
+            None,
+            NetPolicy::Deny,
+            false,
+        ));
+        assert_eq!(tried[0].degraded()[0].0, Protection::Tcp);
         assert!(choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).is_ok());
     }
 
@@ -330,39 +378,49 @@ mod tests {
             None,
             NetPolicy::Allow,
             false,
-        )
-        .unwrap_err();
-        assert!(
-            err.contains("Landlock: not in this kernel (ENOSYS)"),
-            "{err}"
         );
-        assert!(
-            err.contains("user namespaces") && err.contains("bwrap"),
-            "{err}"
+        let text = err.as_ref().unwrap_err().to_string();
+        assert_eq!(
+            refused(err),
+            [
+                Unusable::Landlock(LandlockOff::Kernel(LandlockAbsence::NotBuilt)),
+                Unusable::Userns("blocked (test)".into()),
+                Unusable::Bwrap("not installed (test)".into()),
+            ]
         );
-        let err = choose(
+        // The one-line message users and scripts read.
+        assert_eq!(
+            text,
+            "no sandbox backend can enforce the policy: Landlock: not in this kernel (ENOSYS); user namespaces: blocked (test); bwrap: not installed (test)"
+        );
+        let err = unusable(choose(
             BackendChoice::Forced(Backend::Landlock),
             &facts(Err(LandlockAbsence::Disabled)),
             None,
             NetPolicy::Allow,
             true,
-        )
-        .unwrap_err();
-        assert!(err.contains("EOPNOTSUPP"), "{err}");
+        ));
+        assert_eq!(
+            err,
+            Unusable::Landlock(LandlockOff::Kernel(LandlockAbsence::Disabled))
+        );
+        assert!(err.to_string().contains("EOPNOTSUPP"), "{err}");
     }
 
     #[test]
     fn layered_needs_landlock_and_userns() {
         let f = Facts::fixed(Err(LandlockAbsence::NotBuilt), Ok(()), no_bwrap());
-        let err = choose(
+        let err = unusable(choose(
             BackendChoice::Forced(Backend::Layered),
             &f,
             None,
             NetPolicy::Allow,
             false,
-        )
-        .unwrap_err();
-        assert!(err.contains("needs Landlock"), "{err}");
+        ));
+        assert_eq!(
+            err,
+            Unusable::LayeredWithoutLandlock(LandlockOff::Kernel(LandlockAbsence::NotBuilt))
+        );
         let f = Facts::fixed(Ok(7), Ok(()), no_bwrap());
         let c = choose(
             BackendChoice::Forced(Backend::Layered),
@@ -380,15 +438,18 @@ mod tests {
         let f = Facts::fixed(Ok(1), Ok(()), no_bwrap());
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
         assert_eq!((c.backend, c.abi), (Backend::Userns, 0));
-        let err = choose(
+        let err = unusable(choose(
             BackendChoice::Forced(Backend::Layered),
             &f,
             None,
             NetPolicy::Allow,
             false,
-        )
-        .unwrap_err();
-        assert!(err.contains("rename"), "{err}");
+        ));
+        assert!(
+            matches!(&err, Unusable::NamespacesPartial { backend: Backend::Layered, abi: 1, degraded }
+                if degraded[0].0 == Protection::RenameInside),
+            "{err:?}"
+        );
         let c = choose(
             BackendChoice::Forced(Backend::Layered),
             &f,
@@ -404,6 +465,30 @@ mod tests {
     fn max_abi_zero_disables_landlock() {
         let f = facts(Ok(7));
         assert_eq!(f.effective_abi(Some(0)), 0);
-        assert!(choose(BackendChoice::Auto, &f, Some(0), NetPolicy::Allow, true).is_err());
+        let tried = refused(choose(
+            BackendChoice::Auto,
+            &f,
+            Some(0),
+            NetPolicy::Allow,
+            true,
+        ));
+        assert_eq!(tried[0], Unusable::Landlock(LandlockOff::CappedToZero));
+    }
+
+    #[test]
+    fn without_the_tiocsti_filter_every_backend_is_degraded() {
+        let mut f = Facts::fixed(Ok(7), Ok(()), no_bwrap());
+        f.tiocsti_filter = false;
+        let tried = refused(choose(
+            BackendChoice::Auto,
+            &f,
+            None,
+            NetPolicy::Allow,
+            false,
+        ));
+        assert_eq!(tried[0].degraded()[0].0, Protection::Tiocsti);
+        assert_eq!(tried[1].degraded()[0].0, Protection::Tiocsti);
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, true).unwrap();
+        assert_eq!(c.degraded[0].0, Protection::Tiocsti);
     }
 }

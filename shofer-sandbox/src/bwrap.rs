@@ -8,13 +8,16 @@
 
 use std::ffi::{CString, OsStr};
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use shofer_core::policy::{NetPolicy, RuleOrigin};
 
+use crate::error::{PlanError, SetupError};
+use crate::path_search;
+use crate::plan::{CapPolicy, ExecSpec};
 use crate::writable::OpenedPolicy;
 
 /// The oldest bubblewrap whose options we rely on (`--args`, `--die-with-parent`,
@@ -37,13 +40,9 @@ pub struct Bwrap {
 /// # Errors
 /// A clause for the refusal message: "not installed", "too old (0.1.7 < 0.4.0)", …
 pub fn find() -> Result<Bwrap, String> {
-    let path = std::env::var_os("PATH")
-        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into())
-        .as_bytes()
-        .split(|&b| b == b':')
-        .map(|d| Path::new(OsStr::from_bytes(d)).join("bwrap"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| "not installed (no bwrap on PATH)".to_string())?;
+    let path = crate::path_search::resolve(c"bwrap")
+        .map(|p| PathBuf::from(OsStr::from_bytes(p.as_bytes())))
+        .map_err(|_| "not installed (no bwrap on PATH)".to_string())?;
     let out = Command::new(&path)
         .arg("--version")
         .stdin(Stdio::null())
@@ -127,16 +126,95 @@ pub fn check_usable(b: &Bwrap) -> Result<(), String> {
     Err(first)
 }
 
+/// The `bwrap` backend's part of the plan: bubblewrap's command line, and the descriptors it
+/// reads (its arguments) and writes (its info record) while it starts the command. Owned here
+/// until [`Launch::command_pid`] closes them.
+pub(crate) struct Launch {
+    /// `bwrap --args FD -- command…`, the command resolved on `$PATH` beforehand.
+    pub argv: Vec<CString>,
+    /// bubblewrap does not drop privileges it gets from being setuid: no `no_new_privs` (and
+    /// hence no seccomp filter) in front of it.
+    pub setuid: bool,
+    /// The memfd with bubblewrap's arguments (`--args`).
+    args: OwnedFd,
+    /// bubblewrap's `--info-fd` pipe.
+    info_read: OwnedFd,
+    info_write: OwnedFd,
+}
+
+impl Launch {
+    /// The descriptors bubblewrap must inherit: its arguments and the info pipe's write end.
+    pub fn inherited_fds(&self) -> [RawFd; 2] {
+        [self.args.as_raw_fd(), self.info_write.as_raw_fd()]
+    }
+
+    /// After bubblewrap has exec'd: closes what only it needed and reads the command's PID
+    /// from the info pipe (`None` if bubblewrap exited before starting the command).
+    pub fn command_pid(self) -> Option<libc::pid_t> {
+        let Launch {
+            info_read,
+            info_write,
+            args,
+            ..
+        } = self;
+        drop(info_write);
+        drop(args);
+        child_pid(info_read)
+    }
+}
+
+/// The `bwrap` backend's plan for `spec` under `opened`: resolves the command on `$PATH`
+/// (bubblewrap reports every exec failure as exit 1, so the shell's 126/127 must be decided
+/// here), writes bubblewrap's arguments and opens its info pipe.
+///
+/// # Errors
+/// [`PlanError::NotRunnable`] for a command that cannot run; [`SetupError`] for
+/// `--keep-descendants` (bubblewrap's init kills descendants) and failed syscalls.
+pub(crate) fn plan(b: &Bwrap, opened: &OpenedPolicy, spec: &ExecSpec) -> Result<Launch, PlanError> {
+    if spec.keep_descendants {
+        return Err(SetupError::KeepDescendantsWithBwrap.into());
+    }
+    let resolved = path_search::resolve(&spec.argv[0]).map_err(|why| PlanError::NotRunnable {
+        code: why.exit_code(),
+        message: why.message(&spec.argv[0].to_string_lossy()),
+    })?;
+    let mut command = spec.argv.clone();
+    command[0] = resolved;
+    let (info_read, info_write) =
+        crate::sys::pipe_cloexec().map_err(|source| SetupError::Syscall {
+            op: "pipe2",
+            source,
+        })?;
+    let (args, argv) = argv(
+        b,
+        opened,
+        &command,
+        spec.caps == CapPolicy::Drop,
+        info_write.as_raw_fd(),
+    )
+    .map_err(|source| SetupError::Syscall {
+        op: "preparing the bubblewrap arguments",
+        source,
+    })?;
+    Ok(Launch {
+        argv,
+        setuid: b.setuid,
+        args,
+        info_read,
+        info_write,
+    })
+}
+
 /// Writes bubblewrap's arguments for `opened` into a memfd and returns it with the argv that
 /// runs `command` (`bwrap --args FD -- command…`). The memfd must survive exec. With
-/// `drop_caps` (a root caller without `--keep-caps`), bubblewrap drops every capability of the
-/// command (`--cap-drop ALL`); it keeps them for root otherwise. bubblewrap writes
+/// `drop_caps` (no `--keep-caps`), bubblewrap drops every capability of the command
+/// (`--cap-drop ALL`); it keeps them for root otherwise. bubblewrap writes
 /// `{"child-pid": N}` to `info_fd` (which must survive exec too) once the command runs: see
 /// [`child_pid`].
 ///
 /// # Errors
 /// `memfd_create` or write failures.
-pub fn argv(
+fn argv(
     b: &Bwrap,
     opened: &OpenedPolicy,
     command: &[CString],
@@ -217,7 +295,7 @@ pub fn argv(
 
 /// Reads bubblewrap's `--info-fd` record until EOF and returns the command's PID (in our PID
 /// namespace). `None` if bubblewrap exited before starting the command.
-pub fn child_pid(info: OwnedFd) -> Option<libc::pid_t> {
+fn child_pid(info: OwnedFd) -> Option<libc::pid_t> {
     use std::io::Read;
     let mut text = String::new();
     std::fs::File::from(info).read_to_string(&mut text).ok()?;

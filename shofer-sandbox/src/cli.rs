@@ -52,6 +52,9 @@ pub struct RunArgs {
     pub keep_descendants: bool,
     /// `--report FD`: write the JSON report of this run to this descriptor.
     pub report_fd: Option<i32>,
+    /// `--status-fd FD`: write the command's PID and exit status to this descriptor as JSON
+    /// lines (see the `status` module).
+    pub status_fd: Option<i32>,
 }
 
 /// What the command line asks for.
@@ -99,6 +102,9 @@ Options:
   --keep-descendants       after the command exits, wait for its descendants
                            instead of killing them
   --report <FD>            write a JSON report of what is enforced to descriptor FD
+  --status-fd <FD>         write JSON lines to descriptor FD: {\"child-pid\": N} when the
+                           command has started, {\"exit-status\": N} as soon as it exits
+                           (before its descendants with --keep-descendants)
   --probe                  print what this kernel can enforce (--json for JSON)
   -h, --help               print this help
   -V, --version            print the version
@@ -143,6 +149,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut keep_caps = false;
     let mut keep_descendants = false;
     let mut report_fd = None;
+    let mut status_fd = None;
     let mut probe = false;
     let mut json = false;
 
@@ -223,6 +230,13 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
                     "a file descriptor number",
                 )?)
             }
+            Long("status-fd") => {
+                status_fd = Some(parse_number(
+                    "--status-fd",
+                    parser.value().map_err(err)?,
+                    "a file descriptor number",
+                )?)
+            }
             Value(v) if worktree.is_none() => worktree = Some(PathBuf::from(v)),
             Value(v) => {
                 command.push(v);
@@ -284,6 +298,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         keep_caps,
         keep_descendants,
         report_fd,
+        status_fd,
     })))
 }
 
@@ -361,6 +376,12 @@ mod tests {
         assert!(fails(&["--net", "maybe", "/wt", "ls"]).contains("allow or deny"));
         assert!(fails(&["--bogus", "/wt", "ls"]).contains("--bogus"));
         assert!(fails(&["", "ls"]).contains("empty string"));
+    }
+
+    #[test]
+    fn status_fd_takes_a_number() {
+        assert_eq!(run(&["--status-fd", "7", "/wt", "true"]).status_fd, Some(7));
+        assert!(fails(&["--status-fd", "x", "/wt", "true"]).contains("--status-fd x"));
     }
 
     #[test]

@@ -1,18 +1,26 @@
 //! shofer-sandbox: run a command that may read the whole machine but write only to its
-//! worktree (DESIGN §2).
+//! worktree (docs/ARCHITECTURE.md).
 //!
-//! The flow, one module per step:
-//! 1. [`cli`] parses the command line into a typed [`cli::Invocation`] (no syscalls);
-//! 2. [`backend`] probes the kernel ([`backend::Facts`]) and chooses a backend, refusing
-//!    rather than silently downgrading;
-//! 3. [`writable`] builds the writable set, opening every rule path without following
-//!    symlinks, with [`git`] adding a validated linked worktree's metadata;
-//! 4. [`ruleset`] turns it into a Landlock ruleset (created, not yet applied);
-//! 5. [`supervisor`] forks the command, applies no_new_privs, capability drop, the
-//!    [`seccomp`] filter and the ruleset in the child, and supervises the tree;
-//! 6. [`report`] renders what is enforced for `--probe` and `--report`.
-//!
-//! Exit statuses (DESIGN §2.6) are decided in one place, [`run`].
+//! One run is a straight line of steps; each step's result flows into the next, once
+//! ([`run`] reads as this list):
+//! 1. **parse**: [`cli`] turns the command line into a typed [`cli::RunArgs`] (no syscalls);
+//! 2. **kernel facts**: [`backend::Facts`] probes the Landlock ABI (user namespaces and
+//!    bubblewrap only when the decision needs them);
+//! 3. **choice**: [`backend::choose`] picks the backend and computes its degradations, or
+//!    refuses naming each mechanism and why — never a silent downgrade;
+//! 4. **opened policy**: [`writable`] builds the writable set, opening every rule path
+//!    without following symlinks, with [`git`] adding a validated linked worktree's metadata
+//!    and [`gitguard`] snapshotting what the host's git trusts; the `--report` record
+//!    ([`report`]) is written from the choice and the opened policy;
+//! 5. **plan**: the chosen backend's module builds its [`plan::Confinement`] ([`ruleset`],
+//!    [`namespaces`], [`bwrap`]) around the common [`plan::ExecSpec`];
+//! 6. **spawn**: [`spawn`] clones the child, which runs the exec-time sequence of [`exec`]
+//!    (no_new_privs, capability drop, the [`seccomp`] filter, Landlock, the `$PATH` search
+//!    of [`path_search`]);
+//! 7. **supervise**: [`supervise`] forwards signals, reaps, reports on `--status-fd`
+//!    ([`status`]) and stops the whole tree ([`tree`]);
+//! 8. **report**: what the command changed that the host's git trusts is put back, and the
+//!    exit status is decided in one place, [`run`].
 //!
 //! # Limitations (Landlock backend)
 //! - chmod, chown, utime and xattr changes outside the writable set are not controlled by
@@ -23,42 +31,54 @@
 //!   writable file there lets it write that file.
 #![deny(missing_docs)]
 
-pub mod backend;
-pub mod bwrap;
-pub mod capabilities;
+mod backend;
+mod bwrap;
+mod capabilities;
 pub mod cli;
-pub mod error;
-pub mod git;
-pub mod gitguard;
-pub mod namespaces;
-pub mod paths;
-pub mod report;
-pub mod ruleset;
-pub mod seccomp;
-pub mod supervisor;
-pub mod sys;
-pub mod writable;
+mod error;
+mod exec;
+mod git;
+mod gitguard;
+mod namespaces;
+pub mod path_search;
+mod paths;
+mod plan;
+mod report;
+mod ruleset;
+mod seccomp;
+mod spawn;
+mod status;
+mod supervise;
+mod sys;
+mod tree;
+mod writable;
+
+pub use error::SetupError;
 
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::FromRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
+use backend::{Choice, Facts};
 use cli::RunArgs;
-use error::SetupError;
-use shofer_core::policy::Backend;
-use supervisor::{Launch, Outcome};
+use error::PlanError;
+use plan::{CapPolicy, Confinement, ExecSpec, Plan};
+use shofer_core::policy::{Backend, NetPolicy};
+use spawn::Spawn;
+use status::StatusFd;
+use writable::OpenedPolicy;
 
-/// Exit status when the sandbox could not be set up (DESIGN §2.6).
+/// Exit status when the sandbox could not be set up (docs/ARCHITECTURE.md).
 pub const EXIT_SETUP: i32 = 125;
 
 /// Grace between SIGTERM and SIGKILL when the tree is stopped.
-pub const KILL_GRACE: Duration = Duration::from_millis(250);
+const KILL_GRACE: Duration = Duration::from_millis(250);
 
 /// `--probe`: prints what this kernel can enforce. Returns the exit status (0).
-pub fn probe(json: bool, max_abi: Option<u32>, net: shofer_core::policy::NetPolicy) -> i32 {
-    let facts = backend::Facts::probe();
+pub fn probe(json: bool, max_abi: Option<u32>, net: NetPolicy) -> i32 {
+    let facts = Facts::probe();
     let choice = backend::choose(cli::BackendChoice::Auto, &facts, max_abi, net, false);
     // The probe reports every mechanism, needed for the decision or not.
     let _ = (facts.userns(), facts.bwrap());
@@ -69,6 +89,14 @@ pub fn probe(json: bool, max_abi: Option<u32>, net: shofer_core::policy::NetPoli
         print!("{}", report::probe_text(&value));
     }
     0
+}
+
+/// How a run ended, before mapping to an exit status.
+enum Outcome {
+    /// The command ran; its raw wait status (or our SIGTERM status if it was killed).
+    Ran(i32),
+    /// The command could not be executed: 126 or 127 with a message.
+    NotExecuted(i32, String),
 }
 
 /// Runs one sandboxed command and returns the exit status to use: the command's own status,
@@ -90,7 +118,7 @@ pub fn run(args: RunArgs) -> i32 {
 
 /// Maps a raw `waitpid` status to a shell-style exit status: the exit code, or 128+N for a
 /// process killed by signal N (as bash and bubblewrap report it).
-pub fn wait_status_to_exit(status: i32) -> i32 {
+pub(crate) fn wait_status_to_exit(status: i32) -> i32 {
     if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {
@@ -100,25 +128,23 @@ pub fn wait_status_to_exit(status: i32) -> i32 {
     }
 }
 
+/// The steps of the crate docs, in order.
 fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
-    for &fd in args.pass_fds.iter().chain(args.report_fd.iter()) {
-        if !sys::fd_is_open(fd) {
-            return Err(SetupError::Usage(format!(
-                "file descriptor {fd} is not open (given to --pass-fd or --report)"
-            )));
-        }
-    }
-    let facts = backend::Facts::probe();
+    // 1. parse: what the parser could not check without syscalls.
+    let exec = exec_spec(&args)?;
+    // 2. kernel facts
+    let facts = Facts::probe();
+    // 3. choice
     let choice = backend::choose(
         args.backend,
         &facts,
         args.max_abi,
         args.net,
         args.allow_degraded,
-    )
-    .map_err(SetupError::NoBackend)?;
+    )?;
+    // 4. opened policy
     let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
-    if let crate::git::GitLayout::Rejected(why) = &opened.git {
+    if let git::GitLayout::Rejected(why) = &opened.git {
         eprintln!("shofer-sandbox: note: git metadata not made writable: {why}");
     }
     for (p, why) in &choice.degraded {
@@ -132,97 +158,20 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
         );
     }
     if let Some(fd) = args.report_fd {
-        let record = report::run(&facts, &choice, &opened, &guard);
-        // Safety: the caller handed us this descriptor with --report and we checked it is
-        // open; we own it from here and close it before the command starts.
-        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
-        writeln!(file, "{record}").map_err(|e| SetupError::Syscall {
-            op: "writing the --report record",
-            source: e,
-        })?;
+        write_record(fd, &report::run(&facts, &choice, &opened, &guard))?;
     }
-    let argv = args
-        .command
-        .iter()
-        .map(|a| CString::new(a.as_bytes()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| SetupError::Usage("the command contains a NUL byte".into()))?;
-    // Safety: isatty only inspects the descriptors.
-    let interactive = (0..3).any(|fd| unsafe { libc::isatty(fd) } == 1);
-    // Safety: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let landlock = if choice.abi > 0 && choice.backend != Backend::Bwrap {
-        Some(ruleset::create(&opened, choice.abi)?)
-    } else {
-        None
+    // 5.-7. plan, spawn, supervise
+    // Safety: the caller handed us this descriptor with --status-fd and `exec_spec` checked
+    // it is open; nothing else here owns it.
+    let status = args.status_fd.map(|fd| unsafe { StatusFd::from_raw(fd) });
+    let outcome = match plan(&choice, &opened, exec) {
+        Ok(plan) => supervised(plan, status),
+        Err(PlanError::Setup(e)) => Err(e),
+        Err(PlanError::NotRunnable { code, message }) => Ok(Outcome::NotExecuted(code, message)),
     };
-    let mut launch = Launch {
-        argv,
-        interactive,
-        pass_fds: args.pass_fds,
-        drop_caps: !args.keep_caps && (root || capabilities::holds_any()),
-        landlock,
-        keep_descendants: args.keep_descendants,
-        grace: KILL_GRACE,
-        namespaces: None,
-        no_new_privs: true,
-        seccomp: true,
-        bwrap_info: None,
-    };
-    // Kept alive until the command has exec'd.
-    let mut _bwrap_args = None;
-    match choice.backend {
-        Backend::Landlock => {}
-        Backend::Userns | Backend::Layered => {
-            // In a user namespace the command holds capabilities there until exec: drop them
-            // whoever the caller is.
-            launch.drop_caps = !args.keep_caps;
-            launch.namespaces = Some(namespace_setup(&opened, choice.abi));
-        }
-        Backend::Bwrap => {
-            if args.keep_descendants {
-                return Err(SetupError::Usage(
-                    "--keep-descendants is not available with the bwrap backend (bubblewrap's init kills them when the command exits); use landlock or userns".into(),
-                ));
-            }
-            match supervisor::resolve_command(&launch.argv[0]) {
-                Ok(path) => launch.argv[0] = path,
-                Err((code, msg)) => return Ok(Outcome::NotExecuted(code, msg)),
-            }
-            let b = choice
-                .bwrap
-                .as_ref()
-                .expect("bwrap choice carries its binary");
-            let info = sys::pipe_cloexec().map_err(|e| SetupError::Syscall {
-                op: "pipe2",
-                source: e,
-            })?;
-            let (fd, argv) = bwrap::argv(
-                b,
-                &opened,
-                &launch.argv,
-                !args.keep_caps,
-                info.1.as_raw_fd(),
-            )
-            .map_err(|e| SetupError::Syscall {
-                op: "preparing the bubblewrap arguments",
-                source: e,
-            })?;
-            launch.pass_fds.push(info.1.as_raw_fd());
-            launch.bwrap_info = Some(info);
-            launch.pass_fds.push(fd.as_raw_fd());
-            launch.argv = argv;
-            _bwrap_args = Some(fd);
-            // bubblewrap needs its privileges to build the sandbox and drops them itself; a
-            // setuid one must not run under no_new_privs.
-            launch.drop_caps = false;
-            launch.no_new_privs = !b.setuid;
-            launch.seccomp = !b.setuid;
-        }
-    }
-    let outcome = supervisor::run(launch);
     drop(opened);
-    // The whole tree is gone (or the command never started): put back what it changed.
+    // 8. report: the whole tree is gone (or the command never started): put back what it
+    // changed.
     let (restored, failed) = guard.restore();
     for path in restored {
         eprintln!(
@@ -239,46 +188,81 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     outcome
 }
 
-/// The plan for process A of the namespace backends: every writable path except the device
-/// nodes and `/dev/shm`, which the minimal `/dev` provides (plus any other terminal the caller
-/// sits on).
-fn namespace_setup(opened: &writable::OpenedPolicy, abi: u32) -> supervisor::NsSetup {
-    use shofer_core::policy::RuleOrigin;
-    let mut devices = namespaces::standard_devices();
-    let mut binds = Vec::new();
-    for (rule, fd) in opened.policy.writable.iter().zip(&opened.fds) {
-        match rule.origin {
-            RuleOrigin::Device | RuleOrigin::SharedMemory => {}
-            RuleOrigin::Terminal => {
-                let name = rule.path.strip_prefix("/dev").ok().and_then(|p| p.to_str());
-                if let Some(name) = name {
-                    // ptmx and pts come from the namespace's own devpts instance.
-                    let covered = devices.iter().any(|(d, _)| name == d)
-                        || name == "ptmx"
-                        || name == "pts"
-                        || name.starts_with("pts/");
-                    if !covered && !name.contains('/') {
-                        devices.push((name.to_string(), true));
-                    }
-                }
-            }
-            _ => binds.push(namespaces::Bind {
-                path: rule.path.clone(),
-                fd: fd.as_raw_fd(),
-                origin: rule.origin,
-            }),
+/// The exec spec of `args`, after checking the descriptors it names are open.
+fn exec_spec(args: &RunArgs) -> Result<ExecSpec, SetupError> {
+    let named = args.pass_fds.iter().chain(args.report_fd.iter());
+    for (&fd, given_to) in named
+        .map(|fd| (fd, "--pass-fd or --report"))
+        .chain(args.status_fd.iter().map(|fd| (fd, "--status-fd")))
+    {
+        if !sys::fd_is_open(fd) {
+            return Err(SetupError::FdNotOpen { fd, given_to });
         }
     }
-    // Safety: getuid/getgid cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    supervisor::NsSetup {
-        plan: namespaces::Plan {
-            binds,
-            uid,
-            gid,
-            devices,
+    let argv = args
+        .command
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| SetupError::NulInCommand)?;
+    Ok(ExecSpec {
+        argv,
+        pass_fds: args.pass_fds.clone(),
+        // Safety: isatty only inspects the descriptors.
+        interactive: (0..3).any(|fd| unsafe { libc::isatty(fd) } == 1),
+        caps: if args.keep_caps {
+            CapPolicy::Keep
+        } else {
+            CapPolicy::Drop
         },
-        net_deny: opened.policy.net == shofer_core::policy::NetPolicy::Deny,
-        landlock_abi: abi,
+        grace: KILL_GRACE,
+        keep_descendants: args.keep_descendants,
+    })
+}
+
+/// Writes the `--report` record to `fd` and closes it (before the command starts).
+fn write_record(fd: i32, record: &serde_json::Value) -> Result<(), SetupError> {
+    // Safety: the caller handed us this descriptor with --report and we checked it is open;
+    // we own it from here and close it before the command starts.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    writeln!(file, "{record}").map_err(|e| SetupError::Syscall {
+        op: "writing the --report record",
+        source: e,
+    })
+}
+
+/// Step 5: the chosen backend builds its confinement.
+fn plan<'a>(
+    choice: &Choice,
+    opened: &'a OpenedPolicy,
+    exec: ExecSpec,
+) -> Result<Plan<'a>, PlanError> {
+    let confinement = match choice.backend {
+        Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, choice.abi)?),
+        Backend::Userns | Backend::Layered => {
+            Confinement::Namespaces(namespaces::plan(opened, choice.abi)?)
+        }
+        Backend::Bwrap => {
+            let b = choice
+                .bwrap
+                .as_ref()
+                .expect("bwrap choice carries its binary");
+            Confinement::Bwrap(bwrap::plan(b, opened, &exec)?)
+        }
+    };
+    Ok(Plan { exec, confinement })
+}
+
+/// Steps 6 and 7: spawn, then supervise until the tree is gone.
+fn supervised(plan: Plan<'_>, status: Option<StatusFd>) -> Result<Outcome, SetupError> {
+    // Only process A of the namespace backends can tell the command's exit apart from the
+    // tree's; it needs the pipe only when someone asks and it waits for descendants.
+    let exit_pipe = status.is_some() && plan.exec.keep_descendants;
+    match spawn::spawn(&plan, exit_pipe)? {
+        Spawn::NotExecuted(code, msg) => Ok(Outcome::NotExecuted(code, msg)),
+        Spawn::Running(running) => {
+            let mut supervisor = supervise::Supervisor::new(running, plan, status);
+            Ok(Outcome::Ran(supervisor.wait_loop()))
+        }
     }
 }

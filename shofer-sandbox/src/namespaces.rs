@@ -37,33 +37,102 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::Path;
 
-use shofer_core::policy::RuleOrigin;
+use landlock::RulesetCreated;
+use shofer_core::policy::{NetPolicy, RuleOrigin};
 
+use crate::error::SetupError;
+use crate::exec;
 use crate::paths;
+use crate::spawn::{report_failure, ChildArgs, Stage};
+use crate::supervise::{sigset, FORWARDED};
+use crate::writable::OpenedPolicy;
 
 /// One writable path with its descriptor (opened before the clone).
-pub struct Bind {
+pub(crate) struct Bind<'a> {
     /// The path (canonical for the worktree and `--allow-write`).
-    pub path: PathBuf,
-    /// `O_PATH` descriptor of it.
-    pub fd: RawFd,
-    /// Why it is writable.
-    pub origin: RuleOrigin,
+    pub path: &'a Path,
+    /// `O_PATH` descriptor of it, owned by the opened policy.
+    pub fd: BorrowedFd<'a>,
 }
 
-/// What process A needs to build the namespace.
-pub struct Plan {
+/// The namespace backends' part of the plan: what process A needs to build the namespaces,
+/// and the Landlock ruleset layered on top (the `layered` backend, and `userns` where the
+/// kernel has Landlock from ABI 2).
+pub(crate) struct Setup<'a> {
     /// Writable binds (devices and `/dev/shm` are handled by the minimal `/dev`).
-    pub binds: Vec<Bind>,
+    pub binds: Vec<Bind<'a>>,
     /// The caller's uid and gid, mapped to themselves.
     pub uid: u32,
     /// See `uid`.
     pub gid: u32,
     /// Host device nodes to bind into the new `/dev`: (name under /dev, writable).
     pub devices: Vec<(String, bool)>,
+    /// Also unshare the network namespace (`--net deny`).
+    pub net_deny: bool,
+    /// Landlock layered on the namespaces.
+    pub landlock: Option<Layered>,
+}
+
+/// A Landlock ruleset layered on the namespaces.
+pub(crate) struct Layered {
+    /// Created; process A adds the private `/dev/shm` and devpts, the command applies it.
+    pub ruleset: RulesetCreated,
+    /// Its ABI (for the rights of the rules A adds).
+    pub abi: u32,
+}
+
+/// The namespace backends' plan for `opened`, with Landlock at `abi` layered on top when
+/// `abi > 0`: every writable path becomes a bind, except the device nodes and `/dev/shm`,
+/// which the minimal `/dev` provides (plus any other terminal the caller sits on).
+///
+/// # Errors
+/// [`SetupError::Landlock`] when the kernel refuses the layered ruleset.
+pub(crate) fn plan(opened: &OpenedPolicy, abi: u32) -> Result<Setup<'_>, SetupError> {
+    let mut devices = standard_devices();
+    let mut binds = Vec::new();
+    for (rule, fd) in opened.policy.writable.iter().zip(&opened.fds) {
+        match rule.origin {
+            RuleOrigin::Device | RuleOrigin::SharedMemory => {}
+            RuleOrigin::Terminal => {
+                let name = rule.path.strip_prefix("/dev").ok().and_then(|p| p.to_str());
+                if let Some(name) = name {
+                    // ptmx and pts come from the namespace's own devpts instance.
+                    let covered = devices.iter().any(|(d, _)| name == d)
+                        || name == "ptmx"
+                        || name == "pts"
+                        || name.starts_with("pts/");
+                    if !covered && !name.contains('/') {
+                        devices.push((name.to_string(), true));
+                    }
+                }
+            }
+            _ => binds.push(Bind {
+                path: &rule.path,
+                fd: fd.as_fd(),
+            }),
+        }
+    }
+    let landlock = if abi > 0 {
+        Some(Layered {
+            ruleset: crate::ruleset::create(opened, abi)?,
+            abi,
+        })
+    } else {
+        None
+    };
+    // Safety: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    Ok(Setup {
+        binds,
+        uid,
+        gid,
+        devices,
+        net_deny: opened.policy.net == NetPolicy::Deny,
+        landlock,
+    })
 }
 
 /// Host `/dev` entries bound into the minimal `/dev`: name and whether writable.
@@ -78,7 +147,7 @@ const DEV_NODES: [(&str, bool); 6] = [
 
 /// Where setting up the namespace failed, for the message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NsStep {
+enum NsStep {
     /// Writing `/proc/self/uid_map`, `gid_map` or `setgroups`.
     IdMaps,
     /// A mount operation.
@@ -86,7 +155,7 @@ pub enum NsStep {
 }
 
 /// The host `/dev` entries bound into the minimal `/dev`, with whether each is writable.
-pub fn standard_devices() -> Vec<(String, bool)> {
+fn standard_devices() -> Vec<(String, bool)> {
     DEV_NODES
         .iter()
         .map(|(name, writable)| (name.to_string(), *writable))
@@ -153,7 +222,7 @@ fn fd_path(fd: RawFd) -> String {
 }
 
 /// Steps 1-6 of the module docs, run by process A. Returns the step that failed.
-pub fn build(plan: &Plan) -> Result<(), (NsStep, io::Error)> {
+fn build(plan: &Setup<'_>) -> Result<(), (NsStep, io::Error)> {
     let maps = || -> io::Result<()> {
         write_file("/proc/self/setgroups", "deny")?;
         write_file("/proc/self/uid_map", &format!("{0} {0} 1", plan.uid))?;
@@ -170,7 +239,7 @@ pub fn build(plan: &Plan) -> Result<(), (NsStep, io::Error)> {
     Ok(())
 }
 
-fn mounts(plan: &Plan) -> io::Result<()> {
+fn mounts(plan: &Setup<'_>) -> io::Result<()> {
     mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
 
     // Step 4 first: while the host's /proc is still fully visible, the kernel allows a new
@@ -259,10 +328,8 @@ fn mounts(plan: &Plan) -> io::Result<()> {
     for bind in &plan.binds {
         // Re-opened in this namespace without following symlinks, and checked to be the very
         // object opened before the clone: a swap in between fails closed.
-        let fd = paths::open_nofollow(&bind.path)?;
-        // Safety: `bind.fd` is a descriptor the supervisor keeps open until we exec.
-        let original = unsafe { std::os::fd::BorrowedFd::borrow_raw(bind.fd) };
-        if identity(&fd)? != identity(&original.try_clone_to_owned()?)? {
+        let fd = paths::open_nofollow(bind.path)?;
+        if identity(&fd)? != identity(&bind.fd.try_clone_to_owned()?)? {
             eprintln!(
                 "shofer-sandbox: {} changed while the sandbox was set up",
                 bind.path.display()
@@ -302,7 +369,7 @@ fn mounts(plan: &Plan) -> io::Result<()> {
 /// (mount point, flags to keep) for each line of `/proc/self/mountinfo`, in order. Mount
 /// points are unescaped (`\040` is a space); the kept flags are the per-mount options the
 /// kernel may have locked.
-pub fn parse_mountinfo(text: &str) -> Vec<(String, libc::c_ulong)> {
+fn parse_mountinfo(text: &str) -> Vec<(String, libc::c_ulong)> {
     text.lines()
         .filter_map(|line| {
             let mut fields = line.split(' ');
@@ -350,7 +417,7 @@ fn unescape(s: &str) -> String {
 
 /// One line explaining why user namespaces failed at `step` with `errno`, naming the cause and
 /// the fix where the kernel's configuration tells it.
-pub fn failure_reason(step: &str, errno: i32) -> String {
+pub(crate) fn failure_reason(step: &str, errno: i32) -> String {
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .ok()
@@ -377,13 +444,114 @@ pub fn failure_reason(step: &str, errno: i32) -> String {
     )
 }
 
+/// Process A (step 7 of the module docs): PID 1 of the new namespaces. Builds them, forks the
+/// command (B), then reaps and forwards signals until B exits, and exits with its status (the
+/// kernel then kills whatever is left in the namespace). With `keep_descendants` it waits for
+/// every process of the namespace first, and writes B's raw wait status to `main_exit` (if
+/// given) the moment B exits.
+pub(crate) fn init(
+    args: &ChildArgs<'_>,
+    setup: &Setup<'_>,
+    keep_descendants: bool,
+    main_exit: Option<RawFd>,
+) -> ! {
+    let err = args.err;
+    let fail = |stage: Stage, e: io::Error| -> ! { report_failure(err, stage, e) };
+    // Safety: prctl with integer arguments. SIGKILL for PID 1 takes the namespace with it.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    if let Err((step, e)) = build(setup) {
+        let stage = match step {
+            NsStep::IdMaps => Stage::IdMaps,
+            NsStep::Mounts => Stage::Mounts,
+        };
+        fail(stage, e);
+    }
+    // The private /dev/shm and the new devpts are new inodes: Landlock needs rules for them.
+    let extended = setup.landlock.as_ref().map(|layered| {
+        let mut ruleset = match layered.ruleset.try_clone() {
+            Ok(r) => r,
+            Err(e) => fail(Stage::Landlock, e),
+        };
+        for dir in ["/dev/shm", "/dev/pts"] {
+            let rule = paths::open_following(Path::new(dir)).map(|fd| {
+                landlock::PathBeneath::new(fd, shofer_core::rights::fs_write_rights(layered.abi))
+            });
+            match rule.map(|r| landlock::RulesetCreatedAttr::add_rule(ruleset, r)) {
+                Ok(Ok(r)) => ruleset = r,
+                Ok(Err(e)) => fail(Stage::Landlock, io::Error::other(e.to_string())),
+                Err(e) => fail(Stage::Landlock, e),
+            }
+        }
+        ruleset
+    });
+    let mut steps = args.steps.clone();
+    if extended.is_some() {
+        steps.landlock = extended.as_ref();
+    }
+    let interactive = steps.interactive;
+    let mut command_status = None;
+    // Safety: single-threaded; the child execs or exits.
+    let command = unsafe { libc::fork() };
+    if command < 0 {
+        fail(Stage::Fork, io::Error::last_os_error());
+    }
+    if command == 0 {
+        exec::run(&steps, 1, &args.old_mask, err);
+    }
+    // Safety: closing our copy of the error pipe, so the supervisor sees EOF at exec.
+    unsafe { libc::close(err) };
+
+    let mut handled = vec![libc::SIGCHLD, libc::SIGTERM];
+    handled.extend(FORWARDED);
+    let set = sigset(&handled);
+    loop {
+        // Safety: siginfo_t is plain data filled by sigwaitinfo.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // Safety: the set holds signals blocked in this process (inherited mask).
+        let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+        if sig == libc::SIGCHLD {
+            loop {
+                let mut status = 0;
+                // Safety: reaping any child of init, non-blocking.
+                let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+                if pid == command {
+                    command_status = Some(status);
+                    if let (true, Some(fd)) = (keep_descendants, main_exit) {
+                        let bytes = status.to_ne_bytes();
+                        // Safety: writing 4 bytes from a live buffer to our pipe; a pipe
+                        // write this small is atomic.
+                        unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+                    }
+                }
+                let none_left = pid < 0;
+                if let Some(status) = command_status {
+                    if !keep_descendants || none_left {
+                        // Safety: exiting PID 1; the kernel kills the rest of the namespace.
+                        unsafe { libc::_exit(crate::wait_status_to_exit(status)) };
+                    }
+                }
+                if pid <= 0 {
+                    break;
+                }
+            }
+        } else if sig > 0
+            && command_status.is_none()
+            && !(interactive && info.si_code == libc::SI_KERNEL)
+        {
+            let target = if interactive { command } else { -command };
+            // Safety: signalling our own, unreaped child (or its process group).
+            unsafe { libc::kill(target, sig) };
+        }
+    }
+}
+
 /// Whether an unprivileged user namespace with its own mounts works here: clones a child into
 /// new user and mount namespaces that writes its id maps and mounts a tmpfs (in its private
 /// mount namespace, invisible to the host), and reports how far it got.
 ///
 /// # Errors
 /// The [`failure_reason`] of the first step that failed.
-pub fn probe() -> Result<(), String> {
+pub(crate) fn probe() -> Result<(), String> {
     // Safety: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     // Safety: a fork-like clone (no new stack, no CLONE_VM) of this single-threaded process;

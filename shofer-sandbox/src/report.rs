@@ -4,9 +4,10 @@
 //! cannot drift apart. Known kernel limits are listed as not enforced, never left out.
 
 use serde_json::{json, Map, Value};
-use shofer_core::policy::{protections, Backend, NetPolicy, Verdict};
+use shofer_core::policy::{Backend, NetPolicy, Verdict};
 
 use crate::backend::{Choice, Facts};
+use crate::error::SetupError;
 use crate::sys::{self, LandlockAbsence};
 use crate::writable::OpenedPolicy;
 
@@ -20,9 +21,9 @@ fn landlock_json(facts: &Facts) -> Value {
     json!({"abi": abi, "status": status, "errno": errno})
 }
 
-fn protections_json(backend: Backend, abi: u32, net: NetPolicy) -> Value {
+fn protections_json(facts: &Facts, backend: Backend, abi: u32, net: NetPolicy) -> Value {
     let mut map = Map::new();
-    for (p, v) in protections(backend, abi, net) {
+    for (p, v) in facts.protections(backend, abi, net) {
         let entry = match v {
             Verdict::Enforced(by) => json!({"enforced": true, "by": by}),
             Verdict::NotEnforced(reason) => json!({"enforced": false, "reason": reason}),
@@ -35,7 +36,7 @@ fn protections_json(backend: Backend, abi: u32, net: NetPolicy) -> Value {
 
 /// The probe object: kernel facts, the backend `auto` would pick (or why none), and what that
 /// backend enforces.
-pub fn probe(facts: &Facts, choice: &Result<Choice, String>, net: NetPolicy) -> Value {
+pub fn probe(facts: &Facts, choice: &Result<Choice, SetupError>, net: NetPolicy) -> Value {
     let mut obj = json!({
         "kernel": facts.kernel,
         "landlock": landlock_json(facts),
@@ -62,12 +63,12 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, String>, net: NetPolicy) -> 
             );
             map.insert(
                 "protections".into(),
-                protections_json(c.backend, c.abi, net),
+                protections_json(facts, c.backend, c.abi, net),
             );
         }
         Err(why) => {
             map.insert("backend".into(), Value::Null);
-            map.insert("backend_reason".into(), json!(why));
+            map.insert("backend_reason".into(), json!(why.to_string()));
             map.insert("effective_abi".into(), json!(0));
             map.insert("degraded".into(), json!([]));
             map.insert("protections".into(), json!({}));
@@ -147,4 +148,35 @@ pub fn probe_text(v: &Value) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiocsti(tiocsti_filter: bool) -> Value {
+        let mut facts = Facts::fixed(Ok(7), Err("test".into()), Err("test".into()));
+        facts.tiocsti_filter = tiocsti_filter;
+        let choice = crate::backend::choose(
+            crate::cli::BackendChoice::Auto,
+            &facts,
+            None,
+            NetPolicy::Allow,
+            true,
+        );
+        probe(&facts, &choice, NetPolicy::Allow)["protections"]["tiocsti"].clone()
+    }
+
+    #[test]
+    fn tiocsti_is_reported_enforced_only_where_the_filter_exists() {
+        assert_eq!(tiocsti(true), json!({"enforced": true, "by": "seccomp"}));
+        let without = tiocsti(false);
+        assert_eq!(without["enforced"], json!(false), "{without}");
+        assert!(
+            without["reason"].as_str().unwrap().contains("x86-64"),
+            "{without}"
+        );
+        // This build's own answer follows its architecture.
+        assert_eq!(Facts::probe().tiocsti_filter, cfg!(target_arch = "x86_64"));
+    }
 }

@@ -9,6 +9,9 @@
 //! dropped (we already capped the ABI to what the kernel reports).
 //!
 //! Kernel doc: <https://docs.kernel.org/userspace-api/landlock.html>.
+//!
+//! The backend's plan ([`plan`]) is the ruleset alone; the namespace backends layer the same
+//! ruleset on their mounts ([`crate::namespaces::plan`]).
 
 use landlock::{
     CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
@@ -16,7 +19,9 @@ use landlock::{
 use shofer_core::policy::NetPolicy;
 use shofer_core::rights;
 
+use crate::capabilities;
 use crate::error::SetupError;
+use crate::plan::LandlockPlan;
 use crate::writable::OpenedPolicy;
 
 /// Creates the ruleset for `opened` at Landlock ABI `abi` (1..=10). The rule descriptors are
@@ -25,8 +30,8 @@ use crate::writable::OpenedPolicy;
 ///
 /// # Errors
 /// [`SetupError::Landlock`] when the kernel refuses the ruleset or a rule.
-pub fn create(opened: &OpenedPolicy, abi: u32) -> Result<RulesetCreated, SetupError> {
-    let err = |e: landlock::RulesetError| SetupError::Landlock(e.to_string());
+pub(crate) fn create(opened: &OpenedPolicy, abi: u32) -> Result<RulesetCreated, SetupError> {
+    let err = |source| SetupError::Landlock { rule: None, source };
     let fs = rights::fs_write_rights(abi);
     let file = rights::fs_file_rights(abi);
     let mut ruleset = Ruleset::default()
@@ -46,7 +51,24 @@ pub fn create(opened: &OpenedPolicy, abi: u32) -> Result<RulesetCreated, SetupEr
         let access = if rule.is_dir { fs } else { file };
         created = created
             .add_rule(PathBeneath::new(fd, access))
-            .map_err(|e| SetupError::Landlock(format!("rule {}: {e}", rule.path.display())))?;
+            .map_err(|source| SetupError::Landlock {
+                rule: Some(rule.path.clone()),
+                source,
+            })?;
     }
     Ok(created)
+}
+
+/// The `landlock` backend's plan: the ruleset for `opened` at `abi`, and whether the caller
+/// holds capabilities to drop (root, or file capabilities).
+///
+/// # Errors
+/// As [`create`].
+pub(crate) fn plan(opened: &OpenedPolicy, abi: u32) -> Result<LandlockPlan, SetupError> {
+    // Safety: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    Ok(LandlockPlan {
+        ruleset: create(opened, abi)?,
+        caller_privileged: root || capabilities::holds_any(),
+    })
 }

@@ -7,89 +7,104 @@
 //! `cmd` to `unsigned int`, so high bits must not smuggle it past), and the i386 and x32
 //! entry points are covered too (a generic compiler either ignores them or kills every
 //! 32-bit process). See seccomp(2) and `Documentation/userspace-api/seccomp_filter.rst`.
+//!
+//! The program is written for x86-64 (with its i386 and x32 entry points) and exists only
+//! there: on any other architecture nothing is installed, [`FILTER_AVAILABLE`] is false and
+//! the report lists TIOCSTI as not enforced (a program that only knew x86 numbers would
+//! silently allow everything elsewhere).
 
-use std::io;
+/// Whether this build has the filter for the architecture it runs on.
+pub(crate) const FILTER_AVAILABLE: bool = cfg!(target_arch = "x86_64");
 
-// struct seccomp_data offsets (include/uapi/linux/seccomp.h).
-const OFF_NR: u32 = 0;
-const OFF_ARCH: u32 = 4;
-const OFF_ARG1_LO: u32 = 16 + 8; // args[1], low 32 bits on little-endian
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86_64::refuse_terminal_injection;
 
-const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-const AUDIT_ARCH_I386: u32 = 0x4000_0003;
-const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-const NR_IOCTL_X86_64: u32 = 16;
-const NR_IOCTL_X32: u32 = X32_SYSCALL_BIT | 514;
-const NR_IOCTL_I386: u32 = 54;
-const TIOCSTI: u32 = 0x5412;
-const TIOCLINUX: u32 = 0x541C;
+#[cfg(target_arch = "x86_64")]
+mod x86_64 {
+    use std::io;
 
-const BPF_LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-const BPF_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    // struct seccomp_data offsets (include/uapi/linux/seccomp.h).
+    const OFF_NR: u32 = 0;
+    const OFF_ARCH: u32 = 4;
+    const OFF_ARG1_LO: u32 = 16 + 8; // args[1], low 32 bits on little-endian
 
-const fn stmt(code: u16, k: u32) -> libc::sock_filter {
-    libc::sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    const NR_IOCTL_X86_64: u32 = 16;
+    const NR_IOCTL_X32: u32 = X32_SYSCALL_BIT | 514;
+    const NR_IOCTL_I386: u32 = 54;
+    const TIOCSTI: u32 = 0x5412;
+    const TIOCLINUX: u32 = 0x541C;
+
+    const BPF_LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    const BPF_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+
+    const fn stmt(code: u16, k: u32) -> libc::sock_filter {
+        libc::sock_filter {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        }
     }
-}
 
-const fn jeq(k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter {
-        code: BPF_JEQ_K,
-        jt,
-        jf,
-        k,
+    const fn jeq(k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+        libc::sock_filter {
+            code: BPF_JEQ_K,
+            jt,
+            jf,
+            k,
+        }
     }
-}
 
-/// The filter program. BPF jumps go forward only; `jt`/`jf` count instructions skipped.
-fn program() -> [libc::sock_filter; 14] {
-    let allow = libc::SECCOMP_RET_ALLOW;
-    let deny = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32);
-    [
-        /* 0 */ stmt(BPF_LD_W_ABS, OFF_ARCH),
-        /* 1 */ jeq(AUDIT_ARCH_I386, 5, 0), // -> 7
-        /* 2 */ jeq(AUDIT_ARCH_X86_64, 0, 3), // else -> 6: an arch we have no rule for
-        /* 3 */ stmt(BPF_LD_W_ABS, OFF_NR),
-        /* 4 */ jeq(NR_IOCTL_X86_64, 4, 0), // -> 9
-        /* 5 */ jeq(NR_IOCTL_X32, 3, 0), // -> 9
-        /* 6 */ stmt(BPF_RET_K, allow),
-        /* 7 */ stmt(BPF_LD_W_ABS, OFF_NR), // i386
-        /* 8 */ jeq(NR_IOCTL_I386, 0, 3), // else -> 12
-        /* 9 */ stmt(BPF_LD_W_ABS, OFF_ARG1_LO),
-        /* 10 */ jeq(TIOCSTI, 2, 0), // -> 13
-        /* 11 */ jeq(TIOCLINUX, 1, 0), // -> 13
-        /* 12 */ stmt(BPF_RET_K, allow),
-        /* 13 */ stmt(BPF_RET_K, deny),
-    ]
-}
-
-/// Installs the filter on the calling thread (inherited by children and kept across exec).
-/// Requires `no_new_privs` (set by the caller) or `CAP_SYS_ADMIN`.
-///
-/// # Errors
-/// The `prctl(PR_SET_SECCOMP)` error, e.g. `EINVAL` on a kernel without seccomp filters.
-pub fn refuse_terminal_injection() -> io::Result<()> {
-    let filter = program();
-    let prog = libc::sock_fprog {
-        len: filter.len() as u16,
-        filter: filter.as_ptr() as *mut libc::sock_filter,
-    };
-    // Safety: `prog` points at `filter`, which lives until the call returns; the kernel
-    // copies the program.
-    let ret = unsafe {
-        libc::prctl(
-            libc::PR_SET_SECCOMP,
-            libc::SECCOMP_MODE_FILTER,
-            &prog as *const libc::sock_fprog,
-        )
-    };
-    if ret != 0 {
-        return Err(io::Error::last_os_error());
+    /// The filter program. BPF jumps go forward only; `jt`/`jf` count instructions skipped.
+    fn program() -> [libc::sock_filter; 14] {
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let deny = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32);
+        [
+            /* 0 */ stmt(BPF_LD_W_ABS, OFF_ARCH),
+            /* 1 */ jeq(AUDIT_ARCH_I386, 5, 0), // -> 7
+            /* 2 */
+            jeq(AUDIT_ARCH_X86_64, 0, 3), // else -> 6: an arch we have no rule for
+            /* 3 */ stmt(BPF_LD_W_ABS, OFF_NR),
+            /* 4 */ jeq(NR_IOCTL_X86_64, 4, 0), // -> 9
+            /* 5 */ jeq(NR_IOCTL_X32, 3, 0), // -> 9
+            /* 6 */ stmt(BPF_RET_K, allow),
+            /* 7 */ stmt(BPF_LD_W_ABS, OFF_NR), // i386
+            /* 8 */ jeq(NR_IOCTL_I386, 0, 3), // else -> 12
+            /* 9 */ stmt(BPF_LD_W_ABS, OFF_ARG1_LO),
+            /* 10 */ jeq(TIOCSTI, 2, 0), // -> 13
+            /* 11 */ jeq(TIOCLINUX, 1, 0), // -> 13
+            /* 12 */ stmt(BPF_RET_K, allow),
+            /* 13 */ stmt(BPF_RET_K, deny),
+        ]
     }
-    Ok(())
+
+    /// Installs the filter on the calling thread (inherited by children and kept across exec).
+    /// Requires `no_new_privs` (set by the caller) or `CAP_SYS_ADMIN`.
+    ///
+    /// # Errors
+    /// The `prctl(PR_SET_SECCOMP)` error, e.g. `EINVAL` on a kernel without seccomp filters.
+    pub fn refuse_terminal_injection() -> io::Result<()> {
+        let filter = program();
+        let prog = libc::sock_fprog {
+            len: filter.len() as u16,
+            filter: filter.as_ptr() as *mut libc::sock_filter,
+        };
+        // Safety: `prog` points at `filter`, which lives until the call returns; the kernel
+        // copies the program.
+        let ret = unsafe {
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog,
+            )
+        };
+        if ret != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
 }

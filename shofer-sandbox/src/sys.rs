@@ -205,3 +205,21 @@ pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     // Safety: pipe2 just returned these descriptors; each is owned once.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
+
+/// Asks the kernel to send SIGIO to this process when `fd` becomes readable (or its writers
+/// are gone): `F_SETOWN` to our PID, then `O_ASYNC` (fcntl(2); pipes since Linux 2.6).
+pub fn sigio_when_readable(fd: &OwnedFd) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = fd.as_raw_fd();
+    // Safety: fcntl on our own descriptor with integer arguments; getpid cannot fail.
+    unsafe {
+        if libc::fcntl(fd, libc::F_SETOWN, libc::getpid()) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_ASYNC) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

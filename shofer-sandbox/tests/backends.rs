@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -21,14 +22,24 @@ fn probe_backend(extra: &[&str]) -> serde_json::Value {
 fn have(backend: &str) -> bool {
     let ok = backends().contains(&backend);
     if !ok {
-        eprintln!("SKIP: backend {backend} is not usable here");
+        skip(
+            &format!("the {backend} test"),
+            &format!("backend {backend} is not usable here"),
+        );
     }
     ok
 }
 
 #[test]
 fn auto_picks_landlock_at_abi_3_and_userns_below() {
-    if landlock_abi() < 3 || !have("userns") {
+    if landlock_abi() < 3 {
+        skip(
+            "auto_picks_landlock_at_abi_3_and_userns_below",
+            "the kernel is below Landlock ABI 3 (Linux 6.2)",
+        );
+        return;
+    }
+    if !have("userns") {
         return;
     }
     assert_eq!(probe_backend(&["--max-abi", "3"])["backend"], "landlock");
@@ -94,7 +105,7 @@ fn metadata_changes_outside_fail_under_layered_and_are_a_known_gap_under_landloc
     for b in backends() {
         for attack in attacks(&victim) {
             if attack.starts_with("setfattr") && !have_setfattr {
-                eprintln!("SKIP setfattr case: attr is not installed");
+                skip("the setfattr case", "attr (setfattr) is not installed");
                 continue;
             }
             std::fs::write(&victim, "x").unwrap();
@@ -127,6 +138,44 @@ fn xattr_set(p: &Path) -> bool {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
+}
+
+/// A build tree another user cannot enter (a clone in root's 0700 home): runs as that user go
+/// through a copy it can reach. Before `ReachableCopy`, exec of the binary failed with EACCES.
+#[test]
+fn runs_as_another_uid_work_from_a_build_tree_that_uid_cannot_enter() {
+    if skip_unless_root("runs_as_another_uid_work_from_a_build_tree_that_uid_cannot_enter") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let private = Scratch::new();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let bin = private.path().join("shofer-sandbox");
+    std::fs::copy(SANDBOX, &bin).unwrap();
+    assert_eq!(
+        untraversable_ancestor(&bin, UNPRIV),
+        Some(private.path()),
+        "the 0700 directory must stop uid {UNPRIV}"
+    );
+    let direct = Command::new(&bin)
+        .arg("--probe")
+        .uid(UNPRIV)
+        .gid(UNPRIV)
+        .output();
+    assert_eq!(
+        direct.map_err(|e| e.raw_os_error()).err(),
+        Some(Some(libc::EACCES)),
+        "uid {UNPRIV} should not be able to start a binary in a 0700 root directory"
+    );
+    let copy = ReachableCopy::new(&bin, UNPRIV);
+    assert_eq!(untraversable_ancestor(copy.path(), UNPRIV), None);
+    let out = Command::new(copy.path())
+        .arg("--probe")
+        .uid(UNPRIV)
+        .gid(UNPRIV)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
 }
 
 #[test]
@@ -163,7 +212,14 @@ fn userns_files_created_in_the_worktree_belong_to_the_caller() {
 fn blocked_user_namespaces_give_a_one_line_reason_and_auto_keeps_landlock() {
     // Field case 6: user.max_user_namespaces=0, set inside a child user namespace so the host
     // is untouched.
-    if !Path::new("/usr/bin/unshare").exists() || !have("userns") {
+    if !Path::new("/usr/bin/unshare").exists() {
+        skip(
+            "blocked_user_namespaces_give_a_one_line_reason_and_auto_keeps_landlock",
+            "unshare(1) (util-linux) not installed",
+        );
+        return;
+    }
+    if !have("userns") {
         return;
     }
     let s = Scratch::new();

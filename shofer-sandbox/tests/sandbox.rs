@@ -1,5 +1,6 @@
 //! End-to-end tests of the `shofer-sandbox` binary: real Landlock, real git worktrees, real
-//! processes. Privileged tests print `SKIP` when not root.
+//! processes. A test whose prerequisite is missing (root, python3, a Landlock ABI) prints `SKIP`,
+//! or fails under `CI` (see `common::skip`).
 
 mod common;
 
@@ -93,7 +94,10 @@ fn python_multiprocessing_lock_works_via_dev_shm() {
         // Field case 1.
         let (_s, wt) = scratch_with_wt();
         if !Path::new("/usr/bin/python3").exists() {
-            eprintln!("SKIP python_multiprocessing_lock_works_via_dev_shm: no /usr/bin/python3");
+            skip(
+                "python_multiprocessing_lock_works_via_dev_shm",
+                "no /usr/bin/python3",
+            );
             return;
         }
         let out = Run::new(&wt)
@@ -332,7 +336,10 @@ fn an_inherited_directory_fd_cannot_create_outside() {
     let dir = s.path().join("dir");
     std::fs::create_dir(&dir).unwrap();
     if !Path::new("/usr/bin/python3").exists() {
-        eprintln!("SKIP an_inherited_directory_fd_cannot_create_outside: no /usr/bin/python3");
+        skip(
+            "an_inherited_directory_fd_cannot_create_outside",
+            "no /usr/bin/python3",
+        );
         return;
     }
     let out = Command::new("sh")
@@ -353,7 +360,10 @@ fn an_inherited_directory_fd_cannot_create_outside() {
 fn signals_and_abstract_sockets_to_outside_processes_are_denied_from_abi_6() {
     let (_s, wt) = scratch_with_wt();
     if landlock_abi() < 6 || !Path::new("/usr/bin/python3").exists() {
-        eprintln!("SKIP signals_and_abstract_sockets...: needs Landlock ABI 6 and python3");
+        skip(
+            "signals_and_abstract_sockets_to_outside_processes_are_denied_from_abi_6",
+            "needs Landlock ABI 6 (Linux 6.12) and /usr/bin/python3",
+        );
         return;
     }
     let marker = unique_sleep(1);
@@ -569,7 +579,10 @@ fn report_fd_describes_the_run() {
 fn max_abi_below_3_is_refused_unless_degraded_is_allowed() {
     let (_s, wt) = scratch_with_wt();
     if landlock_abi() < 3 {
-        eprintln!("SKIP max_abi_below_3...: the kernel itself is below ABI 3");
+        skip(
+            "max_abi_below_3_is_refused_unless_degraded_is_allowed",
+            "the kernel itself is below Landlock ABI 3 (Linux 6.2)",
+        );
         return;
     }
     let out = Run::new(&wt)
@@ -669,7 +682,10 @@ fn unprivileged_runs_confine_writes_and_keep_exit_codes() {
 #[test]
 fn net_deny_refuses_tcp_and_net_allow_does_not() {
     if !Path::new("/usr/bin/python3").exists() {
-        eprintln!("SKIP net_deny...: no /usr/bin/python3");
+        skip(
+            "net_deny_refuses_tcp_and_net_allow_does_not",
+            "no /usr/bin/python3",
+        );
         return;
     }
     let mut listener = Command::new("/usr/bin/python3")
@@ -691,7 +707,10 @@ fn net_deny_refuses_tcp_and_net_allow_does_not() {
     let abi = landlock_abi();
     for b in backends() {
         if b == "landlock" && abi < 4 {
-            eprintln!("SKIP net_deny under landlock: ABI {abi} < 4");
+            skip(
+                "net_deny_refuses_tcp_and_net_allow_does_not under landlock",
+                &format!("Landlock ABI {abi} < 4 (TCP rules arrive in Linux 6.7)"),
+            );
             continue;
         }
         let (_s, wt) = scratch_with_wt();

@@ -32,7 +32,10 @@ fn under_pty(inner: &str) -> (Option<i32>, String) {
 #[test]
 fn terminal_programs_work_under_a_pty() {
     if !have("/usr/bin/script") || !have("/usr/bin/python3") {
-        eprintln!("SKIP terminal_programs_work_under_a_pty: needs script and python3");
+        skip(
+            "terminal_programs_work_under_a_pty",
+            "needs /usr/bin/script (bsdutils) and /usr/bin/python3",
+        );
         return;
     }
     let s = Scratch::new();
@@ -54,7 +57,10 @@ fn terminal_programs_work_under_a_pty() {
 #[test]
 fn tiocsti_injection_is_refused_and_nothing_reaches_the_parent_shell() {
     if !have("/usr/bin/script") || !have("/usr/bin/python3") {
-        eprintln!("SKIP tiocsti_injection...: needs script and python3");
+        skip(
+            "tiocsti_injection_is_refused_and_nothing_reaches_the_parent_shell",
+            "needs /usr/bin/script (bsdutils) and /usr/bin/python3",
+        );
         return;
     }
     let s = Scratch::new();

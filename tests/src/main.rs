@@ -30,6 +30,7 @@ mod runner;
 mod sys;
 
 use runner::{Cell, Opts, Row, User, World};
+use shofer_core::policy::Protection;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -448,20 +449,8 @@ fn null_sandbox(args: &[String]) -> u8 {
 }
 
 fn null_report(wt: &str, abi: u32) -> String {
-    let keys = [
-        "write_outside",
-        "truncate",
-        "rename_link_across",
-        "rename_inside",
-        "chmod_chown_utime_xattr",
-        "signals_out",
-        "abstract_unix_sockets",
-        "pathname_unix_sockets",
-        "tcp",
-        "tiocsti",
-        "inherited_fds",
-    ];
-    let prot: serde_json::Map<String, serde_json::Value> = keys
+    let prot: serde_json::Map<String, serde_json::Value> = Protection::ALL
+        .map(Protection::key)
         .iter()
         .map(|k| (k.to_string(), serde_json::json!({"enforced": true, "by": "nothing (null-sandbox)", "reason": null})))
         .collect();

@@ -14,11 +14,12 @@
 //! it is a `FAIL`. Outside state is checked from outside (a snapshot of `out` before and
 //! after), so an attack that lies about its result cannot hide a change.
 
-use crate::attacks::RESULT_PREFIX;
+use crate::attacks::{Attack, RESULT_PREFIX};
 use crate::catalogue::{Case, Scope};
 use crate::gaps::{self, GapRule};
 use crate::sys;
 use serde_json::Value;
+use shofer_core::policy::Protection;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -170,6 +171,22 @@ pub struct World {
     seq: RefCell<u32>,
 }
 
+/// The first directory above `path` that `uid` (gid = uid, no other groups) may not search,
+/// by its mode bits (path_resolution(7)).
+pub fn untraversable_ancestor(path: &Path, uid: u32) -> Option<PathBuf> {
+    path.ancestors().skip(1).find_map(|d| {
+        let m = std::fs::metadata(d).ok()?;
+        let bit = if m.uid() == uid {
+            0o100
+        } else if m.gid() == uid {
+            0o010
+        } else {
+            0o001
+        };
+        (m.mode() & bit == 0).then(|| d.to_path_buf())
+    })
+}
+
 /// Finds an executable on PATH.
 pub fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
@@ -231,6 +248,21 @@ impl World {
         } else {
             None
         };
+        // The unprivileged cells run these copies (never the build tree, which may be in a home
+        // that user cannot enter): the whole path must be searchable by that uid.
+        if sys::ids().0 == 0 && opts.users.iter().any(|u| u == "unpriv") {
+            for b in [&sandbox, &me] {
+                if let Some(stop) = untraversable_ancestor(b, opts.unpriv_uid) {
+                    let _ = std::fs::remove_dir_all(&scratch);
+                    return Err(format!(
+                        "uid {} (--users unpriv) cannot reach {}: no search permission on {}; use --scratch with a directory every user can traverse",
+                        opts.unpriv_uid,
+                        b.display(),
+                        stop.display()
+                    ));
+                }
+            }
+        }
         let host_abi = sys::landlock_abi().unwrap_or(0);
         let xattr = {
             let f = scratch.join("xattr-probe");
@@ -393,9 +425,9 @@ pub fn clip(s: &str, n: usize) -> String {
 /// What to run inside the sandbox.
 pub enum Cmd {
     /// `shofer-containment attack <name> <wt> <out> <extra...>`.
-    Attack(&'static str, Vec<String>),
+    Attack(Attack, Vec<String>),
     /// `shofer-containment attack <name> <args...>` without the wt/out prefix.
-    AttackRaw(&'static str, Vec<String>),
+    AttackRaw(Attack, Vec<String>),
     /// An argv.
     Argv(Vec<String>),
     /// `-c <string>`.
@@ -548,13 +580,13 @@ impl<'w> Ctx<'w> {
         let me = self.w.me.display().to_string();
         match &spec.cmd {
             Cmd::Attack(name, extra) => {
-                args.extend(["--".into(), me, "attack".into(), name.to_string()]);
+                args.extend(["--".into(), me, "attack".into(), name.name().to_string()]);
                 args.push(self.wt.display().to_string());
                 args.push(self.out.display().to_string());
                 args.extend(extra.iter().cloned());
             }
             Cmd::AttackRaw(name, extra) => {
-                args.extend(["--".into(), me, "attack".into(), name.to_string()]);
+                args.extend(["--".into(), me, "attack".into(), name.name().to_string()]);
                 args.extend(extra.iter().cloned());
             }
             Cmd::Argv(v) => {
@@ -883,8 +915,8 @@ pub fn diff(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Optio
 }
 
 /// Runs an attack and decides from its verdict *and* the outside snapshot.
-pub fn attack_checked(c: &Ctx, name: &'static str, extra: &[String]) -> Outcome {
-    attack_spec_checked(c, Sb::new(Cmd::Attack(name, extra.to_vec())))
+pub fn attack_checked(c: &Ctx, attack: Attack, extra: &[String]) -> Outcome {
+    attack_spec_checked(c, Sb::new(Cmd::Attack(attack, extra.to_vec())))
 }
 
 /// Like [`attack_checked`] with a full invocation spec.
@@ -921,7 +953,7 @@ pub fn judge(w: &World, case: &Case, cell: &Cell, o: Outcome, report: Option<&Va
         Outcome::Escaped(d) => format!("escaped: {d}"),
         Outcome::Broken(d) => format!("broken: {d}"),
     };
-    let Some(key) = case.protection else {
+    let Some(key) = case.protection.map(Protection::key) else {
         return row("FAIL", bad);
     };
     let Some(rep) = report else {
@@ -1011,11 +1043,11 @@ pub fn preflight(w: &World, cell: &mut Cell) -> (Vec<Row>, bool) {
         cell: probe_cell,
         ..ctx
     };
-    let first = pctx.sb_once(&mut Sb::new(Cmd::Attack("noop", vec![])), false);
+    let first = pctx.sb_once(&mut Sb::new(Cmd::Attack(Attack::Noop, vec![])), false);
     if first.code == Some(125) {
         let msg = clip(first.stderr.trim(), 300);
         if msg.to_lowercase().contains("degrad") {
-            let second = pctx.sb_once(&mut Sb::new(Cmd::Attack("noop", vec![])), true);
+            let second = pctx.sb_once(&mut Sb::new(Cmd::Attack(Attack::Noop, vec![])), true);
             if second.code == Some(0) {
                 cell.degraded = true;
                 let listed = second
@@ -1120,6 +1152,27 @@ fn probe_says_usable(w: &World, backend: &str) -> Option<String> {
     })
 }
 
+/// Protection keys in a `--report` / `--probe --json` document that `shofer_core`'s
+/// [`Protection`] does not know: each one is a row the harness could never judge as a gap, so
+/// it is a finding, not something to skip. (Known keys that are missing are reported by the
+/// caller, which also checks their shape.)
+pub fn unknown_protections(report: &Value) -> Vec<String> {
+    let known = Protection::ALL.map(Protection::key);
+    match report["protections"].as_object() {
+        None => vec![format!(
+            "no protections object ({})",
+            clip(&report["protections"].to_string(), 80)
+        )],
+        Some(m) => m
+            .keys()
+            .filter(|k| !known.contains(&k.as_str()))
+            .map(|k| {
+                format!("unknown protection {k} (shofer_core::policy::Protection has no such key)")
+            })
+            .collect(),
+    }
+}
+
 fn report_row(w: &World, cell: &Cell, run: &Run, wt: &Path) -> Row {
     let mut bad = Vec::new();
     match &run.report {
@@ -1138,19 +1191,8 @@ fn report_row(w: &World, cell: &Cell, run: &Run, wt: &Path) -> Row {
                     bad.push(format!("effective_abi {} != {want}", r["effective_abi"]));
                 }
             }
-            for key in [
-                "write_outside",
-                "truncate",
-                "rename_link_across",
-                "rename_inside",
-                "chmod_chown_utime_xattr",
-                "signals_out",
-                "abstract_unix_sockets",
-                "pathname_unix_sockets",
-                "tcp",
-                "tiocsti",
-                "inherited_fds",
-            ] {
+            bad.extend(unknown_protections(r));
+            for key in Protection::ALL.map(Protection::key) {
                 let p = &r["protections"][key];
                 if !p["enforced"].is_boolean() {
                     bad.push(format!("protection {key} missing"));
@@ -1186,4 +1228,50 @@ pub fn in_scope(case: &Case, global: bool) -> bool {
         (case.scope, global),
         (Scope::Cell, false) | (Scope::Global, true)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_private_directory_stops_another_uid() {
+        let d = tempfile_dir();
+        let inner = d.join("private/bin");
+        std::fs::create_dir_all(&inner).unwrap();
+        std::fs::set_permissions(d.join("private"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        let (me, _) = sys::ids();
+        let other = if me == 4242 { 4243 } else { 4242 };
+        assert_eq!(
+            untraversable_ancestor(&inner.join("x"), other),
+            Some(d.join("private"))
+        );
+        assert_eq!(untraversable_ancestor(&d.join("x"), other), None);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("shofer-containment-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        d
+    }
+
+    #[test]
+    fn unknown_protections_names_keys_shofer_core_does_not_know() {
+        let mut prot = serde_json::Map::new();
+        for k in Protection::ALL.map(Protection::key) {
+            prot.insert(k.into(), serde_json::json!({"enforced": true}));
+        }
+        let known = serde_json::json!({ "protections": prot.clone() });
+        assert!(unknown_protections(&known).is_empty());
+        prot.insert("teleport".into(), serde_json::json!({"enforced": true}));
+        let found = unknown_protections(&serde_json::json!({ "protections": prot }));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("teleport"), "{found:?}");
+        assert_eq!(unknown_protections(&serde_json::json!({})).len(), 1);
+    }
 }

@@ -10,15 +10,26 @@
 //! e.g. `--abis 7 --backends landlock` for a quick local check.
 //!
 //! Not root: both print a `SKIP` line and pass (the harness needs to switch users, make a
-//! setuid file and create namespaces).
+//! setuid file and create namespaces), or fail under `CI` (see [`skip`]). Under `CI` the matrix
+//! also fails on a `skip` row for a missing tool or an unavailable backend.
 
 use serde_json::Value;
+use shofer_core::policy::Protection;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
 /// The two runs are timing-sensitive (process trees, signals): never in parallel.
 static SERIAL: Mutex<()> = Mutex::new(());
+
+/// A prerequisite of `test` is missing: `SKIP <test>: <why>` and the test passes, except
+/// under `CI` (set and not empty), where it fails: CI provides every prerequisite.
+fn skip(test: &str, why: &str) {
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!("{test}: {why} (CI is set: a missing prerequisite fails the test; scripts/ci must provide it)");
+    }
+    eprintln!("SKIP {test}: {why}");
+}
 
 fn is_root() -> bool {
     // Safety: geteuid never fails.
@@ -80,10 +91,43 @@ fn rows_with<'a>(v: &'a Value, result: &str) -> Vec<&'a Value> {
         .unwrap_or_default()
 }
 
+/// The real `shofer-sandbox --probe --json` names exactly the protections `shofer_core`
+/// defines: a key the harness does not know could never be judged, and a key it expects but
+/// the sandbox does not print would make every `report-consistent` row fail.
+#[test]
+fn probe_prints_exactly_the_protections_shofer_core_knows() {
+    let out = Command::new(sandbox_binary())
+        .args(["--probe", "--json"])
+        .output()
+        .expect("run shofer-sandbox --probe --json");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "--probe --json printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let mut printed: Vec<&str> = v["protections"]
+        .as_object()
+        .expect("a protections object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    printed.sort_unstable();
+    let mut known = Protection::ALL.map(Protection::key).to_vec();
+    known.sort_unstable();
+    assert_eq!(
+        printed, known,
+        "--probe --json protections vs shofer_core::policy::Protection"
+    );
+}
+
 #[test]
 fn containment_matrix_has_no_fail_and_no_unlisted_gap() {
     if !is_root() {
-        eprintln!("SKIP containment_matrix_has_no_fail_and_no_unlisted_gap: needs root (user switching, setuid file, namespaces)");
+        skip(
+            "containment_matrix_has_no_fail_and_no_unlisted_gap",
+            "needs root (user switching, setuid file, namespaces)",
+        );
         return;
     }
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -109,12 +153,35 @@ fn containment_matrix_has_no_fail_and_no_unlisted_gap() {
     assert_eq!(code, 0, "exit status with no FAIL rows");
     let pass = v["summary"]["pass"].as_u64().unwrap_or(0);
     assert!(pass >= 40, "only {pass} pass rows: the matrix did not run");
+    // A `skip` row for a missing tool (git, python3, stty, /bin/sh) or an unavailable backend
+    // is a missing prerequisite: under CI, which installs them (scripts/ci), it fails.
+    let missing: Vec<String> = rows_with(&v, "skip")
+        .iter()
+        .filter(|r| {
+            let d = r["detail"].as_str().unwrap_or("");
+            d.contains("not installed")
+                || d.contains("not present")
+                || d.starts_with("backend not available here")
+        })
+        .map(|r| {
+            format!(
+                "{} {} abi={} {}: {}",
+                r["case"], r["backend"], r["abi"], r["user"], r["detail"]
+            )
+        })
+        .collect();
+    if !missing.is_empty() {
+        skip(
+            "containment_matrix_has_no_fail_and_no_unlisted_gap",
+            &format!("rows skipped for a missing prerequisite: {missing:#?}"),
+        );
+    }
 }
 
 #[test]
 fn null_sandbox_is_caught_escaping() {
     if !is_root() {
-        eprintln!("SKIP null_sandbox_is_caught_escaping: needs root");
+        skip("null_sandbox_is_caught_escaping", "needs root");
         return;
     }
     let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

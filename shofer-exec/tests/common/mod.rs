@@ -1,4 +1,5 @@
-//! Helpers shared by the integration tests: unique markers and a `/proc` survivor scan.
+//! Helpers shared by the integration tests: unique markers, a `/proc` survivor scan, and
+//! [`skip`] for a missing prerequisite (a failure under `CI`).
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -69,6 +70,22 @@ pub fn kill_leftovers(marker: &str) {
 pub fn is_root() -> bool {
     // Safety: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether this is a CI run: `CI` is set and not empty (CI sets `CI=true`).
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+}
+
+/// A prerequisite of `test` is missing here (`why` says which). Outside CI it prints
+/// `SKIP <test>: <why>` and the caller returns, so the test passes. Under `CI` it panics
+/// instead: CI installs everything the tests need (`scripts/ci`), so a missing prerequisite
+/// there is a broken setup that must not pass as green.
+pub fn skip(test: &str, why: &str) {
+    if in_ci() {
+        panic!("{test}: {why} (CI is set: a missing prerequisite fails the test; scripts/ci must provide it)");
+    }
+    eprintln!("SKIP {test}: {why}");
 }
 
 /// Live `sleep` processes (argv[0] is `sleep`) whose command line contains `marker`.

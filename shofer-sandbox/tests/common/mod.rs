@@ -1,8 +1,10 @@
 //! Shared helpers for the shofer-sandbox integration tests: scratch trees outside `/tmp`
 //! (which is writable by policy and would hide failures), real linked git worktrees, and
-//! running the real binary, optionally as an unprivileged uid.
+//! running the real binary, optionally as an unprivileged uid (from a [`ReachableCopy`], so a
+//! build tree that uid cannot enter does not matter), and [`skip`] for a missing prerequisite.
 #![allow(dead_code)]
 
+use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -19,10 +21,26 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Prints a clear skip line and returns true when not root.
+/// Whether this is a CI run: `CI` is set and not empty (CI sets `CI=true`).
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+}
+
+/// A prerequisite of `test` is missing here (`why` says which). Outside CI it prints
+/// `SKIP <test>: <why>` and the caller returns, so the test passes. Under `CI` it panics
+/// instead: CI installs everything the tests need (`scripts/ci`), so a missing prerequisite
+/// there is a broken setup that must not pass as green.
+pub fn skip(test: &str, why: &str) {
+    if in_ci() {
+        panic!("{test}: {why} (CI is set: a missing prerequisite fails the test; scripts/ci must provide it)");
+    }
+    eprintln!("SKIP {test}: {why}");
+}
+
+/// Not root: [`skip`]s `test` and returns true (the caller returns).
 pub fn skip_unless_root(test: &str) -> bool {
     if !is_root() {
-        eprintln!("SKIP {test}: needs root (CI runs as root)");
+        skip(test, "needs root (CI runs as root)");
         return true;
     }
     false
@@ -110,23 +128,23 @@ pub fn linked_worktree(scratch: &Scratch) -> (PathBuf, PathBuf) {
 
 /// Builder for one sandbox run.
 pub struct Run {
-    cmd: Command,
+    args: Vec<OsString>,
+    dir: Option<PathBuf>,
     uid: Option<u32>,
 }
 
 impl Run {
     pub fn new(worktree: &Path) -> Run {
-        let mut cmd = Command::new(SANDBOX);
-        if worktree.is_dir() {
-            cmd.current_dir(worktree);
+        Run {
+            args: vec![worktree.into()],
+            dir: worktree.is_dir().then(|| worktree.to_path_buf()),
+            uid: None,
         }
-        cmd.envs(git_env()).arg(worktree);
-        Run { cmd, uid: None }
     }
 
     /// Adds an argument (options may follow the worktree).
     pub fn arg(mut self, a: impl AsRef<std::ffi::OsStr>) -> Run {
-        self.cmd.arg(a);
+        self.args.push(a.as_ref().to_os_string());
         self
     }
 
@@ -135,7 +153,8 @@ impl Run {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        self.cmd.args(args);
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_os_string()));
         self
     }
 
@@ -144,16 +163,33 @@ impl Run {
         self.arg("-c").arg(script)
     }
 
+    /// Runs as `uid` (gid = uid, no supplementary groups), from a [`ReachableCopy`] of the
+    /// binary.
     pub fn with_uid(mut self, uid: u32) -> Run {
         self.uid = Some(uid);
         self
     }
 
-    pub fn command(mut self) -> Command {
+    /// The command as root, to spawn by hand (a run as another uid goes through
+    /// [`Run::output`], which keeps the binary's copy alive for the run).
+    pub fn command(self) -> Command {
+        assert!(
+            self.uid.is_none(),
+            "Run::command with_uid: use Run::output (the reachable copy must outlive the run)"
+        );
+        self.build(Path::new(SANDBOX))
+    }
+
+    fn build(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        if let Some(d) = &self.dir {
+            cmd.current_dir(d);
+        }
+        cmd.envs(git_env()).args(&self.args);
         if let Some(uid) = self.uid {
             // Safety: only async-signal-safe syscalls between fork and exec.
             unsafe {
-                self.cmd.pre_exec(move || {
+                cmd.pre_exec(move || {
                     if libc::setgroups(0, std::ptr::null()) != 0
                         || libc::setgid(uid) != 0
                         || libc::setuid(uid) != 0
@@ -164,13 +200,81 @@ impl Run {
                 });
             }
         }
-        self.cmd
+        cmd
     }
 
     pub fn output(self) -> Output {
-        let mut cmd = self.command();
-        cmd.stdin(Stdio::null()).output().unwrap()
+        let copy = self
+            .uid
+            .map(|uid| ReachableCopy::new(Path::new(SANDBOX), uid));
+        let program = copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path());
+        self.build(program)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", program.display()))
     }
+}
+
+/// A copy of a binary that `uid` can execute, for tests that run something as another user.
+///
+/// The build tree may be where that user cannot go: in a clone under root's home (mode 0700),
+/// uid 65534 cannot even start `target/debug/shofer-sandbox` (exec fails with `EACCES`). The
+/// copy lives in a fresh root-owned 0755 directory under `/var/tmp`, removed on drop.
+pub struct ReachableCopy {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl ReachableCopy {
+    /// Copies `bin`.
+    ///
+    /// # Panics
+    /// When the copy fails, or `uid` still cannot reach it: the message names the directory
+    /// that stops it.
+    pub fn new(bin: &Path, uid: u32) -> ReachableCopy {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("shofer-test-bin-")
+            .tempdir_in("/var/tmp")
+            .unwrap_or_else(|e| panic!("a directory for a copy of {}: {e}", bin.display()));
+        let name = bin.file_name().expect("a binary's file name");
+        let path = dir.path().join(name);
+        std::fs::copy(bin, &path)
+            .unwrap_or_else(|e| panic!("copy {} to {}: {e}", bin.display(), path.display()));
+        for (p, mode) in [(dir.path(), 0o755), (path.as_path(), 0o755)] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        if let Some(stop) = untraversable_ancestor(&path, uid) {
+            panic!(
+                "uid {uid} cannot reach {} (no search permission on {}): a test that runs as another user needs a scratch directory that user can traverse",
+                path.display(),
+                stop.display()
+            );
+        }
+        ReachableCopy { _dir: dir, path }
+    }
+
+    /// The copy.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The first directory above `path` that `uid` (with gid = uid and no other groups) may not
+/// search, by its mode bits (path_resolution(7)).
+pub fn untraversable_ancestor(path: &Path, uid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    path.ancestors().skip(1).find_map(|d| {
+        let m = std::fs::metadata(d).ok()?;
+        let bit = if m.uid() == uid {
+            0o100
+        } else if m.gid() == uid {
+            0o010
+        } else {
+            0o001
+        };
+        (m.mode() & bit == 0).then(|| d.to_path_buf())
+    })
 }
 
 /// Pretty failure text for an output.
@@ -251,9 +355,9 @@ pub fn backends() -> Vec<&'static str> {
                             "backend {b} should work here (probe: {probe}) but: {}",
                             String::from_utf8_lossy(&out.stderr)
                         );
-                        eprintln!(
-                            "SKIP backend {b}: {}",
-                            String::from_utf8_lossy(&out.stderr).trim()
+                        skip(
+                            &format!("every test on backend {b}"),
+                            String::from_utf8_lossy(&out.stderr).trim(),
                         );
                     }
                     out.status.success()

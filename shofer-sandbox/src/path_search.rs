@@ -1,0 +1,162 @@
+//! Finding a command on `$PATH`, once, the way `execvp(3)` and shells do it: the exec-time
+//! sequence ([`exec`]) and the bubblewrap backend's pre-resolution ([`resolve`]) walk the
+//! same [`candidates`], so they cannot disagree about which file runs or which error a
+//! missing or unexecutable command gets (126 or 127, as POSIX shells report them).
+
+use std::ffi::{CStr, CString};
+use std::io;
+
+use crate::sys;
+
+/// The search list when `$PATH` is unset (glibc's `execvp` default without the current
+/// directory).
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Why a command cannot be run, as a shell reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotRunnable {
+    /// No file of that name on `$PATH` (or at the given path): exit status 127.
+    NotFound,
+    /// A matching regular file (or a directory named by path) exists but cannot be
+    /// executed: exit status 126.
+    NotExecutable,
+}
+
+impl NotRunnable {
+    /// The shell's exit status for it: 127 or 126.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            NotRunnable::NotFound => 127,
+            NotRunnable::NotExecutable => 126,
+        }
+    }
+
+    /// The shell's message for `name`: `name: command not found` or
+    /// `name: Permission denied`.
+    pub fn message(self, name: &str) -> String {
+        match self {
+            NotRunnable::NotFound => format!("{name}: command not found"),
+            NotRunnable::NotExecutable => format!("{name}: {}", sys::strerror(libc::EACCES)),
+        }
+    }
+}
+
+/// `<dir>/<name>` for each directory of `$PATH` in order (an empty entry is `.`; no `$PATH`
+/// means `/usr/local/bin:/usr/bin:/bin`), as `execvp(3)` searches them.
+pub fn candidates(name: &CStr) -> Vec<CString> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
+    std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())
+        .split(|&b| b == b':')
+        .filter_map(|dir| {
+            let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
+            let mut candidate = dir.to_vec();
+            candidate.push(b'/');
+            candidate.extend_from_slice(name.to_bytes());
+            CString::new(candidate).ok()
+        })
+        .collect()
+}
+
+/// `execvp(3)` with a shell's choice of error: `$PATH` is searched in order, directories we
+/// cannot search or that lack the name are skipped, and the error is `EACCES` (126) only when
+/// a matching regular file exists but cannot be executed, else `ENOENT` (127). A file the
+/// kernel cannot execute (`ENOEXEC`) is run by `/bin/sh`, as `execvp` and shells do.
+/// Returns only on failure; allocates (callers between `clone` and `execve` own their heap).
+pub fn exec(argv: &[CString]) -> io::Error {
+    if argv[0].as_bytes().contains(&b'/') {
+        return exec_one(&argv[0], argv);
+    }
+    let mut denied = false;
+    for candidate in candidates(&argv[0]) {
+        let err = exec_one(&candidate, argv);
+        match err.raw_os_error() {
+            Some(libc::EACCES) => denied |= is_regular_file(&candidate),
+            Some(
+                libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ELOOP | libc::ENAMETOOLONG,
+            ) => {}
+            _ => return err,
+        }
+    }
+    io::Error::from_raw_os_error(if denied { libc::EACCES } else { libc::ENOENT })
+}
+
+/// Where [`exec`] would find `name`, without executing anything: for bubblewrap, which
+/// reports every exec failure as exit 1, and for finding `bwrap` itself. The sandbox sees the
+/// host's root read-only, so the host's answer is the sandbox's.
+///
+/// # Errors
+/// [`NotRunnable`] as a failed exec would be reported.
+pub fn resolve(name: &CStr) -> Result<CString, NotRunnable> {
+    let executable = |p: &CStr| {
+        // Safety: NUL-terminated path.
+        is_regular_file(p) && unsafe { libc::access(p.as_ptr(), libc::X_OK) } == 0
+    };
+    if name.to_bytes().contains(&b'/') {
+        if executable(name) {
+            return Ok(name.to_owned());
+        }
+        let shown = name.to_string_lossy();
+        if is_regular_file(name) || std::path::Path::new(&*shown).is_dir() {
+            return Err(NotRunnable::NotExecutable);
+        }
+        return Err(NotRunnable::NotFound);
+    }
+    let mut denied = false;
+    for candidate in candidates(name) {
+        if executable(&candidate) {
+            return Ok(candidate);
+        }
+        denied |= is_regular_file(&candidate);
+    }
+    Err(if denied {
+        NotRunnable::NotExecutable
+    } else {
+        NotRunnable::NotFound
+    })
+}
+
+fn exec_one(path: &CString, argv: &[CString]) -> io::Error {
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // Safety: NULL-terminated arrays of NUL-terminated strings that outlive the call.
+    unsafe { libc::execv(path.as_ptr(), ptrs.as_ptr()) };
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::ENOEXEC) {
+        return err;
+    }
+    let sh = c"/bin/sh";
+    let mut script: Vec<*const libc::c_char> = vec![sh.as_ptr(), path.as_ptr()];
+    script.extend(argv[1..].iter().map(|a| a.as_ptr()));
+    script.push(std::ptr::null());
+    // Safety: as above.
+    unsafe { libc::execv(sh.as_ptr(), script.as_ptr()) };
+    io::Error::last_os_error()
+}
+
+fn is_regular_file(path: &CStr) -> bool {
+    // Safety: `st` is filled by stat on success; `path` is NUL-terminated.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::stat(path.as_ptr(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_finds_sh_and_names_what_is_missing_or_not_executable() {
+        assert!(resolve(c"sh").unwrap().to_bytes().ends_with(b"/sh"));
+        assert_eq!(
+            resolve(c"shofer-no-such-command-4711"),
+            Err(NotRunnable::NotFound)
+        );
+        assert_eq!(resolve(c"/"), Err(NotRunnable::NotExecutable));
+        assert_eq!(
+            NotRunnable::NotFound.message("x"),
+            "x: command not found".to_string()
+        );
+        assert_eq!(NotRunnable::NotExecutable.exit_code(), 126);
+    }
+}

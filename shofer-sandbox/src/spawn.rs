@@ -1,0 +1,324 @@
+//! Starting the command: the supervisor's own preparation (subreaper, death signal, blocked
+//! signals), the `clone` (a `posix_spawn`-like one for the Landlock and bwrap backends, a
+//! fork-like one into new namespaces for the others), and the failure pipe that tells the
+//! supervisor whether `execve` happened or which [`Stage`] failed.
+//!
+//! The failure pipe is close-on-exec: EOF means `execve` succeeded; a record (stage byte and
+//! errno) means a setup step or `execve` failed, and which.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use crate::error::{SetupError, Unusable};
+use crate::exec::{self, Steps};
+use crate::path_search::NotRunnable;
+use crate::plan::{Confinement, Plan};
+use crate::supervise::{sigset, FORWARDED};
+use crate::{namespaces, sys};
+
+/// Child-side setup steps, reported back to the supervisor when one fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Stage {
+    Session = 1,
+    DeathSignal,
+    Descriptors,
+    NoNewPrivs,
+    Capabilities,
+    Seccomp,
+    Landlock,
+    Exec,
+    IdMaps,
+    Mounts,
+    Fork,
+}
+
+impl Stage {
+    fn from_u8(b: u8) -> Option<Stage> {
+        use Stage::*;
+        [
+            Session,
+            DeathSignal,
+            Descriptors,
+            NoNewPrivs,
+            Capabilities,
+            Seccomp,
+            Landlock,
+            Exec,
+            IdMaps,
+            Mounts,
+            Fork,
+        ]
+        .into_iter()
+        .find(|s| *s as u8 == b)
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Stage::Session => "setsid",
+            Stage::DeathSignal => "prctl(PR_SET_PDEATHSIG)",
+            Stage::Descriptors => "closing inherited descriptors",
+            Stage::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS)",
+            Stage::Capabilities => "dropping capabilities",
+            Stage::Seccomp => "installing the seccomp filter",
+            Stage::Landlock => "landlock_restrict_self",
+            Stage::Exec => "execve",
+            Stage::IdMaps => "writing uid_map/gid_map",
+            Stage::Mounts => "mount",
+            Stage::Fork => "fork",
+        }
+    }
+}
+
+/// The command is running (it has exec'd): what the supervisor needs from the spawn.
+pub(crate) struct Running {
+    /// The main process: the command, bubblewrap, or the namespaces' init (process A).
+    pub main: libc::pid_t,
+    /// The signals the supervisor takes with `sigwaitinfo` (blocked since before `clone`).
+    pub set: libc::sigset_t,
+    /// The read end of process A's report of the command's exit (namespace backends with
+    /// `--keep-descendants` and `--status-fd`): the raw wait status, 4 bytes, native endian.
+    /// It raises SIGIO in the supervisor when readable.
+    pub main_exit: Option<OwnedFd>,
+}
+
+/// How the spawn ended.
+pub(crate) enum Spawn {
+    /// The command runs.
+    Running(Running),
+    /// `execve` failed: the exit status (126 or 127) and the message.
+    NotExecuted(i32, String),
+}
+
+/// Prepares the supervisor, starts the command of `plan` and waits until it has exec'd.
+/// With `exit_pipe`, process A of the namespace backends reports the command's exit over a
+/// pipe even while it waits for descendants.
+///
+/// # Errors
+/// [`SetupError`] when the supervisor cannot be set up (`prctl`, `pipe2`, `clone`) or a
+/// child-side step before `execve` fails; the command has then not run.
+pub(crate) fn spawn(plan: &Plan<'_>, exit_pipe: bool) -> Result<Spawn, SetupError> {
+    // Safety: prctl with integer arguments only changes this process's attributes.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
+    }
+    // Safety: getppid cannot fail.
+    let caller = unsafe { libc::getppid() };
+    // Safety: as above.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) } != 0 {
+        return Err(SetupError::last_os("prctl(PR_SET_PDEATHSIG)"));
+    }
+    // Safety: getppid cannot fail.
+    if unsafe { libc::getppid() } != caller {
+        return Err(SetupError::CallerExited);
+    }
+
+    let namespaced = matches!(plan.confinement, Confinement::Namespaces(_));
+    let mut handled = vec![libc::SIGCHLD, libc::SIGTERM];
+    handled.extend(FORWARDED);
+    let exit_pipe = exit_pipe && namespaced;
+    if exit_pipe {
+        handled.push(libc::SIGIO);
+    }
+    let set = sigset(&handled);
+    // Safety: an all-zero sigset_t is a valid out-parameter for sigprocmask.
+    let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // Safety: both sets are valid; blocking only defers delivery.
+    if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old_mask) } != 0 {
+        return Err(SetupError::last_os("sigprocmask"));
+    }
+
+    let pipe = |op| sys::pipe_cloexec().map_err(|source| SetupError::Syscall { op, source });
+    let (err_read, err_write) = pipe("pipe2")?;
+    let main_exit = if exit_pipe {
+        let (read, write) = pipe("pipe2")?;
+        sys::sigio_when_readable(&read).map_err(|source| SetupError::Syscall {
+            op: "fcntl(O_ASYNC)",
+            source,
+        })?;
+        Some((read, write))
+    } else {
+        None
+    };
+
+    let steps = Steps::of(&plan.exec, &plan.confinement);
+    let args = ChildArgs {
+        steps: &steps,
+        // Safety: getpid cannot fail.
+        supervisor: unsafe { libc::getpid() },
+        old_mask,
+        err: err_write.as_raw_fd(),
+    };
+    let main = match &plan.confinement {
+        Confinement::Namespaces(setup) => spawn_namespaced(
+            &args,
+            setup,
+            plan.exec.keep_descendants,
+            main_exit.as_ref().map(|(_, w)| w.as_raw_fd()),
+        )?,
+        _ => spawn_child(&args)?,
+    };
+    drop(err_write);
+    let main_exit = main_exit.map(|(read, _write)| read);
+
+    if let Some((stage, errno)) = read_failure(&err_read) {
+        let mut status = 0;
+        // Safety: reaping our own child.
+        unsafe { libc::waitpid(main, &mut status, 0) };
+        let name = plan.exec.argv[0].to_string_lossy();
+        return match stage {
+            Stage::Exec if errno == libc::ENOENT || errno == libc::ENOTDIR => Ok(
+                Spawn::NotExecuted(127, NotRunnable::NotFound.message(&name)),
+            ),
+            Stage::Exec => Ok(Spawn::NotExecuted(
+                126,
+                format!("{name}: {}", sys::strerror(errno)),
+            )),
+            Stage::IdMaps | Stage::Mounts => Err(SetupError::Unusable(Unusable::Userns(
+                namespaces::failure_reason(stage.describe(), errno),
+            ))),
+            _ => Err(SetupError::Syscall {
+                op: stage.describe(),
+                source: io::Error::from_raw_os_error(errno),
+            }),
+        };
+    }
+    Ok(Spawn::Running(Running {
+        main,
+        set,
+        main_exit,
+    }))
+}
+
+/// Writes the failure record (stage byte + errno) for the supervisor and exits 125 without
+/// running destructors (in the `CLONE_VM` child they would free memory the supervisor owns).
+pub(crate) fn report_failure(err: RawFd, stage: Stage, e: io::Error) -> ! {
+    let mut rec = [0u8; 5];
+    rec[0] = stage as u8;
+    rec[1..].copy_from_slice(&e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes());
+    // Safety: writing a small buffer to our pipe, then _exit.
+    unsafe {
+        libc::write(err, rec.as_ptr().cast(), rec.len());
+        libc::_exit(125)
+    }
+}
+
+/// Reads one failure record (stage byte + errno) from the exec-error pipe; `None` on EOF.
+fn read_failure(fd: &OwnedFd) -> Option<(Stage, i32)> {
+    let mut buf = [0u8; 5];
+    let mut got = 0;
+    while got < buf.len() {
+        // Safety: reading into the unfilled tail of `buf`.
+        let n = unsafe {
+            libc::read(
+                fd.as_raw_fd(),
+                buf[got..].as_mut_ptr().cast(),
+                buf.len() - got,
+            )
+        };
+        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    if got < buf.len() {
+        return None;
+    }
+    let errno = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
+    Some((Stage::from_u8(buf[0])?, errno))
+}
+
+/// What the child needs; lives on the supervisor's stack while the child runs.
+pub(crate) struct ChildArgs<'a> {
+    /// The exec-time sequence.
+    pub steps: &'a Steps<'a>,
+    /// Our PID, which the child checks its parent against.
+    pub supervisor: libc::pid_t,
+    /// The caller's signal mask, restored before exec.
+    pub old_mask: libc::sigset_t,
+    /// The failure pipe's write end.
+    pub err: RawFd,
+}
+
+/// Size of the child's own stack while it shares our memory (bytes).
+const CHILD_STACK: usize = 256 * 1024;
+
+/// Starts the child with `clone(CLONE_VM | CLONE_VFORK)`, as glibc's `posix_spawn` does: no
+/// page tables are copied and no copy-on-write faults are taken (on these VMs a plain `fork`
+/// costs more than everything else the supervisor does). The supervisor stays suspended until
+/// the child has exec'd or exited, so the child may use the shared heap without racing it;
+/// the child runs on its own stack, and everything it changes (signal mask and dispositions,
+/// session, credentials, seccomp, Landlock) is per task, not per address space. The child
+/// only reads the plan: everything it owns stays the supervisor's.
+fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupError> {
+    // Safety: an anonymous private mapping; checked for MAP_FAILED below.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            CHILD_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(SetupError::last_os("mmap"));
+    }
+    extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
+        // Safety: `arg` is the `ChildArgs` below, alive while the parent is suspended.
+        let args = unsafe { &*(arg as *const ChildArgs<'_>) };
+        exec::run(args.steps, args.supervisor, &args.old_mask, args.err)
+    }
+    // Safety: the stack grows down from the top of our mapping; `args` outlives the child's
+    // use of it because CLONE_VFORK suspends us until the child execs or exits.
+    let pid = unsafe {
+        libc::clone(
+            entry,
+            (stack as *mut u8).add(CHILD_STACK).cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (args as *const ChildArgs<'_>).cast_mut().cast(),
+        )
+    };
+    let clone_err = io::Error::last_os_error();
+    // Safety: unmapping the stack we mapped; the child no longer runs on it.
+    unsafe { libc::munmap(stack, CHILD_STACK) };
+    if pid < 0 {
+        return Err(SetupError::Syscall {
+            op: "clone",
+            source: clone_err,
+        });
+    }
+    Ok(pid)
+}
+
+/// Starts process A in new user, mount and PID namespaces (and a network namespace with
+/// `--net deny`) with a fork-like `clone`: A outlives the exec of the command, so it cannot
+/// share our memory. A runs [`namespaces::init`].
+fn spawn_namespaced(
+    args: &ChildArgs<'_>,
+    setup: &namespaces::Setup<'_>,
+    keep_descendants: bool,
+    main_exit: Option<RawFd>,
+) -> Result<libc::pid_t, SetupError> {
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    if setup.net_deny {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // Safety: no new stack and no CLONE_VM: the child gets a copy of this single-threaded
+    // process, like fork(2).
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags | libc::SIGCHLD, 0, 0, 0, 0) };
+    if pid < 0 {
+        let errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        return Err(SetupError::Unusable(Unusable::Userns(
+            namespaces::failure_reason("clone", errno),
+        )));
+    }
+    if pid == 0 {
+        namespaces::init(args, setup, keep_descendants, main_exit);
+    }
+    Ok(pid as libc::pid_t)
+}

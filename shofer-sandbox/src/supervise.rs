@@ -1,0 +1,236 @@
+//! Supervising a running command (docs/ARCHITECTURE.md): the wait loop, signal
+//! forwarding, and the end of the tree.
+//!
+//! # What the kernel gives us, and the order things happen in
+//!
+//! - **Child subreaper** (`PR_SET_CHILD_SUBREAPER`, Linux 3.4): a descendant whose parent dies
+//!   is re-parented to us instead of to init, so `setsid` and double forks cannot leave the
+//!   tree; every descendant is always either our child or below one.
+//! - **Dying with the caller**: `PR_SET_PDEATHSIG(SIGTERM)`, then a `getppid()` check for the
+//!   race where the caller died before the prctl. SIGTERM kills the tree (below). Caveat: the
+//!   kernel sends it when the *thread* that forked us exits, as with bubblewrap's
+//!   `--die-with-parent`.
+//! - **Signals** are blocked before `clone` ([`crate::spawn`]), so none is lost between the
+//!   clone and the wait loop; the child restores the caller's mask and default dispositions
+//!   (including SIGPIPE) before exec. The loop takes them synchronously with `sigwaitinfo`:
+//!   SIGCHLD reaps; SIGINT, SIGHUP, SIGQUIT, SIGWINCH, SIGUSR1 and SIGUSR2 are forwarded to
+//!   the command (its process group when it has its own session); SIGTERM kills the tree. A
+//!   signal the terminal itself generated (`si_code == SI_KERNEL`) already reached the command
+//!   in the same foreground process group and is not sent twice.
+//! - **The end**: when the main process exits, remaining descendants get SIGTERM (and
+//!   SIGCONT, so stopped ones can act on it), a grace period, then SIGKILL, repeated until
+//!   `waitpid` reports no children — a fork loop cannot outrun it because each pass kills
+//!   every process it sees and orphans come back to us. `--keep-descendants` waits for them
+//!   instead. See [`crate::tree`].
+//! - **`--status-fd`** ([`crate::status`]): the command's PID once it runs, and its exit
+//!   status the moment the main process exits, even while descendants are still waited for.
+//!
+//! What this does not guarantee: if the supervisor is SIGKILLed, the command gets SIGKILL
+//! (its own death signal) but its descendants are re-parented to the next subreaper up.
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use crate::plan::{Confinement, Plan};
+use crate::spawn::Running;
+use crate::status::StatusFd;
+use crate::tree;
+
+/// Signals forwarded to the command.
+pub(crate) const FORWARDED: [libc::c_int; 6] = [
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGWINCH,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// A signal set holding `signals`.
+pub(crate) fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
+    // Safety: sigemptyset initialises the set; sigaddset with valid signal numbers.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Raw wait status of a process killed by SIGTERM, used when the tree is stopped before the
+/// main process is reaped.
+const TERMINATED: i32 = libc::SIGTERM;
+
+/// The supervisor of one running command.
+pub(crate) struct Supervisor {
+    main: libc::pid_t,
+    /// Where forwarded signals go: a PID, or a process group as its negation.
+    forward_target: libc::pid_t,
+    interactive: bool,
+    keep_descendants: bool,
+    grace: Duration,
+    main_status: Option<i32>,
+    set: libc::sigset_t,
+    status: Option<StatusFd>,
+    /// Process A's report of the command's exit (see [`Running::main_exit`]).
+    main_exit: Option<std::fs::File>,
+    exit_reported: bool,
+}
+
+impl Supervisor {
+    /// Takes over a running command. Consumes the plan: what the command no longer needs
+    /// (bubblewrap's arguments and info pipe, the ruleset, the namespace plan) is closed here.
+    /// Writes `{"child-pid": N}` to `status`.
+    pub fn new(running: Running, plan: Plan<'_>, status: Option<StatusFd>) -> Supervisor {
+        let Plan { exec, confinement } = plan;
+        let main = running.main;
+        let namespaced = matches!(confinement, Confinement::Namespaces(_));
+        // Behind bubblewrap, signals go to the command's own session (bwrap --new-session).
+        let command = match confinement {
+            Confinement::Bwrap(launch) => launch.command_pid(),
+            _ => None,
+        };
+        let forward_target = match command {
+            Some(command) => -command,
+            None if !exec.interactive && !namespaced => -main,
+            // In a namespace, init (the main process) forwards to the command itself.
+            None => main,
+        };
+        if let Some(s) = &status {
+            s.child_pid(command.unwrap_or(main));
+        }
+        // HOOK(seccomp-notify): receive the listener here and serve it until the tree is
+        // gone (crate::exec module docs).
+        Supervisor {
+            main,
+            forward_target,
+            interactive: exec.interactive,
+            keep_descendants: exec.keep_descendants,
+            grace: exec.grace,
+            main_status: None,
+            set: running.set,
+            status,
+            main_exit: running.main_exit.map(std::fs::File::from),
+            exit_reported: false,
+        }
+    }
+
+    /// Waits for the main process, forwarding signals; then ends the tree. Returns the main
+    /// process's raw wait status.
+    pub fn wait_loop(&mut self) -> i32 {
+        loop {
+            // Safety: siginfo_t is plain data filled by sigwaitinfo.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // Safety: `set` holds only signals blocked in this process.
+            let sig = unsafe { libc::sigwaitinfo(&self.set, &mut info) };
+            if sig < 0 {
+                continue; // EINTR
+            }
+            match sig {
+                libc::SIGCHLD => {
+                    let none_left = self.reap();
+                    if self.main_status.is_some() && (!self.keep_descendants || none_left) {
+                        break;
+                    }
+                }
+                libc::SIGTERM => {
+                    self.kill_tree();
+                    return self.main_status.unwrap_or(TERMINATED);
+                }
+                libc::SIGIO => self.read_main_exit(),
+                _ => self.forward(sig, &info),
+            }
+        }
+        self.kill_tree();
+        self.main_status.unwrap_or(TERMINATED)
+    }
+
+    fn forward(&self, sig: libc::c_int, info: &libc::siginfo_t) {
+        if self.main_status.is_some() {
+            return;
+        }
+        if self.interactive && info.si_code == libc::SI_KERNEL {
+            return; // the terminal sent it to the whole foreground group already
+        }
+        // Safety: signalling our own descendant (or its process group); the main process is
+        // not reaped yet, so its tree's PIDs cannot have been recycled under us.
+        unsafe { libc::kill(self.forward_target, sig) };
+    }
+
+    /// Writes the command's exit status to `--status-fd`, once.
+    fn report_exit(&mut self, raw: i32) {
+        if self.exit_reported {
+            return;
+        }
+        self.exit_reported = true;
+        if let Some(s) = &self.status {
+            s.exit_status(crate::wait_status_to_exit(raw));
+        }
+    }
+
+    /// Process A said the command exited (namespace backends keeping descendants).
+    fn read_main_exit(&mut self) {
+        let Some(pipe) = &self.main_exit else {
+            return;
+        };
+        let mut buf = [0u8; 4];
+        if (&*pipe).read_exact(&mut buf).is_ok() {
+            self.main_exit = None;
+            self.report_exit(i32::from_ne_bytes(buf));
+        }
+    }
+
+    /// Reaps every exited child; records the main process's status. Returns true when no
+    /// child is left.
+    fn reap(&mut self) -> bool {
+        loop {
+            let mut status = 0;
+            // Safety: waitpid on any child, non-blocking.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid == self.main {
+                self.main_status = Some(status);
+                self.report_exit(status);
+            } else if pid == 0 {
+                return false;
+            } else if pid < 0 {
+                return true; // ECHILD
+            }
+        }
+    }
+
+    /// SIGTERM (with SIGCONT) to every descendant, the grace period, then SIGKILL until no
+    /// child is left.
+    fn kill_tree(&mut self) {
+        if self.reap() {
+            return;
+        }
+        tree::signal_descendants(libc::SIGTERM);
+        tree::signal_descendants(libc::SIGCONT);
+        let deadline = Instant::now() + self.grace;
+        while Instant::now() < deadline {
+            if self.reap() {
+                return;
+            }
+            self.wait_sigchld(deadline.saturating_duration_since(Instant::now()));
+        }
+        loop {
+            tree::signal_descendants(libc::SIGKILL);
+            if self.reap() {
+                return;
+            }
+            self.wait_sigchld(Duration::from_millis(10));
+        }
+    }
+
+    fn wait_sigchld(&self, timeout: Duration) {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        let chld = sigset(&[libc::SIGCHLD]);
+        // Safety: valid set and timeout; a NULL info pointer is allowed.
+        unsafe { libc::sigtimedwait(&chld, std::ptr::null_mut(), &ts) };
+    }
+}

@@ -1,0 +1,337 @@
+//! Inside the sandbox — processes outside the sandbox and /proc: environ, fd and cwd re-opens,
+//! signals, ptrace, process_vm_readv, inherited and passed descriptors, the supervisor itself.
+
+use super::tree::spawn_sleeper;
+use super::{arg, contain, p, write_via, Seen};
+use crate::sys::{self};
+use std::os::fd::AsRawFd;
+
+/// `proc-self-fd-reopen`: reopen a read-only outside fd via /proc/self/fd for writing.
+pub(crate) fn proc_self_fd_reopen(a: &[String]) -> Seen {
+    let out = p(arg(a, 1));
+    let ex = out.join("existing");
+    let fd = match sys::open(&ex, libc::O_RDONLY, 0) {
+        Ok(fd) => fd,
+        Err(e) => return Seen::Broken(format!("open(outside/existing, O_RDONLY) -> {e}")),
+    };
+    contain(
+        "reopen /proc/self/fd/N (read-only outside file) O_WRONLY+write",
+        write_via(
+            &p(&format!("/proc/self/fd/{}", fd.as_raw_fd())),
+            libc::O_WRONLY | libc::O_APPEND,
+        ),
+    )
+}
+
+/// `proc-self-cwd`: create via /proc/self/cwd with the cwd outside.
+pub(crate) fn proc_self_cwd(a: &[String]) -> Seen {
+    let out = p(arg(a, 1));
+    if let Err(e) = sys::chdir(&out) {
+        return Seen::Broken(format!("chdir(outside) -> {e}"));
+    }
+    contain(
+        "open(/proc/self/cwd/new5, O_CREAT) with cwd outside",
+        sys::open("/proc/self/cwd/new5", libc::O_WRONLY | libc::O_CREAT, 0o644),
+    )
+}
+
+/// `proc-environ`: read an outside process's /proc/<pid>/environ.
+pub(crate) fn proc_environ(a: &[String]) -> Seen {
+    let secret = arg(a, 3);
+    match std::fs::read(format!("/proc/{}/environ", arg(a, 2))) {
+        Ok(v) if !secret.is_empty() && contains(&v, secret.as_bytes()) => {
+            Seen::Escaped("read the outside process's environment (secret seen)".into())
+        }
+        Ok(v) => Seen::Escaped(format!("read /proc/<outside>/environ ({} bytes)", v.len())),
+        Err(e) => Seen::Blocked(format!("read /proc/<outside>/environ -> {e}")),
+    }
+}
+
+/// `proc-pid-root`: create outside via /proc/<outside pid>/root.
+pub(crate) fn proc_pid_root(a: &[String]) -> Seen {
+    let out = p(arg(a, 1));
+    let path = format!("/proc/{}/root{}", arg(a, 2), out.join("new6").display());
+    contain(
+        "open(/proc/<outside pid>/root/<outside>/new6, O_CREAT)",
+        sys::open(&path, libc::O_WRONLY | libc::O_CREAT, 0o644),
+    )
+}
+
+/// `proc-sys-write`: open /proc/sys/kernel/core_pattern for writing (nothing written).
+pub(crate) fn proc_sys_write(_: &[String]) -> Seen {
+    // Host-wide knobs a root process could abuse (core_pattern = code execution as
+    // root on the next crash). Opened for writing only; nothing is ever written.
+    let mut opened = Vec::new();
+    let mut why = Vec::new();
+    for t in [
+        "/proc/sys/kernel/core_pattern",
+        "/proc/sysrq-trigger",
+        "/proc/sys/vm/drop_caches",
+        "/proc/sys/kernel/modprobe",
+    ] {
+        match sys::open(t, libc::O_WRONLY, 0) {
+            Ok(_) => opened.push(t),
+            Err(e) => why.push(format!("{t} -> {e}")),
+        }
+    }
+    if opened.is_empty() {
+        Seen::Blocked(format!(
+            "open(O_WRONLY), nothing written: {}",
+            why.join("; ")
+        ))
+    } else {
+        Seen::Escaped(format!(
+            "opened for writing (nothing written): {}",
+            opened.join(", ")
+        ))
+    }
+}
+
+/// `signal-outside`: kill(SIGTERM) a process outside the sandbox.
+pub(crate) fn signal_outside(a: &[String]) -> Seen {
+    let pid: i32 = arg(a, 2).parse().unwrap_or(0);
+    contain(
+        "kill(<outside pid>, SIGTERM)",
+        sys::kill(pid, libc::SIGTERM),
+    )
+}
+
+/// `ptrace-outside`: PTRACE_ATTACH to a process outside.
+pub(crate) fn ptrace_outside(a: &[String]) -> Seen {
+    let pid: i32 = arg(a, 2).parse().unwrap_or(0);
+    // Safety: PTRACE_ATTACH takes a pid and ignores addr/data.
+    let r = sys::check(unsafe { libc::ptrace(libc::PTRACE_ATTACH, pid, 0usize, 0usize) });
+    if r.is_ok() {
+        // Safety: as above; detach at once so the victim keeps running.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0usize, 0usize) };
+    }
+    contain("ptrace(PTRACE_ATTACH, <outside pid>)", r)
+}
+
+/// `process-vm-readv`: process_vm_readv of a process outside.
+pub(crate) fn process_vm_readv(a: &[String]) -> Seen {
+    let pid: i32 = arg(a, 2).parse().unwrap_or(0);
+    let mut buf = [0u8; 8];
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: 0x1000 as *mut libc::c_void,
+        iov_len: 8,
+    };
+    // Safety: the iovecs point at a live local buffer and a remote address the kernel
+    // checks (EFAULT if unmapped).
+    let r = sys::check(
+        unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) } as libc::c_long,
+    );
+    match r {
+        Err(e) if e.0 == libc::EFAULT => {
+            Seen::Escaped("process_vm_readv passed the access check (EFAULT on the address)".into())
+        }
+        r => contain("process_vm_readv(<outside pid>)", r),
+    }
+}
+
+/// `passed-dirfd-openat`: --pass-fd of an O_PATH outside dir, then openat(O_CREAT)/mkdirat.
+pub(crate) fn passed_dirfd_openat(a: &[String]) -> Seen {
+    let fd: i32 = arg(a, 2).parse().unwrap_or(-1);
+    if !sys::fd_is_open(fd) {
+        return Seen::Broken(format!("fd {fd} given with --pass-fd is not open"));
+    }
+    let r1 = sys::openat(fd, "new7", libc::O_WRONLY | libc::O_CREAT, 0o644);
+    let r2 = {
+        let c = sys::cstr("newdir7");
+        // Safety: valid C string; dirfd checked by the kernel.
+        sys::check(unsafe { libc::mkdirat(fd, c.as_ptr(), 0o755) } as libc::c_long)
+    };
+    match (r1, r2) {
+        (Err(e1), Err(e2)) => Seen::Blocked(format!(
+            "openat(passed O_PATH dir fd, new7, O_CREAT) -> {e1}; mkdirat -> {e2}"
+        )),
+        _ => Seen::Escaped("created an entry outside through the passed directory fd".into()),
+    }
+}
+
+/// `passed-fd-reopen`: --pass-fd of a read-only outside file, then write / reopen for writing.
+pub(crate) fn passed_fd_reopen(a: &[String]) -> Seen {
+    let fd: i32 = arg(a, 2).parse().unwrap_or(-1);
+    if !sys::fd_is_open(fd) {
+        return Seen::Broken(format!("fd {fd} given with --pass-fd is not open"));
+    }
+    let w = sys::write(fd, b"x");
+    let r = write_via(
+        &p(&format!("/proc/self/fd/{fd}")),
+        libc::O_WRONLY | libc::O_APPEND,
+    );
+    match (w, r) {
+        (Err(_), Err(e)) => {
+            Seen::Blocked(format!("reopen of the passed read-only fd O_WRONLY -> {e}"))
+        }
+        (Ok(_), _) => Seen::Escaped("write(2) on a read-only passed fd succeeded".into()),
+        (_, Ok(())) => Seen::Escaped("reopened a passed read-only fd for writing".into()),
+    }
+}
+
+/// `kill-supervisor`: SIGKILL the shofer-sandbox supervisor (our parent) after leaving a setsid()
+/// child.
+pub(crate) fn kill_supervisor(a: &[String]) -> Seen {
+    // Leave a setsid() survivor, then SIGKILL our parent (the supervisor).
+    let ppid = match supervisor_pid(arg(a, 4), arg(a, 5)) {
+        Ok(p) => p,
+        Err(s) => return s,
+    };
+    let _ = spawn_sleeper(arg(a, 2), arg(a, 3), true, false);
+    contain(
+        &format!("kill(supervisor pid {ppid}, SIGKILL)"),
+        sys::kill(ppid, libc::SIGKILL),
+    )
+}
+
+/// `ptrace-supervisor`: PTRACE_ATTACH / open /proc/<pid>/mem of the supervisor.
+pub(crate) fn ptrace_supervisor(a: &[String]) -> Seen {
+    let ppid = match supervisor_pid(arg(a, 2), arg(a, 3)) {
+        Ok(p) => p,
+        Err(s) => return s,
+    };
+    // Safety: PTRACE_ATTACH takes a pid and ignores addr/data.
+    let r = sys::check(unsafe { libc::ptrace(libc::PTRACE_ATTACH, ppid, 0usize, 0usize) });
+    if r.is_ok() {
+        // Safety: detach at once.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, ppid, 0usize, 0usize) };
+        return Seen::Escaped(format!(
+            "PTRACE_ATTACH to the supervisor (pid {ppid}) succeeded"
+        ));
+    }
+    match sys::open(format!("/proc/{ppid}/mem"), libc::O_RDWR, 0) {
+        Ok(_) => Seen::Escaped("opened the supervisor's /proc/<pid>/mem read-write".into()),
+        Err(e) => Seen::Blocked(format!(
+            "PTRACE_ATTACH(supervisor) -> {}; open /proc/<ppid>/mem O_RDWR -> {e}",
+            r.err().map(|e| e.name()).unwrap_or_default()
+        )),
+    }
+}
+
+/// `proc-supervisor-fds`: reopen for writing the outside files the supervisor holds, via
+/// /proc/<ppid>/fd.
+pub(crate) fn proc_supervisor_fds(a: &[String]) -> Seen {
+    let wt = p(arg(a, 0));
+    // Reopen, for writing, whatever files the supervisor holds (nothing is written).
+    let ppid = match supervisor_pid(arg(a, 2), arg(a, 3)) {
+        Ok(p) => p,
+        Err(s) => return s,
+    };
+    let mut opened = Vec::new();
+    let mut seen = Vec::new();
+    match std::fs::read_dir(format!("/proc/{ppid}/fd")) {
+        Err(e) => return Seen::Blocked(format!("list /proc/<supervisor>/fd -> {e}")),
+        Ok(rd) => {
+            for e in rd.flatten() {
+                let target = std::fs::read_link(e.path())
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default();
+                if !target.starts_with('/')
+                    || target.starts_with("/dev/")
+                    || target.starts_with(&wt.display().to_string())
+                    || target.starts_with("/tmp")
+                {
+                    continue;
+                }
+                seen.push(target.clone());
+                if sys::open(e.path(), libc::O_WRONLY | libc::O_APPEND, 0).is_ok() {
+                    opened.push(target);
+                }
+            }
+        }
+    }
+    if opened.is_empty() {
+        Seen::Blocked(format!(
+            "no supervisor fd reopened for writing (outside files it holds: {seen:?})"
+        ))
+    } else {
+        Seen::Escaped(format!(
+            "reopened for writing via /proc/<supervisor>/fd: {opened:?}"
+        ))
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// `inherited-fds`: fds 7 (O_RDWR outside file) and 8 (O_PATH outside dir) were inherited without
+/// --pass-fd: both must be closed, and nothing else above 2 open.
+pub(crate) fn inherited_fds(a: &[String]) -> Seen {
+    // The harness started the sandbox with fds 7 (O_RDWR outside file) and 8 (O_PATH outside
+    // dir) open and not close-on-exec, without --pass-fd: both must be closed.
+    let mut open_fds = Vec::new();
+    let mut did = Vec::new();
+    for fd in [7, 8] {
+        if sys::fd_is_open(fd) {
+            open_fds.push(fd);
+        }
+    }
+    if sys::fd_is_open(7) && sys::write(7, b"PWNED via inherited fd\n").is_ok() {
+        did.push("wrote via inherited fd 7");
+    }
+    if sys::fd_is_open(8) && sys::openat(8, "new8", libc::O_WRONLY | libc::O_CREAT, 0o644).is_ok() {
+        did.push("created outside/new8 via inherited dir fd 8");
+    }
+    // Anything else above 2 that the sandbox left open.
+    let mut extra = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc/self/fd") {
+        for e in rd.flatten() {
+            if let Ok(n) = e.file_name().to_string_lossy().parse::<i32>() {
+                if n > 2 && n != 7 && n != 8 {
+                    let target = std::fs::read_link(e.path())
+                        .map(|t| t.display().to_string())
+                        .unwrap_or_default();
+                    // The read_dir's own fd shows up too.
+                    if !target.starts_with("/proc/") {
+                        extra.push(format!("{n}->{target}"));
+                    }
+                }
+            }
+        }
+    }
+    let _ = a;
+    if open_fds.is_empty() && extra.is_empty() {
+        Seen::Blocked("fds 7 and 8 are closed (EBADF); no other fd above 2".into())
+    } else {
+        Seen::Escaped(format!(
+            "inherited fds open: {open_fds:?} extra: [{}]; {}",
+            extra.join(", "),
+            did.join("; ")
+        ))
+    }
+}
+
+/// Our parent, if it is a supervisor: never the harness itself (pid `harness`) or init — a
+/// command started directly by the harness has no supervisor, which is itself a failure.
+///
+/// In a private PID namespace (`harness_pidns` differs from ours) the supervisor is outside
+/// it and invisible: parent 1 is the namespace's init, which the kernel protects from
+/// signals sent from inside; that is `Blocked`.
+fn supervisor_pid(harness: &str, harness_pidns: &str) -> Result<i32, Seen> {
+    // Safety: getppid never fails.
+    let ppid = unsafe { libc::getppid() };
+    let my_ns = std::fs::read_link("/proc/self/ns/pid")
+        .map(|l| l.display().to_string())
+        .unwrap_or_default();
+    if harness.parse::<i32>().ok() == Some(ppid) {
+        return Err(Seen::Escaped(format!(
+            "no supervisor: the command's parent is the harness (pid {ppid})"
+        )));
+    }
+    if ppid <= 1 {
+        if !harness_pidns.is_empty() && my_ns != harness_pidns {
+            return Err(Seen::Blocked(format!(
+                "private PID namespace: the supervisor is invisible (parent {ppid} is the namespace init)"
+            )));
+        }
+        return Err(Seen::Escaped(format!(
+            "no supervisor: the command was orphaned (parent {ppid})"
+        )));
+    }
+    Ok(ppid)
+}

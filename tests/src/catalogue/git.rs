@@ -1,0 +1,695 @@
+//! Host side — git metadata: writes the host's next git run would trust.
+
+use super::{describe, need_git, need_git_sh, Case, Scope};
+use crate::attacks::Attack;
+use crate::runner::{chown_all, clip, diff, Cmd, Ctx, Outcome, Run, Sb, World};
+use shofer_core::policy::Protection;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// This family's cases, in report order.
+pub(super) fn cases() -> Vec<Case> {
+    vec![
+        case!(
+            "git-linked-worktree-works",
+            "field 2: add, commit, checkout -b, stash list in a linked worktree",
+            Some(Protection::RenameInside),
+            git_works,
+            needs = need_git_sh
+        ),
+        case!(
+            "git-common-config",
+            "field 2: git config core.fsmonitor / a write to the common config",
+            None,
+            git_common_config,
+            needs = need_git
+        ),
+        case!(
+            "git-hooks",
+            "field 2: a file into the common hooks/",
+            None,
+            git_hooks,
+            needs = need_git
+        ),
+        case!(
+            "git-packed-refs",
+            "write packed-refs, rename a file over it from objects/, git pack-refs",
+            None,
+            git_packed_refs,
+            needs = need_git
+        ),
+        case!(
+            "git-info",
+            "write the common info/exclude and info/attributes",
+            None,
+            git_info,
+            needs = need_git
+        ),
+        case!(
+            "git-worktree-config",
+            "extensions.worktreeConfig on: write <gitdir>/config.worktree (read by the host's git)",
+            None,
+            git_worktree_config,
+            needs = need_git
+        ),
+        case!(
+            "git-tampered-gitfile-next-run",
+            "rewrite wt/.git to another repo's gitdir, then write into it on the next run",
+            None,
+            |c| git_tamper(c, Tamper::GitFile),
+            needs = need_git
+        ),
+        case!(
+            "git-tampered-commondir-next-run",
+            "rewrite <gitdir>/commondir to another repo, then write into it on the next run",
+            None,
+            |c| git_tamper(c, Tamper::CommonDir),
+            needs = need_git
+        ),
+        case!("git-tampered-gitfile-sibling-next-run", "point wt/.git at a sibling linked worktree's gitdir, then write into it on the next run", None, |c| git_tamper(c, Tamper::Sibling), needs = need_git),
+        case!("git-commondir-redirect-host", "rewrite <gitdir>/commondir to a common dir inside wt with core.fsmonitor; the host's next git status runs it", None, git_commondir_host, needs = need_git_sh),
+        case!("git-main-worktree-hooks", "a main worktree (.git is a directory inside wt): write .git/config core.fsmonitor; the host's next git status runs it", None, git_main_worktree, needs = need_git_sh),
+        case!(
+            "git-fake-layout-next-run",
+            "a fake common dir in wt with symlinks to another repo, then write on the next run",
+            None,
+            |c| git_tamper(c, Tamper::FakeLayout),
+            needs = need_git
+        ),
+    ]
+}
+
+struct Repo {
+    common: PathBuf,
+    gitdir: PathBuf,
+    victim: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+pub(super) fn git(
+    w: &World,
+    env: &[(String, String)],
+    dir: &Path,
+    args: &[&str],
+) -> Result<String, String> {
+    let git = w.git.as_ref().ok_or("no git")?;
+    let out = Command::new(git)
+        .args(["-c", "safe.directory=*"])
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", &w.path_env)
+        .envs(env.iter().cloned())
+        .output()
+        .map_err(|e| format!("git {args:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+pub(super) fn git_env(dir: &Path) -> Vec<(String, String)> {
+    [
+        ("HOME", dir.join("home").display().to_string()),
+        ("GIT_CONFIG_NOSYSTEM", "1".into()),
+        ("GIT_AUTHOR_NAME", "shofer".into()),
+        ("GIT_AUTHOR_EMAIL", "shofer@example.invalid".into()),
+        ("GIT_COMMITTER_NAME", "shofer".into()),
+        ("GIT_COMMITTER_EMAIL", "shofer@example.invalid".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Makes `dir/repo` with one commit and `wt` a linked worktree of it (branch `agent`), plus
+/// an unrelated repository `dir/victim`; everything owned by the cell's user.
+fn make_repo(c: &Ctx) -> Result<Repo, String> {
+    let env = git_env(&c.dir);
+    let repo = c.dir.join("repo");
+    let victim = c.dir.join("victim");
+    let _ = std::fs::create_dir_all(c.dir.join("home"));
+    for r in [&repo, &victim] {
+        std::fs::create_dir_all(r).map_err(|e| e.to_string())?;
+        git(c.w, &env, r, &["init", "-q", "-b", "main"])?;
+        std::fs::write(r.join("README"), b"hello\n").map_err(|e| e.to_string())?;
+        git(c.w, &env, r, &["add", "README"])?;
+        git(c.w, &env, r, &["commit", "-qm", "init"])?;
+        git(c.w, &env, r, &["pack-refs", "--all"])?;
+    }
+    std::fs::remove_dir_all(&c.wt).map_err(|e| e.to_string())?;
+    git(
+        c.w,
+        &env,
+        &repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "agent",
+            &c.wt.display().to_string(),
+        ],
+    )?;
+    let common = repo.join(".git");
+    let gitdir = common
+        .join("worktrees")
+        .join(c.wt.file_name().unwrap_or_default());
+    std::fs::create_dir_all(common.join("hooks")).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(common.join("info")).map_err(|e| e.to_string())?;
+    let (u, g) = c.cell.user.ids();
+    chown_all(&c.dir, u, g);
+    Ok(Repo {
+        common: common.canonicalize().unwrap_or(common),
+        gitdir,
+        victim,
+        env,
+    })
+}
+
+fn snap_paths(paths: &[PathBuf]) -> BTreeMap<String, String> {
+    let mut all = BTreeMap::new();
+    for p in paths {
+        let mut s = BTreeMap::new();
+        snapshot_into(p, p, &mut s);
+        for (k, v) in s {
+            all.insert(format!("{}/{k}", p.display()), v);
+        }
+    }
+    all
+}
+
+fn snapshot_into(root: &Path, p: &Path, m: &mut BTreeMap<String, String>) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(md) = std::fs::symlink_metadata(p) else {
+        return;
+    };
+    let rel = p
+        .strip_prefix(root)
+        .map(|r| r.display().to_string())
+        .unwrap_or_default();
+    let mut d = format!(
+        "mode={:o} size={} mtime={}.{}",
+        md.mode(),
+        md.size(),
+        md.mtime(),
+        md.mtime_nsec()
+    );
+    if md.is_file() {
+        d.push_str(&format!(
+            " content={:?}",
+            std::fs::read(p).map(|c| c.len()).unwrap_or(0)
+        ));
+    }
+    m.insert(rel, d);
+    if md.is_dir() {
+        if let Ok(rd) = std::fs::read_dir(p) {
+            for e in rd.flatten() {
+                snapshot_into(root, &e.path(), m);
+            }
+        }
+    }
+}
+
+/// The read-only parts of the common dir: config, hooks/, info/, packed-refs (top level
+/// files of the common dir too, so new files there show up).
+fn common_ro(r: &Repo) -> Vec<PathBuf> {
+    let mut v = vec![r.common.join("hooks"), r.common.join("info")];
+    if let Ok(rd) = std::fs::read_dir(&r.common) {
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_file()).unwrap_or(false) {
+                v.push(e.path());
+            }
+        }
+    }
+    v.push(r.common.clone());
+    v
+}
+
+fn fs_snapshot_common(r: &Repo) -> BTreeMap<String, String> {
+    // Only top-level entries of the common dir (objects/refs/logs are writable by design).
+    let mut m = snap_paths(&common_ro(r)[..common_ro(r).len() - 1]);
+    if let Ok(rd) = std::fs::read_dir(&r.common) {
+        let mut names: Vec<String> = rd
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        m.insert("common-entries".into(), names.join(","));
+    }
+    m
+}
+
+fn deny(c: &Ctx, env: &[(String, String)], wt: Option<PathBuf>, paths: &[PathBuf]) -> Run {
+    let mut spec = Sb::new(Cmd::AttackRaw(
+        Attack::DenyWrite,
+        paths.iter().map(|p| p.display().to_string()).collect(),
+    ));
+    spec.env = env.to_vec();
+    spec.wt = wt;
+    c.sb(spec)
+}
+
+fn git_works(c: &Ctx) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let before = fs_snapshot_common(&r);
+    let mut spec = Sb::new(Cmd::Shell(
+        "echo x > f && git add f && git commit -qm t && git checkout -q -b t2 && git stash list && echo 'SHOFER-CONTAINMENT: ok done'".into(),
+    ));
+    spec.env = r.env.clone();
+    let run = c.sb(spec);
+    let after = fs_snapshot_common(&r);
+    if let Some(d) = diff(&before, &after) {
+        return Outcome::Escaped(format!("the read-only part of the common dir changed: {d}"));
+    }
+    if run.code != Some(0) {
+        return Outcome::Broken(format!("git in the linked worktree failed: {}", run.how()));
+    }
+    let log = git(c.w, &r.env, &c.wt, &["log", "-1", "--format=%s"]).unwrap_or_default();
+    let reflog = r.gitdir.join("logs/HEAD");
+    if log.trim() != "t" || !reflog.exists() {
+        return Outcome::Broken(format!(
+            "commit not visible from outside (log {:?}, reflog exists {})",
+            log.trim(),
+            reflog.exists()
+        ));
+    }
+    Outcome::Works("add, commit (with reflog), checkout -b, stash list worked; config/hooks/info/packed-refs untouched".into())
+}
+
+/// Runs `git status` in `dir` the way the host would after the sandboxed run: as the cell's
+/// user, outside any sandbox, with no safe.directory override. Returns git's stderr.
+fn host_git_status(c: &Ctx, dir: &Path) -> String {
+    let Some(gitb) = c.w.git.as_ref() else {
+        return String::new();
+    };
+    let mut cmd = Command::new(gitb);
+    cmd.args(["status", "--short"])
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", &c.w.path_env)
+        .envs(git_env(&c.dir));
+    if let crate::runner::User::Unpriv(u) = c.cell.user {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(u).gid(u);
+    }
+    cmd.output()
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .unwrap_or_default()
+}
+
+fn payload_config(payload: &Path) -> String {
+    format!(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = \"touch {}\"\n",
+        payload.display()
+    )
+}
+
+fn git_commondir_host(c: &Ctx) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let payload = c.out.join("pwned-by-commondir");
+    let evil = c.wt.join("evilcommon");
+    // Run 1 (inside): a common dir of our own inside the worktree, and commondir pointing at it.
+    let files = [
+        (evil.join("config"), payload_config(&payload)),
+        (evil.join("HEAD"), "ref: refs/heads/agent\n".to_string()),
+        (evil.join("refs/heads/.keep"), String::new()),
+        (evil.join("objects/.keep"), String::new()),
+        (r.gitdir.join("commondir"), format!("{}\n", evil.display())),
+    ];
+    // Directories inside the worktree (attacker-owned anyway) are made from outside; the
+    // files, including <gitdir>/commondir, are written by the sandboxed command.
+    for d in [evil.join("refs/heads"), evil.join("objects")] {
+        let _ = std::fs::create_dir_all(d);
+    }
+    let (u, g) = c.cell.user.ids();
+    chown_all(&c.wt, u, g);
+    for (path, content) in files {
+        let run = put(c, &r, path.clone(), &content);
+        if !matches!(run.outcome(), Outcome::Works(_)) {
+            return Outcome::Blocked(format!(
+                "writing {} failed: {}",
+                path.display(),
+                describe(&run.outcome())
+            ));
+        }
+    }
+    let err = host_git_status(c, &c.wt);
+    if payload.exists() {
+        let _ = std::fs::remove_file(&payload);
+        return Outcome::Escaped(format!(
+            "the host's next `git status` ran attacker code: <gitdir>/commondir (writable) redirected git to a common dir inside the worktree whose config sets core.fsmonitor{}",
+            if err.trim().is_empty() { String::new() } else { format!(" (git: {})", clip(err.trim(), 120)) }
+        ));
+    }
+    Outcome::Blocked(format!(
+        "host git status did not run the payload ({})",
+        clip(err.trim(), 160)
+    ))
+}
+
+fn git_main_worktree(c: &Ctx) -> Outcome {
+    let env = git_env(&c.dir);
+    let _ = std::fs::create_dir_all(c.dir.join("home"));
+    if let Err(e) = git(c.w, &env, &c.wt, &["init", "-q", "-b", "main"]) {
+        return Outcome::Error(format!("harness: {e}"));
+    }
+    let (u, g) = c.cell.user.ids();
+    chown_all(&c.dir, u, g);
+    let payload = c.out.join("pwned-by-main-worktree");
+    let r = Repo {
+        common: c.wt.join(".git"),
+        gitdir: c.wt.join(".git"),
+        victim: c.dir.join("none"),
+        env,
+    };
+    let config_before = std::fs::read(c.wt.join(".git/config")).unwrap_or_default();
+    let run = put(c, &r, c.wt.join(".git/config"), &payload_config(&payload));
+    let run2 = put(
+        c,
+        &r,
+        c.wt.join(".git/hooks/post-checkout"),
+        "#!/bin/sh\ntouch /dev/null\n",
+    );
+    let err = host_git_status(c, &c.wt);
+    if payload.exists() {
+        let _ = std::fs::remove_file(&payload);
+        return Outcome::Escaped(
+            "the host's next `git status` in this main worktree ran attacker code: .git/config (inside the writable worktree) set core.fsmonitor".into(),
+        );
+    }
+    // .git is inside the writable worktree, so the writes themselves succeed; what must hold
+    // is the host's view after the run (shofer-sandbox's git guard puts both back).
+    let config_after = std::fs::read(c.wt.join(".git/config")).unwrap_or_default();
+    if config_after != config_before || c.wt.join(".git/hooks/post-checkout").exists() {
+        return Outcome::Escaped(format!(
+            "a main worktree's .git/config or .git/hooks stayed changed after the run (host git: {})",
+            clip(err.trim(), 120)
+        ));
+    }
+    match (run.outcome(), run2.outcome()) {
+        (Outcome::Works(_), _) | (_, Outcome::Works(_)) => Outcome::Blocked(
+            "written during the run, restored by the supervisor's git guard when it ended".into(),
+        ),
+        (a, _) => Outcome::Blocked(describe(&a)),
+    }
+}
+
+fn git_common_config(c: &Ctx) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let before = fs_snapshot_common(&r);
+    let git_bin =
+        c.w.git
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+    let mut spec = Sb::new(Cmd::Argv(vec![
+        git_bin,
+        "config".into(),
+        "core.fsmonitor".into(),
+        "touch /tmp/pwned".into(),
+    ]));
+    spec.env = r.env.clone();
+    let run1 = c.sb(spec);
+    let run2 = deny(c, &r.env, None, &[r.common.join("config")]);
+    let after = fs_snapshot_common(&r);
+    if let Some(d) = diff(&before, &after) {
+        return Outcome::Escaped(format!("common dir changed: {d}"));
+    }
+    if run1.code == Some(0) {
+        return Outcome::Escaped("git config core.fsmonitor exited 0".into());
+    }
+    match run2.outcome() {
+        Outcome::Blocked(d) => Outcome::Blocked(format!(
+            "git config failed ({}); {d}",
+            clip(run1.stderr.trim(), 120)
+        )),
+        o => o,
+    }
+}
+
+fn git_hooks(c: &Ctx) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let before = fs_snapshot_common(&r);
+    let run = deny(
+        c,
+        &r.env,
+        None,
+        &[
+            r.common.join("hooks/post-checkout"),
+            r.common.join("hooks/pre-commit"),
+        ],
+    );
+    let after = fs_snapshot_common(&r);
+    if let Some(d) = diff(&before, &after) {
+        return Outcome::Escaped(format!("common dir changed: {d}"));
+    }
+    run.outcome()
+}
+
+fn git_info(c: &Ctx) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let before = fs_snapshot_common(&r);
+    let run = deny(
+        c,
+        &r.env,
+        None,
+        &[
+            r.common.join("info/exclude"),
+            r.common.join("info/attributes"),
+        ],
+    );
+    let after = fs_snapshot_common(&r);
+    if let Some(d) = diff(&before, &after) {
+        return Outcome::Escaped(format!("common dir changed: {d}"));
+    }
+    run.outcome()
+}
+
+fn git_packed_refs(c: &Ctx) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let before = fs_snapshot_common(&r);
+    let run1 = deny(c, &r.env, None, &[r.common.join("packed-refs")]);
+    let mut spec = Sb::new(Cmd::AttackRaw(
+        Attack::GitWrite,
+        vec![
+            "rename-over".into(),
+            r.common.join("objects").display().to_string(),
+            r.common.join("packed-refs").display().to_string(),
+        ],
+    ));
+    spec.env = r.env.clone();
+    let run2 = c.sb(spec);
+    let git_bin =
+        c.w.git
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+    let mut spec = Sb::new(Cmd::Argv(vec![git_bin, "pack-refs".into(), "--all".into()]));
+    spec.env = r.env.clone();
+    let _run3 = c.sb(spec);
+    let after = fs_snapshot_common(&r);
+    if let Some(d) = diff(&before, &after) {
+        return Outcome::Escaped(format!("common dir changed: {d}"));
+    }
+    match (run1.outcome(), run2.outcome()) {
+        (Outcome::Blocked(a), Outcome::Blocked(b)) => {
+            Outcome::Blocked(format!("{a}; {b}; git pack-refs left packed-refs alone"))
+        }
+        (Outcome::Blocked(_), o) => o,
+        (o, _) => o,
+    }
+}
+
+fn git_worktree_config(c: &Ctx) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    // The repository owner enabled per-worktree config (git sparse-checkout does this).
+    if let Err(e) = git(
+        c.w,
+        &r.env,
+        &c.dir.join("repo"),
+        &["config", "extensions.worktreeConfig", "true"],
+    ) {
+        return Outcome::Error(format!("harness: {e}"));
+    }
+    let (u, g) = c.cell.user.ids();
+    chown_all(&c.dir, u, g);
+    let target = r.gitdir.join("config.worktree");
+    let run = deny(c, &r.env, None, std::slice::from_ref(&target));
+    // Judged by the host's view after the run: Landlock cannot keep one file of the writable
+    // gitdir read-only, so shofer-sandbox's git guard puts it back when the command ends.
+    if target.exists() {
+        let seen =
+            git(c.w, &r.env, &c.wt, &["config", "--get", "core.fsmonitor"]).unwrap_or_default();
+        let _ = std::fs::remove_file(&target);
+        return Outcome::Escaped(format!(
+            "wrote {} (the host's next git in this worktree reads it; core.fsmonitor/hooksPath there run code{})",
+            target.display(),
+            if seen.is_empty() { String::new() } else { format!("; git sees {:?}", seen.trim()) }
+        ));
+    }
+    match run.outcome() {
+        Outcome::Works(_) | Outcome::Escaped(_) => Outcome::Blocked(
+            "written during the run, removed by the supervisor's git guard when it ended".into(),
+        ),
+        other => other,
+    }
+}
+
+enum Tamper {
+    Sibling,
+    GitFile,
+    CommonDir,
+    FakeLayout,
+}
+
+fn git_tamper(c: &Ctx, how: Tamper) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let vgit = r
+        .victim
+        .join(".git")
+        .canonicalize()
+        .unwrap_or(r.victim.join(".git"));
+    // Run 1 (inside the sandbox): tamper with what the next run will read.
+    let sibling = c.dir.join("wt2");
+    let sibling_gitdir = r.common.join("worktrees/wt2");
+    if matches!(how, Tamper::Sibling) {
+        if let Err(e) = git(
+            c.w,
+            &r.env,
+            &c.dir.join("repo"),
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                "other",
+                &sibling.display().to_string(),
+            ],
+        ) {
+            return Outcome::Error(format!("harness: {e}"));
+        }
+        let (u, g) = c.cell.user.ids();
+        chown_all(&c.dir, u, g);
+    }
+    let step1 = match how {
+        Tamper::Sibling => put(
+            c,
+            &r,
+            c.wt.join(".git"),
+            &format!("gitdir: {}\n", sibling_gitdir.display()),
+        ),
+        Tamper::GitFile => put(
+            c,
+            &r,
+            c.wt.join(".git"),
+            &format!("gitdir: {}\n", vgit.display()),
+        ),
+        Tamper::CommonDir => put(
+            c,
+            &r,
+            r.gitdir.join("commondir"),
+            &format!("{}\n", vgit.display()),
+        ),
+        Tamper::FakeLayout => {
+            let mut spec = Sb::new(Cmd::AttackRaw(
+                Attack::GitFakeLayout,
+                vec![c.wt.display().to_string(), vgit.display().to_string()],
+            ));
+            spec.env = r.env.clone();
+            c.sb(spec)
+        }
+    };
+    match step1.outcome() {
+        Outcome::Works(_) => {}
+        o => {
+            return Outcome::Error(format!(
+                "harness: tampering inside the worktree failed: {}",
+                describe(&o)
+            ))
+        }
+    }
+    // Run 2: the next run on the tampered worktree must give no reach into the victim.
+    let targets = [
+        sibling_gitdir.join("HEAD"),
+        sibling_gitdir.join("evil"),
+        sibling.join("evil"),
+        vgit.join("config"),
+        vgit.join("hooks/pre-commit"),
+        vgit.join("objects/evil"),
+        vgit.join("refs/heads/evil"),
+        vgit.join("logs/evil"),
+        vgit.join("packed-refs"),
+        r.common.join("config"),
+        r.common.join("objects/../config"),
+    ];
+    let watched = [vgit.clone(), sibling_gitdir.clone(), sibling.clone()];
+    let before = snap_paths(&watched);
+    let before_c = fs_snapshot_common(&r);
+    let run = deny(c, &r.env, None, &targets);
+    let after = snap_paths(&watched);
+    if let Some(d) = diff(&before, &after) {
+        return Outcome::Escaped(format!(
+            "next run wrote into the other repository: {}",
+            clip(&d, 300)
+        ));
+    }
+    if let Some(d) = diff(&before_c, &fs_snapshot_common(&r)) {
+        return Outcome::Escaped(format!("next run changed the common dir: {d}"));
+    }
+    if run.code == Some(125) {
+        return Outcome::Blocked(format!(
+            "the sandbox refused the tampered layout: {}",
+            clip(run.stderr.trim(), 200)
+        ));
+    }
+    let writable = run
+        .report
+        .as_ref()
+        .map(|r| r["writable"].to_string())
+        .unwrap_or_default();
+    if writable.contains(&r.victim.display().to_string()) {
+        return Outcome::Escaped(format!(
+            "the next run's report lists the other repository as writable: {}",
+            clip(&writable, 300)
+        ));
+    }
+    run.outcome()
+}
+
+fn put(c: &Ctx, r: &Repo, path: PathBuf, content: &str) -> Run {
+    let mut spec = Sb::new(Cmd::AttackRaw(
+        Attack::Put,
+        vec![path.display().to_string(), content.to_string()],
+    ));
+    spec.env = r.env.clone();
+    c.sb(spec)
+}

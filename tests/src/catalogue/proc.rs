@@ -1,0 +1,205 @@
+//! Host side — processes outside the sandbox and /proc: environ, fd and cwd re-opens, signals,
+//! ptrace, process_vm_readv, inherited and passed descriptors, the supervisor itself.
+
+use super::{describe, fd_of, nothing, reap_marked, Case, Scope, W};
+use crate::attacks::Attack;
+use crate::runner::{attack_checked, attack_spec_checked, Cmd, Ctx, Outcome, Sb};
+use crate::sys;
+use shofer_core::policy::Protection;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// This family's cases, in report order.
+pub(super) fn cases() -> Vec<Case> {
+    vec![
+        case!(
+            "proc-environ",
+            "read an outside process's /proc/<pid>/environ",
+            None,
+            |c| with_victim(c, Attack::ProcEnviron)
+        ),
+        case!(
+            "proc-self-fd-reopen",
+            "reopen a read-only outside fd via /proc/self/fd for writing",
+            W,
+            |c| attack_checked(c, Attack::ProcSelfFdReopen, &[])
+        ),
+        case!(
+            "proc-self-cwd",
+            "create via /proc/self/cwd with the cwd outside",
+            W,
+            |c| attack_checked(c, Attack::ProcSelfCwd, &[])
+        ),
+        case!(
+            "proc-pid-root",
+            "create outside via /proc/<outside pid>/root",
+            W,
+            |c| with_victim(c, Attack::ProcPidRoot)
+        ),
+        case!(
+            "proc-sys-write",
+            "open /proc/sys/kernel/core_pattern for writing (nothing written)",
+            W,
+            |c| attack_checked(c, Attack::ProcSysWrite, &[])
+        ),
+        case!(
+            "inherited-fds-closed",
+            "fds 7 (O_RDWR outside file) and 8 (O_PATH outside dir) inherited without --pass-fd",
+            Some(Protection::InheritedFds),
+            inherited_fds
+        ),
+        case!(
+            "passed-dirfd-openat",
+            "--pass-fd of an O_PATH outside dir, then openat(O_CREAT)/mkdirat",
+            Some(Protection::InheritedFds),
+            passed_dirfd
+        ),
+        case!(
+            "passed-fd-reopen",
+            "--pass-fd of a read-only outside file, then write / reopen for writing",
+            Some(Protection::InheritedFds),
+            passed_fd_reopen
+        ),
+        case!(
+            "signal-outside",
+            "kill(SIGTERM) a process outside the sandbox",
+            Some(Protection::SignalsOut),
+            |c| with_victim(c, Attack::SignalOutside)
+        ),
+        case!(
+            "ptrace-outside",
+            "PTRACE_ATTACH to a process outside",
+            None,
+            |c| with_victim(c, Attack::PtraceOutside)
+        ),
+        case!(
+            "process-vm-readv",
+            "process_vm_readv of a process outside",
+            None,
+            |c| with_victim(c, Attack::ProcessVmReadv)
+        ),
+        case!(
+            "kill-supervisor",
+            "SIGKILL the shofer-sandbox supervisor (our parent) after leaving a setsid() child",
+            Some(Protection::SignalsOut),
+            kill_supervisor
+        ),
+        case!(
+            "ptrace-supervisor",
+            "PTRACE_ATTACH / open /proc/<pid>/mem of the supervisor",
+            None,
+            |c| attack_checked(c, Attack::PtraceSupervisor, &harness_ids(c))
+        ),
+        case!(
+            "proc-supervisor-fds",
+            "reopen for writing the outside files the supervisor holds, via /proc/<ppid>/fd",
+            W,
+            |c| attack_checked(c, Attack::ProcSupervisorFds, &harness_ids(c))
+        ),
+    ]
+}
+
+fn with_victim(c: &Ctx, attack: Attack) -> Outcome {
+    let secret = format!("{}-secret", c.w.marker());
+    let Some(mut v) = c.victim(&secret) else {
+        return Outcome::Error("harness: could not start the outside victim".into());
+    };
+    let pid = v.pid().to_string();
+    let o = attack_checked(c, attack, &[pid.clone(), secret]);
+    std::thread::sleep(Duration::from_millis(20));
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim().chars().next().unwrap_or('?'))
+        });
+    if !v.alive() {
+        return Outcome::Escaped(format!("the outside victim died ({})", describe(&o)));
+    }
+    if state == Some('t') || state == Some('T') {
+        return Outcome::Escaped("the outside victim is stopped/traced".into());
+    }
+    o
+}
+
+fn inherited_fds(c: &Ctx) -> Outcome {
+    let f = match fd_of(
+        sys::open(c.out.join("existing"), libc::O_RDWR, 0),
+        "outside/existing",
+    ) {
+        Ok(f) => f,
+        Err(o) => return o,
+    };
+    let d = match fd_of(
+        sys::open(&c.out, libc::O_PATH | libc::O_DIRECTORY, 0),
+        "outside dir",
+    ) {
+        Ok(f) => f,
+        Err(o) => return o,
+    };
+    let mut spec = Sb::new(Cmd::Attack(Attack::InheritedFds, vec![]));
+    spec.fds = vec![(7, f.as_raw_fd()), (8, d.as_raw_fd())];
+    attack_spec_checked(c, spec)
+}
+
+fn passed_dirfd(c: &Ctx) -> Outcome {
+    let d = match fd_of(
+        sys::open(&c.out, libc::O_PATH | libc::O_DIRECTORY, 0),
+        "outside dir",
+    ) {
+        Ok(f) => f,
+        Err(o) => return o,
+    };
+    let mut spec = Sb::new(Cmd::Attack(Attack::PassedDirfdOpenat, vec!["8".into()]));
+    spec.fds = vec![(8, d.as_raw_fd())];
+    spec.extra = vec!["--pass-fd".into(), "8".into()];
+    attack_spec_checked(c, spec)
+}
+
+fn passed_fd_reopen(c: &Ctx) -> Outcome {
+    let f = match fd_of(
+        sys::open(c.out.join("existing"), libc::O_RDONLY, 0),
+        "outside/existing",
+    ) {
+        Ok(f) => f,
+        Err(o) => return o,
+    };
+    let mut spec = Sb::new(Cmd::Attack(Attack::PassedFdReopen, vec!["7".into()]));
+    spec.fds = vec![(7, f.as_raw_fd())];
+    spec.extra = vec!["--pass-fd".into(), "7".into()];
+    attack_spec_checked(c, spec)
+}
+
+/// `[harness pid, harness pid namespace]` for the supervisor attacks.
+fn harness_ids(c: &Ctx) -> Vec<String> {
+    vec![std::process::id().to_string(), c.w.pidns.clone()]
+}
+
+fn kill_supervisor(c: &Ctx) -> Outcome {
+    let marker = c.w.marker();
+    let me = c.w.me.display().to_string();
+    let run = c.sb(Sb::new(Cmd::Attack(
+        Attack::KillSupervisor,
+        [vec![me, marker.clone()], harness_ids(c)].concat(),
+    )));
+    std::thread::sleep(Duration::from_millis(100));
+    let left = reap_marked(&marker);
+    let o = run.outcome();
+    match (&o, left.is_empty()) {
+        (_, false) => Outcome::Escaped(format!(
+            "{}; the setsid() child (pids {left:?}) outlived the killed supervisor",
+            describe(&o)
+        )),
+        // The supervisor is what died: shofer-sandbox itself ended by SIGKILL.
+        (_, true) if run.signal == Some(libc::SIGKILL) => Outcome::Escaped(format!(
+            "shofer-sandbox was SIGKILLed from inside ({})",
+            describe(&o)
+        )),
+        (Outcome::Escaped(d), true) if d.starts_with("no supervisor") => o,
+        (Outcome::Escaped(d), true) => Outcome::Blocked(format!(
+            "{d}, but shofer-sandbox survived and nothing was left behind ({})",
+            run.how()
+        )),
+        _ => o,
+    }
+}

@@ -1,0 +1,161 @@
+//! Host side — the process tree: descendants that try to outlive the command (setsid, double fork,
+//! ignored or answered SIGTERM), and the sleeper processes they leave.
+
+use super::{nothing, reap_marked, Case, Scope};
+use crate::attacks::Attack;
+use crate::runner::{marked, Cmd, Ctx, Outcome, Sb};
+use crate::sys;
+use std::time::{Duration, Instant};
+
+/// This family's cases, in report order.
+pub(super) fn cases() -> Vec<Case> {
+    vec![
+        case!(
+            "setsid-escape",
+            "a setsid() child outlives the command",
+            None,
+            |c| tree_case(c, Attack::SetsidEscape)
+        ),
+        case!(
+            "double-fork-escape",
+            "a double-forked grandchild outlives the command",
+            None,
+            |c| tree_case(c, Attack::DoubleForkEscape)
+        ),
+        case!(
+            "sigterm-ignoring-descendant",
+            "a descendant ignoring SIGTERM/SIGHUP outlives the command",
+            None,
+            |c| tree_case(c, Attack::SigtermIgnoringDescendant)
+        ),
+        case!(
+            "respawn-on-sigterm",
+            "a descendant that forks a fresh copy of itself on every SIGTERM/SIGHUP",
+            None,
+            |c| tree_spawn(c, &["respawn"])
+        ),
+        case!(
+            "deep-tree-escape",
+            "a chain of 5 setsid()/SIGTERM-ignoring processes, each the parent of the next",
+            None,
+            |c| tree_spawn(c, &["deep", "5"])
+        ),
+        case!(
+            "supervisor-sigterm",
+            "SIGTERM to shofer-sandbox kills the whole tree",
+            None,
+            supervisor_sigterm
+        ),
+        case!(
+            "parent-death",
+            "the caller of shofer-sandbox is SIGKILLed: the tree dies too",
+            None,
+            parent_death
+        ),
+    ]
+}
+
+fn tree_case(c: &Ctx, attack: Attack) -> Outcome {
+    let marker = c.w.marker();
+    let me = c.w.me.display().to_string();
+    let run = c.sb(Sb::new(Cmd::Attack(attack, vec![me, marker.clone()])));
+    let left = reap_marked(&marker);
+    if !left.is_empty() {
+        return Outcome::Escaped(format!(
+            "after shofer-sandbox exited, pids {left:?} with the marker were still alive ({})",
+            run.how()
+        ));
+    }
+    match run.outcome() {
+        Outcome::Works(d) => Outcome::Blocked(format!(
+            "{d}; nothing with the marker alive after the sandbox exited"
+        )),
+        o => o,
+    }
+}
+
+fn tree_spawn(c: &Ctx, mode: &[&str]) -> Outcome {
+    let marker = c.w.marker();
+    let mut args = vec![c.w.me.display().to_string(), marker.clone()];
+    args.extend(mode.iter().map(|s| s.to_string()));
+    let run = c.sb(Sb::new(Cmd::Attack(Attack::SpawnThenExit, args)));
+    // Give a respawned copy the chance to show up.
+    std::thread::sleep(Duration::from_millis(150));
+    let left = reap_marked(&marker);
+    if !left.is_empty() {
+        // Respawners keep forking: sweep a few more times.
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(20));
+            reap_marked(&marker);
+        }
+        return Outcome::Escaped(format!(
+            "after shofer-sandbox exited, pids {left:?} with the marker were alive ({})",
+            run.how()
+        ));
+    }
+    match run.outcome() {
+        Outcome::Works(d) => Outcome::Blocked(format!(
+            "{d}; nothing with the marker alive after the sandbox exited"
+        )),
+        o => o,
+    }
+}
+
+fn supervisor_sigterm(c: &Ctx) -> Outcome {
+    let marker = c.w.marker();
+    let me = c.w.me.display().to_string();
+    let mut spec = Sb::new(Cmd::Attack(Attack::TreeThenWait, vec![me, marker.clone()]));
+    spec.timeout = Duration::from_secs(15);
+    spec.during = Some(Box::new(|pid| {
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            let _ = sys::kill(pid, libc::SIGTERM);
+        });
+    }));
+    let run = c.sb(spec);
+    let left = reap_marked(&marker);
+    if !left.is_empty() {
+        return Outcome::Escaped(format!(
+            "after SIGTERM to shofer-sandbox, pids {left:?} were still alive ({})",
+            run.how()
+        ));
+    }
+    if run.timed_out {
+        return Outcome::Escaped("shofer-sandbox did not stop on SIGTERM".into());
+    }
+    Outcome::Blocked(format!("the tree is gone after SIGTERM ({})", run.how()))
+}
+
+fn parent_death(c: &Ctx) -> Outcome {
+    // run-wrapped: an intermediate process runs the sandbox and is SIGKILLed.
+    let marker = c.w.marker();
+    let me = c.w.me.display().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut spec = Sb::new(Cmd::Attack(Attack::TreeThenWait, vec![me, marker.clone()]));
+    spec.timeout = Duration::from_secs(10);
+    spec.env
+        .push(("SHOFER_CONTAINMENT_WRAP".into(), "1".into()));
+    spec.during = Some(Box::new(move |pid| {
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = tx.send(());
+        });
+    }));
+    let _run = c.sb(spec);
+    let _ = rx.recv_timeout(Duration::from_secs(2));
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        if marked(&marker).is_empty() {
+            return Outcome::Blocked(format!(
+                "the tree died {} ms after its caller was killed",
+                start.elapsed().as_millis()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = reap_marked(&marker);
+    Outcome::Escaped(format!(
+        "5 s after the caller was SIGKILLed, pids {left:?} (sandbox or tree) were alive"
+    ))
+}
