@@ -299,7 +299,7 @@ impl Stripper {
 }
 
 fn memchr_last_nl(h: &[u8]) -> Option<usize> {
-    h.iter().rposition(|&b| b == b'\n')
+    memchr::memrchr(b'\n', h)
 }
 
 /// Strips a whole buffer (a convenience for tests and short texts).
