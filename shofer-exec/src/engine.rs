@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -572,6 +572,14 @@ impl Engine {
         let tag = format!("{}-{id}", sys::getpid());
         let (read_end, write_end) = sys::pipe().map_err(ExecError::Pipe)?;
         let write2: OwnedFd = write_end.try_clone().map_err(ExecError::Pipe)?;
+        // Keeping background processes under the sandbox: it waits for them
+        // (`--keep-descendants`) and reports the main process's exit on descriptor 3
+        // (`--status-fd 3`), which is when the command is done.
+        let status_pipe = match (&cfg.sandbox, cfg.background) {
+            (Some(_), Background::Keep) => Some(sys::pipe().map_err(ExecError::Pipe)?),
+            _ => None,
+        };
+        let status_w: Option<RawFd> = status_pipe.as_ref().map(|(_, w)| w.as_raw_fd());
         let (program, mut cmd) = match &cfg.sandbox {
             None => {
                 let mut c = tokio::process::Command::new("/bin/sh");
@@ -580,6 +588,9 @@ impl Engine {
             }
             Some(sb) => {
                 let mut c = tokio::process::Command::new(&sb.binary);
+                if status_w.is_some() {
+                    c.args(["--keep-descendants", "--status-fd", "3"]);
+                }
                 c.args(&sb.extra_args)
                     .arg(&sb.worktree)
                     .arg("--")
@@ -613,14 +624,28 @@ impl Engine {
         // system calls on this process's own state; no memory of the parent is touched and
         // nothing is allocated.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 if libc::setsid() < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                // The sandbox's status descriptor, as fd 3 and inherited.
+                let first_closed = match status_w {
+                    Some(3) => {
+                        libc::fcntl(3, libc::F_SETFD, 0);
+                        4
+                    }
+                    Some(fd) => {
+                        if libc::dup2(fd, 3) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        4
+                    }
+                    None => 3,
+                };
                 // Raw libc: no allocation is allowed between fork and exec.
                 let r = libc::syscall(
                     libc::SYS_close_range,
-                    3 as libc::c_uint,
+                    first_closed as libc::c_uint,
                     libc::c_uint::MAX,
                     libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
                 );
@@ -635,7 +660,7 @@ impl Engine {
                     } else {
                         65536
                     };
-                    for fd in 3..max {
+                    for fd in first_closed..max {
                         libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
                     }
                 }
@@ -645,6 +670,7 @@ impl Engine {
         let spawned = cmd.spawn();
         // Close our copies of the pipe's write end now, or EOF could never come.
         drop(cmd);
+        let status_r = status_pipe.map(|(r, _w)| r);
         let mut child = spawned.map_err(|source| ExecError::Spawn { program, source })?;
         let pid = child.id().map_or(0, |p| p as i32);
         let tree = Tree::new(pid, format!("{TAG_VAR}={tag}"));
@@ -683,13 +709,26 @@ impl Engine {
         let writable = cfg.sandbox.as_ref().map(Sandbox::writable);
         tokio::spawn(async move {
             let mut pump_done = pump_done;
-            let status = tokio::select! {
-                s = child.wait() => s,
+            // The sandbox's report of the main process's exit (pending without a sandbox, or
+            // when it ends without one).
+            let main_exit = async move {
+                match status_r {
+                    Some(r) => match tokio::task::spawn_blocking(move || read_exit_status(r)).await
+                    {
+                        Ok(Some(code)) => code,
+                        _ => std::future::pending().await,
+                    },
+                    None => std::future::pending().await,
+                }
+            };
+            let (status, sandbox_waits) = tokio::select! {
+                s = child.wait() => (s.map(exit_status_of), false),
+                code = main_exit => (Ok(ExitStatus::Code(code)), true),
                 () = sleep_or_forever(hard) => {
                     if r.kill_reason.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(KillReason::HardTimeout) == &KillReason::HardTimeout {
                         kill_blocking(&r, grace).await;
                     }
-                    child.wait().await
+                    (child.wait().await.map(exit_status_of), false)
                 }
             };
             let killed = r
@@ -697,20 +736,32 @@ impl Engine {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .is_some();
-            // Descendants still running now that the main process is gone.
+            // Descendants still running now that the main process is gone (not the sandbox
+            // itself, which waits for them).
             let mut background = Vec::new();
             let mut keep_pumping = false;
             if !killed {
                 let t = Arc::clone(&r);
-                let left = tokio::task::spawn_blocking(move || t.tree.members())
+                let left: Vec<i32> = tokio::task::spawn_blocking(move || background_of(&t.tree))
                     .await
                     .unwrap_or_default();
-                background = left.iter().map(|p| process_name(p.pid)).collect();
+                background = left.iter().map(|&p| process_name(p)).collect();
                 if !left.is_empty() {
                     match policy {
                         Background::Stop => kill_blocking(&r, grace).await,
                         Background::Keep => keep_pumping = true,
                     }
+                }
+            }
+            if sandbox_waits {
+                if keep_pumping {
+                    // Reap the sandbox whenever it ends (its descendants gone or killed).
+                    tokio::spawn(async move {
+                        let _ = child.wait().await;
+                    });
+                } else {
+                    // Nothing left for it to wait for: it ends at once.
+                    let _ = tokio::time::timeout(drain_max, child.wait()).await;
                 }
             }
             let intercepted = if keep_pumping {
@@ -728,10 +779,7 @@ impl Engine {
                     .unwrap_or_else(|e| e.into_inner())
                     .finish()
             };
-            let exit = match status {
-                Ok(s) => exit_status_of(s),
-                Err(_) => ExitStatus::from_signal(9, false),
-            };
+            let exit = status.unwrap_or(ExitStatus::from_signal(9, false));
             let reason = *r.kill_reason.lock().unwrap_or_else(|e| e.into_inner());
             let (st, txt) = match reason {
                 Some(KillReason::HardTimeout) => (
@@ -863,11 +911,9 @@ impl Engine {
                 let mut o = r.snapshot();
                 if o.status != Status::Running && !o.background.is_empty() {
                     // Those of its background processes that still run now.
-                    o.background = r
-                        .tree
-                        .members()
-                        .iter()
-                        .map(|p| process_name(p.pid))
+                    o.background = background_of(&r.tree)
+                        .into_iter()
+                        .map(process_name)
                         .collect();
                 }
                 o
@@ -941,6 +987,21 @@ fn exit_status_of(s: std::process::ExitStatus) -> ExitStatus {
     }
 }
 
+/// Reads `shofer-sandbox --status-fd` lines until `{"exit-status": N}` (the main process's
+/// exit, shell style); `None` when the pipe ends without one.
+fn read_exit_status(pipe: OwnedFd) -> Option<i32> {
+    use std::io::BufRead;
+    let lines = std::io::BufReader::new(std::fs::File::from(pipe)).lines();
+    for line in lines.map_while(Result::ok) {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+            if let Some(code) = v.get("exit-status").and_then(serde_json::Value::as_i64) {
+                return i32::try_from(code).ok();
+            }
+        }
+    }
+    None
+}
+
 /// Waits until the output has been quiet for `idle`, at most `max`.
 async fn settle(interceptor: &Mutex<Interceptor>, max: Duration, idle: Duration) {
     let total = || {
@@ -963,6 +1024,17 @@ async fn settle(interceptor: &Mutex<Interceptor>, max: Duration, idle: Duration)
             quiet_since = tokio::time::Instant::now();
         }
     }
+}
+
+/// The live members of a command's tree other than its main process and the sandbox (which,
+/// with `--keep-descendants`, waits for them): the processes it left in the background.
+fn background_of(tree: &Tree) -> Vec<i32> {
+    let root = tree.root_pid();
+    tree.members()
+        .iter()
+        .map(|p| p.pid)
+        .filter(|&p| p != root && process_name(p) != "shofer-sandbox")
+        .collect()
 }
 
 /// A process's name (`/proc/<pid>/comm`), or its pid when it is gone.
