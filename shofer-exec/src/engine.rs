@@ -4,18 +4,26 @@
 //! One [`Engine`] serves one task: it has a task working directory, an artifact directory and
 //! the user's settings ([`EngineConfig`]). [`Engine::execute`] spawns `/bin/sh -c <command>`
 //! (inside `shofer-sandbox <worktree> --` when a [`Sandbox`] is configured) as the leader of
-//! a new session (no controlling terminal; stdin `/dev/null`; `LANG`/`LC_ALL` `C.UTF-8`;
-//! `SHOFER_EXEC_TAG` set, see [`TAG_VAR`]), pumps its merged
-//! output through an [`Interceptor`](crate::intercept::Interceptor), and returns when the
-//! first of these happens:
+//! a new session (no controlling terminal; stdin `/dev/null`; `LANG`/`LC_ALL` `C.UTF-8`; the
+//! non-interactive environment of [`crate::childenv`]; no descriptor above 2 of ours;
+//! `SHOFER_EXEC_TAG` set, see [`TAG_VAR`]), pumps its merged output through an
+//! [`Interceptor`](crate::intercept::Interceptor) (control bytes stripped, artifact created at
+//! the start), and returns when the first of these happens:
 //! - the main process exits (plus a bounded drain of the pipe): the inline or persisted text;
-//! - the soft (agent) timeout of the request: the output so far, the command keeps running in
-//!   the background, registered, killable with [`Engine::terminate`];
-//! - the abort token is cancelled: the tree is killed, [`ABORTED_TEXT`](shofer_core::text::ABORTED_TEXT).
+//!   descendants still running then are stopped and named ([`Background::Stop`]) or stay part
+//!   of the command ([`Background::Keep`]: named in the result, listed, their output still
+//!   flowing into the artifact). Under the sandbox, `--keep-descendants --status-fd 3` makes
+//!   the sandbox wait for them and report the main process's exit;
+//! - the soft (agent) timeout of the request: the output so far and the artifact id, the
+//!   command keeps running in the background, registered, killable with [`Engine::terminate`];
+//! - the abort token is cancelled: the tree is killed,
+//!   [`ABORTED_TEXT`](shofer_core::text::ABORTED_TEXT) plus the output so far.
 //!
 //! The hard (user) timeout runs in the command's supervisor task, independent of the call: it
 //! kills the tree even after the command went to the background, unless the command starts
-//! with a prefix on the allowlist.
+//! with a prefix on the allowlist; its text keeps the output too. A sandboxed command that
+//! failed with a refused write outside the writable set gets the hint of
+//! [`shofer_core::denial`].
 //!
 //! Every command stays in the registry ([`Engine::list`]) for the engine's life. Dropping the
 //! last clone of the engine kills every command's tree, including the leftover background

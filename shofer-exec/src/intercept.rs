@@ -15,6 +15,11 @@
 //! the preview, [`Interceptor::finish`] removes the file unless the agent was already told
 //! about it ([`Interceptor::keep_artifact`]): the result shows that output whole.
 //!
+//! The stripper holds back the current line (at most [`shofer_core::strip::HOLD`] bytes) until
+//! it ends, so that a `\r` rewrite can still replace it: a running command's artifact gets a
+//! partial line when its newline comes (a snapshot's preview shows it at once); `finish`
+//! flushes it.
+//!
 //! Disk errors never stop the command or lose the preview: the first error (ENOSPC, a removed
 //! directory) is recorded with the number of bytes that did reach the file, writing stops, and
 //! the state says so, so the result text can tell.
@@ -254,10 +259,12 @@ impl Interceptor {
                 }
             }
         }
-        if !self.gone && !self.keep && !self.buf.exceeded() {
-            if fs::remove_file(self.artifact_path()).is_ok() {
-                self.gone = true;
-            }
+        if !self.gone
+            && !self.keep
+            && !self.buf.exceeded()
+            && fs::remove_file(self.artifact_path()).is_ok()
+        {
+            self.gone = true;
         }
         self.out = Vec::new();
         self.state(self.buf.preview())
