@@ -178,22 +178,22 @@ impl Interceptor {
             out,
             ..
         } = self;
+        // Pieces are gathered in `out` and go to the preview and the file together: coloured
+        // output comes in many small pieces, and one push and one write per batch is what
+        // keeps stripping cheap.
         let mut emit = |seg: &[u8]| {
-            buf.push(seg);
-            if file.is_none() {
-                return;
-            }
             if out.len() + seg.len() > WRITE_BATCH {
-                flush(file, out, written, error);
+                flush(buf, file, out, written, error);
             }
             if seg.len() >= WRITE_BATCH {
+                buf.push(seg);
                 write_all(file, seg, written, error);
             } else {
                 out.extend_from_slice(seg);
             }
         };
         strip.feed(data, &mut emit);
-        flush(file, out, written, error);
+        flush(buf, file, out, written, error);
     }
 
     fn state(&self, preview: Preview) -> Intercepted {
@@ -244,11 +244,8 @@ impl Interceptor {
                 out,
                 ..
             } = self;
-            strip.finish(&mut |seg: &[u8]| {
-                buf.push(seg);
-                out.extend_from_slice(seg);
-            });
-            flush(file, out, written, error);
+            strip.finish(&mut |seg: &[u8]| out.extend_from_slice(seg));
+            flush(buf, file, out, written, error);
         }
         if let Some(f) = self.file.take() {
             // Surface delayed write errors (e.g. on network filesystems) before advertising
@@ -271,13 +268,16 @@ impl Interceptor {
     }
 }
 
+/// Moves the gathered bytes to the preview and the artifact.
 fn flush(
+    buf: &mut HeadTail,
     file: &mut Option<File>,
     out: &mut Vec<u8>,
     written: &mut u64,
     error: &mut Option<String>,
 ) {
     if !out.is_empty() {
+        buf.push(out);
         write_all(file, out, written, error);
         out.clear();
     }
