@@ -15,8 +15,8 @@
 //! ```
 //! use shofer_core::policy::{degradations, Backend, NetPolicy};
 //! // Landlock ABI 2 cannot deny truncate(2): running there is a degradation.
-//! assert!(!degradations(Backend::Landlock, 2, NetPolicy::Allow, true).is_empty());
-//! assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow, true).is_empty());
+//! assert!(!degradations(Backend::Landlock, 2, NetPolicy::Allow, true, true).is_empty());
+//! assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow, true, true).is_empty());
 //! ```
 #![deny(missing_docs)]
 

@@ -72,7 +72,8 @@ pub enum Backend {
     Userns,
     /// The system's bubblewrap.
     Bwrap,
-    /// `userns` plus full Landlock (only when asked).
+    /// User, mount, PID and IPC namespaces with Landlock and the seccomp filters on top: the
+    /// first choice of `auto` wherever unprivileged user namespaces work.
     Layered,
 }
 
@@ -145,11 +146,43 @@ pub enum Protection {
     TerminalPrograms,
     /// No capability in any set (root callers), `no_new_privs` set.
     Capabilities,
+    /// `ptrace` (and `/proc/PID/mem`, `environ`, …) of processes outside the sandbox.
+    PtraceOut,
+    /// A SIGKILL of the sandbox takes every descendant with it (nothing outlives it).
+    SigkillKillsTree,
+    /// System V shared memory, message queues and semaphores of outside processes.
+    SysvIpc,
+    /// The caller's keyrings (`add_key`, `keyctl`, `request_key`).
+    Keyrings,
+    /// The user's other terminals (`/dev/pts/N` other than the caller's own).
+    OtherTerminals,
+}
+
+/// How much a protection matters (DESIGN's two tiers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// Missing: exit 125 naming the mechanism, unless `--allow-degraded`.
+    Required,
+    /// Missing: one stderr line per run and a `degraded` entry in the report.
+    Hardening,
+    /// A property of the run shown in the report, not a protection against the command.
+    Info,
+}
+
+impl Tier {
+    /// Stable lower-case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Required => "required",
+            Tier::Hardening => "hardening",
+            Tier::Info => "info",
+        }
+    }
 }
 
 impl Protection {
     /// Every protection, in report order.
-    pub const ALL: [Protection; 13] = [
+    pub const ALL: [Protection; 18] = [
         Protection::WriteOutside,
         Protection::Truncate,
         Protection::RenameLinkAcross,
@@ -163,6 +196,11 @@ impl Protection {
         Protection::InheritedFds,
         Protection::TerminalPrograms,
         Protection::Capabilities,
+        Protection::PtraceOut,
+        Protection::SigkillKillsTree,
+        Protection::SysvIpc,
+        Protection::Keyrings,
+        Protection::OtherTerminals,
     ];
 
     /// Stable snake-case key used in JSON.
@@ -181,30 +219,48 @@ impl Protection {
             Protection::InheritedFds => "inherited_fds",
             Protection::TerminalPrograms => "terminal_programs",
             Protection::Capabilities => "capabilities",
+            Protection::PtraceOut => "ptrace_out",
+            Protection::SigkillKillsTree => "sigkill_kills_tree",
+            Protection::SysvIpc => "sysv_ipc",
+            Protection::Keyrings => "keyrings",
+            Protection::OtherTerminals => "other_terminals",
         }
     }
 
-    /// Whether losing this protection is a *degradation* that `auto` refuses without
-    /// `--allow-degraded`. The others are documented kernel limits: listed as not enforced,
-    /// never hidden, but not a reason to refuse (DESIGN §2.1, §2.4).
-    pub fn is_required(self, net: NetPolicy) -> bool {
+    /// The tier of this protection under network policy `net` (DESIGN §2.1): *required*
+    /// ones (writes outside, terminal injection, TCP with `--net deny`) make `auto` refuse
+    /// when missing; *hardening* ones are named on stderr and in the report's `degraded`;
+    /// *info* rows describe the run.
+    pub fn tier(self, net: NetPolicy) -> Tier {
         match self {
             Protection::WriteOutside
             | Protection::Truncate
             | Protection::RenameLinkAcross
             | Protection::RenameInside
-            | Protection::Tiocsti => true,
-            Protection::Tcp => net == NetPolicy::Deny,
-            // Descriptors the caller hands over on purpose (0-2, --pass-fd) are a limit of
-            // the namespace backends without Landlock, listed but not a reason to refuse.
-            Protection::InheritedFds
-            | Protection::TerminalPrograms
-            | Protection::Capabilities
-            | Protection::MetadataOutside
+            | Protection::PathnameSockets
+            | Protection::Tiocsti => Tier::Required,
+            Protection::Tcp if net == NetPolicy::Deny => Tier::Required,
+            Protection::Tcp => Tier::Info,
+            Protection::MetadataOutside
             | Protection::SignalsOut
-            | Protection::AbstractSockets
-            | Protection::PathnameSockets => false,
+            | Protection::PtraceOut
+            | Protection::SigkillKillsTree
+            | Protection::SysvIpc
+            | Protection::Keyrings
+            | Protection::OtherTerminals
+            | Protection::AbstractSockets => Tier::Hardening,
+            // Descriptors the caller hands over on purpose (0-2, --pass-fd), whether terminal
+            // programs work, and the capability drop describe the run.
+            Protection::InheritedFds | Protection::TerminalPrograms | Protection::Capabilities => {
+                Tier::Info
+            }
         }
+    }
+
+    /// Whether losing this protection is a *degradation* that `auto` refuses without
+    /// `--allow-degraded` ([`Tier::Required`]).
+    pub fn is_required(self, net: NetPolicy) -> bool {
+        self.tier(net) == Tier::Required
     }
 }
 
@@ -230,7 +286,8 @@ impl Verdict {
 /// network policy `net`, for every [`Protection`] in [`Protection::ALL`] order.
 /// `tiocsti_filter` says whether the sandbox has its TIOCSTI/TIOCLINUX seccomp filter for the
 /// machine's architecture (a fact of the build, not of the kernel: the filter is written for
-/// x86-64 only).
+/// x86-64 only). `unix_gate` says whether shofer-sandbox's seccomp gate on unix-socket
+/// connects runs (below Landlock ABI 9, see [`needs_unix_gate`]).
 ///
 /// The kernel facts come from the Landlock documentation
 /// (<https://docs.kernel.org/userspace-api/landlock.html>): `REFER` from ABI 2, `TRUNCATE`
@@ -241,11 +298,19 @@ pub fn protections(
     abi: u32,
     net: NetPolicy,
     tiocsti_filter: bool,
+    unix_gate: bool,
 ) -> Vec<(Protection, Verdict)> {
     Protection::ALL
         .iter()
-        .map(|&p| (p, verdict(p, backend, abi, net, tiocsti_filter)))
+        .map(|&p| (p, verdict(p, backend, abi, net, tiocsti_filter, unix_gate)))
         .collect()
+}
+
+/// Whether the unix-socket gate is needed to enforce [`Protection::PathnameSockets`]: Landlock
+/// does it itself from ABI 9 (`LANDLOCK_ACCESS_FS_RESOLVE_UNIX`), except behind bubblewrap,
+/// which layers no Landlock.
+pub fn needs_unix_gate(backend: Backend, abi: u32) -> bool {
+    abi < 9 || backend == Backend::Bwrap
 }
 
 fn verdict(
@@ -254,6 +319,7 @@ fn verdict(
     abi: u32,
     net: NetPolicy,
     tiocsti_filter: bool,
+    gate: bool,
 ) -> Verdict {
     use Verdict::{Enforced, NotEnforced};
     let mounts = backend.has_readonly_root();
@@ -298,23 +364,67 @@ fn verdict(
             } else if backend.has_pid_namespace() {
                 Enforced("pid namespace")
             } else {
-                no("Landlock scopes signals only from ABI 6")
+                NotEnforced(format!("Landlock scopes signals only from ABI 6 (ABI {abi} here): the command can signal every process of its user"))
+            }
+        }
+        Protection::PtraceOut => {
+            if backend.has_pid_namespace() {
+                Enforced("pid namespace")
+            } else if abi >= 1 {
+                Enforced("landlock (ptrace only within the sandbox's domain)")
+            } else {
+                no("without Landlock or a PID namespace, processes of the same user can be traced")
+            }
+        }
+        Protection::SigkillKillsTree => {
+            if backend == Backend::Bwrap {
+                no("bubblewrap's --die-with-parent does not always take its PID namespace's init along: SIGKILLs of the sandbox at random moments left the command running")
+            } else if backend.has_pid_namespace() {
+                Enforced("pid namespace (its init's death kills every process in it)")
+            } else {
+                no("without a PID namespace a SIGKILLed supervisor cannot stop the tree: descendants are re-parented and keep running")
+            }
+        }
+        Protection::SysvIpc => {
+            if backend.has_pid_namespace() {
+                Enforced("ipc namespace")
+            } else {
+                no("without an IPC namespace, System V shared memory, message queues and semaphores of outside processes stay reachable (Landlock does not scope them)")
+            }
+        }
+        Protection::Keyrings if tiocsti_filter => {
+            Enforced("seccomp (add_key, request_key, keyctl refused)")
+        }
+        Protection::Keyrings => no("the seccomp filters exist only for x86-64: the command may use the caller's keyrings"),
+        Protection::OtherTerminals => {
+            if backend.has_pid_namespace() {
+                Enforced("private devpts")
+            } else {
+                no("Landlock grants /dev/pts whole (new ptys need it): the user's other terminals stay writable")
             }
         }
         Protection::AbstractSockets => {
             if abi >= 6 {
                 Enforced("landlock scope")
+            } else if gate {
+                Enforced("seccomp gate")
             } else if backend.has_pid_namespace() && net == NetPolicy::Deny {
                 Enforced("network namespace")
+            } else if backend == Backend::Bwrap {
+                no("bubblewrap keeps the host's network namespace without --net deny, and abstract unix sockets belong to it")
             } else {
                 no("Landlock scopes abstract unix sockets only from ABI 6")
             }
         }
         Protection::PathnameSockets => {
-            if abi >= 9 {
+            if !needs_unix_gate(backend, abi) {
                 Enforced("landlock")
+            } else if gate {
+                Enforced("seccomp gate")
+            } else if backend == Backend::Bwrap {
+                no("bubblewrap binds the host's root: connect() to its pathname unix sockets is not stopped")
             } else {
-                no("Landlock before ABI 9 cannot stop connect() to a pathname unix socket")
+                no("Landlock before ABI 9 cannot stop connect() to a pathname unix socket, and the seccomp gate cannot run here")
             }
         }
         Protection::Tcp => match net {
@@ -356,10 +466,30 @@ pub fn degradations(
     abi: u32,
     net: NetPolicy,
     tiocsti_filter: bool,
+    unix_gate: bool,
 ) -> Vec<(Protection, String)> {
-    protections(backend, abi, net, tiocsti_filter)
+    protections(backend, abi, net, tiocsti_filter, unix_gate)
         .into_iter()
         .filter(|(p, _)| p.is_required(net))
+        .filter_map(|(p, v)| match v {
+            Verdict::NotEnforced(reason) => Some((p, reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The hardening protections (see [`Tier::Hardening`]) that do not hold, with why: each is one
+/// stderr line per run and a `degraded` entry of the report.
+pub fn hardening_gaps(
+    backend: Backend,
+    abi: u32,
+    net: NetPolicy,
+    seccomp_filters: bool,
+    unix_gate: bool,
+) -> Vec<(Protection, String)> {
+    protections(backend, abi, net, seccomp_filters, unix_gate)
+        .into_iter()
+        .filter(|(p, _)| p.tier(net) == Tier::Hardening)
         .filter_map(|(p, v)| match v {
             Verdict::NotEnforced(reason) => Some((p, reason)),
             _ => None,
@@ -372,38 +502,67 @@ mod tests {
     use super::*;
 
     #[test]
-    fn landlock_abi3_is_complete_without_net_deny() {
-        assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow, true).is_empty());
+    fn pathname_sockets_are_required_and_enforced_by_landlock_9_or_the_gate() {
+        let get = |b, abi, gate| {
+            protections(b, abi, NetPolicy::Allow, true, gate)
+                .into_iter()
+                .find(|(p, _)| *p == Protection::PathnameSockets)
+                .unwrap()
+                .1
+        };
         assert_eq!(
-            degradations(Backend::Landlock, 3, NetPolicy::Deny, true)[0].0,
+            get(Backend::Landlock, 9, false),
+            Verdict::Enforced("landlock")
+        );
+        assert_eq!(
+            get(Backend::Landlock, 7, true),
+            Verdict::Enforced("seccomp gate")
+        );
+        assert_eq!(
+            get(Backend::Bwrap, 0, true),
+            Verdict::Enforced("seccomp gate")
+        );
+        assert!(!get(Backend::Landlock, 7, false).is_enforced());
+        assert_eq!(
+            degradations(Backend::Landlock, 7, NetPolicy::Allow, true, false)[0].0,
+            Protection::PathnameSockets
+        );
+        assert!(degradations(Backend::Landlock, 7, NetPolicy::Allow, true, true).is_empty());
+    }
+
+    #[test]
+    fn landlock_abi3_is_complete_without_net_deny() {
+        assert!(degradations(Backend::Landlock, 3, NetPolicy::Allow, true, true).is_empty());
+        assert_eq!(
+            degradations(Backend::Landlock, 3, NetPolicy::Deny, true, true)[0].0,
             Protection::Tcp
         );
-        assert!(degradations(Backend::Landlock, 4, NetPolicy::Deny, true).is_empty());
+        assert!(degradations(Backend::Landlock, 4, NetPolicy::Deny, true, true).is_empty());
     }
 
     #[test]
     fn landlock_abi1_and_2_are_degraded() {
-        let d1: Vec<_> = degradations(Backend::Landlock, 1, NetPolicy::Allow, true)
+        let d1: Vec<_> = degradations(Backend::Landlock, 1, NetPolicy::Allow, true, true)
             .into_iter()
             .map(|(p, _)| p)
             .collect();
         assert_eq!(d1, vec![Protection::Truncate, Protection::RenameInside]);
-        let d2: Vec<_> = degradations(Backend::Landlock, 2, NetPolicy::Allow, true)
+        let d2: Vec<_> = degradations(Backend::Landlock, 2, NetPolicy::Allow, true, true)
             .into_iter()
             .map(|(p, _)| p)
             .collect();
         assert_eq!(d2, vec![Protection::Truncate]);
-        assert!(!degradations(Backend::Landlock, 0, NetPolicy::Allow, true).is_empty());
+        assert!(!degradations(Backend::Landlock, 0, NetPolicy::Allow, true, true).is_empty());
     }
 
     #[test]
     fn metadata_and_pathname_sockets_are_listed_never_hidden() {
-        let all = protections(Backend::Landlock, 7, NetPolicy::Deny, true);
+        let all = protections(Backend::Landlock, 7, NetPolicy::Deny, true, false);
         let get = |p| all.iter().find(|(q, _)| *q == p).unwrap().1.clone();
         assert!(!get(Protection::MetadataOutside).is_enforced());
         assert!(!get(Protection::PathnameSockets).is_enforced());
         assert!(get(Protection::SignalsOut).is_enforced());
-        let layered = protections(Backend::Layered, 7, NetPolicy::Allow, true);
+        let layered = protections(Backend::Layered, 7, NetPolicy::Allow, true, true);
         assert!(layered[4].1.is_enforced());
     }
 
@@ -415,8 +574,8 @@ mod tests {
             Backend::Layered,
             Backend::Bwrap,
         ] {
-            let with = protections(backend, 7, NetPolicy::Allow, true);
-            let without = protections(backend, 7, NetPolicy::Allow, false);
+            let with = protections(backend, 7, NetPolicy::Allow, true, true);
+            let without = protections(backend, 7, NetPolicy::Allow, false, true);
             let tiocsti = |all: &[(Protection, Verdict)]| {
                 all.iter()
                     .find(|(p, _)| *p == Protection::Tiocsti)
@@ -427,12 +586,61 @@ mod tests {
             assert_eq!(tiocsti(&with), Verdict::Enforced("seccomp"));
             assert!(!tiocsti(&without).is_enforced());
             assert_eq!(
-                degradations(backend, 7, NetPolicy::Allow, false)
+                degradations(backend, 7, NetPolicy::Allow, false, true)
                     .iter()
                     .map(|(p, _)| *p)
                     .collect::<Vec<_>>(),
                 [Protection::Tiocsti]
             );
+        }
+    }
+
+    #[test]
+    fn layered_closes_every_hardening_gap_and_landlock_alone_names_its() {
+        let keys = |v: Vec<(Protection, String)>| v.into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+        // Pathname sockets are required (the seccomp gate below ABI 9), not a hardening gap.
+        assert!(keys(hardening_gaps(
+            Backend::Layered,
+            7,
+            NetPolicy::Allow,
+            true,
+            true
+        ))
+        .is_empty());
+        assert_eq!(
+            keys(hardening_gaps(
+                Backend::Landlock,
+                7,
+                NetPolicy::Allow,
+                true,
+                true
+            )),
+            vec![
+                Protection::MetadataOutside,
+                Protection::SigkillKillsTree,
+                Protection::SysvIpc,
+                Protection::OtherTerminals,
+            ]
+        );
+        // ABI 4-5: no signal scoping, and the report must say so.
+        for abi in [4, 5] {
+            assert!(keys(hardening_gaps(
+                Backend::Landlock,
+                abi,
+                NetPolicy::Allow,
+                true,
+                true
+            ))
+            .contains(&Protection::SignalsOut));
+        }
+    }
+
+    #[test]
+    fn bwrap_rows_never_blame_landlock() {
+        for (p, v) in protections(Backend::Bwrap, 0, NetPolicy::Allow, true, false) {
+            if let Verdict::NotEnforced(why) = v {
+                assert!(!why.contains("Landlock before ABI"), "{p:?}: {why}");
+            }
         }
     }
 }

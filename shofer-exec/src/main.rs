@@ -1,13 +1,15 @@
 //! `shofer`: run a command the way an agent host would, or read its spilled output.
 //!
 //! ```text
-//! shofer run [--worktree DIR] [--cwd DIR] [--timeout S] [--hard-timeout S] [--env K=V]...
-//!            [--preview small|medium|large] [--artifacts DIR] [--json] -- <command>
+//! shofer run [--worktree DIR [--allow-unix PATH]...] [--cwd DIR] [--timeout S]
+//!            [--hard-timeout S] [--env K=V]... [--preview small|medium|large]
+//!            [--artifacts DIR] [--json] -- <command>
 //! shofer read <ARTIFACT_ID> [--search RE] [--offset N] [--limit N] [--artifacts DIR]
 //! shofer list [--artifacts DIR]
 //! shofer status <ID> [--artifacts DIR]
 //! shofer kill <ID>|--all [--artifacts DIR]
-//! shofer serve [--worktree DIR] [--cwd DIR] [--artifacts DIR] [--preview SIZE] [--env K=V]...
+//! shofer serve [--worktree DIR [--allow-unix PATH]...] [--cwd DIR] [--artifacts DIR]
+//!              [--preview SIZE] [--env K=V]...
 //!              [--hard-timeout S] [--timeout-allowlist PREFIX]... [--keep-artifacts]
 //! ```
 //!
@@ -65,6 +67,10 @@ enum Cmd {
         /// Working directory, relative to the task cwd (the worktree, else the current dir).
         #[arg(long, value_name = "DIR")]
         cwd: Option<String>,
+        /// With --worktree: also let the command reach the unix socket PATH (or any beneath
+        /// the directory PATH), e.g. $SSH_AUTH_SOCK (repeatable; see shofer-sandbox --help).
+        #[arg(long = "allow-unix", value_name = "PATH")]
+        allow_unix: Vec<PathBuf>,
         /// Soft (agent) timeout in seconds: print the output so far and stop waiting.
         #[arg(long, value_name = "S", value_parser = parse_seconds)]
         timeout: Option<f64>,
@@ -144,6 +150,10 @@ enum Cmd {
         /// [default: the worktree, else the current directory].
         #[arg(long, value_name = "DIR")]
         cwd: Option<PathBuf>,
+        /// With --worktree: also let commands reach the unix socket PATH (or any beneath the
+        /// directory PATH) (repeatable; see shofer-sandbox --help).
+        #[arg(long = "allow-unix", value_name = "PATH")]
+        allow_unix: Vec<PathBuf>,
         /// Artifact directory [default: a fresh temporary directory, removed at exit].
         #[arg(long, value_name = "DIR")]
         artifacts: Option<PathBuf>,
@@ -239,6 +249,7 @@ fn main() -> ExitCode {
         Cmd::Run {
             worktree,
             cwd,
+            allow_unix,
             timeout,
             hard_timeout,
             preview,
@@ -250,6 +261,7 @@ fn main() -> ExitCode {
             run(
                 worktree,
                 cwd,
+                allow_unix,
                 timeout,
                 hard_timeout,
                 preview,
@@ -275,6 +287,7 @@ fn main() -> ExitCode {
         Cmd::Serve {
             worktree,
             cwd,
+            allow_unix,
             artifacts,
             preview,
             hard_timeout,
@@ -285,6 +298,7 @@ fn main() -> ExitCode {
             serve_cmd(
                 worktree,
                 cwd,
+                allow_unix,
                 artifacts,
                 preview,
                 hard_timeout,
@@ -328,6 +342,7 @@ fn main() -> ExitCode {
 fn run(
     worktree: Option<PathBuf>,
     cwd: Option<String>,
+    allow_unix: Vec<PathBuf>,
     timeout: Option<f64>,
     hard_timeout: Option<f64>,
     preview: PreviewSize,
@@ -367,9 +382,11 @@ fn run(
     config.background = Background::Stop;
     if worktree.is_some() {
         match Sandbox::locate(&config.task_cwd) {
-            Ok(sb) => config.sandbox = Some(sb),
+            Ok(sb) => config.sandbox = Some(with_allow_unix(sb, &allow_unix)),
             Err(e) => return End::CouldNotRun(e.to_string()),
         }
+    } else if !allow_unix.is_empty() {
+        return End::Usage("--allow-unix needs --worktree (it is a sandbox option)".into());
     }
     if timeout.is_some_and(|t| t > 0.0) {
         return run_detached(config, command, cwd, timeout);
@@ -721,6 +738,7 @@ fn read(
 fn serve_cmd(
     worktree: Option<PathBuf>,
     cwd: Option<PathBuf>,
+    allow_unix: Vec<PathBuf>,
     artifacts: Option<PathBuf>,
     preview: PreviewSize,
     hard_timeout: Option<f64>,
@@ -772,9 +790,12 @@ fn serve_cmd(
     config.hard_timeout_allowlist = timeout_allowlist;
     config.subreaper = true;
     config.env = env;
+    if worktree.is_none() && !allow_unix.is_empty() {
+        return End::Usage("--allow-unix needs --worktree (it is a sandbox option)".into());
+    }
     if let Some(w) = &worktree {
         match Sandbox::locate(&here.join(w)) {
-            Ok(sb) => config.sandbox = Some(sb),
+            Ok(sb) => config.sandbox = Some(with_allow_unix(sb, &allow_unix)),
             Err(e) => return End::CouldNotRun(e.to_string()),
         }
     }
@@ -798,4 +819,13 @@ fn serve_cmd(
         Err(e @ serve::ServeError::Engine(_)) => End::CouldNotRun(e.to_string()),
         other => End::Served(other.map_err(|e| e.to_string())),
     }
+}
+
+/// Passes each `--allow-unix PATH` on to `shofer-sandbox`, which checks it.
+fn with_allow_unix(mut sb: Sandbox, paths: &[PathBuf]) -> Sandbox {
+    for p in paths {
+        sb.extra_args.push("--allow-unix".into());
+        sb.extra_args.push(p.clone().into_os_string());
+    }
+    sb
 }

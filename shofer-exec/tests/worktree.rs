@@ -329,3 +329,44 @@ fn cli_worktree_relative_path_runs_sandboxed_in_the_worktree() {
     );
     assert!(wt.join("made").exists() && !root.join("escaped").exists());
 }
+
+#[test]
+fn cli_allow_unix_is_passed_to_the_sandbox() {
+    // A host socket outside the worktree: refused, unless `--allow-unix` names it.
+    let w = linked_worktree();
+    let root = w.wt.parent().unwrap();
+    let sock = root.join("host.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let connect = format!(
+        "/usr/bin/python3 -c \"import socket; socket.socket(socket.AF_UNIX).connect('{}')\"",
+        sock.display()
+    );
+    let run = |allow: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_shofer"));
+        c.current_dir(root)
+            .args(["run", "--artifacts", "artifacts", "--worktree", "wt"]);
+        if allow {
+            c.arg("--allow-unix").arg(&sock);
+        }
+        c.args(["--", &connect])
+            .env("SHOFER_SANDBOX", sandbox_binary())
+            .output()
+            .unwrap()
+    };
+    let denied = run(false);
+    assert_eq!(denied.status.code(), Some(1), "{denied:?}");
+    assert!(listener.accept().is_err(), "reached without --allow-unix");
+    let allowed = run(true);
+    assert_eq!(allowed.status.code(), Some(0), "{allowed:?}");
+    assert!(
+        listener.accept().is_ok(),
+        "--allow-unix did not reach the sandbox"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_shofer"))
+        .args(["run", "--allow-unix", "/x", "--", "true"])
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--allow-unix needs --worktree"));
+}

@@ -1,7 +1,10 @@
 //! Choosing a backend (DESIGN §2.4): the strongest that enforces the whole policy, or a clear
 //! refusal naming each mechanism and why it failed. Never a silent downgrade.
 
-use shofer_core::policy::{degradations, protections, Backend, NetPolicy, Protection, Verdict};
+use shofer_core::policy::{
+    degradations, hardening_gaps, needs_unix_gate, protections, Backend, NetPolicy, Protection,
+    Verdict,
+};
 use shofer_core::rights::NEWEST_PINNED_ABI;
 
 use std::cell::OnceCell;
@@ -27,6 +30,7 @@ pub struct Facts {
     pub tiocsti_filter: bool,
     userns: OnceCell<Result<(), String>>,
     bwrap: OnceCell<Result<Bwrap, String>>,
+    unix_gate: OnceCell<Result<(), String>>,
 }
 
 impl Facts {
@@ -38,6 +42,7 @@ impl Facts {
             tiocsti_filter: seccomp::FILTER_AVAILABLE,
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
+            unix_gate: OnceCell::new(),
         }
     }
 
@@ -54,7 +59,34 @@ impl Facts {
             tiocsti_filter: seccomp::FILTER_AVAILABLE,
             userns: OnceCell::from(userns),
             bwrap: OnceCell::from(bwrap),
+            unix_gate: OnceCell::from(Ok(())),
         }
+    }
+
+    /// The same facts with the unix-socket gate's availability fixed (tests, and
+    /// `--no-unix-gate`).
+    pub fn with_unix_gate(self, gate: Result<(), String>) -> Facts {
+        Facts {
+            unix_gate: OnceCell::from(gate),
+            ..self
+        }
+    }
+
+    /// Whether the seccomp unix-socket gate can run here ([`crate::gate::available`]; probed
+    /// on first call).
+    pub fn unix_gate(&self) -> &Result<(), String> {
+        self.unix_gate.get_or_init(crate::gate::available)
+    }
+
+    /// Whether `backend` at `abi` runs the unix-socket gate: below Landlock ABI 9 (or behind
+    /// bubblewrap), when it can run here — not in front of a setuid bubblewrap, which cannot
+    /// run under `no_new_privs`.
+    pub fn unix_gate_runs(&self, backend: Backend, abi: u32) -> bool {
+        let setuid_bwrap = backend == Backend::Bwrap
+            && self
+                .bwrap_if_probed()
+                .is_some_and(|b| b.as_ref().is_ok_and(|b| b.setuid));
+        needs_unix_gate(backend, abi) && !setuid_bwrap && self.unix_gate().is_ok()
     }
 
     /// The user-namespace probe's answer if it already ran.
@@ -70,6 +102,23 @@ impl Facts {
     /// Whether unprivileged user namespaces with mounts work here (probed on first call).
     pub fn userns(&self) -> &Result<(), String> {
         self.userns.get_or_init(namespaces::probe)
+    }
+
+    /// For a run: takes user namespaces as usable without the trial clone unless a sysctl
+    /// already says they are blocked. The run's own clone is the real test; when it fails
+    /// before the command starts, [`Facts::userns_failed`] records why and `auto` chooses
+    /// again (the trial clone would cost as much as the run's own).
+    pub fn assume_userns(&mut self) {
+        if self.userns.get().is_none() {
+            let _ = self
+                .userns
+                .set(namespaces::blocked_by_sysctl().map_or(Ok(()), Err));
+        }
+    }
+
+    /// Records that user namespaces failed with `why` (one clause).
+    pub fn userns_failed(&mut self, why: String) {
+        self.userns = OnceCell::from(Err(why));
     }
 
     /// A usable bubblewrap, or why not (probed on first call).
@@ -106,7 +155,8 @@ impl Facts {
         abi: u32,
         net: NetPolicy,
     ) -> Vec<(Protection, Verdict)> {
-        protections(backend, abi, net, self.tiocsti_filter)
+        let gate = self.unix_gate_runs(backend, abi);
+        protections(backend, abi, net, self.tiocsti_filter, gate)
     }
 
     /// [`degradations`] of `backend` at `abi` on this kernel and build.
@@ -116,7 +166,19 @@ impl Facts {
         abi: u32,
         net: NetPolicy,
     ) -> Vec<(Protection, String)> {
-        degradations(backend, abi, net, self.tiocsti_filter)
+        let gate = self.unix_gate_runs(backend, abi);
+        degradations(backend, abi, net, self.tiocsti_filter, gate)
+    }
+
+    /// [`hardening_gaps`] of `backend` at `abi` on this kernel and build.
+    pub fn hardening_gaps(
+        &self,
+        backend: Backend,
+        abi: u32,
+        net: NetPolicy,
+    ) -> Vec<(Protection, String)> {
+        let gate = self.unix_gate_runs(backend, abi);
+        hardening_gaps(backend, abi, net, self.tiocsti_filter, gate)
     }
 }
 
@@ -130,17 +192,20 @@ pub struct Choice {
     /// Required protections this choice cannot enforce (non-empty only with
     /// `--allow-degraded`).
     pub degraded: Vec<(Protection, String)>,
+    /// Hardening protections this choice cannot enforce (each one stderr line per run).
+    pub hardening: Vec<(Protection, String)>,
     /// Why this backend was chosen, in one sentence.
     pub reason: String,
     /// The bubblewrap to run, for the `bwrap` backend.
     pub bwrap: Option<Bwrap>,
 }
 
-/// Chooses the backend for `request` (docs/ARCHITECTURE.md): `auto` takes
-/// Landlock when it enforces the whole required policy, else `userns` (Landlock layered at
-/// whatever ABI the kernel has), else `bwrap`, else a partial Landlock with
-/// `--allow-degraded`, else a refusal naming each mechanism and why it failed. The
-/// degradations of the choice are computed here and nowhere else.
+/// Chooses the backend for `request` (docs/ARCHITECTURE.md): `auto` takes `layered` wherever
+/// user namespaces work (`userns` below Landlock ABI 2, where Landlock would break renames),
+/// else Landlock alone when it enforces every required protection, else `bwrap`, else a
+/// partial Landlock with `--allow-degraded`, else a refusal naming each mechanism and why it
+/// failed. The degradations of the choice, required and hardening ([`Choice::hardening`]),
+/// are computed here and nowhere else.
 ///
 /// # Errors
 /// [`SetupError::Unusable`] for a forced backend, [`SetupError::NoBackend`] for `auto`.
@@ -165,7 +230,8 @@ pub fn choose(
                 backend: Backend::Landlock,
                 abi,
                 degraded,
-                reason: format!("Landlock ABI {abi} enforces the whole policy"),
+                hardening: facts.hardening_gaps(Backend::Landlock, abi, net),
+                reason: format!("Landlock ABI {abi} enforces every required protection"),
                 bwrap: None,
             });
         }
@@ -177,17 +243,22 @@ pub fn choose(
             backend: Backend::Landlock,
             abi,
             degraded,
+            hardening: facts.hardening_gaps(Backend::Landlock, abi, net),
             reason: format!("Landlock ABI {abi}, degraded as allowed: {what}"),
             bwrap: None,
         })
     };
-    // `probe` asks first (auto must know before it commits to a backend); a forced backend
-    // skips the trial clone: its own set-up fails with the same one-line reason.
+    // `probe` asks first (`--probe`, and `auto` with `--report`, must know before they commit
+    // to a backend); otherwise what is known so far decides (a run assumes user namespaces
+    // work, see `Facts::assume_userns`, and its own clone is the test).
     let userns = |backend: Backend, probe: bool| -> Result<Choice, Unusable> {
-        if probe {
-            if let Err(why) = facts.userns() {
-                return Err(Unusable::Userns(why.clone()));
-            }
+        let known = if probe {
+            Some(facts.userns())
+        } else {
+            facts.userns_if_probed()
+        };
+        if let Some(Err(why)) = known {
+            return Err(Unusable::Userns(why.clone()));
         }
         // Landlock ABI 1 refuses every cross-directory rename, even inside the worktree; the
         // read-only mounts already do its job, so plain userns does not layer it.
@@ -219,19 +290,31 @@ pub fn choose(
             backend,
             abi,
             degraded,
-            reason: format!("user, mount and PID namespaces with a read-only root{layered}"),
+            hardening: facts.hardening_gaps(backend, abi, net),
+            reason: format!("user, mount, PID and IPC namespaces with a read-only root{layered}"),
             bwrap: None,
         })
     };
     let bwrap = || -> Result<Choice, Unusable> {
         match facts.bwrap() {
-            Ok(b) => Ok(Choice {
-                backend: Backend::Bwrap,
-                abi: 0,
-                degraded: facts.degradations(Backend::Bwrap, 0, net),
-                reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
-                bwrap: Some(b.clone()),
-            }),
+            Ok(b) => {
+                let degraded = facts.degradations(Backend::Bwrap, 0, net);
+                if !degraded.is_empty() && !allow_degraded {
+                    return Err(Unusable::NamespacesPartial {
+                        backend: Backend::Bwrap,
+                        abi: 0,
+                        degraded,
+                    });
+                }
+                Ok(Choice {
+                    backend: Backend::Bwrap,
+                    abi: 0,
+                    degraded,
+                    hardening: facts.hardening_gaps(Backend::Bwrap, 0, net),
+                    reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
+                    bwrap: Some(b.clone()),
+                })
+            }
             Err(why) => Err(Unusable::Bwrap(why.clone())),
         }
     };
@@ -241,9 +324,16 @@ pub fn choose(
         BackendChoice::Forced(Backend::Bwrap) => bwrap(),
         BackendChoice::Auto => {
             let mut why = Vec::new();
+            // Layered needs Landlock from ABI 2 (ABI 1 refuses renames across directories).
+            let namespaces = if abi >= 2 {
+                Backend::Layered
+            } else {
+                Backend::Userns
+            };
+            let probe_userns = facts.userns_if_probed().is_none();
             for attempt in [
-                &(|| landlock(false)) as &dyn Fn() -> Result<Choice, Unusable>,
-                &|| userns(Backend::Userns, true),
+                &(|| userns(namespaces, probe_userns)) as &dyn Fn() -> Result<Choice, Unusable>,
+                &|| landlock(false),
                 &bwrap,
             ] {
                 match attempt() {
@@ -314,8 +404,8 @@ mod tests {
         ));
         assert!(
             matches!(&tried[..], [
-                Unusable::LandlockPartial { abi: 2, degraded },
                 Unusable::Userns(ns),
+                Unusable::LandlockPartial { abi: 2, degraded },
                 Unusable::Bwrap(bwrap),
             ] if degraded[0].0 == Protection::Truncate
                 && ns == "blocked (test)"
@@ -327,11 +417,24 @@ mod tests {
     }
 
     #[test]
-    fn auto_falls_back_to_userns_then_bwrap() {
+    fn auto_prefers_layered_then_landlock_then_bwrap() {
+        let f = Facts::fixed(Ok(7), Ok(()), no_bwrap());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert_eq!((c.backend, c.abi), (Backend::Layered, 7));
+        assert!(c.degraded.is_empty());
         let f = Facts::fixed(Ok(2), Ok(()), no_bwrap());
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
-        assert_eq!((c.backend, c.abi), (Backend::Userns, 2));
+        assert_eq!((c.backend, c.abi), (Backend::Layered, 2));
         assert!(c.degraded.is_empty());
+        // Without user namespaces, Landlock alone, naming what it lacks.
+        let f = Facts::fixed(Ok(7), no_ns(), no_bwrap());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert_eq!(c.backend, Backend::Landlock);
+        assert!(c.reason.contains("blocked (test)"), "{}", c.reason);
+        assert!(c
+            .hardening
+            .iter()
+            .any(|(p, _)| *p == Protection::SigkillKillsTree));
         let b = Bwrap {
             path: "/usr/bin/bwrap".into(),
             version: "0.8.0".into(),
@@ -344,16 +447,42 @@ mod tests {
     }
 
     #[test]
-    fn with_landlock_complete_auto_never_probes_namespaces() {
-        let f = Facts {
+    fn a_run_assumes_user_namespaces_until_its_clone_fails() {
+        let mut f = Facts {
             kernel: "t".into(),
             landlock: Ok(6),
             tiocsti_filter: true,
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
+            unix_gate: OnceCell::from(Ok(())),
         };
-        choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
-        assert!(f.userns.get().is_none() && f.bwrap.get().is_none());
+        f.assume_userns();
+        if namespaces::blocked_by_sysctl().is_none() {
+            let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
+            assert_eq!(c.backend, Backend::Layered);
+        }
+        assert!(f.bwrap.get().is_none());
+        f.userns_failed("blocked (test)".into());
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Deny, false).unwrap();
+        assert_eq!(c.backend, Backend::Landlock);
+    }
+
+    #[test]
+    fn without_the_gate_below_abi_9_auto_refuses_unless_degraded_is_allowed() {
+        let f = facts(Ok(7)).with_unix_gate(Err("outer listener (test)".into()));
+        let err = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pathname unix socket"), "{err}");
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, true).unwrap();
+        assert!(!f.unix_gate_runs(c.backend, c.abi));
+        assert_eq!(c.degraded[0].0, Protection::PathnameSockets);
+        let f = facts(Ok(7));
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert!(f.unix_gate_runs(c.backend, c.abi) && c.degraded.is_empty());
+        let f = facts(Ok(9));
+        let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
+        assert!(!f.unix_gate_runs(c.backend, c.abi), "ABI 9 needs no gate");
     }
 
     #[test]
@@ -366,7 +495,7 @@ mod tests {
             NetPolicy::Deny,
             false,
         ));
-        assert_eq!(tried[0].degraded()[0].0, Protection::Tcp);
+        assert_eq!(tried[1].degraded()[0].0, Protection::Tcp);
         assert!(choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).is_ok());
     }
 
@@ -383,15 +512,15 @@ mod tests {
         assert_eq!(
             refused(err),
             [
-                Unusable::Landlock(LandlockOff::Kernel(LandlockAbsence::NotBuilt)),
                 Unusable::Userns("blocked (test)".into()),
+                Unusable::Landlock(LandlockOff::Kernel(LandlockAbsence::NotBuilt)),
                 Unusable::Bwrap("not installed (test)".into()),
             ]
         );
         // The one-line message users and scripts read.
         assert_eq!(
             text,
-            "no sandbox backend can enforce the policy: Landlock: not in this kernel (ENOSYS); user namespaces: blocked (test); bwrap: not installed (test)"
+            "no sandbox backend can enforce the policy: user namespaces: blocked (test); Landlock: not in this kernel (ENOSYS); bwrap: not installed (test)"
         );
         let err = unusable(choose(
             BackendChoice::Forced(Backend::Landlock),
@@ -472,7 +601,7 @@ mod tests {
             NetPolicy::Allow,
             true,
         ));
-        assert_eq!(tried[0], Unusable::Landlock(LandlockOff::CappedToZero));
+        assert_eq!(tried[1], Unusable::Landlock(LandlockOff::CappedToZero));
     }
 
     #[test]

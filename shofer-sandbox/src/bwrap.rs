@@ -228,6 +228,7 @@ fn argv(
         b"--die-with-parent",
         b"--new-session",
         b"--unshare-pid",
+        b"--unshare-ipc",
         b"--ro-bind",
         b"/",
         b"/",

@@ -8,7 +8,7 @@
 
 use std::io;
 
-use caps::CapSet;
+use caps::{CapSet, Capability};
 
 /// Whether this process holds any permitted capability (root usually holds all).
 pub fn holds_any() -> bool {
@@ -17,30 +17,76 @@ pub fn holds_any() -> bool {
         .unwrap_or(true)
 }
 
-/// Clears the bounding, ambient, inheritable, effective and permitted sets.
+/// What a root caller keeps, in the namespace backends' user namespace only, over a worktree
+/// owned by another uid (a container over a bind-mounted checkout): write files whatever their
+/// owner and mode, and restore owners and modes (`git`, `tar xp`). Not kept: everything the
+/// drop is for (`CAP_SYS_PTRACE`: other processes' memory and environ; `CAP_SYS_ADMIN`:
+/// mounts; `CAP_NET_RAW`; `CAP_SYS_MODULE`; `CAP_SETUID`/`CAP_SETGID`; …). The read-only root
+/// and Landlock still confine where these apply; under Landlock alone (no read-only root, so
+/// `CAP_FOWNER` would reach chmod outside) the command runs as the worktree's owner instead.
+pub const FOREIGN_WORKTREE: [Capability; 4] = [
+    Capability::CAP_CHOWN,
+    Capability::CAP_DAC_OVERRIDE,
+    Capability::CAP_FOWNER,
+    Capability::CAP_FSETID,
+];
+
+/// Empties the bounding set but for `keep` (needs `CAP_SETPCAP`, so before any id change).
 ///
 /// # Errors
-/// The first `prctl`/`capset` failure; the caller must not exec after one.
-pub fn drop_all() -> io::Result<()> {
-    let to_io = |e: caps::errors::CapsError| io::Error::other(e.to_string());
-    // Every number the kernel may know, including ones newer than the caps crate: PR_CAPBSET_DROP
-    // answers EINVAL past CAP_LAST_CAP.
-    for cap in 0..64 {
+/// The first `prctl` failure.
+pub fn drop_bounding(keep: &[Capability]) -> io::Result<()> {
+    // Every number the kernel may know, including ones newer than the caps crate:
+    // PR_CAPBSET_READ answers EINVAL past CAP_LAST_CAP.
+    for cap in 0..64u8 {
+        if keep.iter().any(|k| k.index() == cap) {
+            continue;
+        }
+        // Already out of the bounding set (a sandbox inside a sandbox, root without
+        // capabilities): dropping it again would need CAP_SETPCAP, which is gone too.
         // Safety: prctl with integer arguments.
-        let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+        match unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0, 0, 0) } {
+            0 => continue,
+            1 => {}
+            _ => break, // EINVAL: past the kernel's last capability
+        }
+        // Safety: prctl with integer arguments.
+        let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
         if ret != 0 {
             let err = io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EINVAL) {
                 break;
             }
+            // No CAP_SETPCAP (root inside bubblewrap, which keeps only the bounding set):
+            // under no_new_privs exec cannot gain anything from the bounding set (the new
+            // permitted set is capped by the old one), so it may stay.
+            let nnp = || {
+                // Safety: prctl with integer arguments only reads a flag.
+                unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1 }
+            };
+            if err.raw_os_error() == Some(libc::EPERM) && nnp() {
+                break;
+            }
             return Err(err);
         }
     }
+    Ok(())
+}
+
+/// Clears the ambient and inheritable sets and leaves exactly `keep` in the effective and
+/// permitted ones (after [`drop_bounding`] with the same `keep`).
+///
+/// # Errors
+/// The first `capset` failure, or capabilities beyond `keep` remaining.
+pub fn clear_sets(keep: &[Capability]) -> io::Result<()> {
+    let to_io = |e: caps::errors::CapsError| io::Error::other(e.to_string());
+    let kept: caps::CapsHashSet = keep.iter().copied().collect();
     caps::clear(None, CapSet::Ambient).map_err(to_io)?;
     caps::clear(None, CapSet::Inheritable).map_err(to_io)?;
-    caps::clear(None, CapSet::Effective).map_err(to_io)?;
-    caps::clear(None, CapSet::Permitted).map_err(to_io)?;
-    if holds_any() {
+    caps::set(None, CapSet::Effective, &kept).map_err(to_io)?;
+    caps::set(None, CapSet::Permitted, &kept).map_err(to_io)?;
+    let left = caps::read(None, CapSet::Permitted).map_err(to_io)?;
+    if !left.is_subset(&kept) {
         return Err(io::Error::other("capabilities remain after dropping them"));
     }
     Ok(())

@@ -35,6 +35,12 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
     /// `--allow-write` paths, in order.
     pub allow_write: Vec<PathBuf>,
+    /// `--allow-unix` paths (sockets or directories), in order: reachable unix sockets besides
+    /// the worktree's and the run's own.
+    pub allow_unix: Vec<PathBuf>,
+    /// `--no-unix-gate`: do not run the seccomp unix-socket gate (a degradation below
+    /// Landlock ABI 9, so it needs `--allow-degraded` there).
+    pub no_unix_gate: bool,
     /// `--backend`, default `auto`.
     pub backend: BackendChoice,
     /// `--max-abi`: cap on the Landlock ABI used.
@@ -66,11 +72,16 @@ pub enum Invocation {
     Probe {
         /// Print JSON instead of text.
         json: bool,
+        /// `--backend` given alongside: describe that backend.
+        backend: BackendChoice,
         /// `--max-abi` given alongside.
         max_abi: Option<u32>,
         /// `--net` given alongside.
         net: NetPolicy,
     },
+    /// `--print-apparmor-profile`: the AppArmor profile that lets this binary create user
+    /// namespaces (Ubuntu's `kernel.apparmor_restrict_unprivileged_userns`).
+    PrintAppArmorProfile,
     /// `--help`.
     Help,
     /// `--version`.
@@ -84,19 +95,29 @@ shofer-sandbox: run a command that may read everything but write only to its wor
 Usage:
   shofer-sandbox [OPTIONS] <WORKTREE> [--] <COMMAND> [ARGS...]
   shofer-sandbox [OPTIONS] <WORKTREE> -c <SHELL-STRING>
-  shofer-sandbox --probe [--json]
+  shofer-sandbox --probe [--json] [--backend NAME]
+  shofer-sandbox --print-apparmor-profile
 
 Writable: the worktree, /tmp and $TMPDIR, /dev/null, /dev/zero, /dev/full, terminals
 (/dev/tty, /dev/pts/*, /dev/ptmx), /dev/shm, a linked worktree's git metadata, and every
 --allow-write path. Everything else is read-only.
 
+Unix sockets: the command may connect to (or send to) a pathname unix socket only if a
+process of this run created it, or it lies beneath the worktree or an --allow-unix path;
+anything else fails with EACCES (Landlock ABI 9, or a seccomp gate in the supervisor).
+
 Options:
   -c <SHELL-STRING>        run /bin/sh -c <SHELL-STRING>
   --allow-write <PATH>     also make PATH writable (repeatable)
+  --allow-unix <PATH>      also allow connecting to the unix socket PATH, or to any
+                           socket beneath the directory PATH (repeatable)
   --backend <NAME>         auto (default), landlock, userns, bwrap or layered
   --max-abi <N>            use at most Landlock ABI N (to test older kernels)
   --net <allow|deny>       deny TCP bind/connect (Landlock ABI 4+); default allow
   --allow-degraded         accept a backend that cannot enforce the whole policy
+  --no-unix-gate           do not mediate unix-socket connects with the seccomp gate
+                           (below Landlock ABI 9 a degradation: needs --allow-degraded;
+                           io_uring then works)
   --pass-fd <N>            keep descriptor N (> 2) open in the command (repeatable)
   --keep-caps              as root, keep capabilities (they are dropped by default)
   --keep-descendants       after the command exits, wait for its descendants
@@ -105,7 +126,10 @@ Options:
   --status-fd <FD>         write JSON lines to descriptor FD: {\"child-pid\": N} when the
                            command has started, {\"exit-status\": N} as soon as it exits
                            (before its descendants with --keep-descendants)
-  --probe                  print what this kernel can enforce (--json for JSON)
+  --probe                  print what this kernel can enforce (--json for JSON),
+                           with the backend auto picks or the one --backend names
+  --print-apparmor-profile print an AppArmor profile that lets this binary create
+                           user namespaces (Ubuntu 23.10+ restricts them)
   -h, --help               print this help
   -V, --version            print the version
 
@@ -141,6 +165,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut command: Vec<OsString> = Vec::new();
     let mut shell: Option<OsString> = None;
     let mut allow_write = Vec::new();
+    let mut allow_unix = Vec::new();
+    let mut no_unix_gate = false;
     let mut backend = BackendChoice::Auto;
     let mut max_abi = None;
     let mut net = NetPolicy::Allow;
@@ -152,6 +178,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut status_fd = None;
     let mut probe = false;
     let mut json = false;
+    let mut apparmor = false;
 
     let err = |e: lexopt::Error| usage(e.to_string());
     while let Some(arg) = parser.next().map_err(err)? {
@@ -159,6 +186,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
             Short('h') | Long("help") => return Ok(Invocation::Help),
             Short('V') | Long("version") => return Ok(Invocation::Version),
             Long("probe") => probe = true,
+            Long("print-apparmor-profile") => apparmor = true,
             Long("json") => json = true,
             Short('c') => {
                 if worktree.is_none() {
@@ -169,6 +197,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
                 break;
             }
             Long("allow-write") => allow_write.push(PathBuf::from(parser.value().map_err(err)?)),
+            Long("allow-unix") => allow_unix.push(PathBuf::from(parser.value().map_err(err)?)),
+            Long("no-unix-gate") => no_unix_gate = true,
             Long("backend") => {
                 let v = parser.value().map_err(err)?;
                 backend = match v.to_str() {
@@ -254,11 +284,24 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         }
     }
 
+    if apparmor {
+        if probe || json || worktree.is_some() {
+            return Err(usage(
+                "--print-apparmor-profile takes no other option, worktree or command",
+            ));
+        }
+        return Ok(Invocation::PrintAppArmorProfile);
+    }
     if probe {
         if worktree.is_some() {
             return Err(usage("--probe takes no worktree or command"));
         }
-        return Ok(Invocation::Probe { json, max_abi, net });
+        return Ok(Invocation::Probe {
+            json,
+            backend,
+            max_abi,
+            net,
+        });
     }
     if json {
         return Err(usage("--json only goes with --probe"));
@@ -290,6 +333,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         worktree,
         command,
         allow_write,
+        allow_unix,
+        no_unix_gate,
         backend,
         max_abi,
         net,
@@ -355,12 +400,20 @@ mod tests {
             "/wt",
             "--allow-write",
             "/a b",
+            "--allow-unix",
+            "/run/s",
+            "--allow-unix",
+            "/run/d",
             "--max-abi",
             "2",
             "--",
             "true",
         ]);
         assert_eq!(r.allow_write, [PathBuf::from("/a b")]);
+        assert_eq!(
+            r.allow_unix,
+            [PathBuf::from("/run/s"), PathBuf::from("/run/d")]
+        );
         assert_eq!(r.max_abi, Some(2));
     }
 
@@ -376,6 +429,15 @@ mod tests {
         assert!(fails(&["--net", "maybe", "/wt", "ls"]).contains("allow or deny"));
         assert!(fails(&["--bogus", "/wt", "ls"]).contains("--bogus"));
         assert!(fails(&["", "ls"]).contains("empty string"));
+    }
+
+    #[test]
+    fn print_apparmor_profile_stands_alone() {
+        assert!(matches!(
+            parse(["--print-apparmor-profile"].map(OsString::from)).unwrap(),
+            Invocation::PrintAppArmorProfile
+        ));
+        assert!(fails(&["--print-apparmor-profile", "/wt", "ls"]).contains("takes no other"));
     }
 
     #[test]

@@ -8,8 +8,10 @@
 //! 4. every descriptor above 2 marked close-on-exec except the passed ones;
 //! 5. `no_new_privs` (seccomp and Landlock need it without `CAP_SYS_ADMIN`, and it keeps a
 //!    setuid program from regaining what is dropped next);
-//! 6. the capability drop;
-//! 7. the [`seccomp`] filter against terminal injection;
+//! 6. the capability drop (keeping [`capabilities::FOREIGN_WORKTREE`], or switching to the
+//!    worktree's owner, for a root caller over someone else's worktree);
+//! 7. the [`seccomp`] filter against terminal injection, and [`hostfilter`] (keyrings,
+//!    set*id to other ids);
 //! 8. **the seccomp user-notification gate's place** (see below);
 //! 9. the Landlock ruleset, last: after it this process can no longer write its own setup;
 //! 10. `execve` through the `$PATH` search of [`path_search::exec`].
@@ -18,17 +20,15 @@
 //! A gate (issue 10: mediate `connect()` to pathname unix sockets below Landlock ABI 9) needs
 //! two pieces, and both places are marked `HOOK(seccomp-notify)` in the code:
 //! - **child side**, step 8 in [`run`]: after `no_new_privs` and the TIOCSTI filter, before
-//!   Landlock, install a filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER` and send the listener
-//!   descriptor to the supervisor (`SCM_RIGHTS` over a socketpair created before `clone`,
-//!   whose child end is passed here like the failure pipe). The child must not wait for an
-//!   answer: with `CLONE_VFORK` the supervisor is suspended until `execve`. A failure is a
-//!   new [`Stage`], reported like the others.
-//! - **supervisor side**, in [`crate::supervise`] right after the spawn succeeded: receive the
-//!   listener and serve its notifications (e.g. on a thread) until the tree is gone; the wait
-//!   loop itself stays signal-driven.
+//!   Landlock, install a filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER`; the listener stays
+//!   in the descriptor table this child shares with the supervisor until `execve`
+//!   (`CLONE_FILES`; an `SCM_RIGHTS` send would itself be trapped, with nobody to answer it
+//!   yet). A failure is [`Stage::Seccomp`].
+//! - **supervisor side**, in [`crate::spawn`] right after the spawn succeeded
+//!   ([`crate::gate::take_listener`]), then served on a thread ([`crate::gate::Setup::start`]).
 //!
-//! For the namespace backends the same child sequence runs in process B, so the gate covers
-//! them too; A only forwards the socket's child end.
+//! For the namespace backends process A installs it before forking the command (so A's
+//! whole namespace is under it), and the supervisor takes it from A with `pidfd_getfd`.
 
 use std::ffi::CString;
 use std::io;
@@ -53,12 +53,21 @@ pub(crate) struct Steps<'a> {
     pub interactive: bool,
     /// Set `no_new_privs` (off only in front of a setuid bubblewrap).
     pub no_new_privs: bool,
-    /// Drop every capability.
+    /// Drop every capability (but `kept_caps`).
     pub drop_caps: bool,
+    /// With `drop_caps`: the capabilities kept.
+    pub kept_caps: &'static [caps::Capability],
+    /// With `drop_caps`: run the command as this (uid, gid).
+    pub run_as: Option<(u32, u32)>,
+    /// With `seccomp`: refuse set*id calls to ids other than the command's own.
+    pub refuse_id_changes: bool,
     /// Install the TIOCSTI/TIOCLINUX filter (needs `no_new_privs` unless privileged).
     pub seccomp: bool,
     /// The Landlock ruleset to apply last.
     pub landlock: Option<&'a RulesetCreated>,
+    /// Install the unix-socket gate ([`crate::gate`]) here: `Some(-1)` in the `CLONE_FILES`
+    /// child. The namespace backends install it in process A instead (`None` here).
+    pub gate: Option<RawFd>,
 }
 
 impl<'a> Steps<'a> {
@@ -71,18 +80,28 @@ impl<'a> Steps<'a> {
             interactive: spec.interactive,
             no_new_privs: true,
             drop_caps: drop,
+            kept_caps: &[],
+            run_as: None,
+            refuse_id_changes: drop,
             seccomp: seccomp::FILTER_AVAILABLE,
             landlock: None,
+            gate: None,
         };
         match confinement {
             Confinement::Landlock(l) => {
                 steps.drop_caps = drop && l.caller_privileged;
                 steps.landlock = Some(&l.ruleset);
+                // Landlock alone has no read-only root to keep CAP_FOWNER or CAP_CHOWN from
+                // reaching files outside: the command becomes the worktree's owner instead.
+                steps.run_as = spec.foreign_owner.filter(|_| steps.drop_caps);
             }
             // In a user namespace the command holds capabilities there until exec: drop them
             // whoever the caller is.
             Confinement::Namespaces(ns) => {
                 steps.landlock = ns.landlock.as_ref().map(|l| &l.ruleset);
+                if ns.full_map && drop {
+                    steps.kept_caps = &capabilities::FOREIGN_WORKTREE;
+                }
             }
             // bubblewrap needs its privileges to build the sandbox and drops the command's
             // itself (`--cap-drop ALL`); a setuid one must not run under no_new_privs.
@@ -150,19 +169,39 @@ pub(crate) fn run(
         });
     }
     if steps.drop_caps {
-        if let Err(e) = capabilities::drop_all() {
+        if let Err(e) = capabilities::drop_bounding(steps.kept_caps) {
+            fail(Stage::Capabilities, e);
+        }
+        if let Some((uid, gid)) = steps.run_as {
+            // Safety: plain syscalls with integer arguments and a one-element group list.
+            let ok = unsafe {
+                libc::setgroups(1, &gid) == 0
+                    && libc::setresgid(gid, gid, gid) == 0
+                    && libc::setresuid(uid, uid, uid) == 0
+            };
+            if !ok {
+                fail(Stage::Identity, io::Error::last_os_error());
+            }
+        }
+        if let Err(e) = capabilities::clear_sets(steps.kept_caps) {
             fail(Stage::Capabilities, e);
         }
     }
     if steps.seccomp {
-        // Only x86-64 has the filter; elsewhere `steps.seccomp` is always false.
+        // Only x86-64 has the filters; elsewhere `steps.seccomp` is always false.
         #[cfg(target_arch = "x86_64")]
-        if let Err(e) = seccomp::refuse_terminal_injection() {
+        if let Err(e) = seccomp::refuse_terminal_injection()
+            .and_then(|()| crate::hostfilter::install(steps.refuse_id_changes))
+        {
             fail(Stage::Seccomp, e);
         }
     }
-    // HOOK(seccomp-notify): install the notify filter and send its listener to the
-    // supervisor here (module docs).
+    // The unix-socket gate (crate::gate): the listener goes back through the shared table.
+    if let Some(pipe) = steps.gate {
+        if let Err(e) = crate::gate::install_in_child(pipe) {
+            fail(Stage::Seccomp, e);
+        }
+    }
     if let Some(ruleset) = steps.landlock {
         // A duplicate of the descriptor: the plan stays the supervisor's, in its memory.
         let applied = ruleset
@@ -183,4 +222,121 @@ pub(crate) fn run(
     }
     let e = path_search::exec(steps.argv);
     fail(Stage::Exec, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{PlanError, SetupError};
+    use crate::plan::LandlockPlan;
+    use crate::{bwrap, namespaces, ruleset, writable};
+    use shofer_core::policy::NetPolicy;
+
+    fn spec(caps: CapPolicy, command: &str) -> ExecSpec {
+        ExecSpec {
+            argv: vec![CString::new(command).unwrap()],
+            pass_fds: vec![7],
+            interactive: false,
+            caps,
+            grace: std::time::Duration::from_millis(1),
+            keep_descendants: false,
+            foreign_owner: None,
+        }
+    }
+
+    fn opened() -> (tempfile::TempDir, writable::OpenedPolicy) {
+        let dir = tempfile::tempdir().unwrap();
+        let opened = writable::build(dir.path(), &[], NetPolicy::Allow).unwrap();
+        (dir, opened)
+    }
+
+    #[test]
+    fn namespaces_drop_capabilities_whoever_the_caller_is() {
+        let ns = Confinement::Namespaces(namespaces::Setup {
+            binds: Vec::new(),
+            uid: 0,
+            gid: 0,
+            devices: Vec::new(),
+            net_deny: false,
+            landlock: None,
+            full_map: false,
+        });
+        let drop = spec(CapPolicy::Drop, "true");
+        let s = Steps::of(&drop, &ns);
+        assert!(s.drop_caps && s.no_new_privs && s.landlock.is_none());
+        assert_eq!(s.seccomp, seccomp::FILTER_AVAILABLE);
+        assert_eq!((s.argv, &s.keep_fds[..]), (&drop.argv[..], &[7][..]));
+        assert!(!Steps::of(&spec(CapPolicy::Keep, "true"), &ns).drop_caps);
+    }
+
+    #[test]
+    fn landlock_drops_capabilities_only_where_the_caller_holds_some() {
+        let abi = match sys::landlock_abi() {
+            Ok(abi) => abi.min(shofer_core::rights::NEWEST_PINNED_ABI),
+            Err(e) => {
+                assert_ne!(
+                    std::env::var("CI").as_deref(),
+                    Ok("true"),
+                    "no Landlock: {e:?}"
+                );
+                eprintln!("SKIP landlock_drops_capabilities…: no Landlock here ({e:?})");
+                return;
+            }
+        };
+        let (_dir, opened) = opened();
+        for privileged in [false, true] {
+            let ll = Confinement::Landlock(LandlockPlan {
+                ruleset: ruleset::create(&opened, &crate::gate::AllowUnix::none(), abi).unwrap(),
+                caller_privileged: privileged,
+            });
+            let drop = spec(CapPolicy::Drop, "true");
+            let s = Steps::of(&drop, &ll);
+            assert_eq!(s.drop_caps, privileged);
+            assert!(s.no_new_privs && s.landlock.is_some());
+            assert!(!Steps::of(&spec(CapPolicy::Keep, "true"), &ll).drop_caps);
+        }
+    }
+
+    #[test]
+    fn bwrap_runs_in_front_of_the_resolved_command_and_setuid_gets_no_no_new_privs() {
+        let (_dir, opened) = opened();
+        for setuid in [false, true] {
+            let b = bwrap::Bwrap {
+                path: "/usr/bin/bwrap".into(),
+                version: "0.8.0".into(),
+                setuid,
+            };
+            let drop = spec(CapPolicy::Drop, "sh");
+            let launch = match bwrap::plan(&b, &opened, &drop) {
+                Ok(l) => l,
+                Err(e) => panic!("{e:?}"),
+            };
+            let inherited = launch.inherited_fds();
+            let confinement = Confinement::Bwrap(launch);
+            let s = Steps::of(&drop, &confinement);
+            assert_eq!(s.argv[0].to_bytes(), b"/usr/bin/bwrap");
+            assert!(s.argv.last().unwrap().to_bytes().ends_with(b"/sh"));
+            assert_eq!(s.keep_fds, [7, inherited[0], inherited[1]]);
+            // bubblewrap drops the command's capabilities itself (--cap-drop ALL).
+            assert!(!s.drop_caps && s.landlock.is_none());
+            assert_eq!(s.no_new_privs, !setuid);
+            assert_eq!(s.seccomp, seccomp::FILTER_AVAILABLE && !setuid);
+        }
+        let b = bwrap::Bwrap {
+            path: "/usr/bin/bwrap".into(),
+            version: "0.8.0".into(),
+            setuid: false,
+        };
+        let missing = spec(CapPolicy::Drop, "shofer-no-such-command-4711");
+        assert!(matches!(
+            bwrap::plan(&b, &opened, &missing),
+            Err(PlanError::NotRunnable { code: 127, .. })
+        ));
+        let mut keep = spec(CapPolicy::Drop, "sh");
+        keep.keep_descendants = true;
+        assert!(matches!(
+            bwrap::plan(&b, &opened, &keep),
+            Err(PlanError::Setup(SetupError::KeepDescendantsWithBwrap))
+        ));
+    }
 }

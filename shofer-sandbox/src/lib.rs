@@ -19,26 +19,38 @@
 //!    of [`path_search`]);
 //! 7. **supervise**: [`supervise`] forwards signals, reaps, reports on `--status-fd`
 //!    ([`status`]) and stops the whole tree ([`tree`]);
-//! 8. **report**: what the command changed that the host's git trusts is put back, and the
+//! 8. **report**: what the command changed that the host's git trusts is put back, the
+//!    unix-socket paths the [`gate`] refused are added to the `--report` record, and the
 //!    exit status is decided in one place, [`run`].
+//!
+//! Below Landlock ABI 9 (and behind bubblewrap) the [`gate`] — a seccomp user-notification
+//! filter installed in step 6 and served by the supervisor from step 7 — keeps the command
+//! from reaching host processes through unix sockets.
 //!
 //! # Limitations (Landlock backend)
 //! - chmod, chown, utime and xattr changes outside the writable set are not controlled by
 //!   Landlock; `--probe` lists them as not enforced.
-//! - Before Landlock ABI 9, `connect()` to a pathname unix socket outside the writable set is
-//!   not stopped; before ABI 6, signals and abstract unix sockets are not scoped.
+//! - Before Landlock ABI 9, unix-socket connects are mediated by the [`gate`] (where it cannot
+//!   run, `auto` refuses unless `--allow-degraded`); before ABI 6, signals are not scoped.
 //! - File descriptors 0-2 are inherited as they are: a caller that hands the command a
 //!   writable file there lets it write that file.
 #![deny(missing_docs)]
+// The crate is a binary with a small library face; its docs are read with
+// `--document-private-items`, where these links resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 
+mod apparmor;
 mod backend;
 mod bwrap;
 mod capabilities;
 pub mod cli;
+mod devpts;
 mod error;
 mod exec;
+mod gate;
 mod git;
 mod gitguard;
+mod hostfilter;
 mod namespaces;
 pub mod path_search;
 mod paths;
@@ -76,10 +88,14 @@ pub const EXIT_SETUP: i32 = 125;
 /// Grace between SIGTERM and SIGKILL when the tree is stopped.
 const KILL_GRACE: Duration = Duration::from_millis(250);
 
-/// `--probe`: prints what this kernel can enforce. Returns the exit status (0).
-pub fn probe(json: bool, max_abi: Option<u32>, net: NetPolicy) -> i32 {
+/// `--probe`: prints what this kernel can enforce with `backend` (`--backend`, default
+/// `auto`). Returns the exit status (0).
+pub fn probe(json: bool, backend: cli::BackendChoice, max_abi: Option<u32>, net: NetPolicy) -> i32 {
     let facts = Facts::probe();
-    let choice = backend::choose(cli::BackendChoice::Auto, &facts, max_abi, net, false);
+    // A forced backend is described even where it is partial (its degradations are listed);
+    // `auto` says what a run would do.
+    let describe_partial = backend != cli::BackendChoice::Auto;
+    let choice = backend::choose(backend, &facts, max_abi, net, describe_partial);
     // The probe reports every mechanism, needed for the decision or not.
     let _ = (facts.userns(), facts.bwrap());
     let value = report::probe(&facts, &choice, net);
@@ -91,6 +107,21 @@ pub fn probe(json: bool, max_abi: Option<u32>, net: NetPolicy) -> i32 {
     0
 }
 
+/// `--print-apparmor-profile`: prints the profile for this binary's real path. Returns the
+/// exit status: 0, or 125 when the binary's own path cannot be found.
+pub fn print_apparmor_profile() -> i32 {
+    match std::env::current_exe().and_then(std::fs::canonicalize) {
+        Ok(exe) => {
+            print!("{}", apparmor::profile(&exe));
+            0
+        }
+        Err(e) => {
+            eprintln!("shofer-sandbox: cannot find this binary's path (/proc/self/exe): {e}");
+            EXIT_SETUP
+        }
+    }
+}
+
 /// How a run ended, before mapping to an exit status.
 enum Outcome {
     /// The command ran; its raw wait status (or our SIGTERM status if it was killed).
@@ -100,10 +131,14 @@ enum Outcome {
 }
 
 /// Runs one sandboxed command and returns the exit status to use: the command's own status,
-/// 128+N for signal N, 126/127 when it could not be executed, 125 when the sandbox could not
-/// be set up (after printing why on stderr).
+/// 126/127 when it could not be executed, 125 when the sandbox could not be set up (after
+/// printing why on stderr). A command killed by signal N makes this process die by N
+/// ([`die_by_signal`]; 128+N only where that cannot be done).
 pub fn run(args: RunArgs) -> i32 {
     match try_run(args) {
+        Ok(Outcome::Ran(status)) if libc::WIFSIGNALED(status) => {
+            die_by_signal(libc::WTERMSIG(status))
+        }
         Ok(Outcome::Ran(status)) => wait_status_to_exit(status),
         Ok(Outcome::NotExecuted(code, msg)) => {
             eprintln!("shofer-sandbox: {msg}");
@@ -114,6 +149,27 @@ pub fn run(args: RunArgs) -> i32 {
             EXIT_SETUP
         }
     }
+}
+
+/// Ends this process by signal `sig`, as the command ended, so the caller's shell sees what it
+/// would have seen without the sandbox (a `for` loop stops on Ctrl-C: bash breaks out only
+/// when its child *died* by SIGINT, not when it exited 130). No core dump is written
+/// (`PR_SET_DUMPABLE` 0 stops dumps to files and to a `core_pattern` pipe alike), and the
+/// signal is unblocked and its default action restored first. Returns 128+`sig` only if the
+/// signal's default action does not end a process.
+fn die_by_signal(sig: i32) -> i32 {
+    let _ = std::io::stdout().flush();
+    // Safety: prctl/signal/sigprocmask/kill with valid arguments on this process only.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::kill(libc::getpid(), sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+    128 + sig
 }
 
 /// Maps a raw `waitpid` status to a shell-style exit status: the exit code, or 128+N for a
@@ -131,24 +187,104 @@ pub(crate) fn wait_status_to_exit(status: i32) -> i32 {
 /// The steps of the crate docs, in order.
 fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     // 1. parse: what the parser could not check without syscalls.
-    let exec = exec_spec(&args)?;
+    exec_spec(&args)?;
     // 2. kernel facts
-    let facts = Facts::probe();
-    // 3. choice
-    let choice = backend::choose(
+    let mut facts = Facts::probe();
+    if args.no_unix_gate {
+        facts = facts.with_unix_gate(Err("disabled by --no-unix-gate".into()));
+    }
+    let auto = args.backend == cli::BackendChoice::Auto;
+    let forced_namespaces = matches!(
         args.backend,
-        &facts,
-        args.max_abi,
-        args.net,
-        args.allow_degraded,
-    )?;
-    // 4. opened policy
+        cli::BackendChoice::Forced(Backend::Userns | Backend::Layered)
+    );
+    if (auto && args.report_fd.is_none()) || forced_namespaces {
+        // The run's own clone tests user namespaces (a report must be right before it, so
+        // `auto` with --report probes); a sysctl that already says "blocked" saves the clone.
+        facts.assume_userns();
+    }
+    // 4. opened policy (once: a second attempt reuses it)
     let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
+    let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
+    let mut told = Vec::new();
+    loop {
+        // 3. choice
+        let choice = backend::choose(
+            args.backend,
+            &facts,
+            args.max_abi,
+            args.net,
+            args.allow_degraded,
+        )?;
+        match attempt(&args, &facts, &choice, &opened, &allow_unix, &mut told) {
+            // The namespaces could not be built (before the command ran): `auto` chooses
+            // again without them.
+            Err(SetupError::Unusable(error::Unusable::Userns(why)))
+                if auto
+                    && args.report_fd.is_none()
+                    && matches!(choice.backend, Backend::Layered | Backend::Userns) =>
+            {
+                facts.userns_failed(why);
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// Steps 4 (the run's messages and report) to 8 with `choice`. `told` collects the stderr
+/// lines already printed (a second attempt does not repeat them).
+fn attempt(
+    args: &RunArgs,
+    facts: &Facts,
+    choice: &Choice,
+    opened: &OpenedPolicy,
+    allow_unix: &gate::AllowUnix,
+    told: &mut Vec<String>,
+) -> Result<Outcome, SetupError> {
+    let exec = exec_spec(args)?;
+    let mut tell = |line: String| {
+        if !told.contains(&line) {
+            eprintln!("{line}");
+            told.push(line);
+        }
+    };
+    if args.backend == cli::BackendChoice::Auto && choice.backend == Backend::Landlock {
+        if let Some(Err(why)) = facts.userns_if_probed() {
+            tell(format!(
+                "shofer-sandbox: note: Landlock alone, without namespaces: user namespaces: {why}"
+            ));
+        }
+    }
     if let git::GitLayout::Rejected(why) = &opened.git {
-        eprintln!("shofer-sandbox: note: git metadata not made writable: {why}");
+        tell(format!(
+            "shofer-sandbox: note: git metadata not made writable: {why}"
+        ));
     }
     for (p, why) in &choice.degraded {
-        eprintln!("shofer-sandbox: warning: degraded ({}): {why}", p.key());
+        tell(format!(
+            "shofer-sandbox: warning: degraded ({}): {why}",
+            p.key()
+        ));
+        if *p == shofer_core::policy::Protection::PathnameSockets {
+            if let Err(gate) = facts.unix_gate() {
+                tell(format!(
+                    "shofer-sandbox: note: the unix socket gate: {gate}"
+                ));
+            }
+        }
+    }
+    for (p, why) in &choice.hardening {
+        tell(format!(
+            "shofer-sandbox: hardening not enforced ({}): {why}",
+            p.key()
+        ));
+    }
+    if let Some((uid, gid)) = exec.foreign_owner {
+        tell(match choice.backend {
+            Backend::Landlock => format!("shofer-sandbox: note: the worktree belongs to uid {uid}: the command runs as uid {uid}, gid {gid} (Landlock alone has no read-only root to keep capabilities from reaching outside)"),
+            Backend::Userns | Backend::Layered => format!("shofer-sandbox: note: the worktree belongs to uid {uid}: the command keeps CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER and CAP_FSETID inside its user namespace, every id mapped"),
+            Backend::Bwrap => format!("shofer-sandbox: note: the worktree belongs to uid {uid}: bubblewrap drops every capability; use --keep-caps or another backend to write in it"),
+        });
     }
     let guard = gitguard::GitGuard::snapshot(&opened.git, &opened.policy.worktree);
     if matches!(opened.git, git::GitLayout::MainWorktree) {
@@ -157,19 +293,43 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
             opened.policy.worktree.display()
         );
     }
+    let mut report_file = None;
     if let Some(fd) = args.report_fd {
-        write_record(fd, &report::run(&facts, &choice, &opened, &guard))?;
+        let mut record = report::run(facts, choice, opened, &guard, &allow_unix.paths);
+        if let Some((uid, gid)) = exec.foreign_owner {
+            let how = match choice.backend {
+                Backend::Landlock => Some(format!("dropped; the command runs as the worktree's owner, uid {uid} gid {gid}")),
+                Backend::Userns | Backend::Layered => Some(format!("CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER and CAP_FSETID kept inside the user namespace (every id mapped) for a worktree owned by uid {uid}; every other capability dropped, no_new_privs")),
+                Backend::Bwrap => None,
+            };
+            if let Some(how) = how {
+                record["protections"]["capabilities"] =
+                    serde_json::json!({"enforced": false, "reason": how, "tier": "info"});
+            }
+        }
+        report_file = Some(write_record(fd, &record)?);
     }
+    let gate = if facts.unix_gate_runs(choice.backend, choice.abi) {
+        Some(gate_setup(args, choice, opened, allow_unix, &exec)?)
+    } else {
+        None
+    };
+    let refused = gate.as_ref().map(|g| g.refused.clone());
     // 5.-7. plan, spawn, supervise
     // Safety: the caller handed us this descriptor with --status-fd and `exec_spec` checked
     // it is open; nothing else here owns it.
     let status = args.status_fd.map(|fd| unsafe { StatusFd::from_raw(fd) });
-    let outcome = match plan(&choice, &opened, exec) {
-        Ok(plan) => supervised(plan, status),
+    let outcome = match plan(choice, opened, allow_unix, exec) {
+        Ok(plan) => supervised(plan, status, gate),
         Err(PlanError::Setup(e)) => Err(e),
         Err(PlanError::NotRunnable { code, message }) => Ok(Outcome::NotExecuted(code, message)),
     };
-    drop(opened);
+    let refused: Vec<String> = refused
+        .and_then(|r| r.lock().ok().map(|r| r.clone()))
+        .unwrap_or_default();
+    if let (Some(file), false) = (report_file.as_mut(), refused.is_empty()) {
+        let _ = writeln!(file, "{}", report::unix_refused(&refused));
+    }
     // 8. report: the whole tree is gone (or the command never started): put back what it
     // changed.
     let (restored, failed) = guard.restore();
@@ -186,6 +346,24 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
         );
     }
     outcome
+}
+
+/// The worktree's owner (uid, gid) when a root caller drops capabilities over a worktree that
+/// root does not own, in the initial user namespace (where every id is mapped, so the
+/// supervisor may map them all or switch to them); `None` otherwise.
+fn foreign_owner(worktree: &std::path::Path, keep_caps: bool) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    // Safety: geteuid cannot fail.
+    if keep_caps || unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let m = std::fs::metadata(worktree).ok()?;
+    if m.uid() == 0 {
+        return None;
+    }
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    let initial = map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"];
+    initial.then(|| (m.uid(), m.gid()))
 }
 
 /// The exec spec of `args`, after checking the descriptors it names are open.
@@ -217,17 +395,57 @@ fn exec_spec(args: &RunArgs) -> Result<ExecSpec, SetupError> {
         },
         grace: KILL_GRACE,
         keep_descendants: args.keep_descendants,
+        foreign_owner: foreign_owner(&args.worktree, args.keep_caps),
     })
 }
 
-/// Writes the `--report` record to `fd` and closes it (before the command starts).
-fn write_record(fd: i32, record: &serde_json::Value) -> Result<(), SetupError> {
+/// Writes the `--report` record to `fd` and keeps it, close-on-exec (the command never
+/// sees it), for the record of refused unix sockets at the end.
+fn write_record(fd: i32, record: &serde_json::Value) -> Result<std::fs::File, SetupError> {
     // Safety: the caller handed us this descriptor with --report and we checked it is open;
-    // we own it from here and close it before the command starts.
+    // we own it from here.
     let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
     writeln!(file, "{record}").map_err(|e| SetupError::Syscall {
         op: "writing the --report record",
         source: e,
+    })?;
+    sys::set_cloexec(fd, true).map_err(|e| SetupError::Syscall {
+        op: "fcntl on the --report descriptor",
+        source: e,
+    })?;
+    Ok(file)
+}
+
+/// The unix-socket gate's rules for this run: the worktree and the `--allow-unix` paths.
+fn gate_setup(
+    args: &RunArgs,
+    choice: &Choice,
+    opened: &OpenedPolicy,
+    allow_unix: &gate::AllowUnix,
+    exec: &ExecSpec,
+) -> Result<gate::Setup, SetupError> {
+    let worktree = opened
+        .policy
+        .writable
+        .iter()
+        .zip(&opened.fds)
+        .find(|(r, _)| r.origin == shofer_core::policy::RuleOrigin::Worktree)
+        .map(|(_, fd)| fd)
+        .expect("the writable set holds the worktree");
+    // The gate connects on the command's behalf: where Landlock handles TCP it refuses too.
+    let tcp_denied =
+        args.net == NetPolicy::Deny && choice.abi >= 4 && choice.backend != Backend::Bwrap;
+    // The gate thread drops its capabilities when the command has none, except: bubblewrap
+    // needs its privileges for its own set-up (loopback, mounts), which goes through the gate
+    // too; a command switched to the worktree's owner is reached only with CAP_SYS_PTRACE.
+    // Then the gate keeps them and drops them per call of an unprivileged caller.
+    let drop_caps =
+        !args.keep_caps && choice.backend != Backend::Bwrap && exec.foreign_owner.is_none();
+    gate::Setup::new(worktree, allow_unix, tcp_denied, drop_caps).map_err(|source| {
+        SetupError::Syscall {
+            op: "preparing the unix socket gate",
+            source,
+        }
     })
 }
 
@@ -235,12 +453,15 @@ fn write_record(fd: i32, record: &serde_json::Value) -> Result<(), SetupError> {
 fn plan<'a>(
     choice: &Choice,
     opened: &'a OpenedPolicy,
+    unix: &gate::AllowUnix,
     exec: ExecSpec,
 ) -> Result<Plan<'a>, PlanError> {
     let confinement = match choice.backend {
-        Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, choice.abi)?),
+        Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, unix, choice.abi)?),
         Backend::Userns | Backend::Layered => {
-            Confinement::Namespaces(namespaces::plan(opened, choice.abi)?)
+            let mut setup = namespaces::plan(opened, unix, choice.abi)?;
+            setup.full_map = exec.foreign_owner.is_some();
+            Confinement::Namespaces(setup)
         }
         Backend::Bwrap => {
             let b = choice
@@ -253,14 +474,24 @@ fn plan<'a>(
     Ok(Plan { exec, confinement })
 }
 
-/// Steps 6 and 7: spawn, then supervise until the tree is gone.
-fn supervised(plan: Plan<'_>, status: Option<StatusFd>) -> Result<Outcome, SetupError> {
-    // Only process A of the namespace backends can tell the command's exit apart from the
-    // tree's; it needs the pipe only when someone asks and it waits for descendants.
-    let exit_pipe = status.is_some() && plan.exec.keep_descendants;
-    match spawn::spawn(&plan, exit_pipe)? {
+/// Steps 6 and 7: spawn, then supervise until the tree is gone (serving the unix-socket
+/// gate, when it runs, from a thread).
+fn supervised(
+    plan: Plan<'_>,
+    status: Option<StatusFd>,
+    gate: Option<gate::Setup>,
+) -> Result<Outcome, SetupError> {
+    match spawn::spawn(&plan, gate.is_some())? {
         Spawn::NotExecuted(code, msg) => Ok(Outcome::NotExecuted(code, msg)),
-        Spawn::Running(running) => {
+        Spawn::Running(mut running) => {
+            if let (Some(setup), Some((listener, diag))) = (gate, running.gate.take()) {
+                if let Err(e) = setup.start(listener, diag) {
+                    // Nobody would answer the command's gated calls: stop it instead.
+                    // Safety: killing our own child.
+                    unsafe { libc::kill(running.main, libc::SIGKILL) };
+                    eprintln!("shofer-sandbox: the unix socket gate could not start: {e}");
+                }
+            }
             let mut supervisor = supervise::Supervisor::new(running, plan, status);
             Ok(Outcome::Ran(supervisor.wait_loop()))
         }

@@ -24,7 +24,13 @@ extern "C" fn main(
             println!("shofer-sandbox {}", env!("CARGO_PKG_VERSION"));
             0
         }
-        Ok(Invocation::Probe { json, max_abi, net }) => shofer_sandbox::probe(json, max_abi, net),
+        Ok(Invocation::PrintAppArmorProfile) => shofer_sandbox::print_apparmor_profile(),
+        Ok(Invocation::Probe {
+            json,
+            backend,
+            max_abi,
+            net,
+        }) => shofer_sandbox::probe(json, backend, max_abi, net),
         Ok(Invocation::Run(args)) => shofer_sandbox::run(*args),
         // 125: the sandbox could not be set up (here: a usage error).
         Err(e) => {

@@ -1,29 +1,39 @@
-//! The built-in `userns` backend (DESIGN §2.4): new user, mount and PID namespaces (and a new
-//! network namespace with `--net deny`), the root read-only, the writable set bound
-//! read-write, a minimal `/dev`, a private `/dev/shm` and a fresh `/proc`.
+//! The namespace backends, `layered` (auto's first choice) and `userns` (docs/ARCHITECTURE.md):
+//! new user, mount, PID and IPC namespaces (and a new network namespace with `--net deny`),
+//! the root read-only, the writable set bound read-write, a minimal `/dev` with a private
+//! devpts, `/dev/shm` and `/dev/mqueue`, and a fresh `/proc`.
 //!
 //! # Order of operations, and why
-//! The supervisor clones process A with `CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID`. A is PID 1
-//! of the new PID namespace and holds every capability *in the new user namespace* (none over
-//! the host). A:
+//! The supervisor clones process A with `CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID |
+//! CLONE_NEWIPC` (the IPC namespace keeps System V objects and POSIX message queues of outside
+//! processes out of reach). A is PID 1 of the new PID namespace and holds every capability
+//! *in the new user namespace* (none over the host). A:
 //! 1. writes its uid/gid maps: a single identity mapping of the caller's uid and gid
 //!    (`setgroups` denied first, as user_namespaces(7) requires for an unprivileged gid map),
-//!    so files created in the worktree belong to the caller;
+//!    so files created in the worktree belong to the caller. A root caller over a worktree
+//!    owned by another uid gets every id mapped to itself instead ([`Setup::full_map`]),
+//!    written by the supervisor, which alone holds `CAP_SETUID` over the parent namespace;
 //! 2. makes every mount private (`MS_REC | MS_PRIVATE`), so nothing propagates to the host;
 //! 3. replaces `/dev` with a tmpfs holding bind mounts of the host's `null`, `zero`, `full`,
 //!    `random`, `urandom` and `tty`, a new devpts instance with `ptmx` (as bubblewrap's
-//!    `--dev`): the host's other device nodes (disks…) stay out of reach even for a root
-//!    caller, whose uid owns them; mounts `/dev/shm` as a private tmpfs;
+//!    `--dev`): the host's other device nodes (disks…) and the user's other terminals stay out
+//!    of reach even for a root caller, whose uid owns them; the caller's own terminal keeps
+//!    its real name there ([`crate::devpts`]); mounts `/dev/shm` as a private tmpfs and
+//!    `/dev/mqueue` for the IPC namespace;
 //! 4. mounts a fresh `/proc` for the new PID namespace, with `sys`, `sysrq-trigger`, `irq` and
 //!    `bus` bound read-only over themselves (as bubblewrap does);
 //! 5. binds each writable path onto itself, addressing both source and target through
 //!    `/proc/self/fd/N` of the descriptor opened (without following symlinks) before the clone,
 //!    so a path swapped for a symlink since cannot redirect the mount;
-//! 6. walks `/proc/self/mountinfo` and remounts every other mount point read-only, keeping
-//!    its existing `nosuid`/`nodev`/`noexec`/atime flags (the kernel refuses to clear flags
-//!    locked by a more privileged namespace);
-//! 7. forks B, the command, and becomes its init: it forwards signals to B, reaps orphans and
-//!    exits with B's status. When A exits the kernel kills everything left in the namespace,
+//! 6. makes the whole tree read-only with one `mount_setattr(AT_RECURSIVE)` (Linux 5.12) and
+//!    the writable set read-write again; before 5.12 it walks `/proc/self/mountinfo` and
+//!    remounts every other mount point read-only, keeping its existing
+//!    `nosuid`/`nodev`/`noexec`/atime flags (the kernel refuses to clear flags locked by a
+//!    more privileged namespace);
+//! 7. starts B, the command (`clone(CLONE_VM | CLONE_VFORK)`, as the supervisor starts its
+//!    child), and becomes its init: it forwards signals to B, reaps orphans, hands B's raw
+//!    wait status to the supervisor over a pipe (so the sandbox can die by B's signal, which
+//!    PID 1 itself cannot) and exits. When A exits the kernel kills everything left in the namespace,
 //!    so no descendant survives the command, and A's death signal (SIGKILL when the supervisor
 //!    dies) takes the whole namespace with it.
 //!
@@ -44,7 +54,6 @@ use landlock::RulesetCreated;
 use shofer_core::policy::{NetPolicy, RuleOrigin};
 
 use crate::error::SetupError;
-use crate::exec;
 use crate::paths;
 use crate::spawn::{report_failure, ChildArgs, Stage};
 use crate::supervise::{sigset, FORWARDED};
@@ -74,7 +83,15 @@ pub(crate) struct Setup<'a> {
     pub net_deny: bool,
     /// Landlock layered on the namespaces.
     pub landlock: Option<Layered>,
+    /// Every id mapped to itself instead of only the caller's, written by the supervisor
+    /// (only a process with `CAP_SETUID` over the parent namespace may): a root caller over a
+    /// worktree owned by another uid, whose kept capabilities must apply to that owner's
+    /// files (capabilities in a user namespace cover only inodes with mapped owners).
+    pub full_map: bool,
 }
+
+/// The map of every id to itself, for [`Setup::full_map`].
+pub(crate) const FULL_MAP: &str = "0 0 4294967295";
 
 /// A Landlock ruleset layered on the namespaces.
 pub(crate) struct Layered {
@@ -90,7 +107,11 @@ pub(crate) struct Layered {
 ///
 /// # Errors
 /// [`SetupError::Landlock`] when the kernel refuses the layered ruleset.
-pub(crate) fn plan(opened: &OpenedPolicy, abi: u32) -> Result<Setup<'_>, SetupError> {
+pub(crate) fn plan<'a>(
+    opened: &'a OpenedPolicy,
+    unix: &crate::gate::AllowUnix,
+    abi: u32,
+) -> Result<Setup<'a>, SetupError> {
     let mut devices = standard_devices();
     let mut binds = Vec::new();
     for (rule, fd) in opened.policy.writable.iter().zip(&opened.fds) {
@@ -117,7 +138,7 @@ pub(crate) fn plan(opened: &OpenedPolicy, abi: u32) -> Result<Setup<'_>, SetupEr
     }
     let landlock = if abi > 0 {
         Some(Layered {
-            ruleset: crate::ruleset::create(opened, abi)?,
+            ruleset: crate::ruleset::create(opened, unix, abi)?,
             abi,
         })
     } else {
@@ -132,6 +153,7 @@ pub(crate) fn plan(opened: &OpenedPolicy, abi: u32) -> Result<Setup<'_>, SetupEr
         devices,
         net_deny: opened.policy.net == NetPolicy::Deny,
         landlock,
+        full_map: false,
     })
 }
 
@@ -179,7 +201,7 @@ fn cstr(p: impl AsRef<[u8]>) -> io::Result<CString> {
 
 /// `mount(2)`; on failure says which target failed on stderr (the caller's, as every
 /// shofer-sandbox message) before returning the raw error.
-fn mount(
+pub(crate) fn mount(
     src: Option<&str>,
     target: &str,
     fstype: Option<&str>,
@@ -228,7 +250,9 @@ fn build(plan: &Setup<'_>) -> Result<(), (NsStep, io::Error)> {
         write_file("/proc/self/uid_map", &format!("{0} {0} 1", plan.uid))?;
         write_file("/proc/self/gid_map", &format!("{0} {0} 1", plan.gid))
     };
-    maps().map_err(|e| (NsStep::IdMaps, e))?;
+    if !plan.full_map {
+        maps().map_err(|e| (NsStep::IdMaps, e))?;
+    }
     let cwd = std::env::current_dir();
     mounts(plan).map_err(|e| (NsStep::Mounts, e))?;
     // The working directory still points into the mount as it was before the binds:
@@ -261,6 +285,7 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
     // Step 3: the minimal /dev. Descriptors opened before the clone name mounts of the
     // host's mount namespace, which cannot be bind sources here: open the nodes again in
     // this namespace while the host's /dev is still visible.
+    let terminal = crate::devpts::caller_terminal();
     let mut devices = Vec::new();
     for (name, writable) in &plan.devices {
         if let Ok(fd) = paths::open_following(Path::new(&format!("/dev/{name}"))) {
@@ -291,16 +316,10 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
     }
     // A new devpts instance, as bubblewrap's --dev does: the host's /dev/ptmx cannot find its
     // devpts from a bind mount (the kernel looks for "pts" beside the ptmx node), so new ptys
-    // come from here. The caller's own terminal stays usable through fds 0-2 and /dev/tty.
+    // come from here, and the caller's own terminal keeps its name (see devpts).
     std::fs::create_dir("/dev/pts")?;
-    mount(
-        Some("devpts"),
-        "/dev/pts",
-        Some("devpts"),
-        libc::MS_NOSUID | libc::MS_NOEXEC,
-        Some("newinstance,ptmxmode=0666,mode=620"),
-    )?;
-    std::os::unix::fs::symlink("pts/ptmx", "/dev/ptmx")?;
+    // Kept open by process A for the whole run: it exits (or execs nothing) with them.
+    std::mem::forget(crate::devpts::mount_private(terminal)?);
     std::fs::create_dir("/dev/shm")?;
     mount(
         Some("tmpfs"),
@@ -308,6 +327,15 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         Some("tmpfs"),
         libc::MS_NOSUID | libc::MS_NODEV,
         Some("mode=1777"),
+    )?;
+    // The IPC namespace's own POSIX message queues (mq_overview(7)).
+    std::fs::create_dir("/dev/mqueue")?;
+    mount(
+        Some("mqueue"),
+        "/dev/mqueue",
+        Some("mqueue"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
     )?;
     for (link, target) in [
         ("fd", "/proc/self/fd"),
@@ -319,7 +347,12 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
     }
 
     // Step 5: writable binds, source and target pinned by descriptor.
-    let mut keep_rw: Vec<String> = vec!["/proc".into(), "/dev/shm".into(), "/dev/pts".into()];
+    let mut keep_rw: Vec<String> = vec![
+        "/proc".into(),
+        "/dev/shm".into(),
+        "/dev/mqueue".into(),
+        "/dev/pts".into(),
+    ];
     for (name, _, writable) in &devices {
         if *writable {
             keep_rw.push(format!("/dev/{name}"));
@@ -341,7 +374,11 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         keep_rw.push(bind.path.to_string_lossy().into_owned());
     }
 
-    // Step 6: everything else read-only.
+    // Step 6: everything else read-only: the whole tree at once, then the writable set back.
+    if readonly_tree(&keep_rw)? {
+        return Ok(());
+    }
+    // Before Linux 5.12: one remount per mount point.
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
     let mut done: Vec<String> = Vec::new();
     for (point, flags) in parse_mountinfo(&mountinfo) {
@@ -364,6 +401,75 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+/// mount_setattr(2) (Linux 5.12) on `path` with `flags` (`AT_RECURSIVE`…), setting or
+/// clearing `MOUNT_ATTR_RDONLY`. Raw syscall: neither libc nor rustix wraps it in the
+/// versions we use.
+fn set_readonly(path: &str, flags: libc::c_uint, readonly: bool) -> io::Result<()> {
+    let path = cstr(path)?;
+    let attr = MountAttr {
+        attr_set: if readonly { MOUNT_ATTR_RDONLY } else { 0 },
+        attr_clr: if readonly { 0 } else { MOUNT_ATTR_RDONLY },
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // Safety: a NUL-terminated path and a mount_attr of the size we pass, alive for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes every mount read-only with one `mount_setattr(AT_RECURSIVE)` on `/`, then the
+/// mounts at `keep_rw` (the top one at each path, not their submounts) read-write again.
+/// Returns false, changing nothing, on a kernel without mount_setattr (before 5.12).
+///
+/// Locked flags are no obstacle: setting read-only only adds a restriction, and clearing it
+/// is refused (`EPERM`) only where the host made the mount read-only, which then stays so.
+fn readonly_tree(keep_rw: &[String]) -> io::Result<bool> {
+    match set_readonly("/", libc::AT_RECURSIVE as libc::c_uint, true) {
+        Ok(()) => {}
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) => {
+            return Ok(false)
+        }
+        Err(e) => {
+            eprintln!("shofer-sandbox: mount_setattr /: {e}");
+            return Err(e);
+        }
+    }
+    for path in keep_rw {
+        match set_readonly(path, libc::AT_SYMLINK_NOFOLLOW as libc::c_uint, false) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+            Err(e) => {
+                eprintln!("shofer-sandbox: mount_setattr {path}: {e}");
+                return Err(e);
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// (mount point, flags to keep) for each line of `/proc/self/mountinfo`, in order. Mount
@@ -426,7 +532,10 @@ pub(crate) fn failure_reason(step: &str, errno: i32) -> String {
     if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
         && matches!(errno, libc::EPERM | libc::EACCES)
     {
-        return "blocked (AppArmor restricts unprivileged user namespaces: allow shofer-sandbox in an AppArmor profile, or set kernel.apparmor_restrict_unprivileged_userns=0)".into();
+        return format!(
+            "blocked (AppArmor restricts unprivileged user namespaces: install the profile from `shofer-sandbox --print-apparmor-profile` ({}), or set kernel.apparmor_restrict_unprivileged_userns=0)",
+            crate::apparmor::install_hint()
+        );
     }
     if errno == libc::ENOSPC {
         return "blocked (user.max_user_namespaces is 0 or exhausted for this user: raise it with sysctl)".into();
@@ -454,11 +563,24 @@ pub(crate) fn init(
     setup: &Setup<'_>,
     keep_descendants: bool,
     main_exit: Option<RawFd>,
+    maps_ready: Option<(RawFd, RawFd)>,
 ) -> ! {
     let err = args.err;
     let fail = |stage: Stage, e: io::Error| -> ! { report_failure(err, stage, e) };
     // Safety: prctl with integer arguments. SIGKILL for PID 1 takes the namespace with it.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    if let Some((read, write)) = maps_ready {
+        let mut byte = 0u8;
+        // Safety: closing our copy of the write end (so a supervisor that gives up means
+        // EOF), then a one-byte read from the pipe it writes once the maps are in.
+        let n = unsafe {
+            libc::close(write);
+            libc::read(read, (&mut byte as *mut u8).cast(), 1)
+        };
+        if n != 1 {
+            fail(Stage::IdMaps, io::Error::from_raw_os_error(libc::EPERM));
+        }
+    }
     if let Err((step, e)) = build(setup) {
         let stage = match step {
             NsStep::IdMaps => Stage::IdMaps,
@@ -474,7 +596,10 @@ pub(crate) fn init(
         };
         for dir in ["/dev/shm", "/dev/pts"] {
             let rule = paths::open_following(Path::new(dir)).map(|fd| {
-                landlock::PathBeneath::new(fd, shofer_core::rights::fs_write_rights(layered.abi))
+                // Not RESOLVE_UNIX: only the worktree and --allow-unix paths get it.
+                let rights = shofer_core::rights::fs_write_rights(layered.abi)
+                    & !landlock::AccessFs::ResolveUnix;
+                landlock::PathBeneath::new(fd, rights)
             });
             match rule.map(|r| landlock::RulesetCreatedAttr::add_rule(ruleset, r)) {
                 Ok(Ok(r)) => ruleset = r,
@@ -488,16 +613,28 @@ pub(crate) fn init(
     if extended.is_some() {
         steps.landlock = extended.as_ref();
     }
+    // The unix-socket gate (crate::gate) goes on A itself, before the command is forked: A
+    // makes no gated call, and A (alive the whole run) holds the listener for the supervisor.
+    if let Some(pipe) = args.gate_pipe {
+        if let Err(e) = crate::gate::install_in_child(pipe) {
+            fail(Stage::Seccomp, e);
+        }
+    }
     let interactive = steps.interactive;
     let mut command_status = None;
-    // Safety: single-threaded; the child execs or exits.
-    let command = unsafe { libc::fork() };
-    if command < 0 {
-        fail(Stage::Fork, io::Error::last_os_error());
-    }
-    if command == 0 {
-        exec::run(&steps, 1, &args.old_mask, err);
-    }
+    // The command starts as the supervisor's child does (no page tables copied); A is
+    // suspended until it has exec'd.
+    let child = ChildArgs {
+        steps: &steps,
+        supervisor: 1,
+        old_mask: args.old_mask,
+        err,
+        gate_pipe: None,
+    };
+    let command = match crate::spawn::spawn_child(&child) {
+        Ok(pid) => pid,
+        Err(_) => fail(Stage::Fork, io::Error::last_os_error()),
+    };
     // Safety: closing our copy of the error pipe, so the supervisor sees EOF at exec.
     unsafe { libc::close(err) };
 
@@ -516,7 +653,9 @@ pub(crate) fn init(
                 let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
                 if pid == command {
                     command_status = Some(status);
-                    if let (true, Some(fd)) = (keep_descendants, main_exit) {
+                    // The supervisor takes the command's raw status from here (to report it
+                    // early with --keep-descendants, and to die by its signal).
+                    if let Some(fd) = main_exit {
                         let bytes = status.to_ne_bytes();
                         // Safety: writing 4 bytes from a live buffer to our pipe; a pipe
                         // write this small is atomic.
@@ -543,6 +682,32 @@ pub(crate) fn init(
             unsafe { libc::kill(target, sig) };
         }
     }
+}
+
+/// Why user namespaces cannot work here, when a sysctl already says so (no clone needed):
+/// `user.max_user_namespaces=0`, or Debian's `kernel.unprivileged_userns_clone=0` for a
+/// caller without `CAP_SYS_ADMIN`. `None` means "try": AppArmor's restriction, for one,
+/// may be lifted for this binary by a profile, which only the clone tells.
+pub fn blocked_by_sysctl() -> Option<String> {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    if read("/proc/sys/user/max_user_namespaces")
+        .as_deref()
+        .map(str::trim)
+        == Some("0")
+    {
+        return Some(failure_reason("clone", libc::ENOSPC));
+    }
+    // Safety: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root
+        && read("/proc/sys/kernel/unprivileged_userns_clone")
+            .as_deref()
+            .map(str::trim)
+            == Some("0")
+    {
+        return Some(failure_reason("clone", libc::EPERM));
+    }
+    None
 }
 
 /// Whether an unprivileged user namespace with its own mounts works here: clones a child into

@@ -61,7 +61,8 @@ pub fn candidates(name: &CStr) -> Vec<CString> {
 /// cannot search or that lack the name are skipped, and the error is `EACCES` (126) only when
 /// a matching regular file exists but cannot be executed, else `ENOENT` (127). A file the
 /// kernel cannot execute (`ENOEXEC`) is run by `/bin/sh`, as `execvp` and shells do.
-/// Returns only on failure; allocates (callers between `clone` and `execve` own their heap).
+/// Returns only on failure. It allocates: between `clone(CLONE_VM)` and `execve` that is
+/// sound only because the supervisor is suspended meanwhile (see [`crate::spawn`]).
 pub fn exec(argv: &[CString]) -> io::Error {
     if argv[0].as_bytes().contains(&b'/') {
         return exec_one(&argv[0], argv);

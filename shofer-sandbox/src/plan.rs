@@ -28,6 +28,10 @@ pub(crate) struct ExecSpec {
     pub grace: Duration,
     /// Wait for descendants after the main process exits instead of killing them.
     pub keep_descendants: bool,
+    /// A root caller dropping capabilities over a worktree owned by this (uid, gid): the
+    /// namespace backends keep [`crate::capabilities::FOREIGN_WORKTREE`] with every id mapped,
+    /// Landlock alone runs the command as the owner.
+    pub foreign_owner: Option<(u32, u32)>,
 }
 
 /// Capabilities of the command (capabilities(7)).

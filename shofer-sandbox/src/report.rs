@@ -24,10 +24,13 @@ fn landlock_json(facts: &Facts) -> Value {
 fn protections_json(facts: &Facts, backend: Backend, abi: u32, net: NetPolicy) -> Value {
     let mut map = Map::new();
     for (p, v) in facts.protections(backend, abi, net) {
+        let tier = p.tier(net).as_str();
         let entry = match v {
-            Verdict::Enforced(by) => json!({"enforced": true, "by": by}),
-            Verdict::NotEnforced(reason) => json!({"enforced": false, "reason": reason}),
-            Verdict::NotRequested => json!({"enforced": false, "requested": false}),
+            Verdict::Enforced(by) => json!({"enforced": true, "by": by, "tier": tier}),
+            Verdict::NotEnforced(reason) => {
+                json!({"enforced": false, "reason": reason, "tier": tier})
+            }
+            Verdict::NotRequested => json!({"enforced": false, "requested": false, "tier": tier}),
         };
         map.insert(p.key().to_string(), entry);
     }
@@ -57,9 +60,16 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, SetupError>, net: NetPolicy)
             map.insert("backend".into(), json!(c.backend.as_str()));
             map.insert("backend_reason".into(), json!(c.reason));
             map.insert("effective_abi".into(), json!(c.abi));
+            // Every protection this run lacks, required (accepted with --allow-degraded) and
+            // hardening; each row's `tier` says which.
             map.insert(
                 "degraded".into(),
-                json!(c.degraded.iter().map(|(p, _)| p.key()).collect::<Vec<_>>()),
+                json!(c
+                    .degraded
+                    .iter()
+                    .chain(&c.hardening)
+                    .map(|(p, _)| p.key())
+                    .collect::<Vec<_>>()),
             );
             map.insert(
                 "protections".into(),
@@ -78,16 +88,19 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, SetupError>, net: NetPolicy)
 }
 
 /// The record of a real run: the probe object for the chosen backend, plus the worktree,
-/// the writable set and what was found of the worktree's git metadata.
+/// the writable set, the `--allow-unix` paths and what was found of the worktree's git
+/// metadata.
 pub fn run(
     facts: &Facts,
     choice: &Choice,
     opened: &OpenedPolicy,
     guard: &crate::gitguard::GitGuard,
+    allow_unix: &[std::path::PathBuf],
 ) -> Value {
     let mut obj = probe(facts, &Ok(choice.clone()), opened.policy.net);
     let map = obj.as_object_mut().expect("object literal");
     map.insert("worktree".into(), json!(opened.policy.worktree));
+    map.insert("allow_unix".into(), json!(allow_unix));
     map.insert(
         "writable".into(),
         Value::Array(
@@ -150,6 +163,12 @@ pub fn probe_text(v: &Value) -> String {
     out
 }
 
+/// The second `--report` record, written when the command has ended and the unix-socket gate
+/// refused something: `{"unix_refused": [paths, in order, each once]}`.
+pub fn unix_refused(paths: &[String]) -> Value {
+    json!({ "unix_refused": paths })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,7 +188,10 @@ mod tests {
 
     #[test]
     fn tiocsti_is_reported_enforced_only_where_the_filter_exists() {
-        assert_eq!(tiocsti(true), json!({"enforced": true, "by": "seccomp"}));
+        assert_eq!(
+            tiocsti(true),
+            json!({"enforced": true, "by": "seccomp", "tier": "required"})
+        );
         let without = tiocsti(false);
         assert_eq!(without["enforced"], json!(false), "{without}");
         assert!(

@@ -8,15 +8,21 @@
 //! `HardRequirement`: a right the kernel does not know fails creation rather than being
 //! dropped (we already capped the ABI to what the kernel reports).
 //!
+//! From ABI 9, `RESOLVE_UNIX` (connecting to a pathname unix socket) is granted only beneath
+//! the worktree and the `--allow-unix` paths — not on `/tmp` or the other writable paths — so
+//! the kernel lets the command reach its own sockets (created in its domain) and those, and
+//! nothing else.
+//!
 //! Kernel doc: <https://docs.kernel.org/userspace-api/landlock.html>.
 //!
 //! The backend's plan ([`plan`]) is the ruleset alone; the namespace backends layer the same
 //! ruleset on their mounts ([`crate::namespaces::plan`]).
 
 use landlock::{
-    CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
+    AccessFs, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr, RulesetCreated,
+    RulesetCreatedAttr,
 };
-use shofer_core::policy::NetPolicy;
+use shofer_core::policy::{NetPolicy, RuleOrigin};
 use shofer_core::rights;
 
 use crate::capabilities;
@@ -24,13 +30,18 @@ use crate::error::SetupError;
 use crate::plan::LandlockPlan;
 use crate::writable::OpenedPolicy;
 
-/// Creates the ruleset for `opened` at Landlock ABI `abi` (1..=10). The rule descriptors are
+/// Creates the ruleset for `opened` and the `--allow-unix` paths `unix` at Landlock ABI `abi`
+/// (1..=10). The rule descriptors are
 /// only borrowed (the namespace backends bind-mount them too). Apply the result with
 /// `RulesetCreated::restrict_self` in the child, last before exec.
 ///
 /// # Errors
 /// [`SetupError::Landlock`] when the kernel refuses the ruleset or a rule.
-pub(crate) fn create(opened: &OpenedPolicy, abi: u32) -> Result<RulesetCreated, SetupError> {
+pub(crate) fn create(
+    opened: &OpenedPolicy,
+    unix: &crate::gate::AllowUnix,
+    abi: u32,
+) -> Result<RulesetCreated, SetupError> {
     let err = |source| SetupError::Landlock { rule: None, source };
     let fs = rights::fs_write_rights(abi);
     let file = rights::fs_file_rights(abi);
@@ -48,13 +59,26 @@ pub(crate) fn create(opened: &OpenedPolicy, abi: u32) -> Result<RulesetCreated, 
     }
     let mut created = ruleset.create().map_err(err)?;
     for (rule, fd) in opened.policy.writable.iter().zip(&opened.fds) {
-        let access = if rule.is_dir { fs } else { file };
+        let mut access = if rule.is_dir { fs } else { file };
+        if rule.origin != RuleOrigin::Worktree {
+            access &= !AccessFs::ResolveUnix;
+        }
         created = created
             .add_rule(PathBeneath::new(fd, access))
             .map_err(|source| SetupError::Landlock {
                 rule: Some(rule.path.clone()),
                 source,
             })?;
+    }
+    if fs.contains(AccessFs::ResolveUnix) {
+        for (path, fd) in unix.paths.iter().zip(&unix.fds) {
+            created = created
+                .add_rule(PathBeneath::new(fd, AccessFs::ResolveUnix))
+                .map_err(|source| SetupError::Landlock {
+                    rule: Some(path.clone()),
+                    source,
+                })?;
+        }
     }
     Ok(created)
 }
@@ -64,11 +88,15 @@ pub(crate) fn create(opened: &OpenedPolicy, abi: u32) -> Result<RulesetCreated, 
 ///
 /// # Errors
 /// As [`create`].
-pub(crate) fn plan(opened: &OpenedPolicy, abi: u32) -> Result<LandlockPlan, SetupError> {
+pub(crate) fn plan(
+    opened: &OpenedPolicy,
+    unix: &crate::gate::AllowUnix,
+    abi: u32,
+) -> Result<LandlockPlan, SetupError> {
     // Safety: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     Ok(LandlockPlan {
-        ruleset: create(opened, abi)?,
+        ruleset: create(opened, unix, abi)?,
         caller_privileged: root || capabilities::holds_any(),
     })
 }

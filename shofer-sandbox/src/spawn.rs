@@ -31,6 +31,7 @@ pub(crate) enum Stage {
     IdMaps,
     Mounts,
     Fork,
+    Identity,
 }
 
 impl Stage {
@@ -48,6 +49,7 @@ impl Stage {
             IdMaps,
             Mounts,
             Fork,
+            Identity,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -66,6 +68,7 @@ impl Stage {
             Stage::IdMaps => "writing uid_map/gid_map",
             Stage::Mounts => "mount",
             Stage::Fork => "fork",
+            Stage::Identity => "switching to the worktree's owner (setgroups/setresgid/setresuid)",
         }
     }
 }
@@ -80,6 +83,8 @@ pub(crate) struct Running {
     /// `--keep-descendants` and `--status-fd`): the raw wait status, 4 bytes, native endian.
     /// It raises SIGIO in the supervisor when readable.
     pub main_exit: Option<OwnedFd>,
+    /// The unix-socket gate's listener and, for a namespace, a sock_diag socket in it.
+    pub gate: Option<(OwnedFd, Option<OwnedFd>)>,
 }
 
 /// How the spawn ended.
@@ -91,13 +96,14 @@ pub(crate) enum Spawn {
 }
 
 /// Prepares the supervisor, starts the command of `plan` and waits until it has exec'd.
-/// With `exit_pipe`, process A of the namespace backends reports the command's exit over a
-/// pipe even while it waits for descendants.
+/// Process A of the namespace backends reports the command's raw exit status over a pipe the
+/// moment it exits (for `--status-fd` while descendants are still waited for, and so the
+/// sandbox can die by the command's signal, which A, PID 1, cannot pass on by dying).
 ///
 /// # Errors
 /// [`SetupError`] when the supervisor cannot be set up (`prctl`, `pipe2`, `clone`) or a
 /// child-side step before `execve` fails; the command has then not run.
-pub(crate) fn spawn(plan: &Plan<'_>, exit_pipe: bool) -> Result<Spawn, SetupError> {
+pub(crate) fn spawn(plan: &Plan<'_>, gate: bool) -> Result<Spawn, SetupError> {
     // Safety: prctl with integer arguments only changes this process's attributes.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
@@ -116,7 +122,7 @@ pub(crate) fn spawn(plan: &Plan<'_>, exit_pipe: bool) -> Result<Spawn, SetupErro
     let namespaced = matches!(plan.confinement, Confinement::Namespaces(_));
     let mut handled = vec![libc::SIGCHLD, libc::SIGTERM];
     handled.extend(FORWARDED);
-    let exit_pipe = exit_pipe && namespaced;
+    let exit_pipe = namespaced;
     if exit_pipe {
         handled.push(libc::SIGIO);
     }
@@ -141,31 +147,67 @@ pub(crate) fn spawn(plan: &Plan<'_>, exit_pipe: bool) -> Result<Spawn, SetupErro
         None
     };
 
-    let steps = Steps::of(&plan.exec, &plan.confinement);
+    // The gate's listener comes back through the shared table, or a pipe from process A.
+    let gate_pipe = if gate && namespaced {
+        Some(pipe("pipe2")?)
+    } else {
+        None
+    };
+    let mut steps = Steps::of(&plan.exec, &plan.confinement);
+    if gate && !namespaced {
+        steps.gate = Some(-1);
+    }
     let args = ChildArgs {
         steps: &steps,
         // Safety: getpid cannot fail.
         supervisor: unsafe { libc::getpid() },
         old_mask,
         err: err_write.as_raw_fd(),
+        gate_pipe: gate_pipe.as_ref().map(|(_, w)| w.as_raw_fd()),
     };
     let main = match &plan.confinement {
-        Confinement::Namespaces(setup) => spawn_namespaced(
-            &args,
-            setup,
-            plan.exec.keep_descendants,
-            main_exit.as_ref().map(|(_, w)| w.as_raw_fd()),
-        )?,
+        Confinement::Namespaces(setup) => {
+            // Only we, with CAP_SETUID over the parent namespace, may map every id: A waits
+            // on this pipe until we have (EOF: we could not).
+            let maps = if setup.full_map {
+                Some(pipe("pipe2")?)
+            } else {
+                None
+            };
+            let pid = spawn_namespaced(
+                &args,
+                setup,
+                plan.exec.keep_descendants,
+                main_exit.as_ref().map(|(_, w)| w.as_raw_fd()),
+                maps.as_ref().map(|(r, w)| (r.as_raw_fd(), w.as_raw_fd())),
+            )?;
+            if let Some((_, ready)) = maps {
+                let written = ["uid_map", "gid_map"].iter().all(|f| {
+                    std::fs::write(format!("/proc/{pid}/{f}"), namespaces::FULL_MAP).is_ok()
+                });
+                if written {
+                    // Safety: a one-byte write to our pipe.
+                    unsafe { libc::write(ready.as_raw_fd(), b"1".as_ptr().cast(), 1) };
+                }
+            }
+            pid
+        }
         _ => spawn_child(&args)?,
     };
     drop(err_write);
     let main_exit = main_exit.map(|(read, _write)| read);
+    let gate = if gate {
+        crate::gate::take_listener(main, gate_pipe.map(|(read, _write)| read))
+    } else {
+        None
+    };
 
     if let Some((stage, errno)) = read_failure(&err_read) {
         let mut status = 0;
         // Safety: reaping our own child.
         unsafe { libc::waitpid(main, &mut status, 0) };
-        let name = plan.exec.argv[0].to_string_lossy();
+        // What was executed: the command, or bubblewrap in front of it.
+        let name = steps.argv[0].to_string_lossy();
         return match stage {
             Stage::Exec if errno == libc::ENOENT || errno == libc::ENOTDIR => Ok(
                 Spawn::NotExecuted(127, NotRunnable::NotFound.message(&name)),
@@ -187,6 +229,7 @@ pub(crate) fn spawn(plan: &Plan<'_>, exit_pipe: bool) -> Result<Spawn, SetupErro
         main,
         set,
         main_exit,
+        gate,
     }))
 }
 
@@ -241,6 +284,8 @@ pub(crate) struct ChildArgs<'a> {
     pub old_mask: libc::sigset_t,
     /// The failure pipe's write end.
     pub err: RawFd,
+    /// Process A installs the unix-socket gate and writes its listener's number here.
+    pub gate_pipe: Option<RawFd>,
 }
 
 /// Size of the child's own stack while it shares our memory (bytes).
@@ -253,7 +298,7 @@ const CHILD_STACK: usize = 256 * 1024;
 /// the child runs on its own stack, and everything it changes (signal mask and dispositions,
 /// session, credentials, seccomp, Landlock) is per task, not per address space. The child
 /// only reads the plan: everything it owns stays the supervisor's.
-fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupError> {
+pub(crate) fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupError> {
     // Safety: an anonymous private mapping; checked for MAP_FAILED below.
     let stack = unsafe {
         libc::mmap(
@@ -273,13 +318,20 @@ fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupError> {
         let args = unsafe { &*(arg as *const ChildArgs<'_>) };
         exec::run(args.steps, args.supervisor, &args.old_mask, args.err)
     }
+    // With the gate, the child shares our descriptor table until exec, to leave us the
+    // listener (close-on-exec, so the command does not keep it).
+    let files = if args.steps.gate.is_some() {
+        libc::CLONE_FILES
+    } else {
+        0
+    };
     // Safety: the stack grows down from the top of our mapping; `args` outlives the child's
     // use of it because CLONE_VFORK suspends us until the child execs or exits.
     let pid = unsafe {
         libc::clone(
             entry,
             (stack as *mut u8).add(CHILD_STACK).cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | files | libc::SIGCHLD,
             (args as *const ChildArgs<'_>).cast_mut().cast(),
         )
     };
@@ -295,7 +347,7 @@ fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupError> {
     Ok(pid)
 }
 
-/// Starts process A in new user, mount and PID namespaces (and a network namespace with
+/// Starts process A in new user, mount, PID and IPC namespaces (and a network namespace with
 /// `--net deny`) with a fork-like `clone`: A outlives the exec of the command, so it cannot
 /// share our memory. A runs [`namespaces::init`].
 fn spawn_namespaced(
@@ -303,8 +355,10 @@ fn spawn_namespaced(
     setup: &namespaces::Setup<'_>,
     keep_descendants: bool,
     main_exit: Option<RawFd>,
+    maps_ready: Option<(RawFd, RawFd)>,
 ) -> Result<libc::pid_t, SetupError> {
-    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    let mut flags =
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
     if setup.net_deny {
         flags |= libc::CLONE_NEWNET;
     }
@@ -318,7 +372,7 @@ fn spawn_namespaced(
         )));
     }
     if pid == 0 {
-        namespaces::init(args, setup, keep_descendants, main_exit);
+        namespaces::init(args, setup, keep_descendants, main_exit, maps_ready);
     }
     Ok(pid as libc::pid_t)
 }

@@ -77,6 +77,10 @@ pub(crate) struct Supervisor {
     /// Process A's report of the command's exit (see [`Running::main_exit`]).
     main_exit: Option<std::fs::File>,
     exit_reported: bool,
+    /// The command's raw wait status as process A reported it (namespace backends).
+    command_status: Option<i32>,
+    /// The caller stopped us with SIGTERM.
+    stopped: bool,
 }
 
 impl Supervisor {
@@ -114,12 +118,26 @@ impl Supervisor {
             status,
             main_exit: running.main_exit.map(std::fs::File::from),
             exit_reported: false,
+            command_status: None,
+            stopped: false,
         }
     }
 
-    /// Waits for the main process, forwarding signals; then ends the tree. Returns the main
-    /// process's raw wait status.
+    /// Waits for the main process, forwarding signals; then ends the tree. Returns the
+    /// command's raw wait status: the main process's, or, behind a namespace's init, the one
+    /// the init reported; a raw SIGTERM status when the caller stopped us with SIGTERM (we
+    /// then die by it).
     pub fn wait_loop(&mut self) -> i32 {
+        let main = self.wait_main();
+        if main == TERMINATED && self.stopped {
+            return TERMINATED;
+        }
+        // A has exited (or was killed): its report, if it made one, is in the pipe.
+        self.read_main_exit();
+        self.command_status.unwrap_or(main)
+    }
+
+    fn wait_main(&mut self) -> i32 {
         loop {
             // Safety: siginfo_t is plain data filled by sigwaitinfo.
             let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -136,8 +154,10 @@ impl Supervisor {
                     }
                 }
                 libc::SIGTERM => {
+                    // Told to stop: the tree goes, and so do we, by the signal we were sent.
                     self.kill_tree();
-                    return self.main_status.unwrap_or(TERMINATED);
+                    self.stopped = true;
+                    return TERMINATED;
                 }
                 libc::SIGIO => self.read_main_exit(),
                 _ => self.forward(sig, &info),
@@ -178,7 +198,9 @@ impl Supervisor {
         let mut buf = [0u8; 4];
         if (&*pipe).read_exact(&mut buf).is_ok() {
             self.main_exit = None;
-            self.report_exit(i32::from_ne_bytes(buf));
+            let raw = i32::from_ne_bytes(buf);
+            self.command_status = Some(raw);
+            self.report_exit(raw);
         }
     }
 

@@ -31,32 +31,31 @@ fn have(backend: &str) -> bool {
 }
 
 #[test]
-fn auto_picks_landlock_at_abi_3_and_userns_below() {
-    if landlock_abi() < 3 {
-        skip(
-            "auto_picks_landlock_at_abi_3_and_userns_below",
-            "the kernel is below Landlock ABI 3 (Linux 6.2)",
-        );
-        return;
-    }
+fn auto_picks_layered_from_abi_2_and_userns_below() {
     if !have("userns") {
         return;
     }
-    assert_eq!(probe_backend(&["--max-abi", "3"])["backend"], "landlock");
-    for abi in ["0", "1", "2"] {
+    for abi in 2..=landlock_abi() {
+        let v = probe_backend(&["--max-abi", &abi.to_string()]);
+        assert_eq!(v["backend"], "layered", "--max-abi {abi}: {v}");
+        assert_eq!(v["effective_abi"], abi, "--max-abi {abi}");
+    }
+    for abi in ["0", "1"] {
         let v = probe_backend(&["--max-abi", abi]);
         assert_eq!(v["backend"], "userns", "--max-abi {abi}: {v}");
         // Landlock ABI 1 would break renames inside: userns does not layer it.
-        let layered = match abi {
-            "1" => 0,
-            n => n.parse::<u32>().unwrap(),
-        };
-        assert_eq!(v["effective_abi"], layered, "--max-abi {abi}");
-        assert_eq!(v["degraded"], serde_json::json!([]));
+        assert_eq!(v["effective_abi"], 0, "--max-abi {abi}");
+        let required: Vec<_> = v["degraded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|k| v["protections"][k.as_str().unwrap()]["tier"] == "required")
+            .collect();
+        assert!(required.is_empty(), "--max-abi {abi}: {v}");
     }
-    // --net deny needs ABI 4 for Landlock alone; below, a network namespace does it.
+    // --net deny needs ABI 4 for Landlock alone; the namespaces' network namespace does it.
     let v = probe_backend(&["--max-abi", "3", "--net", "deny"]);
-    assert_eq!(v["backend"], "userns");
+    assert_eq!(v["backend"], "layered");
     assert_eq!(v["protections"]["tcp"]["enforced"], true);
 }
 
@@ -79,11 +78,8 @@ fn a_run_at_a_capped_abi_uses_the_namespace_backend_and_says_so() {
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    assert_eq!(v["backend"], "userns");
-    assert!(
-        v["backend_reason"].as_str().unwrap().contains("partial"),
-        "{v}"
-    );
+    assert_eq!(v["backend"], "layered", "{v}");
+    assert_eq!(v["effective_abi"], 2, "{v}");
 }
 
 #[test]

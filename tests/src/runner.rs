@@ -976,7 +976,12 @@ pub fn judge(w: &World, case: &Case, cell: &Cell, o: Outcome, report: Option<&Va
         .map(|a| a as u32)
         .or(cell.abi)
         .unwrap_or(w.host_abi);
-    match gaps::allowed(&w.gaps, case.name, &cell.backend, abi) {
+    // `auto` has the gaps of the backend it picked (the report says which).
+    let backend = match (cell.backend.as_str(), rep["backend"].as_str()) {
+        ("auto", Some(picked)) => picked,
+        (b, _) => b,
+    };
+    match gaps::allowed(&w.gaps, case.name, backend, abi) {
         Some(_) => row("gap", format!("{reason} [{bad}]")),
         None => row(
             "FAIL",
@@ -1053,7 +1058,7 @@ pub fn preflight(w: &World, cell: &mut Cell) -> (Vec<Row>, bool) {
                 let listed = second
                     .report
                     .as_ref()
-                    .map(|r| r["degraded"].clone())
+                    .map(required_degraded)
                     .unwrap_or(Value::Null);
                 let ok = listed.as_array().is_some_and(|a| !a.is_empty());
                 rows.push(mk(
@@ -1109,11 +1114,12 @@ pub fn preflight(w: &World, cell: &mut Cell) -> (Vec<Row>, bool) {
         ));
         return (rows, false);
     }
-    // It ran without --allow-degraded: then nothing required may be degraded.
+    // It ran without --allow-degraded: then nothing required may be degraded (hardening gaps
+    // are listed too, each row's `tier` says which).
     let listed = first
         .report
         .as_ref()
-        .map(|r| r["degraded"].clone())
+        .map(required_degraded)
         .unwrap_or(Value::Null);
     let expected_degraded = cell.backend == "landlock" && cell.abi.unwrap_or(w.host_abi) < 3;
     let ok = listed.as_array().is_some_and(|a| a.is_empty()) && !expected_degraded;
@@ -1227,6 +1233,21 @@ pub fn in_scope(case: &Case, global: bool) -> bool {
     matches!(
         (case.scope, global),
         (Scope::Cell, false) | (Scope::Global, true)
+    )
+}
+
+/// The report's `degraded` keys whose protection row is of the required tier (the others are
+/// hardening gaps, which a run may have without `--allow-degraded`).
+fn required_degraded(report: &Value) -> Value {
+    let keys = report["degraded"].as_array().cloned().unwrap_or_default();
+    Value::Array(
+        keys.into_iter()
+            .filter(|k| {
+                let tier = &report["protections"][k.as_str().unwrap_or("")]["tier"];
+                // Reports before the tiers listed only required protections.
+                tier.is_null() || tier == "required"
+            })
+            .collect(),
     )
 }
 

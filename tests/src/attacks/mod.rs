@@ -204,6 +204,9 @@ attacks! {
     // --- sockets
     AbstractUnixConnect = "abstract-unix-connect" => net::abstract_unix_connect,
     PathnameUnixConnect = "pathname-unix-connect" => net::pathname_unix_connect,
+    PathnameUnixRoutes = "pathname-unix-routes" => net::pathname_unix_routes,
+    PathnameUnixDatagram = "pathname-unix-datagram" => net::pathname_unix_datagram,
+    OwnUnixSocket = "own-unix-socket" => net::own_unix_socket,
     TcpConnect = "tcp-connect" => net::tcp_connect,
     TcpBind = "tcp-bind" => net::tcp_bind,
     // --- privileges and mounts

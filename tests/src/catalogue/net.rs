@@ -24,6 +24,30 @@ pub(super) fn cases() -> Vec<Case> {
             pathname_unix
         ),
         case!(
+            "pathname-unix-routes",
+            "issue 10: reach an outside socket by a worktree symlink, a relative or `..` path, a hard link in /tmp",
+            Some(Protection::PathnameSockets),
+            pathname_unix_routes
+        ),
+        case!(
+            "pathname-unix-datagram",
+            "issue 10: sendto()/sendmsg() with the address of an outside datagram socket",
+            Some(Protection::PathnameSockets),
+            pathname_unix_datagram
+        ),
+        case!(
+            "pathname-unix-under-tmp",
+            "issue 10: connect to an outside listener under /tmp (writable, but not granted)",
+            Some(Protection::PathnameSockets),
+            pathname_unix_under_tmp
+        ),
+        case!(
+            "own-unix-socket",
+            "issue 10: a socket the command creates under /tmp stays reachable",
+            None,
+            own_unix_socket
+        ),
+        case!(
             "tcp-connect-net-deny",
             "--net deny: connect to a 127.0.0.1 listener outside",
             Some(Protection::Tcp),
@@ -77,6 +101,94 @@ fn pathname_unix(c: &Ctx) -> Outcome {
         return Outcome::Escaped(format!("the outside listener got {n} connection(s)"));
     }
     o
+}
+
+/// An outside stream listener at `path`, reachable by the cell's user as far as permissions
+/// go (only the sandbox may stop the connect).
+fn outside_listener(c: &Ctx, path: &std::path::Path) -> Result<std::os::fd::OwnedFd, Outcome> {
+    let l = sys::unix_listen(path.as_os_str().as_encoded_bytes(), false)
+        .map_err(|e| Outcome::Error(format!("harness: pathname listener: {e}")))?;
+    let (u, g) = c.cell.user.ids();
+    let _ = sys::lchown(path, u, g);
+    let _ = sys::chmod(path, 0o777);
+    Ok(l)
+}
+
+fn pathname_unix_routes(c: &Ctx) -> Outcome {
+    let path = c.out.join("routes.sock");
+    let l = match outside_listener(c, &path) {
+        Ok(l) => l,
+        Err(o) => return o,
+    };
+    let o = attack_checked(
+        c,
+        Attack::PathnameUnixRoutes,
+        &[path.display().to_string(), c.wt.display().to_string()],
+    );
+    let n = sys::accept_all(l.as_raw_fd());
+    if n > 0 {
+        return Outcome::Escaped(format!("the outside listener got {n} connection(s)"));
+    }
+    o
+}
+
+fn pathname_unix_datagram(c: &Ctx) -> Outcome {
+    let path = c.out.join("dgram.sock");
+    let s = match sys::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK) {
+        Ok(s) => s,
+        Err(e) => return Outcome::Error(format!("harness: datagram socket: {e}")),
+    };
+    let (a, len) = sys::sockaddr_un(path.as_os_str().as_encoded_bytes(), false);
+    // Safety: `a` is a valid sockaddr_un of length `len`.
+    if unsafe { libc::bind(s.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) } != 0 {
+        return Outcome::Error("harness: binding the datagram socket".into());
+    }
+    let (u, g) = c.cell.user.ids();
+    let _ = sys::lchown(&path, u, g);
+    let _ = sys::chmod(&path, 0o777);
+    let o = attack_checked(
+        c,
+        Attack::PathnameUnixDatagram,
+        &[path.display().to_string()],
+    );
+    let mut buf = [0u8; 64];
+    // Safety: a non-blocking receive into our buffer.
+    let got = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if got >= 0 {
+        return Outcome::Escaped("the outside datagram socket received a message".into());
+    }
+    o
+}
+
+fn pathname_unix_under_tmp(c: &Ctx) -> Outcome {
+    let dir = std::path::PathBuf::from(format!("/tmp/{}", c.w.marker()));
+    if let Err(e) = std::fs::create_dir(&dir) {
+        return Outcome::Error(format!("harness: {}: {e}", dir.display()));
+    }
+    let _ = sys::chmod(&dir, 0o777);
+    let path = dir.join("s");
+    let o = match outside_listener(c, &path) {
+        Ok(l) => {
+            let o = attack_checked(
+                c,
+                Attack::PathnameUnixConnect,
+                &[path.display().to_string()],
+            );
+            let n = sys::accept_all(l.as_raw_fd());
+            if n > 0 {
+                Outcome::Escaped(format!("the listener under /tmp got {n} connection(s)"))
+            } else {
+                o
+            }
+        }
+        Err(o) => o,
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    o
+}
+
+fn own_unix_socket(c: &Ctx) -> Outcome {
+    attack_checked(c, Attack::OwnUnixSocket, &[])
 }
 
 fn tcp_connect_deny(c: &Ctx) -> Outcome {

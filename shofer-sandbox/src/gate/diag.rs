@@ -1,0 +1,112 @@
+//! `NETLINK_SOCK_DIAG` for unix sockets (sock_diag(7)): what a socket of this run is bound to,
+//! straight from the kernel (a path can be swapped; the socket's binding cannot).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const NLM_F_REQUEST: u16 = 1;
+const NLMSG_ERROR: u16 = 2;
+const UDIAG_SHOW_NAME: u32 = 0x1;
+const UDIAG_SHOW_VFS: u32 = 0x2;
+const UNIX_DIAG_NAME: u16 = 0;
+const UNIX_DIAG_VFS: u16 = 1;
+
+/// What the kernel says about one unix socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// No such socket (closed), or not in the diag socket's network namespace.
+    Gone,
+    /// The socket exists; its bound file (kernel `dev_t`, inode) and its address.
+    Found {
+        /// The socket file, for a pathname socket.
+        vfs: Option<(u32, u32)>,
+        /// The address's `sun_path` bytes (a leading NUL for abstract); `None` unbound.
+        name: Option<Vec<u8>>,
+    },
+    /// The kernel did not answer usefully (treated as not ours).
+    Unknown,
+}
+
+/// A `NETLINK_SOCK_DIAG` socket in the supervisor's network namespace.
+pub fn open() -> Option<OwnedFd> {
+    // Safety: socket(2) with constant arguments.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::NETLINK_SOCK_DIAG,
+        )
+    };
+    // Safety: the kernel just returned this descriptor.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Looks up the unix socket with socket inode `sock_ino` (`st_ino` of the socket): the file it
+/// is bound to (device in the kernel's `MAJOR<<20|MINOR` encoding, inode) and its name.
+pub fn lookup(diag: &OwnedFd, sock_ino: u32) -> Lookup {
+    let mut req = Vec::with_capacity(40);
+    req.extend_from_slice(&40u32.to_ne_bytes()); // nlmsg_len
+    req.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    req.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+    req.extend_from_slice(&1u32.to_ne_bytes()); // seq
+    req.extend_from_slice(&0u32.to_ne_bytes()); // pid
+    req.push(libc::AF_UNIX as u8); // sdiag_family
+    req.push(0); // sdiag_protocol
+    req.extend_from_slice(&[0, 0]); // pad
+    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // udiag_states: all
+    req.extend_from_slice(&sock_ino.to_ne_bytes());
+    req.extend_from_slice(&(UDIAG_SHOW_VFS | UDIAG_SHOW_NAME).to_ne_bytes());
+    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // SOCK_DIAG_NOCOOKIE
+    req.extend_from_slice(&u32::MAX.to_ne_bytes());
+    // Safety: sending our buffer on our netlink socket (to the kernel: no address needed for
+    // a connected-by-default NETLINK socket sending to pid 0).
+    if unsafe { libc::send(diag.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) } < 0 {
+        return Lookup::Unknown;
+    }
+    let mut buf = vec![0u8; 8192];
+    // Safety: receiving into our buffer.
+    let n = unsafe { libc::recv(diag.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 16 {
+        return Lookup::Unknown;
+    }
+    let buf = &buf[..n as usize];
+    let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
+    let u16_at = |o: usize| u16::from_ne_bytes(buf[o..o + 2].try_into().unwrap());
+    let len = u32_at(0) as usize;
+    if u16_at(4) == NLMSG_ERROR && len >= 20 {
+        let err = -(u32_at(16) as i32);
+        return if err == libc::ENOENT {
+            Lookup::Gone
+        } else {
+            Lookup::Unknown
+        };
+    }
+    if len > buf.len() || len < 32 || u32_at(16 + 4) != sock_ino {
+        return Lookup::Unknown;
+    }
+    // nlmsghdr (16) + unix_diag_msg (16), then attributes aligned to 4.
+    let (mut vfs, mut name) = (None, None);
+    let mut off = 32;
+    while off + 4 <= len {
+        let alen = u16_at(off) as usize;
+        let atype = u16_at(off + 2);
+        if alen < 4 || off + alen > len {
+            break;
+        }
+        if atype == UNIX_DIAG_VFS && alen >= 12 {
+            vfs = Some((u32_at(off + 8), u32_at(off + 4)));
+        } else if atype == UNIX_DIAG_NAME {
+            name = Some(buf[off + 4..off + alen].to_vec());
+        }
+        off += (alen + 3) & !3;
+    }
+    Lookup::Found { vfs, name }
+}
+
+/// `st_dev` (glibc encoding) to the kernel's internal `dev_t` (`MAJOR<<20 | MINOR`), as
+/// `unix_diag_vfs.udiag_vfs_dev` reports it.
+pub fn kernel_dev(st_dev: u64) -> u32 {
+    let major = libc::major(st_dev);
+    let minor = libc::minor(st_dev);
+    (major << 20) | minor
+}

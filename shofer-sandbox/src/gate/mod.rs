@@ -1,0 +1,279 @@
+//! The unix-socket gate: below Landlock ABI 9 (and on every namespace backend), a sandboxed
+//! command reaches a pathname unix socket only if **(a)** a process of this run created it, or
+//! **(b)** it lies beneath the worktree or an `--allow-unix PATH`; anything else fails with
+//! `EACCES`, as `LANDLOCK_ACCESS_FS_RESOLVE_UNIX` (ABI 9) would. Abstract sockets: only those
+//! bound by this run (what Landlock's ABI 6 scope gives, for kernels without it).
+//!
+//! How (see `docs/ARCHITECTURE.md`, "unix sockets"):
+//! 1. [`filter`]: before exec, the command's first process installs a seccomp filter with
+//!    `SECCOMP_FILTER_FLAG_NEW_LISTENER` that sends `connect`, `bind`, `sendmsg`,
+//!    `sendmmsg` and `sendto` with an address to the supervisor, and fails `io_uring_setup`
+//!    with `ENOSYS`. The listener cannot travel by `SCM_RIGHTS` (the `sendmsg` would itself
+//!    be trapped, with nobody yet to answer it): the `CLONE_VFORK` child shares the
+//!    supervisor's descriptor table until exec (`CLONE_FILES`, [`install_in_child`]), and the
+//!    namespaces' init, which installs it before forking the command and lives as long as the
+//!    run, gives its number to the supervisor, which takes it with `pidfd_getfd`
+//!    ([`take_listener`]).
+//! 2. [`serve`]: a supervisor thread reads each call's arguments, resolves the path in the
+//!    caller's view ([`resolve`]), pins the inode, decides, and performs the call itself on the
+//!    caller's socket against the pinned inode; the result is the syscall's result.
+//! 3. [`diag`]: which sockets of the run are bound to what, from the kernel.
+//!
+//! Known limits: the peer of a connection made through the gate sees the supervisor's PID in
+//! `SO_PEERCRED` (same uid and gid); a unix stream connect to a listener whose backlog is full
+//! holds up the run's other gated calls until it is accepted; 32-bit (i386, x32) socket calls
+//! fail with `ENOSYS`; x86_64 only.
+
+pub mod diag;
+pub mod filter;
+pub mod notify;
+pub mod resolve;
+pub mod serve;
+
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+pub use serve::Refused;
+
+/// Whether the gate can run for a command started by this process: x86_64, seccomp user
+/// notification (Linux 5.0), `pidfd_getfd` (5.6), and no outer filter already owning a
+/// listener (a shofer-sandbox inside a shofer-sandbox: the kernel allows one per filter chain,
+/// `EBUSY`). The last check forks a short-lived process only when this process is already
+/// under a seccomp filter.
+///
+/// # Errors
+/// Why not, in one clause.
+pub fn available() -> Result<(), String> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err("the unix socket gate is built for x86_64 only".into());
+    }
+    // Safety: pidfd_getfd with an invalid pidfd only returns an error (EBADF, or ENOSYS when
+    // the kernel lacks it).
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, -1, 0, 0) };
+    if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        return Err("pidfd_getfd is missing (Linux 5.6)".into());
+    }
+    let filters = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        })
+        .unwrap_or(0);
+    if filters == 0 {
+        // Safety: SECCOMP_GET_NOTIF_SIZES fills the struct; it fails on kernels before 5.0.
+        let mut sizes: libc::seccomp_notif_sizes = unsafe { std::mem::zeroed() };
+        // Safety: as above.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_GET_NOTIF_SIZES,
+                0,
+                &mut sizes as *mut libc::seccomp_notif_sizes,
+            )
+        };
+        if r != 0 {
+            return Err("no seccomp user notification (Linux 5.0)".into());
+        }
+        return Ok(());
+    }
+    // Try it in a child: an outer listener makes the install fail with EBUSY.
+    // Safety: the child only makes raw syscalls and _exits; this process is single-threaded
+    // at this point (before the supervisor starts any thread).
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err("fork failed while probing the seccomp listener".into());
+    }
+    if pid == 0 {
+        // Safety: prctl with integer arguments, then _exit.
+        unsafe {
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            let code = match filter::install() {
+                Ok(_) => 0,
+                Err(e) => e.raw_os_error().unwrap_or(1).clamp(1, 255),
+            };
+            libc::_exit(code)
+        }
+    }
+    let mut status = 0;
+    // Safety: reaping the child we forked.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    match libc::WEXITSTATUS(status) {
+        0 => Ok(()),
+        libc::EBUSY => Err("an outer seccomp filter already owns the listener (a sandbox inside a sandbox: the outer gate still applies)".into()),
+        e => Err(format!(
+            "installing the seccomp listener failed ({})",
+            crate::sys::errno_name(e)
+        )),
+    }
+}
+
+/// `--allow-unix` paths, opened at start (without following a final symlink, as for
+/// `--allow-write`), with their identities.
+pub struct AllowUnix {
+    /// The paths as given, canonical.
+    pub paths: Vec<PathBuf>,
+    /// Open `O_PATH` descriptors, for the Landlock ABI 9 rule.
+    pub fds: Vec<OwnedFd>,
+    /// (device, inode, is a directory) of each.
+    pub ids: Vec<(resolve::Ident, bool)>,
+}
+
+impl AllowUnix {
+    /// No `--allow-unix` path (tests).
+    #[cfg(test)]
+    pub fn none() -> AllowUnix {
+        AllowUnix {
+            paths: Vec::new(),
+            fds: Vec::new(),
+            ids: Vec::new(),
+        }
+    }
+
+    /// Opens every `--allow-unix` path.
+    ///
+    /// # Errors
+    /// A usage error naming the path when it does not exist or cannot be opened.
+    pub fn open(paths: &[PathBuf]) -> Result<AllowUnix, crate::error::SetupError> {
+        let mut out = AllowUnix {
+            paths: Vec::new(),
+            fds: Vec::new(),
+            ids: Vec::new(),
+        };
+        for p in paths {
+            let bad = |e: std::io::Error| {
+                crate::error::SetupError::Usage(format!(
+                    "--allow-unix {}: {} (expected an existing socket or directory)",
+                    p.display(),
+                    crate::sys::strerror(e.raw_os_error().unwrap_or(libc::EINVAL))
+                ))
+            };
+            let canon = std::fs::canonicalize(p).map_err(bad)?;
+            let fd = crate::paths::open_following(&canon).map_err(bad)?;
+            let st = resolve::stat_fd(fd.as_raw_fd())
+                .map_err(|e| bad(std::io::Error::from_raw_os_error(e)))?;
+            let kind = st.st_mode & libc::S_IFMT;
+            if kind != libc::S_IFDIR && kind != libc::S_IFSOCK {
+                return Err(crate::error::SetupError::Usage(format!(
+                    "--allow-unix {}: not a socket or a directory",
+                    p.display()
+                )));
+            }
+            out.ids
+                .push(((st.st_dev, st.st_ino), kind == libc::S_IFDIR));
+            out.paths.push(canon);
+            out.fds.push(fd);
+        }
+        Ok(out)
+    }
+}
+
+/// What the supervisor needs to run the gate for one command.
+pub struct Setup {
+    /// What is reachable besides the run's own sockets.
+    pub rules: serve::Rules,
+    /// Filled with refused paths while the run lasts.
+    pub refused: Refused,
+}
+
+impl Setup {
+    /// The gate's rules for a run: the worktree and `allow` reachable.
+    pub fn new(
+        worktree: &OwnedFd,
+        allow: &AllowUnix,
+        tcp_denied: bool,
+        drop_caps: bool,
+    ) -> std::io::Result<Setup> {
+        let mut dirs =
+            vec![resolve::ident(worktree.as_raw_fd()).map_err(std::io::Error::from_raw_os_error)?];
+        let mut files = Vec::new();
+        for (id, dir) in &allow.ids {
+            if *dir {
+                dirs.push(*id);
+            } else {
+                files.push(*id);
+            }
+        }
+        Ok(Setup {
+            rules: serve::Rules {
+                dirs,
+                files,
+                tcp_denied,
+                drop_caps,
+            },
+            refused: Refused::default(),
+        })
+    }
+
+    /// Starts serving `listener`; `extra_diag` is a `NETLINK_SOCK_DIAG` socket in the
+    /// command's network namespace when it has its own.
+    ///
+    /// # Errors
+    /// Thread creation failure (nobody then answers the command's gated calls: the caller
+    /// stops the run).
+    pub fn start(self, listener: OwnedFd, extra_diag: Option<OwnedFd>) -> std::io::Result<()> {
+        let mut diags: Vec<OwnedFd> = diag::open().into_iter().collect();
+        diags.extend(extra_diag);
+        serve::spawn(listener, self.rules, diags, self.refused)
+    }
+}
+
+/// The listener the `CLONE_VM | CLONE_FILES` child installed: it shares our memory and
+/// descriptor table until exec, so the number it stores here is valid for us.
+static SHARED_LISTENER: AtomicI32 = AtomicI32::new(-1);
+
+/// Child side: installs the gate filter and hands the listener over, through the shared
+/// table (`pipe` < 0: the `CLONE_FILES` child) or by writing its number and a sock_diag
+/// socket of this network namespace to `pipe` (the namespaces' init, which stays alive).
+///
+/// # Errors
+/// The `seccomp(2)` or `write(2)` error.
+pub(crate) fn install_in_child(pipe: RawFd) -> std::io::Result<()> {
+    let listener = filter::install()?.into_raw_fd();
+    if pipe < 0 {
+        SHARED_LISTENER.store(listener, Ordering::SeqCst);
+        return Ok(());
+    }
+    let diag = diag::open().map_or(-1, IntoRawFd::into_raw_fd);
+    let mut rec = [0u8; 8];
+    rec[..4].copy_from_slice(&listener.to_ne_bytes());
+    rec[4..].copy_from_slice(&diag.to_ne_bytes());
+    // Safety: writing our buffer to our pipe (atomic below PIPE_BUF).
+    if unsafe { libc::write(pipe, rec.as_ptr().cast(), rec.len()) } != rec.len() as isize {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Supervisor side, once the child has exec'd: the listener (and the namespace's sock_diag
+/// socket) from the shared table (`pipe` `None`) or from process `child` by `pidfd_getfd`.
+/// `None` when the child failed before installing it (its error comes on the exec-error
+/// pipe) — then nothing runs under the filter.
+pub(crate) fn take_listener(
+    child: libc::pid_t,
+    pipe: Option<OwnedFd>,
+) -> Option<(OwnedFd, Option<OwnedFd>)> {
+    let Some(pipe) = pipe else {
+        let fd = SHARED_LISTENER.swap(-1, Ordering::SeqCst);
+        // Safety: the child put this descriptor in our shared table for us; we own it now.
+        return (fd >= 0).then(|| (unsafe { OwnedFd::from_raw_fd(fd) }, None));
+    };
+    let mut rec = [0u8; 8];
+    // Safety: reading into our buffer; EOF (0) means the child failed first.
+    let n = unsafe { libc::read(pipe.as_raw_fd(), rec.as_mut_ptr().cast(), rec.len()) };
+    if n != rec.len() as isize {
+        return None;
+    }
+    let pidfd = crate::sys::pidfd_open(child).ok()?;
+    let number = |b: &[u8]| i32::from_ne_bytes(b.try_into().expect("4 bytes"));
+    let listener = notify::getfd(&pidfd, number(&rec[..4])).ok()?;
+    let d = number(&rec[4..]);
+    let diag = if d >= 0 {
+        notify::getfd(&pidfd, d).ok()
+    } else {
+        None
+    };
+    Some((listener, diag))
+}

@@ -1,0 +1,143 @@
+//! The user-notification side of seccomp (seccomp_unotify(2)): receiving a trapped syscall,
+//! answering it, and reaching into the calling process (its memory, its descriptors).
+//!
+//! Raw `ioctl`s and syscalls: neither `libc` nor `rustix` wraps the notification protocol or
+//! `pidfd_getfd`.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// One trapped syscall.
+#[derive(Clone, Copy)]
+pub struct Notif {
+    /// Cookie naming this notification to `SEND` and `ID_VALID`.
+    pub id: u64,
+    /// The caller's PID in the supervisor's PID namespace.
+    pub pid: libc::pid_t,
+    /// Syscall number (x86_64; the filter lets no other ABI through).
+    pub nr: i64,
+    /// The six raw arguments.
+    pub args: [u64; 6],
+}
+
+/// `SECCOMP_IOCTL_NOTIF_RECV`: blocks until a notification arrives.
+///
+/// # Errors
+/// `ENOENT` when the caller died or was interrupted meanwhile (retry), `EINTR`; any other
+/// error (`EBADF`, `ENOTTY`) is fatal for the listener.
+pub fn recv(listener: RawFd) -> io::Result<Notif> {
+    // Safety: an all-zero seccomp_notif is what the kernel requires as input.
+    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    // Safety: the ioctl fills `n`, which is the size the request encodes.
+    if unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_RECV, &mut n) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Notif {
+        id: n.id,
+        pid: n.pid as libc::pid_t,
+        nr: n.data.nr as i64,
+        args: n.data.args,
+    })
+}
+
+/// `SECCOMP_IOCTL_NOTIF_SEND`: the syscall returns `val` (when `errno` is 0) or fails with
+/// `errno`. Errors (the caller died meanwhile: `ENOENT`) are ignored: nobody is waiting.
+pub fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) {
+    let (val, error) = match result {
+        Ok(v) => (v, 0),
+        Err(e) => (0, -e),
+    };
+    let mut resp = libc::seccomp_notif_resp {
+        id,
+        val,
+        error,
+        flags: 0,
+    };
+    // Safety: `resp` is a valid seccomp_notif_resp for the duration of the call.
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
+}
+
+/// `SECCOMP_IOCTL_NOTIF_ID_VALID`: whether the caller is still blocked in this syscall, i.e.
+/// its PID still names it (checked after reading its memory, as seccomp_unotify(2) asks).
+pub fn still_valid(listener: RawFd, id: u64) -> bool {
+    let mut id = id;
+    // Safety: the ioctl reads one u64.
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &mut id) == 0 }
+}
+
+/// `pidfd_getfd(pidfd, fd, 0)` (Linux 5.6): our own descriptor for the caller's open file.
+///
+/// # Errors
+/// `EBADF` when the caller has no such descriptor, `EPERM` without ptrace access, `ESRCH`.
+pub fn getfd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
+    // Safety: pidfd_getfd takes three integers and returns a new descriptor or -1.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Safety: the kernel just returned this descriptor to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}
+
+/// Reads `len` bytes at `addr` in process `pid` (`process_vm_readv`, Linux 3.2). A short read
+/// is `EFAULT`, as the kernel would report for the syscall's own copy.
+pub fn read_mem(pid: libc::pid_t, addr: u64, len: usize) -> Result<Vec<u8>, i32> {
+    let mut buf = vec![0u8; len];
+    if len == 0 {
+        return Ok(buf);
+    }
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len,
+    };
+    // Safety: `local` covers `buf`; the remote range is only read by the kernel.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        let e = io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EFAULT);
+        return Err(if e == libc::ESRCH { e } else { libc::EFAULT });
+    }
+    if n as usize != len {
+        return Err(libc::EFAULT);
+    }
+    Ok(buf)
+}
+
+/// Writes `data` at `addr` in process `pid` (`process_vm_writev`), e.g. `msg_len` of
+/// `sendmmsg`.
+pub fn write_mem(pid: libc::pid_t, addr: u64, data: &[u8]) -> Result<(), i32> {
+    let local = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // Safety: the kernel only reads `local` and writes the remote range of the caller, which
+    // asked for it to be written (an out parameter of the trapped syscall).
+    let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+    if n as usize != data.len() {
+        return Err(libc::EFAULT);
+    }
+    Ok(())
+}
+
+/// Answers with `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: the kernel runs the syscall as if never
+/// trapped. Only for calls whose outcome the gate does not decide (see seccomp_unotify(2),
+/// "Caveats": the caller can change its arguments meanwhile).
+pub fn continue_(listener: RawFd, id: u64) {
+    let mut resp = libc::seccomp_notif_resp {
+        id,
+        val: 0,
+        error: 0,
+        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+    };
+    // Safety: `resp` is a valid seccomp_notif_resp for the duration of the call.
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
+}

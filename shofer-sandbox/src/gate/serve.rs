@@ -1,0 +1,869 @@
+//! The gate's supervisor side: one thread answering every trapped syscall of the run.
+//!
+//! For `connect`, `sendto` with an address, `sendmsg` and `sendmmsg` the thread reads the
+//! caller's arguments (`process_vm_readv`), takes its socket (`pidfd_getfd`), checks with
+//! `SECCOMP_IOCTL_NOTIF_ID_VALID` that the caller is still the one waiting, decides, and
+//! performs the call itself on the caller's socket, returning its result. A pathname unix
+//! address is resolved in the caller's view and pinned ([`super::resolve`]); the call goes to
+//! `/proc/self/fd/<pin>`, so what was checked is what is reached. Nothing is ever answered
+//! with `SECCOMP_USER_NOTIF_FLAG_CONTINUE` after reading the caller's memory.
+//!
+//! `bind` is the exception, answered with CONTINUE without reading anything: the kernel binds
+//! under the caller's own confinement (Landlock, read-only mounts); the gate only notes the
+//! socket (its socket inode) so that a later connect to the file it gets bound to is allowed
+//! (rule (a), "created by this run"), which [`super::diag`] confirms with the kernel.
+//!
+//! Calls that may block (a blocking socket's TCP connect, a send into a full buffer) are
+//! finished on a short-lived thread so one slow peer does not stall the whole run. The thread
+//! carries no capabilities when the command carries none, so the kernel's own permission
+//! checks on these calls see what they would have seen for the command.
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
+
+use super::diag::{self, Lookup};
+use super::notify::{self, Notif};
+use super::resolve::{self, Ident};
+
+const NR_CONNECT: i64 = 42;
+const NR_SENDTO: i64 = 44;
+const NR_SENDMSG: i64 = 46;
+const NR_BIND: i64 = 49;
+const NR_SENDMMSG: i64 = 307;
+
+/// `sizeof(struct sockaddr_storage)`: the kernel refuses longer addresses with `EINVAL`.
+const MAX_ADDR: u32 = 128;
+/// `UIO_MAXIOV`.
+const MAX_IOV: u64 = 1024;
+/// Most payload copied for one send; a stream socket then reports a short write, which
+/// callers handle; no datagram is this large.
+const MAX_PAYLOAD: usize = 4 << 20;
+/// Most socket files of this run held open at once (beyond, the cache starts over).
+const MAX_OWN_FILES: usize = 4096;
+/// Most ancillary data (the kernel's default `optmem_max` is 20 KiB).
+const MAX_CONTROL: u64 = 64 << 10;
+
+/// What the gate lets through besides the run's own sockets.
+pub struct Rules {
+    /// Directories (device, inode) beneath which any socket may be reached: the worktree and
+    /// every `--allow-unix` directory.
+    pub dirs: Vec<Ident>,
+    /// Socket files given to `--allow-unix` itself.
+    pub files: Vec<Ident>,
+    /// Landlock handles TCP connect/bind with no port allowed (`--net deny`, ABI ≥ 4): the
+    /// gate refuses them too, as it performs connects itself.
+    pub tcp_denied: bool,
+    /// The command runs without capabilities: the gate's thread drops its own. When false
+    /// (bubblewrap, which needs its privileges for its own set-up; a command switched to the
+    /// worktree's owner; `--keep-caps`), calls of a caller without effective capabilities are
+    /// performed on a thread that takes the caller's uid, gid and groups and no capabilities.
+    pub drop_caps: bool,
+}
+
+/// Paths the gate refused, in order, each once.
+pub type Refused = Arc<Mutex<Vec<String>>>;
+
+enum Reply {
+    Now(Result<i64, i32>),
+    Continue,
+    /// Answered by a helper thread, or not at all (the caller is gone).
+    Later,
+}
+
+/// What a socket is bound to: its socket file (kernel `dev_t`, inode) for a pathname socket,
+/// and its address bytes.
+type Binding = (Option<(u32, u32)>, Option<Vec<u8>>);
+
+/// A socket bound by this run, as far as the gate knows it.
+struct Own {
+    /// Socket inodes noted at `bind`, not yet seen bound.
+    pending: Vec<u32>,
+    /// Bound sockets: socket inode → what it is bound to.
+    bound: HashMap<u32, Binding>,
+}
+
+struct Gate {
+    listener: Arc<OwnedFd>,
+    rules: Rules,
+    diag: Vec<OwnedFd>,
+    pidfds: HashMap<libc::pid_t, OwnedFd>,
+    own: Own,
+    /// Socket files known to be bound by this run, held open: (device, inode) → `O_PATH`.
+    own_files: HashMap<Ident, OwnedFd>,
+    refused: Refused,
+    shown: HashSet<String>,
+}
+
+/// Starts the gate thread on `listener`. `diag` are `NETLINK_SOCK_DIAG` sockets, one per
+/// network namespace the run's sockets may live in; `refused` is filled with refused paths
+/// while the run lasts.
+///
+/// # Errors
+/// Thread creation failure.
+pub fn spawn(
+    listener: OwnedFd,
+    rules: Rules,
+    diag: Vec<OwnedFd>,
+    refused: Refused,
+) -> std::io::Result<()> {
+    let mut gate = Gate {
+        listener: Arc::new(listener),
+        rules,
+        diag,
+        pidfds: HashMap::new(),
+        own: Own {
+            pending: Vec::new(),
+            bound: HashMap::new(),
+        },
+        own_files: HashMap::new(),
+        refused: refused.clone(),
+        shown: HashSet::new(),
+    };
+    std::thread::Builder::new()
+        .name("shofer-gate".into())
+        .stack_size(256 * 1024)
+        .spawn(move || gate.serve())?;
+    Ok(())
+}
+
+/// Drops every capability of the calling thread (capabilities are per thread).
+fn drop_thread_caps() -> bool {
+    [
+        caps::CapSet::Ambient,
+        caps::CapSet::Inheritable,
+        caps::CapSet::Effective,
+        caps::CapSet::Permitted,
+    ]
+    .into_iter()
+    .all(|set| caps::clear(None, set).is_ok())
+}
+
+/// Who a caller without capabilities is, to act as it: effective uid and gid and the
+/// supplementary groups (`/proc/PID/status`, in the supervisor's user namespace).
+#[derive(Clone)]
+struct Caller {
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+}
+
+/// The identity of thread `pid` when it runs without effective capabilities; `None` when it
+/// holds some (or cannot be read: then the call is refused).
+fn unprivileged_caller(pid: libc::pid_t) -> Option<Caller> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+    };
+    if !field("CapEff:")?.first()?.chars().all(|c| c == '0') {
+        return None;
+    }
+    Some(Caller {
+        uid: field("Uid:")?.get(1)?.parse().ok()?,
+        gid: field("Gid:")?.get(1)?.parse().ok()?,
+        groups: field("Groups:")?
+            .iter()
+            .filter_map(|g| g.parse().ok())
+            .collect(),
+    })
+}
+
+/// Makes the calling thread `caller`: groups, gid, uid, then no capabilities. Raw syscalls:
+/// the kernel changes credentials per thread (the C library's wrappers would change every
+/// thread of the supervisor).
+fn become_caller(caller: &Caller) -> bool {
+    // Safety: geteuid/getegid cannot fail.
+    if unsafe { (libc::geteuid(), libc::getegid()) } == (caller.uid, caller.gid) {
+        return drop_thread_caps(); // the same user: only the capabilities differ
+    }
+    // Safety: setgroups/setresgid/setresuid with our own buffer and integers; they change
+    // only this thread's credentials.
+    let ok = unsafe {
+        libc::syscall(
+            libc::SYS_setgroups,
+            caller.groups.len(),
+            caller.groups.as_ptr(),
+        ) == 0
+            && libc::syscall(libc::SYS_setresgid, caller.gid, caller.gid, caller.gid) == 0
+            && libc::syscall(libc::SYS_setresuid, caller.uid, caller.uid, caller.uid) == 0
+    };
+    ok && drop_thread_caps()
+}
+
+/// A pidfd for the calling *thread* `tid` (notifications name threads): `PIDFD_THREAD`
+/// (Linux 6.9), else the thread group's leader, whose descriptor table the threads share.
+fn thread_pidfd(tid: libc::pid_t) -> Result<OwnedFd, i32> {
+    use std::os::fd::FromRawFd;
+    const PIDFD_THREAD: libc::c_int = libc::O_EXCL;
+    let open = |pid: libc::pid_t, flags: libc::c_int| {
+        // Safety: pidfd_open takes two integers and returns a new descriptor or -1.
+        let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, flags) };
+        if r < 0 {
+            Err(errno())
+        } else {
+            // Safety: the kernel just returned this descriptor.
+            Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+        }
+    };
+    // A thread that is not the leader: EINVAL before Linux 6.9, ENOENT after.
+    match open(tid, 0) {
+        Err(libc::EINVAL | libc::ENOENT) => {}
+        other => return other,
+    }
+    match open(tid, PIDFD_THREAD) {
+        Err(libc::EINVAL) => {}
+        other => return other,
+    }
+    open(tgid_of(tid).ok_or(libc::ESRCH)?, 0)
+}
+
+/// The thread group (process) of thread `tid`, from `/proc/<tid>/status`.
+fn tgid_of(tid: libc::pid_t) -> Option<libc::pid_t> {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The kernel raises SIGPIPE in the sending thread on `EPIPE` unless `MSG_NOSIGNAL`: done for
+/// the caller, as the gate sends with `MSG_NOSIGNAL` (the supervisor must not get it).
+fn raise_sigpipe(result: &Result<i64, i32>, flags: i32, tid: libc::pid_t) {
+    if *result == Err(libc::EPIPE) && flags & libc::MSG_NOSIGNAL == 0 {
+        if let Some(tgid) = tgid_of(tid) {
+            // Safety: tgkill with integers, to a thread of the sandboxed run.
+            unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, libc::SIGPIPE) };
+        }
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn ret(r: isize) -> Result<i64, i32> {
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r as i64)
+    }
+}
+
+fn sockopt(fd: RawFd, opt: libc::c_int) -> i32 {
+    let mut v: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // Safety: an int-sized option into an int.
+    unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    v
+}
+
+fn nonblocking(fd: RawFd) -> bool {
+    // Safety: F_GETFL reads the file status flags.
+    unsafe { libc::fcntl(fd, libc::F_GETFL) & libc::O_NONBLOCK != 0 }
+}
+
+fn connect_to(sock: RawFd, addr: &[u8]) -> Result<i64, i32> {
+    // Safety: `addr` is a readable buffer of the given length.
+    ret(
+        unsafe { libc::connect(sock, addr.as_ptr().cast(), addr.len() as libc::socklen_t) }
+            as isize,
+    )
+}
+
+/// `connect` with `O_NONBLOCK` set for the call and restored after; `EAGAIN` when it would
+/// block (a unix listener's full backlog; the socket is then still unconnected).
+fn connect_nonblocking(sock: RawFd, addr: &[u8]) -> Result<i64, i32> {
+    // Safety: F_GETFL/F_SETFL only change the file status flags of a descriptor we hold.
+    let flags = unsafe { libc::fcntl(sock, libc::F_GETFL) };
+    if flags < 0 {
+        return connect_to(sock, addr);
+    }
+    // Safety: as above.
+    unsafe { libc::fcntl(sock, libc::F_SETFL, flags | libc::O_NONBLOCK) };
+    let r = connect_to(sock, addr);
+    // Safety: as above.
+    unsafe { libc::fcntl(sock, libc::F_SETFL, flags) };
+    r
+}
+
+/// Where a call goes, decided.
+enum Target {
+    /// No address.
+    None,
+    /// An address the kernel may use as it is (not a pathname unix one).
+    Raw(Vec<u8>),
+    /// A pinned pathname socket (`_pin`, kept open until the call is done) and the address
+    /// of `/proc/self/fd/<pin>`.
+    Pinned { _pin: OwnedFd, addr: Vec<u8> },
+}
+
+impl Target {
+    fn addr(&self) -> Option<&[u8]> {
+        match self {
+            Target::None => None,
+            Target::Raw(a) | Target::Pinned { addr: a, .. } => Some(a),
+        }
+    }
+}
+
+/// A prepared message: payload, ancillary data with our descriptor numbers, and the
+/// descriptors themselves (kept open until sent).
+struct Message {
+    data: Vec<u8>,
+    control: Vec<u8>,
+    _fds: Vec<OwnedFd>,
+    target: Target,
+}
+
+fn send_message(sock: RawFd, m: &Message, flags: i32) -> Result<i64, i32> {
+    let mut iov = libc::iovec {
+        iov_base: m.data.as_ptr() as *mut libc::c_void,
+        iov_len: m.data.len(),
+    };
+    // Safety: an all-zero msghdr is valid; the fields are set below.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    if let Some(a) = m.target.addr() {
+        h.msg_name = a.as_ptr() as *mut libc::c_void;
+        h.msg_namelen = a.len() as libc::socklen_t;
+    }
+    if !m.control.is_empty() {
+        h.msg_control = m.control.as_ptr() as *mut libc::c_void;
+        h.msg_controllen = m.control.len();
+    }
+    // MSG_NOSIGNAL: see `raise_sigpipe`.
+    // Safety: every pointer in `h` refers to a buffer of `m` alive for the call.
+    ret(unsafe { libc::sendmsg(sock, &h, flags | libc::MSG_NOSIGNAL) })
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_ne_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+
+impl Gate {
+    fn serve(&mut self) {
+        // Per-thread state: nothing the gate does may change the supervisor's (or be done
+        // with more privilege than the command has).
+        // Without dropping we would act with more than the command has: stop answering (the
+        // listener closes with the process; every gated call of the command then blocks until
+        // the run is stopped).
+        if self.rules.drop_caps && !drop_thread_caps() {
+            return;
+        }
+        let fd = self.listener.as_raw_fd();
+        // The thread lives as long as the supervisor: when every process under the filter is
+        // gone, RECV just blocks, and the supervisor's exit ends it.
+        loop {
+            let n = match notify::recv(fd) {
+                Ok(n) => n,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINTR)) => continue,
+                Err(_) => return,
+            };
+            match self.handle(&n) {
+                Reply::Now(r) => notify::answer(fd, n.id, r),
+                Reply::Continue => notify::continue_(fd, n.id),
+                Reply::Later => {}
+            }
+        }
+    }
+
+    fn valid(&self, n: &Notif) -> bool {
+        notify::still_valid(self.listener.as_raw_fd(), n.id)
+    }
+
+    fn handle(&mut self, n: &Notif) -> Reply {
+        let r = match n.nr {
+            NR_CONNECT => self.connect(n),
+            NR_SENDTO => self.sendto(n),
+            NR_SENDMSG => self.sendmsg(n),
+            NR_SENDMMSG => self.sendmmsg(n),
+            NR_BIND => return self.bind(n),
+            _ => Err(libc::ENOSYS),
+        };
+        match r {
+            Ok(reply) => reply,
+            Err(e) => Reply::Now(Err(e)),
+        }
+    }
+
+    /// The caller's descriptor `fd` as ours.
+    fn socket_of(&mut self, pid: libc::pid_t, fd: u64) -> Result<OwnedFd, i32> {
+        let fd = fd as i32;
+        for _ in 0..2 {
+            if !self.pidfds.contains_key(&pid) {
+                if self.pidfds.len() > 4096 {
+                    self.pidfds.clear();
+                }
+                let p = thread_pidfd(pid)?;
+                self.pidfds.insert(pid, p);
+            }
+            match notify::getfd(&self.pidfds[&pid], fd) {
+                Ok(s) => return Ok(s),
+                // A cached pidfd of a process that exited (its PID now reused): reopen.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                    self.pidfds.remove(&pid);
+                }
+                Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EBADF)),
+            }
+        }
+        Err(libc::ESRCH)
+    }
+
+    fn read_addr(pid: libc::pid_t, ptr: u64, len: u64) -> Result<Vec<u8>, i32> {
+        let len = len as u32;
+        if len as i32 <= 0 || ptr == 0 {
+            return Ok(Vec::new());
+        }
+        if len > MAX_ADDR {
+            return Err(libc::EINVAL);
+        }
+        notify::read_mem(pid, ptr, len as usize)
+    }
+
+    fn refuse(&mut self, verb: &str, shown: String, why: &str) -> i32 {
+        if self.shown.insert(shown.clone()) {
+            eprintln!("shofer-sandbox: {verb} to {shown} refused: {why}");
+            if let Ok(mut r) = self.refused.lock() {
+                r.push(shown);
+            }
+        }
+        libc::EACCES
+    }
+
+    /// Decides where a call with address `addr` on socket `sock` may go.
+    fn target(
+        &mut self,
+        pid: libc::pid_t,
+        sock: RawFd,
+        addr: Vec<u8>,
+        verb: &str,
+    ) -> Result<Target, i32> {
+        if addr.is_empty() {
+            return Ok(Target::None);
+        }
+        let family = u16::from_ne_bytes([addr[0], *addr.get(1).unwrap_or(&0)]);
+        if sockopt(sock, libc::SO_DOMAIN) != libc::AF_UNIX
+            || family != libc::AF_UNIX as u16
+            || addr.len() <= 2
+        {
+            return Ok(Target::Raw(addr));
+        }
+        let path = &addr[2..];
+        if path[0] == 0 {
+            let name = path.to_vec();
+            if self.is_own(|_, n| n == Some(&name[..])) {
+                return Ok(Target::Raw(addr));
+            }
+            let shown = format!("@{}", resolve::show(&name[1..]));
+            return Err(self.refuse(
+                verb,
+                shown,
+                "an abstract socket not created in this sandbox",
+            ));
+        }
+        let end = path.iter().position(|&b| b == 0).unwrap_or(path.len());
+        let path = &path[..end];
+        let r = resolve::resolve(pid, path, true)?;
+        let Some(pin) = r.target else {
+            return Err(libc::ENOENT);
+        };
+        let st = resolve::stat_fd(pin.as_raw_fd())?;
+        let id = (st.st_dev, st.st_ino);
+        let socket = st.st_mode & libc::S_IFMT == libc::S_IFSOCK;
+        // Cheapest first: an allowed socket file, a socket file of this run seen before (its
+        // inode held open, so the number cannot have been reused), the kernel's word that a
+        // socket of this run is bound to it, the path's place under an allowed directory.
+        let allowed = self.rules.files.contains(&id)
+            || (socket && self.own_files.contains_key(&id))
+            || (socket && self.own_file(&pin, &st))
+            || resolve::beneath(&r.parent, &self.rules.dirs, Some(r.root));
+        if !allowed {
+            return Err(self.refuse(
+                verb,
+                resolve::show(path),
+                "a host socket (allow with --allow-unix)",
+            ));
+        }
+        let addr = resolve::pinned_addr(pin.as_raw_fd());
+        Ok(Target::Pinned { _pin: pin, addr })
+    }
+
+    /// Whether the socket file `pin` (with `st`) is bound by a socket of this run; if so it
+    /// is remembered, held open (a bounded number of them).
+    fn own_file(&mut self, pin: &OwnedFd, st: &libc::stat) -> bool {
+        let vfs = (diag::kernel_dev(st.st_dev), st.st_ino as u32);
+        if !self.is_own(|v, _| v == Some(vfs)) {
+            return false;
+        }
+        if self.own_files.len() >= MAX_OWN_FILES {
+            self.own_files.clear();
+        }
+        if let Ok(held) = pin.try_clone() {
+            self.own_files.insert((st.st_dev, st.st_ino), held);
+        }
+        true
+    }
+
+    /// Whether a socket of this run matches `want(vfs, name)`: known bound sockets first
+    /// (confirmed alive), then sockets noted at bind that may have been bound since.
+    fn is_own(&mut self, want: impl Fn(Option<(u32, u32)>, Option<&[u8]>) -> bool) -> bool {
+        let hits: Vec<u32> = self
+            .own
+            .bound
+            .iter()
+            .filter(|(_, (v, n))| want(*v, n.as_deref()))
+            .map(|(i, _)| *i)
+            .collect();
+        for ino in hits {
+            match self.lookup(ino) {
+                Lookup::Found { vfs, name } if want(vfs, name.as_deref()) => return true,
+                Lookup::Gone => {
+                    self.own.bound.remove(&ino);
+                }
+                _ => {}
+            }
+        }
+        let pending = std::mem::take(&mut self.own.pending);
+        let mut found = false;
+        for ino in pending {
+            match self.lookup(ino) {
+                Lookup::Gone => {}
+                Lookup::Found {
+                    vfs,
+                    name: Some(name),
+                } => {
+                    found |= want(vfs, Some(&name));
+                    self.own.bound.insert(ino, (vfs, Some(name)));
+                }
+                _ => self.own.pending.push(ino),
+            }
+        }
+        found
+    }
+
+    fn lookup(&self, ino: u32) -> Lookup {
+        let mut last = Lookup::Gone;
+        for d in &self.diag {
+            match diag::lookup(d, ino) {
+                Lookup::Gone => {}
+                found @ Lookup::Found { .. } => return found,
+                Lookup::Unknown => last = Lookup::Unknown,
+            }
+        }
+        last
+    }
+
+    fn tcp_refused(&self, sock: RawFd) -> bool {
+        if !self.rules.tcp_denied {
+            return false;
+        }
+        let domain = sockopt(sock, libc::SO_DOMAIN);
+        let ty = sockopt(sock, libc::SO_TYPE);
+        let proto = sockopt(sock, libc::SO_PROTOCOL);
+        (domain == libc::AF_INET || domain == libc::AF_INET6)
+            && ty == libc::SOCK_STREAM
+            && (proto == libc::IPPROTO_TCP || proto == libc::IPPROTO_MPTCP)
+    }
+
+    /// Whether calls of `pid` must be made as it, without the capabilities this thread still
+    /// has (the caller's identity), or may be made here (`None`).
+    fn needs_unprivileged(&self, pid: libc::pid_t) -> Option<Option<Caller>> {
+        if self.rules.drop_caps {
+            return None;
+        }
+        // Unreadable: refused (Some(None)) rather than made with our privileges.
+        match unprivileged_caller(pid) {
+            Some(c) => Some(Some(c)),
+            None if std::fs::metadata(format!("/proc/{pid}")).is_ok() => None,
+            None => Some(None),
+        }
+    }
+
+    /// Runs `op` on a helper thread which answers the notification itself (without
+    /// capabilities when `unprivileged`).
+    fn later(
+        &self,
+        id: u64,
+        as_caller: Option<Option<Caller>>,
+        op: impl FnOnce() -> Result<i64, i32> + Send + 'static,
+    ) -> Reply {
+        let listener = self.listener.clone();
+        let spawned = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let r = match as_caller {
+                    None => op(),
+                    Some(Some(caller)) if become_caller(&caller) => op(),
+                    Some(_) => Err(libc::EPERM),
+                };
+                notify::answer(listener.as_raw_fd(), id, r)
+            });
+        match spawned {
+            Ok(_) => Reply::Later,
+            Err(_) => Reply::Now(Err(libc::EAGAIN)),
+        }
+    }
+
+    fn connect(&mut self, n: &Notif) -> Result<Reply, i32> {
+        let sock = self.socket_of(n.pid, n.args[0])?;
+        let addr = Self::read_addr(n.pid, n.args[1], n.args[2])?;
+        if self.tcp_refused(sock.as_raw_fd()) {
+            return Err(libc::EACCES);
+        }
+        let target = self.target(n.pid, sock.as_raw_fd(), addr, "connect")?;
+        if !self.valid(n) {
+            return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
+        }
+        let addr = target.addr().map(<[u8]>::to_vec).unwrap_or_default();
+        let unix = sockopt(sock.as_raw_fd(), libc::SO_DOMAIN) == libc::AF_UNIX;
+        let unprivileged = self.needs_unprivileged(n.pid);
+        if unprivileged.is_none() && nonblocking(sock.as_raw_fd()) {
+            return Ok(Reply::Now(connect_to(sock.as_raw_fd(), &addr)));
+        }
+        if unprivileged.is_none() && unix {
+            // A unix connect blocks only on a full backlog: try without blocking (O_NONBLOCK
+            // on the shared file for the duration of the call; the caller is blocked in this
+            // very connect), and only then wait on a helper thread, so a listener that is slow
+            // to accept never holds up the rest of the run's gated calls.
+            match connect_nonblocking(sock.as_raw_fd(), &addr) {
+                Err(libc::EAGAIN) => {}
+                r => return Ok(Reply::Now(r)),
+            }
+        }
+        Ok(self.later(n.id, unprivileged, move || {
+            let _pin = target;
+            connect_to(sock.as_raw_fd(), &addr)
+        }))
+    }
+
+    /// Sends `m` now without blocking, or on a helper thread when the caller asked to block
+    /// and the socket would.
+    fn send(&self, n: &Notif, sock: OwnedFd, m: Message, flags: i32) -> Reply {
+        let tid = n.pid;
+        let send = move |sock: &OwnedFd, m: &Message, f: i32| {
+            let r = send_message(sock.as_raw_fd(), m, f);
+            raise_sigpipe(&r, flags, tid);
+            r
+        };
+        if let Some(caller) = self.needs_unprivileged(n.pid) {
+            return self.later(n.id, Some(caller), move || send(&sock, &m, flags));
+        }
+        let wants_block = flags & libc::MSG_DONTWAIT == 0 && !nonblocking(sock.as_raw_fd());
+        match send(&sock, &m, flags | libc::MSG_DONTWAIT) {
+            Err(libc::EAGAIN) if wants_block => {
+                self.later(n.id, None, move || send(&sock, &m, flags))
+            }
+            // A blocking stream send returns when all is sent: the rest follows, blocking.
+            Ok(sent)
+                if wants_block
+                    && (sent as usize) < m.data.len()
+                    && sockopt(sock.as_raw_fd(), libc::SO_TYPE) == libc::SOCK_STREAM =>
+            {
+                let rest = Message {
+                    data: m.data[sent as usize..].to_vec(),
+                    control: Vec::new(),
+                    _fds: Vec::new(),
+                    target: Target::None,
+                };
+                self.later(n.id, None, move || {
+                    let more = send(&sock, &rest, flags);
+                    Ok(sent + more.unwrap_or(0))
+                })
+            }
+            r => Reply::Now(r),
+        }
+    }
+
+    fn sendto(&mut self, n: &Notif) -> Result<Reply, i32> {
+        let sock = self.socket_of(n.pid, n.args[0])?;
+        let len = (n.args[2] as usize).min(MAX_PAYLOAD);
+        let data = if len == 0 {
+            Vec::new()
+        } else {
+            notify::read_mem(n.pid, n.args[1], len)?
+        };
+        let addr = Self::read_addr(n.pid, n.args[4], n.args[5])?;
+        let target = self.target(n.pid, sock.as_raw_fd(), addr, "send")?;
+        if !self.valid(n) {
+            return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
+        }
+        let m = Message {
+            data,
+            control: Vec::new(),
+            _fds: Vec::new(),
+            target,
+        };
+        Ok(self.send(n, sock, m, n.args[3] as i32))
+    }
+
+    /// Reads the `msghdr` at `ptr` and everything it points to, translating `SCM_RIGHTS`
+    /// descriptors into ours. The target is decided later, after the validity check.
+    fn read_message(&mut self, pid: libc::pid_t, ptr: u64) -> Result<(Message, Vec<u8>), i32> {
+        let h = notify::read_mem(pid, ptr, std::mem::size_of::<libc::msghdr>())?;
+        let (name, namelen) = (u64_at(&h, 0), u32_at(&h, 8) as u64);
+        let (iov, iovlen) = (u64_at(&h, 16), u64_at(&h, 24));
+        let (ctl, ctllen) = (u64_at(&h, 32), u64_at(&h, 40));
+        if iovlen > MAX_IOV {
+            return Err(libc::EMSGSIZE);
+        }
+        if ctllen > MAX_CONTROL {
+            return Err(libc::ENOBUFS);
+        }
+        let mut data = Vec::new();
+        if iovlen > 0 {
+            let v = notify::read_mem(pid, iov, 16 * iovlen as usize)?;
+            for i in 0..iovlen as usize {
+                let (base, len) = (u64_at(&v, 16 * i), u64_at(&v, 16 * i + 8) as usize);
+                let len = len.min(MAX_PAYLOAD - data.len());
+                if len > 0 {
+                    data.extend(notify::read_mem(pid, base, len)?);
+                }
+            }
+        }
+        let mut control = if ctllen > 0 && ctl != 0 {
+            notify::read_mem(pid, ctl, ctllen as usize)?
+        } else {
+            Vec::new()
+        };
+        let mut fds = Vec::new();
+        let mut off = 0usize;
+        while off + 16 <= control.len() {
+            let clen = u64_at(&control, off) as usize;
+            if clen < 16 || off + clen > control.len() {
+                break;
+            }
+            let level = u32_at(&control, off + 8) as i32;
+            let ty = u32_at(&control, off + 12) as i32;
+            if level == libc::SOL_SOCKET && ty == libc::SCM_RIGHTS {
+                for k in 0..(clen - 16) / 4 {
+                    let o = off + 16 + 4 * k;
+                    let theirs = u32_at(&control, o) as u64;
+                    let ours = self.socket_of(pid, theirs)?;
+                    control[o..o + 4].copy_from_slice(&ours.as_raw_fd().to_ne_bytes());
+                    fds.push(ours);
+                }
+            }
+            off += (clen + 7) & !7;
+        }
+        let addr = Self::read_addr(pid, name, namelen)?;
+        Ok((
+            Message {
+                data,
+                control,
+                _fds: fds,
+                target: Target::None,
+            },
+            addr,
+        ))
+    }
+
+    fn sendmsg(&mut self, n: &Notif) -> Result<Reply, i32> {
+        let sock = self.socket_of(n.pid, n.args[0])?;
+        let (mut m, addr) = self.read_message(n.pid, n.args[1])?;
+        m.target = self.target(n.pid, sock.as_raw_fd(), addr, "send")?;
+        if !self.valid(n) {
+            return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
+        }
+        Ok(self.send(n, sock, m, n.args[2] as i32))
+    }
+
+    fn sendmmsg(&mut self, n: &Notif) -> Result<Reply, i32> {
+        let sock = self.socket_of(n.pid, n.args[0])?;
+        let vlen = (n.args[2] as u32).min(MAX_IOV as u32) as u64;
+        let flags = n.args[3] as i32;
+        let entry = std::mem::size_of::<libc::mmsghdr>() as u64;
+        let mut msgs = Vec::new();
+        for i in 0..vlen {
+            msgs.push(self.read_message(n.pid, n.args[1] + i * entry)?);
+        }
+        let mut ready = Vec::new();
+        for (mut m, addr) in msgs {
+            m.target = self.target(n.pid, sock.as_raw_fd(), addr, "send")?;
+            ready.push(m);
+        }
+        if !self.valid(n) {
+            return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
+        }
+        let pid = n.pid;
+        let base = n.args[1];
+        let run = move |sock: RawFd, ready: &[Message], flags: i32| -> Result<i64, i32> {
+            let mut sent = 0u64;
+            for (i, m) in ready.iter().enumerate() {
+                match send_message(sock, m, flags) {
+                    Ok(len) => {
+                        let at =
+                            base + i as u64 * entry + std::mem::size_of::<libc::msghdr>() as u64;
+                        notify::write_mem(pid, at, &(len as u32).to_ne_bytes())?;
+                        sent += 1;
+                    }
+                    Err(e) if sent == 0 => return Err(e),
+                    Err(_) => break,
+                }
+            }
+            Ok(sent as i64)
+        };
+        if let Some(caller) = self.needs_unprivileged(n.pid) {
+            return Ok(self.later(n.id, Some(caller), move || {
+                run(sock.as_raw_fd(), &ready, flags)
+            }));
+        }
+        let wants_block = flags & libc::MSG_DONTWAIT == 0 && !nonblocking(sock.as_raw_fd());
+        match run(sock.as_raw_fd(), &ready, flags | libc::MSG_DONTWAIT) {
+            Err(libc::EAGAIN) if wants_block => {
+                Ok(self.later(n.id, None, move || run(sock.as_raw_fd(), &ready, flags)))
+            }
+            r => Ok(Reply::Now(r)),
+        }
+    }
+
+    /// Notes the socket (if it is an unbound unix one) and lets the kernel bind it under the
+    /// caller's own confinement. Landlock-denied TCP binds are refused here as there.
+    fn bind(&mut self, n: &Notif) -> Reply {
+        let Ok(sock) = self.socket_of(n.pid, n.args[0]) else {
+            return Reply::Continue; // the kernel reports EBADF/ENOTSOCK itself
+        };
+        if sockopt(sock.as_raw_fd(), libc::SO_DOMAIN) == libc::AF_UNIX
+            && !is_bound(sock.as_raw_fd())
+        {
+            if let Ok(st) = resolve::stat_fd(sock.as_raw_fd()) {
+                let ino = st.st_ino as u32;
+                if !self.own.pending.contains(&ino) && !self.own.bound.contains_key(&ino) {
+                    if self.own.pending.len() > 65536 {
+                        let _ = self.is_own(|_, _| false); // settles and prunes the list
+                    }
+                    self.own.pending.push(ino);
+                }
+            }
+        }
+        Reply::Continue
+    }
+}
+
+fn is_bound(sock: RawFd) -> bool {
+    // Safety: an all-zero sockaddr_un is a valid out-parameter.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // Safety: `a` is large enough for any unix address.
+    let r = unsafe { libc::getsockname(sock, (&mut a as *mut libc::sockaddr_un).cast(), &mut len) };
+    r == 0 && len as usize > std::mem::size_of::<libc::sa_family_t>()
+}
