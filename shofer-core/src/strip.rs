@@ -142,7 +142,15 @@ impl Stripper {
                 match input[i] {
                     CR => self.cr = true,
                     BS => self.backspace(),
-                    ESC => self.state = State::Esc,
+                    ESC => {
+                        // Fast path: a whole CSI sequence (colours) in this chunk is skipped
+                        // in one tight loop; anything else goes through the state machine.
+                        if let Some(end) = csi_end(&input[i..]) {
+                            i += end;
+                            continue;
+                        }
+                        self.state = State::Esc;
+                    }
                     _ => {} // BEL
                 }
                 i += 1;
@@ -296,6 +304,24 @@ impl Stripper {
             self.line.clear();
         }
     }
+}
+
+/// The length of the complete CSI sequence `ESC [ params final` at the start of `h`, when it
+/// is all there and no longer than the state machine takes as one.
+#[inline]
+fn csi_end(h: &[u8]) -> Option<usize> {
+    if h.get(1) != Some(&b'[') {
+        return None;
+    }
+    let body = h.get(2..)?;
+    let n = body
+        .iter()
+        .take(MAX_CSI + 1)
+        .position(|&b| !(0x20..=0x3f).contains(&b))?;
+    if n > MAX_CSI {
+        return None;
+    }
+    (0x40..=0x7e).contains(&body[n]).then_some(n + 3)
 }
 
 fn memchr_last_nl(h: &[u8]) -> Option<usize> {
