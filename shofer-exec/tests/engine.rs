@@ -242,9 +242,10 @@ async fn field_case_11_background_grandchild_holding_the_pipe_does_not_hang() {
     let m = marker();
     let e = engine_in(d.path(), |_| {});
     let t = Instant::now();
-    let o = run(&e, &format!("sleep {m} & echo started")).await;
+    // (The short sleep lets the forked child exec `sleep` before it is named.)
+    let o = run(&e, &format!("sleep {m} & sleep 0.2; echo started")).await;
     let took = t.elapsed();
-    assert!(took < Duration::from_millis(2500), "took {took:?}");
+    assert!(took < Duration::from_millis(2700), "took {took:?}");
     assert!(o.text.ends_with("Output:\nstarted\n"), "{}", o.text);
     assert!(
         o.text.contains(&format!("Exit code: 0; 1 background process(es) still running (sleep); their output keeps going to artifact cmd-{}.txt (terminate_command {} stops them)\n", o.id, o.id)),
