@@ -158,7 +158,7 @@ pub enum Protection {
     OtherTerminals,
 }
 
-/// How much a protection matters (DESIGN's two tiers).
+/// How much a protection matters (the two tiers of docs/ARCHITECTURE.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tier {
     /// Missing: exit 125 naming the mechanism, unless `--allow-degraded`.
@@ -227,7 +227,7 @@ impl Protection {
         }
     }
 
-    /// The tier of this protection under network policy `net` (DESIGN §2.1): *required*
+    /// The tier of this protection under network policy `net` (docs/ARCHITECTURE.md): *required*
     /// ones (writes outside, terminal injection, TCP with `--net deny`) make `auto` refuse
     /// when missing; *hardening* ones are named on stderr and in the report's `degraded`;
     /// *info* rows describe the run.

@@ -21,7 +21,7 @@ fn main() {
         });
     }
     let mut child = cmd.spawn().unwrap();
-    let tree = shofer_exec::tree::Tree::new(child.id() as i32, "SHOFER_EXEC_TAG=bench".into());
+    let tree = shofer_exec::tree::Tree::new(child.id() as i32, "bench".into());
     while tree.members().len() < n + 1 {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -38,6 +38,6 @@ fn main() {
 
 fn scan_cost() {
     let t = Instant::now();
-    let v = shofer_exec::tree::scan();
-    println!("scan of {} processes: {:?}", v.len(), t.elapsed());
+    let v = shofer_sys::ProcTable::scan();
+    println!("scan of {} processes: {:?}", v.procs().len(), t.elapsed());
 }

@@ -32,7 +32,6 @@ use shofer_core::preview::HeadTail;
 use shofer_core::text;
 
 use crate::engine::{Outcome, Status};
-use crate::tree;
 
 /// The state of one detached command, as stored in `<artifacts>/jobs/<id>.json`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -71,7 +70,7 @@ pub fn jobs_dir(artifacts: &Path) -> PathBuf {
 impl JobState {
     /// The state of `o`, run by this process as supervisor.
     pub fn of(o: &Outcome, preview_budget: usize) -> Self {
-        let me = crate::sys::getpid();
+        let me = shofer_sys::process::getpid();
         JobState {
             id: o.id,
             command: o.command.clone(),
@@ -87,7 +86,7 @@ impl JobState {
                 o.text.clone()
             },
             supervisor_pid: me,
-            supervisor_start: tree::read_proc(me).map_or(0, |p| p.start),
+            supervisor_start: shofer_sys::proc::read(me).map_or(0, |p| p.start),
             preview_budget,
         }
     }
@@ -116,8 +115,8 @@ impl JobState {
 
     /// Whether the supervisor process still runs (same pid and start time).
     pub fn supervisor_alive(&self) -> bool {
-        tree::read_proc(self.supervisor_pid)
-            .is_some_and(|p| p.start == self.supervisor_start && p.state != b'Z')
+        shofer_sys::proc::read(self.supervisor_pid)
+            .is_some_and(|p| p.start == self.supervisor_start && !p.is_dead())
     }
 
     /// `running` while the supervisor lives; a job whose supervisor vanished without a final
@@ -231,10 +230,20 @@ pub fn kill(artifacts: &Path, id: u64, wait: Duration) -> io::Result<JobState> {
             job.supervisor_pid
         )));
     }
-    // The identity was checked just above; a pidfd would close the remaining window, but the
-    // supervisor is our own process type in its own session, and a recycled pid within these
-    // microseconds would also need the same start time to have passed the check.
-    crate::sys::kill(job.supervisor_pid, libc::SIGTERM)?;
+    // Signalled through a pidfd opened before its identity (pid and start time) is checked
+    // again, so a recycled pid is never signalled.
+    let proc_dir = shofer_sys::proc::ProcDir::open()?;
+    let sent = shofer_sys::proc::read(job.supervisor_pid)
+        .filter(|p| p.start == job.supervisor_start)
+        .is_some_and(|p| {
+            shofer_sys::pidfd::signal_if_same(&proc_dir, &p, rustix::process::Signal::TERM)
+        });
+    if !sent {
+        return Err(io::Error::other(format!(
+            "job {id}'s supervisor (pid {}) is gone",
+            job.supervisor_pid
+        )));
+    }
     let start = Instant::now();
     loop {
         let now = JobState::load(artifacts, id)?;
@@ -263,7 +272,7 @@ pub enum Forked {
 /// # Errors
 /// `pipe`/`fork` failed (nothing was started).
 pub fn fork_supervisor() -> io::Result<Forked> {
-    let (r, w) = crate::sys::pipe()?;
+    let (r, w) = shofer_sys::fd::pipe_cloexec()?;
     // Safety: the process is single-threaded here (documented precondition), so the child
     // is a full copy with no lock held by a vanished thread.
     let pid = unsafe { libc::fork() };

@@ -25,9 +25,11 @@
 //! failed with a refused write outside the writable set gets the hint of
 //! [`shofer_core::denial`].
 //!
-//! Every command stays in the registry ([`Engine::list`]) for the engine's life. Dropping the
-//! last clone of the engine kills every command's tree, including the leftover background
-//! processes of commands that already exited.
+//! Every command stays in the registry ([`Engine::list`]) while it or a process it left behind
+//! runs; finished ones are compact (their result text, no buffers or descriptors) and only the
+//! latest [`MAX_FINISHED_RECORDS`] of them are kept (their artifacts stay on disk and
+//! readable). Dropping the last clone of the engine kills every command's tree, including the
+//! leftover background processes of commands that already exited.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -50,7 +52,6 @@ use crate::childenv;
 use crate::intercept::{Intercepted, Interceptor, Spill};
 use crate::pump::{self, PumpCtl};
 use crate::reader::{self, ReadError, ReadRequest};
-use crate::sys;
 use crate::tree::{self, Tree};
 
 /// The last execution id handed out in this process.
@@ -59,6 +60,13 @@ static LAST_ID: AtomicU64 = AtomicU64::new(0);
 /// How often the tree of an exited command that left background processes is rescanned
 /// (to reap their zombies once they exit).
 const LEFTOVER_RESCAN: Duration = Duration::from_millis(500);
+
+/// The default cap of one artifact: 4 GiB.
+pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 4 << 30;
+
+/// How many finished commands (with no process left) the registry keeps; past it the oldest
+/// are forgotten, so a long session's memory is bounded by what runs, not by its history.
+pub const MAX_FINISHED_RECORDS: usize = 1000;
 
 /// The environment variable every command inherits, `<engine pid>-<execution id>`; the tree
 /// scan finds escaped descendants by it.
@@ -167,6 +175,10 @@ pub struct EngineConfig {
     pub drain_idle: Duration,
     /// Run commands inside this sandbox. Default none.
     pub sandbox: Option<Sandbox>,
+    /// Most bytes of one command's output stored in its artifact; past it the output is
+    /// counted but not stored, and the result says so. Default
+    /// [`DEFAULT_MAX_ARTIFACT_BYTES`].
+    pub max_artifact_bytes: u64,
     /// Make this process a child subreaper on engine creation (see [`crate::tree`]).
     /// Default false; set it when the engine owns its process (the `shofer` binary does).
     pub subreaper: bool,
@@ -205,6 +217,7 @@ impl EngineConfig {
             drain_max: Duration::from_secs(2),
             drain_idle: Duration::from_millis(200),
             sandbox: None,
+            max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
             subreaper: false,
             env: Vec::new(),
             background: Background::Keep,
@@ -336,6 +349,8 @@ struct Record {
     kill_reason: Mutex<Option<KillReason>>,
     done: watch::Sender<Option<Final>>,
     hard_timeout_secs: Option<f64>,
+    /// Finished and no process of its tree left: may be forgotten past the cap.
+    settled: std::sync::atomic::AtomicBool,
 }
 
 impl Record {
@@ -455,15 +470,21 @@ struct Inner {
     records: Mutex<BTreeMap<u64, Arc<Record>>>,
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        let records: Vec<Arc<Record>> = self
-            .records
+impl Inner {
+    /// Every record now, oldest first.
+    fn all_records(&self) -> Vec<Arc<Record>> {
+        self.records
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
             .cloned()
-            .collect();
+            .collect()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let records = self.all_records();
         let trees: Vec<&Tree> = records.iter().map(|r| &r.tree).collect();
         tree::kill_trees(&trees, self.config.kill_grace);
         for r in &records {
@@ -574,17 +595,20 @@ impl Engine {
         }
         // The artifact is created first: its O_EXCL claim fixes the execution id.
         let interceptor =
-            Interceptor::create(&cfg.artifacts_dir, Self::next_id(), cfg.preview.budget());
+            Interceptor::create(&cfg.artifacts_dir, Self::next_id(), cfg.preview.budget())
+                .with_cap(cfg.max_artifact_bytes);
         let id = interceptor.execution_id();
         LAST_ID.fetch_max(id, Ordering::SeqCst);
-        let tag = format!("{}-{id}", sys::getpid());
-        let (read_end, write_end) = sys::pipe().map_err(ExecError::Pipe)?;
+        let tag = format!("{}-{id}", shofer_sys::process::getpid());
+        let (read_end, write_end) = shofer_sys::fd::pipe_large().map_err(ExecError::Pipe)?;
         let write2: OwnedFd = write_end.try_clone().map_err(ExecError::Pipe)?;
         // Keeping background processes under the sandbox: it waits for them
         // (`--keep-descendants`) and reports the main process's exit on descriptor 3
         // (`--status-fd 3`), which is when the command is done.
         let status_pipe = match (&cfg.sandbox, cfg.background) {
-            (Some(_), Background::Keep) => Some(sys::pipe().map_err(ExecError::Pipe)?),
+            (Some(_), Background::Keep) => {
+                Some(shofer_sys::fd::pipe_cloexec().map_err(ExecError::Pipe)?)
+            }
             _ => None,
         };
         let status_w: Option<RawFd> = status_pipe.as_ref().map(|(_, w)| w.as_raw_fd());
@@ -681,7 +705,7 @@ impl Engine {
         let status_r = status_pipe.map(|(r, _w)| r);
         let mut child = spawned.map_err(|source| ExecError::Spawn { program, source })?;
         let pid = child.id().map_or(0, |p| p as i32);
-        let tree = Tree::new(pid, format!("{TAG_VAR}={tag}"));
+        let tree = Tree::new(pid, tag);
         let interceptor = Arc::new(Mutex::new(interceptor));
         let (pump_ctl, pump_done) = match pump::start(read_end, Arc::clone(&interceptor)) {
             Ok(p) => p,
@@ -705,6 +729,7 @@ impl Engine {
             kill_reason: Mutex::new(None),
             done: watch::channel(None).0,
             hard_timeout_secs: hard.map(|d| d.as_secs_f64()),
+            settled: std::sync::atomic::AtomicBool::new(false),
         });
         self.inner
             .records
@@ -712,6 +737,7 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, Arc::clone(&rec));
         let r = Arc::clone(&rec);
+        let weak = Arc::downgrade(&self.inner);
         let (drain_max, drain_idle, grace) = (cfg.drain_max, cfg.drain_idle, cfg.kill_grace);
         let policy = cfg.background;
         let writable = cfg.sandbox.as_ref().map(Sandbox::writable);
@@ -823,6 +849,9 @@ impl Engine {
                     (Status::Exited, t)
                 }
             };
+            // Compact: the result text stays; the preview (already in it) and buffers go.
+            let mut intercepted = intercepted;
+            intercepted.preview.text = String::new();
             r.done.send_replace(Some(Final {
                 status: st,
                 exit,
@@ -839,6 +868,11 @@ impl Engine {
                     .unwrap_or_else(|e| e.into_inner())
                     .finish();
             }
+            // Compact: a finished command's record keeps only its result text.
+            r.interceptor
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .release_buffers();
             // Background leftovers (`daemon &`) stay in the tree; while any lives, rescan now
             // and then so that their zombies, reparented to us as subreaper, get reaped.
             loop {
@@ -848,6 +882,10 @@ impl Engine {
                     break;
                 }
                 tokio::time::sleep(LEFTOVER_RESCAN).await;
+            }
+            r.settled.store(true, Ordering::SeqCst);
+            if let Some(inner) = weak.upgrade() {
+                forget_oldest_settled(&inner);
             }
         });
         Ok(rec)
@@ -878,6 +916,33 @@ impl Engine {
         Some(rec.outcome_from(&rec.wait_final().await))
     }
 
+    /// Kills every command's tree at once — running commands and the leftovers of finished
+    /// ones — with one grace period for all ([`tree::kill_trees`]), then waits for the running
+    /// ones to finish. Returns how many were still running. For the end of a session: 1,000
+    /// background commands stop within the grace period and a few scans, not one by one.
+    pub async fn terminate_all(&self) -> usize {
+        let recs = self.inner.all_records();
+        let mut running = 0;
+        for r in &recs {
+            let mut reason = r.kill_reason.lock().unwrap_or_else(|e| e.into_inner());
+            if r.is_running() {
+                running += 1;
+                reason.get_or_insert(KillReason::Terminate);
+            }
+        }
+        let grace = self.inner.config.kill_grace;
+        let all = recs.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let trees: Vec<&Tree> = all.iter().map(|r| &r.tree).collect();
+            tree::kill_trees(&trees, grace)
+        })
+        .await;
+        for r in &recs {
+            r.wait_final().await;
+        }
+        running
+    }
+
     /// The current outcome of command `id` (the still-running text while it runs).
     pub fn status(&self, id: u64) -> Option<Outcome> {
         self.inner
@@ -906,14 +971,7 @@ impl Engine {
     /// Every command of the engine's life, oldest first; for a command that exited leaving
     /// background processes, [`Outcome::background`] names those still running now.
     pub fn list(&self) -> Vec<Outcome> {
-        let recs: Vec<Arc<Record>> = self
-            .inner
-            .records
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let recs = self.inner.all_records();
         recs.iter()
             .map(|r| {
                 let mut o = r.snapshot();
@@ -955,6 +1013,9 @@ impl Engine {
         limit: Option<i64>,
     ) -> Result<String, ReadError> {
         let dir = self.inner.config.artifacts_dir.clone();
+        // Dropping this future (the client cancelled the call) stops a search in progress.
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let _stop_on_drop = SetOnDrop(Arc::clone(&cancel));
         tokio::task::spawn_blocking(move || {
             let req = ReadRequest {
                 artifact_id: &artifact_id,
@@ -962,7 +1023,7 @@ impl Engine {
                 offset: offset.unwrap_or(0),
                 limit: limit.unwrap_or(reader::DEFAULT_LIMIT),
             };
-            reader::read_output(&dir, &req)
+            reader::read_output_cancellable(&dir, &req, &cancel)
         })
         .await
         .unwrap_or_else(|e| {
@@ -971,6 +1032,29 @@ impl Engine {
                 source: std::io::Error::other(e),
             })
         })
+    }
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Forgets the oldest settled records past [`MAX_FINISHED_RECORDS`].
+fn forget_oldest_settled(inner: &Inner) {
+    let mut records = inner.records.lock().unwrap_or_else(|e| e.into_inner());
+    let settled: Vec<u64> = records
+        .values()
+        .filter(|r| r.settled.load(Ordering::SeqCst))
+        .map(|r| r.id)
+        .collect();
+    let excess = settled.len().saturating_sub(MAX_FINISHED_RECORDS);
+    for id in &settled[..excess] {
+        records.remove(id);
     }
 }
 

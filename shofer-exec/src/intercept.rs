@@ -22,7 +22,9 @@
 //!
 //! Disk errors never stop the command or lose the preview: the first error (ENOSPC, a removed
 //! directory) is recorded with the number of bytes that did reach the file, writing stops, and
-//! the state says so, so the result text can tell.
+//! the state says so, so the result text can tell. The same holds for the size cap
+//! ([`Interceptor::with_cap`]): past it the output is counted (and previewed) but not stored.
+//! An artifact removed or replaced while the command ran is not advertised.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -83,6 +85,10 @@ pub struct Interceptor {
     /// The agent was told the artifact id: never remove it.
     keep: bool,
     out: Vec<u8>,
+    /// Most bytes stored in the artifact; later output is counted, not stored.
+    cap: u64,
+    /// The artifact's (device, inode) when it was created: at the end it must still be there.
+    created: Option<(u64, u64)>,
 }
 
 impl Interceptor {
@@ -104,6 +110,8 @@ impl Interceptor {
             error: None,
             keep: false,
             out: Vec::new(),
+            cap: u64::MAX,
+            created: None,
         };
         let made = if dir.is_dir() {
             Ok(())
@@ -129,6 +137,8 @@ impl Interceptor {
                 .open(dir.join(aid.as_str()))
             {
                 Ok(f) => {
+                    use std::os::unix::fs::MetadataExt;
+                    i.created = f.metadata().ok().map(|m| (m.dev(), m.ino()));
                     i.id = aid;
                     i.file = Some(f);
                     i.gone = false;
@@ -143,6 +153,14 @@ impl Interceptor {
         }
         i.error = Some("no free artifact id".into());
         i
+    }
+
+    /// Stores at most `cap` bytes in the artifact; past it the output is counted (and its
+    /// preview kept) but not stored, and the result says the artifact holds only the first
+    /// `cap` bytes. Default: no cap.
+    pub fn with_cap(mut self, cap: u64) -> Self {
+        self.cap = cap;
+        self
     }
 
     /// The execution id whose artifact this is.
@@ -176,6 +194,7 @@ impl Interceptor {
             written,
             error,
             out,
+            cap,
             ..
         } = self;
         // Pieces are gathered in `out` and go to the preview and the file together: coloured
@@ -183,17 +202,17 @@ impl Interceptor {
         // keeps stripping cheap.
         let mut emit = |seg: &[u8]| {
             if out.len() + seg.len() > WRITE_BATCH {
-                flush(buf, file, out, written, error);
+                flush(buf, file, out, written, error, *cap);
             }
             if seg.len() >= WRITE_BATCH {
                 buf.push(seg);
-                write_all(file, seg, written, error);
+                write_all(file, seg, written, error, *cap);
             } else {
                 out.extend_from_slice(seg);
             }
         };
         strip.feed(data, &mut emit);
-        flush(buf, file, out, written, error);
+        flush(buf, file, out, written, error, *cap);
     }
 
     fn state(&self, preview: Preview) -> Intercepted {
@@ -242,10 +261,11 @@ impl Interceptor {
                 written,
                 error,
                 out,
+                cap,
                 ..
             } = self;
             strip.finish(&mut |seg: &[u8]| out.extend_from_slice(seg));
-            flush(buf, file, out, written, error);
+            flush(buf, file, out, written, error, *cap);
         }
         if let Some(f) = self.file.take() {
             // Surface delayed write errors (e.g. on network filesystems) before advertising
@@ -256,6 +276,7 @@ impl Interceptor {
                 }
             }
         }
+        self.check_still_there();
         if !self.gone
             && !self.keep
             && !self.buf.exceeded()
@@ -266,6 +287,30 @@ impl Interceptor {
         self.out = Vec::new();
         self.state(self.buf.preview())
     }
+
+    /// An artifact removed or replaced while the command ran (its directory deleted, say) is
+    /// not advertised: the result then says only the preview is available.
+    fn check_still_there(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        if self.gone {
+            return;
+        }
+        let now = fs::symlink_metadata(self.artifact_path())
+            .ok()
+            .filter(|m| m.file_type().is_file())
+            .map(|m| (m.dev(), m.ino()));
+        if now.is_none() || now != self.created {
+            self.gone = true;
+            self.error = Some("the artifact file was removed while the command ran".into());
+        }
+    }
+
+    /// Frees the preview buffer once the final state was taken with [`Interceptor::finish`]
+    /// (a finished command's record keeps only its result text). Later snapshots are empty.
+    pub fn release_buffers(&mut self) {
+        self.buf = HeadTail::new(0);
+        self.out = Vec::new();
+    }
 }
 
 /// Moves the gathered bytes to the preview and the artifact.
@@ -275,18 +320,28 @@ fn flush(
     out: &mut Vec<u8>,
     written: &mut u64,
     error: &mut Option<String>,
+    cap: u64,
 ) {
     if !out.is_empty() {
         buf.push(out);
-        write_all(file, out, written, error);
+        write_all(file, out, written, error, cap);
         out.clear();
     }
 }
 
-/// Appends to the artifact; the first error stops writing for good (and is recorded).
-fn write_all(file: &mut Option<File>, data: &[u8], written: &mut u64, error: &mut Option<String>) {
+/// Appends to the artifact up to `cap` bytes in all; the first error, or reaching the cap
+/// with more to store, stops writing for good (and is recorded).
+fn write_all(
+    file: &mut Option<File>,
+    data: &[u8],
+    written: &mut u64,
+    error: &mut Option<String>,
+    cap: u64,
+) {
     let Some(f) = file.as_mut() else { return };
-    let mut data = data;
+    let room = cap.saturating_sub(*written);
+    let over = data.len() as u64 > room;
+    let mut data = if over { &data[..room as usize] } else { data };
     while !data.is_empty() {
         match f.write(data) {
             Ok(0) => {
@@ -305,6 +360,12 @@ fn write_all(file: &mut Option<File>, data: &[u8], written: &mut u64, error: &mu
                 return;
             }
         }
+    }
+    if over {
+        *error = Some(format!(
+            "the artifact size cap of {cap} bytes was reached (the rest was counted, not stored)"
+        ));
+        *file = None;
     }
 }
 
@@ -412,6 +473,49 @@ mod tests {
         assert_eq!(out.spill, Spill::Inline);
         assert_eq!(out.artifact, Some(ArtifactId::for_execution(3)));
         assert_eq!(fs::read(i.artifact_path()).unwrap(), b"server listening\n");
+    }
+
+    #[test]
+    fn the_cap_stores_the_first_bytes_and_counts_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut i = Interceptor::create(dir.path(), 3, 5120).with_cap(10_000);
+        for k in 0..10u8 {
+            i.write(&[b'0' + k; 3000]);
+        }
+        let out = i.finish();
+        let stored = fs::read(i.artifact_path()).unwrap();
+        assert_eq!(stored.len(), 10_000);
+        assert_eq!(&stored[9_000..], &[b'3'; 1000][..]);
+        assert_eq!(out.preview.total, 30_000);
+        assert!(
+            out.preview.text.ends_with("9999"),
+            "{}",
+            &out.preview.text[..40]
+        );
+        match &out.spill {
+            Spill::Failed {
+                artifact: Some(_),
+                written: 10_000,
+                error,
+            } => assert!(error.contains("size cap of 10000 bytes"), "{error}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_artifact_removed_before_the_end_is_not_advertised() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut i = Interceptor::create(dir.path(), 4, 5120);
+        i.write(&[b'x'; 6000]);
+        fs::remove_file(i.artifact_path()).unwrap();
+        i.write(&[b'y'; 100]);
+        let out = i.finish();
+        assert!(
+            matches!(&out.spill, Spill::Failed { artifact: None, error, .. } if error.contains("removed")),
+            "{:?}",
+            out.spill
+        );
+        assert_eq!(out.artifact, None);
     }
 
     #[test]

@@ -43,12 +43,13 @@ mod engine;
 pub mod intercept;
 mod pump;
 pub mod reader;
+pub mod rpc_gate;
 pub mod serve;
 pub mod shoferignore;
-mod sys;
 pub mod tree;
 
 pub use engine::{
-    Background, Engine, EngineConfig, ExecError, ExecRequest, Outcome, Sandbox, Status, TAG_VAR,
+    Background, Engine, EngineConfig, ExecError, ExecRequest, Outcome, Sandbox, Status,
+    DEFAULT_MAX_ARTIFACT_BYTES, MAX_FINISHED_RECORDS, TAG_VAR,
 };
 pub use tokio_util::sync::CancellationToken;

@@ -41,7 +41,7 @@ use shofer_core::preview::PreviewSize;
 use shofer_exec::childenv;
 use shofer_exec::detach::{self, Forked, JobState};
 use shofer_exec::reader::{self, ReadRequest};
-use shofer_exec::serve;
+use shofer_exec::{serve, tree};
 use shofer_exec::{
     Background, CancellationToken, Engine, EngineConfig, ExecRequest, Outcome, Sandbox, Status,
 };
@@ -173,6 +173,11 @@ enum Cmd {
         /// non-interactive defaults.
         #[arg(long = "env", value_name = "K=V", value_parser = childenv::parse_assignment)]
         env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+        /// Most bytes of one command's output stored in its artifact (default 4 GiB); past
+        /// it the output is counted but not stored, and the result says so.
+        #[arg(long = "max-artifact-bytes", value_name = "BYTES",
+              default_value_t = shofer_exec::DEFAULT_MAX_ARTIFACT_BYTES)]
+        max_artifact_bytes: u64,
     },
 }
 
@@ -294,6 +299,7 @@ fn main() -> ExitCode {
             timeout_allowlist,
             keep_artifacts,
             env,
+            max_artifact_bytes,
         } => (
             serve_cmd(
                 worktree,
@@ -305,6 +311,7 @@ fn main() -> ExitCode {
                 timeout_allowlist,
                 keep_artifacts,
                 env,
+                max_artifact_bytes,
             ),
             false,
         ),
@@ -380,6 +387,7 @@ fn run(
     config.env = env;
     // One-shot: what the command leaves running is stopped when its main process exits.
     config.background = Background::Stop;
+    let grace = config.kill_grace;
     if worktree.is_some() {
         match Sandbox::locate(&config.task_cwd) {
             Ok(sb) => config.sandbox = Some(with_allow_unix(sb, &allow_unix)),
@@ -439,8 +447,12 @@ fn run(
             Err(e) => End::CouldNotRun(e.to_string()),
         };
         // Dropping the engine kills what is left of the tree (a soft timeout's command, or
-        // background processes of one that exited): nothing outlives `shofer run`.
+        // background processes of one that exited).
         drop(engine);
+        // Then everything else below us: a detached orphan the tree scan never saw (`setsid
+        // env -i daemon &` whose shell exited first) is still our descendant (subreaper).
+        // Nothing outlives `shofer run`.
+        tree::kill_everything_below_us(grace);
         end
     })
 }
@@ -745,6 +757,7 @@ fn serve_cmd(
     timeout_allowlist: Vec<String>,
     keep_artifacts: bool,
     env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    max_artifact_bytes: u64,
 ) -> End {
     let here = match std::env::current_dir() {
         Ok(d) => d,
@@ -765,14 +778,16 @@ fn serve_cmd(
     }
     let (artifacts, temp) = match artifacts {
         Some(a) => (here.join(a), None),
-        None => match tempfile::Builder::new().prefix("shofer-serve-").tempdir() {
-            Ok(t) => (t.path().to_path_buf(), Some(t)),
-            Err(e) => {
-                return End::CouldNotRun(format!(
-                    "cannot create a temporary artifact directory (set TMPDIR or pass --artifacts DIR): {e}"
-                ))
+        // The server's own 0700 directory, outside what a sandboxed command may write.
+        None => {
+            let writable = worktree
+                .as_ref()
+                .map(|w| serve::sandbox_writable(&here.join(w)));
+            match serve::private_artifacts_dir(writable.as_deref()) {
+                Ok(t) => (t.path().to_path_buf(), Some(t)),
+                Err(e) => return End::CouldNotRun(e),
             }
-        },
+        }
     };
     let hard_timeout = match hard_timeout
         .filter(|s| *s > 0.0)
@@ -785,6 +800,7 @@ fn serve_cmd(
         }
     };
     let mut config = EngineConfig::new(task_cwd, artifacts);
+    config.max_artifact_bytes = max_artifact_bytes;
     config.preview = preview;
     config.hard_timeout = hard_timeout;
     config.hard_timeout_allowlist = timeout_allowlist;
@@ -811,7 +827,10 @@ fn serve_cmd(
         keep_artifacts,
         temp_artifacts: temp,
     };
+    let grace = opts.engine.kill_grace;
     let end = rt.block_on(serve::run(opts));
+    // What no command's tree claimed (see `shofer run`) ends with the server too.
+    tree::kill_everything_below_us(grace);
     // The stdin reader may sit in a blocking read forever (a signal ended the session while
     // the client keeps stdin open): do not wait for it.
     rt.shutdown_background();

@@ -12,14 +12,14 @@
 //! path (a command printing gigabytes) is one `read` per 512 KiB and one `write` into the
 //! artifact, with no task wakeups or buffer copies in between.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
 use crate::intercept::Interceptor;
-use crate::sys;
+use shofer_sys::fd as sys;
 
 const BUF_SIZE: usize = 512 * 1024;
 const BATCH_MIN: usize = 64 * 1024;
@@ -29,27 +29,37 @@ const BATCH_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
 struct Ctl {
     drain: Option<(Instant, Duration)>,
     stop: bool,
+    /// The eventfd that wakes the pump; `None` once the pump stopped (it closes it then).
+    wake: Option<OwnedFd>,
 }
 
-/// The handle that steers a running pump.
+/// The handle that steers a running pump. Steering a pump that already stopped does nothing.
 #[derive(Debug)]
 pub struct PumpCtl {
-    wake: OwnedFd,
     ctl: Mutex<Ctl>,
 }
 
 impl PumpCtl {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ctl> {
+        self.ctl.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The main process exited: read until EOF, `idle` of silence, or `max` from now.
     pub fn begin_drain(&self, max: Duration, idle: Duration) {
-        self.ctl.lock().unwrap_or_else(|e| e.into_inner()).drain =
-            Some((Instant::now() + max, idle));
-        sys::eventfd_signal(&self.wake);
+        let mut c = self.lock();
+        c.drain = Some((Instant::now() + max, idle));
+        if let Some(w) = &c.wake {
+            sys::eventfd_signal(w);
+        }
     }
 
     /// Stop reading now.
     pub fn stop(&self) {
-        self.ctl.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
-        sys::eventfd_signal(&self.wake);
+        let mut c = self.lock();
+        c.stop = true;
+        if let Some(w) = &c.wake {
+            sys::eventfd_signal(w);
+        }
     }
 }
 
@@ -62,25 +72,38 @@ pub fn start(
     pipe: OwnedFd,
     sink: Arc<Mutex<Interceptor>>,
 ) -> std::io::Result<(Arc<PumpCtl>, oneshot::Receiver<()>)> {
+    let wake = sys::eventfd()?;
+    let wake_fd = wake.as_raw_fd();
     let ctl = Arc::new(PumpCtl {
-        wake: sys::eventfd()?,
-        ctl: Mutex::new(Ctl::default()),
+        ctl: Mutex::new(Ctl {
+            wake: Some(wake),
+            ..Ctl::default()
+        }),
     });
     let (tx, rx) = oneshot::channel();
     let c = Arc::clone(&ctl);
-    std::thread::Builder::new()
+    let spawned = std::thread::Builder::new()
         .name("shofer-pump".into())
         .spawn(move || {
-            run(&pipe, &sink, &c);
+            run(&pipe, wake_fd, &sink, &c);
             drop(pipe);
+            // Only this thread closes the eventfd, so `wake_fd` stayed valid while it ran.
+            drop(c.lock().wake.take());
             let _ = tx.send(());
-        })?;
+        });
+    if let Err(e) = spawned {
+        drop(ctl.lock().wake.take());
+        return Err(e);
+    }
     Ok((ctl, rx))
 }
 
-fn run(pipe: &OwnedFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl) {
+fn run(pipe: &OwnedFd, wake_fd: RawFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl) {
     let mut buf = vec![0u8; BUF_SIZE];
-    let fds = [pipe.as_raw_fd(), ctl.wake.as_raw_fd()];
+    // Safety: only the pump thread closes the eventfd, after `run` returns (see `start`), so
+    // `wake_fd` stays open for as long as this borrow lives.
+    let wake = unsafe { BorrowedFd::borrow_raw(wake_fd) };
+    let fds = [pipe.as_fd(), wake];
     let mut drain: Option<(Instant, Duration)> = None;
     loop {
         let timeout_ms = match drain {
@@ -97,8 +120,10 @@ fn run(pipe: &OwnedFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl) {
             return;
         };
         if ready[1] {
-            sys::eventfd_drain(&ctl.wake);
-            let c = ctl.ctl.lock().unwrap_or_else(|e| e.into_inner());
+            let c = ctl.lock();
+            if let Some(w) = &c.wake {
+                sys::eventfd_drain(w);
+            }
             if c.stop {
                 return;
             }
@@ -107,7 +132,7 @@ fn run(pipe: &OwnedFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl) {
         if ready[0] {
             // Every byte goes through the interceptor: it strips terminal control bytes
             // before anything is stored, so the pipe cannot be spliced into the artifact.
-            let moved = match sys::read(fds[0], &mut buf) {
+            let moved = match sys::read(pipe, &mut buf) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
                     sink.lock()

@@ -13,20 +13,39 @@
 //! `<n> | <line>` with the numbers right-aligned to the widest; a final newline does not make an
 //! extra empty numbered line.
 //!
-//! **Search mode** streams the file in 1 MiB chunks and runs the case-insensitive regex over
-//! each chunk at once (the regex engine's literal prefilters do the scanning, as in ripgrep),
-//! then checks each candidate line on its own, so results are per line. A pattern that is not a
-//! valid regex is searched as a literal. Memory stays bounded even for one huge line: past
-//! [`MAX_LINE`] bytes without a newline, the line is searched in windows that overlap by
-//! [`WINDOW_OVERLAP`] bytes (a match longer than that across a window edge can be missed), and
-//! lines longer than [`MAX_SHOWN_LINE`] are shown as an excerpt around their first match.
+//! **Search mode** is per line: a line matches when the case-insensitive pattern matches
+//! inside it; `^` and `$` are its start and end. The pattern is compiled so that nothing in it
+//! can match a newline ([`build_matcher`]), which lets the matcher (`regex-automata`: finite
+//! automata, no backtracking, literal prefilters as in ripgrep) run over up to [`WINDOW`]
+//! bytes of whole lines at once, in time linear in the file; each match moves the scan to the
+//! next line. A pattern that is not a valid regex is searched as a literal; one longer than
+//! [`MAX_PATTERN`] bytes, or whose automaton would exceed [`MAX_PATTERN_NFA`] bytes or
+//! [`MAX_PATTERN_STATES`] states, is refused.
+//! A line longer than [`WINDOW`] is searched in windows that overlap by [`WINDOW_OVERLAP`]
+//! bytes (a match longer than that across a window edge can be missed; `^`/`$` see the real
+//! line, never a window edge). Lines longer than [`MAX_SHOWN_LINE`] are shown as an excerpt
+//! around their first match. Each call has a time budget ([`SEARCH_BUDGET`]): past it the
+//! matches so far are returned with a note saying where the search stopped (search again with
+//! that `offset` to go on); a cancelled call stops as soon (see [`read_output_cancellable`]).
+//!
+//! **Opening an artifact** trusts nothing in the directory: `O_NOFOLLOW | O_NONBLOCK` (a
+//! symlink is refused, a FIFO does not block), then the open file must be a regular file owned
+//! by this user with one link (a hard link to some other file has two). Anything else is
+//! refused with [`ReadError::NotAnArtifact`].
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-use regex::bytes::{Regex, RegexBuilder};
+use regex_automata::nfa::thompson;
+use regex_automata::{meta, Input};
+use regex_syntax::hir::{
+    Capture, Class, ClassBytes, ClassBytesRange, ClassUnicode, ClassUnicodeRange, Hir, HirKind,
+    Literal, Repetition,
+};
 use shofer_core::artifact::{ArtifactId, InvalidArtifactId};
 use shofer_core::text;
 
@@ -34,8 +53,27 @@ use shofer_core::text;
 pub const DEFAULT_LIMIT: i64 = 40960;
 /// Most bytes one read-mode call returns, whatever the `limit` (1 MiB).
 pub const MAX_READ: u64 = 1 << 20;
-/// Search: a line longer than this (1 MiB) is searched in overlapping windows.
-pub const MAX_LINE: usize = 1 << 20;
+/// Search: the matcher runs over at most this many bytes (1 MiB) of whole lines at once; a
+/// longer line is searched in windows of this size.
+pub const WINDOW: usize = 1 << 20;
+/// Search: the longest pattern accepted, in bytes (4 KiB).
+pub const MAX_PATTERN: usize = 4096;
+/// Search: the largest automaton a pattern may compile to, in bytes (2 MiB; e.g.
+/// `\w{1000}\w{1000}` is over it).
+pub const MAX_PATTERN_NFA: usize = 2 << 20;
+/// Search: the work one matcher call may do, in automaton states times bytes. When the lazy
+/// DFA gives up on a pattern with many states, the matcher falls back to simulating the NFA,
+/// whose cost per byte is its number of states: the windows of such a pattern are made small
+/// (down to [`MIN_WINDOW`]) so that the budget and cancellation are checked often.
+const WORK_PER_CALL: usize = 1 << 23;
+/// Search: the most NFA states a pattern may have (10,000: `\p{L}{20}` has ~6,000,
+/// `(a{1,100}){1,100}b` ~20,000). Simulating an NFA costs its states per byte, so this with
+/// [`MIN_WINDOW`] bounds one matcher call.
+pub const MAX_PATTERN_STATES: usize = 10_000;
+/// Search: the smallest window (1 KiB).
+pub const MIN_WINDOW: usize = 1 << 10;
+/// Search: the time one call may take (10 s); past it the matches so far are returned.
+pub const SEARCH_BUDGET: Duration = Duration::from_secs(10);
 /// Search: overlap between windows of an over-long line (4 KiB).
 pub const WINDOW_OVERLAP: usize = 4096;
 /// Search: matched lines longer than this (2000 bytes) are shown as an excerpt.
@@ -61,6 +99,14 @@ pub enum ReadError {
     },
     /// The limit is not positive.
     InvalidLimit(i64),
+    /// The name is there but is not an artifact this server wrote: a symlink, a FIFO or
+    /// another special file, a file with other links, or one owned by another user.
+    NotAnArtifact {
+        /// The artifact id.
+        id: String,
+        /// What was found instead.
+        found: String,
+    },
     /// Reading failed (`pread`/`open` other than not found).
     Io {
         /// The artifact.
@@ -80,6 +126,10 @@ impl std::fmt::Display for ReadError {
                 f.write_str(&text::invalid_offset_text(*offset, *size))
             }
             ReadError::InvalidLimit(l) => f.write_str(&text::invalid_limit_text(*l)),
+            ReadError::NotAnArtifact { id, found } => write!(
+                f,
+                "Refusing to read \"{id}\": it is {found}, not an output artifact written by this server. Only artifact ids from command results can be read."
+            ),
             ReadError::Io { id, source } => {
                 write!(f, "Error reading command output {id}: {source}")
             }
@@ -125,13 +175,38 @@ impl<'a> ReadRequest<'a> {
 /// Serves one read_command_output call against the artifacts in `dir`.
 ///
 /// # Errors
-/// [`ReadError`]: a bad id, a missing or empty artifact, an offset outside the file, a
-/// non-positive limit, or an I/O error.
+/// [`ReadError`]: a bad id, a missing or empty artifact, something else planted under the
+/// artifact's name, an offset outside the file, a non-positive limit, or an I/O error.
 pub fn read_output(dir: &Path, req: &ReadRequest<'_>) -> Result<String, ReadError> {
+    read_output_cancellable(dir, req, &AtomicBool::new(false))
+}
+
+/// [`read_output`] that a search abandons (returning what it found so far) once `cancel` is
+/// set, e.g. by another thread when the client cancelled the call.
+///
+/// # Errors
+/// As [`read_output`].
+pub fn read_output_cancellable(
+    dir: &Path,
+    req: &ReadRequest<'_>,
+    cancel: &AtomicBool,
+) -> Result<String, ReadError> {
     let id = ArtifactId::parse(req.artifact_id).map_err(ReadError::InvalidId)?;
     let path = dir.join(id.as_str());
-    let file = match File::open(&path) {
+    // O_NOFOLLOW: a planted symlink fails with ELOOP; O_NONBLOCK: opening a planted FIFO
+    // returns at once instead of waiting for a writer (reads of a regular file ignore it).
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(&path);
+    let file = match opened {
         Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(ReadError::NotAnArtifact {
+                id: id.to_string(),
+                found: "a symbolic link".into(),
+            });
+        }
         Err(e)
             if matches!(
                 e.kind(),
@@ -152,8 +227,14 @@ pub fn read_output(dir: &Path, req: &ReadRequest<'_>) -> Result<String, ReadErro
         source,
     };
     let meta = file.metadata().map_err(io_err)?;
-    if !meta.is_file() {
+    if meta.is_dir() {
         return Err(ReadError::NotFound(id.to_string()));
+    }
+    if let Some(found) = not_an_artifact(&meta) {
+        return Err(ReadError::NotAnArtifact {
+            id: id.to_string(),
+            found,
+        });
     }
     let size = meta.len();
     if size == 0 {
@@ -169,7 +250,15 @@ pub fn read_output(dir: &Path, req: &ReadRequest<'_>) -> Result<String, ReadErro
         return Err(ReadError::InvalidLimit(req.limit));
     }
     match req.search.filter(|s| !s.is_empty()) {
-        Some(pattern) => search(&file, id.as_str(), pattern, req.limit as u64).map_err(io_err),
+        Some(pattern) => search(
+            &file,
+            id.as_str(),
+            pattern,
+            req.offset as u64,
+            req.limit as u64,
+            cancel,
+        )
+        .map_err(io_err),
         None => read_range(
             &file,
             id.as_str(),
@@ -179,6 +268,36 @@ pub fn read_output(dir: &Path, req: &ReadRequest<'_>) -> Result<String, ReadErro
         )
         .map_err(io_err),
     }
+}
+
+/// What the opened file is when it is not an artifact this server could have written.
+fn not_an_artifact(meta: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if !t.is_file() {
+        let kind = if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_dir() {
+            "a directory"
+        } else if t.is_socket() {
+            "a socket"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        };
+        return Some(kind.into());
+    }
+    if meta.nlink() != 1 {
+        return Some(format!("a file with {} hard links", meta.nlink()));
+    }
+    // Safety: geteuid(2) has no arguments and always succeeds (no wrapper crate is a
+    // dependency here for one call).
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Some(format!("a file owned by uid {} (not {me})", meta.uid()));
+    }
+    None
 }
 
 /// Counts `\n` bytes (SIMD, chosen at run time: AVX2 where the CPU has it).
@@ -208,18 +327,7 @@ fn read_range(file: &File, id: &str, size: u64, offset: u64, limit: u64) -> io::
     let got = pread_full(file, &mut data, offset)?;
     data.truncate(got);
     // The line holding `offset`: 1 + the newlines before it.
-    let mut line = 1u64;
-    let mut chunk = vec![0u8; CHUNK.min(offset as usize).max(1)];
-    let mut pos = 0u64;
-    while pos < offset {
-        let n = ((offset - pos) as usize).min(chunk.len());
-        let got = pread_full(file, &mut chunk[..n], pos)?;
-        if got == 0 {
-            break;
-        }
-        line += count_newlines(&chunk[..got]);
-        pos += got as u64;
-    }
+    let line = 1 + newlines_before(file, offset)?;
     let end = offset + data.len() as u64;
     let status = if end < size { "TRUNCATED" } else { "COMPLETE" };
     let content = String::from_utf8_lossy(&data);
@@ -239,17 +347,112 @@ fn read_range(file: &File, id: &str, size: u64, offset: u64, limit: u64) -> io::
     Ok(out)
 }
 
-fn build_regex(pattern: &str) -> Regex {
-    let build = |p: &str| {
-        RegexBuilder::new(p)
+/// Why a search pattern was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatternError {
+    /// Longer than [`MAX_PATTERN`] bytes (the length).
+    TooLong(usize),
+    /// Its automaton would exceed [`MAX_PATTERN_NFA`] bytes or [`MAX_PATTERN_STATES`] states.
+    TooComplex(String),
+}
+
+impl std::fmt::Display for PatternError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PatternError::TooLong(n) => write!(
+                f,
+                "Search pattern too long: {n} bytes; at most {MAX_PATTERN} bytes are accepted. Use a shorter pattern."
+            ),
+            PatternError::TooComplex(e) => write!(
+                f,
+                "Search pattern too complex ({e}); simplify it (fewer or smaller counted repetitions like {{1,100}}, fewer alternatives)."
+            ),
+        }
+    }
+}
+
+/// Compiles `pattern` for per-line search: case-insensitive, `^`/`$` at line start and end,
+/// and nothing in it can match a newline (`\n` is taken out of every class, a literal
+/// newline never matches), so no match crosses a line and the matcher can run over many
+/// lines at once. A pattern that is not a valid regex is searched as a literal.
+///
+/// # Errors
+/// [`PatternError`] past the size limits.
+pub fn build_matcher(pattern: &str) -> Result<meta::Regex, PatternError> {
+    build(pattern).map(|(re, _)| re)
+}
+
+/// The matcher and its number of NFA states.
+fn build(pattern: &str) -> Result<(meta::Regex, usize), PatternError> {
+    if pattern.len() > MAX_PATTERN {
+        return Err(PatternError::TooLong(pattern.len()));
+    }
+    let parse = |p: &str| {
+        regex_syntax::ParserBuilder::new()
             .case_insensitive(true)
             .multi_line(true)
-            .size_limit(1 << 24)
             .build()
+            .parse(p)
+            .map_err(|e| e.to_string())
     };
-    build(pattern).unwrap_or_else(|_| {
-        build(&regex::escape(pattern)).expect("an escaped literal is a valid regex")
-    })
+    let hir = match parse(pattern) {
+        Ok(h) => h,
+        Err(_) => parse(&regex_syntax::escape(pattern)).map_err(PatternError::TooComplex)?,
+    };
+    let hir = without_newline(hir);
+    let too_complex = |e: &dyn std::fmt::Display| PatternError::TooComplex(e.to_string());
+    let states = thompson::Compiler::new()
+        .configure(
+            thompson::Config::new()
+                .nfa_size_limit(Some(MAX_PATTERN_NFA))
+                .shrink(false),
+        )
+        .build_from_hir(&hir)
+        .map_err(|e| too_complex(&e))?
+        .states()
+        .len();
+    if states > MAX_PATTERN_STATES {
+        return Err(PatternError::TooComplex(format!(
+            "{states} automaton states; at most {MAX_PATTERN_STATES} are searched"
+        )));
+    }
+    let re = meta::Builder::new()
+        .configure(
+            meta::Config::new()
+                .nfa_size_limit(Some(MAX_PATTERN_NFA))
+                .dfa_size_limit(Some(MAX_PATTERN_NFA)),
+        )
+        .build_from_hir(&hir)
+        .map_err(|e| too_complex(&e))?;
+    Ok((re, states))
+}
+
+/// `hir` with `\n` removed from everything it can match (as ripgrep does for line search).
+fn without_newline(hir: Hir) -> Hir {
+    match hir.into_kind() {
+        HirKind::Empty => Hir::empty(),
+        HirKind::Literal(Literal(bytes)) if bytes.contains(&b'\n') => Hir::fail(),
+        HirKind::Literal(Literal(bytes)) => Hir::literal(bytes),
+        HirKind::Class(Class::Unicode(mut c)) => {
+            c.difference(&ClassUnicode::new([ClassUnicodeRange::new('\n', '\n')]));
+            Hir::class(Class::Unicode(c))
+        }
+        HirKind::Class(Class::Bytes(mut c)) => {
+            c.difference(&ClassBytes::new([ClassBytesRange::new(b'\n', b'\n')]));
+            Hir::class(Class::Bytes(c))
+        }
+        HirKind::Look(l) => Hir::look(l),
+        HirKind::Repetition(r) => Hir::repetition(Repetition {
+            sub: Box::new(without_newline(*r.sub)),
+            ..r
+        }),
+        HirKind::Capture(c) => Hir::capture(Capture {
+            sub: Box::new(without_newline(*c.sub)),
+            ..c
+        }),
+        HirKind::Concat(v) => Hir::concat(v.into_iter().map(without_newline).collect()),
+        HirKind::Alternation(v) => Hir::alternation(v.into_iter().map(without_newline).collect()),
+    }
 }
 
 struct Matches {
@@ -302,95 +505,239 @@ fn excerpt(line: &[u8], match_start: usize) -> String {
     s
 }
 
-fn search(file: &File, id: &str, pattern: &str, limit: u64) -> io::Result<String> {
-    let re = build_regex(pattern);
-    let mut m = Matches {
-        limit,
-        total: 0,
-        shown_bytes: 0,
-        cut: false,
-        lines: String::new(),
-    };
-    let mut buf: Vec<u8> = Vec::with_capacity(CHUNK + MAX_LINE);
-    let mut file_pos = 0u64;
-    let mut line_no = 1u64; // line number of buf[0]
-                            // For an over-long line searched in windows: whether it already matched.
-    let mut long_line_matched: Option<bool> = None;
-    loop {
-        let old = buf.len();
-        buf.resize(old + CHUNK, 0);
-        let n = pread_full(file, &mut buf[old..], file_pos)?;
-        buf.truncate(old + n);
-        file_pos += n as u64;
-        let eof = n == 0;
-        let end = if eof {
-            buf.len()
-        } else {
-            memchr::memrchr(b'\n', &buf).map_or(0, |i| i + 1)
-        };
-        if end == 0 && !eof {
-            // No newline yet: one line longer than the buffer so far.
-            if buf.len() >= MAX_LINE {
-                let cut = buf.len() - WINDOW_OVERLAP;
-                if long_line_matched != Some(true) {
-                    if let Some(found) = re.find(&buf) {
-                        m.add(line_no, &buf, found.start());
-                        long_line_matched = Some(true);
-                    } else {
-                        long_line_matched = Some(false);
-                    }
-                }
-                buf.drain(..cut);
-            }
-            continue;
-        }
-        let mut region_start = 0;
-        if let Some(matched) = long_line_matched.take() {
-            // The rest of an over-long line: search it only if no window matched.
-            let first_end = memchr::memchr(b'\n', &buf[..end]).unwrap_or(end);
-            if !matched {
-                if let Some(found) = re.find(&buf[..first_end]) {
-                    m.add(line_no, &buf[..first_end], found.start());
-                }
-            }
-            if first_end < end {
-                line_no += 1;
-            }
-            region_start = (first_end + 1).min(end);
-        }
-        line_no = search_region(&re, &buf[region_start..end], line_no, &mut m);
-        buf.drain(..end);
-        if eof {
-            break;
-        }
-    }
-    Ok(format_search(id, pattern, &m))
+/// When a search must stop early.
+struct Stop<'a> {
+    deadline: Instant,
+    cancel: &'a AtomicBool,
 }
 
-/// Searches whole lines in `region`, whose first line is number `line_no`; returns the
-/// number of the line after the region.
-fn search_region(re: &Regex, region: &[u8], mut line_no: u64, m: &mut Matches) -> u64 {
-    let mut pos = 0;
-    let mut counted_to = 0;
-    while pos < region.len() {
-        let Some(found) = re.find_at(region, pos) else {
-            break;
-        };
-        let start = found.start().min(region.len());
-        let ls = memchr::memrchr(b'\n', &region[pos..start]).map_or(pos, |i| pos + i + 1);
-        let le = memchr::memchr(b'\n', &region[start..]).map_or(region.len(), |i| start + i);
-        line_no += count_newlines(&region[counted_to..ls]);
-        counted_to = ls;
-        let line = &region[ls..le];
-        if found.end() <= le {
-            m.add(line_no, line, start - ls);
-        } else if let Some(f) = re.find(line) {
-            // The match ran across a newline; the line may still match on its own.
-            m.add(line_no, line, f.start());
+/// Why a search ended before the end of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopped {
+    Budget,
+    Cancelled,
+}
+
+impl Stop<'_> {
+    fn check(&self) -> Option<Stopped> {
+        if self.cancel.load(Ordering::Relaxed) {
+            Some(Stopped::Cancelled)
+        } else if Instant::now() >= self.deadline {
+            Some(Stopped::Budget)
+        } else {
+            None
         }
-        pos = le + 1;
     }
-    line_no + count_newlines(&region[counted_to.min(region.len())..])
+}
+
+/// The search's scanner: the matcher, its cache and the matches so far.
+struct Scan<'a> {
+    re: &'a meta::Regex,
+    cache: meta::Cache,
+    m: Matches,
+    stop: Stop<'a>,
+}
+
+impl Scan<'_> {
+    /// The first match in `hay[from..to]` (the bytes around the span are context for `^`,
+    /// `$` and `\b`).
+    fn find(&mut self, hay: &[u8], from: usize, to: usize) -> Option<(usize, usize)> {
+        self.re
+            .search_with(&mut self.cache, &Input::new(hay).span(from..to))
+            .map(|m| (m.start(), m.end()))
+    }
+
+    /// Searches the whole lines `hay[from..to]` (`to` just after a newline or at the end of
+    /// the file), whose first line is number `line_no`; returns the number of the line after
+    /// them, or where it stopped.
+    fn lines(
+        &mut self,
+        hay: &[u8],
+        from: usize,
+        to: usize,
+        mut line_no: u64,
+    ) -> Result<u64, Stopped> {
+        let mut pos = from;
+        let mut counted_to = from;
+        let mut n = 0u32;
+        while pos < to {
+            // The clock is read every 64 matching lines: a match costs well under a µs.
+            n = n.wrapping_add(1);
+            if n % 64 == 0 {
+                if let Some(s) = self.stop.check() {
+                    return Err(s);
+                }
+            }
+            let Some((start, end)) = self.find(hay, pos, to) else {
+                break;
+            };
+            let ls = memchr::memrchr(b'\n', &hay[pos..start]).map_or(pos, |i| pos + i + 1);
+            let le = memchr::memchr(b'\n', &hay[end..to]).map_or(to, |i| end + i);
+            line_no += count_newlines(&hay[counted_to..ls]);
+            counted_to = ls;
+            self.m.add(line_no, &hay[ls..le], start - ls);
+            pos = le + 1;
+        }
+        Ok(line_no + count_newlines(&hay[counted_to.min(to)..to]))
+    }
+}
+
+fn search(
+    file: &File,
+    id: &str,
+    pattern: &str,
+    offset: u64,
+    limit: u64,
+    cancel: &AtomicBool,
+) -> io::Result<String> {
+    let (re, states) = match build(pattern) {
+        Ok(b) => b,
+        Err(e) => return Ok(e.to_string()),
+    };
+    let win = (WORK_PER_CALL / states.max(1)).clamp(MIN_WINDOW, WINDOW);
+    let overlap = WINDOW_OVERLAP.min(win / 4);
+    let started = Instant::now();
+    let mut scan = Scan {
+        cache: re.create_cache(),
+        re: &re,
+        m: Matches {
+            limit,
+            total: 0,
+            shown_bytes: 0,
+            cut: false,
+            lines: String::new(),
+        },
+        stop: Stop {
+            deadline: started + SEARCH_BUDGET,
+            cancel,
+        },
+    };
+    let mut line_no = 1 + newlines_before(file, offset)?;
+    // `buf[start..]` is unsearched; bytes before `start` are kept only as context.
+    // Zeroed once: refills read into it in place (no per-chunk zeroing or reallocation).
+    let mut buf: Vec<u8> = vec![0u8; 2 * CHUNK + WINDOW + WINDOW_OVERLAP + 1];
+    let mut len = 0usize;
+    let mut start = 0usize;
+    let mut file_pos = offset;
+    let mut eof = false;
+    // Inside a line longer than a window: bytes of it already searched, and whether it matched.
+    let mut long: Option<(usize, bool)> = None;
+    let stopped = loop {
+        if !eof && len - start <= win {
+            // Keep the context a long line's next window needs, drop the rest, refill.
+            let keep = long.map_or(0, |(seen, _)| seen.min(overlap + 1));
+            buf.copy_within(start - keep..len, 0);
+            len -= start - keep;
+            start = keep;
+            while !eof && len - start <= win {
+                if buf.len() < len + CHUNK {
+                    buf.resize(len + CHUNK, 0);
+                }
+                let n = pread_full(file, &mut buf[len..len + CHUNK], file_pos)?;
+                len += n;
+                file_pos += n as u64;
+                eof = n == 0;
+            }
+        }
+        let buf = &buf[..len];
+        if len == start {
+            break None;
+        }
+        if let Some(s) = scan.stop.check() {
+            break Some(s);
+        }
+        let avail = (len - start).min(win);
+        let nl = memchr::memchr(b'\n', &buf[start..start + avail]).map(|i| start + i);
+        match long {
+            Some((seen, matched)) => {
+                // The window may reach back into the part already searched (overlap), so a
+                // match across the window edge is found if it is shorter than the overlap.
+                let back = seen.min(overlap);
+                let (to, line_ends) = match nl {
+                    Some(i) => (i, true),
+                    None if eof && len - start <= win => (len, true),
+                    None => (start + win, false),
+                };
+                let mut found = matched;
+                if !matched {
+                    if let Some((s, _)) = scan.find(buf, start - back, to) {
+                        scan.m
+                            .add(line_no, &buf[start - back..to], s - (start - back));
+                        found = true;
+                    }
+                }
+                if line_ends {
+                    line_no += 1;
+                    start = (to + 1).min(len);
+                    long = None;
+                } else {
+                    start = to;
+                    long = Some((seen + win, found));
+                }
+            }
+            None => {
+                let last_nl = memchr::memrchr(b'\n', &buf[start..start + avail]).map(|i| start + i);
+                match last_nl {
+                    Some(i) => {
+                        match scan.lines(buf, start, i + 1, line_no) {
+                            Ok(n) => line_no = n,
+                            Err(s) => break Some(s),
+                        }
+                        start = i + 1;
+                    }
+                    None if eof && len - start <= win => {
+                        // A last line without a newline.
+                        let end = len;
+                        if let Err(s) = scan.lines(buf, start, end, line_no) {
+                            break Some(s);
+                        }
+                        start = end;
+                    }
+                    None => {
+                        // A line longer than a window: its first window.
+                        let to = start + win;
+                        let mut found = false;
+                        if let Some((s, _)) = scan.find(buf, start, to) {
+                            scan.m.add(line_no, &buf[start..to], s - start);
+                            found = true;
+                        }
+                        start = to;
+                        long = Some((win, found));
+                    }
+                }
+            }
+        }
+    };
+    let searched_to = file_pos - (len - start) as u64;
+    let mut out = format_search(id, pattern, &scan.m);
+    match stopped {
+        None => {}
+        Some(Stopped::Budget) => out.push_str(&format!(
+            "\n\n[Search stopped: the time budget of {}s per call ran out after byte {searched_to} (line {line_no}); the matches above are those found before it. Search again with offset {searched_to} to continue, or use a simpler pattern.]",
+            SEARCH_BUDGET.as_secs()
+        )),
+        Some(Stopped::Cancelled) => out.push_str(&format!(
+            "\n\n[Search cancelled after byte {searched_to}.]"
+        )),
+    }
+    Ok(out)
+}
+
+/// Newlines in the file before `offset` (1 MiB reads, SIMD count).
+fn newlines_before(file: &File, offset: u64) -> io::Result<u64> {
+    let mut n = 0;
+    let mut chunk = vec![0u8; CHUNK.min(offset as usize).max(1)];
+    let mut pos = 0u64;
+    while pos < offset {
+        let want = ((offset - pos) as usize).min(chunk.len());
+        let got = pread_full(file, &mut chunk[..want], pos)?;
+        if got == 0 {
+            break;
+        }
+        n += count_newlines(&chunk[..got]);
+        pos += got as u64;
+    }
+    Ok(n)
 }
 
 fn format_search(id: &str, pattern: &str, m: &Matches) -> String {
@@ -431,8 +778,34 @@ mod tests {
 
     #[test]
     fn invalid_regex_is_literal() {
-        let re = build_regex("a(b");
+        let re = build_matcher("a(b").unwrap();
         assert!(re.is_match(b"xA(By"));
         assert!(!re.is_match(b"ab"));
+    }
+
+    #[test]
+    fn nothing_matches_a_newline() {
+        for p in [r"a[^x]b", r"a\sb", r"a\nb", r"a(?s:.)b", r"a\Wb", "a\nb"] {
+            let re = build_matcher(p).unwrap();
+            assert!(!re.is_match(b"a\nb"), "{p}");
+        }
+        assert!(build_matcher(r"a[^x]b").unwrap().is_match(b"a-b"));
+        let re = build_matcher("^b$").unwrap();
+        assert!(re.is_match(b"a\nb\nc"));
+    }
+
+    #[test]
+    fn pattern_limits() {
+        assert_eq!(
+            build_matcher(&"a".repeat(MAX_PATTERN + 1)).unwrap_err(),
+            PatternError::TooLong(MAX_PATTERN + 1)
+        );
+        for p in [r"\w{1000}\w{1000}", "(a{1,100}){1,100}b"] {
+            assert!(
+                matches!(build_matcher(p), Err(PatternError::TooComplex(_))),
+                "{p}"
+            );
+        }
+        assert!(build_matcher(r"\p{L}{20}").is_ok());
     }
 }

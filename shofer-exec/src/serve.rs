@@ -8,7 +8,12 @@
 //!   A client's `notifications/cancelled` for the call aborts the command (tree killed).
 //! - `read_command_output` (`artifact_id`, `search`, `offset`, `limit`): DESIGN §3.4.
 //! - `terminate_command` (`execution_id`): kills a command's whole tree.
-//! - `list_commands`: every command of the server's life, as JSON.
+//! - `list_commands`: the session's commands as JSON: every running one (and every finished
+//!   one that left a process behind) and the latest [`crate::MAX_FINISHED_RECORDS`] others.
+//!
+//! Every line from the client passes [`crate::rpc_gate`] first, so malformed requests get
+//! JSON-RPC errors with their id; commands over [`MAX_COMMAND_BYTES`] are refused before
+//! any parsing; the default artifact directory is private ([`private_artifacts_dir`]).
 //!
 //! Errors the model should see (a missing parameter, a refused command, a missing cwd, a bad
 //! artifact id) are tool results with `isError: true` and the texts of Appendix A; protocol
@@ -37,6 +42,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, EngineConfig, ExecError, ExecRequest, Status};
 use crate::shoferignore::{access_denied_json, ShoferIgnore};
+
+/// The longest command accepted, in bytes: `/bin/sh -c COMMAND` passes it as one argument,
+/// and the kernel refuses a single argument of more than `MAX_ARG_STRLEN` (32 pages, 128 KiB,
+/// with its terminating NUL) with E2BIG (`execve(2)`, "Limits on size of arguments"). Longer
+/// commands are refused before any parsing.
+pub const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
 
 /// Largest soft timeout taken from a request, in seconds (larger values are capped to it).
 const MAX_SOFT_TIMEOUT_S: f64 = 1.0e9;
@@ -113,6 +124,14 @@ fn invalid(name: &str, expected: &str, got: &Value) -> CallToolResult {
     tool_error(&format!(
         "Invalid value for parameter '{name}': expected {expected}, got {got}. Please retry with a valid value."
     ))
+}
+
+/// The refusal of a command longer than [`MAX_COMMAND_BYTES`].
+fn too_long_text(len: usize) -> String {
+    format!(
+        "The command is {len} bytes long; the kernel refuses any single argument of {} bytes or more (MAX_ARG_STRLEN, counting its final NUL), so /bin/sh -c cannot take it. The command was not run. Write the script to a file in smaller pieces and run the file instead.",
+        MAX_COMMAND_BYTES + 1
+    )
 }
 
 fn text_ok(t: impl Into<String>) -> CallToolResult {
@@ -217,7 +236,7 @@ fn read_schema() -> Arc<JsonObject> {
             },
             "offset": {
                 "type": ["integer", "null"],
-                "description": "Byte offset to start reading at (read mode). Default 0."
+                "description": "Byte offset to start reading at; in search mode, where the search starts (a search that ran out of time says where to go on). Default 0."
             },
             "limit": {
                 "type": ["integer", "null"],
@@ -275,17 +294,29 @@ impl ShoferServer {
     async fn execute_command(&self, args: JsonObject, abort: CancellationToken) -> CallToolResult {
         let run = async {
             let command = req_str(&args, "command")?;
+            if command.len() > MAX_COMMAND_BYTES {
+                return Err(text_err(too_long_text(command.len())));
+            }
             let cwd = opt_str(&args, "cwd")?;
             // A soft timeout past ~31 years is "wait for completion" in all but name; the cap
             // keeps `Duration` conversion in range (1e300 would not fit).
             let timeout = opt_f64(&args, "timeout")?.map(|t| t.min(MAX_SOFT_TIMEOUT_S));
             let task_cwd = self.engine.config().task_cwd.clone();
             let run_cwd = self.engine.resolve_cwd(cwd.as_deref());
-            let ignore = ShoferIgnore::load(&task_cwd).map_err(|e| text_err(e.to_string()))?;
-            if let Some(ig) = ignore {
-                if let Some(path) = ig.denied_path(&command, &run_cwd) {
-                    return Err(text_err(access_denied_json(&path)));
+            // Off the runtime's thread: the check reads the file system (globs, symlinks) and
+            // other calls must keep being answered meanwhile.
+            let cmd = command.clone();
+            let denied = tokio::task::spawn_blocking(move || {
+                match ShoferIgnore::load(&task_cwd).map_err(|e| e.to_string())? {
+                    Some(ig) => Ok(ig.denied_path(&cmd, &run_cwd)),
+                    None => Ok(None),
                 }
+            })
+            .await
+            .map_err(|e| text_err(e.to_string()))?
+            .map_err(|e: String| text_err(e))?;
+            if let Some(path) = denied {
+                return Err(text_err(access_denied_json(&path)));
             }
             let req = ExecRequest {
                 command,
@@ -307,17 +338,23 @@ impl ShoferServer {
         input_schema = read_schema(),
         annotations(read_only_hint = true)
     )]
-    async fn read_command_output(&self, args: JsonObject) -> CallToolResult {
+    async fn read_command_output(
+        &self,
+        args: JsonObject,
+        abort: CancellationToken,
+    ) -> CallToolResult {
         let run = async {
             let id = req_str(&args, "artifact_id")?;
             let search = opt_str(&args, "search")?.filter(|s| !s.is_empty());
             let offset = opt_i64(&args, "offset")?;
             let limit = opt_i64(&args, "limit")?;
-            self.engine
-                .read(id, search, offset, limit)
-                .await
-                .map(text_ok)
-                .map_err(|e| text_err(e.to_string()))
+            // A cancelled call drops the read, which stops a search in progress.
+            tokio::select! {
+                r = self.engine.read(id, search, offset, limit) => {
+                    r.map(text_ok).map_err(|e| text_err(e.to_string()))
+                }
+                () = abort.cancelled() => Err(text_err("The read was cancelled.")),
+            }
         };
         run.await.unwrap_or_else(|e| e)
     }
@@ -368,7 +405,7 @@ impl ShoferServer {
 
     #[tool(
         name = "list_commands",
-        description = "List every command run in this session, oldest first, as JSON: execution id, command, working directory, status (running, exited, terminated or timed out), exit code, signal, output size, artifact id if there is one, and the background processes an exited command left running.",
+        description = "List the commands of this session (all running ones and the latest 1000 finished ones), oldest first, as JSON: execution id, command, working directory, status (running, exited, terminated or timed out), exit code, signal, output size, artifact id if the output was persisted, and the background processes an exited command left running.",
         annotations(read_only_hint = true)
     )]
     async fn list_commands(&self) -> CallToolResult {
@@ -409,18 +446,124 @@ impl ServerHandler for ShoferServer {
     }
 }
 
-/// Kills every command's tree (running ones and leftovers of finished ones) and returns how
-/// many were still running.
-pub async fn shutdown(engine: &Engine) -> usize {
-    let list = engine.list();
-    let running = list.iter().filter(|o| o.status == Status::Running).count();
-    let mut set = tokio::task::JoinSet::new();
-    for o in list {
-        let e = engine.clone();
-        set.spawn(async move { e.terminate(o.id).await });
+/// Creates the server's own artifact directory, fresh and private (mode 0700, a new
+/// `shofer-serve-XXXXXX` directory that only this server writes).
+///
+/// Without a sandbox (`sandboxed` false) it goes under `$TMPDIR` (or `/tmp`): the commands
+/// then run with the server's own rights anyway. With `--worktree` the commands may write
+/// `/tmp`, `$TMPDIR`, `/dev/shm` and the worktree (see `docs/ARCHITECTURE.md`, the sandbox's
+/// writable set), where they could plant links under artifact names or fill the directory;
+/// so the directory goes under `$XDG_RUNTIME_DIR/shofer` when that is set (a 0700 per-user
+/// tmpfs), else `$XDG_STATE_HOME/shofer/serve` (default `~/.local/state/shofer/serve`), and a
+/// place inside the writable set is never used.
+///
+/// # Errors
+/// A message naming the places tried when none could be created.
+pub fn private_artifacts_dir(
+    sandbox_writable: Option<&[PathBuf]>,
+) -> Result<tempfile::TempDir, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let builder = || {
+        let mut b = tempfile::Builder::new();
+        b.prefix("shofer-serve-")
+            .permissions(std::fs::Permissions::from_mode(0o700));
+        b
+    };
+    let fresh = |base: &std::path::Path| builder().tempdir_in(base);
+    let Some(writable) = sandbox_writable else {
+        return builder()
+            .tempdir()
+            .map_err(|e| {
+                format!("cannot create a temporary artifact directory (set TMPDIR or pass --artifacts DIR): {e}")
+            });
+    };
+    let env_dir = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let mut bases = Vec::new();
+    if let Some(r) = env_dir("XDG_RUNTIME_DIR") {
+        bases.push(r.join("shofer"));
     }
-    while set.join_next().await.is_some() {}
-    running
+    if let Some(s) = env_dir("XDG_STATE_HOME") {
+        bases.push(s.join("shofer/serve"));
+    } else if let Some(h) = env_dir("HOME") {
+        bases.push(h.join(".local/state/shofer/serve"));
+    }
+    let mut tried = Vec::new();
+    for base in bases {
+        match private_base(&base, writable) {
+            Ok(()) => match fresh(&base) {
+                Ok(t) => return Ok(t),
+                Err(e) => tried.push(format!("{}: {e}", base.display())),
+            },
+            Err(e) => tried.push(format!("{}: {e}", base.display())),
+        }
+    }
+    if tried.is_empty() {
+        tried.push("neither XDG_RUNTIME_DIR, XDG_STATE_HOME nor HOME is set".into());
+    }
+    Err(format!(
+        "no private artifact directory outside the sandbox's writable places ({}); pass --artifacts DIR",
+        tried.join("; ")
+    ))
+}
+
+/// Makes `base` (and missing parents) with mode 0700 and checks that it is ours, not writable
+/// by others, and not inside any of `writable`.
+fn private_base(base: &std::path::Path, writable: &[PathBuf]) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(base)?;
+    let real = std::fs::canonicalize(base)?;
+    for w in writable {
+        let w = std::fs::canonicalize(w).unwrap_or_else(|_| w.clone());
+        if real.starts_with(&w) {
+            return Err(std::io::Error::other(format!(
+                "inside {}, which sandboxed commands may write",
+                w.display()
+            )));
+        }
+    }
+    let meta = std::fs::symlink_metadata(&real)?;
+    // Safety: geteuid(2) has no arguments and always succeeds.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(std::io::Error::other(format!(
+            "owned by uid {}, not {me}",
+            meta.uid()
+        )));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// The places a sandboxed command may write besides `--allow-write` paths: the worktree,
+/// `/tmp`, `$TMPDIR` and `/dev/shm` (see `docs/ARCHITECTURE.md`).
+pub fn sandbox_writable(worktree: &std::path::Path) -> Vec<PathBuf> {
+    let mut w = vec![
+        worktree.to_path_buf(),
+        PathBuf::from("/tmp"),
+        PathBuf::from("/dev/shm"),
+    ];
+    if let Some(t) = std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+    {
+        w.push(t);
+    }
+    w
+}
+
+/// Kills every command's tree (running ones and leftovers of finished ones) at once, with one
+/// shared grace period ([`Engine::terminate_all`]), and returns how many were still running.
+pub async fn shutdown(engine: &Engine) -> usize {
+    engine.terminate_all().await
 }
 
 /// Runs the server on stdin/stdout until stdin closes or a signal comes, then kills every
@@ -449,11 +592,15 @@ pub async fn run(opts: ServeOptions) -> Result<ServeEnd, ServeError> {
         artifacts_dir.display()
     );
     let session = async {
+        // Lines are checked before rmcp sees them, so malformed requests get answers.
+        let (transport, written) = crate::rpc_gate::stdio();
         let running = server
-            .serve(rmcp::transport::stdio())
+            .serve(transport)
             .await
             .map_err(|e| ServeError::Handshake(e.to_string()))?;
         let _ = running.waiting().await;
+        // Let the last answers reach stdout (bounded: the client may not be reading).
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), written).await;
         Ok(ServeEnd::Closed)
     };
     let end: Result<ServeEnd, ServeError> = tokio::select! {

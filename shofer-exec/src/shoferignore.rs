@@ -39,8 +39,14 @@ pub const IGNORE_FILE: &str = ".shofer/shoferignore";
 /// Nesting limit for `sh -c`, `eval` and command substitutions: deeper input is refused.
 const MAX_DEPTH: usize = 16;
 
-/// Directory entries a glob expansion may look at before giving up (see [`ShoferIgnore::denied_path`]).
+/// Directory entries the glob expansions of one command may look at, together, before giving
+/// up (see [`ShoferIgnore::denied_path`]).
 const GLOB_ENTRY_BUDGET: usize = 100_000;
+
+/// How long the check of one command may take; past it the command is refused (fail closed).
+/// Commands are at most 128 KiB (the kernel's `MAX_ARG_STRLEN`, checked by the server before
+/// this), which bounds the parse; the file-system work (globs, symlinks) is what this bounds.
+pub const CHECK_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The `access_denied` result of Appendix A for `path`, one line of JSON.
 pub fn access_denied_json(path: &str) -> String {
@@ -1222,10 +1228,17 @@ impl ShoferIgnore {
                 ))
             }
         };
-        for c in cands {
+        let deadline = std::time::Instant::now() + CHECK_BUDGET;
+        let mut budget = GLOB_ENTRY_BUDGET;
+        for (i, c) in cands.into_iter().enumerate() {
+            if i % 64 == 0 && std::time::Instant::now() >= deadline {
+                return Some(format!(
+                    "(the command is too large to check within {}s; split it into smaller commands)",
+                    CHECK_BUDGET.as_secs()
+                ));
+            }
             let base = cwd.join(&c.dir);
             if let Some(pat) = &c.glob {
-                let mut budget = GLOB_ENTRY_BUDGET;
                 match expand_glob(&base, pat, &mut budget) {
                     Ok(paths) => {
                         for p in paths {

@@ -401,15 +401,7 @@ async fn process_group_kill_misses_setsid_daemon_that_the_tree_kill_gets() {
 }
 
 fn pgid_of(pid: i32) -> i32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    stat.rsplit_once(") ")
-        .unwrap()
-        .1
-        .split(' ')
-        .nth(2)
-        .unwrap()
-        .parse()
-        .unwrap()
+    shofer_sys::proc::read(pid).unwrap().pgid
 }
 
 #[tokio::test]
@@ -623,11 +615,8 @@ async fn exited_background_leftovers_are_reaped_when_they_finish() {
     assert!(o.text.ends_with("Output:\nstarted\n"), "{}", o.text);
     let pids = survivors(&m);
     assert_eq!(pids.len(), 1, "{pids:?}");
-    let ppid = std::fs::read_to_string(format!("/proc/{}/stat", pids[0])).unwrap();
-    assert!(
-        ppid.contains(&format!(" {} ", std::process::id())),
-        "reparented to us: {ppid}"
-    );
+    let p = shofer_sys::proc::read(pids[0]).unwrap();
+    assert_eq!(p.ppid, std::process::id() as i32, "reparented to us: {p:?}");
     let gone = Instant::now();
     while Path::new(&format!("/proc/{}", pids[0])).exists()
         && gone.elapsed() < Duration::from_secs(8)
@@ -637,6 +626,6 @@ async fn exited_background_leftovers_are_reaped_when_they_finish() {
     assert!(
         !Path::new(&format!("/proc/{}", pids[0])).exists(),
         "left a zombie: {:?}",
-        std::fs::read_to_string(format!("/proc/{}/stat", pids[0]))
+        shofer_sys::proc::read(pids[0])
     );
 }

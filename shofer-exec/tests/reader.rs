@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use shofer_exec::reader::{read_output, ReadError, ReadRequest, DEFAULT_LIMIT};
+use shofer_exec::reader::{self, read_output, ReadError, ReadRequest, DEFAULT_LIMIT};
 
 fn setup(content: &[u8]) -> (tempfile::TempDir, &'static str) {
     let d = tempfile::tempdir().unwrap();
@@ -202,7 +202,7 @@ fn search_counts_lines_across_chunk_boundaries_and_long_lines() {
 #[test]
 fn artifact_removed_or_truncated_while_reading() {
     let mut content = Vec::new();
-    for i in 0..2_000_000 {
+    for i in 0..400_000 {
         content.extend_from_slice(format!("l{i} hit\n").as_bytes());
     }
     let (d, id) = setup(&content);
@@ -214,7 +214,7 @@ fn artifact_removed_or_truncated_while_reading() {
     std::fs::remove_file(&path).unwrap();
     match t.join().unwrap() {
         Ok(r) => assert!(
-            r.contains("Total matches: 2000000 | Showing first"),
+            r.contains("Total matches: 400000 | Showing first"),
             "{}",
             &r[..100]
         ),
@@ -241,4 +241,144 @@ fn artifact_removed_or_truncated_while_reading() {
         Err(ReadError::InvalidOffset { size: 10, .. }) => {}
         Err(e) => panic!("{e}"),
     }
+}
+
+/// A line per 100 bytes or so, like a build log: no quotes, an `error` now and then.
+fn log_lines(bytes: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes + 200);
+    let mut i = 0u64;
+    while out.len() < bytes {
+        let word = if i % 1000 == 7 { "Error" } else { "info" };
+        out.extend_from_slice(
+            format!("2026-12-01T15:00:00Z {word} worker-{i}: processed batch {i} in 12 ms, queue depth 3, ok\n").as_bytes(),
+        );
+        i += 1;
+    }
+    out
+}
+
+fn timed(dir: &Path, id: &str, pattern: &str) -> (String, std::time::Duration) {
+    let t = std::time::Instant::now();
+    let r = read(dir, id, Some(pattern), 0, DEFAULT_LIMIT).unwrap();
+    (r, t.elapsed())
+}
+
+/// Past the budget a search must be back with what it has; the slack covers one window.
+const BUDGET_SLACK: std::time::Duration = std::time::Duration::from_secs(3);
+
+#[test]
+fn catastrophic_patterns_are_linear_or_stop_within_the_budget() {
+    // `[^"]*error` once re-scanned from every line start (~24 s per MiB): now one pass.
+    let content = log_lines(16 << 20);
+    let expected = content
+        .split(|&b| b == b'\n')
+        .filter(|l| l.windows(5).any(|w| w.eq_ignore_ascii_case(b"error")))
+        .count();
+    let (d, id) = setup(&content);
+    let (r, took) = timed(d.path(), id, r#"[^"]*error"#);
+    assert!(
+        r.contains(&format!("Total matches: {expected} |")) && !r.contains("Search stopped"),
+        "{took:?} {}",
+        &r[..200.min(r.len())]
+    );
+    // `(a{1,100}){1,100}b` (102 s on a 1 MB line before) is over the automaton limit: refused
+    // at once with a message saying why.
+    let (d, id) = setup(&vec![b'a'; 1 << 20]);
+    let (r, took) = timed(d.path(), id, "(a{1,100}){1,100}b");
+    assert!(
+        r.starts_with("Search pattern too complex (20205 automaton states; at most 10000"),
+        "{took:?} {r}"
+    );
+    // `(a{1,30}){1,30}b`, under the limit, on a 1 MiB line and on 16 MiB of such lines: back
+    // within the budget, complete or saying where it stopped.
+    for (lines, len) in [(1usize, 1usize << 20), (16, 1 << 20)] {
+        let mut content = Vec::new();
+        for _ in 0..lines {
+            content.extend(std::iter::repeat_n(b'a', len));
+            content.push(b'\n');
+        }
+        let (d, id) = setup(&content);
+        let (r, took) = timed(d.path(), id, "(a{1,30}){1,30}b");
+        assert!(
+            took <= reader::SEARCH_BUDGET + BUDGET_SLACK,
+            "{lines} x {len}: {took:?}"
+        );
+        assert!(
+            r.contains("No matches found") || r.contains("Search stopped: the time budget of 10s"),
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn search_stopped_by_the_budget_says_where_and_offset_continues() {
+    // Cancellation and the budget share one check; a pre-set cancel flag stops at once.
+    let content = log_lines(4 << 20);
+    let (d, id) = setup(&content);
+    let cancel = std::sync::atomic::AtomicBool::new(true);
+    let r = reader::read_output_cancellable(
+        d.path(),
+        &ReadRequest {
+            artifact_id: id,
+            search: Some("error"),
+            offset: 0,
+            limit: DEFAULT_LIMIT,
+        },
+        &cancel,
+    )
+    .unwrap();
+    assert!(r.contains("[Search cancelled after byte 0.]"), "{r}");
+    // Search mode honours offset: line numbers count from the file's start.
+    let second_half = (content.len() / 2) as i64;
+    let all = read(d.path(), id, Some("worker-30007:"), 0, DEFAULT_LIMIT).unwrap();
+    let from = read(
+        d.path(),
+        id,
+        Some("worker-30007:"),
+        second_half,
+        DEFAULT_LIMIT,
+    )
+    .unwrap();
+    assert!(all.contains("30008 | "), "{all}");
+    assert_eq!(all, from);
+}
+
+#[test]
+fn anchors_mean_line_start_and_end_never_a_window_edge() {
+    // One 3.5 MiB line of `z` with `ERR` planted at and around the internal window edges.
+    let w = reader::WINDOW;
+    let mut line = vec![b'z'; 3 * w + w / 2];
+    for at in [
+        w - 4096,
+        w - 3,
+        w,
+        2 * w - 4096,
+        2 * w - 3,
+        2 * w,
+        3 * w - 3,
+    ] {
+        line[at..at + 3].copy_from_slice(b"ERR");
+    }
+    let mut content = line.clone();
+    content.extend_from_slice(b"\nERR at the start\nat the end ERR\n");
+    let (d, id) = setup(&content);
+    let (r, _) = timed(d.path(), id, "^err");
+    assert!(
+        r.contains("Total matches: 1 |") && r.contains("    2 | ERR at the start"),
+        "{r}"
+    );
+    let (r, _) = timed(d.path(), id, "err$");
+    assert!(
+        r.contains("Total matches: 1 |") && r.contains("    3 | at the end ERR"),
+        "{r}"
+    );
+    // The long line does match an unanchored pattern, once.
+    let (r, _) = timed(d.path(), id, "zERRz");
+    assert!(
+        r.contains("Total matches: 1 |") && r.contains("    1 | [..."),
+        "{r}"
+    );
+    // No pattern crosses a newline.
+    let (r, _) = timed(d.path(), id, r"start\sat|start.at|start[^x]at");
+    assert!(r.contains("No matches found"), "{r}");
 }

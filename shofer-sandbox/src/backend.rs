@@ -14,7 +14,7 @@ use crate::cli::BackendChoice;
 use crate::error::{LandlockOff, SetupError, Unusable};
 use crate::namespaces;
 use crate::seccomp;
-use crate::sys::{self, LandlockAbsence};
+use shofer_sys::landlock::LandlockAbsence;
 
 /// What the kernel offers, probed once per run. The slower probes (user namespaces: a clone
 /// and a mount; bubblewrap: running it) happen only when a decision or a report needs them.
@@ -37,8 +37,8 @@ impl Facts {
     /// Probes the running kernel's Landlock ABI (the cheap probe).
     pub fn probe() -> Facts {
         Facts {
-            kernel: sys::kernel_release(),
-            landlock: sys::landlock_abi(),
+            kernel: shofer_sys::kernel_release(),
+            landlock: shofer_sys::landlock::abi(),
             tiocsti_filter: seccomp::FILTER_AVAILABLE,
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),

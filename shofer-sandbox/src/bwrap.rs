@@ -181,7 +181,7 @@ pub(crate) fn plan(b: &Bwrap, opened: &OpenedPolicy, spec: &ExecSpec) -> Result<
     let mut command = spec.argv.clone();
     command[0] = resolved;
     let (info_read, info_write) =
-        crate::sys::pipe_cloexec().map_err(|source| SetupError::Syscall {
+        shofer_sys::fd::pipe_cloexec().map_err(|source| SetupError::Syscall {
             op: "pipe2",
             source,
         })?;

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use shofer_core::policy::{Backend, Protection};
 
-use crate::sys::{self, LandlockAbsence};
+use shofer_sys::errno;
+use shofer_sys::landlock::LandlockAbsence;
 
 /// Why a sandbox could not be set up. The command never runs after one of these.
 #[derive(Debug)]
@@ -157,7 +158,7 @@ impl fmt::Display for LandlockOff {
                 write!(
                     f,
                     "landlock_create_ruleset failed ({})",
-                    sys::errno_name(*e)
+                    errno::name_or_number(*e)
                 )
             }
             LandlockOff::CappedToZero => write!(f, "disabled by --max-abi 0"),

@@ -39,7 +39,7 @@ use landlock::RulesetCreated;
 use crate::plan::{CapPolicy, Confinement, ExecSpec};
 use crate::spawn::{report_failure, Stage};
 use crate::supervise::FORWARDED;
-use crate::{capabilities, path_search, seccomp, sys};
+use crate::{capabilities, path_search, seccomp};
 
 /// What the child does, derived from the plan by [`Steps::of`] (before `clone`, so the child
 /// only reads it).
@@ -159,7 +159,7 @@ pub(crate) fn run(
             libc::_exit(125);
         }
     }
-    if let Err(e) = sys::cloexec_from_3(&steps.keep_fds) {
+    if let Err(e) = shofer_sys::fd::cloexec_from_3(&steps.keep_fds) {
         fail(Stage::Descriptors, e);
     }
     if steps.no_new_privs {
@@ -220,6 +220,8 @@ pub(crate) fn run(
             Err(e) => fail(Stage::Landlock, e),
         }
     }
+    // Last: the steps above may still open descriptors (Landlock duplicates its ruleset).
+    crate::nofile::restore();
     let e = path_search::exec(steps.argv);
     fail(Stage::Exec, e)
 }
@@ -271,7 +273,7 @@ mod tests {
 
     #[test]
     fn landlock_drops_capabilities_only_where_the_caller_holds_some() {
-        let abi = match sys::landlock_abi() {
+        let abi = match shofer_sys::landlock::abi() {
             Ok(abi) => abi.min(shofer_core::rights::NEWEST_PINNED_ABI),
             Err(e) => {
                 assert_ne!(

@@ -1,5 +1,5 @@
 //! A second seccomp filter, for what the command could do to the host's state through its
-//! own credentials (DESIGN's hardening tier):
+//! own credentials (the hardening tier, docs/ARCHITECTURE.md):
 //!
 //! - **keyrings**: `add_key`, `request_key` and `keyctl` fail with `EPERM`. The command
 //!   inherits the caller's session keyring, so it *possesses* the user's keys and could read,

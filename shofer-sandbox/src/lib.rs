@@ -52,6 +52,7 @@ mod git;
 mod gitguard;
 mod hostfilter;
 mod namespaces;
+mod nofile;
 pub mod path_search;
 mod paths;
 mod plan;
@@ -61,7 +62,6 @@ mod seccomp;
 mod spawn;
 mod status;
 mod supervise;
-mod sys;
 mod tree;
 mod writable;
 
@@ -188,6 +188,7 @@ pub(crate) fn wait_status_to_exit(status: i32) -> i32 {
 fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
     // 1. parse: what the parser could not check without syscalls.
     exec_spec(&args)?;
+    nofile::raise();
     // 2. kernel facts
     let mut facts = Facts::probe();
     if args.no_unix_gate {
@@ -373,7 +374,7 @@ fn exec_spec(args: &RunArgs) -> Result<ExecSpec, SetupError> {
         .map(|fd| (fd, "--pass-fd or --report"))
         .chain(args.status_fd.iter().map(|fd| (fd, "--status-fd")))
     {
-        if !sys::fd_is_open(fd) {
+        if !shofer_sys::fd::fd_is_open(fd) {
             return Err(SetupError::FdNotOpen { fd, given_to });
         }
     }
@@ -409,7 +410,7 @@ fn write_record(fd: i32, record: &serde_json::Value) -> Result<std::fs::File, Se
         op: "writing the --report record",
         source: e,
     })?;
-    sys::set_cloexec(fd, true).map_err(|e| SetupError::Syscall {
+    shofer_sys::fd::set_cloexec(fd, true).map_err(|e| SetupError::Syscall {
         op: "fcntl on the --report descriptor",
         source: e,
     })?;

@@ -548,8 +548,8 @@ pub(crate) fn failure_reason(step: &str, errno: i32) -> String {
     }
     format!(
         "failed at {step} ({}: {})",
-        crate::sys::errno_name(errno),
-        crate::sys::strerror(errno)
+        shofer_sys::errno::name_or_number(errno),
+        shofer_sys::errno::strerror(errno)
     )
 }
 

@@ -6,7 +6,7 @@
 use std::ffi::{CStr, CString};
 use std::io;
 
-use crate::sys;
+use shofer_sys::errno;
 
 /// The search list when `$PATH` is unset (glibc's `execvp` default without the current
 /// directory).
@@ -36,7 +36,7 @@ impl NotRunnable {
     pub fn message(self, name: &str) -> String {
         match self {
             NotRunnable::NotFound => format!("{name}: command not found"),
-            NotRunnable::NotExecutable => format!("{name}: {}", sys::strerror(libc::EACCES)),
+            NotRunnable::NotExecutable => format!("{name}: {}", errno::strerror(libc::EACCES)),
         }
     }
 }

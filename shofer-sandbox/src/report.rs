@@ -8,15 +8,16 @@ use shofer_core::policy::{Backend, NetPolicy, Verdict};
 
 use crate::backend::{Choice, Facts};
 use crate::error::SetupError;
-use crate::sys::{self, LandlockAbsence};
 use crate::writable::OpenedPolicy;
+use shofer_sys::errno;
+use shofer_sys::landlock::LandlockAbsence;
 
 fn landlock_json(facts: &Facts) -> Value {
     let (abi, status, errno) = match facts.landlock {
         Ok(abi) => (abi, "available", Value::Null),
         Err(LandlockAbsence::NotBuilt) => (0, "not-built", json!("ENOSYS")),
         Err(LandlockAbsence::Disabled) => (0, "disabled", json!("EOPNOTSUPP")),
-        Err(LandlockAbsence::Other(e)) => (0, "error", json!(sys::errno_name(e))),
+        Err(LandlockAbsence::Other(e)) => (0, "error", json!(errno::name_or_number(e))),
     };
     json!({"abi": abi, "status": status, "errno": errno})
 }

@@ -11,10 +11,11 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::error::{SetupError, Unusable};
 use crate::exec::{self, Steps};
+use crate::namespaces;
 use crate::path_search::NotRunnable;
 use crate::plan::{Confinement, Plan};
 use crate::supervise::{sigset, FORWARDED};
-use crate::{namespaces, sys};
+use shofer_sys::errno;
 
 /// Child-side setup steps, reported back to the supervisor when one fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,11 +135,12 @@ pub(crate) fn spawn(plan: &Plan<'_>, gate: bool) -> Result<Spawn, SetupError> {
         return Err(SetupError::last_os("sigprocmask"));
     }
 
-    let pipe = |op| sys::pipe_cloexec().map_err(|source| SetupError::Syscall { op, source });
+    let pipe =
+        |op| shofer_sys::fd::pipe_cloexec().map_err(|source| SetupError::Syscall { op, source });
     let (err_read, err_write) = pipe("pipe2")?;
     let main_exit = if exit_pipe {
         let (read, write) = pipe("pipe2")?;
-        sys::sigio_when_readable(&read).map_err(|source| SetupError::Syscall {
+        shofer_sys::fd::sigio_when_readable(&read).map_err(|source| SetupError::Syscall {
             op: "fcntl(O_ASYNC)",
             source,
         })?;
@@ -214,7 +216,7 @@ pub(crate) fn spawn(plan: &Plan<'_>, gate: bool) -> Result<Spawn, SetupError> {
             ),
             Stage::Exec => Ok(Spawn::NotExecuted(
                 126,
-                format!("{name}: {}", sys::strerror(errno)),
+                format!("{name}: {}", errno::strerror(errno)),
             )),
             Stage::IdMaps | Stage::Mounts => Err(SetupError::Unusable(Unusable::Userns(
                 namespaces::failure_reason(stage.describe(), errno),

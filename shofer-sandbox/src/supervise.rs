@@ -29,7 +29,7 @@
 //! (its own death signal) but its descendants are re-parented to the next subreaper up.
 
 use std::io::Read;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::plan::{Confinement, Plan};
 use crate::spawn::Running;
@@ -223,26 +223,23 @@ impl Supervisor {
     }
 
     /// SIGTERM (with SIGCONT) to every descendant, the grace period, then SIGKILL until no
-    /// child is left.
+    /// child is left ([`tree::kill_descendants`]), reaping as they go.
     fn kill_tree(&mut self) {
         if self.reap() {
             return;
         }
-        tree::signal_descendants(libc::SIGTERM);
-        tree::signal_descendants(libc::SIGCONT);
-        let deadline = Instant::now() + self.grace;
-        while Instant::now() < deadline {
-            if self.reap() {
-                return;
-            }
-            self.wait_sigchld(deadline.saturating_duration_since(Instant::now()));
-        }
+        let grace = self.grace;
         loop {
-            tree::signal_descendants(libc::SIGKILL);
-            if self.reap() {
+            let mut none_left = false;
+            let all_dead = tree::kill_descendants(grace, || none_left = self.reap());
+            // The last zombies are reaped here; survivors (another user's processes) get
+            // another round of the killer.
+            if none_left || (all_dead && self.reap()) {
                 return;
             }
-            self.wait_sigchld(Duration::from_millis(10));
+            if all_dead {
+                self.wait_sigchld(Duration::from_millis(10));
+            }
         }
     }
 

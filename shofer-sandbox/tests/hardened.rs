@@ -809,3 +809,46 @@ fn the_apparmor_profile_names_the_real_binary_and_parses() {
         .unwrap();
     assert!(out.status.success(), "apparmor_parser -Q: {}", show(&out));
 }
+
+#[test]
+fn a_thousand_allow_write_paths_fit_a_soft_limit_of_1024_and_the_command_keeps_it() {
+    // Found by the kernel matrix: the namespace set-up ran out of descriptors (EMFILE).
+    let s = Scratch::new();
+    let mut args = Vec::new();
+    for i in 0..1000 {
+        let d = s.path().join(format!("d{i}"));
+        std::fs::create_dir(&d).unwrap();
+        args.push("--allow-write".to_string());
+        args.push(d.display().to_string());
+    }
+    let mut cases: Vec<Option<&str>> = vec![None];
+    cases.extend(
+        backends()
+            .into_iter()
+            .filter(|b| *b == "landlock")
+            .map(Some),
+    );
+    for backend in cases {
+        let flag = backend
+            .map(|b| format!("--backend {b}"))
+            .unwrap_or_default();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -Sn 1024 && exec '{SANDBOX}' {flag} \"$@\" '{w}' -c 'echo x > {w}/d999/f && ulimit -Sn'",
+                w = s.path().display()
+            ))
+            .arg("sh")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{backend:?}: {}", show(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "1024",
+            "{backend:?}"
+        );
+        assert!(s.path().join("d999/f").exists());
+        std::fs::remove_file(s.path().join("d999/f")).unwrap();
+    }
+}

@@ -39,10 +39,18 @@ fn start(
         .args(["--status-fd", "9"])
         .sh(script)
         .command();
-    // Safety: dup2 is async-signal-safe; the new descriptor 9 is not close-on-exec.
+    // Safety: dup2 and fcntl are async-signal-safe; the new descriptor 9 is not
+    // close-on-exec. When the pipe's write end already is 9 (other tests' threads open and
+    // close descriptors concurrently), dup2(9, 9) would keep its close-on-exec flag, so the
+    // flag is cleared instead.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(raw, 9) < 0 {
+            let r = if raw == 9 {
+                libc::fcntl(9, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(raw, 9)
+            };
+            if r < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

@@ -396,7 +396,7 @@ fn fake_bwrap(args: &[String]) -> u8 {
 fn null_sandbox(args: &[String]) -> u8 {
     let mut i = 0;
     let mut report_fd: Option<i32> = None;
-    let mut abi = sys::landlock_abi().unwrap_or(0);
+    let mut abi = shofer_sys::landlock::abi().unwrap_or(0);
     while i < args.len() {
         let a = args[i].as_str();
         match a {
@@ -459,7 +459,7 @@ fn null_report(wt: &str, abi: u32) -> String {
         .unwrap_or_default();
     serde_json::json!({
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
-        "landlock": {"abi": sys::landlock_abi().unwrap_or(0), "status": "available", "errno": null},
+        "landlock": {"abi": shofer_sys::landlock::abi().unwrap_or(0), "status": "available", "errno": null},
         "user_namespaces": {"usable": true, "reason": null},
         "bwrap": {"path": null, "version": null, "usable": false, "reason": "null"},
         "backend": "landlock", "backend_reason": "null-sandbox",

@@ -263,7 +263,7 @@ impl World {
                 }
             }
         }
-        let host_abi = sys::landlock_abi().unwrap_or(0);
+        let host_abi = shofer_sys::landlock::abi().unwrap_or(0);
         let xattr = {
             let f = scratch.join("xattr-probe");
             std::fs::write(&f, b"").is_ok() && sys::setxattr(&f, "user.shofer", b"1").is_ok()
@@ -802,23 +802,10 @@ impl Drop for Victim {
 
 /// Processes (by pid) whose command line has an argument equal to `marker`.
 pub fn marked(marker: &str) -> Vec<i32> {
-    let mut pids = Vec::new();
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return pids;
-    };
-    for e in rd.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cl) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        if cl.split(|b| *b == 0).any(|a| a == marker.as_bytes()) {
-            // A zombie still has an empty cmdline; a live match is a running process.
-            pids.push(pid);
-        }
-    }
-    pids
+    shofer_sys::proc::live_with_cmdline(|cl| cl.split(|b| *b == 0).any(|a| a == marker.as_bytes()))
+        .iter()
+        .map(|p| p.pid)
+        .collect()
 }
 
 fn chown_tree(p: &Path, u: u32, g: u32) {

@@ -1,5 +1,8 @@
 //! The raw kernel interface the harness and its attacks use, in one place (STYLE §6).
 //!
+//! What is not the attacks' own (errno names, the Landlock ABI probe, the open-descriptor
+//! check, `/proc` scans) comes from `shofer-sys`, shared with the sandbox and the engine.
+//!
 //! Thin wrappers over `libc` that turn `-1`/`errno` into `Result<_, Errno>` and paths into C
 //! strings. Nothing here calls into NSS (no `getpwnam`): the binary must run in a busybox VM
 //! as a static executable, so users are numeric ids only.
@@ -22,42 +25,7 @@ impl Errno {
 
     /// The symbolic name (`EACCES`), or `errno N` for the uncommon ones.
     pub fn name(self) -> String {
-        let n = match self.0 {
-            libc::EPERM => "EPERM",
-            libc::ENOENT => "ENOENT",
-            libc::ESRCH => "ESRCH",
-            libc::EINTR => "EINTR",
-            libc::EIO => "EIO",
-            libc::EBADF => "EBADF",
-            libc::ECHILD => "ECHILD",
-            libc::EAGAIN => "EAGAIN",
-            libc::ENOMEM => "ENOMEM",
-            libc::EACCES => "EACCES",
-            libc::EFAULT => "EFAULT",
-            libc::EBUSY => "EBUSY",
-            libc::EEXIST => "EEXIST",
-            libc::EXDEV => "EXDEV",
-            libc::ENODEV => "ENODEV",
-            libc::ENOTDIR => "ENOTDIR",
-            libc::EISDIR => "EISDIR",
-            libc::EINVAL => "EINVAL",
-            libc::ENOTTY => "ENOTTY",
-            libc::ENOSPC => "ENOSPC",
-            libc::EROFS => "EROFS",
-            libc::EMLINK => "EMLINK",
-            libc::ENOSYS => "ENOSYS",
-            libc::ELOOP => "ELOOP",
-            libc::ENOTEMPTY => "ENOTEMPTY",
-            libc::EOPNOTSUPP => "EOPNOTSUPP",
-            libc::ECONNREFUSED => "ECONNREFUSED",
-            libc::EADDRINUSE => "EADDRINUSE",
-            libc::ENETUNREACH => "ENETUNREACH",
-            libc::ENXIO => "ENXIO",
-            libc::ENODATA => "ENODATA",
-            libc::ETIMEDOUT => "ETIMEDOUT",
-            _ => return format!("errno {}", self.0),
-        };
-        n.to_string()
+        shofer_sys::errno::name_or_number(self.0)
     }
 }
 
@@ -268,22 +236,6 @@ pub fn ioctl_raw64(fd: RawFd, req: u64, arg: *const u8) -> SysResult<i64> {
     check(unsafe { libc::syscall(libc::SYS_ioctl, fd as libc::c_long, req, arg) })
 }
 
-/// The kernel's Landlock ABI version: `Ok(n)`, or `Err(ENOSYS)` (not built) /
-/// `Err(EOPNOTSUPP)` (built but disabled at boot).
-pub fn landlock_abi() -> SysResult<u32> {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // Safety: with the VERSION flag the kernel reads no attribute and returns the ABI.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    })
-    .map(|n| n as u32)
-}
-
 /// A new pseudo-terminal: `(master, slave, slave path)`, both ends `O_CLOEXEC`. Done with
 /// raw ioctls on `/dev/ptmx` so no `libutil` is needed in a static binary.
 pub fn openpty() -> SysResult<(OwnedFd, OwnedFd, String)> {
@@ -331,11 +283,7 @@ pub fn drain(fd: RawFd) -> Vec<u8> {
     out
 }
 
-/// Whether `fd` is open in this process.
-pub fn fd_is_open(fd: RawFd) -> bool {
-    // Safety: F_GETFD only inspects the descriptor table.
-    unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
-}
+pub use shofer_sys::fd::fd_is_open;
 
 /// A socket address for an abstract unix name (`name` without the leading NUL) or a path.
 pub fn sockaddr_un(name: &[u8], is_abstract: bool) -> (libc::sockaddr_un, libc::socklen_t) {

@@ -19,31 +19,10 @@ pub fn marker() -> String {
 
 /// Live (non-zombie) processes whose command line contains `marker`.
 pub fn survivors(marker: &str) -> Vec<i32> {
-    let me = std::process::id() as i32;
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        if !String::from_utf8_lossy(&cmdline).contains(marker) {
-            continue;
-        }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat
-            .rsplit_once(") ")
-            .map(|(_, r)| r.chars().next().unwrap_or('?'))
-            .unwrap_or('?');
-        if state != 'Z' && state != 'X' {
-            out.push(pid);
-        }
-    }
-    out
+    shofer_sys::proc::live_with_cmdline(|c| String::from_utf8_lossy(c).contains(marker))
+        .iter()
+        .map(|p| p.pid)
+        .collect()
 }
 
 /// Polls until `marker` has at least `n` live processes (or 10 s pass).

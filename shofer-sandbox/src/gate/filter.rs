@@ -195,7 +195,7 @@ pub fn install() -> io::Result<OwnedFd> {
     }
     // Safety: the kernel just returned this descriptor; we are its only owner.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    crate::sys::set_cloexec(std::os::fd::AsRawFd::as_raw_fd(&fd), true)?;
+    shofer_sys::fd::set_cloexec(std::os::fd::AsRawFd::as_raw_fd(&fd), true)?;
     Ok(fd)
 }
 

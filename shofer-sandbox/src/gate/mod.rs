@@ -105,7 +105,7 @@ pub fn available() -> Result<(), String> {
         libc::EBUSY => Err("an outer seccomp filter already owns the listener (a sandbox inside a sandbox: the outer gate still applies)".into()),
         e => Err(format!(
             "installing the seccomp listener failed ({})",
-            crate::sys::errno_name(e)
+            shofer_sys::errno::name_or_number(e)
         )),
     }
 }
@@ -147,7 +147,7 @@ impl AllowUnix {
                 crate::error::SetupError::Usage(format!(
                     "--allow-unix {}: {} (expected an existing socket or directory)",
                     p.display(),
-                    crate::sys::strerror(e.raw_os_error().unwrap_or(libc::EINVAL))
+                    shofer_sys::errno::strerror(e.raw_os_error().unwrap_or(libc::EINVAL))
                 ))
             };
             let canon = std::fs::canonicalize(p).map_err(bad)?;
@@ -266,7 +266,7 @@ pub(crate) fn take_listener(
     if n != rec.len() as isize {
         return None;
     }
-    let pidfd = crate::sys::pidfd_open(child).ok()?;
+    let pidfd = shofer_sys::pidfd::open(child).ok().flatten()?;
     let number = |b: &[u8]| i32::from_ne_bytes(b.try_into().expect("4 bytes"));
     let listener = notify::getfd(&pidfd, number(&rec[..4])).ok()?;
     let d = number(&rec[4..]);

@@ -289,24 +289,14 @@ pub fn show(out: &Output) -> String {
 
 /// PIDs of live processes whose command line contains `marker`.
 pub fn processes_with(marker: &str) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if text.contains(marker) {
-                // Zombies still have no cmdline; a live match is a survivor.
-                found.push(pid);
-            }
-        }
-    }
-    found
+    shofer_sys::proc::live_with_cmdline(|c| {
+        String::from_utf8_lossy(c)
+            .replace('\0', " ")
+            .contains(marker)
+    })
+    .iter()
+    .map(|p| p.pid)
+    .collect()
 }
 
 /// A marker number unique to this test process and call site, for `sleep <marker>`.

@@ -5,8 +5,8 @@ use super::git::{git, git_env};
 use super::{need_git, nothing, Case, Scope};
 use crate::attacks::Attack;
 use crate::runner::{chown_all, clip, unknown_protections, Cmd, Ctx, Outcome, Sb};
-use crate::sys;
 use shofer_core::policy::Protection;
+use shofer_sys::landlock::LandlockAbsence;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -38,9 +38,9 @@ fn probe_matches(c: &Ctx) -> Outcome {
         }
     }
     let ll = &p["landlock"];
-    let (status, errno, abi) = match sys::landlock_abi() {
+    let (status, errno, abi) = match shofer_sys::landlock::abi() {
         Ok(n) => ("available", None, n),
-        Err(e) if e.0 == libc::EOPNOTSUPP => ("disabled", Some("EOPNOTSUPP"), 0),
+        Err(LandlockAbsence::Disabled) => ("disabled", Some("EOPNOTSUPP"), 0),
         Err(_) => ("not-built", Some("ENOSYS"), 0),
     };
     if ll["status"].as_str() != Some(status) {

@@ -107,16 +107,11 @@ fn with_victim(c: &Ctx, attack: Attack) -> Outcome {
     let pid = v.pid().to_string();
     let o = attack_checked(c, attack, &[pid.clone(), secret]);
     std::thread::sleep(Duration::from_millis(20));
-    let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| r.trim().chars().next().unwrap_or('?'))
-        });
+    let stopped = shofer_sys::proc::read(v.pid()).is_some_and(|p| p.is_stopped());
     if !v.alive() {
         return Outcome::Escaped(format!("the outside victim died ({})", describe(&o)));
     }
-    if state == Some('t') || state == Some('T') {
+    if stopped {
         return Outcome::Escaped("the outside victim is stopped/traced".into());
     }
     o

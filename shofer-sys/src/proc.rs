@@ -1,0 +1,368 @@
+//! `/proc` scanning and parsing: one [`ProcInfo`] per process, one scan ([`ProcTable`]), one
+//! descendant walk.
+//!
+//! The fields come from `/proc/<pid>/stat` (proc(5)). The command name (`comm`, field 2) is
+//! written between parentheses and may itself hold spaces and `)`; the kernel does not escape
+//! it, so the fields are counted after the *last* `)` of the line.
+//!
+//! A process is identified by its pid *and* its start time (field 22, clock ticks after boot):
+//! a pid can be recycled once its process is reaped, a (pid, start time) pair cannot within
+//! one boot (two processes with the same pid would have to start in the same tick, which
+//! needs 2^22 forks in 10 ms).
+
+use std::ffi::CStr;
+use std::fmt;
+use std::io;
+use std::os::fd::OwnedFd;
+
+use rustix::fs::{Mode, OFlags};
+
+/// The longest command name `/proc/<pid>/stat` shows: `TASK_COMM_LEN` (16) for ordinary
+/// processes, up to 64 bytes for kernel workqueue workers (`proc_task_name` in
+/// `fs/proc/array.c`). Longer names are cut here.
+pub const COMM_MAX: usize = 64;
+
+/// A command name (`comm`) as the kernel reports it: raw bytes, not necessarily UTF-8.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Comm {
+    len: u8,
+    buf: [u8; COMM_MAX],
+}
+
+impl Comm {
+    fn new(b: &[u8]) -> Comm {
+        let n = b.len().min(COMM_MAX);
+        let mut buf = [0; COMM_MAX];
+        buf[..n].copy_from_slice(&b[..n]);
+        Comm { len: n as u8, buf }
+    }
+
+    /// The name's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+}
+
+impl fmt::Display for Comm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+impl fmt::Debug for Comm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+/// One process, from its `/proc/<pid>/stat` line (the fields shofer uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcInfo {
+    /// Process id (field 1).
+    pub pid: i32,
+    /// Parent's pid (field 4); 0 for the pid namespace's init seen from inside.
+    pub ppid: i32,
+    /// Process group id (field 5).
+    pub pgid: i32,
+    /// Session id (field 6).
+    pub sid: i32,
+    /// State letter (field 3): `R`, `S`, `D`, `T` (stopped), `t` (traced), `Z` (zombie), ...
+    pub state: u8,
+    /// Start time in clock ticks after boot (field 22): with `pid`, the process's identity.
+    pub start: u64,
+    /// The command name (field 2, without the parentheses).
+    pub comm: Comm,
+}
+
+impl ProcInfo {
+    /// Exited (a zombie waiting to be reaped, or being torn down): no signal reaches it.
+    pub fn is_dead(&self) -> bool {
+        matches!(self.state, b'Z' | b'X' | b'x')
+    }
+
+    /// Stopped by a signal or a tracer: it acts on SIGTERM only after SIGCONT.
+    pub fn is_stopped(&self) -> bool {
+        matches!(self.state, b'T' | b't')
+    }
+
+    /// `(pid, start time)`: names this process and no later one that reuses the pid.
+    pub fn identity(&self) -> (i32, u64) {
+        (self.pid, self.start)
+    }
+}
+
+/// Parses the contents of `/proc/<pid>/stat`. `None` when the line is not one (truncated,
+/// not numeric where numbers belong).
+pub fn parse_stat(buf: &[u8]) -> Option<ProcInfo> {
+    let open = memchr::memchr(b'(', buf)?;
+    let close = memchr::memrchr(b')', buf)?;
+    if close < open {
+        return None;
+    }
+    let pid = std::str::from_utf8(buf[..open].trim_ascii_end())
+        .ok()?
+        .parse()
+        .ok()?;
+    let comm = Comm::new(&buf[open + 1..close]);
+    let rest = std::str::from_utf8(buf.get(close + 2..)?).ok()?;
+    let mut it = rest.split(' ');
+    let state = it.next()?.bytes().next()?;
+    let ppid = it.next()?.parse().ok()?;
+    let pgid = it.next()?.parse().ok()?;
+    let sid = it.next()?.parse().ok()?;
+    // After session: tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime cutime
+    // cstime priority nice num_threads itrealvalue starttime (field 22).
+    let start = it.nth(15)?.trim_ascii_end().parse().ok()?;
+    Some(ProcInfo {
+        pid,
+        ppid,
+        pgid,
+        sid,
+        state,
+        start,
+        comm,
+    })
+}
+
+/// An open `/proc` directory: stat files are opened relative to it (`openat`), which keeps a
+/// scan of 1,000 processes at a few milliseconds.
+#[derive(Debug)]
+pub struct ProcDir {
+    fd: OwnedFd,
+}
+
+impl ProcDir {
+    /// Opens `/proc`.
+    ///
+    /// # Errors
+    /// As `open(2)`: `/proc` is not mounted or not readable.
+    pub fn open() -> io::Result<ProcDir> {
+        let fd = rustix::fs::open(
+            "/proc",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(ProcDir { fd })
+    }
+
+    /// The process `pid` now, or `None` when there is none (or `/proc` refuses).
+    pub fn stat(&self, pid: i32) -> Option<ProcInfo> {
+        let mut path = [0u8; 24];
+        let path = stat_path(&mut path, pid.to_string().as_bytes())?;
+        self.stat_at(path)
+    }
+
+    fn stat_at(&self, path: &CStr) -> Option<ProcInfo> {
+        let fd = rustix::fs::openat(
+            &self.fd,
+            path,
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        // 1 KiB holds any stat line: 52 numbers of at most 20 digits and a 64-byte name.
+        let mut buf = [0u8; 1536];
+        let n = loop {
+            match rustix::io::read(&fd, &mut buf) {
+                Err(rustix::io::Errno::INTR) => continue,
+                r => break r.ok()?,
+            }
+        };
+        parse_stat(&buf[..n])
+    }
+
+    /// Every process in `/proc` right now (threads are not listed separately). Processes
+    /// that exit during the scan are left out.
+    pub fn scan(&self) -> Vec<ProcInfo> {
+        let mut out = Vec::with_capacity(512);
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return out;
+        };
+        let mut path = [0u8; 24];
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.as_encoded_bytes();
+            if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
+                continue;
+            }
+            if let Some(p) = stat_path(&mut path, name).and_then(|c| self.stat_at(c)) {
+                out.push(p);
+            }
+        }
+        out
+    }
+}
+
+/// `<pid>/stat\0` in `buf`.
+fn stat_path<'a>(buf: &'a mut [u8; 24], pid: &[u8]) -> Option<&'a CStr> {
+    const SUFFIX: &[u8] = b"/stat\0";
+    let n = pid.len() + SUFFIX.len();
+    if n > buf.len() {
+        return None;
+    }
+    buf[..pid.len()].copy_from_slice(pid);
+    buf[pid.len()..n].copy_from_slice(SUFFIX);
+    CStr::from_bytes_with_nul(&buf[..n]).ok()
+}
+
+/// The process `pid` now (one read of its stat file), or `None` when there is none.
+pub fn read(pid: i32) -> Option<ProcInfo> {
+    parse_stat(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The live processes (this one excepted) whose command line (`/proc/<pid>/cmdline`: the
+/// arguments, each ended by a NUL) satisfies `matches`: how tests find what a command left
+/// behind by a unique marker in its arguments.
+pub fn live_with_cmdline(matches: impl Fn(&[u8]) -> bool) -> Vec<ProcInfo> {
+    let me = crate::process::getpid();
+    ProcTable::scan()
+        .procs
+        .into_iter()
+        .filter(|p| p.pid != me && !p.is_dead())
+        .filter(|p| std::fs::read(format!("/proc/{}/cmdline", p.pid)).is_ok_and(|c| matches(&c)))
+        .collect()
+}
+
+/// One scan of every process, indexed by parent.
+#[derive(Debug, Default)]
+pub struct ProcTable {
+    procs: Vec<ProcInfo>,
+    /// Indices into `procs`, ordered by parent pid (a sorted list rather than a hash map:
+    /// less code in the static sandbox binary, same speed for a few thousand processes).
+    by_parent: Vec<usize>,
+}
+
+impl ProcTable {
+    /// A table of `procs` (e.g. a scan, or a hand-made list in tests).
+    pub fn new(procs: Vec<ProcInfo>) -> ProcTable {
+        let mut by_parent: Vec<usize> = (0..procs.len()).collect();
+        by_parent.sort_by_key(|&i| procs[i].ppid);
+        ProcTable { procs, by_parent }
+    }
+
+    /// Every process now (see [`ProcDir::scan`]); empty when `/proc` cannot be read.
+    pub fn scan() -> ProcTable {
+        ProcTable::new(ProcDir::open().map(|d| d.scan()).unwrap_or_default())
+    }
+
+    /// The processes, in scan order.
+    pub fn procs(&self) -> &[ProcInfo] {
+        &self.procs
+    }
+
+    /// Indices (into [`ProcTable::procs`]) of `pid`'s children, zombies included.
+    pub fn children(&self, pid: i32) -> &[usize] {
+        let lo = self
+            .by_parent
+            .partition_point(|&i| self.procs[i].ppid < pid);
+        let hi = self
+            .by_parent
+            .partition_point(|&i| self.procs[i].ppid <= pid);
+        &self.by_parent[lo..hi]
+    }
+
+    /// Indices of every descendant of `pid` (children, their children, ...; zombies
+    /// included; not `pid` itself), parents before their children.
+    pub fn descendants(&self, pid: i32) -> Vec<usize> {
+        let mut out: Vec<usize> = self.children(pid).to_vec();
+        let mut i = 0;
+        while i < out.len() {
+            let p = self.procs[out[i]].pid;
+            // pid 0 is "no parent" (init seen from inside its namespace): never walk below it
+            // from a real process, and never loop on a table that claims a process is its own
+            // ancestor.
+            if p != pid && p != 0 {
+                out.extend_from_slice(self.children(p));
+            }
+            i += 1;
+            if out.len() > self.procs.len() {
+                break;
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comm_with_spaces_and_parentheses_is_kept_whole() {
+        let line = b"4242 (a) b (c)) S 1 4242 4240 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10\n";
+        let p = parse_stat(line).unwrap();
+        assert_eq!(
+            (p.pid, p.ppid, p.pgid, p.sid, p.state, p.start),
+            (4242, 1, 4242, 4240, b'S', 987654)
+        );
+        assert_eq!(p.comm.as_bytes(), b"a) b (c)");
+    }
+
+    #[test]
+    fn truncated_or_garbled_lines_are_refused() {
+        assert!(parse_stat(b"").is_none());
+        assert!(parse_stat(b"12 (x) S 1 2").is_none());
+        assert!(parse_stat(b"x (y) S 1 2 3 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5").is_none());
+        assert!(parse_stat(b"12 )x( S 1 2 3 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5").is_none());
+    }
+
+    #[test]
+    fn a_real_process_with_a_hostile_name_parses() {
+        // A program named like a stat line: the parser must count from the last ')'.
+        let dir = std::env::temp_dir().join(format!("shofer-sys-comm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("x) R 1 1 1 (y");
+        std::fs::copy("/bin/sleep", &exe).unwrap();
+        let mut child = std::process::Command::new(&exe).arg("5").spawn().unwrap();
+        let pid = child.id() as i32;
+        let p = read(pid).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(p.pid, pid);
+        assert_eq!(p.ppid, std::process::id() as i32);
+        // comm is cut at 15 bytes by the kernel.
+        assert_eq!(p.comm.as_bytes(), &b"x) R 1 1 1 (y"[..]);
+    }
+
+    #[test]
+    fn scan_and_stat_agree_on_ourselves() {
+        let me = std::process::id() as i32;
+        let dir = ProcDir::open().unwrap();
+        let mine = dir.stat(me).unwrap();
+        assert_eq!(mine.pid, me);
+        assert!(mine.start > 0);
+        assert!(dir.scan().iter().any(|p| p.identity() == mine.identity()));
+        assert_eq!(read(me).unwrap().identity(), mine.identity());
+        assert!(dir.stat(-1).is_none());
+    }
+
+    #[test]
+    fn descendants_walk_the_whole_subtree_only() {
+        let p = |pid, ppid| ProcInfo {
+            pid,
+            ppid,
+            pgid: pid,
+            sid: pid,
+            state: b'S',
+            start: 1,
+            comm: Comm::new(b"t"),
+        };
+        let t = ProcTable::new(vec![
+            p(1, 0),
+            p(10, 1),
+            p(11, 10),
+            p(12, 11),
+            p(20, 1),
+            p(13, 10),
+        ]);
+        let mut d: Vec<i32> = t
+            .descendants(10)
+            .iter()
+            .map(|&i| t.procs()[i].pid)
+            .collect();
+        d.sort_unstable();
+        assert_eq!(d, vec![11, 12, 13]);
+        assert!(t.descendants(12).is_empty());
+    }
+}
