@@ -776,9 +776,10 @@ impl Engine {
             let mut keep_pumping = false;
             if !killed {
                 let t = Arc::clone(&r);
-                let left: Vec<i32> = tokio::task::spawn_blocking(move || background_of(&t.tree))
-                    .await
-                    .unwrap_or_default();
+                let left: Vec<i32> =
+                    tokio::task::spawn_blocking(move || background_of(&t.tree, true))
+                        .await
+                        .unwrap_or_default();
                 background = left.iter().map(|&p| process_name(p)).collect();
                 if !left.is_empty() {
                     match policy {
@@ -977,7 +978,7 @@ impl Engine {
                 let mut o = r.snapshot();
                 if o.status != Status::Running && !o.background.is_empty() {
                     // Those of its background processes that still run now.
-                    o.background = background_of(&r.tree)
+                    o.background = background_of(&r.tree, false)
                         .into_iter()
                         .map(process_name)
                         .collect();
@@ -1119,10 +1120,16 @@ async fn settle(interceptor: &Mutex<Interceptor>, max: Duration, idle: Duration)
 }
 
 /// The live members of a command's tree other than its main process and the sandbox (which,
-/// with `--keep-descendants`, waits for them): the processes it left in the background.
-fn background_of(tree: &Tree) -> Vec<i32> {
+/// with `--keep-descendants`, waits for them): the processes it left in the background. `fresh`:
+/// from a new /proc scan rather than the shared one (see [`Tree::members_now`]).
+fn background_of(tree: &Tree, fresh: bool) -> Vec<i32> {
     let root = tree.root_pid();
-    tree.members()
+    let members = if fresh {
+        tree.members_now()
+    } else {
+        tree.members()
+    };
+    members
         .iter()
         .map(|p| p.pid)
         .filter(|&p| p != root && process_name(p) != "shofer-sandbox")

@@ -123,6 +123,15 @@ impl Tree {
             .pop()
             .unwrap_or_default()
     }
+
+    /// The live members of this tree from a fresh scan: for a decision that must see a
+    /// process forked a moment ago (what a command left running when its main process
+    /// exited), which a shared scan up to [`SHARED_SCAN_AGE`] old can miss.
+    pub fn members_now(&self) -> Vec<ProcInfo> {
+        members_of(&[self], &ProcTable::scan())
+            .pop()
+            .unwrap_or_default()
+    }
 }
 
 /// How old a scan [`Tree::members`] may reuse: every command that left background processes
