@@ -251,7 +251,9 @@ async def case_search():
                 before = cpu_ticks(pid)
                 await asyncio.sleep(2.0)
                 idle = (cpu_ticks(pid) - before) / hz
-                check(busy > 0.2 and idle < 0.2,
+                # `busy` only shows the search was working when cancelled (on a loaded machine
+                # it gets a fraction of a core); the claim is that it then stops.
+                check(busy > 0.05 and idle < 0.2,
                       f"a cancelled search stops: {busy:.2f}s CPU in the call's second, {idle:.2f}s in 2 s after")
                 r, t = await run(session, "echo still-answering")
                 check("still-answering" in t, "the server answers after the cancelled search")
