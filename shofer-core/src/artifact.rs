@@ -1,4 +1,4 @@
-//! Execution ids and artifact ids (DESIGN §3.2, §3.4).
+//! Execution ids and artifact ids (ARCHITECTURE §3.2, §3.4).
 //!
 //! Every command run gets an *execution id*: a Unix time in milliseconds, made unique within
 //! the process by [`next_unique`] (a later command never gets an id at or below an earlier

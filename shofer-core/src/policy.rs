@@ -1,4 +1,4 @@
-//! The sandbox policy model (DESIGN §2.1) and what each backend enforces of it (§2.4, §2.5).
+//! The sandbox policy model (ARCHITECTURE §2.1) and what each backend enforces of it (§2.4, §2.5).
 //!
 //! A [`Policy`] is the writable set plus the network choice; it holds no file descriptors and
 //! makes no syscalls. [`protections`] answers, for a backend at a Landlock ABI, which of the
@@ -20,7 +20,7 @@ pub enum RuleOrigin {
     Terminal,
     /// `/dev/shm` (POSIX shared memory and semaphores).
     SharedMemory,
-    /// The per-worktree gitdir or the common dir's `objects/`, `refs/`, `logs/` (DESIGN §2.3).
+    /// The per-worktree gitdir or the common dir's `objects/`, `refs/`, `logs/` (ARCHITECTURE §2.3).
     GitMetadata,
     /// A `--allow-write PATH`.
     AllowWrite,
@@ -62,7 +62,7 @@ pub enum NetPolicy {
     Deny,
 }
 
-/// A sandbox backend (DESIGN §2.4).
+/// A sandbox backend (ARCHITECTURE §2.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// A Landlock ruleset on the command and its children.
@@ -117,7 +117,7 @@ pub struct Policy {
     pub net: NetPolicy,
 }
 
-/// A protection the report speaks about (DESIGN §2.5).
+/// A protection the report speaks about (ARCHITECTURE §2.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protection {
     /// Creating, writing, deleting or renaming files outside the writable set.

@@ -1,4 +1,4 @@
-//! The head/tail preview of a command's output (DESIGN §3.2).
+//! The head/tail preview of a command's output (ARCHITECTURE §3.2).
 //!
 //! A command may print gigabytes; the agent sees at most a *budget* of bytes: the first half of
 //! the budget (the head) and the last half (the tail), joined by the marker

@@ -1,4 +1,4 @@
-//! The texts the agent reads (DESIGN §3.3, §3.4, Appendix A).
+//! The texts the agent reads (ARCHITECTURE §3.3, §3.4, Appendix A).
 //!
 //! These are a contract: they are the original agent host's templates, kept so a host can swap
 //! its engine for shofer's without retraining its prompts. Every function here is pure; the

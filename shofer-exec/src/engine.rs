@@ -1,5 +1,5 @@
 //! The engine: runs commands, races their timeouts, keeps a registry of them, and reads their
-//! artifacts (DESIGN §3.1).
+//! artifacts (ARCHITECTURE §3.1).
 //!
 //! One [`Engine`] serves one task: it has a task working directory, an artifact directory and
 //! the user's settings ([`EngineConfig`]). [`Engine::execute`] spawns `/bin/sh -c <command>`
@@ -324,7 +324,7 @@ pub struct Outcome {
     /// Names of the descendants still running after the main process exited (with
     /// [`Background::Keep`]), or stopped then (with [`Background::Stop`]).
     pub background: Vec<String>,
-    /// The result text for the model (DESIGN §3.3).
+    /// The result text for the model (ARCHITECTURE §3.3).
     pub text: String,
 }
 

@@ -1,4 +1,4 @@
-//! The output interceptor (DESIGN §3.2): terminal control bytes stripped, then a [`HeadTail`]
+//! The output interceptor (ARCHITECTURE §3.2): terminal control bytes stripped, then a [`HeadTail`]
 //! preview plus the artifact file `<dir>/cmd-<executionId>.txt` holding every byte from the
 //! first.
 //!

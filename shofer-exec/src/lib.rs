@@ -1,5 +1,5 @@
 //! shofer-exec: the engine behind an agent's `execute_command` and `read_command_output`
-//! tools (DESIGN §3), and the `shofer` command-line tool.
+//! tools (ARCHITECTURE §3), and the `shofer` command-line tool.
 //!
 //! - [`Engine`] runs commands ([`Engine::execute`] with an [`ExecRequest`]), races the soft
 //!   timeout, the hard timeout and an abort token, keeps every command in a registry

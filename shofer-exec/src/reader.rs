@@ -1,4 +1,4 @@
-//! `read_command_output` (DESIGN §3.4): read an artifact page by page, or search it.
+//! `read_command_output` (ARCHITECTURE §3.4): read an artifact page by page, or search it.
 //!
 //! Both modes work on one open file descriptor, so an artifact removed while it is being read
 //! is still read to the end (Linux keeps the inode while it is open); an artifact truncated

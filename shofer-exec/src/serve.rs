@@ -1,12 +1,12 @@
-//! `shofer serve`: the engine as a Model Context Protocol server on stdio (DESIGN §3.5,
+//! `shofer serve`: the engine as a Model Context Protocol server on stdio (ARCHITECTURE §3.5,
 //! Appendix A), built on the official Rust SDK (`rmcp`).
 //!
 //! Tools:
 //! - `execute_command` (`command`, `cwd`, `timeout`): runs a command through the [`Engine`];
-//!   the result is the engine's text (DESIGN §3.3). Commands reading a file that
+//!   the result is the engine's text (ARCHITECTURE §3.3). Commands reading a file that
 //!   `<task cwd>/.shofer/shoferignore` excludes are refused first ([`crate::shoferignore`]).
 //!   A client's `notifications/cancelled` for the call aborts the command (tree killed).
-//! - `read_command_output` (`artifact_id`, `search`, `offset`, `limit`): DESIGN §3.4.
+//! - `read_command_output` (`artifact_id`, `search`, `offset`, `limit`): ARCHITECTURE §3.4.
 //! - `terminate_command` (`execution_id`): kills a command's whole tree.
 //! - `list_commands`: the session's commands as JSON: every running one (and every finished
 //!   one that left a process behind) and the latest [`crate::MAX_FINISHED_RECORDS`] others.

@@ -1,4 +1,4 @@
-//! shoferignore: refuse commands that read files the user excluded (DESIGN §3.5, Appendix A).
+//! shoferignore: refuse commands that read files the user excluded (ARCHITECTURE §3.5).
 //!
 //! The user lists files the agent must not read in `<task cwd>/.shofer/shoferignore`, in
 //! gitignore syntax (matched with the `ignore` crate's gitignore matcher; patterns are relative

@@ -1,4 +1,4 @@
-//! read_command_output edge cases (DESIGN §3.4) against real files.
+//! read_command_output edge cases (ARCHITECTURE §3.4) against real files.
 
 use std::path::Path;
 

@@ -1,4 +1,4 @@
-//! Choosing a backend (DESIGN §2.4): the strongest that enforces the whole policy, or a clear
+//! Choosing a backend (ARCHITECTURE §2.4): the strongest that enforces the whole policy, or a clear
 //! refusal naming each mechanism and why it failed. Never a silent downgrade.
 
 use shofer_core::policy::{

@@ -1,4 +1,4 @@
-//! The `bwrap` backend (DESIGN §2.4): the system's bubblewrap with `--new-session
+//! The `bwrap` backend (ARCHITECTURE §2.4): the system's bubblewrap with `--new-session
 //! --die-with-parent --unshare-pid --proc /proc --dev /dev`, the root bound read-only and the
 //! writable set bound read-write, under shofer's supervisor.
 //!

@@ -1,4 +1,4 @@
-//! Dropping every capability before exec (DESIGN §2.2), for a command run as root or with
+//! Dropping every capability before exec (ARCHITECTURE §2.2), for a command run as root or with
 //! file capabilities. See capabilities(7).
 //!
 //! Order matters: the bounding set first (dropping from it needs `CAP_SETPCAP` in the

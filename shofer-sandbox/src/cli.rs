@@ -1,6 +1,6 @@
 //! Command-line parsing, stage one: flags to a typed [`Invocation`], with no syscalls.
 //!
-//! Grammar (DESIGN §2):
+//! Grammar (ARCHITECTURE §2):
 //! ```text
 //! shofer-sandbox [OPTIONS] <WORKTREE> [--] <COMMAND> [ARGS...]
 //! shofer-sandbox [OPTIONS] <WORKTREE> -c <SHELL-STRING> [ARG0 ARGS...]
@@ -20,7 +20,7 @@ use crate::error::SetupError;
 /// Which backend to use (`--backend`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
-    /// Pick the strongest that enforces the whole policy (DESIGN §2.4).
+    /// Pick the strongest that enforces the whole policy (ARCHITECTURE §2.4).
     Auto,
     /// Force one backend.
     Forced(shofer_core::policy::Backend),

@@ -1,4 +1,4 @@
-//! Linked git worktrees (DESIGN §2.3).
+//! Linked git worktrees (ARCHITECTURE §2.3).
 //!
 //! A linked worktree's `.git` is a file `gitdir: <common>/worktrees/<name>`. For `git add`,
 //! `commit`, `checkout`, `branch` and `stash` to work inside the sandbox, the per-worktree

@@ -1,5 +1,5 @@
 //! `shofer-sandbox`: parse, run, exit. Every exit status is decided in
-//! [`shofer_sandbox::run`]; this file only maps usage errors to 125 (DESIGN §2.6).
+//! [`shofer_sandbox::run`]; this file only maps usage errors to 125 (ARCHITECTURE §2.6).
 //!
 //! `no_main`: start-up is part of every sandboxed command's cost, and the Rust runtime's own
 //! set-up (probing the main thread's stack guard through `/proc/self/maps`, installing a

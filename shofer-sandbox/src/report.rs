@@ -1,4 +1,4 @@
-//! The `--probe --json` object and the `--report FD` record (DESIGN §2.5).
+//! The `--probe --json` object and the `--report FD` record (ARCHITECTURE §2.5).
 //!
 //! Both come from the same function, so what a real run reports and what the probe predicts
 //! cannot drift apart. Known kernel limits are listed as not enforced, never left out.

@@ -1,4 +1,4 @@
-//! Building the writable set of DESIGN §2.1 from the command line and the filesystem.
+//! Building the writable set of ARCHITECTURE §2.1 from the command line and the filesystem.
 //!
 //! Each entry is opened here, once, as an `O_PATH` descriptor; the backends use those
 //! descriptors (Landlock rules) or their paths (bind mounts). Paths the caller names (the
@@ -29,7 +29,7 @@ pub struct OpenedPolicy {
     pub controls: crate::gitprotect::ControlSet,
 }
 
-/// Device files writable by every command (DESIGN §2.1).
+/// Device files writable by every command (ARCHITECTURE §2.1).
 const DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
 /// Terminal devices: write and, from Landlock ABI 5, device ioctls.
 const TERMINALS: [&str; 3] = ["/dev/tty", "/dev/ptmx", "/dev/pts"];

@@ -1,4 +1,4 @@
-//! `shofer-containment`: the containment harness for `shofer-sandbox` (DESIGN §4).
+//! `shofer-containment`: the containment harness for `shofer-sandbox` (ARCHITECTURE §4).
 //!
 //! ```text
 //! shofer-containment <path-to-shofer-sandbox> [--json] [--backends LIST] [--abis LIST]

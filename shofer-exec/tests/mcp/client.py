@@ -116,7 +116,7 @@ async def session_run(task, errlog_path):
                       and rd.input_schema.get("required") == ["artifact_id"],
                       "read_command_output has artifact_id (required), search, offset, limit")
 
-                # A short command: the inline text of DESIGN §3.3, exactly.
+                # A short command: the inline text of ARCHITECTURE §3.3, exactly.
                 r, t = await call(session, "execute_command", {"command": "echo hello-mcp; echo $PPID", "cwd": None, "timeout": None})
                 m = re.fullmatch(r"Command executed in terminal within working directory '(.*)'\. Exit code: 0\nOutput:\nhello-mcp\n(\d+)\n", t)
                 check(not r.is_error and m is not None and m.group(1) == task, f"short command: inline result text ({t!r})")
