@@ -167,28 +167,12 @@ mod x86_64 {
     /// `--keep-caps`). Requires `no_new_privs` or `CAP_SYS_ADMIN`.
     ///
     /// # Errors
-    /// The `prctl(PR_SET_SECCOMP)` error.
+    /// The seccomp(2) error.
     pub fn install(refuse_id_changes: bool) -> io::Result<()> {
         // Safety: getuid/getgid cannot fail.
         let ids = refuse_id_changes.then(|| unsafe { (libc::getuid(), libc::getgid()) });
         let filter = program(ids);
-        let prog = libc::sock_fprog {
-            len: filter.len() as u16,
-            filter: filter.as_ptr() as *mut libc::sock_filter,
-        };
-        // Safety: `prog` points at `filter`, alive until the call returns; the kernel copies
-        // the program.
-        let ret = unsafe {
-            libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &prog as *const libc::sock_fprog,
-            )
-        };
-        if ret != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        crate::seccomp::install(&filter, 0).map(drop)
     }
 
     #[cfg(test)]

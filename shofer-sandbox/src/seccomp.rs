@@ -13,6 +13,40 @@
 //! the report lists TIOCSTI as not enforced (a program that only knew x86 numbers would
 //! silently allow everything elsewhere).
 
+use std::io;
+
+/// Installs the classic-BPF `filter` on the calling thread with seccomp(2)
+/// `SECCOMP_SET_MODE_FILTER` and `flags` (e.g. `SECCOMP_FILTER_FLAG_NEW_LISTENER`, Linux 5.0),
+/// and returns what the kernel returned: a new listener descriptor with that flag, else 0. The
+/// filter is inherited by children and kept across exec. Requires `no_new_privs` or
+/// `CAP_SYS_ADMIN`. The one installer for every filter of this crate (this module's, the host
+/// filter's and the unix-socket gate's).
+///
+/// # Errors
+/// The seccomp(2) error: `EINVAL` on a kernel without seccomp filters or the flag, `EBUSY`
+/// when `NEW_LISTENER` is asked for and a filter of this task already has a listener.
+pub(crate) fn install(filter: &[libc::sock_filter], flags: libc::c_ulong) -> io::Result<i64> {
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // Safety: seccomp(2) copies the program `prog` points at, which outlives the call; libc
+    // has no wrapper for seccomp(2) and rustix none for filters. No allocation: callable in
+    // the child between clone and exec.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ret)
+}
+
 /// Whether this build has the filter for the architecture it runs on.
 pub(crate) const FILTER_AVAILABLE: bool = cfg!(target_arch = "x86_64");
 
@@ -86,25 +120,8 @@ mod x86_64 {
     /// Requires `no_new_privs` (set by the caller) or `CAP_SYS_ADMIN`.
     ///
     /// # Errors
-    /// The `prctl(PR_SET_SECCOMP)` error, e.g. `EINVAL` on a kernel without seccomp filters.
+    /// The seccomp(2) error, e.g. `EINVAL` on a kernel without seccomp filters.
     pub fn refuse_terminal_injection() -> io::Result<()> {
-        let filter = program();
-        let prog = libc::sock_fprog {
-            len: filter.len() as u16,
-            filter: filter.as_ptr() as *mut libc::sock_filter,
-        };
-        // Safety: `prog` points at `filter`, which lives until the call returns; the kernel
-        // copies the program.
-        let ret = unsafe {
-            libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &prog as *const libc::sock_fprog,
-            )
-        };
-        if ret != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        super::install(&program(), 0).map(drop)
     }
 }

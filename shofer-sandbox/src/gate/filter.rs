@@ -175,24 +175,7 @@ pub fn program() -> Vec<libc::sock_filter> {
 /// The `seccomp(2)` error: `EBUSY` when a filter of this task already has a listener (an
 /// outer sandbox's gate), `EINVAL` on kernels without user notification.
 pub fn install() -> io::Result<OwnedFd> {
-    let filter = program();
-    let prog = libc::sock_fprog {
-        len: filter.len() as u16,
-        filter: filter.as_ptr() as *mut libc::sock_filter,
-    };
-    // Safety: seccomp(2) copies the program `prog` points at, which outlives the call; no libc
-    // wrapper exists for seccomp(2).
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-            &prog as *const libc::sock_fprog,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let fd = crate::seccomp::install(&program(), libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?;
     // Safety: the kernel just returned this descriptor; we are its only owner.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     shofer_sys::fd::set_cloexec(std::os::fd::AsRawFd::as_raw_fd(&fd), true)?;
