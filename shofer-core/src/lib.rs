@@ -9,6 +9,8 @@
 //! - [`preview`]: the head/tail preview buffer of a command's output ([`preview::HeadTail`]).
 //! - [`text`]: the result texts the agent reads (templates, sizes, exit status, fixed messages).
 //! - [`artifact`]: execution ids and the validated artifact id `cmd-<digits>.txt`.
+//! - [`denial`]: the hint line that tells a sandbox denial from a bug.
+//! - [`strip`]: the streaming filter that removes terminal control bytes from output.
 //!
 //! ```
 //! use shofer_core::policy::{degradations, Backend, NetPolicy};
@@ -19,7 +21,9 @@
 #![deny(missing_docs)]
 
 pub mod artifact;
+pub mod denial;
 pub mod policy;
 pub mod preview;
 pub mod rights;
+pub mod strip;
 pub mod text;

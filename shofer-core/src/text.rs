@@ -222,11 +222,50 @@ fn truncate_output(content: &str, line_limit: usize, char_limit: usize) -> Strin
 /// The inline result: `Command executed in terminal within working directory '<cwd>'. <exit status>\nOutput:\n<output>`,
 /// the output compressed with [`compress_output`].
 pub fn inline_result(cwd: &str, status: &ExitStatus, output: &str) -> String {
+    inline_result_noted(cwd, status, "", output)
+}
+
+/// [`inline_result`] with `note` (e.g. a [`background_note`]) right after the exit status.
+pub fn inline_result_noted(cwd: &str, status: &ExitStatus, note: &str, output: &str) -> String {
     format!(
-        "Command executed in terminal within working directory '{cwd}'. {}\nOutput:\n{}",
+        "Command executed in terminal within working directory '{cwd}'. {}{note}\nOutput:\n{}",
         status.text(),
         compress_output(output)
     )
+}
+
+/// `; K background process(es) still running (names)` when `still_running`, else
+/// `; K background process(es) were stopped when shofer run ended (names)`: what became of
+/// the descendants a command left behind when its main process exited. Names are the
+/// processes' `comm`, at most 8 listed.
+pub fn background_note(names: &[String], still_running: bool) -> String {
+    if names.is_empty() {
+        return String::new();
+    }
+    let mut list: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
+    let more = names.len().saturating_sub(8);
+    let more = if more > 0 {
+        format!(", {more} more")
+    } else {
+        String::new()
+    };
+    list.dedup();
+    let what = if still_running {
+        "still running"
+    } else {
+        "were stopped when shofer run ended"
+    };
+    format!(
+        "; {} background process(es) {what} ({}{more})",
+        names.len(),
+        list.join(", ")
+    )
+}
+
+/// `; their output keeps going to artifact <id> (terminate_command <execution id> stops them)`:
+/// appended to a [`background_note`] of processes still running.
+pub fn background_artifact_note(artifact_id: &str, execution_id: u64) -> String {
+    format!("; their output keeps going to artifact {artifact_id} (terminate_command {execution_id} stops them)")
 }
 
 /// Where spilled output went, for [`persisted_result`].
@@ -264,10 +303,30 @@ pub fn persisted_result(
     persisted: &Persisted<'_>,
     preview: &str,
 ) -> String {
-    let mut lines = vec![
-        format!("Command executed in '{cwd}'. {}", status.text()),
-        String::new(),
-    ];
+    persisted_result_noted(cwd, status, "", total, persisted, preview)
+}
+
+/// [`persisted_result`] with `note` right after the exit status.
+pub fn persisted_result_noted(
+    cwd: &str,
+    status: &ExitStatus,
+    note: &str,
+    total: u64,
+    persisted: &Persisted<'_>,
+    preview: &str,
+) -> String {
+    format!(
+        "Command executed in '{cwd}'. {}{note}\n\n{}",
+        status.text(),
+        persisted_block(total, persisted, preview)
+    )
+}
+
+/// The part of [`persisted_result`] after the first line and the blank line: the `Output`
+/// line, blank line, `Preview:`, the preview, and (when an artifact exists) blank line and
+/// `Use read_command_output tool to view full output if needed.`
+pub fn persisted_block(total: u64, persisted: &Persisted<'_>, preview: &str) -> String {
+    let mut lines = Vec::new();
     let mut readable = true;
     match persisted {
         Persisted::Complete { artifact_id } => {
@@ -293,22 +352,78 @@ pub fn persisted_result(
     lines.join("\n")
 }
 
+/// The result of a command the engine killed (hard timeout, abort): `headline` (the fixed
+/// text, e.g. [`hard_timeout_text`]), then what it printed: a blank line and
+/// `Output:\n<output>` (compressed as inline output) when it fits the preview, `No output.` when
+/// there was none, else a blank line and the [`persisted_block`].
+pub fn killed_result(headline: &str, output: KilledOutput<'_>) -> String {
+    match output {
+        KilledOutput::Inline("") => headline.to_string(),
+        KilledOutput::Inline(o) => format!("{headline}\n\nOutput:\n{}", compress_output(o)),
+        KilledOutput::Persisted {
+            total,
+            persisted,
+            preview,
+        } => format!(
+            "{headline}\n\n{}",
+            persisted_block(total, &persisted, preview)
+        ),
+    }
+}
+
+/// What a killed command printed, for [`killed_result`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KilledOutput<'a> {
+    /// The whole output (it fits the preview).
+    Inline(&'a str),
+    /// Spilled output.
+    Persisted {
+        /// Bytes of output.
+        total: u64,
+        /// Where it went.
+        persisted: Persisted<'a>,
+        /// The preview.
+        preview: &'a str,
+    },
+}
+
+/// The line a still-running result adds when the output so far is in an artifact (also
+/// below the preview size): `Output so far (<size>) is in artifact <id>; read_command_output
+/// reads it while the command runs.`
+pub fn running_artifact_note(artifact_id: &str, total: u64) -> String {
+    format!(
+        "Output so far ({}) is in artifact {artifact_id}; read_command_output reads it while the command runs.",
+        format_size(total)
+    )
+}
+
 /// The still-running result (the soft timeout fired):
 /// `Command is still running in terminal from '<cwd>'.`, then `Here's the output so far:\n<output>\n`
 /// (or an empty line when there is none yet), then
 /// `You will be updated on the terminal status and new output in the future.`
 pub fn running_result(cwd: &str, output_so_far: &str) -> String {
+    running_result_noted(cwd, output_so_far, "")
+}
+
+/// [`running_result`] with `note` (e.g. a [`running_artifact_note`]) as a line before the
+/// last sentence.
+pub fn running_result_noted(cwd: &str, output_so_far: &str, note: &str) -> String {
     let middle = if output_so_far.is_empty() {
         "\n".to_string()
     } else {
         format!("Here's the output so far:\n{output_so_far}\n")
     };
-    [
+    let mut parts = vec![
         format!("Command is still running in terminal from '{cwd}'."),
         middle,
+    ];
+    if !note.is_empty() {
+        parts.push(note.to_string());
+    }
+    parts.push(
         "You will be updated on the terminal status and new output in the future.".to_string(),
-    ]
-    .join("\n")
+    );
+    parts.join("\n")
 }
 
 /// The hard (user) timeout text, with the timeout in seconds as configured (e.g. `5s`, `0.5s`).

@@ -4,18 +4,26 @@
 //! One [`Engine`] serves one task: it has a task working directory, an artifact directory and
 //! the user's settings ([`EngineConfig`]). [`Engine::execute`] spawns `/bin/sh -c <command>`
 //! (inside `shofer-sandbox <worktree> --` when a [`Sandbox`] is configured) as the leader of
-//! a new session (no controlling terminal; stdin `/dev/null`; `LANG`/`LC_ALL` `C.UTF-8`;
-//! `SHOFER_EXEC_TAG` set, see [`TAG_VAR`]), pumps its merged
-//! output through an [`Interceptor`](crate::intercept::Interceptor), and returns when the
-//! first of these happens:
+//! a new session (no controlling terminal; stdin `/dev/null`; `LANG`/`LC_ALL` `C.UTF-8`; the
+//! non-interactive environment of [`crate::childenv`]; no descriptor above 2 of ours;
+//! `SHOFER_EXEC_TAG` set, see [`TAG_VAR`]), pumps its merged output through an
+//! [`Interceptor`](crate::intercept::Interceptor) (control bytes stripped, artifact created at
+//! the start), and returns when the first of these happens:
 //! - the main process exits (plus a bounded drain of the pipe): the inline or persisted text;
-//! - the soft (agent) timeout of the request: the output so far, the command keeps running in
-//!   the background, registered, killable with [`Engine::terminate`];
-//! - the abort token is cancelled: the tree is killed, [`ABORTED_TEXT`](shofer_core::text::ABORTED_TEXT).
+//!   descendants still running then are stopped and named ([`Background::Stop`]) or stay part
+//!   of the command ([`Background::Keep`]: named in the result, listed, their output still
+//!   flowing into the artifact). Under the sandbox, `--keep-descendants --status-fd 3` makes
+//!   the sandbox wait for them and report the main process's exit;
+//! - the soft (agent) timeout of the request: the output so far and the artifact id, the
+//!   command keeps running in the background, registered, killable with [`Engine::terminate`];
+//! - the abort token is cancelled: the tree is killed,
+//!   [`ABORTED_TEXT`](shofer_core::text::ABORTED_TEXT) plus the output so far.
 //!
 //! The hard (user) timeout runs in the command's supervisor task, independent of the call: it
 //! kills the tree even after the command went to the background, unless the command starts
-//! with a prefix on the allowlist.
+//! with a prefix on the allowlist; its text keeps the output too. A sandboxed command that
+//! failed with a refused write outside the writable set gets the hint of
+//! [`shofer_core::denial`].
 //!
 //! Every command stays in the registry ([`Engine::list`]) while it or a process it left behind
 //! runs; finished ones are compact (their result text, no buffers or descriptors) and only the
@@ -25,24 +33,29 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use shofer_core::artifact::next_unique;
+use shofer_core::denial::denial_hint;
 use shofer_core::preview::PreviewSize;
-use shofer_core::text::{self, ExitStatus, Persisted};
+use shofer_core::text::{self, ExitStatus, KilledOutput, Persisted};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::childenv;
 use crate::intercept::{Intercepted, Interceptor, Spill};
 use crate::pump::{self, PumpCtl};
 use crate::reader::{self, ReadError, ReadRequest};
 use crate::tree::{self, Tree};
+
+/// The last execution id handed out in this process.
+static LAST_ID: AtomicU64 = AtomicU64::new(0);
 
 /// How often the tree of an exited command that left background processes is rescanned
 /// (to reap their zombies once they exit).
@@ -116,6 +129,25 @@ impl Sandbox {
     }
 }
 
+impl Sandbox {
+    /// The directories a sandboxed command may write: the worktree, `/tmp`, and every
+    /// `--allow-write DIR` among the extra arguments.
+    pub fn writable(&self) -> Vec<String> {
+        let mut w = vec![self.worktree.display().to_string(), "/tmp".to_string()];
+        let mut args = self.extra_args.iter();
+        while let Some(a) = args.next() {
+            if a == "--allow-write" {
+                if let Some(d) = args.next() {
+                    w.push(d.to_string_lossy().into_owned());
+                }
+            } else if let Some(d) = a.to_str().and_then(|a| a.strip_prefix("--allow-write=")) {
+                w.push(d.to_string());
+            }
+        }
+        w
+    }
+}
+
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -150,6 +182,26 @@ pub struct EngineConfig {
     /// Make this process a child subreaper on engine creation (see [`crate::tree`]).
     /// Default false; set it when the engine owns its process (the `shofer` binary does).
     pub subreaper: bool,
+    /// Environment variables the caller sets explicitly: they win over the engine's
+    /// non-interactive defaults ([`crate::childenv`]). Default none.
+    pub env: Vec<(OsString, OsString)>,
+    /// What happens to descendants still running when a command's main process exits.
+    /// Default [`Background::Keep`].
+    pub background: Background,
+}
+
+/// What becomes of a command's descendants that outlive its main process (`server &`,
+/// `nohup x &`, `setsid daemon`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Background {
+    /// They stay part of the command (`shofer serve`): the result says
+    /// `K background process(es) still running (names)`, their output keeps flowing into the
+    /// command's artifact, and [`Engine::terminate`] or dropping the engine stops them.
+    #[default]
+    Keep,
+    /// They are killed when the main process exits (one-shot `shofer run`), and the result
+    /// names them.
+    Stop,
 }
 
 impl EngineConfig {
@@ -167,6 +219,8 @@ impl EngineConfig {
             sandbox: None,
             max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
             subreaper: false,
+            env: Vec::new(),
+            background: Background::Keep,
         }
     }
 }
@@ -225,7 +279,7 @@ impl std::error::Error for ExecError {
 }
 
 /// A command's state in the registry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Still running (its main process has not exited).
@@ -247,7 +301,7 @@ enum KillReason {
 }
 
 /// What the engine tells about one command.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Outcome {
     /// The execution id.
     pub id: u64,
@@ -265,8 +319,11 @@ pub struct Outcome {
     pub artifact_id: Option<String>,
     /// The artifact's path, once the output spilled.
     pub artifact_path: Option<PathBuf>,
-    /// Bytes of output so far.
+    /// Bytes of output so far (terminal control bytes stripped).
     pub total_bytes: u64,
+    /// Names of the descendants still running after the main process exited (with
+    /// [`Background::Keep`]), or stopped then (with [`Background::Stop`]).
+    pub background: Vec<String>,
     /// The result text for the model (DESIGN §3.3).
     pub text: String,
 }
@@ -277,6 +334,7 @@ struct Final {
     status: Status,
     exit: ExitStatus,
     intercepted: Intercepted,
+    background: Vec<String>,
     text: String,
 }
 
@@ -306,22 +364,22 @@ impl Record {
         match fin {
             Some(f) => self.outcome_from(&f),
             None => {
-                let snap = self
-                    .interceptor
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .snapshot();
-                let (artifact_id, artifact_path) = artifact_of(&snap, &self.interceptor);
-                let so_far = match (&snap.spill, &artifact_id) {
-                    (Spill::Inline, _) => text::compress_output(&snap.preview.text),
-                    // Already spilled: say where the whole output so far is.
-                    (_, Some(a)) => format!(
-                        "{}\n\n[Output so far ({}) persisted. Artifact ID: {a} (it grows while the command runs)]",
-                        snap.preview.text,
-                        text::format_size(snap.preview.total)
-                    ),
+                let snap = {
+                    let mut i = self.interceptor.lock().unwrap_or_else(|e| e.into_inner());
+                    // The agent may be shown the artifact id now: keep the file.
+                    i.keep_artifact();
+                    i.snapshot()
+                };
+                let so_far = match snap.spill {
+                    Spill::Inline => text::compress_output(&snap.preview.text),
                     _ => snap.preview.text.clone(),
                 };
+                let (artifact_id, artifact_path) = artifact_of(&snap, &self.interceptor);
+                let note = artifact_id
+                    .as_ref()
+                    .map(|id| text::running_artifact_note(id, snap.preview.total))
+                    .unwrap_or_default();
+                let txt = text::running_result_noted(&self.cwd, &so_far, &note);
                 Outcome {
                     id: self.id,
                     command: self.command.clone(),
@@ -332,7 +390,8 @@ impl Record {
                     artifact_id,
                     artifact_path,
                     total_bytes: snap.preview.total,
-                    text: text::running_result(&self.cwd, &so_far),
+                    background: Vec::new(),
+                    text: txt,
                 }
             }
         }
@@ -354,6 +413,7 @@ impl Record {
             artifact_id,
             artifact_path,
             total_bytes: f.intercepted.preview.total,
+            background: f.background.clone(),
             text: f.text.clone(),
         }
     }
@@ -375,6 +435,7 @@ impl Record {
                     status: Status::Terminated,
                     exit: ExitStatus::from_signal(9, false),
                     intercepted: snap,
+                    background: Vec::new(),
                     text: text::ABORTED_TEXT.to_string(),
                 };
             }
@@ -390,11 +451,15 @@ fn artifact_of(
     i: &Intercepted,
     interceptor: &Mutex<Interceptor>,
 ) -> (Option<String>, Option<PathBuf>) {
-    let id = match &i.spill {
-        Spill::Complete(id)
-        | Spill::Failed {
-            artifact: Some(id), ..
-        } => id,
+    let id = match (&i.spill, &i.artifact) {
+        (
+            Spill::Complete(id)
+            | Spill::Failed {
+                artifact: Some(id), ..
+            },
+            _,
+        )
+        | (Spill::Inline, Some(id)) => id,
         _ => return (None, None),
     };
     let path = interceptor
@@ -483,26 +548,16 @@ impl Engine {
         &self.inner.config
     }
 
-    /// The next execution id: the time in milliseconds, made unique within the process (all
-    /// engines share one counter, so two engines never hand out the same id or tag).
-    fn next_id(&self) -> u64 {
-        static LAST_ID: AtomicU64 = AtomicU64::new(0);
+    /// A candidate for the next execution id: the time in milliseconds, made unique within
+    /// the process (all engines share one counter). The interceptor then claims the artifact
+    /// file with `O_EXCL`, moving on past ids that other processes hold.
+    fn next_id() -> u64 {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         let mut last = LAST_ID.load(Ordering::SeqCst);
         loop {
-            let mut id = next_unique(now, last);
-            // Another process may have left an artifact with this id in a shared directory.
-            while self
-                .inner
-                .config
-                .artifacts_dir
-                .join(format!("cmd-{id}.txt"))
-                .exists()
-            {
-                id += 1;
-            }
+            let id = next_unique(now, last);
             match LAST_ID.compare_exchange(last, id, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => return id,
                 Err(cur) => last = cur,
@@ -550,10 +605,25 @@ impl Engine {
         if !cwd.is_dir() {
             return Err(ExecError::MissingCwd { dir: cwd });
         }
-        let id = self.next_id();
+        // The artifact is created first: its O_EXCL claim fixes the execution id.
+        let interceptor =
+            Interceptor::create(&cfg.artifacts_dir, Self::next_id(), cfg.preview.budget())
+                .with_cap(cfg.max_artifact_bytes);
+        let id = interceptor.execution_id();
+        LAST_ID.fetch_max(id, Ordering::SeqCst);
         let tag = format!("{}-{id}", shofer_sys::process::getpid());
         let (read_end, write_end) = shofer_sys::fd::pipe_large().map_err(ExecError::Pipe)?;
         let write2: OwnedFd = write_end.try_clone().map_err(ExecError::Pipe)?;
+        // Keeping background processes under the sandbox: it waits for them
+        // (`--keep-descendants`) and reports the main process's exit on descriptor 3
+        // (`--status-fd 3`), which is when the command is done.
+        let status_pipe = match (&cfg.sandbox, cfg.background) {
+            (Some(_), Background::Keep) => {
+                Some(shofer_sys::fd::pipe_cloexec().map_err(ExecError::Pipe)?)
+            }
+            _ => None,
+        };
+        let status_w: Option<RawFd> = status_pipe.as_ref().map(|(_, w)| w.as_raw_fd());
         let (program, mut cmd) = match &cfg.sandbox {
             None => {
                 let mut c = tokio::process::Command::new("/bin/sh");
@@ -562,6 +632,9 @@ impl Engine {
             }
             Some(sb) => {
                 let mut c = tokio::process::Command::new(&sb.binary);
+                if status_w.is_some() {
+                    c.args(["--keep-descendants", "--status-fd", "3"]);
+                }
                 c.args(&sb.extra_args)
                     .arg(&sb.worktree)
                     .arg("--")
@@ -576,18 +649,64 @@ impl Engine {
             .stdout(Stdio::from(write_end))
             .stderr(Stdio::from(write2))
             .env("LANG", "C.UTF-8")
-            .env("LC_ALL", "C.UTF-8")
-            .env(TAG_VAR, &tag)
-            .kill_on_drop(false);
+            .env("LC_ALL", "C.UTF-8");
+        for (k, v) in childenv::changes(&cfg.env) {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd.env(TAG_VAR, &tag).kill_on_drop(false);
         // A new session (and so a new process group): no controlling terminal, as in
         // shofer-sandbox's supervisor, so the command cannot read or inject into the user's
         // terminal (TIOCSTI); and every process in this session is the command's, which the
         // tree kill relies on (see `tree`).
-        // Safety: setsid(2) is async-signal-safe and touches no memory of the parent.
+        // Descriptors above 2 that the caller left open without close-on-exec (a shell's
+        // `3<file`, a harness's pipes) must not reach the command: marked close-on-exec here,
+        // so exec closes them (and std's own exec-error pipe keeps working).
+        // Safety: setsid(2), close_range(2), getrlimit(2) and fcntl(2) are async-signal-safe
+        // system calls on this process's own state; no memory of the parent is touched and
+        // nothing is allocated.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 if libc::setsid() < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                // The sandbox's status descriptor, as fd 3 and inherited.
+                let first_closed = match status_w {
+                    Some(3) => {
+                        libc::fcntl(3, libc::F_SETFD, 0);
+                        4
+                    }
+                    Some(fd) => {
+                        if libc::dup2(fd, 3) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        4
+                    }
+                    None => 3,
+                };
+                // Raw libc: no allocation is allowed between fork and exec.
+                let r = libc::syscall(
+                    libc::SYS_close_range,
+                    first_closed as libc::c_uint,
+                    libc::c_uint::MAX,
+                    libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+                );
+                if r != 0 {
+                    // Before Linux 5.11: every descriptor up to the limit, one by one.
+                    let mut lim = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                        lim.rlim_cur.min(1 << 20) as libc::c_int
+                    } else {
+                        65536
+                    };
+                    for fd in first_closed..max {
+                        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                    }
                 }
                 Ok(())
             });
@@ -595,15 +714,13 @@ impl Engine {
         let spawned = cmd.spawn();
         // Close our copies of the pipe's write end now, or EOF could never come.
         drop(cmd);
+        let status_r = status_pipe.map(|(r, _w)| r);
         let mut child = spawned.map_err(|source| ExecError::Spawn { program, source })?;
         let pid = child.id().map_or(0, |p| p as i32);
         // Not reaped before `child.wait()` is polled, so the pid is still this child's.
         let group = shofer_sys::pidfd::open(pid).ok().flatten();
         let tree = Tree::new(pid, tag);
-        let interceptor = Arc::new(Mutex::new(
-            Interceptor::new(&cfg.artifacts_dir, id, cfg.preview.budget())
-                .with_cap(cfg.max_artifact_bytes),
-        ));
+        let interceptor = Arc::new(Mutex::new(interceptor));
         let (pump_ctl, pump_done) = match pump::start(read_end, Arc::clone(&interceptor)) {
             Ok(p) => p,
             Err(e) => {
@@ -637,38 +754,116 @@ impl Engine {
         let r = Arc::clone(&rec);
         let weak = Arc::downgrade(&self.inner);
         let (drain_max, drain_idle, grace) = (cfg.drain_max, cfg.drain_idle, cfg.kill_grace);
+        let policy = cfg.background;
+        let writable = cfg.sandbox.as_ref().map(Sandbox::writable);
         tokio::spawn(async move {
-            let status = tokio::select! {
-                s = child.wait() => s,
+            let mut pump_done = pump_done;
+            // The sandbox's report of the main process's exit (pending without a sandbox, or
+            // when it ends without one).
+            let main_exit = async move {
+                match status_r {
+                    Some(r) => match tokio::task::spawn_blocking(move || read_exit_status(r)).await
+                    {
+                        Ok(Some(code)) => code,
+                        _ => std::future::pending().await,
+                    },
+                    None => std::future::pending().await,
+                }
+            };
+            let (status, sandbox_waits) = tokio::select! {
+                s = child.wait() => (s.map(exit_status_of), false),
+                code = main_exit => (Ok(ExitStatus::Code(code)), true),
                 () = sleep_or_forever(hard) => {
                     if r.kill_reason.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(KillReason::HardTimeout) == &KillReason::HardTimeout {
                         kill_blocking(&r, grace).await;
                     }
-                    child.wait().await
+                    (child.wait().await.map(exit_status_of), false)
                 }
             };
-            r.pump.begin_drain(drain_max, drain_idle);
-            let _ = pump_done.await;
-            let intercepted = r
-                .interceptor
+            let killed = r
+                .kill_reason
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .finish();
-            let exit = match status {
-                Ok(s) => exit_status_of(s),
-                Err(_) => ExitStatus::from_signal(9, false),
+                .is_some();
+            // Descendants still running now that the main process is gone (not the sandbox
+            // itself, which waits for them).
+            let mut background = Vec::new();
+            let mut keep_pumping = false;
+            if !killed {
+                let t = Arc::clone(&r);
+                let left: Vec<i32> =
+                    tokio::task::spawn_blocking(move || background_of(&t.tree, true))
+                        .await
+                        .unwrap_or_default();
+                background = left.iter().map(|&p| process_name(p)).collect();
+                if !left.is_empty() {
+                    match policy {
+                        Background::Stop => kill_blocking(&r, grace).await,
+                        Background::Keep => keep_pumping = true,
+                    }
+                }
+            }
+            if sandbox_waits {
+                if keep_pumping {
+                    // Reap the sandbox whenever it ends (its descendants gone or killed).
+                    tokio::spawn(async move {
+                        let _ = child.wait().await;
+                    });
+                } else {
+                    // Nothing left for it to wait for: it ends at once.
+                    let _ = tokio::time::timeout(drain_max, child.wait()).await;
+                }
+            }
+            let intercepted = if keep_pumping {
+                // The pump keeps reading the background processes' output; the result is
+                // what came until the output settled.
+                settle(&r.interceptor, drain_max, drain_idle).await;
+                let mut i = r.interceptor.lock().unwrap_or_else(|e| e.into_inner());
+                i.keep_artifact();
+                i.snapshot()
+            } else {
+                r.pump.begin_drain(drain_max, drain_idle);
+                let _ = (&mut pump_done).await;
+                r.interceptor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .finish()
             };
+            let exit = status.unwrap_or(ExitStatus::from_signal(9, false));
             let reason = *r.kill_reason.lock().unwrap_or_else(|e| e.into_inner());
             let (st, txt) = match reason {
                 Some(KillReason::HardTimeout) => (
                     Status::TimedOut,
-                    text::hard_timeout_text(r.hard_timeout_secs.unwrap_or(0.0)),
+                    killed_text(
+                        &text::hard_timeout_text(r.hard_timeout_secs.unwrap_or(0.0)),
+                        &intercepted,
+                    ),
                 ),
-                Some(KillReason::Abort) => (Status::Terminated, text::ABORTED_TEXT.to_string()),
-                Some(KillReason::Terminate) => {
-                    (Status::Terminated, result_text(&r.cwd, &exit, &intercepted))
+                Some(KillReason::Abort) => (
+                    Status::Terminated,
+                    killed_text(text::ABORTED_TEXT, &intercepted),
+                ),
+                Some(KillReason::Terminate) => (
+                    Status::Terminated,
+                    result_text(&r.cwd, &exit, &intercepted, ""),
+                ),
+                None => {
+                    let mut note = text::background_note(&background, policy == Background::Keep);
+                    if keep_pumping {
+                        if let Some(a) = &intercepted.artifact {
+                            note.push_str(&text::background_artifact_note(a.as_str(), r.id));
+                        }
+                    }
+                    let mut t = result_text(&r.cwd, &exit, &intercepted, &note);
+                    if let (Some(w), true) = (&writable, exit != ExitStatus::Code(0)) {
+                        let w: Vec<&str> = w.iter().map(String::as_str).collect();
+                        if let Some(h) = denial_hint(&intercepted.preview.text, &w) {
+                            t.push('\n');
+                            t.push_str(&h);
+                        }
+                    }
+                    (Status::Exited, t)
                 }
-                None => (Status::Exited, result_text(&r.cwd, &exit, &intercepted)),
             };
             // Compact: the result text stays; the preview (already in it) and buffers go.
             let mut intercepted = intercepted;
@@ -677,8 +872,19 @@ impl Engine {
                 status: st,
                 exit,
                 intercepted,
+                background,
                 text: txt,
             }));
+            if keep_pumping {
+                // Until the background processes close the pipe (they exit, or are killed by
+                // terminate) or the engine stops the pump.
+                let _ = pump_done.await;
+                r.interceptor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .finish();
+            }
+            // Compact: a finished command's record keeps only its result text.
             r.interceptor
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -814,10 +1020,23 @@ impl Engine {
         Some(rec.outcome_from(&rec.wait_final().await))
     }
 
-    /// Every command of the engine's life, oldest first.
+    /// Every command of the engine's life, oldest first; for a command that exited leaving
+    /// background processes, [`Outcome::background`] names those still running now.
     pub fn list(&self) -> Vec<Outcome> {
         let recs = self.inner.all_records();
-        recs.iter().map(|r| r.snapshot()).collect()
+        recs.iter()
+            .map(|r| {
+                let mut o = r.snapshot();
+                if o.status != Status::Running && !o.background.is_empty() {
+                    // Those of its background processes that still run now.
+                    o.background = background_of(&r.tree, false)
+                        .into_iter()
+                        .map(process_name)
+                        .collect();
+                }
+                o
+            })
+            .collect()
     }
 
     /// Removes artifacts from the artifact directory: every `cmd-*` file when `keep` is
@@ -912,13 +1131,105 @@ fn exit_status_of(s: std::process::ExitStatus) -> ExitStatus {
     }
 }
 
+/// Reads `shofer-sandbox --status-fd` lines until `{"exit-status": N}` (the main process's
+/// exit, shell style); `None` when the pipe ends without one.
+fn read_exit_status(pipe: OwnedFd) -> Option<i32> {
+    use std::io::BufRead;
+    let lines = std::io::BufReader::new(std::fs::File::from(pipe)).lines();
+    for line in lines.map_while(Result::ok) {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+            if let Some(code) = v.get("exit-status").and_then(serde_json::Value::as_i64) {
+                return i32::try_from(code).ok();
+            }
+        }
+    }
+    None
+}
+
+/// Waits until the output has been quiet for `idle`, at most `max`.
+async fn settle(interceptor: &Mutex<Interceptor>, max: Duration, idle: Duration) {
+    let total = || {
+        interceptor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .total()
+    };
+    let start = tokio::time::Instant::now();
+    let step = idle
+        .min(Duration::from_millis(50))
+        .max(Duration::from_millis(1));
+    let mut last = total();
+    let mut quiet_since = start;
+    while start.elapsed() < max && quiet_since.elapsed() < idle {
+        tokio::time::sleep(step).await;
+        let now = total();
+        if now != last {
+            last = now;
+            quiet_since = tokio::time::Instant::now();
+        }
+    }
+}
+
+/// The live members of a command's tree other than its main process and the sandbox (which,
+/// with `--keep-descendants`, waits for them): the processes it left in the background. `fresh`:
+/// from a new /proc scan rather than the shared one (see [`Tree::members_now`]).
+fn background_of(tree: &Tree, fresh: bool) -> Vec<i32> {
+    let root = tree.root_pid();
+    let members = if fresh {
+        tree.members_now()
+    } else {
+        tree.members()
+    };
+    members
+        .iter()
+        .map(|p| p.pid)
+        .filter(|&p| p != root && process_name(p) != "shofer-sandbox")
+        .collect()
+}
+
+/// A process's name (`/proc/<pid>/comm`), or its pid when it is gone.
+fn process_name(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_else(|_| format!("pid {pid}"))
+}
+
+/// The text of a command the engine killed: the fixed headline plus what it printed.
+fn killed_text(headline: &str, i: &Intercepted) -> String {
+    let out = match &i.spill {
+        Spill::Inline => KilledOutput::Inline(&i.preview.text),
+        Spill::Complete(id) => KilledOutput::Persisted {
+            total: i.preview.total,
+            persisted: Persisted::Complete {
+                artifact_id: id.as_str(),
+            },
+            preview: &i.preview.text,
+        },
+        Spill::Failed {
+            artifact,
+            written,
+            error,
+        } => KilledOutput::Persisted {
+            total: i.preview.total,
+            persisted: Persisted::Failed {
+                artifact_id: artifact.as_ref().map(|a| a.as_str()),
+                written: *written,
+                error,
+            },
+            preview: &i.preview.text,
+        },
+    };
+    text::killed_result(headline, out)
+}
+
 /// The inline or persisted result text for a finished command.
-fn result_text(cwd: &str, exit: &ExitStatus, i: &Intercepted) -> String {
+fn result_text(cwd: &str, exit: &ExitStatus, i: &Intercepted, note: &str) -> String {
     match &i.spill {
-        Spill::Inline => text::inline_result(cwd, exit, &i.preview.text),
-        Spill::Complete(id) => text::persisted_result(
+        Spill::Inline => text::inline_result_noted(cwd, exit, note, &i.preview.text),
+        Spill::Complete(id) => text::persisted_result_noted(
             cwd,
             exit,
+            note,
             i.preview.total,
             &Persisted::Complete {
                 artifact_id: id.as_str(),
@@ -929,9 +1240,10 @@ fn result_text(cwd: &str, exit: &ExitStatus, i: &Intercepted) -> String {
             artifact,
             written,
             error,
-        } => text::persisted_result(
+        } => text::persisted_result_noted(
             cwd,
             exit,
+            note,
             i.preview.total,
             &Persisted::Failed {
                 artifact_id: artifact.as_ref().map(|a| a.as_str()),

@@ -6,7 +6,9 @@
 //!   ([`Engine::list`], [`Engine::status`], [`Engine::wait`], [`Engine::terminate`]) and reads
 //!   artifacts ([`Engine::read`]). Its settings are an [`EngineConfig`]; a worktree task adds a
 //!   [`Sandbox`] (the `shofer-sandbox` wrapper).
-//! - [`intercept`]: the output interceptor (preview + spill to `cmd-<id>.txt`), with
+//! - [`detach`]: `shofer run --timeout`'s detached supervisor and its state files.
+//! - [`childenv`]: the non-interactive environment every command gets.
+//! - [`intercept`]: the output interceptor (control bytes stripped, preview, `cmd-<id>.txt`), with
 //!   [`intercept::cleanup`] and [`intercept::cleanup_by_ids`].
 //! - [`tree`]: finding and killing a command's whole process tree (procfs, pidfds, child
 //!   subreaper); read its module docs for what is and is not guaranteed.
@@ -35,6 +37,8 @@
 //! (it prints SKIP otherwise, and fails under `CI`).
 #![deny(missing_docs)]
 
+pub mod childenv;
+pub mod detach;
 mod engine;
 pub mod intercept;
 mod pump;
@@ -45,7 +49,7 @@ pub mod shoferignore;
 pub mod tree;
 
 pub use engine::{
-    Engine, EngineConfig, ExecError, ExecRequest, Outcome, Sandbox, Status,
+    Background, Engine, EngineConfig, ExecError, ExecRequest, Outcome, Sandbox, Status,
     DEFAULT_MAX_ARTIFACT_BYTES, MAX_FINISHED_RECORDS, TAG_VAR,
 };
 pub use tokio_util::sync::CancellationToken;

@@ -2,21 +2,30 @@
 //!
 //! ```text
 //! shofer run [--worktree DIR [--allow-unix PATH]...] [--cwd DIR] [--timeout S]
-//!            [--hard-timeout S] [--preview small|medium|large] [--artifacts DIR] [--json]
-//!            -- <command>
+//!            [--hard-timeout S] [--env K=V]... [--preview small|medium|large]
+//!            [--artifacts DIR] [--json] -- <command>
 //! shofer read <ARTIFACT_ID> [--search RE] [--offset N] [--limit N] [--artifacts DIR]
-//! shofer serve [--worktree DIR [--allow-unix PATH]...] [--cwd DIR] [--artifacts DIR] [--preview SIZE]
+//! shofer list [--artifacts DIR]
+//! shofer status <ID> [--artifacts DIR]
+//! shofer kill <ID>|--all [--artifacts DIR]
+//! shofer serve [--worktree DIR [--allow-unix PATH]...] [--cwd DIR] [--artifacts DIR]
+//!              [--preview SIZE] [--env K=V]...
 //!              [--hard-timeout S] [--timeout-allowlist PREFIX]... [--keep-artifacts]
 //! ```
 //!
+//! With `--timeout`, `shofer run` starts the command in a detached supervisor
+//! ([`shofer_exec::detach`]): past the soft timeout it prints the still-running text and
+//! returns while the command goes on; `list`, `status`, `kill` and `read` reach it later.
+//!
 //! Exit codes (one place, [`exit_code`]):
 //! - `shofer run`: the command's exit code; a signal N that ended it gives 128+N; 124 when the
-//!   hard timeout killed it or the soft timeout returned while it still ran (it is then killed,
-//!   since the registry dies with this process); 130/143 when `shofer` itself got SIGINT/SIGTERM
-//!   and aborted it; 125 when it could not be started (missing cwd, no `shofer-sandbox` for
-//!   `--worktree`, spawn failure).
+//!   hard timeout killed it or the soft timeout returned while it still runs (detached);
+//!   130/143 when `shofer` itself got SIGINT/SIGTERM and aborted it; 125 when it could not be
+//!   started (missing cwd, no `shofer-sandbox` for `--worktree`, spawn failure).
 //! - `shofer read`: 0 with the text on stdout; 1 with the message on stderr when the read
 //!   failed (bad id, unknown artifact, bad offset or limit, I/O).
+//! - `shofer list`, `status`, `kill`: 0 with the text on stdout; 1 with the message on stderr
+//!   (no such job, the supervisor gone).
 //! - `shofer serve`: 0 when the session ends (stdin closed); 128+N after signal N
 //!   (SIGINT/SIGTERM/SIGHUP, commands killed first); 1 when the MCP session failed; 125 when
 //!   the server could not start (no `shofer-sandbox` for `--worktree`, bad directory).
@@ -29,9 +38,13 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use shofer_core::preview::PreviewSize;
+use shofer_exec::childenv;
+use shofer_exec::detach::{self, Forked, JobState};
 use shofer_exec::reader::{self, ReadRequest};
 use shofer_exec::{serve, tree};
-use shofer_exec::{CancellationToken, Engine, EngineConfig, ExecRequest, Outcome, Sandbox, Status};
+use shofer_exec::{
+    Background, CancellationToken, Engine, EngineConfig, ExecRequest, Outcome, Sandbox, Status,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -71,9 +84,13 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         artifacts: Option<PathBuf>,
         /// Print one JSON object (id, status, exit_code, signal, artifact_id, artifact_path,
-        /// total_bytes, text, ...) instead of the text.
+        /// total_bytes, background, text, ...) instead of the text.
         #[arg(long)]
         json: bool,
+        /// Set an environment variable for the command (repeatable); wins over the
+        /// non-interactive defaults (EDITOR=true, PAGER=cat, TERM=dumb, ...).
+        #[arg(long = "env", value_name = "K=V", value_parser = childenv::parse_assignment)]
+        env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
         /// The command line; several words are joined with spaces.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
@@ -91,6 +108,33 @@ enum Cmd {
         /// Maximum bytes to return.
         #[arg(long, default_value_t = reader::DEFAULT_LIMIT, allow_negative_numbers = true)]
         limit: i64,
+        /// Artifact directory [default: $XDG_STATE_HOME/shofer/command-output].
+        #[arg(long, value_name = "DIR")]
+        artifacts: Option<PathBuf>,
+    },
+    /// List the commands `shofer run --timeout` left running detached (and the ended ones),
+    /// as JSON.
+    List {
+        /// Artifact directory [default: $XDG_STATE_HOME/shofer/command-output].
+        #[arg(long, value_name = "DIR")]
+        artifacts: Option<PathBuf>,
+    },
+    /// Show a detached command: the output so far while it runs, else its final result.
+    Status {
+        /// The execution id.
+        id: u64,
+        /// Artifact directory [default: $XDG_STATE_HOME/shofer/command-output].
+        #[arg(long, value_name = "DIR")]
+        artifacts: Option<PathBuf>,
+    },
+    /// Stop a detached command (its whole process tree) and print its final result.
+    Kill {
+        /// The execution id.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<u64>,
+        /// Every running detached command.
+        #[arg(long)]
+        all: bool,
         /// Artifact directory [default: $XDG_STATE_HOME/shofer/command-output].
         #[arg(long, value_name = "DIR")]
         artifacts: Option<PathBuf>,
@@ -125,6 +169,10 @@ enum Cmd {
         /// Keep the artifacts at exit (default: remove them).
         #[arg(long)]
         keep_artifacts: bool,
+        /// Set an environment variable for every command (repeatable); wins over the
+        /// non-interactive defaults.
+        #[arg(long = "env", value_name = "K=V", value_parser = childenv::parse_assignment)]
+        env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
         /// Most bytes of one command's output stored in its artifact (default 4 GiB); past
         /// it the output is counted but not stored, and the result says so.
         #[arg(long = "max-artifact-bytes", value_name = "BYTES",
@@ -161,6 +209,7 @@ enum End {
     CouldNotRun(String),
     ReadOk,
     ReadFailed(String),
+    Jobs(Result<String, String>),
     Usage(String),
     Interrupted(Outcome, i32),
     Served(Result<serve::ServeEnd, String>),
@@ -184,6 +233,8 @@ fn exit_code(end: &End) -> u8 {
         End::CouldNotRun(_) => 125,
         End::ReadOk => 0,
         End::ReadFailed(_) => 1,
+        End::Jobs(Ok(_)) => 0,
+        End::Jobs(Err(_)) => 1,
         End::Usage(_) => 2,
         End::Served(Ok(serve::ServeEnd::Closed)) => 0,
         End::Served(Ok(serve::ServeEnd::Signal(sig))) => (128 + sig).clamp(0, 255) as u8,
@@ -209,6 +260,7 @@ fn main() -> ExitCode {
             preview,
             artifacts,
             json,
+            env,
             command,
         } => (
             run(
@@ -219,10 +271,14 @@ fn main() -> ExitCode {
                 hard_timeout,
                 preview,
                 artifacts,
+                env,
                 command.join(" "),
             ),
             json,
         ),
+        Cmd::List { artifacts } => (jobs(artifacts, list_jobs), false),
+        Cmd::Status { id, artifacts } => (jobs(artifacts, |a| status_job(a, id)), false),
+        Cmd::Kill { id, all, artifacts } => (jobs(artifacts, |a| kill_jobs(a, id, all)), false),
         Cmd::Read {
             artifact_id,
             search,
@@ -242,6 +298,7 @@ fn main() -> ExitCode {
             hard_timeout,
             timeout_allowlist,
             keep_artifacts,
+            env,
             max_artifact_bytes,
         } => (
             serve_cmd(
@@ -253,6 +310,7 @@ fn main() -> ExitCode {
                 hard_timeout,
                 timeout_allowlist,
                 keep_artifacts,
+                env,
                 max_artifact_bytes,
             ),
             false,
@@ -266,7 +324,12 @@ fn main() -> ExitCode {
             writeln!(out, "{v}")
         }
         End::Ran(o) | End::Interrupted(o, _) => writeln!(out, "{}", o.text),
-        End::CouldNotRun(m) | End::ReadFailed(m) | End::Usage(m) | End::Served(Err(m)) => {
+        End::Jobs(Ok(t)) => writeln!(out, "{t}"),
+        End::CouldNotRun(m)
+        | End::ReadFailed(m)
+        | End::Usage(m)
+        | End::Served(Err(m))
+        | End::Jobs(Err(m)) => {
             eprintln!("shofer: {m}");
             Ok(())
         }
@@ -291,6 +354,7 @@ fn run(
     hard_timeout: Option<f64>,
     preview: PreviewSize,
     artifacts: Option<PathBuf>,
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
     command: String,
 ) -> End {
     // Stage 1: settings, no syscalls beyond reading the environment.
@@ -320,6 +384,9 @@ fn run(
         // Too large for a Duration (e.g. 1e300): as good as no timeout.
         .and_then(|s| Duration::try_from_secs_f64(s).ok());
     config.subreaper = true;
+    config.env = env;
+    // One-shot: what the command leaves running is stopped when its main process exits.
+    config.background = Background::Stop;
     let grace = config.kill_grace;
     if worktree.is_some() {
         match Sandbox::locate(&config.task_cwd) {
@@ -328,6 +395,9 @@ fn run(
         }
     } else if !allow_unix.is_empty() {
         return End::Usage("--allow-unix needs --worktree (it is a sandbox option)".into());
+    }
+    if timeout.is_some_and(|t| t > 0.0) {
+        return run_detached(config, command, cwd, timeout);
     }
     // Stage 2: the engine and the runtime.
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -387,6 +457,264 @@ fn run(
     })
 }
 
+/// A signal that should abort the command: SIGINT, SIGTERM or SIGHUP (the number), once.
+async fn abort_signal() -> i32 {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) {
+        (Ok(mut int), Ok(mut term), Ok(mut hup)) => tokio::select! {
+            _ = int.recv() => libc::SIGINT,
+            _ = term.recv() => libc::SIGTERM,
+            _ = hup.recv() => libc::SIGHUP,
+        },
+        _ => std::future::pending().await,
+    }
+}
+
+/// `shofer run --timeout`: the command runs in a detached supervisor (see
+/// [`shofer_exec::detach`]); this process prints its first result.
+fn run_detached(
+    config: EngineConfig,
+    command: String,
+    cwd: Option<String>,
+    timeout: Option<f64>,
+) -> End {
+    let budget = config.preview.budget();
+    // No thread and no runtime exist yet: fork is safe here.
+    let pipe = match detach::fork_supervisor() {
+        Ok(Forked::Supervisor(pipe)) => {
+            supervise(config, command, cwd, timeout, pipe, budget);
+            std::process::exit(0);
+        }
+        Ok(Forked::Cli(pipe)) => pipe,
+        Err(e) => return End::CouldNotRun(format!("cannot start the supervisor: {e}")),
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return End::CouldNotRun(format!("cannot start the runtime: {e}")),
+    };
+    rt.block_on(async move {
+        // First line: the supervisor's pid (so a signal to us can reach it); second: the result.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(pipe).lines() {
+                match line {
+                    Ok(l) => {
+                        if tx.send(l).is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+        let mut supervisor: Option<i32> = None;
+        let mut got_signal = 0;
+        let sig = abort_signal();
+        tokio::pin!(sig);
+        loop {
+            tokio::select! {
+                line = rx.recv() => {
+                    let Some(line) = line else {
+                        return End::CouldNotRun("the supervisor ended without a result".into());
+                    };
+                    if let Some(pid) = line.strip_prefix("pid ") {
+                        supervisor = pid.parse().ok();
+                        continue;
+                    }
+                    if let Some(e) = line.strip_prefix("error ") {
+                        return End::CouldNotRun(e.to_string());
+                    }
+                    return match serde_json::from_str::<Outcome>(&line) {
+                        Ok(o) if got_signal != 0 => End::Interrupted(o, got_signal),
+                        Ok(mut o) => {
+                            if o.status == Status::Running {
+                                o.text = detached_text(&o.text, o.id);
+                            }
+                            End::Ran(o)
+                        }
+                        Err(e) => End::CouldNotRun(format!("the supervisor's result is unreadable: {e}")),
+                    };
+                }
+                s = &mut sig, if got_signal == 0 => {
+                    got_signal = s;
+                    // The supervisor aborts the command and sends that result.
+                    if let Some(pid) = supervisor {
+                        // Safety: plain kill(2) of the supervisor we just forked; it cannot have
+                        // been reaped and recycled while its pipe end is still open to us.
+                        unsafe { libc::kill(pid, libc::SIGTERM) };
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// The still-running text plus where the detached command can be found, before its last line.
+fn detached_text(running: &str, id: u64) -> String {
+    let note = format!(
+        "It keeps running detached from shofer run: `shofer status {id}` shows its output so far, `shofer kill {id}` stops it, `shofer list` lists such commands."
+    );
+    match running.rsplit_once('\n') {
+        Some((body, last)) => format!("{body}\n{note}\n{last}"),
+        None => format!("{running}\n{note}"),
+    }
+}
+
+/// The detached supervisor's life: run the command, send the first result, and if it went to
+/// the background keep its state file until it ends.
+fn supervise(
+    mut config: EngineConfig,
+    command: String,
+    cwd: Option<String>,
+    timeout: Option<f64>,
+    mut pipe: std::fs::File,
+    budget: usize,
+) {
+    let _ = writeln!(pipe, "pid {}", std::process::id());
+    let artifacts = config.artifacts_dir.clone();
+    config.subreaper = true;
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        let _ = writeln!(pipe, "error cannot start the supervisor's runtime");
+        return;
+    };
+    rt.block_on(async move {
+        let engine = match Engine::new(config) {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = writeln!(pipe, "error {e}");
+                return;
+            }
+        };
+        let abort = CancellationToken::new();
+        let sig = abort_signal();
+        tokio::pin!(sig);
+        let req = ExecRequest {
+            command,
+            cwd,
+            timeout,
+            abort: Some(abort.clone()),
+        };
+        let exec = engine.execute(req);
+        tokio::pin!(exec);
+        let first = tokio::select! {
+            r = &mut exec => r,
+            _ = &mut sig => {
+                abort.cancel();
+                exec.await
+            }
+        };
+        let first = match first {
+            Ok(o) => o,
+            Err(e) => {
+                let _ = writeln!(pipe, "error {e}");
+                return;
+            }
+        };
+        if first.status != Status::Running {
+            detach::send_result(pipe, &first);
+            return;
+        }
+        // Detached from here on: the state file is how later invocations find the command.
+        let _ = JobState::of(&first, budget).save(&artifacts);
+        detach::send_result(pipe, &first);
+        let last = tokio::select! {
+            o = engine.wait(first.id) => o,
+            _ = &mut sig => engine.terminate(first.id).await,
+        };
+        if let Some(o) = last {
+            let _ = JobState::of(&o, budget).save(&artifacts);
+        }
+        // Dropping the engine (at the end of this block) kills whatever is left of the tree.
+    });
+}
+
+fn jobs(
+    artifacts: Option<PathBuf>,
+    f: impl FnOnce(&std::path::Path) -> Result<String, String>,
+) -> End {
+    match artifacts.map_or_else(default_artifacts, Ok) {
+        Ok(a) => End::Jobs(f(&a)),
+        Err(m) => End::Usage(m),
+    }
+}
+
+fn list_jobs(artifacts: &std::path::Path) -> Result<String, String> {
+    let list: Vec<serde_json::Value> = detach::list(artifacts)
+        .iter()
+        .map(|j| {
+            serde_json::json!({
+                "id": j.id,
+                "command": j.command,
+                "cwd": j.cwd,
+                "status": j.status_word(),
+                "exit_code": j.exit_code,
+                "signal": j.signal,
+                "artifact_id": j.artifact_id,
+                "background": j.background,
+            })
+        })
+        .collect();
+    let v = serde_json::json!({ "commands": list });
+    Ok(serde_json::to_string_pretty(&v).unwrap_or_else(|_| v.to_string()))
+}
+
+fn no_job(artifacts: &std::path::Path, id: u64, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        format!(
+            "no detached command with id {id} in {} (`shofer list` shows them)",
+            artifacts.display()
+        )
+    } else {
+        format!("command {id}: {e}")
+    }
+}
+
+fn status_job(artifacts: &std::path::Path, id: u64) -> Result<String, String> {
+    let job = JobState::load(artifacts, id).map_err(|e| no_job(artifacts, id, &e))?;
+    Ok(detach::status_text(artifacts, &job))
+}
+
+fn kill_jobs(artifacts: &std::path::Path, id: Option<u64>, all: bool) -> Result<String, String> {
+    let ids: Vec<u64> = match (id, all) {
+        (Some(id), _) => vec![id],
+        (None, _) => detach::list(artifacts)
+            .iter()
+            .filter(|j| j.status_word() == "running")
+            .map(|j| j.id)
+            .collect(),
+    };
+    if ids.is_empty() {
+        return Ok("No detached command is running.".into());
+    }
+    let mut out = Vec::new();
+    for id in ids {
+        // The supervisor's tree kill takes at most its grace plus a few seconds.
+        let job = detach::kill(artifacts, id, Duration::from_secs(15))
+            .map_err(|e| no_job(artifacts, id, &e))?;
+        out.push(match job.status {
+            Status::Running => format!("Command {id} ({}) did not stop in time.", job.command),
+            _ => format!(
+                "Command {id} ({}) is {}.\n\n{}",
+                job.command,
+                job.status_word(),
+                job.text
+            ),
+        });
+    }
+    Ok(out.join("\n\n"))
+}
+
 fn read(
     id: &str,
     search: Option<&str>,
@@ -428,6 +756,7 @@ fn serve_cmd(
     hard_timeout: Option<f64>,
     timeout_allowlist: Vec<String>,
     keep_artifacts: bool,
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
     max_artifact_bytes: u64,
 ) -> End {
     let here = match std::env::current_dir() {
@@ -476,6 +805,7 @@ fn serve_cmd(
     config.hard_timeout = hard_timeout;
     config.hard_timeout_allowlist = timeout_allowlist;
     config.subreaper = true;
+    config.env = env;
     if worktree.is_none() && !allow_unix.is_empty() {
         return End::Usage("--allow-unix needs --worktree (it is a sandbox option)".into());
     }

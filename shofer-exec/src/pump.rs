@@ -9,9 +9,8 @@
 //! gets `EPIPE`/SIGPIPE, as with any closed pipe.
 //!
 //! A plain thread with blocking `poll`/`read` is used rather than tokio's async pipe: the hot
-//! path (a command printing gigabytes) is one `splice` per MiB from the pipe into the artifact
-//! (see [`Interceptor::splice_from`]), or before the spill one `read` per 512 KiB, with no task
-//! wakeups or buffer copies in between.
+//! path (a command printing gigabytes) is one `read` per 512 KiB and one `write` into the
+//! artifact, with no task wakeups or buffer copies in between.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
@@ -23,7 +22,6 @@ use crate::intercept::Interceptor;
 use shofer_sys::fd as sys;
 
 const BUF_SIZE: usize = 512 * 1024;
-const SPLICE_MAX: usize = 1 << 20;
 const BATCH_MIN: usize = 64 * 1024;
 const BATCH_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
 
@@ -132,23 +130,16 @@ fn run(pipe: &OwnedFd, wake_fd: RawFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl)
             drain = c.drain;
         }
         if ready[0] {
-            // Once the output spilled, move it pipe-to-artifact without copying it through us.
-            let spliced = sink
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .splice_from(fds[0], SPLICE_MAX);
-            let moved = match spliced {
-                Some(0) => return,
-                Some(n) => n,
-                None => match sys::read(pipe, &mut buf) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => {
-                        sink.lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .write(&buf[..n]);
-                        n
-                    }
-                },
+            // Every byte goes through the interceptor: it strips terminal control bytes
+            // before anything is stored, so the pipe cannot be spliced into the artifact.
+            let moved = match sys::read(pipe, &mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    sink.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .write(&buf[..n]);
+                    n
+                }
             };
             // A fast writer outpaced by us leaves a few KiB per wakeup; let the pipe fill a
             // little before the next call (at 4 GB/s, 200 µs is 800 KB: the 1 MiB pipe never

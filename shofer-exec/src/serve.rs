@@ -288,7 +288,7 @@ impl ShoferServer {
 
     #[tool(
         name = "execute_command",
-        description = "Run a shell command in the task's working directory and return its exit status and output. Long output is cut to a head and tail preview and saved whole as an artifact that read_command_output can page through or search. With a timeout, a command still running after that many seconds stays running in the background and the output so far is returned; use list_commands to see it and terminate_command to stop it.",
+        description = "Run a shell command in the task's working directory and return its exit status and output. Nothing waits for input: stdin is empty, editors and pagers return at once (EDITOR=true, PAGER=cat; pass -m to git commit), credential prompts fail, and output comes without colours or terminal control codes (progress-bar rewrites keep only the final line). Long output is cut to a head and tail preview and saved whole as an artifact that read_command_output can page through or search. With a timeout, a command still running after that many seconds stays running in the background and the output so far is returned with its artifact id, readable while it runs. Processes a command leaves running in the background (server &) keep running and are named in the result; list_commands shows them and terminate_command stops them. Every result, also after a timeout or a kill, carries the output captured so far. When the sandbox refused a write or a host socket, the result ends with a note saying so and what to do instead.",
         input_schema = execute_schema()
     )]
     async fn execute_command(&self, args: JsonObject, abort: CancellationToken) -> CallToolResult {
@@ -334,7 +334,7 @@ impl ShoferServer {
 
     #[tool(
         name = "read_command_output",
-        description = "Read or search the full output of a command whose result said it was persisted. Read mode returns numbered lines from a byte offset, up to limit bytes; search mode returns the lines matching a case-insensitive regular expression with their line numbers, without loading the whole file.",
+        description = "Read or search the full output of a command whose result named an artifact (output too long for the preview, or a command still running: its artifact grows while it runs). Offsets count the same bytes the result sizes do. Read mode returns numbered lines from a byte offset, up to limit bytes; search mode returns the lines matching a case-insensitive regular expression with their line numbers, without loading the whole file.",
         input_schema = read_schema(),
         annotations(read_only_hint = true)
     )]
@@ -405,7 +405,7 @@ impl ShoferServer {
 
     #[tool(
         name = "list_commands",
-        description = "List the commands of this session (all running ones and the latest 1000 finished ones), oldest first, as JSON: execution id, command, working directory, status (running, exited, terminated or timed out), exit code, signal, output size and artifact id if the output was persisted.",
+        description = "List the commands of this session (all running ones and the latest 1000 finished ones), oldest first, as JSON: execution id, command, working directory, status (running, exited, terminated or timed out), exit code, signal, output size, artifact id if the output was persisted, and the background processes an exited command left running.",
         annotations(read_only_hint = true)
     )]
     async fn list_commands(&self) -> CallToolResult {
@@ -423,6 +423,7 @@ impl ShoferServer {
                     "signal": o.signal,
                     "output_bytes": o.total_bytes,
                     "artifact_id": o.artifact_id,
+                    "background": o.background,
                 })
             })
             .collect();

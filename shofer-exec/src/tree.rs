@@ -72,13 +72,21 @@ pub fn enable_subreaper() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The [`TAG_VAR`] value in `/proc/<pid>/environ`, if the process has one.
-fn tag_of(pid: i32) -> Option<Box<[u8]>> {
+/// The [`TAG_VAR`] value in `/proc/<pid>/environ`: `Some(None)` when the process has none,
+/// `None` when its environment cannot be told yet — unreadable, or empty, as it reads in the
+/// middle of `execve` (the new image's environment is set up after a vfork parent resumes),
+/// so the answer must not be remembered.
+fn tag_of(pid: i32) -> Option<Option<Box<[u8]>>> {
     let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    if env.is_empty() {
+        return None;
+    }
     let prefix = [TAG_VAR.as_bytes(), b"="].concat();
-    env.split(|&b| b == 0)
-        .find_map(|e| e.strip_prefix(prefix.as_slice()))
-        .map(Box::from)
+    Some(
+        env.split(|&b| b == 0)
+            .find_map(|e| e.strip_prefix(prefix.as_slice()))
+            .map(Box::from),
+    )
 }
 
 /// The tag value of every process looked at so far, by identity: a process's initial
@@ -123,6 +131,15 @@ impl Tree {
     /// The live members of this tree, from a scan at most [`SHARED_SCAN_AGE`] old.
     pub fn members(&self) -> Vec<ProcInfo> {
         members_of(&[self], &shared_scan())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// The live members of this tree from a fresh scan: for a decision that must see a
+    /// process forked a moment ago (what a command left running when its main process
+    /// exited), which a shared scan up to [`SHARED_SCAN_AGE`] old can miss.
+    pub fn members_now(&self) -> Vec<ProcInfo> {
+        members_of(&[self], &ProcTable::scan())
             .pop()
             .unwrap_or_default()
     }
@@ -198,7 +215,14 @@ fn members_of(trees: &[&Tree], table: &ProcTable) -> Vec<Vec<ProcInfo>> {
                 if p.is_dead() {
                     return None;
                 }
-                let tag = tags.entry(p.identity()).or_insert_with(|| tag_of(p.pid));
+                let tag = match tags.get(&p.identity()) {
+                    Some(t) => t.clone(),
+                    None => {
+                        let t = tag_of(p.pid)?;
+                        tags.insert(p.identity(), t.clone());
+                        t
+                    }
+                };
                 tag.as_deref().and_then(|t| by_tag.get(t).copied())
             });
         if let Some(ti) = hit {
@@ -357,6 +381,20 @@ pub fn everything_below_us_killed() -> bool {
 mod tests {
     use super::*;
 
+    /// `tag_of` once the child's `execve` has set up its environment (spawn can return
+    /// before: a vfork parent resumes when the old image is released).
+    fn settled_tag_of(pid: i32) -> Option<Option<Box<[u8]>>> {
+        let t = std::time::Instant::now();
+        loop {
+            match tag_of(pid) {
+                None if t.elapsed() < Duration::from_secs(5) => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                other => return other,
+            }
+        }
+    }
+
     #[test]
     fn the_tag_is_read_from_the_environment() {
         let mut c = std::process::Command::new("/bin/sleep")
@@ -364,19 +402,19 @@ mod tests {
             .env(TAG_VAR, "42-7")
             .spawn()
             .unwrap();
-        let tag = tag_of(c.id() as i32);
+        let tag = settled_tag_of(c.id() as i32);
         let _ = c.kill();
         let _ = c.wait();
-        assert_eq!(tag.as_deref(), Some(&b"42-7"[..]));
+        assert_eq!(tag, Some(Some(Box::from(&b"42-7"[..]))));
         let mut c = std::process::Command::new("/bin/sleep")
             .arg("5")
             .env_clear()
             .env("NOT_THE_TAG", format!("{TAG_VAR}=1"))
             .spawn()
             .unwrap();
-        let tag = tag_of(c.id() as i32);
+        let tag = settled_tag_of(c.id() as i32);
         let _ = c.kill();
         let _ = c.wait();
-        assert_eq!(tag, None);
+        assert_eq!(tag, Some(None));
     }
 }

@@ -162,6 +162,60 @@ async fn worktree_field_case_11_background_grandchild() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// Issue 13, case 3: under the sandbox too, background processes outliving the main process
+/// keep running as part of the command, are named, their output keeps flowing into its
+/// artifact, and terminate stops them (`shofer-sandbox --keep-descendants --status-fd`).
+#[tokio::test]
+async fn worktree_background_processes_keep_running_and_are_named() {
+    let w = linked_worktree();
+    let e = engine(&w, None);
+    let m = marker();
+    let t = Instant::now();
+    let o = run(
+        &e,
+        &format!("(sleep 0.8; echo later-{m}) & sleep {m} & echo started; exit 3"),
+    )
+    .await;
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(
+        o.text
+            .contains("Exit code: 3; 3 background process(es) still running (")
+            && o.text.contains(&format!(
+                "sleep); their output keeps going to artifact cmd-{}.txt",
+                o.id
+            )),
+        "{}",
+        o.text
+    );
+    assert!(o.text.ends_with("Output:\nstarted\n"), "{}", o.text);
+    assert_eq!(
+        common::sleepers(&m),
+        1,
+        "the background sleep keeps running"
+    );
+    let art = o.artifact_path.clone().expect("an artifact");
+    let t = Instant::now();
+    while !std::fs::read_to_string(&art)
+        .unwrap_or_default()
+        .contains("later-")
+        && t.elapsed() < Duration::from_secs(10)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        std::fs::read_to_string(&art)
+            .unwrap()
+            .ends_with(&format!("started\nlater-{m}\n")),
+        "output of background processes reaches the artifact"
+    );
+    let listed = e.list().into_iter().find(|x| x.id == o.id).unwrap();
+    assert_eq!(listed.background, ["sleep"]);
+    e.terminate(o.id).await.unwrap();
+    let left = survivors(&m);
+    kill_leftovers(&m);
+    assert!(left.is_empty(), "terminate stops them: {left:?}");
+}
+
 #[tokio::test]
 async fn worktree_field_case_12_no_survivor_after_hard_timeout_or_abort() {
     for kind in ["hard", "abort"] {
@@ -214,11 +268,9 @@ async fn worktree_field_cases_13_14_16_output_shapes() {
     let p = preview_of(&o.text);
     assert!(!p.contains('\u{FFFD}'));
     let o = run(&e, "i=0; while [ $i -lt 50000 ]; do printf '%5d%%\\r' $((i % 100)); i=$((i+1)); done; echo done").await;
-    assert!(preview_of(&o.text).ends_with("done\n"));
-    assert_eq!(
-        std::fs::read(o.artifact_path.unwrap()).unwrap().len(),
-        350_005
-    );
+    // Carriage-return rewrites keep only the final line (issue 13, case 5).
+    assert!(o.text.ends_with("Output:\ndone\n"), "{}", o.text);
+    assert_eq!(o.total_bytes, 5);
     let o = run(&e, "printf 'a%.0s' $(seq 1 30000); printf 'END'").await;
     assert!(preview_of(&o.text).ends_with("aEND"));
     assert!(std::fs::read(o.artifact_path.unwrap())

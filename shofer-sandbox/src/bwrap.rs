@@ -255,6 +255,7 @@ fn argv(
     if opened.policy.net == NetPolicy::Deny {
         args.push(b"--unshare-net");
     }
+    let mut owned: Vec<(&[u8], Vec<u8>)> = Vec::new();
     if drop_caps {
         args.extend_from_slice(&[b"--cap-drop", b"ALL"]);
     }
@@ -268,6 +269,19 @@ fn argv(
         }
         let p = rule.path.as_os_str().as_bytes();
         args.extend_from_slice(&[b"--bind", p, p]);
+    }
+    // Git (crate::gitprotect): writable layers and read-only binds over control files, in
+    // order. Absent read-only paths had no placeholder to cover: git does not read them.
+    for (path, writable) in opened.controls.layers() {
+        let flag: &[u8] = if writable {
+            b"--bind"
+        } else {
+            b"--ro-bind-try"
+        };
+        owned.push((flag, path.as_os_str().as_bytes().to_vec()));
+    }
+    for (flag, p) in &owned {
+        args.extend_from_slice(&[flag, p, p]);
     }
     // Safety: memfd_create with a static name; the result is checked.
     let fd = unsafe { libc::memfd_create(c"shofer-bwrap-args".as_ptr(), 0) };

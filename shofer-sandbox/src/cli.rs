@@ -86,6 +86,8 @@ pub enum Invocation {
     Help,
     /// `--version`.
     Version,
+    /// `--repair WORKTREE`: finish the git control-file restores a killed run left.
+    Repair(PathBuf),
 }
 
 /// The `--help` text.
@@ -96,6 +98,7 @@ Usage:
   shofer-sandbox [OPTIONS] <WORKTREE> [--] <COMMAND> [ARGS...]
   shofer-sandbox [OPTIONS] <WORKTREE> -c <SHELL-STRING>
   shofer-sandbox --probe [--json] [--backend NAME]
+  shofer-sandbox --repair <WORKTREE>
   shofer-sandbox --print-apparmor-profile
 
 Writable: the worktree, /tmp and $TMPDIR, /dev/null, /dev/zero, /dev/full, terminals
@@ -130,10 +133,13 @@ Options:
                            with the backend auto picks or the one --backend names
   --print-apparmor-profile print an AppArmor profile that lets this binary create
                            user namespaces (Ubuntu 23.10+ restricts them)
+  --repair <WORKTREE>      finish restoring git control files that a killed run left
+                           changed (the next run on the worktree does it too)
   -h, --help               print this help
   -V, --version            print the version
 
-Exit status: 125 the sandbox could not be set up; 126 the command is not executable;
+Exit status: 125 the sandbox could not be set up, or a git control file the command changed
+could not be restored; 126 the command is not executable;
 127 the command was not found; otherwise the command's status (signal N: 128+N).
 ";
 
@@ -186,6 +192,11 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
             Short('h') | Long("help") => return Ok(Invocation::Help),
             Short('V') | Long("version") => return Ok(Invocation::Version),
             Long("probe") => probe = true,
+            Long("repair") => {
+                return Ok(Invocation::Repair(PathBuf::from(
+                    parser.value().map_err(err)?,
+                )))
+            }
             Long("print-apparmor-profile") => apparmor = true,
             Long("json") => json = true,
             Short('c') => {

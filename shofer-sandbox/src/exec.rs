@@ -259,6 +259,7 @@ mod tests {
             uid: 0,
             gid: 0,
             devices: Vec::new(),
+            git_layers: Vec::new(),
             net_deny: false,
             landlock: None,
             full_map: false,

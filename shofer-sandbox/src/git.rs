@@ -108,7 +108,9 @@ fn linked(worktree: &Path, wt_fd: &OwnedFd) -> Result<(PathBuf, PathBuf), String
     let back = paths::read_small_file(&gitdir_fd, "gitdir", MAX_POINTER_FILE)
         .map_err(|e| format!("{}/gitdir: {e}", gitdir.display()))?;
     let back = parse_pointer(&back, "").ok_or("empty back-link")?;
-    if !names_this_worktree(Path::new(&back), worktree) {
+    // git >= 2.48 with worktree.useRelativePaths writes it relative to the gitdir.
+    let back_path = gitdir.join(&back); // an absolute back-link replaces the base
+    if !names_this_worktree(&back_path, worktree) {
         return Err(format!(
             "{}/gitdir names {back}, not {}/.git",
             gitdir.display(),
@@ -177,6 +179,25 @@ mod tests {
             &[
                 ("wt/.git", "gitdir: $R/repo/.git/worktrees/wt\n"),
                 ("repo/.git/worktrees/wt/gitdir", "$R/wt/.git\n"),
+            ],
+            &["wt", "repo/.git/worktrees/wt", "repo/.git/objects"],
+        );
+        assert_eq!(
+            discover_in(&root),
+            GitLayout::Linked {
+                gitdir: root.join("repo/.git/worktrees/wt"),
+                common: root.join("repo/.git"),
+            }
+        );
+    }
+
+    #[test]
+    fn relative_links_resolve_against_the_gitdir_and_the_worktree_not_the_cwd() {
+        // git >= 2.48 `worktree.useRelativePaths`: both links relative.
+        let (_t, root) = layout(
+            &[
+                ("wt/.git", "gitdir: ../repo/.git/worktrees/wt\n"),
+                ("repo/.git/worktrees/wt/gitdir", "../../../../wt/.git\n"),
             ],
             &["wt", "repo/.git/worktrees/wt", "repo/.git/objects"],
         );

@@ -1,25 +1,41 @@
-//! Guarding the git files that make the *host's* next git run execute code.
+//! Guarding the git files that make the *host's* git execute code, where the backend cannot
+//! make them read-only (the Landlock backend: Landlock grants whole directory hierarchies, so
+//! files inside a writable directory cannot be kept read-only). The namespace backends bind
+//! them read-only instead ([`crate::gitprotect`]); the guard runs there too, as a check.
 //!
-//! Landlock grants whole directory hierarchies, so files inside a writable directory cannot be
-//! kept read-only. Two such directories hold files the host's git trusts:
-//! - a linked worktree's gitdir `<common>/worktrees/<name>/` (writable so `commit`, `checkout`
-//!   and `stash` work): `commondir` tells git where the repository's config and hooks are, and
-//!   `config.worktree` is read as configuration when `extensions.worktreeConfig` is on — either
-//!   lets a command plant `core.fsmonitor` or `core.hooksPath` for the host's next `git status`;
-//! - a main worktree's `.git` directory, which is inside the worktree: `config`,
-//!   `config.worktree`, `commondir` and `hooks/`.
+//! Guarded: the worktree's `.git` (a linked worktree's pointer file; a main worktree's `.git`
+//! directory, which must stay the same directory), the gitdir's `commondir`, `gitdir` and
+//! `config.worktree`, a main worktree's `config`, `hooks/`, `info/`, its linked worktrees'
+//! `commondir`/`gitdir`/`config.worktree`, submodules' `config` and `hooks/`, and an in-tree
+//! `core.hooksPath` directory.
 //!
-//! The supervisor snapshots these before the command starts and, once the whole tree is gone,
-//! puts back whatever changed (replacing symlinks and new files, never following them), and
-//! says so on stderr. What this cannot cover: a host git run *while* the command still runs,
-//! and a supervisor killed with SIGKILL. The report lists `git_metadata` accordingly.
+//! How the guard holds:
+//! - **snapshot** before the command starts; the snapshot is also written to a **journal**
+//!   outside the writable set ([`journal_dir`]), so a supervisor killed with SIGKILL leaves
+//!   what is needed: the next run on the worktree, or `shofer-sandbox --repair WT`, finishes
+//!   the restore before anything else;
+//! - **restore at once**: on the Landlock backend a watcher thread (inotify(7) on every guarded
+//!   directory) puts back a guarded entry as soon as it changes, not only at exit — this leaves
+//!   a window of the inotify latency plus one restore (typically well under a millisecond)
+//!   during which a host git could read the command's file;
+//! - restores write to an **unpredictable** temporary name (getrandom(2)) created with
+//!   `O_EXCL | O_NOFOLLOW`, then rename it over the entry; a directory made read-only by the
+//!   command (`chmod 0555`) gets its write bit back first; when writing fails (a full disk)
+//!   the command's entry is removed as a last resort — no control file is safer than the
+//!   command's;
+//! - a restore that fails is **loud**: stderr, the run's closing report record, and exit
+//!   status 125 ([`crate::run`]).
 
 use std::ffi::CString;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
 
 use crate::git::GitLayout;
+use crate::nested::{Checked, NestedScan};
 use crate::paths::{self, Kind};
 
 /// Largest guarded file (bytes); a larger one is left unguarded and reported.
@@ -42,44 +58,173 @@ enum State {
 struct Guarded {
     dir: OwnedFd,
     dir_path: PathBuf,
-    name: &'static str,
+    /// The directory's permission bits at the snapshot (`None`: unknown, from a journal).
+    dir_mode: Option<u32>,
+    name: String,
     original: State,
+}
+
+/// A main worktree's `.git` directory: it must remain the directory it was.
+struct DotGitDir {
+    worktree: OwnedFd,
+    worktree_path: PathBuf,
+    original: OwnedFd,
+    identity: (u64, u64),
 }
 
 /// The snapshot taken before a run.
 pub struct GitGuard {
     entries: Vec<Guarded>,
+    dot_git: Option<DotGitDir>,
+    journal: Option<PathBuf>,
+    /// The gitlinked repositories check ([`crate::nested`]).
+    nested: Option<NestedScan>,
+    /// Gitlinks were found at the last check: check again periodically (their config can
+    /// change without the index changing).
+    nested_seen: bool,
+    /// A linked worktree's common dir (writable on the namespace backends, for
+    /// `packed-refs`) and the names in it before the run: a name the command adds there
+    /// (`MERGE_HEAD` of the main worktree, `shallow`, …) is removed when it ends.
+    common_names: Option<(OwnedFd, PathBuf, Vec<String>)>,
+}
+
+/// Names git itself may add to the common dir from a linked worktree.
+const COMMON_NEW_ALLOWED: [&str; 1] = ["packed-refs"];
+
+/// What one restore pass did.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// Paths put back.
+    pub restored: Vec<PathBuf>,
+    /// Nested repositories' configs moved aside ([`crate::nested`]).
+    pub quarantined: Vec<crate::nested::Quarantined>,
+    /// Paths that could not be put back (or moved aside), with why.
+    pub failed: Vec<(PathBuf, String)>,
+}
+
+impl Restored {
+    /// Adds `other`'s results to these.
+    pub fn merge(&mut self, other: Restored) {
+        self.restored.extend(other.restored);
+        self.quarantined.extend(other.quarantined);
+        self.failed.extend(other.failed);
+    }
 }
 
 impl GitGuard {
-    /// Snapshots the guarded files for `layout` of `worktree` (canonical). Never fails: what cannot be read is noted and reported by [`Self::unguarded`].
-    pub fn snapshot(layout: &GitLayout, worktree: &Path) -> GitGuard {
+    /// Snapshots the guarded files for `layout` of `worktree` (canonical), with the in-tree
+    /// paths of `controls` (an in-tree `core.hooksPath`). Never fails: what cannot be read is
+    /// noted and reported by [`Self::unguarded`].
+    pub fn snapshot(
+        layout: &GitLayout,
+        worktree: &Path,
+        controls: &crate::gitprotect::ControlSet,
+    ) -> GitGuard {
         let mut entries = Vec::new();
-        let mut add = |dir_path: PathBuf, names: &[&'static str]| {
+        let add = |entries: &mut Vec<Guarded>, dir_path: PathBuf, names: &[&str]| {
             let Ok(dir) = paths::open_nofollow(&dir_path) else {
                 return;
             };
+            let dir_mode = mode_of(&dir).ok();
             for &name in names {
                 let original = read_state(&dir, name);
                 entries.push(Guarded {
                     dir: dir.try_clone().expect("dup of an open descriptor"),
                     dir_path: dir_path.clone(),
-                    name,
+                    dir_mode,
+                    name: name.to_string(),
                     original,
                 });
             }
         };
+        let per_worktree = ["commondir", "gitdir", "config.worktree"];
+        let mut dot_git = None;
         match layout {
             GitLayout::Linked { gitdir, .. } => {
-                add(gitdir.clone(), &["commondir", "gitdir", "config.worktree"])
+                add(&mut entries, worktree.to_path_buf(), &[".git"]);
+                add(&mut entries, gitdir.clone(), &per_worktree);
             }
-            GitLayout::MainWorktree => add(
-                worktree.join(".git"),
-                &["config", "config.worktree", "commondir", "hooks"],
-            ),
+            GitLayout::MainWorktree => {
+                let dot = worktree.join(".git");
+                add(
+                    &mut entries,
+                    dot.clone(),
+                    &["config", "config.worktree", "commondir", "hooks", "info"],
+                );
+                for sub in subdirs(&dot.join("worktrees")) {
+                    add(&mut entries, sub, &per_worktree);
+                }
+                for sub in subdirs(&dot.join("modules")) {
+                    add(&mut entries, sub, &["config", "hooks"]);
+                }
+                if let (Ok(wt), Ok(orig)) =
+                    (paths::open_nofollow(worktree), paths::open_nofollow(&dot))
+                {
+                    if let Ok(identity) = identity(&orig) {
+                        dot_git = Some(DotGitDir {
+                            worktree: wt,
+                            worktree_path: worktree.to_path_buf(),
+                            original: orig,
+                            identity,
+                        });
+                    }
+                }
+            }
             GitLayout::None | GitLayout::Rejected(_) => {}
         }
-        GitGuard { entries }
+        for c in &controls.read_only {
+            let known = entries.iter().any(|g| g.dir_path.join(&g.name) == c.path);
+            if !known && c.path.starts_with(worktree) && !c.path.starts_with(worktree.join(".git"))
+            {
+                if let (Some(parent), Some(name)) =
+                    (c.path.parent(), c.path.file_name().and_then(|n| n.to_str()))
+                {
+                    add(&mut entries, parent.to_path_buf(), &[name]);
+                }
+            }
+        }
+        let nested = match layout {
+            GitLayout::Linked { gitdir, common } => Some(NestedScan::new(
+                worktree,
+                gitdir,
+                crate::gitprotect::uses_sha256(common),
+            )),
+            GitLayout::MainWorktree => {
+                let dot = worktree.join(".git");
+                Some(NestedScan::new(
+                    worktree,
+                    &dot,
+                    crate::gitprotect::uses_sha256(&dot),
+                ))
+            }
+            GitLayout::None | GitLayout::Rejected(_) => None,
+        };
+        let common_names = controls.common.as_ref().and_then(|l| {
+            let fd = paths::open_nofollow(&l.common).ok()?;
+            let names = list(&fd).ok()?;
+            Some((fd, l.common.clone(), names))
+        });
+        GitGuard {
+            entries,
+            dot_git,
+            journal: None,
+            nested,
+            nested_seen: false,
+            common_names,
+        }
+    }
+
+    /// Quarantines program-naming configs of gitlinked repositories inside the worktree
+    /// ([`crate::nested`]).
+    pub fn check_nested(&mut self) -> Checked {
+        match &self.nested {
+            Some(scan) => {
+                let (checked, links) = scan.check();
+                self.nested_seen = links > 0;
+                checked
+            }
+            None => Checked::default(),
+        }
     }
 
     /// Guarded paths that could not be snapshotted, with why (for the report).
@@ -99,30 +244,615 @@ impl GitGuard {
     pub fn paths(&self) -> Vec<PathBuf> {
         self.entries
             .iter()
-            .map(|g| g.dir_path.join(g.name))
+            .map(|g| g.dir_path.join(&g.name))
             .collect()
     }
 
-    /// After the run: puts back every guarded entry that changed. Returns the paths restored
-    /// and the ones that could not be.
-    pub fn restore(&self) -> (Vec<PathBuf>, Vec<(PathBuf, io::Error)>) {
-        let mut restored = Vec::new();
-        let mut failed = Vec::new();
+    /// The directories whose changes the watcher follows: each guarded entry's directory and
+    /// each guarded directory itself.
+    fn watched(&self) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
         for g in &self.entries {
+            let mut push = |p: PathBuf| {
+                if !dirs.contains(&p) {
+                    dirs.push(p)
+                }
+            };
+            push(g.dir_path.clone());
+            if matches!(g.original, State::Dir(_)) {
+                push(g.dir_path.join(&g.name));
+            }
+        }
+        dirs
+    }
+
+    /// Puts back every guarded entry that changed (first the main worktree's `.git`
+    /// directory itself, if it was renamed away).
+    pub fn restore(&self) -> Restored {
+        let mut out = Restored::default();
+        if let Some((fd, path, before)) = &self.common_names {
+            for name in list(fd).unwrap_or_default() {
+                if before.contains(&name) || COMMON_NEW_ALLOWED.contains(&name.as_str()) {
+                    continue;
+                }
+                match remove(fd, &name) {
+                    Ok(()) => out.restored.push(path.join(&name)),
+                    Err(e) => out.failed.push((path.join(&name), e.to_string())),
+                }
+            }
+        }
+        if let Some(d) = &self.dot_git {
+            if let Err(e) = d.restore() {
+                out.failed
+                    .push((d.worktree_path.join(".git"), e.to_string()));
+            }
+        }
+        for g in &self.entries {
+            // A directory made read-only (or opened up) by the command gets its mode back.
+            if let Some(want) = g.dir_mode {
+                if mode_of(&g.dir).is_ok_and(|m| m != want) {
+                    let p = format!("/proc/self/fd/{}", g.dir.as_raw_fd());
+                    let perm = std::os::unix::fs::PermissionsExt::from_mode(want);
+                    match std::fs::set_permissions(&p, perm) {
+                        Ok(()) => out.restored.push(g.dir_path.clone()),
+                        Err(e) => out.failed.push((g.dir_path.clone(), format!("chmod: {e}"))),
+                    }
+                }
+            }
             if matches!(g.original, State::Unguardable(_)) {
                 continue;
             }
-            let now = read_state(&g.dir, g.name);
+            let now = read_state(&g.dir, &g.name);
             if now == g.original {
                 continue;
             }
-            let path = g.dir_path.join(g.name);
-            match put_back(&g.dir, g.name, &g.original, &now) {
-                Ok(()) => restored.push(path),
-                Err(e) => failed.push((path, e)),
+            let path = g.dir_path.join(&g.name);
+            match put_back(&g.dir, &g.name, &g.original, &now) {
+                Ok(()) => out.restored.push(path),
+                Err(e) => {
+                    // Last resort (a full disk): the command's entry must not stay.
+                    let last = if matches!(g.original, State::Absent) {
+                        String::new()
+                    } else {
+                        match remove(&g.dir, &g.name) {
+                            Ok(()) => " (the command's version was removed instead)".into(),
+                            Err(e2) => {
+                                format!(" (removing the command's version failed too: {e2})")
+                            }
+                        }
+                    };
+                    out.failed.push((path, format!("{e}{last}")))
+                }
             }
         }
-        (restored, failed)
+        out
+    }
+
+    /// Writes the snapshot to a journal file in `dir` (outside the writable set), so a
+    /// supervisor killed before it restores leaves what the next run needs.
+    ///
+    /// # Errors
+    /// Creating or writing the journal.
+    pub fn write_journal(&mut self, dir: &Path, worktree: &Path) -> io::Result<()> {
+        let entries: Vec<Value> = self
+            .entries
+            .iter()
+            .filter(|g| !matches!(g.original, State::Unguardable(_)))
+            .map(|g| json!({"dir": g.dir_path, "name": g.name, "state": state_json(&g.original)}))
+            .collect();
+        // Safety: getpid cannot fail.
+        let pid = unsafe { libc::getpid() };
+        let record = json!({
+            "worktree": worktree,
+            "pid": pid,
+            "start": start_time(pid),
+            "entries": entries,
+        });
+        let path = dir.join(format!("{}-{pid}.json", worktree_key(worktree)));
+        let tmp = dir.join(format!(".{}-{pid}.tmp", worktree_key(worktree)));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags_nofollow()
+            .open(&tmp)?;
+        // No fsync: the journal guards against a killed supervisor, whose writes the page
+        // cache keeps; an fsync costs tens of milliseconds on a busy disk at every start.
+        f.write_all(record.to_string().as_bytes())?;
+        std::fs::rename(&tmp, &path)?;
+        self.journal = Some(path);
+        Ok(())
+    }
+
+    /// Removes the journal after a complete restore.
+    pub fn clear_journal(&self) {
+        if let Some(j) = &self.journal {
+            let _ = std::fs::remove_file(j);
+        }
+    }
+}
+
+/// `O_NOFOLLOW` on [`std::fs::OpenOptions`].
+trait NoFollow {
+    fn custom_flags_nofollow(&mut self) -> &mut Self;
+}
+
+impl NoFollow for std::fs::OpenOptions {
+    fn custom_flags_nofollow(&mut self) -> &mut Self {
+        std::os::unix::fs::OpenOptionsExt::custom_flags(self, libc::O_NOFOLLOW);
+        std::os::unix::fs::OpenOptionsExt::mode(self, 0o600);
+        self
+    }
+}
+
+impl DotGitDir {
+    fn restore(&self) -> io::Result<()> {
+        let here = paths::openat_path(&self.worktree, Path::new(".git"));
+        if let Ok(fd) = &here {
+            if identity(fd)? == self.identity {
+                return Ok(());
+            }
+        }
+        let cur = std::fs::read_link(format!("/proc/self/fd/{}", self.original.as_raw_fd()))?;
+        if !cur.starts_with(&self.worktree_path) || cur.to_string_lossy().ends_with(" (deleted)") {
+            return Err(io::Error::other(format!(
+                "the original .git directory is now at {} and is not put back from there",
+                cur.display()
+            )));
+        }
+        if here.is_ok() {
+            let aside = format!(".git.shofer-moved-{}", random_suffix());
+            rename_in(&self.worktree, ".git", &aside)?;
+        }
+        let to = self.worktree_path.join(".git");
+        std::fs::rename(&cur, &to)
+    }
+}
+
+fn rename_in(dir: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
+    let (f, t) = (cname(from), cname(to));
+    // Safety: valid dirfd and NUL-terminated names.
+    if unsafe { libc::renameat(dir.as_raw_fd(), f.as_ptr(), dir.as_raw_fd(), t.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .take(MAX_ENTRIES)
+        .collect()
+}
+
+/// The permission bits of a descriptor's object.
+fn mode_of(fd: &OwnedFd) -> io::Result<u32> {
+    // Safety: `st` is filled by fstat on success.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // Safety: live descriptor, writable buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_mode & 0o7777)
+}
+
+/// (st_dev, st_ino) of a descriptor.
+fn identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
+    // Safety: `st` is filled by fstat on success.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // Safety: live descriptor, writable buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// 16 hex digits from getrandom(2), for temporary names the command cannot predict.
+pub(crate) fn random_suffix() -> String {
+    let mut buf = [0u8; 8];
+    // Safety: writing at most buf.len() bytes into buf.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n != buf.len() as isize {
+        // Never predictable from inside: nanoseconds and our PID mixed in.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        buf = (t ^ ((std::process::id() as u64) << 32)).to_ne_bytes();
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A stable key for a worktree path (FNV-1a, 64 bits), for journal file names.
+fn worktree_key(worktree: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in worktree.as_os_str().as_bytes() {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Field 22 of `/proc/<pid>/stat` (start time in clock ticks), to tell a live owner of a
+/// journal from a recycled PID.
+fn start_time(pid: libc::pid_t) -> Option<u64> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn hex(data: &[u8]) -> String {
+    data.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn state_json(s: &State) -> Value {
+    match s {
+        State::Absent => json!({"absent": true}),
+        State::File { data, mode } => json!({"file": hex(data), "mode": mode}),
+        State::Dir(entries) => json!({"dir": entries
+            .iter()
+            .map(|(n, d, m)| json!({"name": n, "file": hex(d), "mode": m}))
+            .collect::<Vec<_>>()}),
+        State::Unguardable(why) => json!({"unguardable": why}),
+    }
+}
+
+fn state_from_json(v: &Value) -> Option<State> {
+    if v["absent"] == json!(true) {
+        return Some(State::Absent);
+    }
+    if let Some(d) = v["file"].as_str() {
+        return Some(State::File {
+            data: unhex(d)?,
+            mode: v["mode"].as_u64()? as u32,
+        });
+    }
+    let entries = v["dir"].as_array()?;
+    let mut out = Vec::new();
+    for e in entries {
+        out.push((
+            e["name"].as_str()?.to_string(),
+            unhex(e["file"].as_str()?)?,
+            e["mode"].as_u64()? as u32,
+        ));
+    }
+    Some(State::Dir(out))
+}
+
+/// Where journals live: `$XDG_STATE_HOME/shofer/git-guard` (or
+/// `~/.local/state/shofer/git-guard`), else `/var/tmp/shofer-git-guard-<uid>`; created with
+/// mode 0700 and checked to be a real directory owned by us. `None` if none of them is usable
+/// or every candidate lies inside `writable` (the command could then edit the journal).
+pub fn journal_dir(writable: &[PathBuf]) -> Option<PathBuf> {
+    // Safety: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let candidates = journal_candidates();
+    for c in candidates {
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode_0700()
+            .create(&c);
+        let Ok(canon) = std::fs::canonicalize(&c) else {
+            continue;
+        };
+        if writable.iter().any(|w| canon.starts_with(w)) {
+            continue;
+        }
+        let ok = std::fs::symlink_metadata(&canon).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0
+        });
+        if ok {
+            return Some(canon);
+        }
+    }
+    None
+}
+
+/// Where journals may be, in order of preference (see [`journal_dir`]).
+pub fn journal_candidates() -> Vec<PathBuf> {
+    // Safety: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| home.map(|h| h.join(".local/state")));
+    let mut candidates = Vec::new();
+    if let Some(s) = state.filter(|s| s.is_absolute()) {
+        candidates.push(s.join("shofer/git-guard"));
+    }
+    candidates.push(PathBuf::from(format!("/var/tmp/shofer-git-guard-{uid}")));
+    candidates
+}
+
+trait Mode0700 {
+    fn mode_0700(&mut self) -> &mut Self;
+}
+
+impl Mode0700 for std::fs::DirBuilder {
+    fn mode_0700(&mut self) -> &mut Self {
+        std::os::unix::fs::DirBuilderExt::mode(self, 0o700)
+    }
+}
+
+/// Finishes the restores that killed runs on `worktree` left in `dir`'s journals (their
+/// supervisor no longer alive). Returns what was done.
+pub fn repair(dir: &Path, worktree: &Path) -> Restored {
+    let mut out = Restored::default();
+    let prefix = format!("{}-", worktree_key(worktree));
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(&prefix) || !name.ends_with(".json") {
+            continue;
+        }
+        let path = e.path();
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<Value>(&text) else {
+            out.failed.push((path.clone(), "unreadable journal".into()));
+            continue;
+        };
+        if v["worktree"].as_str() != worktree.to_str() {
+            continue;
+        }
+        let pid = v["pid"].as_i64().unwrap_or(0) as libc::pid_t;
+        if pid > 0 && start_time(pid).is_some() && start_time(pid) == v["start"].as_u64() {
+            continue; // its supervisor still runs and will restore itself
+        }
+        let mut entries = Vec::new();
+        for e in v["entries"].as_array().into_iter().flatten() {
+            let (Some(d), Some(n), Some(state)) = (
+                e["dir"].as_str(),
+                e["name"].as_str(),
+                state_from_json(&e["state"]),
+            ) else {
+                continue;
+            };
+            match paths::open_nofollow(Path::new(d)) {
+                Ok(fd) => entries.push(Guarded {
+                    dir: fd,
+                    dir_path: PathBuf::from(d),
+                    dir_mode: None,
+                    name: n.to_string(),
+                    original: state,
+                }),
+                Err(err) => out.failed.push((
+                    Path::new(d).join(n),
+                    format!("opening its directory: {err}"),
+                )),
+            }
+        }
+        let guard = GitGuard {
+            entries,
+            dot_git: None,
+            journal: None,
+            nested: None,
+            nested_seen: false,
+            common_names: None,
+        };
+        let r = guard.restore();
+        let clean = r.failed.is_empty();
+        out.merge(r);
+        if clean && out.failed.is_empty() {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    out
+}
+
+/// The watcher: a thread that restores guarded entries as soon as they change (the Landlock
+/// backend) and quarantines nested repositories' program-naming configs (every backend).
+pub struct Watcher {
+    stop: OwnedFd,
+    gate: OwnedFd,
+    thread: Option<std::thread::JoinHandle<Restored>>,
+}
+
+impl Watcher {
+    /// Starts watching `guard`'s directories; `restore` is false where the backend makes the
+    /// guarded entries read-only. The thread blocks every signal (they belong to the
+    /// supervisor's `sigwaitinfo` loop) and waits at a gate, without allocating, until
+    /// [`Self::open_gate`]: a namespace backend's fork-like clone must not copy a thread that
+    /// holds the allocator's lock.
+    ///
+    /// # Errors
+    /// inotify_init1(2), pipe2(2) or thread creation failures.
+    pub fn start(guard: Arc<Mutex<GitGuard>>, restore: bool) -> io::Result<Watcher> {
+        // Safety: inotify_init1 with flags only.
+        let ino = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+        if ino < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Safety: inotify_init1 just returned it.
+        let ino = unsafe { OwnedFd::from_raw_fd(ino) };
+        let dirs = guard.lock().map(|g| g.watched()).unwrap_or_default();
+        let mask = libc::IN_MODIFY
+            | libc::IN_ATTRIB
+            | libc::IN_CLOSE_WRITE
+            | libc::IN_MOVED_FROM
+            | libc::IN_MOVED_TO
+            | libc::IN_CREATE
+            | libc::IN_DELETE
+            | libc::IN_DELETE_SELF
+            | libc::IN_MOVE_SELF;
+        for d in dirs {
+            let Ok(c) = CString::new(d.as_os_str().as_encoded_bytes()) else {
+                continue;
+            };
+            // Safety: valid inotify fd and NUL-terminated path; IN_DONT_FOLLOW keeps a
+            // symlink planted there from redirecting the watch.
+            unsafe {
+                libc::inotify_add_watch(
+                    ino.as_raw_fd(),
+                    c.as_ptr(),
+                    mask | libc::IN_DONT_FOLLOW | libc::IN_ONLYDIR,
+                )
+            };
+        }
+        let (stop_read, stop_write) = shofer_sys::fd::pipe_cloexec()?;
+        let (gate_read, gate_write) = shofer_sys::fd::pipe_cloexec()?;
+        let (ready_read, ready_write) = shofer_sys::fd::pipe_cloexec()?;
+        // Safety: an all-zero sigset_t is valid plain data (filled below).
+        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // Safety: as above.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // Safety: sigfillset initialises the set; pthread_sigmask changes this thread's mask
+        // (inherited by the new thread), restored right after the spawn.
+        unsafe {
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        }
+        let thread = std::thread::Builder::new()
+            .name("shofer-git-watch".into())
+            .spawn(move || {
+                let mut b = 0u8;
+                // Safety: one byte to and from our own pipes; no allocation between telling
+                // the supervisor we are ready and the gate opening.
+                unsafe {
+                    libc::write(ready_write.as_raw_fd(), b"r".as_ptr().cast(), 1);
+                    libc::read(gate_read.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
+                }
+                drop(ready_write);
+                watch_loop(ino, stop_read, guard, restore)
+            });
+        // Safety: restoring the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        let thread = thread?;
+        let mut b = 0u8;
+        // Safety: reading one byte from our pipe: the thread is at the gate.
+        unsafe { libc::read(ready_read.as_raw_fd(), (&mut b as *mut u8).cast(), 1) };
+        Ok(Watcher {
+            stop: stop_write,
+            gate: gate_write,
+            thread: Some(thread),
+        })
+    }
+
+    /// Lets the watcher run (once the sandbox's processes exist).
+    pub fn open_gate(&self) {
+        // Safety: one byte to our own pipe.
+        unsafe { libc::write(self.gate.as_raw_fd(), b"g".as_ptr().cast(), 1) };
+    }
+
+    /// The gate's write end, for the supervisor to open right after it spawned the command.
+    pub fn gate_fd(&self) -> std::os::fd::RawFd {
+        self.gate.as_raw_fd()
+    }
+
+    /// Stops the watcher and returns what it did during the run.
+    pub fn stop(mut self) -> Restored {
+        self.open_gate();
+        // Safety: one byte to our own pipe.
+        unsafe { libc::write(self.stop.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Says on stderr what a pass did.
+pub fn announce(r: &Restored, how: &str) {
+    for p in &r.restored {
+        eprintln!(
+            "shofer-sandbox: warning: the command changed {}, which the host's git trusts; {how}",
+            p.display()
+        );
+    }
+    for q in &r.quarantined {
+        eprintln!(
+            "shofer-sandbox: warning: {} names a program ({}) and belongs to a repository the host's git enters through a gitlink; moved to {}",
+            q.path.display(),
+            q.key,
+            q.moved_to.display()
+        );
+    }
+    for (p, e) in &r.failed {
+        eprintln!(
+            "shofer-sandbox: error: the command changed {}, which the host's git trusts, and it could not be restored: {e}",
+            p.display()
+        );
+    }
+}
+
+/// How often gitlinked repositories are checked again while any exist (their config can
+/// change without an event in a watched directory).
+const NESTED_RECHECK_MS: libc::c_int = 200;
+
+fn watch_loop(ino: OwnedFd, stop: OwnedFd, guard: Arc<Mutex<GitGuard>>, restore: bool) -> Restored {
+    let mut total = Restored::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut first = true;
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: ino.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let timeout = match guard.lock() {
+            Ok(g) if g.nested_seen => NESTED_RECHECK_MS,
+            _ => -1,
+        };
+        let n = if first {
+            first = false;
+            0 // one check right away: the index may have changed before the gate opened
+        } else {
+            // Safety: two valid pollfds.
+            unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) }
+        };
+        if n < 0 {
+            continue;
+        }
+        if fds[1].revents != 0 {
+            return total;
+        }
+        let event = fds[0].revents != 0;
+        if event {
+            // Drain the events: which ones does not matter, every change triggers one check.
+            // Safety: reading into our buffer.
+            unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        }
+        let Ok(mut g) = guard.lock() else {
+            return total;
+        };
+        let mut r = if restore && event {
+            g.restore()
+        } else {
+            Restored::default()
+        };
+        let c = g.check_nested();
+        r.quarantined.extend(c.quarantined);
+        r.failed.extend(c.failed);
+        announce(&r, "restored at once");
+        total.merge(r);
     }
 }
 
@@ -233,7 +963,17 @@ fn remove(dir: &OwnedFd, name: &str) -> io::Result<()> {
     match err.raw_os_error() {
         Some(libc::ENOENT) => Ok(()),
         Some(libc::EISDIR) | Some(libc::EPERM) => {
-            let sub = open_dir(dir, name)?;
+            // A directory the command made unreadable (chmod 000) is opened up first: the
+            // supervisor owns what the command created.
+            let sub = match open_dir(dir, name) {
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                    // Safety: valid dirfd and name; AT_SYMLINK_NOFOLLOW is not supported by
+                    // fchmodat, but `name` was just found to be a directory (EISDIR/EPERM).
+                    unsafe { libc::fchmodat(dir.as_raw_fd(), c.as_ptr(), 0o700, 0) };
+                    open_dir(dir, name)?
+                }
+                other => other?,
+            };
             for entry in list(&sub)? {
                 remove(&sub, &entry)?;
             }
@@ -247,10 +987,27 @@ fn remove(dir: &OwnedFd, name: &str) -> io::Result<()> {
     }
 }
 
-/// Writes `data` with `mode` to a fresh temporary name in `dir` and renames it over `name`
-/// (which replaces a symlink or file there, never following it).
+/// Writes `data` with `mode` to a fresh, unpredictable temporary name in `dir` and renames it
+/// over `name` (which replaces a symlink or file there, never following it). A directory the
+/// command made read-only gets its owner's write and search bits back first.
 fn write_over(dir: &OwnedFd, name: &str, data: &[u8], mode: u32) -> io::Result<()> {
-    let tmp = format!(".{name}.shofer-restore-{}", std::process::id());
+    match write_over_once(dir, name, data, mode) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+            let p = format!("/proc/self/fd/{}", dir.as_raw_fd());
+            let m = std::fs::metadata(&p)?;
+            let cur = std::os::unix::fs::PermissionsExt::mode(&m.permissions());
+            std::fs::set_permissions(
+                &p,
+                std::os::unix::fs::PermissionsExt::from_mode((cur | 0o700) & 0o7777),
+            )?;
+            write_over_once(dir, name, data, mode)
+        }
+        other => other,
+    }
+}
+
+fn write_over_once(dir: &OwnedFd, name: &str, data: &[u8], mode: u32) -> io::Result<()> {
+    let tmp = format!(".{name}.shofer-restore-{}", random_suffix());
     let ctmp = cname(&tmp);
     // Safety: valid dirfd, NUL-terminated name; O_EXCL|O_NOFOLLOW creates a new file only.
     let fd = unsafe {
@@ -266,7 +1023,11 @@ fn write_over(dir: &OwnedFd, name: &str, data: &[u8], mode: u32) -> io::Result<(
     }
     // Safety: openat just returned this descriptor.
     let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    file.write_all(data)?;
+    if let Err(e) = file.write_all(data) {
+        drop(file);
+        let _ = remove(dir, &tmp);
+        return Err(e);
+    }
     drop(file);
     let c = cname(name);
     // Safety: valid dirfd and names.
@@ -345,13 +1106,15 @@ mod tests {
     #[test]
     fn a_changed_commondir_and_a_planted_config_worktree_are_put_back() {
         let (_t, root, layout) = setup();
-        let guard = GitGuard::snapshot(&layout, &root);
+        let guard = GitGuard::snapshot(&layout, &root, &Default::default());
         let GitLayout::Linked { gitdir, .. } = &layout else {
             unreachable!()
         };
         std::fs::write(gitdir.join("commondir"), "/evil\n").unwrap();
         std::fs::write(gitdir.join("config.worktree"), "[core]\nfsmonitor=x\n").unwrap();
-        let (restored, failed) = guard.restore();
+        let Restored {
+            restored, failed, ..
+        } = guard.restore();
         assert!(failed.is_empty(), "{failed:?}");
         assert_eq!(restored.len(), 2);
         assert_eq!(
@@ -364,7 +1127,7 @@ mod tests {
     #[test]
     fn a_symlink_or_directory_in_place_of_a_file_is_replaced_not_followed() {
         let (_t, root, layout) = setup();
-        let guard = GitGuard::snapshot(&layout, &root);
+        let guard = GitGuard::snapshot(&layout, &root, &Default::default());
         let GitLayout::Linked { gitdir, .. } = &layout else {
             unreachable!()
         };
@@ -374,7 +1137,7 @@ mod tests {
         std::os::unix::fs::symlink(&victim, gitdir.join("commondir")).unwrap();
         std::fs::remove_file(gitdir.join("gitdir")).unwrap();
         std::fs::create_dir_all(gitdir.join("gitdir/deep")).unwrap();
-        let (_, failed) = guard.restore();
+        let failed = guard.restore().failed;
         assert!(failed.is_empty(), "{failed:?}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
         assert!(!gitdir.join("commondir").is_symlink());
@@ -391,11 +1154,13 @@ mod tests {
         std::fs::create_dir_all(wt.join(".git/hooks")).unwrap();
         std::fs::write(wt.join(".git/config"), "[core]\n").unwrap();
         std::fs::write(wt.join(".git/hooks/pre-commit.sample"), "#!/bin/sh\n").unwrap();
-        let guard = GitGuard::snapshot(&GitLayout::MainWorktree, &wt);
+        let guard = GitGuard::snapshot(&GitLayout::MainWorktree, &wt, &Default::default());
         std::fs::write(wt.join(".git/hooks/post-checkout"), "rm -rf ~\n").unwrap();
         std::fs::write(wt.join(".git/hooks/pre-commit.sample"), "evil\n").unwrap();
         std::fs::write(wt.join(".git/config"), "[core]\nhooksPath=/x\n").unwrap();
-        let (restored, failed) = guard.restore();
+        let Restored {
+            restored, failed, ..
+        } = guard.restore();
         assert!(failed.is_empty(), "{failed:?}");
         assert_eq!(restored.len(), 2);
         assert!(!wt.join(".git/hooks/post-checkout").exists());
@@ -407,5 +1172,56 @@ mod tests {
             std::fs::read_to_string(wt.join(".git/config")).unwrap(),
             "[core]\n"
         );
+    }
+
+    #[test]
+    fn a_restore_that_cannot_write_is_reported_as_failed() {
+        let (_t, root, layout) = setup();
+        let guard = GitGuard::snapshot(&layout, &root, &Default::default());
+        let GitLayout::Linked { gitdir, .. } = &layout else {
+            unreachable!()
+        };
+        // The directory disappears under the guard: nothing can be written there.
+        std::fs::remove_dir_all(gitdir).unwrap();
+        let r = guard.restore();
+        assert!(r.restored.is_empty(), "{r:?}");
+        assert!(
+            r.failed.iter().any(|(p, _)| p.ends_with("commondir")),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn a_journal_lets_a_later_process_finish_the_restore() {
+        let (_t, root, layout) = setup();
+        let state = root.join("state");
+        std::fs::create_dir(&state).unwrap();
+        let mut guard = GitGuard::snapshot(&layout, &root, &Default::default());
+        guard.write_journal(&state, &root).unwrap();
+        let GitLayout::Linked { gitdir, .. } = &layout else {
+            unreachable!()
+        };
+        std::fs::write(gitdir.join("commondir"), "/evil\n").unwrap();
+        // Our own journal belongs to a live process (us): left alone.
+        assert!(repair(&state, &root).restored.is_empty());
+        // As if this process had been killed: the recorded start time no longer matches.
+        let journal = std::fs::read_dir(&state)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let text = std::fs::read_to_string(&journal).unwrap();
+        let mut v: Value = serde_json::from_str(&text).unwrap();
+        v["start"] = json!(0);
+        std::fs::write(&journal, v.to_string()).unwrap();
+        let r = repair(&state, &root);
+        assert!(r.failed.is_empty(), "{r:?}");
+        assert_eq!(r.restored, vec![gitdir.join("commondir")]);
+        assert_eq!(
+            std::fs::read_to_string(gitdir.join("commondir")).unwrap(),
+            "../..\n"
+        );
+        assert!(!journal.exists());
     }
 }

@@ -10,8 +10,10 @@
 //!    refuses naming each mechanism and why — never a silent downgrade;
 //! 4. **opened policy**: [`writable`] builds the writable set, opening every rule path
 //!    without following symlinks, with [`git`] adding a validated linked worktree's metadata
-//!    and [`gitguard`] snapshotting what the host's git trusts; the `--report` record
-//!    ([`report`]) is written from the choice and the opened policy;
+//!    and [`gitprotect`] listing what the host's git trusts; [`gitrun`] prepares their
+//!    protection (placeholders, the [`gitguard`] snapshot and journal, the [`objects`]
+//!    record); the `--report` record ([`report`]) is written from the choice and the opened
+//!    policy;
 //! 5. **plan**: the chosen backend's module builds its [`plan::Confinement`] ([`ruleset`],
 //!    [`namespaces`], [`bwrap`]) around the common [`plan::ExecSpec`];
 //! 6. **spawn**: [`spawn`] clones the child, which runs the exec-time sequence of [`exec`]
@@ -19,9 +21,11 @@
 //!    of [`path_search`]);
 //! 7. **supervise**: [`supervise`] forwards signals, reaps, reports on `--status-fd`
 //!    ([`status`]) and stops the whole tree ([`tree`]);
-//! 8. **report**: what the command changed that the host's git trusts is put back, the
-//!    unix-socket paths the [`gate`] refused are added to the `--report` record, and the
-//!    exit status is decided in one place, [`run`].
+//! 8. **report**: what the command changed that the host's git trusts is put back (the
+//!    watcher of [`gitguard`] does it at once during the run), nested repositories' configs
+//!    are quarantined ([`nested`]), destroyed objects are named, the unix-socket paths the
+//!    [`gate`] refused are added to the `--report` record, and the exit status is decided in
+//!    one place, [`run`].
 //!
 //! Below Landlock ABI 9 (and behind bubblewrap) the [`gate`] — a seccomp user-notification
 //! filter installed in step 6 and served by the supervisor from step 7 — keeps the command
@@ -50,9 +54,13 @@ mod exec;
 mod gate;
 mod git;
 mod gitguard;
+mod gitprotect;
+mod gitrun;
 mod hostfilter;
 mod namespaces;
 mod nofile;
+mod nested;
+mod objects;
 pub mod path_search;
 mod paths;
 mod plan;
@@ -107,6 +115,12 @@ pub fn probe(json: bool, backend: cli::BackendChoice, max_abi: Option<u32>, net:
     0
 }
 
+/// `--repair WORKTREE`: finishes the git control-file restores a killed run left (see
+/// `gitrun`). Returns the exit status: 0 when nothing is left to restore, 1 otherwise.
+pub fn repair(worktree: &std::path::Path) -> i32 {
+    gitrun::repair_command(worktree)
+}
+
 /// `--print-apparmor-profile`: prints the profile for this binary's real path. Returns the
 /// exit status: 0, or 125 when the binary's own path cannot be found.
 pub fn print_apparmor_profile() -> i32 {
@@ -134,13 +148,18 @@ enum Outcome {
 /// 126/127 when it could not be executed, 125 when the sandbox could not be set up (after
 /// printing why on stderr). A command killed by signal N makes this process die by N
 /// ([`die_by_signal`]; 128+N only where that cannot be done).
+///
+/// A git control file the command changed that could not be restored, or a git object it
+/// destroyed, makes the status 125 whatever the command's own: nobody may take such a run for
+/// a success.
 pub fn run(args: RunArgs) -> i32 {
     match try_run(args) {
-        Ok(Outcome::Ran(status)) if libc::WIFSIGNALED(status) => {
+        Ok((_, true)) => EXIT_SETUP,
+        Ok((Outcome::Ran(status), false)) if libc::WIFSIGNALED(status) => {
             die_by_signal(libc::WTERMSIG(status))
         }
-        Ok(Outcome::Ran(status)) => wait_status_to_exit(status),
-        Ok(Outcome::NotExecuted(code, msg)) => {
+        Ok((Outcome::Ran(status), false)) => wait_status_to_exit(status),
+        Ok((Outcome::NotExecuted(code, msg), false)) => {
             eprintln!("shofer-sandbox: {msg}");
             code
         }
@@ -184,8 +203,8 @@ pub(crate) fn wait_status_to_exit(status: i32) -> i32 {
     }
 }
 
-/// The steps of the crate docs, in order.
-fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
+/// The steps of the crate docs, in order. Also returns whether a git restore failed.
+fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     // 1. parse: what the parser could not check without syscalls.
     exec_spec(&args)?;
     nofile::raise();
@@ -204,7 +223,9 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
         // `auto` with --report probes); a sysctl that already says "blocked" saves the clone.
         facts.assume_userns();
     }
-    // 4. opened policy (once: a second attempt reuses it)
+    // 4. opened policy (once: a second attempt reuses it; first, a restore that a killed
+    // run left is finished)
+    gitrun::repair_before_run(&args.worktree)?;
     let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
     let mut told = Vec::new();
@@ -233,7 +254,8 @@ fn try_run(args: RunArgs) -> Result<Outcome, SetupError> {
 }
 
 /// Steps 4 (the run's messages and report) to 8 with `choice`. `told` collects the stderr
-/// lines already printed (a second attempt does not repeat them).
+/// lines already printed (a second attempt does not repeat them). Also returns whether a git
+/// restore failed (or a git object was destroyed).
 fn attempt(
     args: &RunArgs,
     facts: &Facts,
@@ -241,7 +263,7 @@ fn attempt(
     opened: &OpenedPolicy,
     allow_unix: &gate::AllowUnix,
     told: &mut Vec<String>,
-) -> Result<Outcome, SetupError> {
+) -> Result<(Outcome, bool), SetupError> {
     let exec = exec_spec(args)?;
     let mut tell = |line: String| {
         if !told.contains(&line) {
@@ -287,33 +309,38 @@ fn attempt(
             Backend::Bwrap => format!("shofer-sandbox: note: the worktree belongs to uid {uid}: bubblewrap drops every capability; use --keep-caps or another backend to write in it"),
         });
     }
-    let guard = gitguard::GitGuard::snapshot(&opened.git, &opened.policy.worktree);
-    if matches!(opened.git, git::GitLayout::MainWorktree) {
-        eprintln!(
-            "shofer-sandbox: warning: {}/.git is a directory inside the worktree: its config and hooks are writable while the command runs (restored when it ends); a linked worktree keeps them read-only",
-            opened.policy.worktree.display()
-        );
-    }
-    let mut report_file = None;
-    if let Some(fd) = args.report_fd {
-        let mut record = report::run(facts, choice, opened, &guard, &allow_unix.paths);
-        if let Some((uid, gid)) = exec.foreign_owner {
-            let how = match choice.backend {
-                Backend::Landlock => Some(format!("dropped; the command runs as the worktree's owner, uid {uid} gid {gid}")),
-                Backend::Userns | Backend::Layered => Some(format!("CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER and CAP_FSETID kept inside the user namespace (every id mapped) for a worktree owned by uid {uid}; every other capability dropped, no_new_privs")),
-                Backend::Bwrap => None,
-            };
-            if let Some(how) = how {
-                record["protections"]["capabilities"] =
-                    serde_json::json!({"enforced": false, "reason": how, "tier": "info"});
+    let mut git_run = gitrun::GitRun::prepare(opened, choice.backend)?;
+    // From here every way out goes through `git_run.finish` (it removes the placeholders).
+    let before = (|| -> Result<_, SetupError> {
+        let mut report_file = None;
+        if let Some(fd) = args.report_fd {
+            let mut record = report::run(facts, choice, opened, &git_run, &allow_unix.paths);
+            if let Some((uid, gid)) = exec.foreign_owner {
+                let how = match choice.backend {
+                    Backend::Landlock => Some(format!("dropped; the command runs as the worktree's owner, uid {uid} gid {gid}")),
+                    Backend::Userns | Backend::Layered => Some(format!("CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER and CAP_FSETID kept inside the user namespace (every id mapped) for a worktree owned by uid {uid}; every other capability dropped, no_new_privs")),
+                    Backend::Bwrap => None,
+                };
+                if let Some(how) = how {
+                    record["protections"]["capabilities"] =
+                        serde_json::json!({"enforced": false, "reason": how, "tier": "info"});
+                }
             }
+            report_file = Some(write_record(fd, &record)?);
         }
-        report_file = Some(write_record(fd, &record)?);
-    }
-    let gate = if facts.unix_gate_runs(choice.backend, choice.abi) {
-        Some(gate_setup(args, choice, opened, allow_unix, &exec)?)
-    } else {
-        None
+        let gate = if facts.unix_gate_runs(choice.backend, choice.abi) {
+            Some(gate_setup(args, choice, opened, allow_unix, &exec)?)
+        } else {
+            None
+        };
+        Ok((report_file, gate))
+    })();
+    let (mut report_file, gate) = match before {
+        Ok(b) => b,
+        Err(e) => {
+            git_run.finish(None);
+            return Err(e);
+        }
     };
     let refused = gate.as_ref().map(|g| g.refused.clone());
     // 5.-7. plan, spawn, supervise
@@ -321,7 +348,10 @@ fn attempt(
     // it is open; nothing else here owns it.
     let status = args.status_fd.map(|fd| unsafe { StatusFd::from_raw(fd) });
     let outcome = match plan(choice, opened, allow_unix, exec) {
-        Ok(plan) => supervised(plan, status, gate),
+        Ok(mut plan) => {
+            plan.spawned_gate = git_run.start();
+            supervised(plan, status, gate)
+        }
         Err(PlanError::Setup(e)) => Err(e),
         Err(PlanError::NotRunnable { code, message }) => Ok(Outcome::NotExecuted(code, message)),
     };
@@ -332,21 +362,9 @@ fn attempt(
         let _ = writeln!(file, "{}", report::unix_refused(&refused));
     }
     // 8. report: the whole tree is gone (or the command never started): put back what it
-    // changed.
-    let (restored, failed) = guard.restore();
-    for path in restored {
-        eprintln!(
-            "shofer-sandbox: warning: the command changed {}, which the host's git trusts; restored",
-            path.display()
-        );
-    }
-    for (path, e) in failed {
-        eprintln!(
-            "shofer-sandbox: error: the command changed {} and it could not be restored: {e}",
-            path.display()
-        );
-    }
-    outcome
+    // changed, name what it destroyed.
+    let failed = git_run.finish(report_file.as_mut());
+    outcome.map(|o| (o, failed))
 }
 
 /// The worktree's owner (uid, gid) when a root caller drops capabilities over a worktree that
@@ -401,7 +419,8 @@ fn exec_spec(args: &RunArgs) -> Result<ExecSpec, SetupError> {
 }
 
 /// Writes the `--report` record to `fd` and keeps it, close-on-exec (the command never
-/// sees it), for the record of refused unix sockets at the end.
+/// sees it), for the closing records at the end: the refused unix sockets, and `git_restore`
+/// when git files had to be restored (`gitrun`).
 fn write_record(fd: i32, record: &serde_json::Value) -> Result<std::fs::File, SetupError> {
     // Safety: the caller handed us this descriptor with --report and we checked it is open;
     // we own it from here.
@@ -472,7 +491,11 @@ fn plan<'a>(
             Confinement::Bwrap(bwrap::plan(b, opened, &exec)?)
         }
     };
-    Ok(Plan { exec, confinement })
+    Ok(Plan {
+        exec,
+        confinement,
+        spawned_gate: None,
+    })
 }
 
 /// Steps 6 and 7: spawn, then supervise until the tree is gone (serving the unix-socket

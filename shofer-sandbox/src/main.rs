@@ -32,6 +32,7 @@ extern "C" fn main(
             net,
         }) => shofer_sandbox::probe(json, backend, max_abi, net),
         Ok(Invocation::Run(args)) => shofer_sandbox::run(*args),
+        Ok(Invocation::Repair(wt)) => shofer_sandbox::repair(&wt),
         // 125: the sandbox could not be set up (here: a usage error).
         Err(e) => {
             eprintln!("shofer-sandbox: {e}");

@@ -49,6 +49,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
+use std::path::PathBuf;
 
 use landlock::RulesetCreated;
 use shofer_core::policy::{NetPolicy, RuleOrigin};
@@ -79,6 +80,9 @@ pub(crate) struct Setup<'a> {
     pub gid: u32,
     /// Host device nodes to bind into the new `/dev`: (name under /dev, writable).
     pub devices: Vec<(String, bool)>,
+    /// Git binds after the writable ones, in order: (path, writable), each over itself
+    /// ([`crate::gitprotect::ControlSet::layers`]).
+    pub git_layers: Vec<(PathBuf, bool)>,
     /// Also unshare the network namespace (`--net deny`).
     pub net_deny: bool,
     /// Landlock layered on the namespaces.
@@ -137,10 +141,13 @@ pub(crate) fn plan<'a>(
         }
     }
     let landlock = if abi > 0 {
-        Some(Layered {
-            ruleset: crate::ruleset::create(opened, unix, abi)?,
-            abi,
-        })
+        let mut ruleset = crate::ruleset::create(opened, unix, abi)?;
+        // A linked worktree's common dir is bound writable with read-only binds on top
+        // (gitprotect): Landlock must allow what the mounts allow.
+        if let Some(layer) = &opened.controls.common {
+            ruleset = crate::ruleset::add_dir(ruleset, &layer.common, abi)?;
+        }
+        Some(Layered { ruleset, abi })
     } else {
         None
     };
@@ -151,6 +158,7 @@ pub(crate) fn plan<'a>(
         uid,
         gid,
         devices,
+        git_layers: opened.controls.layers(),
         net_deny: opened.policy.net == NetPolicy::Deny,
         landlock,
         full_map: false,
@@ -372,6 +380,28 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         let p = fd_path(fd.as_raw_fd());
         mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
         keep_rw.push(bind.path.to_string_lossy().into_owned());
+    }
+
+    // Step 5b: git (crate::gitprotect): writable layers (a main worktree's `.git`, pinned so
+    // it cannot be renamed away; a linked worktree's common dir, for packed-refs) and
+    // read-only binds over control files on top. A mount point can be neither written (step
+    // 6 makes it read-only), nor replaced by a rename, nor removed (EBUSY). Opened again here
+    // without following symlinks: a path swapped for a symlink fails closed.
+    for (path, writable) in &plan.git_layers {
+        let fd = match paths::open_nofollow(path) {
+            Ok(fd) => fd,
+            // Absent without a placeholder: git does not read it (see gitprotect).
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !writable => continue,
+            Err(e) => {
+                eprintln!("shofer-sandbox: {}: {e}", path.display());
+                return Err(e);
+            }
+        };
+        let p = fd_path(fd.as_raw_fd());
+        mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
+        if *writable {
+            keep_rw.push(path.to_string_lossy().into_owned());
+        }
     }
 
     // Step 6: everything else read-only: the whole tree at once, then the writable set back.

@@ -95,7 +95,7 @@ pub fn run(
     facts: &Facts,
     choice: &Choice,
     opened: &OpenedPolicy,
-    guard: &crate::gitguard::GitGuard,
+    git_run: &crate::gitrun::GitRun,
     allow_unix: &[std::path::PathBuf],
 ) -> Value {
     let mut obj = probe(facts, &Ok(choice.clone()), opened.policy.net);
@@ -123,11 +123,74 @@ pub fn run(
         crate::git::GitLayout::Rejected(why) => json!({"layout": "rejected", "reason": why}),
     };
     let mut git = git;
-    git["guarded"] = json!(guard.paths());
-    git["unguarded"] = json!(guard.unguarded());
-    git["guard"] = json!("files the host's git trusts (commondir, config.worktree; a main worktree's config and hooks) are restored when the command ends; they are not protected while it runs");
+    git["protected"] = git_protected(opened, git_run);
+    let (guarded, unguarded) = git_run.guarded();
+    git["guarded"] = json!(guarded);
+    git["unguarded"] = json!(unguarded);
+    let mut notes = opened.controls.notes.clone();
+    notes.extend(git_run.objects_note().map(str::to_string));
+    git["notes"] = json!(notes);
+    git["objects"] = if git_run.structural {
+        json!("existing packs: read-only bind mounts; loose objects: recorded before the run (inode, size, ctime) and re-hashed after it when touched; a deleted or rewritten object is named, on stderr and in a closing git_restore record, and the run exits 125")
+    } else {
+        json!("recorded before the run (loose objects: inode, size, ctime; packs: checksums, the old index kept open) and checked after it: a deleted or rewritten object is named, on stderr and in a closing git_restore record, and the run exits 125; not prevented while the command runs")
+    };
+    git["guard"] = if git_run.structural {
+        json!("read-only bind mounts: the command can neither write, replace, rename nor remove a protected path, during the run or after it; the guard still checks them at exit")
+    } else {
+        json!({
+            "how": "restored at once when changed (inotify watcher), again when the command ends; unpredictable O_EXCL temporary names; a journal outside the writable set lets the next run or `shofer-sandbox --repair WT` finish a restore a killed supervisor left; a failed restore is an error on stderr, a closing `git_restore` record here and exit status 125",
+            "window": "between the command's write and the restore (the inotify latency plus one restore, usually well under a millisecond) a host git can read the command's version; a command that rewrites in a loop keeps that window recurring",
+            "journal": git_run.journal,
+            "journal_missing": git_run.journal_missing,
+        })
+    };
+    git["not_enforced"] = json!([
+        {"what": "hard links", "reason": "a hard link the command can reach that points to a file outside the worktree (a local clone's objects, a pnpm/uv store) is the same inode: writes through it change the outside file; path-based rules (Landlock, bind mounts) cannot tell. Avoid: `git clone --no-hardlinks`, pnpm `package-import-method=copy`, uv `--link-mode=copy`"},
+        {"what": "nested repositories", "reason": "a repository the command creates inside the worktree (with its own config) is run by a host git only through a gitlink the command adds to the index; shofer does not remove it: review `git status` for new submodules before committing"},
+        {"what": "in-tree scripts run by hooks", "reason": "hooks that run files of the worktree (lefthook.yml, npm scripts, Makefiles) run what the command wrote"},
+    ]);
     map.insert("git".into(), git);
     obj
+}
+
+/// Each protected path with how it is protected on this run.
+fn git_protected(opened: &OpenedPolicy, git_run: &crate::gitrun::GitRun) -> Value {
+    let c = &opened.controls;
+    let how_ro = if git_run.structural {
+        "read-only bind mount"
+    } else {
+        "guard (restored at once)"
+    };
+    let mut out: Vec<Value> = c
+        .read_only
+        .iter()
+        .map(|r| json!({"path": r.path, "what": r.what, "how": how_ro}))
+        .collect();
+    for p in &c.pinned {
+        out.push(json!({"path": p, "what": ".git directory (must stay where it is)",
+            "how": if git_run.structural { "bind mount (cannot be renamed or removed)" } else { "guard (moved back)" }}));
+    }
+    match (&c.common, git_run.structural) {
+        (Some(layer), true) => {
+            for r in &layer.read_only {
+                out.push(json!({"path": r.path, "what": r.what, "how": "read-only bind mount"}));
+            }
+            out.push(json!({"path": layer.common.join("packed-refs"), "what": "packed-refs",
+                "how": "writable: git deletes refs through packed-refs.lock (the common dir is bound writable, everything else in it read-only)"}));
+        }
+        _ => {
+            for (p, what) in &c.outside {
+                out.push(json!({"path": p, "what": what, "how": "outside the writable set"}));
+            }
+        }
+    }
+    if git_run.structural {
+        for p in &c.packs {
+            out.push(json!({"path": p, "what": "an existing pack", "how": "read-only bind mount"}));
+        }
+    }
+    Value::Array(out)
 }
 
 /// Human-readable form of the probe, for `--probe` without `--json`.

@@ -100,3 +100,32 @@ pub(crate) fn plan(
         caller_privileged: root || capabilities::holds_any(),
     })
 }
+
+/// Adds a writable directory to `created` at ABI `abi`: a linked worktree's common dir on the
+/// namespace backends, where read-only bind mounts keep everything but `packed-refs`,
+/// `objects/`, `refs/` and `logs/` from the command (`crate::gitprotect::CommonLayer`).
+///
+/// # Errors
+/// [`SetupError::Syscall`] when the path cannot be opened, [`SetupError::Landlock`] when the
+/// kernel refuses the rule.
+pub(crate) fn add_dir(
+    created: RulesetCreated,
+    path: &std::path::Path,
+    abi: u32,
+) -> Result<RulesetCreated, SetupError> {
+    let fd = crate::paths::open_nofollow(path).map_err(|source| SetupError::Syscall {
+        op: "opening the git common dir for its Landlock rule",
+        source,
+    })?;
+    // Like every writable rule but the worktree's: no unix-socket connects (ABI 9), so the
+    // command cannot reach a host daemon listening there (git's fsmonitor--daemon.ipc).
+    created
+        .add_rule(PathBeneath::new(
+            &fd,
+            rights::fs_write_rights(abi) & !AccessFs::ResolveUnix,
+        ))
+        .map_err(|source| SetupError::Landlock {
+            rule: Some(path.to_path_buf()),
+            source,
+        })
+}

@@ -197,6 +197,10 @@ pub(crate) fn spawn(plan: &Plan<'_>, gate: bool) -> Result<Spawn, SetupError> {
         _ => spawn_child(&args)?,
     };
     drop(err_write);
+    if let Some(gate) = plan.spawned_gate {
+        // Safety: one byte to the git watcher's pipe, which the caller keeps open.
+        unsafe { libc::write(gate, b"s".as_ptr().cast(), 1) };
+    }
     let main_exit = main_exit.map(|(read, _write)| read);
     let gate = if gate {
         crate::gate::take_listener(main, gate_pipe.map(|(read, _write)| read))

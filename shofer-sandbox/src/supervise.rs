@@ -88,7 +88,9 @@ impl Supervisor {
     /// (bubblewrap's arguments and info pipe, the ruleset, the namespace plan) is closed here.
     /// Writes `{"child-pid": N}` to `status`.
     pub fn new(running: Running, plan: Plan<'_>, status: Option<StatusFd>) -> Supervisor {
-        let Plan { exec, confinement } = plan;
+        let Plan {
+            exec, confinement, ..
+        } = plan;
         let main = running.main;
         let namespaced = matches!(confinement, Confinement::Namespaces(_));
         // Behind bubblewrap, signals go to the command's own session (bwrap --new-session).

@@ -25,6 +25,8 @@ pub struct OpenedPolicy {
     pub fds: Vec<OwnedFd>,
     /// What the worktree's git metadata looked like.
     pub git: GitLayout,
+    /// The git control files kept from the command ([`crate::gitprotect`]).
+    pub controls: crate::gitprotect::ControlSet,
 }
 
 /// Device files writable by every command (DESIGN §2.1).
@@ -110,6 +112,7 @@ pub fn build(
         set.push_opened(canon, fd, RuleOrigin::AllowWrite);
     }
 
+    let controls = crate::gitprotect::control_set(&git, &wt);
     Ok(OpenedPolicy {
         policy: Policy {
             worktree: wt,
@@ -117,6 +120,7 @@ pub fn build(
             net,
         },
         fds: set.fds,
+        controls,
         git,
     })
 }

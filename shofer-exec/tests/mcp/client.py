@@ -335,6 +335,75 @@ async def worktree_run(wt):
                 check(not os.path.exists(outside) and "Exit code: 1" in t, f"worktree: a write outside is refused ({t!r})")
 
 
+async def issue13_run(task, wt=None):
+    """Issue 13's cases through `shofer serve`, plain or with `--worktree`: nothing waits for a
+    person, output kept at a hard timeout, background processes kept and named (plain), escape
+    sequences stripped, a running command's small output readable, concurrent artifacts
+    unique, sandbox denials explained (worktree)."""
+    mode = "worktree" if wt else "plain"
+    args = ["serve", "--preview", "small", "--hard-timeout", "4"]
+    args += ["--worktree", wt] if wt else ["--cwd", task]
+    home = os.environ.get("HOME", "/root")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home,
+           "EDITOR": "vim", "GIT_EDITOR": "vim", "PAGER": "less", "TERM": "xterm-256color"}
+    marker = f"shofer-mcp-13-{uuid.uuid4().hex[:12]}"
+    with open(os.path.join(SCRATCH, f"server-stderr-13-{mode}.log"), "w") as errlog:
+        async with stdio_client(StdioServerParameters(command=SHOFER, args=args, env=env), errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                ex = lambda c, timeout=None: call(session, "execute_command", {"command": c, "cwd": None, "timeout": timeout})
+                # 1. An inherited EDITOR=vim does not hang git commit.
+                t0 = time.monotonic()
+                r, t = await ex("git init -q repo13 && cd repo13 && echo x > f && git add f && "
+                                "git -c user.name=a -c user.email=a@b commit; echo rc=$?")
+                check(time.monotonic() - t0 < 15 and "Aborting commit due to empty commit message" in t and "rc=1" in t,
+                      f"13/{mode}: git commit without -m returns at once ({t!r})")
+                r, t = await ex("echo $EDITOR $PAGER $TERM $NO_COLOR $PYTHONUNBUFFERED")
+                check(t.endswith("\ntrue cat dumb 1 1\n"), f"13/{mode}: non-interactive defaults ({t!r})")
+                # 2. The hard timeout keeps the output (Python unbuffered by default).
+                r, t = await ex(f"python3 -c 'import time; print(\"py-said\"); time.sleep(60)' {marker}")
+                check(t.startswith("The command was terminated after exceeding a user-configured 4s timeout.")
+                      and t.endswith("\n\nOutput:\npy-said\n"), f"13/{mode}: hard timeout keeps the output ({t!r})")
+                # 5. Escape sequences and carriage-return rewrites never reach the model.
+                r, t = await ex(r"printf '\033[31m FAIL \033[39m a.test.ts\n'; printf '10%%\r50%%\r100%%\n'")
+                check(t.endswith("Output:\n FAIL  a.test.ts\n100%\n"), f"13/{mode}: escapes stripped ({t!r})")
+                r, t = await ex(r"i=0; while [ $i -lt 700 ]; do printf '\033[32m PASS \033[39m t%d\n' $i; i=$((i+1)); done")
+                a = re.search(r"Artifact ID: (cmd-\d+\.txt)", t)
+                r2, t2 = await call(session, "read_command_output", {"artifact_id": a.group(1) if a else "cmd-0.txt", "search": "pass  t699"})
+                check(a is not None and "\x1b" not in t and "  700 |  PASS  t699" in t2 and "\x1b" not in t2,
+                      f"13/{mode}: search sees the stripped text ({t2!r})")
+                # 9. A running command's output below the preview size is readable.
+                r, t = await ex(f"echo serving; sh -c 'sleep 310' {marker}-9", 1.0)
+                a = re.search(r"is in artifact (cmd-\d+\.txt)", t)
+                r2, t2 = await call(session, "read_command_output", {"artifact_id": a.group(1) if a else "cmd-0.txt"})
+                check(a is not None and "1 | serving" in t2, f"13/{mode}: read while running below the preview size ({t2!r})")
+                # 6. Concurrent calls: distinct artifacts, each complete.
+                rs = await asyncio.gather(*[ex("seq 1 20000") for _ in range(16)])
+                ids = [re.search(r"Artifact ID: (cmd-\d+\.txt)", t).group(1) for _, t in rs if "Artifact ID" in t]
+                check(len(set(ids)) == 16, f"13/{mode}: 16 concurrent commands, 16 artifacts ({len(set(ids))})")
+                if wt:
+                    # 10. A refused write outside the writable set is explained.
+                    r, t = await ex(f"mkdir -p {home}/.shofer-denied-{uuid.uuid4().hex[:8]}/cache")
+                    check(t.rstrip().splitlines()[-1].startswith("Note: the sandbox refused a write to ")
+                          and "npm_config_cache=" in t, f"13/{mode}: denial explained ({t!r})")
+                # 3. Background processes keep running, are named, listed, and stoppable.
+                port = 18000 + os.getpid() % 1000 + (1 if wt else 0)
+                r, t = await ex(f"python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5; echo started")
+                check("Exit code: 0; 1 background process(es) still running (python3)" in t and t.endswith("started\n"),
+                      f"13/{mode}: background process named ({t!r})")
+                r2, t2 = await ex(f"python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:{port}/\").status)'")
+                check(t2.endswith("Output:\n200\n"), f"13/{mode}: the next call reaches the server ({t2!r})")
+                r3, t3 = await call(session, "list_commands")
+                bg = [c for c in json.loads(t3)["commands"] if "http.server" in c["command"]]
+                check(len(bg) == 1 and bg[0]["status"] == "exited" and bg[0]["background"] == ["python3"],
+                      f"13/{mode}: list_commands shows it ({bg})")
+                if bg:
+                    await call(session, "terminate_command", {"execution_id": bg[0]["id"]})
+                r4, t4 = await ex(f"python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:{port}/\")' 2>&1 | tail -1")
+                check("Connection refused" in t4, f"13/{mode}: terminate_command stopped it ({t4!r})")
+    check(procs_with(marker) == [], f"13/{mode}: nothing left after the session")
+
+
 async def main():
     task = os.path.join(SCRATCH, "task")
     os.makedirs(os.path.join(task, ".shofer"), exist_ok=True)
@@ -368,6 +437,9 @@ async def main():
     await signal_and_artifacts_run(task, os.path.join(SCRATCH, "arts"))
     if WORKTREE:
         await worktree_run(WORKTREE)
+    await issue13_run(task)
+    if WORKTREE:
+        await issue13_run(task, WORKTREE)
 
     if TRANSCRIPT:
         with open(TRANSCRIPT, "w") as f:

@@ -366,7 +366,7 @@ async def case_disk():
                       f"--max-artifact-bytes: stored {size} bytes, counted all, said so ({t[:260]!r})")
                 # Still running after spilling: the text names the artifact.
                 r, t = await run(session, "seq 1 100000; sleep 30", timeout=1.5)
-                check(t.startswith("Command is still running") and re.search(r"Artifact ID: cmd-\d+\.txt \(it grows", t),
+                check(t.startswith("Command is still running") and re.search(r"is in artifact cmd-\d+\.txt; read_command_output reads it while the command runs", t),
                       f"the still-running text names the artifact ({t[-200:]!r})")
                 # The artifact directory removed while the command runs: not advertised.
                 r, t = await run(session, f"seq 1 20000; rm -rf '{arts}'; echo after-removal")

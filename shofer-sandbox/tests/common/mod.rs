@@ -208,10 +208,19 @@ impl Run {
             .uid
             .map(|uid| ReachableCopy::new(Path::new(SANDBOX), uid));
         let program = copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path());
-        self.build(program)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("run {}: {e}", program.display()))
+        // A fresh copy can be busy for a moment: another test thread's fork between the copy's
+        // open for writing and its close holds the write descriptor until that child execs
+        // (ETXTBSY from execve). Retrying is the usual cure.
+        let mut tries = 0;
+        loop {
+            match self.build(program).stdin(Stdio::null()).output() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                r => return r.unwrap_or_else(|e| panic!("run {}: {e}", program.display())),
+            }
+        }
     }
 }
 

@@ -71,6 +71,27 @@ pub(super) fn cases() -> Vec<Case> {
         case!("git-commondir-redirect-host", "rewrite <gitdir>/commondir to a common dir inside wt with core.fsmonitor; the host's next git status runs it", None, git_commondir_host, needs = need_git_sh),
         case!("git-main-worktree-hooks", "a main worktree (.git is a directory inside wt): write .git/config core.fsmonitor; the host's next git status runs it", None, git_main_worktree, needs = need_git_sh),
         case!(
+            "git-pointer-redirect-host",
+            "rewrite wt/.git to `gitdir: .evil`, a repo inside wt whose config sets core.fsmonitor; the host's git status runs it",
+            None,
+            |c| git_host_script(c, "pointer", "git init -q .evilwt && mv .evilwt/.git .evil && printf '%s' \"$PAYLOAD_CONFIG\" > .evil/config && printf 'gitdir: .evil\\n' > .git"),
+            needs = need_git_sh
+        ),
+        case!(
+            "git-nested-gitlink-host",
+            "a nested repo registered as a gitlink (git add sub) whose config sets core.fsmonitor; the host's git status recurses into it",
+            None,
+            |c| git_host_script(c, "gitlink", "mkdir sub && git -C sub init -q && git -C sub commit -q --allow-empty -m s && printf '%s' \"$PAYLOAD_CONFIG\" > sub/.git/config && git add sub"),
+            needs = need_git_sh
+        ),
+        case!(
+            "git-ref-deletion-works",
+            "issue 11: branch/tag delete, update-ref -d, stash clear, cherry-pick in a linked worktree (packed-refs.lock)",
+            Some(Protection::RenameInside),
+            git_ref_deletion,
+            needs = need_git_sh
+        ),
+        case!(
             "git-fake-layout-next-run",
             "a fake common dir in wt with symlinks to another repo, then write on the next run",
             None,
@@ -358,6 +379,76 @@ fn git_commondir_host(c: &Ctx) -> Outcome {
     ))
 }
 
+/// Runs `script` in the worktree inside the sandbox (with `$PAYLOAD_CONFIG`: a git config
+/// whose core.fsmonitor creates the payload), then the host's `git status`: the payload must
+/// not appear.
+fn git_host_script(c: &Ctx, what: &str, script: &str) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let payload = c.out.join(format!("pwned-by-{what}"));
+    let mut spec = Sb::new(Cmd::Shell(format!("{script}; true")));
+    spec.env = r.env.clone();
+    spec.env
+        .push(("PAYLOAD_CONFIG".into(), payload_config(&payload)));
+    let run = c.sb(spec);
+    let err = host_git_status(c, &c.wt);
+    if payload.exists() {
+        let _ = std::fs::remove_file(&payload);
+        return Outcome::Escaped(format!(
+            "the host's `git status` ran the command's core.fsmonitor ({what})"
+        ));
+    }
+    Outcome::Blocked(format!(
+        "host git status did not run the payload (sandbox: {}; git: {})",
+        clip(run.stderr.trim(), 160),
+        clip(err.trim(), 80)
+    ))
+}
+
+/// Ref deletion goes through `<common>/packed-refs.lock`: on the namespace backends the
+/// common dir is writable for it; Landlock cannot grant it without `config` (README, "Landlock
+/// limits").
+fn git_ref_deletion(c: &Ctx) -> Outcome {
+    if c.cell.backend == "landlock" {
+        return Outcome::Skip(
+            "Landlock cannot grant packed-refs.lock without the common config (README: Landlock limits)".into(),
+        );
+    }
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let mut spec = Sb::new(Cmd::Shell(
+        "set -e; echo x > f; git add f; git commit -qm one; git branch topic; git tag v1; \
+         git branch -D topic; git tag -d v1; git update-ref refs/heads/t HEAD; \
+         git update-ref -d refs/heads/t; echo y > f; git stash push -q; git stash clear; \
+         git switch -q -c side; echo z > g; git add g; git commit -qm side; git switch -q agent; \
+         git cherry-pick side >/dev/null; echo 'SHOFER-CONTAINMENT: ok done'"
+            .into(),
+    ));
+    spec.env = r.env.clone();
+    let run = c.sb(spec);
+    let errors: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error:") || l.starts_with("fatal:"))
+        // `git branch -D` always rewrites the (read-only) config to drop the branch's section
+        // (README, "Git"): the deletion itself succeeds.
+        .filter(|l| !l.starts_with("error: could not write config file"))
+        .collect();
+    if run.code != Some(0) || !errors.is_empty() {
+        return Outcome::Broken(format!(
+            "ref deletion in the linked worktree failed: {}",
+            run.how()
+        ));
+    }
+    Outcome::Works(
+        "branch -D, tag -d, update-ref -d, stash clear, cherry-pick: exit 0, no error line".into(),
+    )
+}
+
 fn git_main_worktree(c: &Ctx) -> Outcome {
     let env = git_env(&c.dir);
     let _ = std::fs::create_dir_all(c.dir.join("home"));
@@ -490,6 +581,12 @@ fn git_packed_refs(c: &Ctx) -> Outcome {
         Ok(r) => r,
         Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
     };
+    // The namespace backends make packed-refs writable (git deletes refs through
+    // packed-refs.lock), with everything else of the common dir read-only on top: there the
+    // case checks that the rest stays unchanged.
+    if c.cell.backend != "landlock" {
+        return git_packed_refs_writable(c, &r);
+    }
     let before = fs_snapshot_common(&r);
     let run1 = deny(c, &r.env, None, &[r.common.join("packed-refs")]);
     let mut spec = Sb::new(Cmd::AttackRaw(
@@ -521,6 +618,36 @@ fn git_packed_refs(c: &Ctx) -> Outcome {
         (Outcome::Blocked(_), o) => o,
         (o, _) => o,
     }
+}
+
+/// Namespace backends: packed-refs may be replaced (by design), nothing else of the common
+/// dir may change, and `git pack-refs` works.
+fn git_packed_refs_writable(c: &Ctx, r: &Repo) -> Outcome {
+    let packed = r.common.join("packed-refs").display().to_string();
+    let without_packed = |m: BTreeMap<String, String>| -> BTreeMap<String, String> {
+        m.into_iter()
+            .filter(|(k, _)| !k.starts_with(&packed))
+            .collect()
+    };
+    let before = without_packed(fs_snapshot_common(r));
+    let git_bin =
+        c.w.git
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+    let mut spec = Sb::new(Cmd::Argv(vec![git_bin, "pack-refs".into(), "--all".into()]));
+    spec.env = r.env.clone();
+    let run = c.sb(spec);
+    let after = without_packed(fs_snapshot_common(r));
+    if let Some(d) = diff(&before, &after) {
+        return Outcome::Escaped(format!("common dir changed beyond packed-refs: {d}"));
+    }
+    if run.code != Some(0) {
+        return Outcome::Broken(format!("git pack-refs failed: {}", run.how()));
+    }
+    Outcome::Blocked(
+        "packed-refs writable by design (read-only binds keep config, hooks, info and the rest of the common dir); git pack-refs worked".into(),
+    )
 }
 
 fn git_worktree_config(c: &Ctx) -> Outcome {
@@ -630,6 +757,10 @@ fn git_tamper(c: &Ctx, how: Tamper) -> Outcome {
     };
     match step1.outcome() {
         Outcome::Works(_) => {}
+        // The namespace backends bind the control files read-only: the tampering itself fails.
+        Outcome::Broken(why) if c.cell.backend != "landlock" && why.contains("EROFS") => {
+            return Outcome::Blocked(format!("the tampering itself was refused: {why}"))
+        }
         o => {
             return Outcome::Error(format!(
                 "harness: tampering inside the worktree failed: {}",

@@ -1,0 +1,134 @@
+//! Telling a sandbox denial from a bug: when a sandboxed command fails and its output shows a
+//! refused write (EACCES, EPERM, EROFS) to a path outside the writable set, or the sandbox's
+//! refusal of a host socket, the result gets one line saying so and what to do instead.
+//!
+//! Without it the agent reads npm's advice to `sudo chown -R 0:0 "/root/.npm"`, or cargo's
+//! and pip's cache errors, and starts "fixing" permissions. The check is textual (the output
+//! is all there is) and conservative: a line must name an error of that kind *and* an absolute
+//! path outside the writable set.
+//!
+//! ```
+//! use shofer_core::denial::denial_hint;
+//! let out = "npm ERR! code EACCES\nnpm ERR! path /root/.npm/_cacache\n";
+//! let hint = denial_hint(out, &["/home/me/wt", "/tmp"]).unwrap();
+//! assert!(hint.contains("/root/.npm/_cacache") && hint.contains("npm_config_cache"));
+//! assert_eq!(denial_hint("rm: cannot remove '/tmp/x': Permission denied", &["/tmp"]), None);
+//! ```
+
+/// Words that mark a refused write in a line of output.
+const DENIED: [&str; 7] = [
+    "EACCES",
+    "EPERM",
+    "EROFS",
+    "Permission denied",
+    "permission denied",
+    "Operation not permitted",
+    "Read-only file system",
+];
+
+/// What the sandbox prints when it refuses a connection to a host socket.
+const SOCKET_REFUSED: &str = "shofer-sandbox: connect to ";
+
+/// The hint line for a failed sandboxed command's `output`, if it shows a denial; `writable`
+/// are the directories the command may write (the worktree, /tmp, extra `--allow-write`s).
+/// npm's multi-line errors name the code on one line and the path on another, so a line with
+/// a path counts when a denial word is within three lines of it.
+pub fn denial_hint(output: &str, writable: &[&str]) -> Option<String> {
+    let lines: Vec<&str> = output.lines().collect();
+    for line in &lines {
+        if let Some(rest) = line
+            .find(SOCKET_REFUSED)
+            .map(|i| &line[i + SOCKET_REFUSED.len()..])
+        {
+            if let Some(end) = rest.find(" refused") {
+                return Some(format!(
+                    "Note: the sandbox refused the connection to the host socket {}: commands of this task cannot reach host services through it (not a bug in the command; the user can allow it with shofer-sandbox --allow-unix).",
+                    &rest[..end]
+                ));
+            }
+        }
+    }
+    for (n, line) in lines.iter().enumerate() {
+        let near_denial = lines[n.saturating_sub(3)..(n + 4).min(lines.len())]
+            .iter()
+            .any(|l| DENIED.iter().any(|w| l.contains(w)));
+        if !near_denial {
+            continue;
+        }
+        if let Some(path) = absolute_paths(line).find(|p| !is_writable(p, writable)) {
+            return Some(format!(
+                "Note: the sandbox refused a write to {path}: only {} (and a few devices) are writable for this task. This is not a permission problem to fix; write under those instead, e.g. npm_config_cache=/tmp/npm-cache, UV_CACHE_DIR=/tmp/uv-cache, CARGO_HOME=/tmp/cargo-home, PIP_CACHE_DIR=/tmp/pip-cache.",
+                writable.join(", ")
+            ));
+        }
+    }
+    None
+}
+
+/// Absolute paths in a line: words starting with `/`, quotes and trailing punctuation removed.
+fn absolute_paths(line: &str) -> impl Iterator<Item = &str> {
+    line.split(|c: char| c.is_whitespace() || "'\"`(‘’“”«»".contains(c))
+        .map(|w| w.trim_end_matches([':', ',', ';', ')', '.']))
+        .filter(|w| w.len() > 1 && w.starts_with('/') && !w.starts_with("//"))
+}
+
+fn is_writable(path: &str, writable: &[&str]) -> bool {
+    // Devices and kernel interfaces are not where caches go; a denial there is not ours to
+    // explain.
+    let exempt = ["/dev", "/proc", "/sys"];
+    exempt.iter().chain(writable.iter()).any(|w| {
+        let w = w.trim_end_matches('/');
+        path == w || path.strip_prefix(w).is_some_and(|r| r.starts_with('/'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WT: [&str; 2] = ["/home/me/wt", "/tmp"];
+
+    #[test]
+    fn npm_cargo_uv_pip_denials_are_explained() {
+        for out in [
+            "npm ERR! code EACCES\nnpm ERR! syscall mkdir\nnpm ERR! path /root/.npm/_cacache\nnpm ERR! errno -13",
+            "error: failed to create directory `/root/.cargo/registry/cache`\n\nCaused by:\n  Permission denied (os error 13)",
+            "error: Failed to initialize cache at `/root/.cache/uv`\n  Caused by: failed to create directory `/root/.cache/uv`: Permission denied (os error 13)",
+            "ERROR: Could not install packages due to an OSError: [Errno 30] Read-only file system: '/usr/lib/python3/dist-packages/x'",
+            "touch: cannot touch '/home/me/outside': Permission denied",
+            "mkdir: cannot create directory ‘/root/.cache’: Permission denied",
+        ] {
+            let h = denial_hint(out, &WT).unwrap_or_else(|| panic!("no hint for {out}"));
+            assert!(h.starts_with("Note: the sandbox refused a write to /"), "{h}");
+            assert!(h.contains("/home/me/wt, /tmp"), "{h}");
+        }
+    }
+
+    #[test]
+    fn denials_inside_the_writable_set_or_without_a_path_are_not() {
+        for out in [
+            "touch: cannot touch '/home/me/wt/ro/x': Permission denied",
+            "rm: cannot remove '/tmp/x': Operation not permitted",
+            "Permission denied (publickey).",
+            "sh: /dev/tty: No such device or address",
+            "error: /root/.npm: no such file",
+            "tee: /dev/full: Operation not permitted",
+        ] {
+            assert_eq!(denial_hint(out, &WT), None, "{out}");
+        }
+        assert!(!is_writable("/home/me/wtx", &WT));
+    }
+
+    #[test]
+    fn refused_host_socket() {
+        let h = denial_hint(
+            "shofer-sandbox: connect to /run/docker.sock refused: a host socket (allow with --allow-unix)\n",
+            &WT,
+        )
+        .unwrap();
+        assert!(
+            h.contains("/run/docker.sock") && h.contains("--allow-unix"),
+            "{h}"
+        );
+    }
+}

@@ -1,0 +1,486 @@
+//! Terminal control bytes out of a command's output: what the model reads is what a terminal
+//! would finally show, as plain text.
+//!
+//! [`Stripper`] is a streaming filter (state kept across chunk boundaries, so any chunking of
+//! a stream gives the same result). It removes:
+//! - escape sequences (ECMA-48): CSI `ESC [ … final` (colours, cursor moves, erase), OSC
+//!   `ESC ] … BEL|ESC \` (titles, hyperlinks), DCS/SOS/PM/APC `ESC P|X|^|_ … ESC \`, and the
+//!   short `ESC <intermediates> final` ones (`ESC ( B`, `ESC =`, `ESC 7`);
+//! - BEL, and backspace together with the character it backs over (`a\bb` shows `b`);
+//! - carriage-return rewrites: text after a `\r` replaces the line so far (a progress bar
+//!   `10%\r50%\r100%\n` becomes `100%\n`); `\r\n` is a plain line end, and a `\r` at the end of
+//!   the stream keeps the line before it.
+//!
+//! Everything else passes unchanged (tabs, newlines, NUL and other binary bytes, invalid UTF-8).
+//!
+//! Memory is bounded: the current line is held back (so that a later `\r` can still drop it)
+//! only up to [`HOLD`] bytes; older bytes of a longer line are emitted, and a rewrite of such a
+//! line keeps them. A string sequence (OSC, DCS, …) longer than [`MAX_STRING`] without its
+//! terminator is not one: its bytes are emitted as text (without the `ESC`).
+//!
+//! Fast path: runs without any of `ESC`, `\r`, `\b`, BEL are found with a block scan the
+//! compiler vectorizes, and are emitted as slices of the input, not copied.
+//!
+//! ```
+//! use shofer_core::strip::strip_all;
+//! assert_eq!(strip_all(b"\x1b[31m FAIL \x1b[39m x\n"), b" FAIL  x\n");
+//! assert_eq!(strip_all(b"10%\r50%\r100%\ndone\r\n"), b"100%\ndone\n");
+//! ```
+
+/// Most bytes of the current line held back for a possible `\r` rewrite (8 KiB).
+pub const HOLD: usize = 8 * 1024;
+/// Longest string sequence (OSC, DCS, SOS, PM, APC) body taken as one (16 KiB).
+pub const MAX_STRING: usize = 16 * 1024;
+/// Longest CSI sequence taken as one (256 bytes); a longer one is dropped up to there.
+const MAX_CSI: usize = 256;
+
+const ESC: u8 = 0x1b;
+const BEL: u8 = 0x07;
+const BS: u8 = 0x08;
+const CR: u8 = b'\r';
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Ground,
+    /// After `ESC`.
+    Esc,
+    /// `ESC` then intermediates (0x20–0x2F).
+    EscInter,
+    /// Inside `ESC [`.
+    Csi,
+    /// Inside a string sequence (OSC, DCS, SOS, PM, APC).
+    Str,
+    /// `ESC` inside a string sequence: `\` ends it.
+    StrEsc,
+}
+
+/// The streaming filter (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Stripper {
+    state: State,
+    /// Bytes of the current CSI so far (only counted).
+    csi_len: usize,
+    /// The body of the current string sequence (for the unterminated case).
+    string: Vec<u8>,
+    /// The held-back end of the current line.
+    line: Vec<u8>,
+    /// A `\r` was seen and not yet resolved: a following `\n` ends the line normally, any
+    /// other text replaces the line.
+    cr: bool,
+    /// [`HOLD`], smaller in tests.
+    hold: usize,
+}
+
+impl Default for Stripper {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[inline]
+fn is_special(b: u8) -> bool {
+    b == ESC || b == CR || b == BS || b == BEL
+}
+
+/// The index of the first `ESC`, `\r`, `\b` or BEL in `h`. Whole 64-byte blocks are tested
+/// with a branch-free fold (vectorized by the compiler), so plain text costs a fraction of a
+/// memory copy.
+#[inline]
+fn find_special(h: &[u8]) -> Option<usize> {
+    const BLOCK: usize = 64;
+    let mut blocks = h.chunks_exact(BLOCK);
+    let mut base = 0;
+    for blk in &mut blocks {
+        let hit = blk.iter().fold(0u8, |acc, &b| {
+            acc | u8::from(b == ESC) | u8::from(b == CR) | u8::from(b.wrapping_sub(BEL) < 2)
+        });
+        if hit != 0 {
+            return blk.iter().position(|&b| is_special(b)).map(|p| base + p);
+        }
+        base += BLOCK;
+    }
+    blocks
+        .remainder()
+        .iter()
+        .position(|&b| is_special(b))
+        .map(|p| base + p)
+}
+
+impl Stripper {
+    /// A filter at the start of a stream.
+    pub fn new() -> Self {
+        Stripper {
+            state: State::Ground,
+            csi_len: 0,
+            string: Vec::new(),
+            line: Vec::new(),
+            cr: false,
+            hold: HOLD,
+        }
+    }
+
+    /// The bytes held back so far (the current line's end): not emitted yet, but what a
+    /// terminal shows now. A preview of a running command appends them.
+    pub fn pending(&self) -> &[u8] {
+        &self.line
+    }
+
+    /// Filters the next chunk; `emit` gets the stripped bytes that are final, in order (slices
+    /// of `input` where possible).
+    pub fn feed(&mut self, input: &[u8], emit: &mut impl FnMut(&[u8])) {
+        let mut i = 0;
+        while i < input.len() {
+            if self.state == State::Ground {
+                let run_end = find_special(&input[i..]).map_or(input.len(), |p| i + p);
+                if run_end > i {
+                    self.text(&input[i..run_end], emit);
+                }
+                i = run_end;
+                if i == input.len() {
+                    break;
+                }
+                match input[i] {
+                    CR => self.cr = true,
+                    BS => self.backspace(),
+                    ESC => {
+                        // Fast path: a whole CSI sequence (colours) in this chunk is skipped
+                        // in one tight loop; anything else goes through the state machine.
+                        if let Some(end) = csi_end(&input[i..]) {
+                            i += end;
+                            continue;
+                        }
+                        self.state = State::Esc;
+                    }
+                    _ => {} // BEL
+                }
+                i += 1;
+                continue;
+            }
+            let b = input[i];
+            i += 1;
+            if let Some(redo) = self.escape_byte(b, emit) {
+                // The byte ended a sequence without being part of it: it is text or a
+                // control of its own.
+                if redo {
+                    i -= 1;
+                }
+            }
+        }
+    }
+
+    /// One byte while inside an escape sequence. Returns `Some(true)` when the byte must be
+    /// processed again in the ground state.
+    fn escape_byte(&mut self, b: u8, emit: &mut impl FnMut(&[u8])) -> Option<bool> {
+        match self.state {
+            State::Ground => unreachable!("ground bytes are handled by feed"),
+            State::Esc => match b {
+                b'[' => {
+                    self.state = State::Csi;
+                    self.csi_len = 0;
+                }
+                b']' | b'P' | b'X' | b'^' | b'_' => {
+                    self.state = State::Str;
+                    self.string.clear();
+                }
+                0x20..=0x2f => self.state = State::EscInter,
+                0x30..=0x7e => self.state = State::Ground,
+                ESC => {}
+                _ => {
+                    self.state = State::Ground;
+                    return Some(true);
+                }
+            },
+            State::EscInter => match b {
+                0x20..=0x2f => {}
+                0x30..=0x7e => self.state = State::Ground,
+                ESC => self.state = State::Esc,
+                _ => {
+                    self.state = State::Ground;
+                    return Some(true);
+                }
+            },
+            State::Csi => match b {
+                0x20..=0x3f => {
+                    self.csi_len += 1;
+                    if self.csi_len > MAX_CSI {
+                        self.state = State::Ground;
+                    }
+                }
+                0x40..=0x7e => self.state = State::Ground,
+                ESC => self.state = State::Esc,
+                _ => {
+                    self.state = State::Ground;
+                    return Some(true);
+                }
+            },
+            State::Str => match b {
+                BEL | 0x18 | 0x1a => self.state = State::Ground,
+                ESC => self.state = State::StrEsc,
+                _ => {
+                    self.string.push(b);
+                    if self.string.len() > MAX_STRING {
+                        // Not a terminal string after all: give its bytes back as text.
+                        self.state = State::Ground;
+                        let body = std::mem::take(&mut self.string);
+                        self.feed(&body, emit);
+                    }
+                }
+            },
+            State::StrEsc => {
+                if b == b'\\' {
+                    self.state = State::Ground;
+                } else {
+                    // ESC ends the string and starts a new sequence.
+                    self.state = State::Esc;
+                    return Some(true);
+                }
+            }
+        }
+        None
+    }
+
+    fn backspace(&mut self) {
+        // Drop the last character (a UTF-8 lead byte and its continuation bytes).
+        while let Some(b) = self.line.pop() {
+            if b & 0xc0 != 0x80 {
+                break;
+            }
+        }
+    }
+
+    /// A run of text without specials, in the ground state.
+    fn text(&mut self, run: &[u8], emit: &mut impl FnMut(&[u8])) {
+        let mut run = run;
+        if self.cr {
+            self.cr = false;
+            if run[0] != b'\n' {
+                // A carriage return then text: the line is rewritten.
+                self.line.clear();
+            }
+        }
+        if let Some(nl) = memchr_last_nl(run) {
+            if !self.line.is_empty() {
+                emit(&self.line);
+                self.line.clear();
+            }
+            emit(&run[..=nl]);
+            run = &run[nl + 1..];
+        }
+        let total = self.line.len() + run.len();
+        if total <= self.hold {
+            self.line.extend_from_slice(run);
+            return;
+        }
+        // Too long to hold: emit all but the line's last `hold` bytes (the same bytes
+        // whatever the chunking).
+        let excess = total - self.hold;
+        if excess >= self.line.len() {
+            let from_run = excess - self.line.len();
+            if !self.line.is_empty() {
+                emit(&self.line);
+                self.line.clear();
+            }
+            emit(&run[..from_run]);
+            self.line.extend_from_slice(&run[from_run..]);
+        } else {
+            emit(&self.line[..excess]);
+            self.line.drain(..excess);
+            self.line.extend_from_slice(run);
+        }
+    }
+
+    /// The end of the stream: emits what is held back (an unterminated escape sequence is
+    /// dropped, except a string sequence's body, which is not one).
+    pub fn finish(&mut self, emit: &mut impl FnMut(&[u8])) {
+        if self.state == State::Str || self.state == State::StrEsc {
+            let body = std::mem::take(&mut self.string);
+            self.state = State::Ground;
+            self.feed(&body, emit);
+        }
+        self.state = State::Ground;
+        self.cr = false;
+        if !self.line.is_empty() {
+            emit(&self.line);
+            self.line.clear();
+        }
+    }
+}
+
+/// The length of the complete CSI sequence `ESC [ params final` at the start of `h`, when it
+/// is all there and no longer than the state machine takes as one.
+#[inline]
+fn csi_end(h: &[u8]) -> Option<usize> {
+    if h.get(1) != Some(&b'[') {
+        return None;
+    }
+    let body = h.get(2..)?;
+    let n = body
+        .iter()
+        .take(MAX_CSI + 1)
+        .position(|&b| !(0x20..=0x3f).contains(&b))?;
+    if n > MAX_CSI {
+        return None;
+    }
+    (0x40..=0x7e).contains(&body[n]).then_some(n + 3)
+}
+
+fn memchr_last_nl(h: &[u8]) -> Option<usize> {
+    memchr::memrchr(b'\n', h)
+}
+
+/// Strips a whole buffer (a convenience for tests and short texts).
+pub fn strip_all(input: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(input.len());
+    let mut s = Stripper::new();
+    let mut emit = |b: &[u8]| out.extend_from_slice(b);
+    s.feed(input, &mut emit);
+    s.finish(&mut emit);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn s(b: &[u8]) -> String {
+        String::from_utf8_lossy(&strip_all(b)).into_owned()
+    }
+
+    #[test]
+    fn colours_and_cursor_moves_go() {
+        assert_eq!(
+            s(b"\x1b[31m FAIL \x1b[39m src/a.test.ts\n"),
+            " FAIL  src/a.test.ts\n"
+        );
+        assert_eq!(
+            s(b"\x1b[1;38;5;196mred\x1b[0m\x1b[2K\x1b[1G ok\n"),
+            "red ok\n"
+        );
+        assert_eq!(s(b"\x1b[?25l\x1b[?25hx"), "x");
+        assert_eq!(s(b"\x1b(B\x1b=\x1b7a\x1b8"), "a");
+    }
+
+    #[test]
+    fn osc_titles_and_hyperlinks_go() {
+        assert_eq!(s(b"\x1b]0;title\x07after"), "after");
+        assert_eq!(
+            s(b"\x1b]8;;https://example.com\x1b\\link\x1b]8;;\x1b\\ end"),
+            "link end"
+        );
+        assert_eq!(s(b"\x1bPq#0;2;0;0;0\x1b\\x"), "x");
+    }
+
+    #[test]
+    fn carriage_return_rewrites_keep_the_final_line() {
+        assert_eq!(s(b"10%\r50%\r100%\ndone\n"), "100%\ndone\n");
+        assert_eq!(s(b"a\r\nb\r\n"), "a\nb\n");
+        assert_eq!(s(b"working...\r"), "working...");
+        assert_eq!(s(b"1/3\r\x1b[K2/3\r\x1b[K3/3\n"), "3/3\n");
+        assert_eq!(s(b"keep\nx\ry"), "keep\ny");
+    }
+
+    #[test]
+    fn backspace_and_bell() {
+        assert_eq!(s(b"ab\x08c\x07"), "ac");
+        assert_eq!(s("é\x08e".as_bytes()), "e");
+        assert_eq!(s(b"\x08x"), "x");
+    }
+
+    #[test]
+    fn binary_and_plain_text_pass() {
+        let data: Vec<u8> = (0u8..=255).filter(|&b| !is_special(b)).collect();
+        assert_eq!(strip_all(&data), data);
+        assert_eq!(strip_all(&[0u8; 100_000]), vec![0u8; 100_000]);
+    }
+
+    #[test]
+    fn unterminated_string_sequence_is_text() {
+        let mut data = b"\x1b]".to_vec();
+        data.extend(vec![b'z'; MAX_STRING + 10]);
+        data.extend(b"\nend\n");
+        let out = strip_all(&data);
+        assert_eq!(out.len(), MAX_STRING + 10 + 5);
+        assert!(out.ends_with(b"z\nend\n"));
+        assert_eq!(s(b"\x1b]0;short"), "0;short");
+    }
+
+    #[test]
+    fn long_lines_are_held_back_only_up_to_hold() {
+        let mut emitted = 0usize;
+        let mut st = Stripper::new();
+        st.feed(&vec![b'x'; 10 * HOLD], &mut |b: &[u8]| emitted += b.len());
+        assert_eq!(emitted, 9 * HOLD);
+        assert_eq!(st.pending().len(), HOLD);
+        // A rewrite of a long line keeps what was already emitted.
+        let out = strip_all(&[vec![b'x'; 2 * HOLD], b"\rnew\n".to_vec()].concat());
+        assert_eq!(out, [vec![b'x'; HOLD], b"new\n".to_vec()].concat());
+    }
+
+    fn chunked(data: &[u8], cuts: &[usize], hold: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut st = Stripper::new();
+        st.hold = hold;
+        let mut emit = |b: &[u8]| out.extend_from_slice(b);
+        let mut pos = 0;
+        for &c in cuts {
+            let end = (pos + c).min(data.len());
+            st.feed(&data[pos..end], &mut emit);
+            pos = end;
+        }
+        st.feed(&data[pos..], &mut emit);
+        st.finish(&mut emit);
+        out
+    }
+
+    /// Bytes rich in the interesting ones.
+    fn noisy() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(
+            prop_oneof![
+                4 => any::<u8>(),
+                2 => Just(ESC),
+                2 => Just(CR),
+                1 => Just(b'['),
+                1 => Just(b']'),
+                1 => Just(b'\n'),
+                1 => Just(BS),
+                1 => Just(BEL),
+                1 => Just(b'\\'),
+                1 => Just(b'm'),
+            ],
+            0..1500,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        #[test]
+        fn any_chunking_gives_the_same_output(data in noisy(), cuts in proptest::collection::vec(0usize..300, 0..30), hold in 1usize..40) {
+            prop_assert_eq!(strip_all(&data), chunked(&data, &cuts, HOLD));
+            prop_assert_eq!(chunked(&data, &[], hold), chunked(&data, &cuts, hold));
+        }
+
+        #[test]
+        fn output_has_no_control_bytes(data in noisy()) {
+            let out = strip_all(&data);
+            prop_assert!(!out.iter().any(|&b| b == ESC || b == CR || b == BS || b == BEL));
+            prop_assert!(out.len() <= data.len());
+        }
+
+        #[test]
+        fn text_without_specials_is_unchanged(data in proptest::collection::vec(any::<u8>().prop_filter("plain", |b| !is_special(*b)), 0..30_000)) {
+            prop_assert_eq!(strip_all(&data), data);
+        }
+
+        #[test]
+        fn coloured_lines_lose_only_their_escapes(words in proptest::collection::vec("[a-z ]{0,20}", 0..50)) {
+            let mut coloured = Vec::new();
+            let mut plain = Vec::new();
+            for (n, w) in words.iter().enumerate() {
+                coloured.extend(format!("\x1b[{}m{w}\x1b[0m\n", 30 + n % 8).bytes());
+                plain.extend(format!("{w}\n").bytes());
+            }
+            prop_assert_eq!(strip_all(&coloured), plain);
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! Detached commands: `shofer run --timeout S` keeps its promise that the command goes on
+//! running after the soft timeout, in a supervisor process detached from the CLI, and later
+//! invocations (`shofer list`, `shofer status ID`, `shofer kill ID|--all`, `shofer read`) reach
+//! it through state files.
+//!
+//! # Shape
+//! - [`fork_supervisor`] forks twice (the middle process calls `setsid` and exits at once), so
+//!   the supervisor is in a session of its own, is no child of the CLI, holds none of the
+//!   caller's descriptors (stdin/stdout/stderr are `/dev/null`; everything above 2 is closed
+//!   but the result pipe), and is not hit by a signal to the caller's process group.
+//! - The supervisor runs an [`crate::Engine`] (child subreaper, background processes stopped
+//!   when the main process exits) and sends the first result (finished, or still running at
+//!   the soft timeout) to the CLI as one JSON line on the pipe. From the soft timeout on it
+//!   keeps a state file `<artifacts>/jobs/<id>.json` ([`JobState`]): written when it goes to
+//!   the background, rewritten with the final result when the command ends, and then it exits
+//!   (killing what the command left behind). `--hard-timeout` still bounds the command.
+//! - SIGTERM or SIGINT to the supervisor terminates the command (its whole tree) and records
+//!   that; [`kill`] sends it after checking the supervisor's identity (pid and start time), so
+//!   a recycled pid is never signalled.
+//! - A running job's output is read from its artifact, which holds every byte so far
+//!   ([`running_text`] builds the still-running text from it).
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use shofer_core::preview::HeadTail;
+use shofer_core::text;
+
+use crate::engine::{Outcome, Status};
+
+/// The state of one detached command, as stored in `<artifacts>/jobs/<id>.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JobState {
+    /// The execution id.
+    pub id: u64,
+    /// The command line.
+    pub command: String,
+    /// Its working directory.
+    pub cwd: String,
+    /// `running`, `exited`, `terminated` or `timed_out`.
+    pub status: Status,
+    /// The exit code, once it exited with one.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
+    /// The artifact id (`cmd-<id>.txt`), while it exists.
+    pub artifact_id: Option<String>,
+    /// Names of background processes stopped when it ended.
+    pub background: Vec<String>,
+    /// The final result text (empty while running).
+    pub text: String,
+    /// The supervisor's pid.
+    pub supervisor_pid: i32,
+    /// The supervisor's start time (clock ticks after boot): with the pid, its identity.
+    pub supervisor_start: u64,
+    /// The preview budget in bytes (for the still-running text).
+    pub preview_budget: usize,
+}
+
+/// Where the state files of detached commands live: `<artifacts>/jobs`.
+pub fn jobs_dir(artifacts: &Path) -> PathBuf {
+    artifacts.join("jobs")
+}
+
+impl JobState {
+    /// The state of `o`, run by this process as supervisor.
+    pub fn of(o: &Outcome, preview_budget: usize) -> Self {
+        let me = shofer_sys::process::getpid();
+        JobState {
+            id: o.id,
+            command: o.command.clone(),
+            cwd: o.cwd.clone(),
+            status: o.status,
+            exit_code: o.exit_code,
+            signal: o.signal,
+            artifact_id: o.artifact_id.clone(),
+            background: o.background.clone(),
+            text: if o.status == Status::Running {
+                String::new()
+            } else {
+                o.text.clone()
+            },
+            supervisor_pid: me,
+            supervisor_start: shofer_sys::proc::read(me).map_or(0, |p| p.start),
+            preview_budget,
+        }
+    }
+
+    /// Writes the state file atomically (a temporary file renamed over it).
+    ///
+    /// # Errors
+    /// Creating the directory, writing or renaming failed.
+    pub fn save(&self, artifacts: &Path) -> io::Result<()> {
+        let dir = jobs_dir(artifacts);
+        fs::create_dir_all(&dir)?;
+        let tmp = dir.join(format!(".{}.json.tmp", self.id));
+        let json = serde_json::to_vec(self).map_err(io::Error::other)?;
+        fs::write(&tmp, json)?;
+        fs::rename(&tmp, dir.join(format!("{}.json", self.id)))
+    }
+
+    /// Reads the state of job `id`.
+    ///
+    /// # Errors
+    /// No such job (`NotFound`), or an unreadable file.
+    pub fn load(artifacts: &Path, id: u64) -> io::Result<Self> {
+        let raw = fs::read(jobs_dir(artifacts).join(format!("{id}.json")))?;
+        serde_json::from_slice(&raw).map_err(io::Error::other)
+    }
+
+    /// Whether the supervisor process still runs (same pid and start time).
+    pub fn supervisor_alive(&self) -> bool {
+        shofer_sys::proc::read(self.supervisor_pid)
+            .is_some_and(|p| p.start == self.supervisor_start && !p.is_dead())
+    }
+
+    /// `running` while the supervisor lives; a job whose supervisor vanished without a final
+    /// state (it was SIGKILLed) is reported as `lost`.
+    pub fn status_word(&self) -> &'static str {
+        match self.status {
+            Status::Running if self.supervisor_alive() => "running",
+            Status::Running => "lost",
+            Status::Exited => "exited",
+            Status::Terminated => "terminated",
+            Status::TimedOut => "timed out",
+        }
+    }
+}
+
+/// Every job's state, oldest first.
+pub fn list(artifacts: &Path) -> Vec<JobState> {
+    let Ok(entries) = fs::read_dir(jobs_dir(artifacts)) else {
+        return Vec::new();
+    };
+    let mut jobs: Vec<JobState> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            let id = name.to_str()?.strip_suffix(".json")?.parse::<u64>().ok()?;
+            JobState::load(artifacts, id).ok()
+        })
+        .collect();
+    jobs.sort_by_key(|j| j.id);
+    jobs
+}
+
+/// The text `shofer status` prints: the final result, or for a running job the still-running
+/// text with the preview built from its artifact (which holds every byte so far).
+pub fn status_text(artifacts: &Path, job: &JobState) -> String {
+    match job.status_word() {
+        "running" => running_text(artifacts, job),
+        "lost" => format!(
+            "Command {} ({}) lost its supervisor (it was killed without a chance to record the end); its output so far is in {}.",
+            job.id,
+            job.command,
+            job.artifact_id.as_deref().unwrap_or("no artifact")
+        ),
+        _ => job.text.clone(),
+    }
+}
+
+/// The still-running text of a job, its preview read from the artifact.
+pub fn running_text(artifacts: &Path, job: &JobState) -> String {
+    let Some(aid) = &job.artifact_id else {
+        return text::running_result(&job.cwd, "");
+    };
+    let mut buf = HeadTail::new(job.preview_budget);
+    let size = fs::File::open(artifacts.join(aid)).and_then(|f| {
+        let size = f.metadata()?.len();
+        let budget = job.preview_budget as u64;
+        let head = read_range(&f, 0, size.min(budget))?;
+        buf.push(&head);
+        if size > budget {
+            buf.skip(size - budget);
+            let want = buf.tail_wanted() as u64;
+            buf.resync_tail(&read_range(&f, size - want, want)?);
+        }
+        Ok(size)
+    });
+    let p = buf.preview();
+    let so_far = if p.omitted == 0 {
+        text::compress_output(&p.text)
+    } else {
+        p.text
+    };
+    let note = match size {
+        Ok(size) => format!(
+            "{} It runs detached from shofer run: `shofer status {id}` shows it, `shofer kill {id}` stops it.",
+            text::running_artifact_note(aid, size),
+            id = job.id
+        ),
+        Err(e) => format!("Its artifact {aid} cannot be read: {e}."),
+    };
+    text::running_result_noted(&job.cwd, &so_far, &note)
+}
+
+fn read_range(f: &fs::File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    let mut v = vec![0u8; len as usize];
+    let mut done = 0;
+    while done < v.len() {
+        match f.read_at(&mut v[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    v.truncate(done);
+    Ok(v)
+}
+
+/// Asks job `id`'s supervisor to terminate the command (SIGTERM, after checking its
+/// identity) and waits up to `wait` for the final state. Returns the state then.
+///
+/// # Errors
+/// No such job; or the supervisor is gone without a final state.
+pub fn kill(artifacts: &Path, id: u64, wait: Duration) -> io::Result<JobState> {
+    let job = JobState::load(artifacts, id)?;
+    if job.status != Status::Running {
+        return Ok(job);
+    }
+    if !job.supervisor_alive() {
+        return Err(io::Error::other(format!(
+            "job {id}'s supervisor (pid {}) is gone",
+            job.supervisor_pid
+        )));
+    }
+    // Signalled through a pidfd opened before its identity (pid and start time) is checked
+    // again, so a recycled pid is never signalled.
+    let proc_dir = shofer_sys::proc::ProcDir::open()?;
+    let sent = shofer_sys::proc::read(job.supervisor_pid)
+        .filter(|p| p.start == job.supervisor_start)
+        .is_some_and(|p| {
+            shofer_sys::pidfd::signal_if_same(&proc_dir, &p, rustix::process::Signal::TERM)
+        });
+    if !sent {
+        return Err(io::Error::other(format!(
+            "job {id}'s supervisor (pid {}) is gone",
+            job.supervisor_pid
+        )));
+    }
+    let start = Instant::now();
+    loop {
+        let now = JobState::load(artifacts, id)?;
+        if now.status != Status::Running || !now.supervisor_alive() {
+            return Ok(now);
+        }
+        if start.elapsed() > wait {
+            return Ok(now);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Which side of [`fork_supervisor`] this process is on.
+#[derive(Debug)]
+pub enum Forked {
+    /// The CLI: read the first result from this pipe.
+    Cli(fs::File),
+    /// The detached supervisor: write the first result to this pipe.
+    Supervisor(fs::File),
+}
+
+/// Forks the detached supervisor (see the module docs). Must be called while the process has
+/// one thread (before any runtime starts): only the calling thread survives `fork`.
+///
+/// # Errors
+/// `pipe`/`fork` failed (nothing was started).
+pub fn fork_supervisor() -> io::Result<Forked> {
+    let (r, w) = shofer_sys::fd::pipe_cloexec()?;
+    // Safety: the process is single-threaded here (documented precondition), so the child
+    // is a full copy with no lock held by a vanished thread.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid > 0 {
+        drop(w);
+        // The middle process exits at once; reap it.
+        let mut st = 0;
+        // Safety: waitpid on our own child with a valid status pointer.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
+        return Ok(Forked::Cli(fs::File::from(r)));
+    }
+    // The middle process: a new session, then the supervisor's fork.
+    drop(r);
+    // Safety: setsid and fork in a single-threaded child; _exit skips destructors and atexit
+    // handlers that belong to the parent.
+    unsafe {
+        libc::setsid();
+        match libc::fork() {
+            0 => {}
+            _ => libc::_exit(0),
+        }
+    }
+    detach_descriptors(w.as_raw_fd())?;
+    Ok(Forked::Supervisor(fs::File::from(w)))
+}
+
+/// stdin/stdout/stderr to `/dev/null`, every other descriptor but `keep` closed.
+fn detach_descriptors(keep: RawFd) -> io::Result<()> {
+    let null = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    for fd in 0..3 {
+        // Safety: dup2 onto the standard descriptors of this process.
+        if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    drop(null);
+    let entries: Vec<RawFd> = fs::read_dir("/proc/self/fd")?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in entries {
+        if fd > 2 && fd != keep {
+            // Safety: closes a descriptor inherited from the CLI that nothing in this fresh
+            // process owns (raw close: the listing's own, already closed descriptor is among
+            // them, and EBADF is harmless here).
+            unsafe { libc::close(fd) };
+        }
+    }
+    Ok(())
+}
+
+/// Sends the first result to the CLI: one JSON line, then the pipe closes.
+pub fn send_result(mut pipe: fs::File, o: &Outcome) {
+    if let Ok(mut line) = serde_json::to_vec(o) {
+        line.push(b'\n');
+        // The CLI may be gone (killed): nothing to do about it.
+        let _ = pipe.write_all(&line);
+    }
+}
+
+/// What the CLI got from the supervisor: the first result (all fields of [`Outcome`]).
+pub fn parse_result(line: &[u8]) -> Option<serde_json::Value> {
+    serde_json::from_slice(line).ok()
+}

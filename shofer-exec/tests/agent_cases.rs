@@ -1,0 +1,463 @@
+//! Issue 13, "the command engine as an agent experiences it", through the `shofer` binary:
+//! each numbered case of the issue, with and without `--worktree` (the sandbox). Case 7
+//! (daemons outliving `shofer run`) belongs to the tree killer's own tests. The same cases
+//! through `shofer serve` and the official MCP client are in `tests/mcp/client.py`.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::{kill_leftovers, marker, survivors};
+
+const SHOFER: &str = env!("CARGO_BIN_EXE_shofer");
+
+/// The workspace's `shofer-sandbox` next to `shofer` (where `--worktree` finds it), built once.
+fn sandbox_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let bin = PathBuf::from(SHOFER).with_file_name("shofer-sandbox");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+            let st = Command::new(cargo)
+                .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
+                .arg(manifest)
+                .status()
+                .unwrap();
+            assert!(st.success(), "building shofer-sandbox failed");
+            bin
+        })
+        .clone()
+}
+
+/// One mode of the tests: a task directory, its artifacts, and whether it is sandboxed.
+struct Mode {
+    _root: tempfile::TempDir,
+    task: PathBuf,
+    artifacts: PathBuf,
+    sandboxed: bool,
+}
+
+impl Mode {
+    /// Both modes. The worktree lives under $HOME: outside /tmp, which the sandbox leaves
+    /// writable, so a write next to it is refused.
+    fn both() -> [Mode; 2] {
+        sandbox_binary();
+        let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
+        let make = |sandboxed: bool| {
+            let root = if sandboxed {
+                tempfile::Builder::new()
+                    .prefix("shofer-agent-wt-")
+                    .tempdir_in(&home)
+                    .unwrap()
+            } else {
+                tempfile::tempdir().unwrap()
+            };
+            let task = root.path().join("task");
+            std::fs::create_dir(&task).unwrap();
+            let artifacts = root.path().join("artifacts");
+            Mode {
+                task,
+                artifacts,
+                sandboxed,
+                _root: root,
+            }
+        };
+        [make(false), make(true)]
+    }
+
+    fn name(&self) -> &'static str {
+        if self.sandboxed {
+            "--worktree"
+        } else {
+            "plain"
+        }
+    }
+
+    /// `shofer run [--worktree task] --artifacts A <extra> -- <command>` in the task dir.
+    fn command(&self, extra: &[&str], command: &str) -> Command {
+        let mut c = Command::new(SHOFER);
+        c.arg("run").arg("--artifacts").arg(&self.artifacts);
+        if self.sandboxed {
+            c.arg("--worktree").arg(&self.task);
+        }
+        c.args(extra)
+            .arg("--")
+            .arg(command)
+            .current_dir(&self.task)
+            .env_remove("SHOFER_SANDBOX");
+        c
+    }
+
+    fn run(&self, extra: &[&str], command: &str) -> Output {
+        self.command(extra, command).output().unwrap()
+    }
+
+    fn other(&self, args: &[&str]) -> Output {
+        Command::new(SHOFER)
+            .args(args)
+            .arg("--artifacts")
+            .arg(&self.artifacts)
+            .output()
+            .unwrap()
+    }
+}
+
+/// The result text `shofer` printed (without the newline it adds).
+fn text(o: &Output) -> String {
+    let s = String::from_utf8_lossy(&o.stdout).into_owned();
+    s.strip_suffix('\n').map(str::to_string).unwrap_or(s)
+}
+
+#[test]
+fn case_1_nothing_waits_for_a_person() {
+    for m in Mode::both() {
+        // An inherited EDITOR=vim (the agent host's environment) must not hang `git commit`.
+        let t = Instant::now();
+        let o = m
+            .command(
+                &["--hard-timeout", "60"],
+                "git init -q . && echo x > f && git add f && \
+                 git -c user.name=a -c user.email=a@b commit; echo rc=$?",
+            )
+            .env("EDITOR", "vim")
+            .env("VISUAL", "vim")
+            .env("GIT_EDITOR", "vim")
+            .env("PAGER", "less")
+            .env("FORCE_COLOR", "1")
+            .output()
+            .unwrap();
+        let out = text(&o);
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{}: took {:?}",
+            m.name(),
+            t.elapsed()
+        );
+        assert!(
+            out.contains("Aborting commit due to empty commit message") && out.contains("rc=1"),
+            "{}: {out}",
+            m.name()
+        );
+        // The defaults, and explicit values (--env, or the command line itself) winning.
+        let o = m
+            .command(
+                &["--env", "PAGER=more", "--env", "FORCE_COLOR=2"],
+                "echo $EDITOR $VISUAL $GIT_EDITOR $GIT_SEQUENCE_EDITOR $PAGER $GIT_PAGER \
+                 $GIT_TERMINAL_PROMPT $PYTHONUNBUFFERED $NO_COLOR $TERM $FORCE_COLOR; \
+                 EDITOR=nano sh -c 'echo $EDITOR'; git config core.pager; echo end",
+            )
+            .env("EDITOR", "vim")
+            .env("TERM", "xterm-256color")
+            .output()
+            .unwrap();
+        assert!(
+            text(&o).ends_with("\ntrue true true true more cat 0 1 1 dumb 2\nnano\nend\n"),
+            "{}: {}",
+            m.name(),
+            text(&o)
+        );
+        // A credential prompt fails at once instead of waiting.
+        let t = Instant::now();
+        let o = m.run(
+            &["--hard-timeout", "60"],
+            "git clone -q http://127.0.0.1:9/x.git y 2>&1 | tail -1; \
+             echo | git credential fill; echo rc=$?",
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{}: {}",
+            m.name(),
+            text(&o)
+        );
+        assert!(text(&o).contains("rc=128"), "{}: {}", m.name(), text(&o));
+    }
+}
+
+#[test]
+fn case_2_no_output_is_lost_at_a_timeout() {
+    for m in Mode::both() {
+        let mk = marker();
+        let o = m.run(
+            &["--hard-timeout", "2", "--json"],
+            &format!("echo step1; sleep {mk}"),
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let t = v["text"].as_str().unwrap();
+        assert_eq!(o.status.code(), Some(124));
+        assert_eq!(
+            t,
+            "The command was terminated after exceeding a user-configured 2s timeout. Do not try to re-run the command.\n\nOutput:\nstep1\n",
+            "{}",
+            m.name()
+        );
+        let o = m.run(
+            &["--hard-timeout", "2"],
+            &format!("seq 1 50000; sleep {mk}"),
+        );
+        let t = text(&o);
+        let id = t
+            .split("Artifact ID: ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{}: no artifact named: {t}", m.name()));
+        assert!(t.contains("\n49999\n50000\n"), "{}: {t}", m.name());
+        let r = m.other(&["read", id, "--search", "^12345$"]);
+        assert!(text(&r).contains("12345 | 12345"), "{}", text(&r));
+        // Python without PYTHONUNBUFFERED in the caller's environment.
+        let o = m
+            .command(
+                &["--hard-timeout", "2"],
+                &format!("python3 -c 'import time; print(\"py-said\"); time.sleep(30)' {mk}"),
+            )
+            .env_remove("PYTHONUNBUFFERED")
+            .output()
+            .unwrap();
+        assert!(
+            text(&o).ends_with("Output:\npy-said\n"),
+            "{}: {}",
+            m.name(),
+            text(&o)
+        );
+        kill_leftovers(&mk);
+    }
+}
+
+#[test]
+fn case_3_one_shot_run_stops_and_names_background_processes() {
+    // (Plain mode: under --worktree the sandbox itself ends them with the main process.)
+    let m = Mode::both().into_iter().next().unwrap();
+    let mk = marker();
+    // (The short sleep first lets the forked child exec `sleep` before the main process ends.)
+    let o = m.run(&[], &format!("sleep {mk} & sleep 0.3; echo started"));
+    let t = text(&o);
+    assert!(
+        t.contains("Exit code: 0; 1 background process(es) were stopped when shofer run ended (sleep)\nOutput:\nstarted\n"),
+        "{t}"
+    );
+    assert!(survivors(&mk).is_empty());
+}
+
+#[test]
+fn cases_4_and_9_detached_soft_timeout_across_three_invocations() {
+    for m in Mode::both() {
+        let mk = marker();
+        // 1. Start: past the soft timeout it returns, the command keeps running detached, and
+        //    its output (below the preview size) is already in a readable artifact.
+        let t0 = Instant::now();
+        let o = m.run(
+            &["--timeout", "1", "--hard-timeout", "60"],
+            &format!("echo serving; while :; do echo tick; sleep 0.3; done & sleep {mk}"),
+        );
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        assert_eq!(o.status.code(), Some(124), "{}", text(&o));
+        let t = text(&o);
+        assert!(
+            t.starts_with("Command is still running"),
+            "{}: {t}",
+            m.name()
+        );
+        let id: u64 = t
+            .split("`shofer kill ")
+            .nth(1)
+            .and_then(|r| r.split('`').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no id in {t}"));
+        assert!(t.contains(&format!("is in artifact cmd-{id}.txt")), "{t}");
+        assert!(
+            !survivors(&mk).is_empty(),
+            "{}: it must keep running",
+            m.name()
+        );
+        std::thread::sleep(Duration::from_millis(800));
+        // 2. Read while it runs: status, list, read.
+        let s = text(&m.other(&["status", &id.to_string()]));
+        assert!(s.contains("serving\ntick\n"), "{s}");
+        let l = text(&m.other(&["list"]));
+        assert!(
+            l.contains(&format!("\"id\": {id}")) && l.contains("\"status\": \"running\""),
+            "{l}"
+        );
+        let r = m.other(&["read", &format!("cmd-{id}.txt")]);
+        assert!(text(&r).contains("1 | serving\n"), "{}", text(&r));
+        // 3. Kill: the whole tree goes, the final result is kept.
+        let k = m.other(&["kill", &id.to_string()]);
+        assert!(k.status.success(), "{}", String::from_utf8_lossy(&k.stderr));
+        assert!(text(&k).contains("is terminated"), "{}", text(&k));
+        let t = Instant::now();
+        while !survivors(&mk).is_empty() && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            survivors(&mk).is_empty(),
+            "{}: left {:?}",
+            m.name(),
+            survivors(&mk)
+        );
+        let s = text(&m.other(&["status", &id.to_string()]));
+        assert!(s.contains("serving\n"), "{s}");
+        let l = text(&m.other(&["list"]));
+        assert!(l.contains("\"status\": \"terminated\""), "{l}");
+        kill_leftovers(&mk);
+    }
+}
+
+#[test]
+fn detached_command_still_bounded_by_the_hard_timeout() {
+    let m = Mode::both().into_iter().next().unwrap();
+    let mk = marker();
+    let o = m.run(
+        &["--timeout", "0.5", "--hard-timeout", "2"],
+        &format!("echo a; sleep {mk}"),
+    );
+    let t = text(&o);
+    let id = t
+        .split("`shofer kill ")
+        .nth(1)
+        .and_then(|r| r.split('`').next())
+        .unwrap()
+        .to_string();
+    let start = Instant::now();
+    let mut s = String::new();
+    while start.elapsed() < Duration::from_secs(15) {
+        s = text(&m.other(&["status", &id]));
+        if s.starts_with("The command was terminated") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        s.starts_with("The command was terminated after exceeding a user-configured 2s timeout."),
+        "{s}"
+    );
+    assert!(survivors(&mk).is_empty());
+}
+
+#[test]
+fn case_5_escape_sequences_never_reach_the_model() {
+    for m in Mode::both() {
+        let o = m.run(
+            &[],
+            r"printf '\033[31m FAIL \033[39m a.test.ts\n\033]0;title\007'; i=0; while [ $i -lt 20 ]; do printf '%d%%\r' $i; i=$((i+1)); done; echo 100%; echo $TERM",
+        );
+        assert!(
+            text(&o).ends_with("Output:\n FAIL  a.test.ts\n100%\ndumb\n"),
+            "{}: {:?}",
+            m.name(),
+            text(&o)
+        );
+        // Spilled: the preview, the artifact, reads and searches agree on the stripped bytes.
+        let o = m.run(
+            &["--json", "--preview", "small"],
+            r"i=0; while [ $i -lt 600 ]; do printf '\033[32m PASS \033[39m test %d\n' $i; i=$((i+1)); done",
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let total = v["total_bytes"].as_u64().unwrap();
+        let id = v["artifact_id"].as_str().unwrap();
+        let art = std::fs::read(m.artifacts.join(id)).unwrap();
+        assert_eq!(art.len() as u64, total);
+        assert!(!art.contains(&0x1b) && !v["text"].as_str().unwrap().contains('\x1b'));
+        let r = text(&m.other(&["read", id, "--search", "PASS  test 599"]));
+        assert!(r.contains("600 |  PASS  test 599"), "{r}");
+        let r = text(&m.other(&["read", id, "--offset", &(total - 20).to_string()]));
+        assert!(
+            r.contains(&format!("Showing bytes {}-{total}", total - 20)),
+            "{r}"
+        );
+        assert!(r.ends_with("test 599\n") || r.ends_with("test 599"), "{r}");
+    }
+}
+
+#[test]
+fn case_6_concurrent_runs_never_collide() {
+    let m = Mode::both().into_iter().next().unwrap();
+    let children: Vec<_> = (0..64)
+        .map(|_| {
+            m.command(&["--json"], "seq 1 20000")
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut ids = std::collections::HashSet::new();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let t = v["text"].as_str().unwrap();
+        assert!(
+            t.contains("Output (106.3KB) persisted. Artifact ID: cmd-"),
+            "{t}"
+        );
+        let id = v["artifact_id"].as_str().unwrap().to_string();
+        assert_eq!(
+            std::fs::metadata(m.artifacts.join(&id)).unwrap().len(),
+            108_894
+        );
+        assert_eq!(v["total_bytes"], 108_894);
+        assert!(ids.insert(id), "two runs got the same artifact");
+    }
+    assert_eq!(ids.len(), 64);
+}
+
+#[test]
+fn case_8_callers_descriptors_do_not_leak() {
+    for m in Mode::both() {
+        let mut c = m.command(
+            &["--hard-timeout", "20"],
+            "ls /proc/$$/fd | sort -n | tr '\\n' ' '; echo; cat <&3; echo rc=$?",
+        );
+        // Safety: dup2 in the forked child before exec; only async-signal-safe calls.
+        unsafe {
+            c.pre_exec(|| {
+                for fd in [3, 7, 251] {
+                    if libc::dup2(0, fd) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let o = c.stdin(std::process::Stdio::piped()).output().unwrap();
+        let t = text(&o);
+        // (The shell's own pipeline may hold 3-5 for a moment; 7 and 251 are the caller's.)
+        let fds = t
+            .split("Output:\n")
+            .nth(1)
+            .and_then(|r| r.lines().next())
+            .unwrap_or("");
+        assert!(
+            fds.starts_with("0 1 2 ") && !fds.contains(" 7 ") && !fds.contains(" 251 "),
+            "{}: {t}",
+            m.name()
+        );
+        assert!(
+            t.contains("3: Bad file descriptor\nrc=2"),
+            "{}: {t}",
+            m.name()
+        );
+    }
+}
+
+#[test]
+fn case_10_sandbox_denials_are_explained() {
+    let [plain, wt] = Mode::both();
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let target = format!("{home}/.shofer-denied-{}/cache", std::process::id());
+    let o = wt.run(&[], &format!("mkdir -p {target}"));
+    let t = text(&o);
+    assert!(t.contains("Exit code: 1"), "{t}");
+    assert!(
+        t.trim_end().lines().last().unwrap().starts_with(&format!(
+            "Note: the sandbox refused a write to {home}/.shofer-denied-"
+        )) && t.contains("npm_config_cache=/tmp/npm-cache"),
+        "{t}"
+    );
+    // Not sandboxed, or not a denial: no note.
+    let o = plain.run(&[], "ls /nonexistent-shofer-x");
+    assert!(!text(&o).contains("Note: the sandbox"), "{}", text(&o));
+    let o = wt.run(&[], "touch ./ok && ls /nonexistent-shofer-x");
+    assert!(!text(&o).contains("Note: the sandbox"), "{}", text(&o));
+}

@@ -1,0 +1,732 @@
+//! The git control files the *host's* git trusts, and which of them a run must keep from the
+//! command (docs/ARCHITECTURE.md, "Linked git worktrees").
+//!
+//! A host git process in the worktree (an editor's `git status`, a shell prompt, the agent
+//! host's checkpoint commit) reads the repository's location from the worktree's `.git`, its
+//! configuration from the common `config`, the gitdir's `config.worktree` and `commondir`, and
+//! runs hooks from `hooks/` or `core.hooksPath`. Any of these written by the command is code
+//! execution on the host (`core.fsmonitor`, a hook).
+//!
+//! [`control_set`] lists them for a worktree layout. The namespace backends bind each one
+//! read-only over itself; a path that does not exist yet gets a harmless *placeholder* first
+//! (an empty directory, an empty `config.worktree`, a `commondir` of `.`, which names the
+//! directory it is in — what git assumes without one), because a mount needs something to
+//! cover and a covered name cannot be created, renamed over or removed (`EBUSY`). The
+//! Landlock backend cannot make files inside a writable tree read-only: it relies on
+//! [`crate::gitguard`].
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Component, Path, PathBuf};
+
+use crate::git::GitLayout;
+use crate::paths::{self, Kind};
+
+/// What to create before the run when a protected path is absent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placeholder {
+    /// An empty directory (`hooks/`, `info/`, an in-tree hooks directory).
+    EmptyDir,
+    /// A file with this content (`""` for `config.worktree`, `".\n"` for `commondir`, the
+    /// object name of a packed branch for its loose ref).
+    File(String),
+}
+
+/// One protected path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Control {
+    /// Absolute path.
+    pub path: PathBuf,
+    /// What the host's git reads there (for the report).
+    pub what: &'static str,
+    /// Created before the run if absent, so a read-only bind can cover the name.
+    pub placeholder: Option<Placeholder>,
+}
+
+/// The protected paths of one worktree.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ControlSet {
+    /// Inside the writable set: bound read-only over themselves on the namespace backends,
+    /// guarded on Landlock.
+    pub read_only: Vec<Control>,
+    /// Writable directories bound over themselves so they cannot be renamed away and replaced
+    /// (a main worktree's `.git`).
+    pub pinned: Vec<PathBuf>,
+    /// Protected because they are outside the writable set: (path, what).
+    pub outside: Vec<(PathBuf, &'static str)>,
+    /// A linked worktree's common dir, which the namespace backends bind read-write so that
+    /// `packed-refs` can be replaced through `packed-refs.lock` (git deletes refs that way):
+    /// every other entry of it is bound read-only on top ([`CommonLayer`]).
+    pub common: Option<CommonLayer>,
+    /// Facts the report states (paths git does not read in this configuration, limits).
+    pub notes: Vec<String>,
+    /// The existing pack files (`objects/pack/*`), bound read-only over themselves on the
+    /// namespace backends so they can be neither changed nor deleted.
+    pub packs: Vec<PathBuf>,
+}
+
+/// Most pack files bound read-only; the rest are covered by the check at exit
+/// ([`crate::objects`]).
+const MAX_PACK_BINDS: usize = 512;
+
+/// The files of `objects/pack` that hold existing objects.
+fn pack_files(objects: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(objects.join("pack")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = rd
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|x| {
+                ["pack", "idx", "rev", "bitmap", "mtimes"].contains(&x.to_str().unwrap_or(""))
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The namespace backends' layout of a linked worktree's common dir: the directory itself
+/// read-write, then read-only binds over everything in it except `objects/`, `refs/`, `logs/`
+/// and `packed-refs` (with placeholders for the names git reads as configuration or hooks),
+/// over the branches other worktrees have checked out and their reflogs, then the worktree's
+/// own gitdir read-write again (it lies under the read-only `worktrees/`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommonLayer {
+    /// The common dir.
+    pub common: PathBuf,
+    /// Bound read-only over themselves, in order.
+    pub read_only: Vec<Control>,
+    /// The worktree's gitdir, bound read-write after them.
+    pub gitdir: PathBuf,
+}
+
+/// Entries of the common dir that stay writable on the namespace backends.
+const COMMON_WRITABLE: [&str; 4] = ["objects", "refs", "logs", "packed-refs"];
+
+/// The common-dir layer for a linked worktree whose gitdir is `gitdir`.
+fn common_layer(common: &Path, gitdir: &Path, worktree_config: bool) -> CommonLayer {
+    let mut ro = Vec::new();
+    let mut names: Vec<String> = std::fs::read_dir(common)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    for name in names {
+        if COMMON_WRITABLE.contains(&name.as_str()) || name.starts_with("packed-refs.") {
+            continue;
+        }
+        ro.push(Control {
+            path: common.join(&name),
+            what: "the common dir's files (the main worktree's HEAD and index, config, hooks, other worktrees)",
+            placeholder: None,
+        });
+    }
+    // Absent names the host's git would read as configuration or hooks in the main worktree.
+    let mut absent = vec![
+        ("commondir", Placeholder::File(".\n".into())),
+        ("hooks", Placeholder::EmptyDir),
+        ("info", Placeholder::EmptyDir),
+    ];
+    if worktree_config {
+        absent.push(("config.worktree", Placeholder::File(String::new())));
+    }
+    for (name, ph) in absent {
+        if !exists(&common.join(name)) {
+            ro.push(Control {
+                path: common.join(name),
+                what: "a name the main worktree's git would read as configuration or hooks",
+                placeholder: Some(ph),
+            });
+        }
+    }
+    // Branches checked out in other worktrees, and their reflogs.
+    let mut heads = vec![common.join("HEAD")];
+    if let Ok(rd) = std::fs::read_dir(common.join("worktrees")) {
+        for e in rd.flatten() {
+            if e.path() != gitdir {
+                heads.push(e.path().join("HEAD"));
+            }
+        }
+    }
+    let packed = std::fs::read_to_string(common.join("packed-refs")).unwrap_or_default();
+    for head in heads {
+        let Ok(text) = std::fs::read_to_string(&head) else {
+            continue;
+        };
+        let Some(refname) = text.trim().strip_prefix("ref: ") else {
+            continue;
+        };
+        if !refname.starts_with("refs/heads/")
+            || refname
+                .split('/')
+                .any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            continue;
+        }
+        let loose = common.join(refname);
+        let placeholder = if exists(&loose) {
+            None
+        } else {
+            match packed_oid(&packed, refname) {
+                Some(oid) => Some(Placeholder::File(format!("{oid}\n"))),
+                None => continue, // unborn
+            }
+        };
+        ro.push(Control {
+            path: loose,
+            what: "a branch another worktree has checked out",
+            placeholder,
+        });
+        let log = common.join("logs").join(refname);
+        if exists(&log) {
+            ro.push(Control {
+                path: log,
+                what: "the reflog of a branch another worktree has checked out",
+                placeholder: None,
+            });
+        }
+    }
+    if exists(&common.join("logs/HEAD")) {
+        ro.push(Control {
+            path: common.join("logs/HEAD"),
+            what: "the main worktree's HEAD reflog",
+            placeholder: None,
+        });
+    }
+    CommonLayer {
+        common: common.to_path_buf(),
+        read_only: ro,
+        gitdir: gitdir.to_path_buf(),
+    }
+}
+
+/// The object name `packed-refs` records for `refname`.
+fn packed_oid<'a>(packed: &'a str, refname: &str) -> Option<&'a str> {
+    packed
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
+        .find_map(|l| {
+            let (oid, name) = l.split_once(' ')?;
+            (name == refname).then_some(oid)
+        })
+}
+
+impl ControlSet {
+    /// The namespace backends' git binds, in the order they are made: `(path, writable)`.
+    /// Each is a bind of the path over itself, after the writable set's binds.
+    pub fn layers(&self) -> Vec<(PathBuf, bool)> {
+        let mut out: Vec<(PathBuf, bool)> = self.pinned.iter().map(|p| (p.clone(), true)).collect();
+        if let Some(l) = &self.common {
+            out.push((l.common.clone(), true));
+            out.extend(l.read_only.iter().map(|c| (c.path.clone(), false)));
+            out.push((l.gitdir.clone(), true));
+        }
+        out.extend(self.read_only.iter().map(|c| (c.path.clone(), false)));
+        out.extend(self.packs.iter().map(|p| (p.clone(), false)));
+        out
+    }
+}
+
+const CONFIG_WORKTREE: &str =
+    "config.worktree (per-worktree configuration, read with extensions.worktreeConfig)";
+
+/// The protected paths for `layout` of `worktree` (canonical). Reads the repository's
+/// configuration (common `config`, global config) for `core.hooksPath` and
+/// `extensions.worktreeConfig`; `include.path` directives are not followed (stated in
+/// `notes` when present).
+pub fn control_set(layout: &GitLayout, worktree: &Path) -> ControlSet {
+    let mut set = ControlSet::default();
+    let ro = |set: &mut ControlSet, path: PathBuf, what, placeholder| {
+        set.read_only.push(Control {
+            path,
+            what,
+            placeholder,
+        })
+    };
+    let (gitdir, common) = match layout {
+        GitLayout::Linked { gitdir, common } => (gitdir.clone(), common.clone()),
+        GitLayout::MainWorktree => (worktree.join(".git"), worktree.join(".git")),
+        GitLayout::None | GitLayout::Rejected(_) => return set,
+    };
+    let config = Config::load(&common.join("config"), &mut set.notes);
+    set.packs = pack_files(&common.join("objects"));
+    if set.packs.len() > MAX_PACK_BINDS {
+        set.notes.push(format!(
+            "{} pack files: only the first {MAX_PACK_BINDS} are bound read-only; the rest are checked when the command ends",
+            set.packs.len()
+        ));
+        set.packs.truncate(MAX_PACK_BINDS);
+    }
+    let worktree_config = config.bool("extensions", "worktreeconfig");
+    match layout {
+        GitLayout::Linked { .. } => {
+            ro(
+                &mut set,
+                worktree.join(".git"),
+                ".git (the pointer to the gitdir)",
+                None,
+            );
+            ro(
+                &mut set,
+                gitdir.join("commondir"),
+                "commondir (where the repository's config and hooks are)",
+                None,
+            );
+            ro(
+                &mut set,
+                gitdir.join("gitdir"),
+                "gitdir (the back-link to this worktree)",
+                None,
+            );
+            set.common = Some(common_layer(&common, &gitdir, worktree_config));
+            for (name, what) in [
+                ("config", "config (the repository's configuration)"),
+                ("hooks", "hooks/"),
+                ("info", "info/ (attributes, excludes)"),
+                ("worktrees", "other worktrees' control files"),
+                ("modules", "modules/ (submodules' config and hooks)"),
+                ("packed-refs", "packed-refs"),
+                ("HEAD", "the main worktree's HEAD"),
+            ] {
+                set.outside.push((common.join(name), what));
+            }
+        }
+        _ => {
+            set.pinned.push(gitdir.clone());
+            ro(
+                &mut set,
+                gitdir.join("config"),
+                "config (the repository's configuration)",
+                None,
+            );
+            ro(
+                &mut set,
+                gitdir.join("hooks"),
+                "hooks/",
+                Some(Placeholder::EmptyDir),
+            );
+            ro(
+                &mut set,
+                gitdir.join("info"),
+                "info/ (attributes, excludes)",
+                Some(Placeholder::EmptyDir),
+            );
+            ro(
+                &mut set,
+                gitdir.join("commondir"),
+                "commondir (where the repository's config and hooks are; '.' is the default)",
+                Some(Placeholder::File(".\n".into())),
+            );
+            for (name, what) in [
+                ("worktrees", "worktrees/ (other worktrees' control files)"),
+                ("modules", "modules/ (submodules' config and hooks)"),
+            ] {
+                if exists(&gitdir.join(name)) {
+                    ro(&mut set, gitdir.join(name), what, None);
+                }
+            }
+        }
+    }
+    let cw = gitdir.join("config.worktree");
+    if exists(&cw) {
+        ro(&mut set, cw, CONFIG_WORKTREE, None);
+    } else if worktree_config {
+        ro(
+            &mut set,
+            cw,
+            CONFIG_WORKTREE,
+            Some(Placeholder::File(String::new())),
+        );
+    } else {
+        set.notes.push(format!(
+            "{}: not read by git (extensions.worktreeConfig is off in the protected common config)",
+            cw.display()
+        ));
+    }
+    let mut hooks_path = config.get("core", "hookspath");
+    if hooks_path.is_none() {
+        for global in global_configs() {
+            if let Some(v) = Config::load(&global, &mut Vec::new()).get("core", "hookspath") {
+                hooks_path = Some(v);
+            }
+        }
+    }
+    if let Some(hp) = hooks_path {
+        if let Some(dir) = in_tree(&hp, worktree) {
+            // husky installs `core.hooksPath=.husky/_`, whose shims run `.husky/<hook>`.
+            let dir = if dir.file_name() == Some("_".as_ref()) {
+                dir.parent().map(Path::to_path_buf).unwrap_or(dir)
+            } else {
+                dir
+            };
+            set.read_only.push(Control {
+                path: dir,
+                what: "the in-tree core.hooksPath (hooks the host's git runs)",
+                placeholder: Some(Placeholder::EmptyDir),
+            });
+        }
+    }
+    set
+}
+
+fn exists(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok()
+}
+
+/// The user's global git configuration files, as git finds them (git-config(1), FILES).
+fn global_configs() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")));
+    if let Some(x) = xdg {
+        out.push(x.join("git/config"));
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        out.push(Path::new(&h).join(".gitconfig"));
+    }
+    out
+}
+
+/// `core.hooksPath` value `hp` resolved as git does (relative to the worktree root, `~/` to
+/// `$HOME`), if it lies inside `worktree`.
+fn in_tree(hp: &str, worktree: &Path) -> Option<PathBuf> {
+    let raw = if let Some(rest) = hp.strip_prefix("~/") {
+        Path::new(&std::env::var_os("HOME")?).join(rest)
+    } else {
+        worktree.join(hp)
+    };
+    let mut out = PathBuf::new();
+    for c in raw.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    (out.starts_with(worktree) && out != worktree).then_some(out)
+}
+
+/// A git config file, parsed just enough for the few keys shofer needs (git-config(1),
+/// CONFIGURATION FILE: sections, `key = value`, comments, quotes).
+#[derive(Default)]
+struct Config {
+    /// (section lowercased, key lowercased, value) in file order.
+    entries: Vec<(String, String, String)>,
+}
+
+impl Config {
+    fn load(path: &Path, notes: &mut Vec<String>) -> Config {
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return Config::default();
+        };
+        let config = Config::parse(&text);
+        if config
+            .entries
+            .iter()
+            .any(|(s, k, _)| s == "include" && k == "path")
+            || config
+                .entries
+                .iter()
+                .any(|(s, _, _)| s.starts_with("includeif"))
+        {
+            notes.push(format!(
+                "{}: include directives are not followed when looking for core.hooksPath",
+                path.display()
+            ));
+        }
+        config
+    }
+
+    fn parse(text: &str) -> Config {
+        let mut entries = Vec::new();
+        let mut section = String::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+                continue;
+            }
+            let mut rest = line;
+            if let Some(after) = rest.strip_prefix('[') {
+                let Some(end) = after.find(']') else { continue };
+                let head = &after[..end];
+                section = match head.split_once(char::is_whitespace) {
+                    Some((name, sub)) => {
+                        format!("{}.{}", name.to_lowercase(), sub.trim().trim_matches('"'))
+                    }
+                    None => head.to_lowercase(),
+                };
+                rest = after[end + 1..].trim();
+                if rest.is_empty() {
+                    continue;
+                }
+            }
+            let (key, value) = match rest.split_once('=') {
+                Some((k, v)) => (k.trim(), unquote(v)),
+                None => (rest, "true".to_string()),
+            };
+            entries.push((section.clone(), key.to_lowercase(), value));
+        }
+        Config { entries }
+    }
+
+    fn get(&self, section: &str, key: &str) -> Option<String> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|(s, k, _)| s == section && k == key)
+            .map(|(_, _, v)| v.clone())
+    }
+
+    fn bool(&self, section: &str, key: &str) -> bool {
+        matches!(
+            self.get(section, key).map(|v| v.to_lowercase()).as_deref(),
+            Some("true" | "yes" | "on" | "1")
+        )
+    }
+}
+
+/// The (section, key, value) entries of a git config file, sections and keys lowercased,
+/// subsections as `section.sub`.
+pub(crate) fn config_entries(text: &str) -> Vec<(String, String, String)> {
+    Config::parse(text).entries
+}
+
+/// Whether the repository whose common dir is `common` uses SHA-256 object names
+/// (`extensions.objectFormat = sha256`).
+pub(crate) fn uses_sha256(common: &Path) -> bool {
+    Config::load(&common.join("config"), &mut Vec::new())
+        .get("extensions", "objectformat")
+        .is_some_and(|v| v.eq_ignore_ascii_case("sha256"))
+}
+
+/// A config value without its comment and quotes.
+fn unquote(v: &str) -> String {
+    let mut out = String::new();
+    let mut quoted = false;
+    let mut chars = v.trim().chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => quoted = !quoted,
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    out.push(match n {
+                        'n' => '\n',
+                        't' => '\t',
+                        other => other,
+                    });
+                }
+            }
+            '#' | ';' if !quoted => break,
+            other => out.push(other),
+        }
+    }
+    out.trim().to_string()
+}
+
+/// A placeholder this run created, removed again after the run if still as created.
+#[derive(Debug)]
+pub struct Created {
+    path: PathBuf,
+    placeholder: Placeholder,
+}
+
+/// Checks every read-only path and creates the missing placeholders (namespace backends and
+/// bwrap, before the sandbox is built). Placeholders are created without following symlinks,
+/// owned like their directory.
+///
+/// # Errors
+/// `(path, reason)` when a protected path is a symlink or special file (a bind cannot cover
+/// it safely: the run is refused) or a placeholder cannot be created.
+pub fn prepare(set: &ControlSet) -> Result<Vec<Created>, (PathBuf, String)> {
+    let mut created = Vec::new();
+    let layer = set.common.iter().flat_map(|l| l.read_only.iter());
+    for c in layer.chain(&set.read_only) {
+        let parent = c.path.parent().unwrap_or(Path::new("/"));
+        let name = c.path.file_name().unwrap_or_default();
+        if c.placeholder.is_some() && !exists(parent) {
+            // A branch known only from packed-refs: its loose ref's directory.
+            std::fs::create_dir_all(parent).map_err(|e| (c.path.clone(), e.to_string()))?;
+        }
+        let dir = paths::open_nofollow(parent).map_err(|e| (c.path.clone(), e.to_string()))?;
+        match paths::openat_path(&dir, Path::new(name)) {
+            Ok(fd) => match paths::kind(&fd) {
+                Ok(Kind::Dir | Kind::File) => {}
+                Ok(_) => {
+                    return Err((
+                        c.path.clone(),
+                        "is a symlink or special file; git control files must be regular files or directories (restore it, then run again)".into(),
+                    ))
+                }
+                Err(e) => return Err((c.path.clone(), e.to_string())),
+            },
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                let Some(ph) = c.placeholder.clone() else {
+                    continue;
+                };
+                create(&dir, name, &ph).map_err(|e| (c.path.clone(), e.to_string()))?;
+                created.push(Created {
+                    path: c.path.clone(),
+                    placeholder: ph,
+                });
+            }
+            Err(e) => return Err((c.path.clone(), e.to_string())),
+        }
+    }
+    Ok(created)
+}
+
+fn create(dir: &std::os::fd::OwnedFd, name: &std::ffi::OsStr, ph: &Placeholder) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(name.as_bytes()).map_err(io::Error::other)?;
+    // The directory is reached through its O_PATH descriptor's /proc path (the `*at` calls
+    // below need a real directory descriptor).
+    let real = std::fs::File::open(format!("/proc/self/fd/{}", dir.as_raw_fd()))?;
+    let d = real.as_raw_fd();
+    match ph {
+        Placeholder::EmptyDir => {
+            // Safety: valid dirfd and NUL-terminated name; mkdirat never follows a symlink.
+            if unsafe { libc::mkdirat(d, c.as_ptr(), 0o755) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Placeholder::File(text) => {
+            // Safety: valid dirfd and name; O_EXCL|O_NOFOLLOW only ever creates a new file.
+            let fd = unsafe {
+                libc::openat(
+                    d,
+                    c.as_ptr(),
+                    libc::O_WRONLY
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
+                    0o644,
+                )
+            };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Safety: openat just returned it.
+            let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            io::Write::write_all(&mut f, text.as_bytes())?;
+        }
+    }
+    // A root caller over another user's checkout: the placeholder belongs to the directory's
+    // owner, like the rest of it.
+    let meta = real.metadata()?;
+    // Safety: valid dirfd and name; AT_SYMLINK_NOFOLLOW.
+    unsafe {
+        libc::fchownat(
+            d,
+            c.as_ptr(),
+            std::os::unix::fs::MetadataExt::uid(&meta),
+            std::os::unix::fs::MetadataExt::gid(&meta),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    Ok(())
+}
+
+/// After the run: removes each placeholder still as it was created (an empty directory, a
+/// file with the placeholder's content).
+pub fn remove_placeholders(created: &[Created]) {
+    for c in created {
+        match &c.placeholder {
+            Placeholder::EmptyDir => {
+                let _ = std::fs::remove_dir(&c.path); // fails unless empty
+            }
+            Placeholder::File(text) => {
+                let same = std::fs::symlink_metadata(&c.path).is_ok_and(|m| m.is_file())
+                    && std::fs::read(&c.path).is_ok_and(|d| d == text.as_bytes());
+                if same {
+                    let _ = std::fs::remove_file(&c.path);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_keys_are_found_case_insensitively_with_the_last_value_winning() {
+        let c = Config::parse(
+            "[core]\n\thooksPath = .githooks ; comment\n[extensions]\n  worktreeConfig\n[core]\nHOOKSPATH = \"a b\"\n",
+        );
+        assert_eq!(c.get("core", "hookspath").as_deref(), Some("a b"));
+        assert!(c.bool("extensions", "worktreeconfig"));
+        assert!(!c.bool("extensions", "other"));
+    }
+
+    #[test]
+    fn hooks_paths_inside_the_worktree_are_recognised() {
+        let wt = Path::new("/w/t");
+        assert_eq!(
+            in_tree(".githooks", wt),
+            Some(PathBuf::from("/w/t/.githooks"))
+        );
+        assert_eq!(in_tree("a/../b", wt), Some(PathBuf::from("/w/t/b")));
+        assert_eq!(in_tree("../x", wt), None);
+        assert_eq!(in_tree("/etc/hooks", wt), None);
+        assert_eq!(in_tree(".", wt), None);
+    }
+
+    #[test]
+    fn a_main_worktree_protects_config_hooks_and_an_absent_commondir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let wt = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir_all(wt.join(".git/hooks")).unwrap();
+        std::fs::write(
+            wt.join(".git/config"),
+            "[core]\nhooksPath = .husky/_\n[extensions]\nworktreeConfig = true\n",
+        )
+        .unwrap();
+        let set = control_set(&GitLayout::MainWorktree, &wt);
+        let paths: Vec<&Path> = set.read_only.iter().map(|c| c.path.as_path()).collect();
+        for p in [
+            ".git/config",
+            ".git/hooks",
+            ".git/info",
+            ".git/commondir",
+            ".git/config.worktree",
+            ".husky",
+        ] {
+            assert!(paths.contains(&wt.join(p).as_path()), "{p} in {paths:?}");
+        }
+        assert_eq!(set.pinned, vec![wt.join(".git")]);
+        let created = prepare(&set).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(wt.join(".git/commondir")).unwrap(),
+            ".\n"
+        );
+        assert!(wt.join(".husky").is_dir());
+        remove_placeholders(&created);
+        assert!(!wt.join(".git/commondir").exists());
+        assert!(!wt.join(".husky").exists());
+        assert!(wt.join(".git/hooks").is_dir());
+    }
+
+    #[test]
+    fn a_symlinked_control_path_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let wt = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir_all(wt.join(".git")).unwrap();
+        std::fs::write(wt.join(".git/config"), "").unwrap();
+        std::os::unix::fs::symlink("/etc", wt.join(".git/hooks")).unwrap();
+        let set = control_set(&GitLayout::MainWorktree, &wt);
+        let (path, _) = prepare(&set).unwrap_err();
+        assert_eq!(path, wt.join(".git/hooks"));
+    }
+}

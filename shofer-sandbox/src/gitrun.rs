@@ -1,0 +1,256 @@
+//! The git control files around one run: what each backend does before the command starts,
+//! while it runs and after it ends (docs/ARCHITECTURE.md, "Linked git worktrees").
+//!
+//! - namespace backends (`userns`, `layered`, `bwrap`): placeholders for absent protected
+//!   paths ([`crate::gitprotect::prepare`]), then read-only binds built by the backend; the
+//!   guard's snapshot and exit check run as well, as a second line;
+//! - `landlock`: the guard ([`crate::gitguard`]): snapshot, journal outside the writable set,
+//!   the watcher thread that restores at once, the restore at exit.
+//!
+//! A journal left by a killed run is finished before the next run on the same worktree
+//! ([`repair_before_run`]) or by `shofer-sandbox --repair WT` ([`repair_command`]).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use shofer_core::policy::Backend;
+
+use crate::error::SetupError;
+use crate::git::GitLayout;
+use crate::gitguard::{self, GitGuard, Restored, Watcher};
+use crate::gitprotect::{self, Created};
+use crate::objects::ObjectStore;
+use crate::writable::OpenedPolicy;
+
+/// How the git control files are kept on this run.
+pub struct GitRun {
+    guard: Arc<Mutex<GitGuard>>,
+    /// The repository's objects before the run ([`crate::objects`]).
+    objects: Option<ObjectStore>,
+    /// The guard's journal directory, when one is written.
+    pub journal: Option<PathBuf>,
+    /// Protected structurally (read-only binds) rather than by the guard.
+    pub structural: bool,
+    /// Why no journal could be written (reported).
+    pub journal_missing: Option<String>,
+    placeholders: Vec<Created>,
+    watcher: Option<Watcher>,
+    watch: bool,
+    /// What the watcher could not start with, if anything.
+    pub watch_error: Option<String>,
+}
+
+impl GitRun {
+    /// Before the command: placeholders (namespace backends), the snapshot, and on the
+    /// Landlock backend the journal.
+    ///
+    /// # Errors
+    /// A protected path that is a symlink or special file, or a placeholder that cannot be
+    /// created (namespace backends): the run is refused.
+    pub fn prepare(opened: &OpenedPolicy, backend: Backend) -> Result<GitRun, SetupError> {
+        let structural = backend != Backend::Landlock;
+        let placeholders = if structural {
+            gitprotect::prepare(&opened.controls).map_err(|(path, why)| {
+                SetupError::Usage(format!("git control file '{}' {why}", path.display()))
+            })?
+        } else {
+            Vec::new()
+        };
+        let mut guard = GitGuard::snapshot(&opened.git, &opened.policy.worktree, &opened.controls);
+        let mut journal = None;
+        let mut journal_missing = None;
+        let has_entries = !guard.paths().is_empty();
+        if !structural && has_entries {
+            let writable: Vec<PathBuf> = opened
+                .policy
+                .writable
+                .iter()
+                .map(|r| r.path.clone())
+                .collect();
+            match gitguard::journal_dir(&writable) {
+                Some(dir) => match guard.write_journal(&dir, &opened.policy.worktree) {
+                    Ok(()) => journal = Some(dir),
+                    Err(e) => journal_missing = Some(format!("{}: {e}", dir.display())),
+                },
+                None => {
+                    journal_missing = Some(
+                        "no journal directory outside the writable set ($XDG_STATE_HOME, ~/.local/state, /var/tmp)".into(),
+                    )
+                }
+            }
+            if let Some(why) = &journal_missing {
+                eprintln!(
+                    "shofer-sandbox: warning: degraded (git_guard_journal): {why}; if this supervisor is killed, git control files the command changed stay changed"
+                );
+            }
+        }
+        let objects = match &opened.git {
+            GitLayout::Linked { common, .. } => Some(common.clone()),
+            GitLayout::MainWorktree => Some(opened.policy.worktree.join(".git")),
+            _ => None,
+        }
+        .map(|common| {
+            ObjectStore::snapshot(&common.join("objects"), gitprotect::uses_sha256(&common))
+        });
+        Ok(GitRun {
+            guard: Arc::new(Mutex::new(guard)),
+            objects,
+            journal,
+            structural,
+            journal_missing,
+            placeholders,
+            watcher: None,
+            watch: has_entries,
+            watch_error: None,
+        })
+    }
+
+    /// A note for the report when the loose object store was too big to record whole.
+    pub fn objects_note(&self) -> Option<&'static str> {
+        self.objects
+            .as_ref()
+            .filter(|o| o.loose_truncated())
+            .map(|_| "more loose objects than shofer records: the ones beyond were not checked (run git gc)")
+    }
+
+    /// The guarded paths and those that could not be snapshotted.
+    pub fn guarded(&self) -> (Vec<PathBuf>, Vec<String>) {
+        self.guard
+            .lock()
+            .map(|g| (g.paths(), g.unguarded()))
+            .unwrap_or_default()
+    }
+
+    /// Just before the command starts: the watcher ([`Watcher`]). Returns the descriptor the
+    /// supervisor writes to once the sandbox's processes exist (the watcher's gate).
+    pub fn start(&mut self) -> Option<std::os::fd::RawFd> {
+        if !self.watch {
+            return None;
+        }
+        match Watcher::start(Arc::clone(&self.guard), !self.structural) {
+            Ok(w) => {
+                let gate = w.gate_fd();
+                self.watcher = Some(w);
+                Some(gate)
+            }
+            Err(e) => {
+                eprintln!(
+                    "shofer-sandbox: warning: degraded (git_guard_watch): inotify: {e}; git control files are restored only when the command ends"
+                );
+                self.watch_error = Some(e.to_string());
+                None
+            }
+        }
+    }
+
+    /// After the whole tree is gone: stops the watcher, restores what changed, says so on
+    /// stderr and (if anything happened) in a closing `--report` record, clears the journal
+    /// and the placeholders. Returns true when a restore failed.
+    pub fn finish(mut self, report: Option<&mut std::fs::File>) -> bool {
+        let mut all = self.watcher.take().map(Watcher::stop).unwrap_or_default();
+        let last = match self.guard.lock() {
+            Ok(mut g) => {
+                let mut r = g.restore();
+                let c = g.check_nested();
+                r.quarantined.extend(c.quarantined);
+                r.failed.extend(c.failed);
+                r
+            }
+            Err(_) => Restored::default(),
+        };
+        gitguard::announce(&last, "restored");
+        let damage = self
+            .objects
+            .as_ref()
+            .map(ObjectStore::check)
+            .unwrap_or_default();
+        for d in &damage {
+            eprintln!(
+                "shofer-sandbox: error: the command destroyed or changed git object {}: {}",
+                d.what, d.how
+            );
+        }
+        let failed_now = !last.failed.is_empty() || !damage.is_empty();
+        all.merge(last);
+        // A failure during the run that the last pass fixed is not a failure any more.
+        let failed = failed_now;
+        if let Some(file) = report {
+            if !all.restored.is_empty()
+                || !all.failed.is_empty()
+                || !all.quarantined.is_empty()
+                || !damage.is_empty()
+            {
+                let record = serde_json::json!({"git_restore": {
+                    "objects_damaged": damage.iter().map(|d| serde_json::json!({"object": d.what, "how": d.how})).collect::<Vec<_>>(),
+                    "restored": all.restored,
+                    "quarantined": all.quarantined.iter().map(|q| serde_json::json!({"path": q.path, "moved_to": q.moved_to, "key": q.key})).collect::<Vec<_>>(),
+                    "failed": all.failed.iter().map(|(p, e)| serde_json::json!({"path": p, "error": e})).collect::<Vec<_>>(),
+                    "complete": !failed,
+                }});
+                let _ = writeln!(file, "{record}");
+            }
+        }
+        if !failed {
+            if let Ok(g) = self.guard.lock() {
+                g.clear_journal();
+            }
+        } else if self.journal.is_some() {
+            eprintln!(
+                "shofer-sandbox: the journal is kept: `shofer-sandbox --repair <WORKTREE>` or the next run on this worktree retries the restore"
+            );
+        }
+        gitprotect::remove_placeholders(&self.placeholders);
+        failed
+    }
+}
+
+fn repair(worktree: &Path) -> Option<Restored> {
+    let wt = std::fs::canonicalize(worktree).ok()?;
+    let mut out = Restored::default();
+    let mut any = false;
+    for dir in gitguard::journal_candidates() {
+        if dir.is_dir() {
+            any = true;
+            let r = gitguard::repair(&dir, &wt);
+            out.restored.extend(r.restored);
+            out.failed.extend(r.failed);
+        }
+    }
+    any.then_some(out)
+}
+
+/// Before a run: finishes the restores a killed run on `worktree` left behind.
+///
+/// # Errors
+/// A restore that still fails: the run is refused (a control file may hold the command's
+/// version).
+pub fn repair_before_run(worktree: &Path) -> Result<(), SetupError> {
+    let Some(r) = repair(worktree) else {
+        return Ok(());
+    };
+    gitguard::announce(&r, "restored from the journal of a run that was killed");
+    if let Some((p, e)) = r.failed.first() {
+        return Err(SetupError::Usage(format!(
+            "a killed run left {} changed and it cannot be restored ({e}); fix it by hand, then run `shofer-sandbox --repair {}`",
+            p.display(),
+            worktree.display()
+        )));
+    }
+    Ok(())
+}
+
+/// `shofer-sandbox --repair WT`: finishes pending restores. Exit status 0 when nothing is
+/// left to restore, 1 when a restore failed.
+pub fn repair_command(worktree: &Path) -> i32 {
+    let r = repair(worktree).unwrap_or_default();
+    gitguard::announce(&r, "restored from the journal of a run that was killed");
+    if r.failed.is_empty() {
+        if r.restored.is_empty() {
+            eprintln!("shofer-sandbox: {}: nothing to repair", worktree.display());
+        }
+        0
+    } else {
+        1
+    }
+}

@@ -1,0 +1,491 @@
+//! The repository's existing objects: detecting, when a run ends, every object it destroyed or
+//! changed (docs/ARCHITECTURE.md, "Linked git worktrees").
+//!
+//! `objects/` must stay writable for new objects, so a command can delete or rewrite existing
+//! ones (`rm -rf objects`, a loose object replaced under the same name: `git status` stays
+//! clean and the next checkout writes the attacker's content). The namespace backends bind
+//! every existing pack read-only over itself ([`crate::gitprotect`]); loose objects, and on the
+//! Landlock backend everything, are checked here:
+//!
+//! - [`ObjectStore::snapshot`] records each loose object's inode, size and ctime (ctime cannot
+//!   be set back by the command, unlike mtime) and each pack's and index's trailing checksum,
+//!   keeping the pack index open so its list survives a deletion;
+//! - [`ObjectStore::check`] finds loose objects that are gone and not in any pack now
+//!   (`git gc` packs and prunes them legitimately), loose objects whose inode, size or ctime
+//!   changed and whose content no longer hashes to their name (`git` freshens mtimes of
+//!   existing objects, which is not a change), packs whose checksum no longer matches, and
+//!   objects of a vanished pack that no pack or loose file holds any more.
+//!
+//! Formats: git's Documentation/gitformat-pack.txt (index v2) and gitformat-loose.txt (a loose
+//! object is the zlib stream of `<type> <size>\0<content>`, named by its hash).
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Most loose objects snapshotted; a bigger store is checked through its packs only.
+const MAX_LOOSE: usize = 200_000;
+/// Most damaged objects named one by one; the rest are counted.
+const MAX_NAMED: usize = 50;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    size: u64,
+    ctime: (i64, i64),
+}
+
+fn stamp(m: &std::fs::Metadata) -> Stamp {
+    Stamp {
+        ino: m.ino(),
+        size: m.size(),
+        ctime: (m.ctime(), m.ctime_nsec()),
+    }
+}
+
+struct Pack {
+    /// `pack-<hash>` (without extension).
+    base: String,
+    pack: Stamp,
+    idx: Stamp,
+    pack_trailer: Vec<u8>,
+    idx_trailer: Vec<u8>,
+    /// The index as it was, readable even if the file is deleted.
+    idx_file: File,
+}
+
+/// The objects of a repository before a run.
+pub struct ObjectStore {
+    dir: PathBuf,
+    sha256: bool,
+    loose: Vec<(String, Stamp)>,
+    /// More loose objects than [`MAX_LOOSE`]: they were not recorded.
+    loose_truncated: bool,
+    packs: Vec<Pack>,
+}
+
+/// One object or pack destroyed or changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// The object name or pack file.
+    pub what: String,
+    /// What happened to it.
+    pub how: String,
+}
+
+impl ObjectStore {
+    /// Records `objects` (the repository's object directory). `sha256`: the repository's
+    /// object format.
+    pub fn snapshot(objects: &Path, sha256: bool) -> ObjectStore {
+        let mut store = ObjectStore {
+            dir: objects.to_path_buf(),
+            sha256,
+            loose: Vec::new(),
+            loose_truncated: false,
+            packs: Vec::new(),
+        };
+        let hexlen = store.hash_len() * 2;
+        for (fan, entries) in loose_dirs(objects) {
+            for (name, meta) in entries {
+                if name.len() + 2 != hexlen || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    continue;
+                }
+                if store.loose.len() >= MAX_LOOSE {
+                    store.loose_truncated = true;
+                    break;
+                }
+                store.loose.push((format!("{fan}{name}"), stamp(&meta)));
+            }
+        }
+        let hl = store.hash_len() as u64;
+        for base in pack_bases(objects) {
+            let pack_path = objects.join("pack").join(format!("{base}.pack"));
+            let idx_path = objects.join("pack").join(format!("{base}.idx"));
+            let (Ok(pm), Ok(im)) = (
+                std::fs::symlink_metadata(&pack_path),
+                std::fs::symlink_metadata(&idx_path),
+            ) else {
+                continue;
+            };
+            let (Ok(pack_trailer), Ok(idx_file)) =
+                (read_tail(&pack_path, hl), File::open(&idx_path))
+            else {
+                continue;
+            };
+            let Ok(idx_trailer) = read_tail(&idx_path, hl) else {
+                continue;
+            };
+            store.packs.push(Pack {
+                base,
+                pack: stamp(&pm),
+                idx: stamp(&im),
+                pack_trailer,
+                idx_trailer,
+                idx_file,
+            });
+        }
+        store
+    }
+
+    fn hash_len(&self) -> usize {
+        if self.sha256 {
+            32
+        } else {
+            20
+        }
+    }
+
+    /// Every recorded object or pack destroyed or changed since the snapshot.
+    pub fn check(&self) -> Vec<Damage> {
+        let mut damage = Vec::new();
+        let mut present: Option<HashSet<Vec<u8>>> = None;
+        let hl = self.hash_len();
+        let mut present_now = |oid: &[u8]| -> bool {
+            let set = present.get_or_insert_with(|| self.objects_now());
+            set.contains(oid)
+        };
+        let mut named = 0usize;
+        let mut unnamed = 0usize;
+        let mut record = |damage: &mut Vec<Damage>, what: String, how: String| {
+            if named < MAX_NAMED {
+                named += 1;
+                damage.push(Damage { what, how });
+            } else {
+                unnamed += 1;
+            }
+        };
+        for (oid, was) in &self.loose {
+            let path = self.dir.join(&oid[..2]).join(&oid[2..]);
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if stamp(&m) == *was => {}
+                Ok(m) if !m.is_file() => {
+                    record(&mut damage, oid.clone(), "replaced by a non-file".into())
+                }
+                Ok(_) => match self.hash_loose(&path) {
+                    Ok(h) if hex(&h) == *oid => {}
+                    Ok(_) => record(
+                        &mut damage,
+                        oid.clone(),
+                        "rewritten: its content no longer hashes to its name".into(),
+                    ),
+                    Err(e) => record(&mut damage, oid.clone(), format!("unreadable: {e}")),
+                },
+                Err(_) => {
+                    let raw = unhex(oid).unwrap_or_default();
+                    if !present_now(&raw) {
+                        record(&mut damage, oid.clone(), "deleted".into());
+                    }
+                }
+            }
+        }
+        for p in &self.packs {
+            let dir = self.dir.join("pack");
+            let pack_path = dir.join(format!("{}.pack", p.base));
+            let idx_path = dir.join(format!("{}.idx", p.base));
+            let pm = std::fs::symlink_metadata(&pack_path).ok();
+            let im = std::fs::symlink_metadata(&idx_path).ok();
+            if pm.as_ref().map(stamp) == Some(p.pack) && im.as_ref().map(stamp) == Some(p.idx) {
+                continue;
+            }
+            if pm.is_some() && im.is_some() {
+                // Still there but touched: its checksums must be what they were.
+                for (path, trailer) in [(&pack_path, &p.pack_trailer), (&idx_path, &p.idx_trailer)]
+                {
+                    if !self.checksum_matches(path, trailer) {
+                        record(
+                            &mut damage,
+                            path.display().to_string(),
+                            "rewritten: its checksum changed".into(),
+                        );
+                    }
+                }
+                continue;
+            }
+            // Gone (a repack removes packs it superseded): its objects must be elsewhere.
+            let names = match read_idx_names(&p.idx_file, hl) {
+                Ok(n) => n,
+                Err(e) => {
+                    record(
+                        &mut damage,
+                        pack_path.display().to_string(),
+                        format!("deleted, and its old index is unreadable: {e}"),
+                    );
+                    continue;
+                }
+            };
+            for oid in &names {
+                if !present_now(oid) {
+                    record(
+                        &mut damage,
+                        hex(oid),
+                        format!("deleted with {}.pack", p.base),
+                    );
+                }
+            }
+        }
+        if unnamed > 0 {
+            damage.push(Damage {
+                what: format!("{unnamed} more"),
+                how: "destroyed or changed (not listed one by one)".into(),
+            });
+        }
+        damage
+    }
+
+    /// Whether the loose store was too big to record object by object.
+    pub fn loose_truncated(&self) -> bool {
+        self.loose_truncated
+    }
+
+    /// Every object name present now: loose files and every pack index.
+    fn objects_now(&self) -> HashSet<Vec<u8>> {
+        let hl = self.hash_len();
+        let mut set = HashSet::new();
+        for (fan, entries) in loose_dirs(&self.dir) {
+            for (name, _) in entries {
+                if let Some(raw) = unhex(&format!("{fan}{name}")) {
+                    if raw.len() == hl {
+                        set.insert(raw);
+                    }
+                }
+            }
+        }
+        for base in pack_bases(&self.dir) {
+            let idx = self.dir.join("pack").join(format!("{base}.idx"));
+            if let Ok(f) = File::open(&idx) {
+                if let Ok(names) = read_idx_names(&f, hl) {
+                    set.extend(names);
+                }
+            }
+        }
+        set
+    }
+
+    fn hasher(&self) -> Hasher {
+        use sha1::Digest as _;
+        if self.sha256 {
+            Hasher::Sha256(sha2::Sha256::new())
+        } else {
+            Hasher::Sha1(sha1::Sha1::new())
+        }
+    }
+
+    /// The hash of a loose object's inflated content (its name when intact).
+    fn hash_loose(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let mut z = flate2::read::ZlibDecoder::new(File::open(path)?);
+        let mut h = self.hasher();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = z.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+        Ok(h.finish())
+    }
+
+    /// Whether the file's trailing checksum (a hash of everything before it) is `trailer`
+    /// and still correct.
+    fn checksum_matches(&self, path: &Path, trailer: &[u8]) -> bool {
+        let hl = self.hash_len() as u64;
+        let Ok(mut f) = File::open(path) else {
+            return false;
+        };
+        let Ok(len) = f.metadata().map(|m| m.len()) else {
+            return false;
+        };
+        if len < hl || read_tail(path, hl).ok().as_deref() != Some(trailer) {
+            return false;
+        }
+        let mut h = self.hasher();
+        let mut left = len - hl;
+        let mut buf = vec![0u8; 256 * 1024];
+        while left > 0 {
+            let want = buf.len().min(left as usize);
+            if f.read_exact(&mut buf[..want]).is_err() {
+                return false;
+            }
+            h.update(&buf[..want]);
+            left -= want as u64;
+        }
+        h.finish() == trailer
+    }
+}
+
+/// The repository's object hash.
+enum Hasher {
+    Sha1(sha1::Sha1),
+    Sha256(sha2::Sha256),
+}
+
+impl Hasher {
+    fn update(&mut self, data: &[u8]) {
+        use sha1::Digest as _;
+        match self {
+            Hasher::Sha1(h) => h.update(data),
+            Hasher::Sha256(h) => h.update(data),
+        }
+    }
+
+    fn finish(self) -> Vec<u8> {
+        use sha1::Digest as _;
+        match self {
+            Hasher::Sha1(h) => h.finalize().to_vec(),
+            Hasher::Sha256(h) => h.finalize().to_vec(),
+        }
+    }
+}
+
+/// `(two-hex-digit fan-out dir, its entries with metadata)` of a loose object store.
+fn loose_dirs(objects: &Path) -> Vec<(String, Vec<(String, std::fs::Metadata)>)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(objects) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Ok(fan) = e.file_name().into_string() else {
+            continue;
+        };
+        if fan.len() != 2 || !fan.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let Ok(sub) = std::fs::read_dir(e.path()) else {
+            continue;
+        };
+        let entries = sub
+            .flatten()
+            .filter_map(|f| Some((f.file_name().into_string().ok()?, f.metadata().ok()?)))
+            .collect();
+        out.push((fan, entries));
+    }
+    out
+}
+
+/// `pack-<hash>` names that have a `.pack` in `objects/pack`.
+fn pack_bases(objects: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(objects.join("pack")) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let n = e.file_name().into_string().ok()?;
+            n.strip_suffix(".pack").map(str::to_string)
+        })
+        .collect()
+}
+
+fn read_tail(path: &Path, n: u64) -> io::Result<Vec<u8>> {
+    let mut f = File::open(path)?;
+    let len = f.metadata()?.len();
+    if len < n {
+        return Err(io::Error::other("too short"));
+    }
+    f.seek(SeekFrom::Start(len - n))?;
+    let mut buf = vec![0u8; n as usize];
+    f.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+/// The object names of a pack index (version 2), from the start of `f`.
+fn read_idx_names(f: &File, hash_len: usize) -> io::Result<Vec<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; 8 + 256 * 4];
+    f.read_exact_at(&mut head, 0)?;
+    if head[..4] != [0xff, b't', b'O', b'c'] || head[4..8] != [0, 0, 0, 2] {
+        return Err(io::Error::other("not a version 2 pack index"));
+    }
+    let count = u32::from_be_bytes(head[head.len() - 4..].try_into().expect("4 bytes")) as usize;
+    let mut names = vec![0u8; count * hash_len];
+    f.read_exact_at(&mut names, head.len() as u64)?;
+    Ok(names.chunks(hash_len).map(<[u8]>::to_vec).collect())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn repo() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        git(&root, &["init", "-q"]);
+        std::fs::write(root.join("a"), "one\n").unwrap();
+        git(&root, &["add", "a"]);
+        git(&root, &["commit", "-qm", "one"]);
+        git(&root, &["repack", "-adq"]);
+        std::fs::write(root.join("b"), "two\n").unwrap();
+        git(&root, &["add", "b"]);
+        git(&root, &["commit", "-qm", "two"]);
+        (tmp, root)
+    }
+
+    #[test]
+    fn an_untouched_store_and_a_gc_are_not_damage() {
+        let (_t, root) = repo();
+        let objects = root.join(".git/objects");
+        let store = ObjectStore::snapshot(&objects, false);
+        assert!(!store.loose.is_empty() && !store.packs.is_empty());
+        assert_eq!(store.check(), vec![]);
+        git(&root, &["gc", "-q", "--prune=now"]);
+        assert_eq!(store.check(), vec![]);
+    }
+
+    #[test]
+    fn a_deleted_or_rewritten_loose_object_and_a_deleted_pack_are_named() {
+        let (_t, root) = repo();
+        let objects = root.join(".git/objects");
+        let store = ObjectStore::snapshot(&objects, false);
+        let blob = git(&root, &["rev-parse", "HEAD:b"]);
+        let first = git(&root, &["rev-parse", "HEAD~1:a"]);
+        let path = objects.join(&blob[..2]).join(&blob[2..]);
+        // Rewritten under the same name with another object's bytes.
+        let other = git(&root, &["rev-parse", "HEAD"]);
+        let other_path = objects.join(&other[..2]).join(&other[2..]);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::copy(&other_path, &path).unwrap();
+        std::fs::remove_file(&other_path).unwrap();
+        for e in std::fs::read_dir(objects.join("pack")).unwrap().flatten() {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+        let damage = store.check();
+        let find = |oid: &str| damage.iter().find(|d| d.what == oid).map(|d| d.how.clone());
+        assert!(find(&blob).unwrap().starts_with("rewritten"), "{damage:?}");
+        assert_eq!(find(&other).as_deref(), Some("deleted"), "{damage:?}");
+        assert!(
+            find(&first).unwrap().starts_with("deleted with pack-"),
+            "{damage:?}"
+        );
+    }
+}

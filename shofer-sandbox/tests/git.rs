@@ -1,0 +1,783 @@
+//! The host's git never runs what the command wrote (issue 11): each tampering attack on every
+//! backend, as root and as uid 65534, with host `git status`, `git log` and `git commit` run
+//! while the sandboxed command is still running and after it, in the attacked worktree, the
+//! main worktree and a second linked worktree. The planted program (an fsmonitor or a hook)
+//! would leave a marker file outside; none may appear. Every attack is first run without a
+//! sandbox to show that it does make the host's git run the program.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A repository with a main worktree `repo/`, linked worktrees `wt/` (attacked) and `wt2/`,
+/// and the program an attacker would plant (`evil.sh`, which creates `ran`).
+struct Layout {
+    s: Scratch,
+    repo: PathBuf,
+    wt: PathBuf,
+    wt2: PathBuf,
+    uid: Option<u32>,
+}
+
+impl Layout {
+    fn new(uid: Option<u32>, setup: &[&[&str]]) -> Layout {
+        Layout::build(uid, setup, false)
+    }
+
+    /// With `remote`: a bare `origin.git` beside, pushed to, and every ref packed.
+    fn build(uid: Option<u32>, setup: &[&[&str]], remote: bool) -> Layout {
+        let s = Scratch::new();
+        let (repo, wt) = linked_worktree(&s);
+        git(&repo, &["worktree", "add", "-q", "../wt2"]);
+        for args in setup {
+            git(&repo, args);
+        }
+        if remote {
+            let origin = s.path().join("origin.git");
+            git(
+                &s.path(),
+                &["init", "-q", "--bare", origin.to_str().unwrap()],
+            );
+            git(
+                &repo,
+                &["remote", "add", "origin", origin.to_str().unwrap()],
+            );
+            git(&repo, &["push", "-q", "origin", "main"]);
+            git(&repo, &["pack-refs", "--all"]);
+        }
+        let evil = s.path().join("evil.sh");
+        std::fs::write(
+            &evil,
+            format!("#!/bin/sh\ntouch '{}'\n", s.path().join("ran").display()),
+        )
+        .unwrap();
+        Command::new("chmod")
+            .arg("755")
+            .arg(&evil)
+            .status()
+            .unwrap();
+        std::fs::create_dir(s.path().join("state")).unwrap();
+        if let Some(u) = uid {
+            s.chown_all(u);
+        }
+        let wt2 = s.path().join("wt2");
+        Layout {
+            s,
+            repo,
+            wt,
+            wt2,
+            uid,
+        }
+    }
+
+    fn ran(&self) -> bool {
+        self.s.path().join("ran").exists()
+    }
+
+    /// The environment an attack script sees.
+    fn vars(&self) -> Vec<(String, String)> {
+        let d = |p: &Path| p.display().to_string();
+        vec![
+            ("EVIL".into(), d(&self.s.path().join("evil.sh"))),
+            ("GITDIR".into(), d(&self.repo.join(".git/worktrees/wt"))),
+            ("COMMON".into(), d(&self.repo.join(".git"))),
+            ("SCRATCH".into(), d(&self.s.path())),
+        ]
+    }
+
+    /// Host git in the three worktrees, as the run's user; returns the failures.
+    fn host_git(&self) -> Vec<String> {
+        let mut failures = Vec::new();
+        for dir in [&self.wt, &self.repo, &self.wt2] {
+            for args in [
+                &["status", "--short"][..],
+                &["log", "-1", "--oneline"],
+                &["commit", "-q", "--allow-empty", "-m", "host"],
+            ] {
+                let mut cmd = Command::new("git");
+                cmd.args(args)
+                    .current_dir(dir)
+                    .envs(git_env())
+                    .env("XDG_CONFIG_HOME", self.s.path().join("state"))
+                    .stdin(Stdio::null());
+                as_uid(&mut cmd, self.uid);
+                let out = cmd.output().unwrap();
+                if !out.status.success() {
+                    failures.push(format!(
+                        "git {args:?} in {}: {}",
+                        dir.display(),
+                        String::from_utf8_lossy(&out.stderr)
+                    ));
+                }
+            }
+        }
+        failures
+    }
+}
+
+/// The sandbox running `script` in `dir` with `backend`, as `uid` (from a copy it can reach,
+/// returned to be kept alive until the run ends).
+fn sandboxed(
+    uid: Option<u32>,
+    dir: &Path,
+    backend: &str,
+    script: &str,
+) -> (Command, Option<ReachableCopy>) {
+    let copy = uid.map(|u| ReachableCopy::new(Path::new(SANDBOX), u));
+    let program = copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path());
+    let mut cmd = Command::new(program);
+    cmd.current_dir(dir)
+        .envs(git_env())
+        .arg(dir)
+        .args(["--backend", backend, "-c", script]);
+    as_uid(&mut cmd, uid);
+    (cmd, copy)
+}
+
+fn as_uid(cmd: &mut Command, uid: Option<u32>) {
+    if let Some(uid) = uid {
+        // Safety: only async-signal-safe syscalls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+/// One attack: git configuration set up before, and the script the command runs (in the
+/// attacked worktree).
+struct Attack {
+    name: &'static str,
+    setup: &'static [&'static [&'static str]],
+    /// Run in the main worktree instead of `wt`.
+    in_main: bool,
+    script: &'static str,
+}
+
+const EVIL_COMMON: &str = "git init -q --bare \"$PWD/.evilc\" && git config -f \"$PWD/.evilc/config\" core.bare false && git config -f \"$PWD/.evilc/config\" core.fsmonitor \"$EVIL\"";
+
+fn attacks() -> Vec<Attack> {
+    vec![
+        Attack {
+            name: "pointer file to a repository of the command's",
+            setup: &[],
+            in_main: false,
+            script: "git init -q .evilwt && mv .evilwt/.git .evil && git config -f .evil/config core.fsmonitor \"$EVIL\" && printf 'gitdir: .evil\\n' > .git",
+        },
+        Attack {
+            name: "linked gitdir's commondir",
+            setup: &[],
+            in_main: false,
+            script: "EVILC; echo \"$PWD/.evilc\" > \"$GITDIR/commondir\"",
+        },
+        Attack {
+            name: "restore temp name pre-created, then commondir",
+            setup: &[],
+            in_main: false,
+            script: "EVILC; for p in $PPID $$ $(($PPID+1)); do mkdir -p \"$GITDIR/.commondir.shofer-restore-$p\"; done; echo \"$PWD/.evilc\" > \"$GITDIR/commondir\"",
+        },
+        Attack {
+            name: "commondir, then the gitdir made read-only",
+            setup: &[],
+            in_main: false,
+            script: "EVILC; echo \"$PWD/.evilc\" > \"$GITDIR/commondir\"; chmod 0555 \"$GITDIR\"",
+        },
+        Attack {
+            name: "config.worktree with extensions.worktreeConfig",
+            setup: &[&["config", "extensions.worktreeConfig", "true"]],
+            in_main: false,
+            script: "printf '[core]\\n\\tfsmonitor = %s\\n' \"$EVIL\" > \"$GITDIR/config.worktree\"",
+        },
+        Attack {
+            name: "in-tree core.hooksPath",
+            setup: &[&["config", "core.hooksPath", ".githooks"]],
+            in_main: false,
+            script: "mkdir -p .githooks && printf '#!/bin/sh\\n%s\\n' \"$EVIL\" > .githooks/post-commit && chmod +x .githooks/post-commit",
+        },
+        Attack {
+            name: "nested repository registered as a gitlink",
+            setup: &[],
+            in_main: false,
+            script: "mkdir sub && git -C sub init -q && git -C sub commit -q --allow-empty -m s && git -C sub config core.fsmonitor \"$EVIL\" && git add sub",
+        },
+        Attack {
+            name: "gitlink first, the nested config changed afterwards",
+            setup: &[],
+            in_main: false,
+            script: "mkdir sub && git -C sub init -q && git -C sub commit -q --allow-empty -m s && git add sub && sleep 0.3 && git -C sub config core.fsmonitor \"$EVIL\" && sleep 0.5",
+        },
+        Attack {
+            name: "main worktree .git/config",
+            setup: &[],
+            in_main: true,
+            script: "printf '[core]\\n\\tfsmonitor = %s\\n' \"$EVIL\" >> .git/config",
+        },
+        Attack {
+            name: "main worktree .git/commondir",
+            setup: &[],
+            in_main: true,
+            script: "EVILC; echo \"$PWD/.evilc\" > .git/commondir",
+        },
+        Attack {
+            name: "main worktree hooks/",
+            setup: &[],
+            in_main: true,
+            script: "mkdir -p .git/hooks && printf '#!/bin/sh\\n%s\\n' \"$EVIL\" > .git/hooks/post-commit && chmod +x .git/hooks/post-commit",
+        },
+        Attack {
+            name: "main worktree: another worktree's commondir",
+            setup: &[],
+            in_main: true,
+            script: "EVILC; echo \"$PWD/.evilc\" > .git/worktrees/wt2/commondir",
+        },
+        Attack {
+            name: "main worktree .git renamed away and replaced",
+            setup: &[],
+            in_main: true,
+            script: "mv .git .git-old && cp -r .git-old .git && printf '[core]\\n\\tfsmonitor = %s\\n' \"$EVIL\" >> .git/config",
+        },
+    ]
+}
+
+fn script_of(a: &Attack) -> String {
+    a.script.replace("EVILC", EVIL_COMMON)
+}
+
+/// Without a sandbox, the attack makes the host's git run the planted program.
+fn attack_works_unsandboxed(a: &Attack) {
+    let l = Layout::new(None, a.setup);
+    let dir = if a.in_main { &l.repo } else { &l.wt };
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script_of(a))
+        .current_dir(dir)
+        .envs(git_env())
+        .envs(l.vars())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}: {}", a.name, show(&out));
+    l.host_git();
+    assert!(
+        l.ran(),
+        "control: '{}' does not make the host's git run the program",
+        a.name
+    );
+}
+
+/// Starts the sandboxed attack: it tampers, signals through a file in `/tmp` (writable), and
+/// waits for `go` (outside the writable set: only the test can create it).
+fn start(l: &Layout, backend: &str, a: &Attack) -> (Child, PathBuf, PathBuf) {
+    let go = l.s.path().join("go");
+    let ready = std::env::temp_dir().join(format!(
+        "shofer-git-test-{}-{}",
+        std::process::id(),
+        l.s.path().file_name().unwrap().to_string_lossy()
+    ));
+    let script = format!(
+        "{} ; touch '{r}'; while [ ! -e '{g}' ]; do sleep 0.02; done",
+        script_of(a),
+        r = ready.display(),
+        g = go.display(),
+    );
+    let dir = if a.in_main { &l.repo } else { &l.wt };
+    let (mut cmd, _copy) = sandboxed(l.uid, dir, backend, &script);
+    cmd.envs(l.vars())
+        .env("XDG_STATE_HOME", l.s.path().join("state"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    (child, ready, go)
+}
+
+fn wait_for(path: &Path, child: &mut Child) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if path.exists() {
+            return true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+fn uids() -> Vec<Option<u32>> {
+    if is_root() {
+        vec![None, Some(UNPRIV)]
+    } else {
+        vec![None]
+    }
+}
+
+#[test]
+fn no_tampering_attack_makes_the_host_git_run_the_commands_program() {
+    let mut failures = Vec::new();
+    for a in attacks() {
+        attack_works_unsandboxed(&a);
+        for b in backends() {
+            for uid in uids() {
+                let l = Layout::new(uid, a.setup);
+                let (mut child, ready, go) = start(&l, b, &a);
+                let was_ready = wait_for(&ready, &mut child);
+                let during = l.host_git();
+                let ran_during = l.ran();
+                std::fs::write(&go, "").unwrap();
+                let _ = std::fs::remove_file(&ready);
+                let out = child.wait_with_output().unwrap();
+                let after = l.host_git();
+                let cell = format!("{} / {b} / uid {uid:?}", a.name);
+                if !was_ready {
+                    failures.push(format!("{cell}: the command ended early: {}", show(&out)));
+                }
+                if ran_during || l.ran() {
+                    failures.push(format!(
+                        "{cell}: the host's git ran the command's program ({}): {}",
+                        if ran_during {
+                            "during the run"
+                        } else {
+                            "after it"
+                        },
+                        show(&out)
+                    ));
+                }
+                if !after.is_empty() {
+                    failures.push(format!("{cell}: host git fails after the run: {after:?}"));
+                }
+                let _ = during;
+                if out.status.code() != Some(0) {
+                    failures.push(format!("{cell}: exit status: {}", show(&out)));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Landlock: a supervisor killed with SIGKILL cannot restore; a descendant that outlives it
+/// tampers afterwards. The journal outside the writable set lets `--repair` (and the next run)
+/// finish the restore.
+#[test]
+fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_run() {
+    if !backends().contains(&"landlock") {
+        return;
+    }
+    for uid in uids() {
+        for finish_by_next_run in [false, true] {
+            let l = Layout::new(uid, &[]);
+            let go = l.s.path().join("go");
+            let ready = std::env::temp_dir().join(format!(
+                "shofer-git-kill-{}-{}",
+                std::process::id(),
+                l.s.path().file_name().unwrap().to_string_lossy()
+            ));
+            let script = format!(
+                "{EVIL_COMMON}; setsid sh -c 'while [ ! -e {g} ]; do sleep 0.02; done; echo \"$PWD/.evilc\" > \"$GITDIR/commondir\"' </dev/null >/dev/null 2>&1 & \
+                 trap '' TERM; touch {r}; sleep 60",
+                g = go.display(),
+                r = ready.display()
+            );
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, "landlock", &script);
+            cmd.envs(l.vars())
+                .env("XDG_STATE_HOME", l.s.path().join("state"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let mut child = cmd.spawn().unwrap();
+            assert!(wait_for(&ready, &mut child), "the command did not start");
+            child.kill().unwrap(); // SIGKILL: no restore, no cleanup
+            child.wait().unwrap();
+            std::fs::write(&go, "").unwrap();
+            let commondir = l.repo.join(".git/worktrees/wt/commondir");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::fs::read_to_string(&commondir).unwrap() == "../..\n" {
+                assert!(Instant::now() < deadline, "the survivor did not tamper");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let copy = uid.map(|u| ReachableCopy::new(Path::new(SANDBOX), u));
+            let mut cmd = Command::new(copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path()));
+            if finish_by_next_run {
+                cmd.arg(&l.wt).args(["--", "true"]);
+            } else {
+                cmd.arg("--repair").arg(&l.wt);
+            }
+            cmd.env("XDG_STATE_HOME", l.s.path().join("state"))
+                .current_dir(&l.repo)
+                .stdin(Stdio::null());
+            as_uid(&mut cmd, uid);
+            let out = cmd.output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{uid:?}: {}", show(&out));
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("restored from the journal"),
+                "{}",
+                show(&out)
+            );
+            assert_eq!(std::fs::read_to_string(&commondir).unwrap(), "../..\n");
+            assert!(l.host_git().is_empty());
+            assert!(!l.ran(), "{uid:?}: the host's git ran the planted program");
+            // The journal is gone once the restore is complete.
+            let left: Vec<_> = std::fs::read_dir(l.s.path().join("state/shofer/git-guard"))
+                .unwrap()
+                .flatten()
+                .collect();
+            assert!(left.is_empty(), "{left:?}");
+        }
+    }
+}
+
+/// Landlock, full disk: the restore cannot write its copy, so the command's file is removed
+/// (which frees its space) and the next pass puts the original back; the error and the restore
+/// are both on stderr and in the closing report record.
+#[test]
+fn a_full_disk_does_not_defeat_the_restore() {
+    if !backends().contains(&"landlock") || skip_unless_root("full disk") {
+        return;
+    }
+    let s = Scratch::new();
+    let disk = s.path().join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "shofer-git-test"])
+        .arg(&disk)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let result = std::panic::catch_unwind(|| {
+        let repo = disk.join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        git(&repo, &["commit", "-q", "--allow-empty", "-m", "init"]);
+        git(&repo, &["worktree", "add", "-q", "../wt"]);
+        let wt = disk.join("wt");
+        let commondir = repo.join(".git/worktrees/wt/commondir");
+        let report = s.path().join("report.json");
+        let script = format!(
+            "dd if=/dev/zero of=fill bs=4k 2>/dev/null; dd if=/dev/zero of=fill2 bs=1 2>/dev/null; printf x >> '{}'; sleep 0.2",
+            commondir.display()
+        );
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "exec 9>'{}'; exec '{SANDBOX}' --backend landlock --report 9 '{}' -c \"$0\"",
+                report.display(),
+                wt.display()
+            ))
+            .arg(&script)
+            .current_dir(&wt)
+            .envs(git_env())
+            .env("XDG_STATE_HOME", s.path())
+            .output()
+            .unwrap();
+        let records: Vec<serde_json::Value> = std::fs::read_to_string(&report)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(records.len(), 2, "{records:?}");
+        assert_eq!(records[1]["git_restore"]["complete"], true, "{records:?}");
+        assert!(
+            !records[1]["git_restore"]["failed"]
+                .as_array()
+                .unwrap()
+                .is_empty(),
+            "the disk was not full: {records:?}"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+        assert!(err.contains("No space left"), "{err}");
+        assert_eq!(std::fs::read_to_string(&commondir).unwrap(), "../..\n");
+        let gitdir = repo.join(".git/worktrees/wt");
+        let leftovers: Vec<_> = std::fs::read_dir(&gitdir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("shofer-restore"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    });
+    let _ = Command::new("umount").arg(&disk).status();
+    result.unwrap();
+}
+
+/// The git commands an agent runs, in a linked worktree (`wt`, branch `wt`) whose repository
+/// has a local remote `origin` and packed refs. `set -e`: the first failing command ends it.
+const GIT_OPS: &str = r#"set -e
+run() { echo "+ $*"; "$@"; }
+run git status --short
+echo one > f1; run git add f1; run git commit -qm one
+run git commit -q --amend -m one-amended
+run git branch topic; run git tag v1; run git tag -a v2 -m v2
+run git branch -d topic; run git tag -d v1; run git tag -d v2
+echo s > f2; git add f2; run git stash push -q; run git stash pop -q
+git add f2; run git stash push -q; run git stash clear
+echo two > f1; git commit -qam two; echo three > f1; git commit -qam three
+run env GIT_SEQUENCE_EDITOR="sed -i 1s/^pick/reword/" GIT_EDITOR=true git rebase -q -i HEAD~2
+run git rebase -q --force-rebase HEAD~1
+run git switch -q -c side HEAD~1; echo side > f3; git add f3; git commit -qm side
+run git switch -q wt
+run git cherry-pick side
+run git revert --no-edit HEAD
+run git merge -q --no-edit side
+run git reset -q --hard HEAD~1
+run git checkout -q HEAD~1; run git checkout -q wt
+run git fetch -q origin
+run git fetch -q --prune origin
+run git pull -q --no-rebase --no-edit origin main
+run git update-ref refs/heads/tmp HEAD; run git update-ref -d refs/heads/tmp
+run git branch -D side
+run git worktree list
+run git gc --auto
+run git status --short
+echo ALL-OK
+"#;
+
+/// The lines git prints when it rewrites the repository's config, which stays read-only:
+/// `git branch -d` always rewrites it to drop a `[branch "x"]` section (config.c,
+/// `repo_config_copy_or_rename_section_in_file`); the deletion itself succeeds.
+fn is_config_rewrite_notice(line: &str, common: &Path) -> bool {
+    line == format!(
+        "error: could not write config file {}/config: Device or resource busy",
+        common.display()
+    ) || line == "warning: update of config-file failed"
+}
+
+/// A repository with a remote `origin` (bare, outside), packed refs, linked worktrees `wt`
+/// and `wt2`.
+fn repo_with_remote(uid: Option<u32>) -> Layout {
+    Layout::build(uid, &[], true)
+}
+
+/// Every git command works in a linked worktree on the namespace backends: exit 0, and no
+/// `error:` line except the read-only config's (see [`is_config_rewrite_notice`]). Landlock
+/// cannot grant `packed-refs.lock` without also granting `config` (README: limits).
+#[test]
+fn every_git_command_works_in_a_linked_worktree_on_the_namespace_backends() {
+    let mut failures = Vec::new();
+    for b in backends().into_iter().filter(|b| *b != "landlock") {
+        for uid in uids() {
+            let l = repo_with_remote(uid);
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, GIT_OPS);
+            cmd.env("XDG_CONFIG_HOME", l.s.path().join("state"))
+                .stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let common = l.repo.join(".git");
+            let errors: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("error:") || l.starts_with("fatal:"))
+                .filter(|l| !is_config_rewrite_notice(l, &common))
+                .collect();
+            if out.status.code() != Some(0) || !errors.is_empty() || !text.contains("ALL-OK") {
+                failures.push(format!("{b} / uid {uid:?}: {errors:?}\n{}", show(&out)));
+            }
+            // The host's git is fine afterwards, and no placeholder is left behind.
+            let after = l.host_git();
+            if !after.is_empty() {
+                failures.push(format!("{b} / uid {uid:?}: host git after: {after:?}"));
+            }
+            if common.join("commondir").exists() {
+                failures.push(format!("{b} / uid {uid:?}: placeholder commondir left"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Branches checked out in other worktrees (and their reflogs), the main worktree's HEAD and
+/// index: the command cannot change them on the namespace backends; a name it adds to the
+/// common dir (a `MERGE_HEAD` for the main worktree) is removed when it ends.
+#[test]
+fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
+    let mut failures = Vec::new();
+    for b in backends().into_iter().filter(|b| *b != "landlock") {
+        for uid in uids() {
+            let l = repo_with_remote(uid);
+            let common = l.repo.join(".git");
+            let watched = [
+                "refs/heads/main",
+                "refs/heads/wt2",
+                "logs/refs/heads/main",
+                "logs/refs/heads/wt2",
+                "logs/HEAD",
+                "HEAD",
+                "index",
+                "worktrees/wt2/HEAD",
+                "worktrees/wt2/index",
+            ];
+            let before: Vec<Option<Vec<u8>>> = watched
+                .iter()
+                .map(|p| std::fs::read(common.join(p)).ok())
+                .collect();
+            let script = "git update-ref refs/heads/main HEAD~0 2>&1; \
+                 git update-ref refs/heads/wt2 HEAD 2>&1; \
+                 echo 0000000000000000000000000000000000000000 > \"$COMMON/refs/heads/wt2\"; \
+                 rm -f \"$COMMON/logs/refs/heads/main\" \"$COMMON/logs/refs/heads/wt2\" \"$COMMON/logs/HEAD\" \"$COMMON/index\"; \
+                 echo 'ref: refs/heads/wt' > \"$COMMON/HEAD\"; \
+                 echo 'ref: refs/heads/wt' > \"$COMMON/worktrees/wt2/HEAD\"; \
+                 sed -i s/main/wt/ \"$COMMON/packed-refs\"; \
+                 git rev-parse HEAD > \"$COMMON/MERGE_HEAD\"; \
+                 git reflog expire --expire=now --all; true";
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, script);
+            cmd.envs(l.vars()).stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            for (p, was) in watched.iter().zip(&before) {
+                let now = std::fs::read(common.join(p)).ok();
+                if &now != was {
+                    failures.push(format!("{b} / uid {uid:?}: {p} changed\n{}", show(&out)));
+                }
+            }
+            let head = |dir: &Path| {
+                let mut cmd = Command::new("git");
+                cmd.args(["rev-parse", "HEAD"]).current_dir(dir);
+                as_uid(&mut cmd, uid);
+                let out = cmd.output().unwrap();
+                String::from_utf8_lossy(&out.stdout).trim().to_string()
+            };
+            // A merge the main worktree never started.
+            if common.join("MERGE_HEAD").exists() {
+                failures.push(format!(
+                    "{b} / uid {uid:?}: MERGE_HEAD planted in the common dir"
+                ));
+            }
+            if head(&l.repo).is_empty() || head(&l.wt2).is_empty() {
+                failures.push(format!("{b} / uid {uid:?}: a worktree lost its HEAD"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Existing objects: on the namespace backends packs are read-only (a deletion fails); a loose
+/// object rewritten under its name, or deleted, is named when the run ends on every backend,
+/// and the run fails (exit status 125).
+#[test]
+fn destroyed_or_rewritten_objects_are_named_and_fail_the_run() {
+    let mut failures = Vec::new();
+    let setup: &[&[&str]] = &[
+        &["repack", "-adq"],
+        &["commit", "-q", "--allow-empty", "-m", "loose"],
+    ];
+    for b in backends() {
+        for uid in uids() {
+            let l = Layout::new(uid, setup);
+            let objects = l.repo.join(".git/objects");
+            let loose = {
+                let mut cmd = Command::new("git");
+                cmd.args(["rev-parse", "main"]).current_dir(&l.repo);
+                as_uid(&mut cmd, uid);
+                String::from_utf8_lossy(&cmd.output().unwrap().stdout)
+                    .trim()
+                    .to_string()
+            };
+            let packs_before = std::fs::read_dir(objects.join("pack")).unwrap().count();
+            let script = format!(
+                "X=$(echo planted | git hash-object -w --stdin); \
+                 P=\"$COMMON/objects/{a}/{b}\"; chmod u+w \"$P\"; rm -f \"$P\"; \
+                 cp \"$COMMON/objects/$(echo $X | cut -c1-2)/$(echo $X | cut -c3-)\" \"$P\"; \
+                 rm -f \"$COMMON\"/objects/pack/*; true",
+                a = &loose[..2],
+                b = &loose[2..]
+            );
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, &script);
+            cmd.envs(l.vars())
+                .env("XDG_STATE_HOME", l.s.path().join("state"))
+                .stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            let cell = format!("{b} / uid {uid:?}");
+            if out.status.code() != Some(125) {
+                failures.push(format!("{cell}: exit status\n{}", show(&out)));
+            }
+            if !err.contains(&format!("git object {loose}: rewritten")) {
+                failures.push(format!("{cell}: rewrite not named\n{}", show(&out)));
+            }
+            let packs_after = std::fs::read_dir(objects.join("pack")).unwrap().count();
+            if b == "landlock" {
+                if !err.contains("deleted with pack-") {
+                    failures.push(format!("{cell}: pack deletion not named\n{}", show(&out)));
+                }
+            } else if packs_after != packs_before {
+                failures.push(format!("{cell}: a pack was deleted\n{}", show(&out)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Landlock below ABI 9 (the unix-socket gate runs): a command that both changes a file the
+/// host's git trusts and is refused a host socket gets both closing records on the one
+/// `--report` descriptor, after the unchanged first record.
+#[test]
+fn the_report_closes_with_both_the_refused_sockets_and_the_git_restore() {
+    if !backends().contains(&"landlock") || landlock_abi() >= 9 {
+        return;
+    }
+    let s = Scratch::new();
+    let repo = s.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    git(&repo, &["worktree", "add", "-q", "../wt"]);
+    let wt = s.path().join("wt");
+    let commondir = repo.join(".git/worktrees/wt/commondir");
+    let before = std::fs::read(&commondir).unwrap();
+    // A host socket: bound outside the run, outside the worktree.
+    let sock = s.path().join("host.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let report = s.path().join("report.json");
+    let script = format!(
+        "printf x >> '{}'; python3 -c \"import socket\ntry: socket.socket(socket.AF_UNIX).connect('{}')\nexcept OSError: pass\"",
+        commondir.display(),
+        sock.display()
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 9>'{}'; exec '{SANDBOX}' --backend landlock --report 9 '{}' -c \"$0\"",
+            report.display(),
+            wt.display()
+        ))
+        .arg(&script)
+        .current_dir(&wt)
+        .envs(git_env())
+        .env("XDG_STATE_HOME", s.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(std::fs::read(&commondir).unwrap(), before);
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&report)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 3, "{records:?}");
+    assert_eq!(records[0]["backend"], "landlock", "{records:?}");
+    assert_eq!(
+        records[1]["unix_refused"],
+        serde_json::json!([sock]),
+        "{records:?}"
+    );
+    assert_eq!(records[2]["git_restore"]["complete"], true, "{records:?}");
+    assert_eq!(
+        records[2]["git_restore"]["restored"],
+        serde_json::json!([commondir]),
+        "{records:?}"
+    );
+}
