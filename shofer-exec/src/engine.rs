@@ -347,6 +347,11 @@ struct Record {
     interceptor: Arc<Mutex<Interceptor>>,
     pump: Arc<PumpCtl>,
     kill_reason: Mutex<Option<KillReason>>,
+    /// A pidfd of the main process, opened before it could be reaped: a handle on its process
+    /// group (the command's session) that no recycled pid can alias, for signalling the whole
+    /// group in one call ([`tree::signal_groups`]). Dropped once the tree is gone, so open
+    /// descriptors follow what is running.
+    group: Mutex<Option<OwnedFd>>,
     done: watch::Sender<Option<Final>>,
     hard_timeout_secs: Option<f64>,
     /// Finished and no process of its tree left: may be forgotten past the cap.
@@ -468,6 +473,8 @@ fn artifact_of(
 struct Inner {
     config: EngineConfig,
     records: Mutex<BTreeMap<u64, Arc<Record>>>,
+    /// Every process below us was killed ([`Engine::terminate_everything_below_us`]).
+    swept: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
@@ -485,8 +492,12 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         let records = self.all_records();
-        let trees: Vec<&Tree> = records.iter().map(|r| &r.tree).collect();
-        tree::kill_trees(&trees, self.config.kill_grace);
+        // After `terminate_everything_below_us` no process below us is left to kill, and a
+        // scan per tree would only delay the server's exit.
+        if !self.swept.load(Ordering::SeqCst) {
+            let trees: Vec<&Tree> = records.iter().map(|r| &r.tree).collect();
+            tree::kill_trees(&trees, self.config.kill_grace);
+        }
         for r in &records {
             r.pump.stop();
         }
@@ -527,6 +538,7 @@ impl Engine {
             inner: Arc::new(Inner {
                 config,
                 records: Mutex::new(BTreeMap::new()),
+                swept: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -705,6 +717,8 @@ impl Engine {
         let status_r = status_pipe.map(|(r, _w)| r);
         let mut child = spawned.map_err(|source| ExecError::Spawn { program, source })?;
         let pid = child.id().map_or(0, |p| p as i32);
+        // Not reaped before `child.wait()` is polled, so the pid is still this child's.
+        let group = shofer_sys::pidfd::open(pid).ok().flatten();
         let tree = Tree::new(pid, tag);
         let interceptor = Arc::new(Mutex::new(interceptor));
         let (pump_ctl, pump_done) = match pump::start(read_end, Arc::clone(&interceptor)) {
@@ -727,6 +741,7 @@ impl Engine {
             interceptor,
             pump: pump_ctl,
             kill_reason: Mutex::new(None),
+            group: Mutex::new(group),
             done: watch::channel(None).0,
             hard_timeout_secs: hard.map(|d| d.as_secs_f64()),
             settled: std::sync::atomic::AtomicBool::new(false),
@@ -884,6 +899,7 @@ impl Engine {
                 }
                 tokio::time::sleep(LEFTOVER_RESCAN).await;
             }
+            r.group.lock().unwrap_or_else(|e| e.into_inner()).take();
             r.settled.store(true, Ordering::SeqCst);
             if let Some(inner) = weak.upgrade() {
                 forget_oldest_settled(&inner);
@@ -922,6 +938,45 @@ impl Engine {
     /// ones to finish. Returns how many were still running. For the end of a session: 1,000
     /// background commands stop within the grace period and a few scans, not one by one.
     pub async fn terminate_all(&self) -> usize {
+        self.terminate_with(|recs, grace| {
+            let trees: Vec<&Tree> = recs.iter().map(|r| &r.tree).collect();
+            tree::kill_trees(&trees, grace);
+        })
+        .await
+    }
+
+    /// Like [`Engine::terminate_all`], but the targets are every descendant of this process
+    /// ([`tree::kill_groups_then_everything_below_us`]): each command's process group gets
+    /// SIGTERM and, after the grace period, SIGKILL in one call per group with no `/proc`
+    /// reads, then a sweep of every descendant (walks of `/proc`, no attribution to commands)
+    /// finds what left its group. For a program that owns its process and made it a child
+    /// subreaper ([`EngineConfig::subreaper`]), at its end: it also kills children the engine
+    /// did not start. Returns how many commands were still running.
+    pub async fn terminate_everything_below_us(&self) -> usize {
+        let running = self
+            .terminate_with(|recs, grace| {
+                let groups: Vec<OwnedFd> = recs
+                    .iter()
+                    .filter_map(|r| r.group.lock().unwrap_or_else(|e| e.into_inner()).take())
+                    .collect();
+                let mut sessions: Vec<i32> = recs.iter().map(|r| r.tree.root_pid()).collect();
+                sessions.sort_unstable();
+                tree::kill_groups_then_everything_below_us(&groups, &sessions, grace);
+            })
+            .await;
+        self.inner
+            .swept
+            .store(tree::everything_below_us_killed(), Ordering::SeqCst);
+        running
+    }
+
+    /// Marks the running commands terminated, runs `kill(records, grace)` off the runtime's
+    /// thread, then waits for the running commands' results (their processes are gone, so
+    /// their pipes are at EOF and the drains end at once).
+    async fn terminate_with(
+        &self,
+        kill: impl FnOnce(&[Arc<Record>], Duration) + Send + 'static,
+    ) -> usize {
         let recs = self.inner.all_records();
         let mut running = 0;
         for r in &recs {
@@ -933,11 +988,7 @@ impl Engine {
         }
         let grace = self.inner.config.kill_grace;
         let all = recs.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            let trees: Vec<&Tree> = all.iter().map(|r| &r.tree).collect();
-            tree::kill_trees(&trees, grace)
-        })
-        .await;
+        let _ = tokio::task::spawn_blocking(move || kill(&all, grace)).await;
         for r in &recs {
             r.wait_final().await;
         }

@@ -829,8 +829,11 @@ fn serve_cmd(
     };
     let grace = opts.engine.kill_grace;
     let end = rt.block_on(serve::run(opts));
-    // What no command's tree claimed (see `shofer run`) ends with the server too.
-    tree::kill_everything_below_us(grace);
+    // What no command's tree claimed (see `shofer run`) ends with the server too; the
+    // server's shutdown has usually swept everything below us already.
+    if !tree::everything_below_us_killed() {
+        tree::kill_everything_below_us(grace);
+    }
     // The stdin reader may sit in a blocking read forever (a signal ended the session while
     // the client keeps stdin open): do not wait for it.
     rt.shutdown_background();

@@ -561,9 +561,17 @@ pub fn sandbox_writable(worktree: &std::path::Path) -> Vec<PathBuf> {
 }
 
 /// Kills every command's tree (running ones and leftovers of finished ones) at once, with one
-/// shared grace period ([`Engine::terminate_all`]), and returns how many were still running.
+/// shared grace period, and returns how many were still running. With the child-subreaper
+/// flag ([`crate::EngineConfig::subreaper`]: the process is ours, as in the `shofer` binary) the
+/// targets are simply every process below us ([`Engine::terminate_everything_below_us`]: one
+/// signal per command's process group, then walks of `/proc` with no attribution for what
+/// left its group), else the commands' trees ([`Engine::terminate_all`]).
 pub async fn shutdown(engine: &Engine) -> usize {
-    engine.terminate_all().await
+    if engine.config().subreaper {
+        engine.terminate_everything_below_us().await
+    } else {
+        engine.terminate_all().await
+    }
 }
 
 /// Runs the server on stdin/stdout until stdin closes or a signal comes, then kills every

@@ -49,6 +49,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::os::fd::OwnedFd;
+
+use rustix::process::Signal;
 use shofer_sys::kill::{self, Descendants, KillReport, Targets};
 use shofer_sys::proc::{ProcInfo, ProcTable};
 use shofer_sys::process;
@@ -306,6 +309,72 @@ pub fn kill_trees(trees: &[&Tree], grace: Duration) -> KillReport {
 /// kills children this module did not start.
 pub fn kill_everything_below_us(grace: Duration) -> KillReport {
     kill::kill(&mut Descendants::of_self(), grace)
+}
+
+/// Signals each process group held by `groups` (pidfds of their leaders, opened while those
+/// were unreaped children: the kernel keeps such a group's id from being reused while any
+/// member lives, so no other process can be hit) in one call per group
+/// ([`shofer_sys::pidfd::send_signal_group`], Linux 6.9). Returns how many groups got it;
+/// on older kernels none (the caller's scan-based kill does the work).
+pub fn signal_groups(groups: &[OwnedFd], sig: Signal) -> usize {
+    groups
+        .iter()
+        .filter(|fd| shofer_sys::pidfd::send_signal_group(fd, sig).unwrap_or(false))
+        .count()
+}
+
+/// For a server's end (see [`kill_everything_below_us`] for who may call it). `groups` are
+/// the commands' process groups (see [`signal_groups`]) and `sessions` their session ids,
+/// sorted.
+/// 1. SIGTERM (and SIGCONT) to every group at once;
+/// 2. during the grace period, one walk of `/proc`: SIGTERM to the descendants outside those
+///    sessions (they left them with `setsid`);
+/// 3. SIGKILL to every group at once;
+/// 4. SIGKILL to every descendant until a walk finds none ([`kill::kill`] without a grace:
+///    every process that existed in step 2 has had SIGTERM and the grace period).
+///
+/// A thousand background commands, half ignoring SIGTERM, cost three thousand group signals
+/// and two or three walks of `/proc`, instead of a pidfd and a `/proc/<pid>/stat` read per
+/// process and round. Without group signals (Linux < 6.9) it is [`kill_everything_below_us`].
+pub fn kill_groups_then_everything_below_us(
+    groups: &[OwnedFd],
+    sessions: &[i32],
+    grace: Duration,
+) -> KillReport {
+    let start = Instant::now();
+    if signal_groups(groups, Signal::TERM) == 0 {
+        return kill_everything_below_us(grace);
+    }
+    // Stopped members act on SIGTERM only when continued.
+    signal_groups(groups, Signal::CONT);
+    if let Ok(dir) = shofer_sys::proc::ProcDir::open() {
+        let table = ProcTable::new(dir.scan());
+        let procs = table.procs();
+        for i in table.descendants(process::getpid()) {
+            let p = &procs[i];
+            if !p.is_dead() && sessions.binary_search(&p.sid).is_err() {
+                shofer_sys::pidfd::signal_if_same(&dir, p, Signal::TERM);
+                if p.is_stopped() {
+                    shofer_sys::pidfd::signal_if_same(&dir, p, Signal::CONT);
+                }
+            }
+        }
+    }
+    std::thread::sleep(grace.saturating_sub(start.elapsed()));
+    signal_groups(groups, Signal::KILL);
+    let report = kill_everything_below_us(Duration::ZERO);
+    if report.survivors.is_empty() {
+        SWEPT.store(true, Ordering::SeqCst);
+    }
+    report
+}
+
+static SWEPT: AtomicBool = AtomicBool::new(false);
+
+/// Whether [`kill_groups_then_everything_below_us`] has left no process below us: a program
+/// that starts no more children afterwards need not walk `/proc` once more at its end.
+pub fn everything_below_us_killed() -> bool {
+    SWEPT.load(Ordering::SeqCst)
 }
 
 #[cfg(test)]
