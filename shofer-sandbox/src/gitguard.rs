@@ -26,6 +26,7 @@
 //! - a restore that fails is **loud**: stderr, the run's closing report record, and exit
 //!   status 125 ([`crate::run`]).
 
+use crate::objects::{hex, unhex};
 use std::ffi::CString;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -478,27 +479,10 @@ fn worktree_key(worktree: &Path) -> String {
     format!("{h:016x}")
 }
 
-/// Field 22 of `/proc/<pid>/stat` (start time in clock ticks), to tell a live owner of a
-/// journal from a recycled PID.
+/// The start time of `pid` (clock ticks since boot), to tell a live owner of a journal from a
+/// recycled PID.
 fn start_time(pid: libc::pid_t) -> Option<u64> {
-    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
-
-fn hex(data: &[u8]) -> String {
-    data.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
+    shofer_sys::proc::read(pid).map(|p| p.start)
 }
 
 fn state_json(s: &State) -> Value {
@@ -617,7 +601,7 @@ pub fn repair(dir: &Path, worktree: &Path) -> Restored {
             continue;
         }
         let pid = v["pid"].as_i64().unwrap_or(0) as libc::pid_t;
-        if pid > 0 && start_time(pid).is_some() && start_time(pid) == v["start"].as_u64() {
+        if pid > 0 && start_time(pid).is_some_and(|t| Some(t) == v["start"].as_u64()) {
             continue; // its supervisor still runs and will restore itself
         }
         let mut entries = Vec::new();

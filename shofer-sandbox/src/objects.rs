@@ -403,11 +403,13 @@ fn read_idx_names(f: &File, hash_len: usize) -> io::Result<Vec<Vec<u8>>> {
     Ok(names.chunks(hash_len).map(<[u8]>::to_vec).collect())
 }
 
-fn hex(b: &[u8]) -> String {
+/// Lower-case hexadecimal of `b` (object ids, journal contents).
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
+/// The bytes of a hexadecimal string; `None` for odd length or a non-hex digit.
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
     if s.len() % 2 != 0 {
         return None;
     }
