@@ -208,19 +208,10 @@ impl Run {
             .uid
             .map(|uid| ReachableCopy::new(Path::new(SANDBOX), uid));
         let program = copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path());
-        // A fresh copy can be busy for a moment: another test thread's fork between the copy's
-        // open for writing and its close holds the write descriptor until that child execs
-        // (ETXTBSY from execve). Retrying is the usual cure.
-        let mut tries = 0;
-        loop {
-            match self.build(program).stdin(Stdio::null()).output() {
-                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
-                    tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                r => return r.unwrap_or_else(|e| panic!("run {}: {e}", program.display())),
-            }
-        }
+        self.build(program)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", program.display()))
     }
 }
 
@@ -248,8 +239,21 @@ impl ReachableCopy {
             .unwrap_or_else(|e| panic!("a directory for a copy of {}: {e}", bin.display()));
         let name = bin.file_name().expect("a binary's file name");
         let path = dir.path().join(name);
-        std::fs::copy(bin, &path)
-            .unwrap_or_else(|e| panic!("copy {} to {}: {e}", bin.display(), path.display()));
+        // Copied by a `cp` process, not here: a write descriptor for the copy in this
+        // (multi-threaded) test process would be inherited by another test thread's fork until
+        // that child execs, and executing the copy meanwhile fails with ETXTBSY.
+        let status = Command::new("cp")
+            .arg("--")
+            .arg(bin)
+            .arg(&path)
+            .status()
+            .unwrap_or_else(|e| panic!("cp {} {}: {e}", bin.display(), path.display()));
+        assert!(
+            status.success(),
+            "cp {} {}: {status}",
+            bin.display(),
+            path.display()
+        );
         for (p, mode) in [(dir.path(), 0o755), (path.as_path(), 0o755)] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
         }
