@@ -19,7 +19,7 @@
 //! checks on these calls see what they would have seen for the command.
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::diag::{self, Lookup};
@@ -93,6 +93,8 @@ struct Gate {
     own_files: HashMap<Ident, OwnedFd>,
     refused: Refused,
     shown: HashSet<String>,
+    /// Whether the kernel answers sock_diag(7) for unix sockets (asked at the first refusal).
+    diag_works: Option<bool>,
 }
 
 /// Starts the gate thread on `listener`. `diag` are `NETLINK_SOCK_DIAG` sockets, one per
@@ -119,6 +121,7 @@ pub fn spawn(
         own_files: HashMap::new(),
         refused: refused.clone(),
         shown: HashSet::new(),
+        diag_works: None,
     };
     std::thread::Builder::new()
         .name("shofer-gate".into())
@@ -442,7 +445,16 @@ impl Gate {
 
     fn refuse(&mut self, verb: &str, shown: String, why: &str) -> i32 {
         if self.shown.insert(shown.clone()) {
-            eprintln!("shofer-sandbox: {verb} to {shown} refused: {why}");
+            let blind = !*self
+                .diag_works
+                .get_or_insert_with(|| diag_answers(&self.diag));
+            let blind = if blind {
+                "; the kernel does not answer sock_diag for unix sockets (module unix_diag not \
+                 loaded?), so sockets this sandbox created are refused too"
+            } else {
+                ""
+            };
+            eprintln!("shofer-sandbox: {verb} to {shown} refused: {why}{blind}");
             if let Ok(mut r) = self.refused.lock() {
                 r.push(shown);
             }
@@ -866,4 +878,32 @@ fn is_bound(sock: RawFd) -> bool {
     // Safety: `a` is large enough for any unix address.
     let r = unsafe { libc::getsockname(sock, (&mut a as *mut libc::sockaddr_un).cast(), &mut len) };
     r == 0 && len as usize > std::mem::size_of::<libc::sa_family_t>()
+}
+
+/// Whether the kernel answers a sock_diag lookup of a unix socket that certainly exists (one
+/// of a socket pair made for the question) — it does not without the `unix_diag` module.
+fn diag_answers(diag: &[OwnedFd]) -> bool {
+    let Some(d) = diag.first() else {
+        return false;
+    };
+    let mut pair = [-1; 2];
+    // Safety: socketpair(2) into our array; the descriptors are owned right below. (The crate
+    // has no socket wrapper besides this one call.)
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            pair.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return true; // cannot ask: say nothing
+    }
+    // Safety: the kernel just returned these descriptors.
+    let (a, _b) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+    match resolve::stat_fd(a.as_raw_fd()) {
+        Ok(st) => matches!(diag::lookup(d, st.st_ino as u32), Lookup::Found { .. }),
+        Err(_) => true,
+    }
 }
