@@ -31,6 +31,7 @@ pub struct Facts {
     userns: OnceCell<Result<(), String>>,
     bwrap: OnceCell<Result<Bwrap, String>>,
     unix_gate: OnceCell<Result<(), String>>,
+    lockfile_gate: OnceCell<Result<(), String>>,
 }
 
 impl Facts {
@@ -43,6 +44,7 @@ impl Facts {
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
             unix_gate: OnceCell::new(),
+            lockfile_gate: OnceCell::new(),
         }
     }
 
@@ -60,6 +62,7 @@ impl Facts {
             userns: OnceCell::from(userns),
             bwrap: OnceCell::from(bwrap),
             unix_gate: OnceCell::from(Ok(())),
+            lockfile_gate: OnceCell::from(Ok(())),
         }
     }
 
@@ -76,6 +79,14 @@ impl Facts {
     /// on first call).
     pub fn unix_gate(&self) -> &Result<(), String> {
         self.unix_gate.get_or_init(crate::gate::available)
+    }
+
+    /// Whether the gate can perform git's `packed-refs` lock protocol for the command
+    /// ([`crate::gate::lockfiles_available`]; probed on first call, independent of
+    /// `--no-unix-gate`).
+    pub fn lockfile_gate(&self) -> &Result<(), String> {
+        self.lockfile_gate
+            .get_or_init(crate::gate::lockfiles_available)
     }
 
     /// Whether `backend` at `abi` runs the unix-socket gate: below Landlock ABI 9 (or behind

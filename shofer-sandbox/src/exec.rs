@@ -68,6 +68,8 @@ pub(crate) struct Steps<'a> {
     /// Install the unix-socket gate ([`crate::gate`]) here: `Some(-1)` in the `CLONE_FILES`
     /// child. The namespace backends install it in process A instead (`None` here).
     pub gate: Option<RawFd>,
+    /// What the gate's filter traps (wherever it is installed).
+    pub gate_traps: crate::gate::filter::Traps,
 }
 
 impl<'a> Steps<'a> {
@@ -86,6 +88,10 @@ impl<'a> Steps<'a> {
             seccomp: seccomp::FILTER_AVAILABLE,
             landlock: None,
             gate: None,
+            gate_traps: crate::gate::filter::Traps {
+                sockets: true,
+                lockfiles: false,
+            },
         };
         match confinement {
             Confinement::Landlock(l) => {
@@ -198,7 +204,7 @@ pub(crate) fn run(
     }
     // The unix-socket gate (crate::gate): the listener goes back through the shared table.
     if let Some(pipe) = steps.gate {
-        if let Err(e) = crate::gate::install_in_child(pipe) {
+        if let Err(e) = crate::gate::install_in_child(pipe, steps.gate_traps) {
             fail(Stage::Seccomp, e);
         }
     }

@@ -91,6 +91,10 @@ pub struct GitGuard {
 
 /// Names git itself may add to the common dir from a linked worktree.
 const COMMON_NEW_ALLOWED: [&str; 1] = ["packed-refs"];
+/// Names git holds in the common dir while it rewrites `packed-refs` (its lock, the new
+/// list): left alone while the command runs, removed when it has ended (a killed git's
+/// leftover lock would make every later ref deletion fail).
+const COMMON_TRANSIENT: [&str; 2] = ["packed-refs.lock", "packed-refs.new"];
 
 /// What one restore pass did.
 #[derive(Debug, Default)]
@@ -268,12 +272,25 @@ impl GitGuard {
     }
 
     /// Puts back every guarded entry that changed (first the main worktree's `.git`
-    /// directory itself, if it was renamed away).
+    /// directory itself, if it was renamed away), once the command has ended.
     pub fn restore(&self) -> Restored {
+        self.restore_pass(false)
+    }
+
+    /// [`Self::restore`] while the command runs (the watcher): git's transient names in the
+    /// common dir stay.
+    pub fn restore_live(&self) -> Restored {
+        self.restore_pass(true)
+    }
+
+    fn restore_pass(&self, live: bool) -> Restored {
         let mut out = Restored::default();
         if let Some((fd, path, before)) = &self.common_names {
             for name in list(fd).unwrap_or_default() {
-                if before.contains(&name) || COMMON_NEW_ALLOWED.contains(&name.as_str()) {
+                if before.contains(&name)
+                    || COMMON_NEW_ALLOWED.contains(&name.as_str())
+                    || (live && COMMON_TRANSIENT.contains(&name.as_str()))
+                {
                     continue;
                 }
                 match remove(fd, &name) {
@@ -828,7 +845,7 @@ fn watch_loop(ino: OwnedFd, stop: OwnedFd, guard: Arc<Mutex<GitGuard>>, restore:
             return total;
         };
         let mut r = if restore && event {
-            g.restore()
+            g.restore_live()
         } else {
             Restored::default()
         };

@@ -309,12 +309,40 @@ fn attempt(
             Backend::Bwrap => format!("shofer-sandbox: note: the worktree belongs to uid {uid}: bubblewrap drops every capability; use --keep-caps or another backend to write in it"),
         });
     }
+    // Landlock cannot grant the common dir's packed-refs without its config and hooks: the
+    // gate performs git's lock protocol there instead (gate::packed_refs).
+    let lockfiles = match (&opened.git, choice.backend) {
+        (git::GitLayout::Linked { common, .. }, Backend::Landlock) => {
+            Some(facts.lockfile_gate().clone().and_then(|()| {
+                gate::packed_refs::CommonDir::open(common)
+                    .map_err(|e| format!("{}: {e}", common.display()))
+            }))
+        }
+        _ => None,
+    };
+    if let Some(Err(why)) = &lockfiles {
+        tell(format!(
+            "shofer-sandbox: note: git cannot delete refs here (packed-refs.lock stays outside the writable set; the supervisor cannot create it for the command: {why})"
+        ));
+    }
+    let lockfiles = lockfiles.and_then(Result::ok);
+    let traps = gate::filter::Traps {
+        sockets: facts.unix_gate_runs(choice.backend, choice.abi),
+        lockfiles: lockfiles.is_some(),
+    };
     let mut git_run = gitrun::GitRun::prepare(opened, choice.backend)?;
     // From here every way out goes through `git_run.finish` (it removes the placeholders).
     let before = (|| -> Result<_, SetupError> {
         let mut report_file = None;
         if let Some(fd) = args.report_fd {
-            let mut record = report::run(facts, choice, opened, &git_run, &allow_unix.paths);
+            let mut record = report::run(
+                facts,
+                choice,
+                opened,
+                &git_run,
+                &allow_unix.paths,
+                traps.lockfiles,
+            );
             if let Some((uid, gid)) = exec.foreign_owner {
                 let how = match choice.backend {
                     Backend::Landlock => Some(format!("dropped; the command runs as the worktree's owner, uid {uid} gid {gid}")),
@@ -328,8 +356,10 @@ fn attempt(
             }
             report_file = Some(write_record(fd, &record)?);
         }
-        let gate = if facts.unix_gate_runs(choice.backend, choice.abi) {
-            Some(gate_setup(args, choice, opened, allow_unix, &exec)?)
+        let gate = if traps.sockets || traps.lockfiles {
+            Some(gate_setup(
+                args, choice, opened, allow_unix, &exec, traps, lockfiles,
+            )?)
         } else {
             None
         };
@@ -436,13 +466,16 @@ fn write_record(fd: i32, record: &serde_json::Value) -> Result<std::fs::File, Se
     Ok(file)
 }
 
-/// The unix-socket gate's rules for this run: the worktree and the `--allow-unix` paths.
+/// The gate's rules for this run: the worktree and the `--allow-unix` paths, and the common
+/// dir where it performs git's `packed-refs` lock protocol (`common`).
 fn gate_setup(
     args: &RunArgs,
     choice: &Choice,
     opened: &OpenedPolicy,
     allow_unix: &gate::AllowUnix,
     exec: &ExecSpec,
+    traps: gate::filter::Traps,
+    common: Option<gate::packed_refs::CommonDir>,
 ) -> Result<gate::Setup, SetupError> {
     let worktree = opened
         .policy
@@ -461,7 +494,7 @@ fn gate_setup(
     // Then the gate keeps them and drops them per call of an unprivileged caller.
     let drop_caps =
         !args.keep_caps && choice.backend != Backend::Bwrap && exec.foreign_owner.is_none();
-    gate::Setup::new(worktree, allow_unix, tcp_denied, drop_caps).map_err(|source| {
+    gate::Setup::new(worktree, allow_unix, tcp_denied, drop_caps, traps, common).map_err(|source| {
         SetupError::Syscall {
             op: "preparing the unix socket gate",
             source,
@@ -505,7 +538,7 @@ fn supervised(
     status: Option<StatusFd>,
     gate: Option<gate::Setup>,
 ) -> Result<Outcome, SetupError> {
-    match spawn::spawn(&plan, gate.is_some())? {
+    match spawn::spawn(&plan, gate.as_ref().map(|g| g.traps))? {
         Spawn::NotExecuted(code, msg) => Ok(Outcome::NotExecuted(code, msg)),
         Spawn::Running(mut running) => {
             if let (Some(setup), Some((listener, diag))) = (gate, running.gate.take()) {

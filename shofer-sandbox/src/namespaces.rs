@@ -646,7 +646,7 @@ pub(crate) fn init(
     // The unix-socket gate (crate::gate) goes on A itself, before the command is forked: A
     // makes no gated call, and A (alive the whole run) holds the listener for the supervisor.
     if let Some(pipe) = args.gate_pipe {
-        if let Err(e) = crate::gate::install_in_child(pipe) {
+        if let Err(e) = crate::gate::install_in_child(pipe, steps.gate_traps) {
             fail(Stage::Seccomp, e);
         }
     }

@@ -97,6 +97,7 @@ pub fn run(
     opened: &OpenedPolicy,
     git_run: &crate::gitrun::GitRun,
     allow_unix: &[std::path::PathBuf],
+    packed_refs_by_gate: bool,
 ) -> Value {
     let mut obj = probe(facts, &Ok(choice.clone()), opened.policy.net);
     let map = obj.as_object_mut().expect("object literal");
@@ -123,7 +124,7 @@ pub fn run(
         crate::git::GitLayout::Rejected(why) => json!({"layout": "rejected", "reason": why}),
     };
     let mut git = git;
-    git["protected"] = git_protected(opened, git_run);
+    git["protected"] = git_protected(opened, git_run, packed_refs_by_gate);
     let (guarded, unguarded) = git_run.guarded();
     git["guarded"] = json!(guarded);
     git["unguarded"] = json!(unguarded);
@@ -155,7 +156,11 @@ pub fn run(
 }
 
 /// Each protected path with how it is protected on this run.
-fn git_protected(opened: &OpenedPolicy, git_run: &crate::gitrun::GitRun) -> Value {
+fn git_protected(
+    opened: &OpenedPolicy,
+    git_run: &crate::gitrun::GitRun,
+    packed_refs_by_gate: bool,
+) -> Value {
     let c = &opened.controls;
     let how_ro = if git_run.structural {
         "read-only bind mount"
@@ -181,7 +186,12 @@ fn git_protected(opened: &OpenedPolicy, git_run: &crate::gitrun::GitRun) -> Valu
         }
         _ => {
             for (p, what) in &c.outside {
-                out.push(json!({"path": p, "what": what, "how": "outside the writable set"}));
+                let how = if packed_refs_by_gate && p.file_name() == Some("packed-refs".as_ref()) {
+                    "outside the writable set; the supervisor performs git's lock protocol for the command (seccomp user notification): only packed-refs.lock and packed-refs.new created with O_EXCL in this directory, renamed onto packed-refs, or removed"
+                } else {
+                    "outside the writable set"
+                };
+                out.push(json!({"path": p, "what": what, "how": how}));
             }
         }
     }

@@ -104,7 +104,10 @@ pub(crate) enum Spawn {
 /// # Errors
 /// [`SetupError`] when the supervisor cannot be set up (`prctl`, `pipe2`, `clone`) or a
 /// child-side step before `execve` fails; the command has then not run.
-pub(crate) fn spawn(plan: &Plan<'_>, gate: bool) -> Result<Spawn, SetupError> {
+pub(crate) fn spawn(
+    plan: &Plan<'_>,
+    gate: Option<crate::gate::filter::Traps>,
+) -> Result<Spawn, SetupError> {
     // Safety: prctl with integer arguments only changes this process's attributes.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
@@ -150,14 +153,17 @@ pub(crate) fn spawn(plan: &Plan<'_>, gate: bool) -> Result<Spawn, SetupError> {
     };
 
     // The gate's listener comes back through the shared table, or a pipe from process A.
-    let gate_pipe = if gate && namespaced {
+    let gate_pipe = if gate.is_some() && namespaced {
         Some(pipe("pipe2")?)
     } else {
         None
     };
     let mut steps = Steps::of(&plan.exec, &plan.confinement);
-    if gate && !namespaced {
-        steps.gate = Some(-1);
+    if let Some(traps) = gate {
+        steps.gate_traps = traps;
+        if !namespaced {
+            steps.gate = Some(-1);
+        }
     }
     let args = ChildArgs {
         steps: &steps,
@@ -202,7 +208,7 @@ pub(crate) fn spawn(plan: &Plan<'_>, gate: bool) -> Result<Spawn, SetupError> {
         unsafe { libc::write(gate, b"s".as_ptr().cast(), 1) };
     }
     let main_exit = main_exit.map(|(read, _write)| read);
-    let gate = if gate {
+    let gate = if gate.is_some() {
         crate::gate::take_listener(main, gate_pipe.map(|(read, _write)| read))
     } else {
         None

@@ -9,6 +9,12 @@
 //! - The i386 and x32 entry points of all of these (and i386 `socketcall`): `ENOSYS`; the gate
 //!   reads 64-bit argument layouts only.
 //!
+//! With [`Traps::lockfiles`] (the Landlock backend in a linked worktree, see
+//! [`super::packed_refs`]) also: `open`/`openat` whose flags hold both `O_CREAT` and `O_EXCL`
+//! (a lock file's creation; every other open never traps), `rename`, `renameat`,
+//! `renameat2`, `unlink`, and `unlinkat` without `AT_REMOVEDIR`. Their 32-bit entry points
+//! run untouched: the gate grants nothing there, so Landlock refuses them as before.
+//!
 //! Written by hand like [`crate::seccomp`], with symbolic jump labels resolved at build time.
 //! See seccomp(2) and seccomp_unotify(2).
 
@@ -17,7 +23,9 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 const OFF_NR: u32 = 0;
 const OFF_ARCH: u32 = 4;
-/// `args[4]` of `struct seccomp_data` (offset 16 + 4·8), low and high halves (little-endian).
+/// `args[N]` of `struct seccomp_data` (offset 16 + N·8), low and high halves (little-endian).
+const OFF_ARG1_LO: u32 = 24;
+const OFF_ARG2_LO: u32 = 32;
 const OFF_ARG4_LO: u32 = 48;
 const OFF_ARG4_HI: u32 = 52;
 
@@ -32,6 +40,13 @@ const NR_SENDMSG: u32 = 46;
 const NR_BIND: u32 = 49;
 const NR_SENDMMSG: u32 = 307;
 const NR_IO_URING_SETUP: u32 = 425;
+const NR_OPEN: u32 = 2;
+const NR_RENAME: u32 = 82;
+const NR_UNLINK: u32 = 87;
+const NR_OPENAT: u32 = 257;
+const NR_UNLINKAT: u32 = 263;
+const NR_RENAMEAT: u32 = 264;
+const NR_RENAMEAT2: u32 = 316;
 // x32-only numbers of sendmsg and sendmmsg.
 const NR_X32_SENDMSG: u32 = 518;
 const NR_X32_SENDMMSG: u32 = 538;
@@ -59,6 +74,10 @@ enum L {
     I386,
     SendtoArgs,
     SendtoHi,
+    OpenatArgs,
+    OpenArgs,
+    CreatExcl,
+    UnlinkatArgs,
 }
 
 enum Ins {
@@ -107,8 +126,17 @@ fn assemble(code: &[Ins]) -> Vec<libc::sock_filter> {
     out
 }
 
-/// The gate program (see the module documentation).
-pub fn program() -> Vec<libc::sock_filter> {
+/// Which syscalls the gate traps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Traps {
+    /// The unix-socket calls (below Landlock ABI 9, or behind bubblewrap).
+    pub sockets: bool,
+    /// The lock-file calls git makes on `packed-refs` ([`super::packed_refs`]).
+    pub lockfiles: bool,
+}
+
+/// The gate program for `traps` (see the module documentation).
+pub fn program(traps: Traps) -> Vec<libc::sock_filter> {
     use Ins::*;
     let nosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
     let mut code = vec![
@@ -117,45 +145,86 @@ pub fn program() -> Vec<libc::sock_filter> {
         Jeq(AUDIT_ARCH_X86_64, L::Next, L::NoSys),
         Ld(OFF_NR),
         Jset(X32_SYSCALL_BIT, L::X32, L::Next),
-        Jeq(NR_CONNECT, L::Notify, L::Next),
-        Jeq(NR_BIND, L::Notify, L::Next),
-        Jeq(NR_SENDMSG, L::Notify, L::Next),
-        Jeq(NR_SENDMMSG, L::Notify, L::Next),
-        Jeq(NR_IO_URING_SETUP, L::NoSys, L::Next),
-        Jeq(NR_SENDTO, L::SendtoArgs, L::Allow),
-        Label(L::SendtoArgs),
-        Ld(OFF_ARG4_LO),
-        Jeq(0, L::SendtoHi, L::Notify),
-        Label(L::SendtoHi),
-        Ld(OFF_ARG4_HI),
-        Jeq(0, L::Allow, L::Notify),
-        Label(L::X32),
     ];
-    for nr in [
-        NR_CONNECT,
-        NR_SENDTO,
-        NR_BIND,
-        NR_IO_URING_SETUP,
-        NR_X32_SENDMSG,
-        NR_X32_SENDMMSG,
-    ] {
-        code.push(Jeq(X32_SYSCALL_BIT | nr, L::NoSys, L::Next));
+    if traps.sockets {
+        code.extend([
+            Jeq(NR_CONNECT, L::Notify, L::Next),
+            Jeq(NR_BIND, L::Notify, L::Next),
+            Jeq(NR_SENDMSG, L::Notify, L::Next),
+            Jeq(NR_SENDMMSG, L::Notify, L::Next),
+            Jeq(NR_IO_URING_SETUP, L::NoSys, L::Next),
+            Jeq(NR_SENDTO, L::SendtoArgs, L::Next),
+        ]);
     }
-    code.push(Jeq(X32_SYSCALL_BIT | NR_SENDMSG, L::NoSys, L::Next));
-    code.push(Jeq(X32_SYSCALL_BIT | NR_SENDMMSG, L::NoSys, L::Allow));
+    if traps.lockfiles {
+        code.extend([
+            Jeq(NR_OPENAT, L::OpenatArgs, L::Next),
+            Jeq(NR_OPEN, L::OpenArgs, L::Next),
+            Jeq(NR_RENAME, L::Notify, L::Next),
+            Jeq(NR_RENAMEAT, L::Notify, L::Next),
+            Jeq(NR_RENAMEAT2, L::Notify, L::Next),
+            Jeq(NR_UNLINK, L::Notify, L::Next),
+            Jeq(NR_UNLINKAT, L::UnlinkatArgs, L::Next),
+        ]);
+    }
+    code.push(Ret(libc::SECCOMP_RET_ALLOW));
+    if traps.sockets {
+        code.extend([
+            Label(L::SendtoArgs),
+            Ld(OFF_ARG4_LO),
+            Jeq(0, L::SendtoHi, L::Notify),
+            Label(L::SendtoHi),
+            Ld(OFF_ARG4_HI),
+            Jeq(0, L::Allow, L::Notify),
+        ]);
+    }
+    if traps.lockfiles {
+        // Flags are an int: the low half of the argument is all the kernel reads.
+        code.extend([
+            Label(L::OpenatArgs),
+            Ld(OFF_ARG2_LO),
+            Jset(libc::O_CREAT as u32, L::CreatExcl, L::Allow),
+            Label(L::OpenArgs),
+            Ld(OFF_ARG1_LO),
+            Jset(libc::O_CREAT as u32, L::CreatExcl, L::Allow),
+            Label(L::CreatExcl),
+            Jset(libc::O_EXCL as u32, L::Notify, L::Allow),
+            Label(L::UnlinkatArgs),
+            Ld(OFF_ARG2_LO),
+            Jset(libc::AT_REMOVEDIR as u32, L::Allow, L::Notify),
+        ]);
+    }
+    code.push(Label(L::X32));
+    if traps.sockets {
+        for nr in [
+            NR_CONNECT,
+            NR_SENDTO,
+            NR_BIND,
+            NR_IO_URING_SETUP,
+            NR_X32_SENDMSG,
+            NR_X32_SENDMMSG,
+            NR_SENDMSG,
+            NR_SENDMMSG,
+        ] {
+            code.push(Jeq(X32_SYSCALL_BIT | nr, L::NoSys, L::Next));
+        }
+    }
+    code.push(Ret(libc::SECCOMP_RET_ALLOW));
     code.push(Label(L::I386));
-    code.push(Ld(OFF_NR));
-    for nr in [
-        NR_I386_SOCKETCALL,
-        NR_I386_SENDMMSG,
-        NR_I386_BIND,
-        NR_I386_CONNECT,
-        NR_I386_SENDTO,
-        NR_I386_SENDMSG,
-    ] {
-        code.push(Jeq(nr, L::NoSys, L::Next));
+    if traps.sockets {
+        code.push(Ld(OFF_NR));
+        for nr in [
+            NR_I386_SOCKETCALL,
+            NR_I386_SENDMMSG,
+            NR_I386_BIND,
+            NR_I386_CONNECT,
+            NR_I386_SENDTO,
+            NR_I386_SENDMSG,
+            NR_I386_IO_URING_SETUP,
+        ] {
+            code.push(Jeq(nr, L::NoSys, L::Next));
+        }
     }
-    code.push(Jeq(NR_I386_IO_URING_SETUP, L::NoSys, L::Allow));
     code.extend([
         Label(L::Allow),
         Ret(libc::SECCOMP_RET_ALLOW),
@@ -174,8 +243,8 @@ pub fn program() -> Vec<libc::sock_filter> {
 /// # Errors
 /// The `seccomp(2)` error: `EBUSY` when a filter of this task already has a listener (an
 /// outer sandbox's gate), `EINVAL` on kernels without user notification.
-pub fn install() -> io::Result<OwnedFd> {
-    let fd = crate::seccomp::install(&program(), libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?;
+pub fn install(traps: Traps) -> io::Result<OwnedFd> {
+    let fd = crate::seccomp::install(&program(traps), libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?;
     // Safety: the kernel just returned this descriptor; we are its only owner.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     shofer_sys::fd::set_cloexec(std::os::fd::AsRawFd::as_raw_fd(&fd), true)?;
@@ -186,16 +255,110 @@ pub fn install() -> io::Result<OwnedFd> {
 mod tests {
     use super::*;
 
+    const ALL: [Traps; 3] = [
+        Traps {
+            sockets: true,
+            lockfiles: false,
+        },
+        Traps {
+            sockets: false,
+            lockfiles: true,
+        },
+        Traps {
+            sockets: true,
+            lockfiles: true,
+        },
+    ];
+
     #[test]
     fn every_jump_lands_inside_the_program_and_it_ends_in_returns() {
-        let p = program();
-        for (i, ins) in p.iter().enumerate() {
-            if ins.code == JEQ_K || ins.code == JSET_K {
-                assert!(i + 1 + (ins.jt as usize) < p.len());
-                assert!(i + 1 + (ins.jf as usize) < p.len());
+        for traps in ALL {
+            let p = program(traps);
+            for (i, ins) in p.iter().enumerate() {
+                if ins.code == JEQ_K || ins.code == JSET_K {
+                    assert!(i + 1 + (ins.jt as usize) < p.len());
+                    assert!(i + 1 + (ins.jf as usize) < p.len());
+                }
+            }
+            assert!(p[p.len() - 3..].iter().all(|i| i.code == RET_K));
+            assert!(p.len() < 80, "{traps:?}: {}", p.len());
+        }
+    }
+
+    /// Runs the program on one `seccomp_data` (the instructions it uses: LD|W|ABS, JEQ,
+    /// JSET, RET).
+    fn verdict(p: &[libc::sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+        let mut data = Vec::new();
+        data.extend(nr.to_ne_bytes());
+        data.extend(arch.to_ne_bytes());
+        data.extend(0u64.to_ne_bytes());
+        for a in args {
+            data.extend(a.to_ne_bytes());
+        }
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let i = p[pc];
+            pc += 1;
+            match i.code {
+                LD_W_ABS => {
+                    let k = i.k as usize;
+                    acc = u32::from_ne_bytes(data[k..k + 4].try_into().unwrap());
+                }
+                JEQ_K | JSET_K => {
+                    let hit = if i.code == JEQ_K {
+                        acc == i.k
+                    } else {
+                        acc & i.k != 0
+                    };
+                    pc += if hit { i.jt } else { i.jf } as usize;
+                }
+                RET_K => return i.k,
+                c => panic!("unexpected instruction {c:#x}"),
             }
         }
-        assert!(p[p.len() - 3..].iter().all(|i| i.code == RET_K));
-        assert!(p.len() < 64);
+    }
+
+    #[test]
+    fn lockfile_traps_catch_exclusive_creates_renames_and_file_unlinks_only() {
+        let notify = libc::SECCOMP_RET_USER_NOTIF;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let x86 = AUDIT_ARCH_X86_64;
+        let excl = (libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC) as u64;
+        let creat = (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as u64;
+        let on = program(ALL[1]);
+        let off = program(ALL[0]);
+        let cases = [
+            (NR_OPENAT, [0, 0, excl, 0o666, 0, 0], notify),
+            (NR_OPENAT, [0, 0, creat, 0o666, 0, 0], allow),
+            (NR_OPENAT, [0, 0, libc::O_RDONLY as u64, 0, 0, 0], allow),
+            (NR_OPENAT, [0, 0, libc::O_EXCL as u64, 0, 0, 0], allow),
+            (NR_OPEN, [0, excl, 0o666, 0, 0, 0], notify),
+            (NR_OPEN, [0, creat, 0o666, 0, 0, 0], allow),
+            (NR_RENAME, [0; 6], notify),
+            (NR_RENAMEAT, [0; 6], notify),
+            (NR_RENAMEAT2, [0; 6], notify),
+            (NR_UNLINK, [0; 6], notify),
+            (NR_UNLINKAT, [0, 0, 0, 0, 0, 0], notify),
+            (
+                NR_UNLINKAT,
+                [0, 0, libc::AT_REMOVEDIR as u64, 0, 0, 0],
+                allow,
+            ),
+            (0, [0; 6], allow), // read
+        ];
+        for (nr, args, want) in cases {
+            assert_eq!(verdict(&on, x86, nr, args), want, "nr {nr} {args:?}");
+            assert_eq!(verdict(&off, x86, nr, args), allow, "sockets only: nr {nr}");
+        }
+        // Sockets stay untrapped without `sockets`, and trapped with both.
+        assert_eq!(verdict(&on, x86, NR_CONNECT, [0; 6]), allow);
+        assert_eq!(verdict(&program(ALL[2]), x86, NR_CONNECT, [0; 6]), notify);
+        assert_eq!(verdict(&program(ALL[2]), x86, NR_RENAME, [0; 6]), notify);
+        // 32-bit entry points of the lock-file calls run untouched (Landlock decides).
+        assert_eq!(verdict(&on, AUDIT_ARCH_I386, 38, [0; 6]), allow);
+        assert_eq!(
+            verdict(&on, x86, X32_SYSCALL_BIT | NR_RENAME, [0; 6]),
+            allow
+        );
     }
 }

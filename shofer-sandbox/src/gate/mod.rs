@@ -19,6 +19,11 @@
 //!    caller's socket against the pinned inode; the result is the syscall's result.
 //! 3. [`diag`]: which sockets of the run are bound to what, from the kernel.
 //!
+//! On the Landlock backend in a linked worktree the same listener also carries git's
+//! `packed-refs` lock protocol, which the supervisor performs for the command in the common
+//! dir that stays outside the writable set ([`packed_refs`]); at Landlock ABI 9 the gate then
+//! runs for that alone.
+//!
 //! Known limits: the peer of a connection made through the gate sees the supervisor's PID in
 //! `SO_PEERCRED` (same uid and gid); a unix stream connect to a listener whose backlog is full
 //! holds up the run's other gated calls until it is accepted; 32-bit (i386, x32) socket calls
@@ -27,6 +32,7 @@
 pub mod diag;
 pub mod filter;
 pub mod notify;
+pub mod packed_refs;
 pub mod resolve;
 pub mod serve;
 
@@ -90,7 +96,10 @@ pub fn available() -> Result<(), String> {
         // Safety: prctl with integer arguments, then _exit.
         unsafe {
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-            let code = match filter::install() {
+            let code = match filter::install(filter::Traps {
+                sockets: true,
+                lockfiles: false,
+            }) {
                 Ok(_) => 0,
                 Err(e) => e.raw_os_error().unwrap_or(1).clamp(1, 255),
             };
@@ -107,6 +116,53 @@ pub fn available() -> Result<(), String> {
             "installing the seccomp listener failed ({})",
             shofer_sys::errno::name_or_number(e)
         )),
+    }
+}
+
+/// Whether the gate can perform git's `packed-refs` lock protocol for a command started by
+/// this process ([`packed_refs`]): [`available`], and `SECCOMP_IOCTL_NOTIF_ADDFD` (Linux
+/// 5.9) to hand a created file to the command. Asked of a listener in a short-lived child
+/// (one fork; the answer depends on the kernel alone).
+///
+/// # Errors
+/// Why not, in one clause.
+pub fn lockfiles_available() -> Result<(), String> {
+    available()?;
+    /// A filter that allows everything: only its listener is wanted.
+    static ALLOW_ALL: [libc::sock_filter; 1] = [libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: libc::SECCOMP_RET_ALLOW,
+    }];
+    // Safety: the child makes raw syscalls only (no allocation: the program is static) and
+    // _exits, so forking a process that may already run threads is sound.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err("fork failed while probing SECCOMP_IOCTL_NOTIF_ADDFD".into());
+    }
+    if pid == 0 {
+        // Safety: prctl with integer arguments, then _exit.
+        unsafe {
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            let code =
+                match crate::seccomp::install(&ALLOW_ALL, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER) {
+                    Ok(fd) => match notify::addfd_support(fd as RawFd) {
+                        notify::AddFd::Missing => 2,
+                        _ => 0,
+                    },
+                    Err(_) => 3,
+                };
+            libc::_exit(code)
+        }
+    }
+    let mut status = 0;
+    // Safety: reaping the child we forked.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    match libc::WEXITSTATUS(status) {
+        0 => Ok(()),
+        2 => Err("the kernel lacks SECCOMP_IOCTL_NOTIF_ADDFD (Linux 5.9)".into()),
+        _ => Err("installing a seccomp listener failed".into()),
     }
 }
 
@@ -172,19 +228,25 @@ impl AllowUnix {
 
 /// What the supervisor needs to run the gate for one command.
 pub struct Setup {
-    /// What is reachable besides the run's own sockets.
+    /// What is reachable besides the run's own sockets, and the common dir for
+    /// [`packed_refs`].
     pub rules: serve::Rules,
+    /// Which calls the filter traps.
+    pub traps: filter::Traps,
     /// Filled with refused paths while the run lasts.
     pub refused: Refused,
 }
 
 impl Setup {
-    /// The gate's rules for a run: the worktree and `allow` reachable.
+    /// The gate's rules for a run: the worktree and `allow` reachable; with `common`, git's
+    /// `packed-refs` lock protocol performed in that directory ([`packed_refs`]).
     pub fn new(
         worktree: &OwnedFd,
         allow: &AllowUnix,
         tcp_denied: bool,
         drop_caps: bool,
+        traps: filter::Traps,
+        common: Option<packed_refs::CommonDir>,
     ) -> std::io::Result<Setup> {
         let mut dirs =
             vec![resolve::ident(worktree.as_raw_fd()).map_err(std::io::Error::from_raw_os_error)?];
@@ -202,7 +264,9 @@ impl Setup {
                 files,
                 tcp_denied,
                 drop_caps,
+                packed_refs: common.filter(|_| traps.lockfiles),
             },
+            traps,
             refused: Refused::default(),
         })
     }
@@ -230,8 +294,8 @@ static SHARED_LISTENER: AtomicI32 = AtomicI32::new(-1);
 ///
 /// # Errors
 /// The `seccomp(2)` or `write(2)` error.
-pub(crate) fn install_in_child(pipe: RawFd) -> std::io::Result<()> {
-    let listener = filter::install()?.into_raw_fd();
+pub(crate) fn install_in_child(pipe: RawFd, traps: filter::Traps) -> std::io::Result<()> {
+    let listener = filter::install(traps)?.into_raw_fd();
     if pipe < 0 {
         SHARED_LISTENER.store(listener, Ordering::SeqCst);
         return Ok(());

@@ -141,3 +141,90 @@ pub fn continue_(listener: RawFd, id: u64) {
     // Safety: `resp` is a valid seccomp_notif_resp for the duration of the call.
     unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
 }
+
+/// Reads the NUL-terminated path at `addr` in process `pid`, page by page (a path may end
+/// just before an unmapped page). `ENAMETOOLONG` beyond `PATH_MAX`, `EFAULT` for an unreadable
+/// address, as the kernel's own copy would report.
+pub fn read_path(pid: libc::pid_t, addr: u64) -> Result<Vec<u8>, i32> {
+    const PAGE: u64 = 4096;
+    let max = libc::PATH_MAX as usize;
+    let mut out = Vec::new();
+    let mut at = addr;
+    while out.len() < max {
+        let len = ((PAGE - at % PAGE) as usize).min(max - out.len());
+        let chunk = read_mem(pid, at, len)?;
+        if let Some(end) = chunk.iter().position(|&b| b == 0) {
+            out.extend_from_slice(&chunk[..end]);
+            return Ok(out);
+        }
+        out.extend_from_slice(&chunk);
+        at += len as u64;
+    }
+    Err(libc::ENAMETOOLONG)
+}
+
+/// What `SECCOMP_IOCTL_NOTIF_ADDFD` this kernel has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddFd {
+    /// None (before Linux 5.9).
+    Missing,
+    /// `ADDFD` (5.9), answered by a separate `SEND`.
+    Plain,
+    /// `ADDFD` with `SECCOMP_ADDFD_FLAG_SEND` (5.14): install and answer in one step.
+    Send,
+}
+
+fn addfd_ioctl(listener: RawFd, id: u64, src: RawFd, cloexec: bool, flags: u64) -> i32 {
+    let mut a = libc::seccomp_notif_addfd {
+        id,
+        flags: flags as u32,
+        srcfd: src as u32,
+        newfd: 0,
+        newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+    };
+    // Safety: `a` is a valid seccomp_notif_addfd for the duration of the call.
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD, &mut a) }
+}
+
+/// Asks `listener` which `ADDFD` it understands, with a cookie no notification has (0 is
+/// never issued: the kernel's counter starts from a random value, and a stale id only
+/// yields `ENOENT` too): `ENOENT` means the request was understood, `EINVAL` that the
+/// ioctl or the flag is unknown (seccomp_unotify(2)).
+pub fn addfd_support(listener: RawFd) -> AddFd {
+    let knows = |flags: u64| {
+        addfd_ioctl(listener, 0, listener, false, flags) < 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT)
+    };
+    if knows(libc::SECCOMP_ADDFD_FLAG_SEND as u64) {
+        AddFd::Send
+    } else if knows(0) {
+        AddFd::Plain
+    } else {
+        AddFd::Missing
+    }
+}
+
+/// Installs our descriptor `src` into the caller of notification `id` (`O_CLOEXEC` there when
+/// `cloexec`) and makes its syscall return the new number: atomically with `AddFd::Send`,
+/// else `ADDFD` then `SEND`. Returns the caller's descriptor number.
+///
+/// # Errors
+/// `ENOENT` (the caller is gone or no longer waiting), `EMFILE` (its table is full), `EINVAL`
+/// (`AddFd::Missing`).
+pub fn addfd(listener: RawFd, id: u64, src: RawFd, cloexec: bool, how: AddFd) -> Result<i32, i32> {
+    let flags = match how {
+        AddFd::Missing => return Err(libc::EINVAL),
+        AddFd::Plain => 0,
+        AddFd::Send => libc::SECCOMP_ADDFD_FLAG_SEND as u64,
+    };
+    let r = addfd_ioctl(listener, id, src, cloexec, flags);
+    if r < 0 {
+        return Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO));
+    }
+    if how == AddFd::Plain {
+        answer(listener, id, Ok(r as i64));
+    }
+    Ok(r)
+}

@@ -89,6 +89,20 @@ pub fn proc_dir(pid: libc::pid_t, what: &str) -> Result<OwnedFd, i32> {
 /// # Errors
 /// The errno the kernel would give for the lookup (`ENOENT`, `ENOTDIR`, `ELOOP`, `EACCES`).
 pub fn resolve(pid: libc::pid_t, path: &[u8], follow_last: bool) -> Result<Resolved, i32> {
+    resolve_at(pid, None, path, follow_last)
+}
+
+/// As [`resolve`], with a relative `path` taken from `dir` (the caller's `dirfd` of an
+/// `*at` call, as our own descriptor) instead of the working directory when `dir` is given.
+///
+/// # Errors
+/// As [`resolve`].
+pub fn resolve_at(
+    pid: libc::pid_t,
+    dir: Option<OwnedFd>,
+    path: &[u8],
+    follow_last: bool,
+) -> Result<Resolved, i32> {
     if path.is_empty() {
         return Err(libc::ENOENT);
     }
@@ -96,6 +110,8 @@ pub fn resolve(pid: libc::pid_t, path: &[u8], follow_last: bool) -> Result<Resol
     let root_id = ident(root.as_raw_fd())?;
     let start = if path[0] == b'/' {
         open_at(root.as_raw_fd(), b".", libc::O_PATH | libc::O_DIRECTORY)?
+    } else if let Some(dir) = dir {
+        dir
     } else {
         proc_dir(pid, "cwd")?
     };

@@ -5,8 +5,12 @@
 //! `SECCOMP_IOCTL_NOTIF_ID_VALID` that the caller is still the one waiting, decides, and
 //! performs the call itself on the caller's socket, returning its result. A pathname unix
 //! address is resolved in the caller's view and pinned ([`super::resolve`]); the call goes to
-//! `/proc/self/fd/<pin>`, so what was checked is what is reached. Nothing is ever answered
-//! with `SECCOMP_USER_NOTIF_FLAG_CONTINUE` after reading the caller's memory.
+//! `/proc/self/fd/<pin>`, so what was checked is what is reached. No socket call is ever
+//! answered with `SECCOMP_USER_NOTIF_FLAG_CONTINUE` after reading the caller's memory.
+//!
+//! The lock-file calls of [`packed_refs`] are: one that is not exactly a step of git's
+//! `packed-refs` protocol continues, which is safe because continuing grants nothing — the
+//! kernel runs it under the caller's Landlock domain, whatever the caller changed meanwhile.
 //!
 //! `bind` is the exception, answered with CONTINUE without reading anything: the kernel binds
 //! under the caller's own confinement (Landlock, read-only mounts); the gate only notes the
@@ -23,7 +27,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::diag::{self, Lookup};
-use super::notify::{self, Notif};
+use super::notify::{self, AddFd, Notif};
+use super::packed_refs;
 use super::resolve::{self, Ident};
 
 const NR_CONNECT: i64 = 42;
@@ -59,6 +64,9 @@ pub struct Rules {
     /// worktree's owner; `--keep-caps`), calls of a caller without effective capabilities are
     /// performed on a thread that takes the caller's uid, gid and groups and no capabilities.
     pub drop_caps: bool,
+    /// The common dir of a linked worktree on the Landlock backend, where the gate performs
+    /// git's `packed-refs` lock protocol for the command ([`packed_refs`]).
+    pub packed_refs: Option<packed_refs::CommonDir>,
 }
 
 /// Paths the gate refused, in order, each once.
@@ -95,6 +103,8 @@ struct Gate {
     shown: HashSet<String>,
     /// Whether the kernel answers sock_diag(7) for unix sockets (asked at the first refusal).
     diag_works: Option<bool>,
+    /// How a created file reaches the caller (asked of the listener at start).
+    addfd: AddFd,
 }
 
 /// Starts the gate thread on `listener`. `diag` are `NETLINK_SOCK_DIAG` sockets, one per
@@ -122,6 +132,7 @@ pub fn spawn(
         refused: refused.clone(),
         shown: HashSet::new(),
         diag_works: None,
+        addfd: AddFd::Missing,
     };
     std::thread::Builder::new()
         .name("shofer-gate".into())
@@ -374,6 +385,13 @@ impl Gate {
             return;
         }
         let fd = self.listener.as_raw_fd();
+        if self.rules.packed_refs.is_some() {
+            self.addfd = notify::addfd_support(fd);
+            if self.addfd == AddFd::Missing {
+                // Checked before the run (gate::lockfiles_available); kept as it was.
+                eprintln!("shofer-sandbox: note: git's packed-refs.lock is not created for the command: the kernel lacks SECCOMP_IOCTL_NOTIF_ADDFD (Linux 5.9)");
+            }
+        }
         // The thread lives as long as the supervisor: when every process under the filter is
         // gone, RECV just blocks, and the supervisor's exit ends it.
         loop {
@@ -401,6 +419,7 @@ impl Gate {
             NR_SENDMSG => self.sendmsg(n),
             NR_SENDMMSG => self.sendmmsg(n),
             NR_BIND => return self.bind(n),
+            nr if packed_refs::traps(nr) => return self.packed_refs(n),
             _ => Err(libc::ENOSYS),
         };
         match r {
@@ -619,6 +638,16 @@ impl Gate {
         as_caller: Option<Option<Caller>>,
         op: impl FnOnce() -> Result<i64, i32> + Send + 'static,
     ) -> Reply {
+        self.later_answered(id, as_caller, move || Some(op()))
+    }
+
+    /// As [`Self::later`], for an `op` that may answer the notification itself (`None`).
+    fn later_answered(
+        &self,
+        id: u64,
+        as_caller: Option<Option<Caller>>,
+        op: impl FnOnce() -> Option<Result<i64, i32>> + Send + 'static,
+    ) -> Reply {
         let listener = self.listener.clone();
         let spawned = std::thread::Builder::new()
             .stack_size(64 * 1024)
@@ -626,13 +655,75 @@ impl Gate {
                 let r = match as_caller {
                     None => op(),
                     Some(Some(caller)) if become_caller(&caller) => op(),
-                    Some(_) => Err(libc::EPERM),
+                    Some(_) => Some(Err(libc::EPERM)),
                 };
-                notify::answer(listener.as_raw_fd(), id, r)
+                if let Some(r) = r {
+                    notify::answer(listener.as_raw_fd(), id, r)
+                }
             });
         match spawned {
             Ok(_) => Reply::Later,
             Err(_) => Reply::Now(Err(libc::EAGAIN)),
+        }
+    }
+
+    /// A trapped `open`/`rename`/`unlink` ([`packed_refs`]): performed here when it is exactly
+    /// a step of git's `packed-refs` lock protocol in the common dir, else continued (the
+    /// kernel runs it under the command's Landlock domain; nothing is granted by that).
+    fn packed_refs(&mut self, n: &Notif) -> Reply {
+        if self.addfd == AddFd::Missing {
+            return Reply::Continue;
+        }
+        let Some(common) = self.rules.packed_refs.take() else {
+            return Reply::Continue;
+        };
+        let pid = n.pid;
+        let op = packed_refs::decide(pid, n.nr, &n.args, &common, &mut |fd| {
+            self.socket_of(pid, fd)
+        });
+        let dir = common.fd.try_clone();
+        self.rules.packed_refs = Some(common);
+        let Some(op) = op else {
+            return Reply::Continue;
+        };
+        if !self.valid(n) {
+            return Reply::Later; // /proc/PID may have named another process meanwhile
+        }
+        let Some(umask) = packed_refs::umask_of(pid) else {
+            return Reply::Continue;
+        };
+        let Ok(dir) = dir else {
+            return Reply::Now(Err(libc::EMFILE));
+        };
+        let (listener, id, how) = (self.listener.clone(), n.id, self.addfd);
+        let perform = move || -> Option<Result<i64, i32>> {
+            let d = dir.as_raw_fd();
+            Some(match op {
+                packed_refs::Op::Create { name, flags, mode } => {
+                    let fd = match packed_refs::create(d, name, flags, mode, umask) {
+                        Ok(fd) => fd,
+                        Err(e) => return Some(Err(e)),
+                    };
+                    let cloexec = flags & libc::O_CLOEXEC != 0;
+                    match notify::addfd(listener.as_raw_fd(), id, fd.as_raw_fd(), cloexec, how) {
+                        Ok(_) => return None, // answered with the caller's descriptor number
+                        Err(e) => {
+                            // Nobody holds it: no lock may stay behind.
+                            let _ = packed_refs::remove(d, name);
+                            Err(e)
+                        }
+                    }
+                }
+                packed_refs::Op::Rename { from } => packed_refs::rename(d, from),
+                packed_refs::Op::Unlink { name } => packed_refs::remove(d, name),
+            })
+        };
+        match self.needs_unprivileged(pid) {
+            None => match perform() {
+                Some(r) => Reply::Now(r),
+                None => Reply::Later,
+            },
+            as_caller => self.later_answered(n.id, as_caller, perform),
         }
     }
 

@@ -1,0 +1,322 @@
+//! The one write into a linked worktree's common dir that the Landlock backend performs for the
+//! command: git's `packed-refs` lock protocol (docs/ARCHITECTURE.md, "Linked git worktrees").
+//!
+//! Git deletes a ref (and rewrites `packed-refs`) by creating `packed-refs.lock` with
+//! `O_CREAT | O_EXCL`, writing the new list to `packed-refs.new` (also `O_CREAT | O_EXCL`),
+//! renaming that onto `packed-refs`, and unlinking the lock (`refs/packed-backend.c`,
+//! `lockfile.c`, `tempfile.c`). Landlock can only grant the whole common dir, with its
+//! `config` and `hooks/`, so the directory stays outside the writable set and the gate
+//! ([`super::filter::Traps::lockfiles`]) traps these calls instead. For each one this module
+//! decides, from the caller's own view of the path ([`super::resolve`]), whether it is exactly
+//! one of:
+//! - create `packed-refs.lock` or `packed-refs.new` (`O_CREAT | O_EXCL`: never an existing
+//!   file, never through a symlink);
+//! - rename `packed-refs.lock` or `packed-refs.new` onto `packed-refs`;
+//! - unlink `packed-refs.lock` or `packed-refs.new`;
+//!
+//! in the directory whose (device, inode) is the common dir's, recorded when the supervisor
+//! opened it before the command started. Anything else is answered "continue": the kernel
+//! runs the call under the command's Landlock domain as if never trapped, so nothing is
+//! granted by that answer. A matching call is performed by the supervisor relative to its own
+//! descriptor of the common dir, never by re-resolving a path the command can swap, with the
+//! caller's identity and umask; a created file's descriptor is installed in the caller with
+//! `SECCOMP_IOCTL_NOTIF_ADDFD` (Linux 5.9).
+//!
+//! Only these three names can therefore come to exist in the common dir, only as regular
+//! files created here, and `packed-refs` can only be replaced by one of them: `config`,
+//! `hooks/`, `info/` and other worktrees' files stay out of reach. `packed-refs` is data git
+//! parses (a garbage one makes git report a broken ref, it runs nothing).
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+use super::resolve::{self, Ident};
+
+/// The file git replaces.
+pub const PACKED: &[u8] = b"packed-refs";
+/// The names git creates beside it: the lock, and the new list renamed onto `packed-refs`.
+pub const TRANSIENT: [&[u8]; 2] = [b"packed-refs.lock", b"packed-refs.new"];
+
+/// Open flags performed as given; a create with any other flag (`O_PATH`, `O_DIRECTORY`,
+/// `O_TMPFILE`, `O_DIRECT`, …) is left to the kernel (and Landlock).
+const PASSED_FLAGS: i32 = libc::O_ACCMODE
+    | libc::O_CREAT
+    | libc::O_EXCL
+    | libc::O_APPEND
+    | libc::O_NONBLOCK
+    | libc::O_DSYNC
+    | libc::O_SYNC
+    | libc::O_TRUNC
+    | libc::O_NOCTTY
+    | libc::O_LARGEFILE
+    | libc::O_CLOEXEC
+    | libc::O_NOFOLLOW;
+
+const NR_OPEN: i64 = 2;
+const NR_RENAME: i64 = 82;
+const NR_UNLINK: i64 = 87;
+const NR_OPENAT: i64 = 257;
+const NR_UNLINKAT: i64 = 263;
+const NR_RENAMEAT: i64 = 264;
+const NR_RENAMEAT2: i64 = 316;
+
+/// Whether `nr` is one of the calls [`super::filter::Traps::lockfiles`] traps.
+pub fn traps(nr: i64) -> bool {
+    matches!(
+        nr,
+        NR_OPEN | NR_OPENAT | NR_RENAME | NR_RENAMEAT | NR_RENAMEAT2 | NR_UNLINK | NR_UNLINKAT
+    )
+}
+
+/// The common dir, opened by the supervisor before the command starts.
+pub struct CommonDir {
+    /// `O_PATH` descriptor of the directory every operation is performed in.
+    pub fd: OwnedFd,
+    /// Its (device, inode).
+    pub id: Ident,
+}
+
+impl CommonDir {
+    /// Opens `path` (a validated linked worktree's common dir) without following symlinks.
+    ///
+    /// # Errors
+    /// The `open`/`fstat` error.
+    pub fn open(path: &Path) -> std::io::Result<CommonDir> {
+        let fd = crate::paths::open_nofollow(path)?;
+        let id = resolve::ident(fd.as_raw_fd()).map_err(std::io::Error::from_raw_os_error)?;
+        Ok(CommonDir { fd, id })
+    }
+}
+
+/// A trapped call that is exactly one of the `packed-refs` operations.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `open(name, flags, mode)` with `O_CREAT | O_EXCL`.
+    Create {
+        name: &'static [u8],
+        flags: i32,
+        mode: u32,
+    },
+    /// `rename(from, "packed-refs")`.
+    Rename { from: &'static [u8] },
+    /// `unlink(name)`.
+    Unlink { name: &'static [u8] },
+}
+
+fn last_component(path: &[u8]) -> Option<&[u8]> {
+    if path.ends_with(b"/") {
+        return None;
+    }
+    Some(path.rsplit(|&b| b == b'/').next().unwrap_or(path))
+}
+
+fn transient(path: &[u8]) -> Option<&'static [u8]> {
+    let last = last_component(path)?;
+    TRANSIENT.into_iter().find(|n| *n == last)
+}
+
+/// Decides what the trapped call `nr` with `args` of thread `pid` is: `Some` only for one of
+/// the operations above in `common`. `dirfd` gives the caller's descriptor as ours (for the
+/// `*at` calls). Reads the caller's memory: the caller must be checked with `ID_VALID` after
+/// this and before acting.
+pub fn decide(
+    pid: libc::pid_t,
+    nr: i64,
+    args: &[u64; 6],
+    common: &CommonDir,
+    dirfd: &mut dyn FnMut(u64) -> Result<OwnedFd, i32>,
+) -> Option<Op> {
+    let here = |dir: u64, path: &[u8], dirfd: &mut dyn FnMut(u64) -> Result<OwnedFd, i32>| {
+        let start = if dir as i32 == libc::AT_FDCWD || path.first() == Some(&b'/') {
+            None
+        } else {
+            Some(dirfd(dir).ok()?)
+        };
+        let r = resolve::resolve_at(pid, start, path, false).ok()?;
+        (resolve::ident(r.parent.as_raw_fd()).ok()? == common.id).then_some(())
+    };
+    let path_at = |addr: u64| super::notify::read_path(pid, addr).ok();
+    match nr {
+        NR_OPEN | NR_OPENAT => {
+            let (dir, path, flags, mode) = if nr == NR_OPEN {
+                (libc::AT_FDCWD as u64, args[0], args[1], args[2])
+            } else {
+                (args[0], args[1], args[2], args[3])
+            };
+            let flags = flags as i32;
+            let excl = libc::O_CREAT | libc::O_EXCL;
+            if flags & excl != excl || flags & !PASSED_FLAGS != 0 {
+                return None;
+            }
+            let path = path_at(path)?;
+            let name = transient(&path)?;
+            here(dir, &path, dirfd)?;
+            Some(Op::Create {
+                name,
+                flags,
+                mode: mode as u32 & 0o7777,
+            })
+        }
+        NR_RENAME | NR_RENAMEAT | NR_RENAMEAT2 => {
+            let (old_dir, old, new_dir, new) = if nr == NR_RENAME {
+                let cwd = libc::AT_FDCWD as u64;
+                (cwd, args[0], cwd, args[1])
+            } else {
+                (args[0], args[1], args[2], args[3])
+            };
+            if nr == NR_RENAMEAT2 && args[4] as u32 != 0 {
+                return None; // RENAME_EXCHANGE / NOREPLACE / WHITEOUT: not git's
+            }
+            let new = path_at(new)?;
+            if last_component(&new)? != PACKED {
+                return None;
+            }
+            let old = path_at(old)?;
+            let from = transient(&old)?;
+            here(old_dir, &old, dirfd)?;
+            here(new_dir, &new, dirfd)?;
+            Some(Op::Rename { from })
+        }
+        NR_UNLINK | NR_UNLINKAT => {
+            let (dir, path) = if nr == NR_UNLINK {
+                (libc::AT_FDCWD as u64, args[0])
+            } else {
+                if args[2] as i32 & libc::AT_REMOVEDIR != 0 {
+                    return None;
+                }
+                (args[0], args[1])
+            };
+            let path = path_at(path)?;
+            let name = transient(&path)?;
+            here(dir, &path, dirfd)?;
+            Some(Op::Unlink { name })
+        }
+        _ => None,
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn cname(name: &[u8]) -> CString {
+    CString::new(name).expect("the names are constants without NUL")
+}
+
+/// The file-creation mask of thread `pid` (`Umask:` of `/proc/PID/status`, Linux 4.7).
+pub fn umask_of(pid: libc::pid_t) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let v = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+    u32::from_str_radix(v.trim(), 8).ok()
+}
+
+std::thread_local! {
+    /// Whether this thread has its own umask (its own `fs_struct`).
+    static OWN_FS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Sets the calling thread's umask to `mask` without touching the rest of the supervisor's:
+/// the thread first stops sharing its filesystem attributes (`unshare(CLONE_FS)`, allowed in
+/// a multi-threaded process; the thread's root and working directory stay what they were).
+fn thread_umask(mask: u32) -> Result<(), i32> {
+    if !OWN_FS.with(|c| c.get()) {
+        // Safety: unshare with one flag; it only changes this thread's fs_struct.
+        if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+            return Err(errno());
+        }
+        OWN_FS.with(|c| c.set(true));
+    }
+    // Safety: umask cannot fail; it now applies to this thread alone.
+    unsafe { libc::umask(mask as libc::mode_t) };
+    Ok(())
+}
+
+/// Performs [`Op::Create`] in `dir` with the caller's `umask`: the kernel's own
+/// `O_CREAT | O_EXCL` (no existing file, no symlink followed). The descriptor is ours,
+/// close-on-exec; the caller's `O_CLOEXEC` is applied when it is installed there.
+///
+/// # Errors
+/// The `openat` errno (`EEXIST` while another git holds the lock).
+pub fn create(dir: RawFd, name: &[u8], flags: i32, mode: u32, umask: u32) -> Result<OwnedFd, i32> {
+    thread_umask(umask)?;
+    let c = cname(name);
+    let flags = (flags & PASSED_FLAGS) | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+    // Safety: a NUL-terminated name relative to a directory descriptor we hold.
+    let fd = unsafe { libc::openat(dir, c.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // Safety: the kernel just returned this descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Removes `name` from `dir` (a created file the caller could not be given).
+pub fn remove(dir: RawFd, name: &[u8]) -> Result<i64, i32> {
+    let c = cname(name);
+    // Safety: a NUL-terminated name relative to a directory descriptor we hold.
+    if unsafe { libc::unlinkat(dir, c.as_ptr(), 0) } != 0 {
+        return Err(errno());
+    }
+    Ok(0)
+}
+
+/// Performs [`Op::Rename`] in `dir`: only a regular file with one link becomes `packed-refs`
+/// (the names can only have been created by [`create`] or the host's git; the check keeps a
+/// hard link to another file out all the same).
+///
+/// # Errors
+/// `EACCES` for anything but a single-link regular file, else the `renameat` errno.
+pub fn rename(dir: RawFd, from: &[u8]) -> Result<i64, i32> {
+    let c = cname(from);
+    // Safety: `st` is filled by fstatat on success; NOFOLLOW: the name itself.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // Safety: valid dirfd, NUL-terminated name, writable stat buffer.
+    if unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        return Err(errno());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink != 1 {
+        return Err(libc::EACCES);
+    }
+    let to = cname(PACKED);
+    // Safety: two NUL-terminated names relative to a directory descriptor we hold.
+    if unsafe { libc::renameat(dir, c.as_ptr(), dir, to.as_ptr()) } != 0 {
+        return Err(errno());
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_names_match() {
+        assert_eq!(
+            transient(b"/r/.git/packed-refs.lock"),
+            Some(&b"packed-refs.lock"[..])
+        );
+        assert_eq!(transient(b"packed-refs.new"), Some(&b"packed-refs.new"[..]));
+        assert_eq!(transient(b"/r/.git/packed-refs.lock/"), None);
+        assert_eq!(transient(b"/r/.git/config.lock"), None);
+        assert_eq!(transient(b"/r/.git/packed-refs"), None);
+        assert_eq!(transient(b"/r/.git/xpacked-refs.lock"), None);
+        assert_eq!(last_component(b"packed-refs"), Some(&PACKED[..]));
+    }
+
+    #[test]
+    fn the_umask_is_read_from_proc() {
+        // Safety: umask to read it, then set back.
+        let mine = unsafe {
+            let m = libc::umask(0o027);
+            libc::umask(m);
+            m
+        };
+        assert_eq!(
+            umask_of(std::process::id() as libc::pid_t),
+            Some(mine as u32)
+        );
+    }
+}
