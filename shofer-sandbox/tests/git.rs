@@ -551,7 +551,12 @@ fn is_config_rewrite_notice(line: &str, common: &Path) -> bool {
     line == format!(
         "error: could not write config file {}/config: Device or resource busy",
         common.display()
-    ) || line == "warning: update of config-file failed"
+    ) || line
+        == format!(
+            "error: could not lock config file {}/config",
+            common.display()
+        )
+        || line == "warning: update of config-file failed"
 }
 
 /// A repository with a remote `origin` (bare, outside), packed refs, linked worktrees `wt`
@@ -595,6 +600,279 @@ fn every_git_command_works_in_a_linked_worktree_on_the_namespace_backends() {
             if common.join("commondir").exists() {
                 failures.push(format!("{b} / uid {uid:?}: placeholder commondir left"));
             }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// What the host's git trusts in the common dir, and `packed-refs`: file contents, and the
+/// entries of `hooks/`, `info/` and the other worktree's gitdir with their contents.
+fn common_controls(common: &Path) -> Vec<(String, Option<Vec<u8>>)> {
+    let mut out = Vec::new();
+    for f in ["config", "packed-refs", "HEAD"] {
+        out.push((f.to_string(), std::fs::read(common.join(f)).ok()));
+    }
+    for d in ["hooks", "info", "worktrees/wt2"] {
+        let mut names: Vec<_> = std::fs::read_dir(common.join(d))
+            .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        names.sort();
+        for n in names {
+            let p = Path::new(d).join(&n);
+            out.push((p.display().to_string(), std::fs::read(common.join(&p)).ok()));
+        }
+    }
+    out
+}
+
+/// The names of the common dir's top level.
+fn common_names(common: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(common)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Ref deletions and `packed-refs` rewrites in a linked worktree, on the Landlock backend
+/// (the supervisor performs git's `packed-refs.lock` protocol for the command).
+const REF_OPS: &str = r#"set -e
+umask 027
+run() { echo "+ $*"; "$@"; }
+run git branch x; run git branch -d x
+run git tag t; run git tag -d t
+run git update-ref refs/heads/u HEAD; run git update-ref -d refs/heads/u
+echo s > f; git add f; run git stash push -q; run git stash clear
+run git branch p; run git tag pt; run git pack-refs --all
+run git branch -D p; run git tag -d pt
+run git fetch -q --prune origin
+test -z "$(git for-each-ref refs/remotes/origin/gone)"
+/usr/bin/python3 -c '
+import ctypes, fcntl, os
+libc = ctypes.CDLL(None, use_errno=True)
+p = os.environ["COMMON"].encode() + b"/packed-refs.lock"
+for cloexec in (0, os.O_CLOEXEC):
+    fd = libc.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY | cloexec, 0o666)
+    assert fd >= 0, os.strerror(ctypes.get_errno())
+    assert os.write(fd, b"x") == 1
+    assert bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC) == bool(cloexec), cloexec
+    assert os.stat(p).st_mode & 0o777 == 0o640, oct(os.stat(p).st_mode)
+    os.close(fd)
+    os.unlink(p)
+print("lock: O_CLOEXEC honoured, umask applied")
+'
+echo ALL-OK
+"#;
+
+/// Landlock backend, linked worktree: branch/tag deletion, `update-ref -d`, `stash clear`,
+/// `pack-refs` then deletion of packed refs, `fetch --prune` — exit 0, no `packed-refs.lock`
+/// error, nothing of the common dir but `packed-refs` changed; the files the supervisor
+/// creates get the caller's owner, umask and `O_CLOEXEC`.
+#[test]
+fn ref_deletion_works_on_landlock_through_the_supervisor() {
+    if !backends().contains(&"landlock") {
+        return;
+    }
+    let mut failures = Vec::new();
+    for uid in uids() {
+        let l = repo_with_remote(uid);
+        let origin = l.s.path().join("origin.git");
+        // A remote branch that is gone upstream, its tracking ref packed: --prune deletes it.
+        for (dir, args) in [
+            (&l.repo, &["push", "-q", "origin", "main:gone"][..]),
+            (&l.repo, &["fetch", "-q", "origin"]),
+            (&l.repo, &["pack-refs", "--all"]),
+            (&origin, &["update-ref", "-d", "refs/heads/gone"]),
+        ] {
+            let mut cmd = Command::new("git");
+            cmd.args(args).current_dir(dir).envs(git_env());
+            as_uid(&mut cmd, uid);
+            let out = cmd.output().unwrap();
+            assert!(out.status.success(), "git {args:?}: {}", show(&out));
+        }
+        let common = l.repo.join(".git");
+        let controls = common_controls(&common);
+        let (mut cmd, _copy) = sandboxed(uid, &l.wt, "landlock", REF_OPS);
+        cmd.envs(l.vars())
+            .env("XDG_CONFIG_HOME", l.s.path().join("state"))
+            .stdin(Stdio::null());
+        let out = cmd.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let errors: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("error:") || l.starts_with("fatal:") || l.contains("packed-refs")
+            })
+            .filter(|l| !is_config_rewrite_notice(l, &common))
+            .collect();
+        if out.status.code() != Some(0) || !errors.is_empty() || !text.contains("ALL-OK") {
+            failures.push(format!("uid {uid:?}: {errors:?}\n{}", show(&out)));
+            continue;
+        }
+        // Only packed-refs changed (config, hooks/, info/, the other worktree: as they were).
+        let now = common_controls(&common);
+        for ((name, was), (_, is)) in controls.iter().zip(&now) {
+            if was != is && name != "packed-refs" {
+                failures.push(format!("uid {uid:?}: {name} changed"));
+            }
+        }
+        if controls.len() != now.len() {
+            failures.push(format!("uid {uid:?}: entries added: {now:?}"));
+        }
+        let names = common_names(&common);
+        if names.iter().any(|n| n.starts_with("packed-refs.")) {
+            failures.push(format!("uid {uid:?}: left behind: {names:?}"));
+        }
+        // The rewritten packed-refs is the caller's, with its umask (027).
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(common.join("packed-refs")).unwrap();
+        if m.uid() != uid.unwrap_or(0) || m.mode() & 0o777 != 0o640 {
+            failures.push(format!(
+                "uid {uid:?}: packed-refs is uid {} mode {:o}",
+                m.uid(),
+                m.mode() & 0o777
+            ));
+        }
+        let after = l.host_git();
+        if !after.is_empty() {
+            failures.push(format!("uid {uid:?}: host git after: {after:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// What a command tries with the supervisor's `packed-refs` operations, on the Landlock
+/// backend: every other create, rename, link or unlink in the common dir is refused (the
+/// lock's own steps work); `ESCAPED` marks one that got through, `BROKEN` a step git needs
+/// that failed.
+const LOCK_ATTACKS: &str = r#"/usr/bin/python3 - <<'PY'
+import ctypes, errno, os, threading
+C, G, W = os.environ["COMMON"], os.environ["GITDIR"], os.getcwd()
+libc = ctypes.CDLL(None, use_errno=True)
+X = os.O_CREAT | os.O_EXCL | os.O_WRONLY
+def attempt(name, f):
+    try:
+        f()
+        print("ESCAPED", name)
+    except OSError as e:
+        print("refused", name, errno.errorcode.get(e.errno))
+def must(name, f):
+    try:
+        f()
+        print("ok", name)
+    except OSError as e:
+        print("BROKEN", name, e)
+for p in ("config.lock", "config", "hooks/pre-commit", "hooks/packed-refs.lock",
+          "info/packed-refs.lock", "info/exclude.lock", "worktrees/wt2/packed-refs.lock",
+          "worktrees/wt2/HEAD.lock", "packed-refs.lock/x", "packed-refs.lockx"):
+    attempt("create " + p, lambda p=p: os.open(C + "/" + p, X, 0o666))
+attempt("truncate config", lambda: os.open(C + "/config", os.O_WRONLY | os.O_TRUNC))
+attempt("rewrite packed-refs in place", lambda: os.open(C + "/packed-refs", os.O_WRONLY | os.O_APPEND))
+info = os.open(C + "/info", os.O_RDONLY | os.O_DIRECTORY)
+attempt("create packed-refs.lock relative to info/", lambda: os.open("packed-refs.lock", X, 0o666, dir_fd=info))
+os.symlink(C + "/info", W + "/i")
+attempt("create packed-refs.lock through a symlink to info/", lambda: os.open(W + "/i/packed-refs.lock", X, 0o666))
+# The lock itself: created (by the supervisor), written, then nothing else may be done with it.
+def lock():
+    fd = os.open(C + "/packed-refs.lock", X, 0o666)
+    os.write(fd, b"[core]\n\tfsmonitor = /bin/false\n")
+    os.close(fd)
+must("create the lock", lock)
+for to in ("config", "hooks/pre-commit", "info/attributes", "worktrees/wt2/HEAD", "HEAD"):
+    attempt("rename the lock onto " + to, lambda to=to: os.rename(C + "/packed-refs.lock", C + "/" + to))
+    attempt("link the lock as " + to, lambda to=to: os.link(C + "/packed-refs.lock", C + "/" + to))
+def exchange(a, b):
+    r = libc.syscall(316, -100, a.encode(), -100, b.encode(), 2)  # renameat2 RENAME_EXCHANGE
+    if r != 0:
+        raise OSError(ctypes.get_errno(), "renameat2")
+attempt("exchange the lock with config", lambda: exchange(C + "/packed-refs.lock", C + "/config"))
+attempt("exchange the lock with packed-refs", lambda: exchange(C + "/packed-refs.lock", C + "/packed-refs"))
+open(W + "/evil", "w").write("0000000000000000000000000000000000000000 refs/heads/main\n")
+open(G + "/evil", "w").write("0000000000000000000000000000000000000000 refs/heads/main\n")
+os.symlink(C + "/config", W + "/packed-refs.lock")
+for src in (W + "/evil", G + "/evil", C + "/config", C + "/hooks/packed-refs.lock",
+            W + "/packed-refs.lock", C + "/packed-refs.new"):
+    attempt("rename " + src + " onto packed-refs", lambda src=src: os.rename(src, C + "/packed-refs"))
+for p in ("config", "packed-refs", "hooks/packed-refs.lock", "HEAD"):
+    attempt("unlink " + p, lambda p=p: os.unlink(C + "/" + p))
+must("unlink the lock", lambda: os.unlink(C + "/packed-refs.lock"))
+attempt("symlink packed-refs.lock to config", lambda: os.symlink("config", C + "/packed-refs.lock"))
+attempt("hard link config as packed-refs.lock", lambda: os.link(C + "/config", C + "/packed-refs.lock"))
+# A thread flips the path between the lock and config.lock while the other opens it.
+buf = ctypes.create_string_buffer((C + "/packed-refs.lock").encode(), 4096)
+names = [(C + "/packed-refs.lock").encode(), (C + "/config.lock\0\0\0\0\0").encode()]
+stop = False
+def flip():
+    i = 0
+    while not stop:
+        ctypes.memmove(buf, names[i % 2], len(names[i % 2]) + 1)
+        i += 1
+t = threading.Thread(target=flip)
+t.start()
+for _ in range(2000):
+    fd = libc.open(buf, X, 0o666)
+    if fd >= 0:
+        os.close(fd)
+        if os.path.exists(C + "/config.lock"):
+            print("ESCAPED racing the path: config.lock created")
+            break
+        libc.unlink((C + "/packed-refs.lock").encode())
+stop = True
+t.join()
+print("DONE")
+PY"#;
+
+/// Landlock backend: the supervisor's `packed-refs` operations cannot be turned against
+/// anything else of the common dir (see [`LOCK_ATTACKS`]): config, hooks/, info/, the other
+/// worktree and packed-refs itself are untouched, and nothing is left behind. Set up by the
+/// host: `packed-refs.new` as a hard link to `config` (the supervisor's rename must refuse
+/// it) and a `hooks/packed-refs.lock` (right name, wrong directory).
+#[test]
+fn the_supervisors_packed_refs_operations_reach_nothing_else_on_landlock() {
+    if !backends().contains(&"landlock") {
+        return;
+    }
+    let mut failures = Vec::new();
+    for uid in uids() {
+        let l = repo_with_remote(uid);
+        let common = l.repo.join(".git");
+        std::fs::hard_link(common.join("config"), common.join("packed-refs.new")).unwrap();
+        std::fs::write(common.join("hooks/packed-refs.lock"), "host\n").unwrap();
+        if let Some(u) = uid {
+            l.s.chown_all(u);
+        }
+        let controls = common_controls(&common);
+        let names = common_names(&common);
+        let (mut cmd, _copy) = sandboxed(uid, &l.wt, "landlock", LOCK_ATTACKS);
+        cmd.envs(l.vars()).stdin(Stdio::null());
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let bad: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.starts_with("ESCAPED") || l.starts_with("BROKEN"))
+            .collect();
+        if !bad.is_empty() || !stdout.contains("DONE") {
+            failures.push(format!("uid {uid:?}: {bad:?}\n{}", show(&out)));
+        }
+        if common_controls(&common) != controls {
+            failures.push(format!("uid {uid:?}: the common dir's controls changed"));
+        }
+        if common_names(&common) != names {
+            failures.push(format!(
+                "uid {uid:?}: common dir names {:?} became {:?}",
+                names,
+                common_names(&common)
+            ));
+        }
+        let after = l.host_git();
+        if !after.is_empty() {
+            failures.push(format!("uid {uid:?}: host git after: {after:?}"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
