@@ -650,7 +650,7 @@ run git branch -D p; run git tag -d pt
 run git fetch -q --prune origin
 test -z "$(git for-each-ref refs/remotes/origin/gone)"
 /usr/bin/python3 -c '
-import ctypes, fcntl, os
+import ctypes, fcntl, os, time
 libc = ctypes.CDLL(None, use_errno=True)
 p = os.environ["COMMON"].encode() + b"/packed-refs.lock"
 for cloexec in (0, os.O_CLOEXEC):
@@ -659,9 +659,14 @@ for cloexec in (0, os.O_CLOEXEC):
     assert os.write(fd, b"x") == 1
     assert bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC) == bool(cloexec), cloexec
     assert os.stat(p).st_mode & 0o777 == 0o640, oct(os.stat(p).st_mode)
+    # A change the git guard watches (the worktree top): it must leave a held lock alone.
+    open("poke", "w").close()
+    time.sleep(0.3)
+    assert os.path.exists(p), "the git guard removed a held packed-refs.lock"
     os.close(fd)
     os.unlink(p)
-print("lock: O_CLOEXEC honoured, umask applied")
+    os.unlink("poke")
+print("lock: O_CLOEXEC honoured, umask applied, left alone while held")
 '
 echo ALL-OK
 "#;
