@@ -34,7 +34,7 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         case!(
             "git-packed-refs",
-            "write packed-refs, rename a file over it from objects/, git pack-refs",
+            "write packed-refs, rename a file over it from objects/ (refused on Landlock), git pack-refs (nothing else of the common dir changes)",
             None,
             git_packed_refs,
             needs = need_git
@@ -408,14 +408,9 @@ fn git_host_script(c: &Ctx, what: &str, script: &str) -> Outcome {
 }
 
 /// Ref deletion goes through `<common>/packed-refs.lock`: on the namespace backends the
-/// common dir is writable for it; Landlock cannot grant it without `config` (README, "Landlock
-/// limits").
+/// common dir is writable for it; on Landlock the supervisor performs git's lock protocol for
+/// the command (README, "Landlock limits").
 fn git_ref_deletion(c: &Ctx) -> Outcome {
-    if c.cell.backend == "landlock" {
-        return Outcome::Skip(
-            "Landlock cannot grant packed-refs.lock without the common config (README: Landlock limits)".into(),
-        );
-    }
     let r = match make_repo(c) {
         Ok(r) => r,
         Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
@@ -436,7 +431,10 @@ fn git_ref_deletion(c: &Ctx) -> Outcome {
         .filter(|l| l.starts_with("error:") || l.starts_with("fatal:"))
         // `git branch -D` always rewrites the (read-only) config to drop the branch's section
         // (README, "Git"): the deletion itself succeeds.
-        .filter(|l| !l.starts_with("error: could not write config file"))
+        .filter(|l| {
+            !l.starts_with("error: could not write config file")
+                && !l.starts_with("error: could not lock config file")
+        })
         .collect();
     if run.code != Some(0) || !errors.is_empty() {
         return Outcome::Broken(format!(
@@ -582,46 +580,38 @@ fn git_packed_refs(c: &Ctx) -> Outcome {
         Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
     };
     // The namespace backends make packed-refs writable (git deletes refs through
-    // packed-refs.lock), with everything else of the common dir read-only on top: there the
-    // case checks that the rest stays unchanged.
-    if c.cell.backend != "landlock" {
-        return git_packed_refs_writable(c, &r);
-    }
-    let before = fs_snapshot_common(&r);
-    let run1 = deny(c, &r.env, None, &[r.common.join("packed-refs")]);
-    let mut spec = Sb::new(Cmd::AttackRaw(
-        Attack::GitWrite,
-        vec![
-            "rename-over".into(),
-            r.common.join("objects").display().to_string(),
-            r.common.join("packed-refs").display().to_string(),
-        ],
-    ));
-    spec.env = r.env.clone();
-    let run2 = c.sb(spec);
-    let git_bin =
-        c.w.git
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-    let mut spec = Sb::new(Cmd::Argv(vec![git_bin, "pack-refs".into(), "--all".into()]));
-    spec.env = r.env.clone();
-    let _run3 = c.sb(spec);
-    let after = fs_snapshot_common(&r);
-    if let Some(d) = diff(&before, &after) {
-        return Outcome::Escaped(format!("common dir changed: {d}"));
-    }
-    match (run1.outcome(), run2.outcome()) {
-        (Outcome::Blocked(a), Outcome::Blocked(b)) => {
-            Outcome::Blocked(format!("{a}; {b}; git pack-refs left packed-refs alone"))
+    // packed-refs.lock), with everything else of the common dir read-only on top. On Landlock
+    // the supervisor performs git's own lock protocol for the command and nothing else: a
+    // direct write and a rename from objects/ stay refused.
+    if c.cell.backend == "landlock" {
+        let packed = r.common.join("packed-refs");
+        let before = std::fs::read(&packed).ok();
+        let run1 = deny(c, &r.env, None, std::slice::from_ref(&packed));
+        let mut spec = Sb::new(Cmd::AttackRaw(
+            Attack::GitWrite,
+            vec![
+                "rename-over".into(),
+                r.common.join("objects").display().to_string(),
+                packed.display().to_string(),
+            ],
+        ));
+        spec.env = r.env.clone();
+        let run2 = c.sb(spec);
+        if std::fs::read(&packed).ok() != before {
+            return Outcome::Escaped(
+                "packed-refs changed by a direct write or a rename from objects/".into(),
+            );
         }
-        (Outcome::Blocked(_), o) => o,
-        (o, _) => o,
+        match (run1.outcome(), run2.outcome()) {
+            (Outcome::Blocked(_), Outcome::Blocked(_)) => {}
+            (Outcome::Blocked(_), o) | (o, _) => return o,
+        }
     }
+    git_packed_refs_writable(c, &r)
 }
 
-/// Namespace backends: packed-refs may be replaced (by design), nothing else of the common
-/// dir may change, and `git pack-refs` works.
+/// packed-refs may be replaced (by design: read-only binds, or the supervisor's lock protocol
+/// on Landlock), nothing else of the common dir may change, and `git pack-refs` works.
 fn git_packed_refs_writable(c: &Ctx, r: &Repo) -> Outcome {
     let packed = r.common.join("packed-refs").display().to_string();
     let without_packed = |m: BTreeMap<String, String>| -> BTreeMap<String, String> {
@@ -645,9 +635,11 @@ fn git_packed_refs_writable(c: &Ctx, r: &Repo) -> Outcome {
     if run.code != Some(0) {
         return Outcome::Broken(format!("git pack-refs failed: {}", run.how()));
     }
-    Outcome::Blocked(
-        "packed-refs writable by design (read-only binds keep config, hooks, info and the rest of the common dir); git pack-refs worked".into(),
-    )
+    Outcome::Blocked(if c.cell.backend == "landlock" {
+        "a direct write and a rename from objects/ refused; git pack-refs worked through the supervisor's packed-refs.lock protocol, nothing else of the common dir changed".into()
+    } else {
+        "packed-refs writable by design (read-only binds keep config, hooks, info and the rest of the common dir); git pack-refs worked".into()
+    })
 }
 
 fn git_worktree_config(c: &Ctx) -> Outcome {
