@@ -466,6 +466,7 @@ mod tests {
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
             unix_gate: OnceCell::from(Ok(())),
+            lockfile_gate: OnceCell::from(Ok(())),
         };
         f.assume_userns();
         if namespaces::blocked_by_sysctl().is_none() {

@@ -385,18 +385,22 @@ impl Gate {
             return;
         }
         let fd = self.listener.as_raw_fd();
+        notify::sync_wake_up(fd);
         if self.rules.packed_refs.is_some() {
             self.addfd = notify::addfd_support(fd);
             if self.addfd == AddFd::Missing {
-                // Checked before the run (gate::lockfiles_available); kept as it was.
-                eprintln!("shofer-sandbox: note: git's packed-refs.lock is not created for the command: the kernel lacks SECCOMP_IOCTL_NOTIF_ADDFD (Linux 5.9)");
+                // Every kernel with Landlock has it (5.9 < 5.13); a backport without it keeps
+                // the behaviour of a run without these traps.
+                eprintln!("shofer-sandbox: note: git's packed-refs.lock is not created for the command: the kernel lacks SECCOMP_IOCTL_NOTIF_ADDFD (Linux 5.9); git cannot delete refs here");
             }
         }
-        // The thread lives as long as the supervisor: when every process under the filter is
-        // gone, RECV just blocks, and the supervisor's exit ends it.
+        // The thread ends when every process under the filter is gone (or with the
+        // supervisor): RECV then fails at once with ENOENT, which a caller interrupted in its
+        // trapped call also gives, so only the listener's hang-up tells them apart.
         loop {
             let n = match notify::recv(fd) {
                 Ok(n) => n,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && notify::orphaned(fd) => return,
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINTR)) => continue,
                 Err(_) => return,
             };
