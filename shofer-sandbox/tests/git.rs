@@ -1052,6 +1052,18 @@ fn the_report_closes_with_both_the_refused_sockets_and_the_git_restore() {
         .collect();
     assert_eq!(records.len(), 3, "{records:?}");
     assert_eq!(records[0]["backend"], "landlock", "{records:?}");
+    // packed-refs: outside the writable set, git's lock protocol performed by the supervisor.
+    let packed = serde_json::json!(repo.join(".git/packed-refs"));
+    let row = records[0]["git"]["protected"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["path"] == packed))
+        .unwrap_or_else(|| panic!("no packed-refs row: {records:?}"));
+    assert!(
+        row["how"]
+            .as_str()
+            .is_some_and(|h| h.contains("the supervisor performs git's lock protocol")),
+        "{row}"
+    );
     assert_eq!(
         records[1]["unix_refused"],
         serde_json::json!([sock]),
