@@ -223,7 +223,7 @@ pub fn addfd_support(listener: RawFd) -> AddFd {
         addfd_ioctl(listener, 0, listener, false, flags) < 0
             && io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT)
     };
-    if knows(libc::SECCOMP_ADDFD_FLAG_SEND as u64) {
+    if knows(libc::SECCOMP_ADDFD_FLAG_SEND) {
         AddFd::Send
     } else if knows(0) {
         AddFd::Plain
@@ -243,7 +243,7 @@ pub fn addfd(listener: RawFd, id: u64, src: RawFd, cloexec: bool, how: AddFd) ->
     let flags = match how {
         AddFd::Missing => return Err(libc::EINVAL),
         AddFd::Plain => 0,
-        AddFd::Send => libc::SECCOMP_ADDFD_FLAG_SEND as u64,
+        AddFd::Send => libc::SECCOMP_ADDFD_FLAG_SEND,
     };
     let r = addfd_ioctl(listener, id, src, cloexec, flags);
     if r < 0 {

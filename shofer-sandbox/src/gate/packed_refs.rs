@@ -303,7 +303,7 @@ mod tests {
         assert_eq!(transient(b"/r/.git/config.lock"), None);
         assert_eq!(transient(b"/r/.git/packed-refs"), None);
         assert_eq!(transient(b"/r/.git/xpacked-refs.lock"), None);
-        assert_eq!(last_component(b"packed-refs"), Some(&PACKED[..]));
+        assert_eq!(last_component(b"packed-refs"), Some(PACKED));
     }
 
     #[test]
