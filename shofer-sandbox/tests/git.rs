@@ -666,7 +666,17 @@ for cloexec in (0, os.O_CLOEXEC):
     os.close(fd)
     os.unlink(p)
     os.unlink("poke")
-print("lock: O_CLOEXEC honoured, umask applied, left alone while held")
+# The *at forms from AT_FDCWD (os.Remove in Go, renameat): served too.
+c = os.environ["COMMON"].encode()
+fd = libc.open(c + b"/packed-refs.new", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+assert fd >= 0, os.strerror(ctypes.get_errno())
+os.write(fd, open(c + b"/packed-refs", "rb").read())
+os.close(fd)
+assert libc.renameat(-100, c + b"/packed-refs.new", -100, c + b"/packed-refs") == 0, os.strerror(ctypes.get_errno())
+fd = libc.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+assert fd >= 0 and libc.unlinkat(-100, p, 0) == 0, os.strerror(ctypes.get_errno())
+os.close(fd)
+print("lock: O_CLOEXEC honoured, umask applied, left alone while held; renameat, unlinkat")
 '
 echo ALL-OK
 "#;

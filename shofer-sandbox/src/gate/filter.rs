@@ -10,10 +10,14 @@
 //!   reads 64-bit argument layouts only.
 //!
 //! With [`Traps::lockfiles`] (the Landlock backend in a linked worktree, see
-//! [`super::packed_refs`]) also: `open`/`openat` whose flags hold both `O_CREAT` and `O_EXCL`
-//! (a lock file's creation; every other open never traps), `rename`, `renameat`,
-//! `renameat2`, `unlink`, and `unlinkat` without `AT_REMOVEDIR`. Their 32-bit entry points
-//! run untouched: the gate grants nothing there, so Landlock refuses them as before.
+//! [`super::packed_refs`]) also the calls git makes for a lock file (x86-64 glibc and musl:
+//! `openat`/`open`, `rename`, `unlink`): `open`, and `openat` from `AT_FDCWD`, whose flags
+//! hold both `O_CREAT` and `O_EXCL` (every other open never traps); `rename` and `unlink`;
+//! `renameat`/`renameat2` with both directories `AT_FDCWD` (and no `renameat2` flags) and
+//! `unlinkat` from `AT_FDCWD` without `AT_REMOVEDIR` (Go's `os.Remove`). Calls relative to a
+//! directory descriptor — `rm -r`, `shutil.rmtree`, `remove_dir_all` — and the 32-bit entry
+//! points run untouched: the gate would grant nothing there, so Landlock decides as before,
+//! and they cost no round trip.
 //!
 //! Written by hand like [`crate::seccomp`], with symbolic jump labels resolved at build time.
 //! See seccomp(2) and seccomp_unotify(2).
@@ -24,10 +28,14 @@ use std::os::fd::{FromRawFd, OwnedFd};
 const OFF_NR: u32 = 0;
 const OFF_ARCH: u32 = 4;
 /// `args[N]` of `struct seccomp_data` (offset 16 + N·8), low and high halves (little-endian).
+/// An `int` argument is its low half (the kernel truncates the register).
+const OFF_ARG0_LO: u32 = 16;
 const OFF_ARG1_LO: u32 = 24;
 const OFF_ARG2_LO: u32 = 32;
 const OFF_ARG4_LO: u32 = 48;
 const OFF_ARG4_HI: u32 = 52;
+/// `AT_FDCWD` (-100) as the low half of an argument.
+const AT_FDCWD: u32 = libc::AT_FDCWD as u32;
 
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 const AUDIT_ARCH_I386: u32 = 0x4000_0003;
@@ -78,6 +86,9 @@ enum L {
     OpenArgs,
     CreatExcl,
     UnlinkatArgs,
+    RenameatArgs,
+    Renameat2Args,
+    Renameat2Hi,
 }
 
 enum Ins {
@@ -161,8 +172,8 @@ pub fn program(traps: Traps) -> Vec<libc::sock_filter> {
             Jeq(NR_OPENAT, L::OpenatArgs, L::Next),
             Jeq(NR_OPEN, L::OpenArgs, L::Next),
             Jeq(NR_RENAME, L::Notify, L::Next),
-            Jeq(NR_RENAMEAT, L::Notify, L::Next),
-            Jeq(NR_RENAMEAT2, L::Notify, L::Next),
+            Jeq(NR_RENAMEAT, L::RenameatArgs, L::Next),
+            Jeq(NR_RENAMEAT2, L::Renameat2Args, L::Next),
             Jeq(NR_UNLINK, L::Notify, L::Next),
             Jeq(NR_UNLINKAT, L::UnlinkatArgs, L::Next),
         ]);
@@ -182,6 +193,8 @@ pub fn program(traps: Traps) -> Vec<libc::sock_filter> {
         // Flags are an int: the low half of the argument is all the kernel reads.
         code.extend([
             Label(L::OpenatArgs),
+            Ld(OFF_ARG0_LO),
+            Jeq(AT_FDCWD, L::Next, L::Allow),
             Ld(OFF_ARG2_LO),
             Jset(libc::O_CREAT as u32, L::CreatExcl, L::Allow),
             Label(L::OpenArgs),
@@ -190,8 +203,21 @@ pub fn program(traps: Traps) -> Vec<libc::sock_filter> {
             Label(L::CreatExcl),
             Jset(libc::O_EXCL as u32, L::Notify, L::Allow),
             Label(L::UnlinkatArgs),
+            Ld(OFF_ARG0_LO),
+            Jeq(AT_FDCWD, L::Next, L::Allow),
             Ld(OFF_ARG2_LO),
             Jset(libc::AT_REMOVEDIR as u32, L::Allow, L::Notify),
+            Label(L::Renameat2Args),
+            Ld(OFF_ARG4_LO),
+            Jeq(0, L::Renameat2Hi, L::Allow),
+            Label(L::Renameat2Hi),
+            Ld(OFF_ARG4_HI),
+            Jeq(0, L::RenameatArgs, L::Allow),
+            Label(L::RenameatArgs),
+            Ld(OFF_ARG0_LO),
+            Jeq(AT_FDCWD, L::Next, L::Allow),
+            Ld(OFF_ARG2_LO),
+            Jeq(AT_FDCWD, L::Notify, L::Allow),
         ]);
     }
     code.push(Label(L::X32));
@@ -327,21 +353,31 @@ mod tests {
         let creat = (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as u64;
         let on = program(ALL[1]);
         let off = program(ALL[0]);
+        // AT_FDCWD as a caller passes it (sign-extended), and a real directory descriptor.
+        let cwd = libc::AT_FDCWD as i64 as u64;
+        let dir = 5;
         let cases = [
-            (NR_OPENAT, [0, 0, excl, 0o666, 0, 0], notify),
-            (NR_OPENAT, [0, 0, creat, 0o666, 0, 0], allow),
-            (NR_OPENAT, [0, 0, libc::O_RDONLY as u64, 0, 0, 0], allow),
-            (NR_OPENAT, [0, 0, libc::O_EXCL as u64, 0, 0, 0], allow),
+            (NR_OPENAT, [cwd, 0, excl, 0o666, 0, 0], notify),
+            (NR_OPENAT, [cwd & 0xffff_ffff, 0, excl, 0o666, 0, 0], notify),
+            (NR_OPENAT, [dir, 0, excl, 0o666, 0, 0], allow),
+            (NR_OPENAT, [cwd, 0, creat, 0o666, 0, 0], allow),
+            (NR_OPENAT, [cwd, 0, libc::O_RDONLY as u64, 0, 0, 0], allow),
+            (NR_OPENAT, [cwd, 0, libc::O_EXCL as u64, 0, 0, 0], allow),
             (NR_OPEN, [0, excl, 0o666, 0, 0, 0], notify),
             (NR_OPEN, [0, creat, 0o666, 0, 0, 0], allow),
             (NR_RENAME, [0; 6], notify),
-            (NR_RENAMEAT, [0; 6], notify),
-            (NR_RENAMEAT2, [0; 6], notify),
+            (NR_RENAMEAT, [cwd, 0, cwd, 0, 0, 0], notify),
+            (NR_RENAMEAT, [dir, 0, cwd, 0, 0, 0], allow),
+            (NR_RENAMEAT, [cwd, 0, dir, 0, 0, 0], allow),
+            (NR_RENAMEAT2, [cwd, 0, cwd, 0, 0, 0], notify),
+            (NR_RENAMEAT2, [cwd, 0, cwd, 0, 1, 0], allow),
+            (NR_RENAMEAT2, [dir, 0, cwd, 0, 0, 0], allow),
             (NR_UNLINK, [0; 6], notify),
-            (NR_UNLINKAT, [0, 0, 0, 0, 0, 0], notify),
+            (NR_UNLINKAT, [cwd, 0, 0, 0, 0, 0], notify),
+            (NR_UNLINKAT, [dir, 0, 0, 0, 0, 0], allow),
             (
                 NR_UNLINKAT,
-                [0, 0, libc::AT_REMOVEDIR as u64, 0, 0, 0],
+                [cwd, 0, libc::AT_REMOVEDIR as u64, 0, 0, 0],
                 allow,
             ),
             (0, [0; 6], allow), // read
