@@ -19,7 +19,7 @@
 //! checks on these calls see what they would have seen for the command.
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::diag::{self, Lookup};
@@ -374,12 +374,20 @@ impl Gate {
             return;
         }
         let fd = self.listener.as_raw_fd();
-        // The thread lives as long as the supervisor: when every process under the filter is
-        // gone, RECV just blocks, and the supervisor's exit ends it.
         loop {
             let n = match notify::recv(fd) {
                 Ok(n) => n,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINTR)) => continue,
+                // ENOENT: the caller died before we read its call — or no process uses the
+                // filter any more, which RECV reports at once, again and again: wait on the
+                // listener and end when it says so (POLLHUP), instead of spinning.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    let listener = self.listener.as_fd();
+                    match shofer_sys::fd::wait_readable(listener) {
+                        Ok(true) => continue,
+                        _ => return,
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(_) => return,
             };
             match self.handle(&n) {
