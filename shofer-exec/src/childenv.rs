@@ -47,10 +47,12 @@ pub const DEFAULTS: &[(&str, &str)] = &[
 pub const REMOVED: &[&str] = &["FORCE_COLOR", "CLICOLOR_FORCE"];
 
 /// The changes to apply to the inherited environment, in order: `(name, Some(value))` sets,
-/// `(name, None)` removes. `explicit` (the caller's `K=V` pairs) come last and win.
+/// `(name, None)` removes (also [`crate::guardian::INNER_VAR`], the server's own). `explicit` (the caller's `K=V` pairs) come last and win.
 pub fn changes(explicit: &[(OsString, OsString)]) -> Vec<(OsString, Option<OsString>)> {
     let is_explicit = |k: &str| explicit.iter().any(|(e, _)| e == k);
-    let mut out: Vec<(OsString, Option<OsString>)> = Vec::new();
+    // The server's marker from its guardian (crate::guardian) is the server's own.
+    let mut out: Vec<(OsString, Option<OsString>)> =
+        vec![(crate::guardian::INNER_VAR.into(), None)];
     for k in REMOVED {
         if !is_explicit(k) {
             out.push(((*k).into(), None));

@@ -40,6 +40,7 @@
 pub mod childenv;
 pub mod detach;
 mod engine;
+pub mod guardian;
 pub mod intercept;
 mod pump;
 pub mod reader;

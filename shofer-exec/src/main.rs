@@ -250,6 +250,12 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    // `shofer serve` runs below a guardian that outlives a SIGKILLed server (guardian.rs).
+    if matches!(cli.cmd, Cmd::Serve { .. }) {
+        if let shofer_exec::guardian::Role::Done(code) = shofer_exec::guardian::split() {
+            return ExitCode::from(code);
+        }
+    }
     let (end, json) = match cli.cmd {
         Cmd::Run {
             worktree,

@@ -144,7 +144,8 @@ impl GitRun {
         }
     }
 
-    /// After the whole tree is gone: stops the watcher, restores what changed, says so on
+    /// The run's last step (the process exits next), after the whole tree is gone: stops the
+    /// watcher, restores what changed, says so on
     /// stderr and (if anything happened) in a closing `--report` record, clears the journal
     /// and the placeholders. Returns true when a restore failed.
     pub fn finish(mut self, report: Option<&mut std::fs::File>) -> bool {

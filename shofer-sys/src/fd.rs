@@ -79,6 +79,18 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> io::Result<Vec<
     Ok(pfds.iter().map(|p| !p.revents().is_empty()).collect())
 }
 
+/// Waits, without a time limit, until `fd` is readable or hung up. True when there is
+/// something to read (`POLLIN`), false when it only reports `POLLHUP`/`POLLERR` — for a
+/// seccomp listener: no process uses its filter any more (seccomp_unotify(2)).
+///
+/// # Errors
+/// As `poll(2)`.
+pub fn wait_readable(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut pfd = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
+    retry(|| rustix::event::poll(&mut pfd, None))?;
+    Ok(pfd[0].revents().contains(PollFlags::IN))
+}
+
 /// `read(2)` into `buf`, retrying `EINTR`. 0 is end of file.
 ///
 /// # Errors

@@ -205,6 +205,20 @@ fn stat_path<'a>(buf: &'a mut [u8; 24], pid: &[u8]) -> Option<&'a CStr> {
     CStr::from_bytes_with_nul(&buf[..n]).ok()
 }
 
+/// Where this process's command line lives in its memory: `arg_start`, `arg_end` of
+/// `/proc/self/stat` (fields 48 and 49, proc(5)); `None` when they cannot be read (a kernel
+/// hiding them shows 0).
+pub fn own_command_line_region() -> Option<(usize, usize)> {
+    let buf = std::fs::read("/proc/self/stat").ok()?;
+    let close = memchr::memrchr(b')', &buf)?;
+    let rest = std::str::from_utf8(buf.get(close + 2..)?).ok()?;
+    // `rest` starts at field 3 (state): field N is at index N - 3.
+    let mut it = rest.split(' ');
+    let start: usize = it.nth(48 - 3)?.parse().ok()?;
+    let end: usize = it.next()?.parse().ok()?;
+    (start != 0 && end > start).then_some((start, end))
+}
+
 /// The process `pid` now (one read of its stat file), or `None` when there is none.
 pub fn read(pid: i32) -> Option<ProcInfo> {
     parse_stat(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)

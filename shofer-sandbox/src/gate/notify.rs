@@ -55,19 +55,6 @@ pub fn sync_wake_up(listener: RawFd) -> bool {
     unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS, flags) == 0 }
 }
 
-/// Whether no process uses the listener's filter any more (the kernel's poll reports
-/// `POLLHUP` then, seccomp_unotify(2)): no notification can ever arrive again.
-pub fn orphaned(listener: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd: listener,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // Safety: one valid pollfd, no timeout.
-    let n = unsafe { libc::poll(&mut p, 1, 0) };
-    n == 1 && p.revents & libc::POLLHUP != 0 && p.revents & libc::POLLIN == 0
-}
-
 /// `SECCOMP_IOCTL_NOTIF_SEND`: the syscall returns `val` (when `errno` is 0) or fails with
 /// `errno`. Errors (the caller died meanwhile: `ENOENT`) are ignored: nobody is waiting.
 pub fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) {

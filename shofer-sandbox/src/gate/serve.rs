@@ -23,7 +23,7 @@
 //! checks on these calls see what they would have seen for the command.
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::diag::{self, Lookup};
@@ -394,14 +394,20 @@ impl Gate {
                 eprintln!("shofer-sandbox: note: git's packed-refs.lock is not created for the command: the kernel lacks SECCOMP_IOCTL_NOTIF_ADDFD (Linux 5.9); git cannot delete refs here");
             }
         }
-        // The thread ends when every process under the filter is gone (or with the
-        // supervisor): RECV then fails at once with ENOENT, which a caller interrupted in its
-        // trapped call also gives, so only the listener's hang-up tells them apart.
         loop {
             let n = match notify::recv(fd) {
                 Ok(n) => n,
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && notify::orphaned(fd) => return,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINTR)) => continue,
+                // ENOENT: the caller died before we read its call — or no process uses the
+                // filter any more, which RECV reports at once, again and again: wait on the
+                // listener and end when it says so (POLLHUP), instead of spinning.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    let listener = self.listener.as_fd();
+                    match shofer_sys::fd::wait_readable(listener) {
+                        Ok(true) => continue,
+                        _ => return,
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(_) => return,
             };
             match self.handle(&n) {

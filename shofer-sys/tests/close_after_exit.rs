@@ -1,0 +1,54 @@
+//! `process::close_after_exit`: the child that takes over a descriptor's last close holds that
+//! descriptor and its wait pipe only, does not carry this process's command line, and stays
+//! until this process exits.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use shofer_sys::proc::ProcTable;
+
+#[test]
+fn the_closing_child_holds_only_the_descriptor_and_not_our_command_line() {
+    let me = shofer_sys::process::getpid();
+    let children_of_me = || {
+        let table = ProcTable::scan();
+        let pids: Vec<i32> = table
+            .children(me)
+            .iter()
+            .map(|&i| table.procs()[i].pid)
+            .collect();
+        pids
+    };
+    let before = children_of_me();
+    let (read, write): (OwnedFd, OwnedFd) = shofer_sys::fd::pipe_cloexec().unwrap();
+    let read_ino = std::fs::metadata(format!("/proc/self/fd/{}", read.as_raw_fd()))
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap();
+    shofer_sys::process::close_after_exit(read);
+    let children: Vec<i32> = children_of_me()
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert_eq!(children.len(), 1, "one closing child: {children:?}");
+    let child = children[0];
+    // Its command line is not ours (a marker search must not find it).
+    let ours = std::fs::read("/proc/self/cmdline").unwrap();
+    let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap();
+    assert_ne!(cmdline, ours);
+    assert!(cmdline.starts_with(b"shofer (closing)"), "{cmdline:?}");
+    // Exactly two descriptors: 0 the pipe's read end handed over, 1 its wait pipe.
+    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{child}/fd"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    fds.sort();
+    assert_eq!(fds, ["0", "1"], "the child holds nothing else");
+    let held = std::fs::metadata(format!("/proc/{child}/fd/0"))
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap();
+    assert_eq!(held, read_ino, "fd 0 is the descriptor handed over");
+    // It waits for this process: still there a moment later, and our write end has no reader
+    // but it (a write succeeds).
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(std::path::Path::new(&format!("/proc/{child}")).exists());
+    assert_eq!(rustix::io::write(&write, b"x").unwrap(), 1);
+}
