@@ -762,6 +762,39 @@ fn ref_deletion_works_on_landlock_through_the_supervisor() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// The gate also runs for the `packed-refs` traps alone — at Landlock ABI 9, where the kernel
+/// mediates unix sockets, and with `--no-unix-gate` (used here to get that filter on this
+/// kernel): ref deletion still works.
+#[test]
+fn ref_deletion_works_with_the_lockfile_traps_alone() {
+    if !backends().contains(&"landlock") {
+        return;
+    }
+    let l = repo_with_remote(None);
+    let script = "set -e; git branch x; git pack-refs --all; git branch -D x; \
+                  test -z \"$(git for-each-ref refs/heads/x)\"; echo ALL-OK";
+    let out = Command::new(SANDBOX)
+        .current_dir(&l.wt)
+        .envs(git_env())
+        .arg(&l.wt)
+        .args([
+            "--backend",
+            "landlock",
+            "--no-unix-gate",
+            "--allow-degraded",
+        ])
+        .args(["-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = show(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("ALL-OK") && !text.contains("packed-refs.lock"),
+        "{text}"
+    );
+}
+
 /// What a command tries with the supervisor's `packed-refs` operations, on the Landlock
 /// backend: every other create, rename, link or unlink in the common dir is refused (the
 /// lock's own steps work); `ESCAPED` marks one that got through, `BROKEN` a step git needs
