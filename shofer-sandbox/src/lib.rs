@@ -29,7 +29,9 @@
 //!
 //! Below Landlock ABI 9 (and behind bubblewrap) the [`gate`] — a seccomp user-notification
 //! filter installed in step 6 and served by the supervisor from step 7 — keeps the command
-//! from reaching host processes through unix sockets.
+//! from reaching host processes through unix sockets. On the Landlock backend in a linked
+//! worktree it also performs git's `packed-refs` lock protocol for the command in the common
+//! dir, which stays outside the writable set (`gate::packed_refs`).
 //!
 //! # Limitations (Landlock backend)
 //! - chmod, chown, utime and xattr changes outside the writable set are not controlled by
