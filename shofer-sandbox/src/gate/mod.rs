@@ -26,7 +26,8 @@
 
 pub mod diag;
 pub mod filter;
-pub mod notify;
+pub mod netns;
+mod notify;
 pub mod resolve;
 pub mod serve;
 

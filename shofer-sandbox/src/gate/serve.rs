@@ -95,6 +95,8 @@ struct Gate {
     shown: HashSet<String>,
     /// Whether the kernel answers sock_diag(7) for unix sockets (asked at the first refusal).
     diag_works: Option<bool>,
+    /// Network namespaces (inode of `/proc/PID/ns/net`) a sock_diag socket was sought in.
+    netns_tried: HashSet<u64>,
 }
 
 /// Starts the gate thread on `listener`. `diag` are `NETLINK_SOCK_DIAG` sockets, one per
@@ -122,6 +124,7 @@ pub fn spawn(
         refused: refused.clone(),
         shown: HashSet::new(),
         diag_works: None,
+        netns_tried: HashSet::new(),
     };
     std::thread::Builder::new()
         .name("shofer-gate".into())
@@ -873,9 +876,33 @@ impl Gate {
                     }
                     self.own.pending.push(ino);
                 }
+                if self.lookup(ino) == Lookup::Gone {
+                    self.reach_netns_of(n.pid);
+                }
             }
         }
         Reply::Continue
+    }
+
+    /// The socket being bound is in a network namespace none of our sock_diag sockets sees
+    /// (bubblewrap's `--unshare-net`, or one the command made): get one there, once per
+    /// namespace, where the kernel answers sock_diag at all.
+    fn reach_netns_of(&mut self, pid: libc::pid_t) {
+        let Some(id) = super::netns::ns_id(&pid.to_string(), "net") else {
+            return;
+        };
+        if !self.netns_tried.insert(id) || self.netns_tried.len() > 64 {
+            return;
+        }
+        if !*self
+            .diag_works
+            .get_or_insert_with(|| diag_answers(&self.diag))
+        {
+            return;
+        }
+        if let Some(d) = super::netns::diag_of(pid) {
+            self.diag.push(d);
+        }
     }
 }
 
