@@ -38,22 +38,6 @@ fn fd_ino(fd: RawFd) -> Option<u64> {
     (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
 }
 
-fn int_opt(fd: RawFd, opt: libc::c_int) -> libc::c_int {
-    let mut v: libc::c_int = -1;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // Safety: getsockopt(2) into our integer.
-    unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    v
-}
-
 /// A sock_diag socket in the network namespace of process `pid`; `None` when it cannot be
 /// made (the namespace belongs to a user namespace this uid does not own, the process is
 /// gone, a system call failed).
@@ -128,8 +112,8 @@ pub fn diag_of(pid: libc::pid_t) -> Option<OwnedFd> {
     unsafe { libc::waitpid(child, &mut status, 0) };
     let got = got?;
     let fd = got.as_raw_fd();
-    (int_opt(fd, libc::SO_DOMAIN) == libc::AF_NETLINK
-        && int_opt(fd, libc::SO_PROTOCOL) == libc::NETLINK_SOCK_DIAG)
+    (super::serve::sockopt(fd, libc::SO_DOMAIN) == libc::AF_NETLINK
+        && super::serve::sockopt(fd, libc::SO_PROTOCOL) == libc::NETLINK_SOCK_DIAG)
         .then_some(got)
 }
 

@@ -262,7 +262,8 @@ fn ret(r: isize) -> Result<i64, i32> {
     }
 }
 
-fn sockopt(fd: RawFd, opt: libc::c_int) -> i32 {
+/// An int-sized `SOL_SOCKET` option of `fd` (-1 when it cannot be read).
+pub(super) fn sockopt(fd: RawFd, opt: libc::c_int) -> i32 {
     let mut v: libc::c_int = -1;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // Safety: an int-sized option into an int.
