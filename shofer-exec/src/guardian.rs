@@ -45,6 +45,9 @@ fn signal_set(sigs: &[libc::c_int]) -> libc::sigset_t {
 /// where the guardian cannot be set up: no subreaper flag, no `/proc/self/exe`).
 pub fn split() -> Role {
     if std::env::var_os(INNER_VAR).is_some() {
+        // Started as /proc/self/exe, the kernel named us "exe": take the guardian's name.
+        // Safety: PR_SET_NAME with a NUL-terminated string of at most 16 bytes.
+        unsafe { libc::prctl(libc::PR_SET_NAME, c"shofer".as_ptr()) };
         return Role::Server;
     }
     if crate::tree::enable_subreaper().is_err() {
@@ -56,6 +59,7 @@ pub fn split() -> Role {
     // Safety: as above.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &waited, &mut old) };
     let guardian = shofer_sys::process::getpid();
+    // This very binary, even if its file was replaced since it started.
     let mut cmd = Command::new("/proc/self/exe");
     cmd.args(std::env::args_os().skip(1)).env(INNER_VAR, "1");
     if let Some(argv0) = std::env::args_os().next() {

@@ -31,7 +31,8 @@
 
 pub mod diag;
 pub mod filter;
-pub mod notify;
+pub mod netns;
+mod notify;
 pub mod packed_refs;
 pub mod resolve;
 pub mod serve;

@@ -105,6 +105,8 @@ struct Gate {
     diag_works: Option<bool>,
     /// How a created file reaches the caller (asked of the listener at start).
     addfd: AddFd,
+    /// Network namespaces (inode of `/proc/PID/ns/net`) a sock_diag socket was sought in.
+    netns_tried: HashSet<u64>,
 }
 
 /// Starts the gate thread on `listener`. `diag` are `NETLINK_SOCK_DIAG` sockets, one per
@@ -133,6 +135,7 @@ pub fn spawn(
         shown: HashSet::new(),
         diag_works: None,
         addfd: AddFd::Missing,
+        netns_tried: HashSet::new(),
     };
     std::thread::Builder::new()
         .name("shofer-gate".into())
@@ -270,7 +273,8 @@ fn ret(r: isize) -> Result<i64, i32> {
     }
 }
 
-fn sockopt(fd: RawFd, opt: libc::c_int) -> i32 {
+/// An int-sized `SOL_SOCKET` option of `fd` (-1 when it cannot be read).
+pub(super) fn sockopt(fd: RawFd, opt: libc::c_int) -> i32 {
     let mut v: libc::c_int = -1;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // Safety: an int-sized option into an int.
@@ -966,9 +970,33 @@ impl Gate {
                     }
                     self.own.pending.push(ino);
                 }
+                if self.lookup(ino) == Lookup::Gone {
+                    self.reach_netns_of(n.pid);
+                }
             }
         }
         Reply::Continue
+    }
+
+    /// The socket being bound is in a network namespace none of our sock_diag sockets sees
+    /// (bubblewrap's `--unshare-net`, or one the command made): get one there, once per
+    /// namespace, where the kernel answers sock_diag at all.
+    fn reach_netns_of(&mut self, pid: libc::pid_t) {
+        let Some(id) = super::netns::ns_id(&pid.to_string(), "net") else {
+            return;
+        };
+        if !self.netns_tried.insert(id) || self.netns_tried.len() > 64 {
+            return;
+        }
+        if !*self
+            .diag_works
+            .get_or_insert_with(|| diag_answers(&self.diag))
+        {
+            return;
+        }
+        if let Some(d) = super::netns::diag_of(pid) {
+            self.diag.push(d);
+        }
     }
 }
 
