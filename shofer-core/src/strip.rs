@@ -19,7 +19,11 @@
 //! terminator is not one: its bytes are emitted as text (without the `ESC`).
 //!
 //! Fast path: runs without any of `ESC`, `\r`, `\b`, BEL are found with a block scan the
-//! compiler vectorizes, and are emitted as slices of the input, not copied.
+//! compiler vectorizes, and are emitted as slices of the input, not copied. Between two of
+//! `\r`, `\b`, BEL (found with `memchr3`), text interrupted only by complete CSI sequences
+//! (colours: found with `memchr`) is gathered into one run with the sequences cut out, and
+//! that run goes through the line logic once: per sequence the cost is a `memchr` step and a
+//! short copy, not a pass through the state machine.
 //!
 //! ```
 //! use shofer_core::strip::strip_all;
@@ -69,6 +73,10 @@ pub struct Stripper {
     cr: bool,
     /// [`HOLD`], smaller in tests.
     hold: usize,
+    /// Text with CSI sequences cut out, gathered by the fast path.
+    gathered: Vec<u8>,
+    /// The fast path is on (off only in tests, where the byte-by-byte path is its oracle).
+    fast: bool,
 }
 
 impl Default for Stripper {
@@ -116,6 +124,8 @@ impl Stripper {
             line: Vec::new(),
             cr: false,
             hold: HOLD,
+            gathered: Vec::new(),
+            fast: true,
         }
     }
 
@@ -129,7 +139,18 @@ impl Stripper {
     /// of `input` where possible).
     pub fn feed(&mut self, input: &[u8], emit: &mut impl FnMut(&[u8])) {
         let mut i = 0;
+        // The next `\r`, `\b` or BEL at or after `i` (input.len() when none), for the fast path.
+        let mut hard = 0;
         while i < input.len() {
+            if self.state == State::Ground && self.fast {
+                if hard < i {
+                    hard = memchr::memchr3(CR, BS, BEL, &input[i..]).map_or(input.len(), |p| i + p);
+                }
+                i = self.gather_colours(input, i, hard, emit);
+                if i == input.len() {
+                    break;
+                }
+            }
             if self.state == State::Ground {
                 let run_end = find_special(&input[i..]).map_or(input.len(), |p| i + p);
                 if run_end > i {
@@ -166,6 +187,50 @@ impl Stripper {
                 }
             }
         }
+    }
+
+    /// The fast path in the ground state: from `i` up to `hard` (the next `\r`, `\b` or BEL),
+    /// text and complete CSI sequences; the text goes through [`Stripper::text`] as one run.
+    /// Returns where it stopped: `hard`, or an `ESC` that does not start a complete CSI
+    /// sequence (left to the state machine).
+    fn gather_colours(
+        &mut self,
+        input: &[u8],
+        mut i: usize,
+        hard: usize,
+        emit: &mut impl FnMut(&[u8]),
+    ) -> usize {
+        let Some(p) = memchr::memchr(ESC, &input[i..hard]) else {
+            // No escape at all: the run is emitted as slices of the input.
+            if hard > i {
+                self.text(&input[i..hard], emit);
+            }
+            return hard;
+        };
+        let mut gathered = std::mem::take(&mut self.gathered);
+        gathered.clear();
+        let mut esc = i + p;
+        loop {
+            gathered.extend_from_slice(&input[i..esc]);
+            if esc == hard {
+                i = hard;
+                break;
+            }
+            // A CSI sequence holds no control byte, so it ends before `hard`.
+            match csi_end(&input[esc..]) {
+                Some(n) => i = esc + n,
+                None => {
+                    i = esc;
+                    break;
+                }
+            }
+            esc = memchr::memchr(ESC, &input[i..hard]).map_or(hard, |p| i + p);
+        }
+        if !gathered.is_empty() {
+            self.text(&gathered, emit);
+        }
+        self.gathered = gathered;
+        i
     }
 
     /// One byte while inside an escape sequence. Returns `Some(true)` when the byte must be
@@ -418,9 +483,15 @@ mod tests {
     }
 
     fn chunked(data: &[u8], cuts: &[usize], hold: usize) -> Vec<u8> {
+        chunked_with(data, cuts, hold, true)
+    }
+
+    /// `fast: false` is the byte-by-byte state machine, the oracle of the fast path.
+    fn chunked_with(data: &[u8], cuts: &[usize], hold: usize, fast: bool) -> Vec<u8> {
         let mut out = Vec::new();
         let mut st = Stripper::new();
         st.hold = hold;
+        st.fast = fast;
         let mut emit = |b: &[u8]| out.extend_from_slice(b);
         let mut pos = 0;
         for &c in cuts {
@@ -452,12 +523,39 @@ mod tests {
         )
     }
 
+    /// A log line as test runners print it: text, CSI colours (some malformed or cut short),
+    /// now and then other sequences, progress rewrites and backspaces.
+    fn coloured_line() -> impl Strategy<Value = Vec<u8>> {
+        let piece = prop_oneof![
+            6 => "[ -~]{0,12}".prop_map(String::into_bytes),
+            4 => "\x1b\\[[0-9;?]{0,5}[@-~]".prop_map(String::into_bytes),
+            1 => "\x1b\\[[0-9;]{0,4}".prop_map(String::into_bytes),
+            1 => "\x1b[()][AB0]".prop_map(String::into_bytes),
+            1 => "\x1b\\][0-9];[a-z]{0,6}(\x07|\x1b\\\\)?".prop_map(String::into_bytes),
+            1 => prop_oneof![Just(b"\r".to_vec()), Just(b"\x08".to_vec()), Just(b"\x07".to_vec()), Just(b"\r\n".to_vec())],
+        ];
+        proptest::collection::vec(piece, 0..12).prop_map(|p| [p.concat(), b"\n".to_vec()].concat())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
         #[test]
         fn any_chunking_gives_the_same_output(data in noisy(), cuts in proptest::collection::vec(0usize..300, 0..30), hold in 1usize..40) {
             prop_assert_eq!(strip_all(&data), chunked(&data, &cuts, HOLD));
             prop_assert_eq!(chunked(&data, &[], hold), chunked(&data, &cuts, hold));
+        }
+
+        #[test]
+        fn fast_path_matches_the_state_machine(data in noisy(), cuts in proptest::collection::vec(0usize..300, 0..30), hold in 1usize..40) {
+            prop_assert_eq!(chunked_with(&data, &[], HOLD, false), chunked_with(&data, &cuts, HOLD, true));
+            prop_assert_eq!(chunked_with(&data, &cuts, hold, false), chunked_with(&data, &cuts, hold, true));
+        }
+
+        #[test]
+        fn fast_path_matches_on_coloured_lines(lines in proptest::collection::vec(coloured_line(), 0..60), cuts in proptest::collection::vec(0usize..200, 0..30), hold in 1usize..200) {
+            let data = lines.concat();
+            prop_assert_eq!(chunked_with(&data, &cuts, HOLD, false), chunked_with(&data, &cuts, HOLD, true));
+            prop_assert_eq!(chunked_with(&data, &cuts, hold, false), chunked_with(&data, &cuts, hold, true));
         }
 
         #[test]

@@ -41,6 +41,7 @@ pub mod childenv;
 pub mod detach;
 mod engine;
 pub mod intercept;
+mod pagebuf;
 mod pump;
 pub mod reader;
 pub mod rpc_gate;
