@@ -196,7 +196,7 @@ impl Stripper {
     fn gather_colours(
         &mut self,
         input: &[u8],
-        mut i: usize,
+        i: usize,
         hard: usize,
         emit: &mut impl FnMut(&[u8]),
     ) -> usize {
@@ -207,30 +207,59 @@ impl Stripper {
             }
             return hard;
         };
+        let src = &input[..hard];
+        let mut r = i + p;
+        // The text before the first escape, then word by word: eight bytes are copied at once
+        // (the copy may run past the text; those bytes are overwritten or left beyond `w`),
+        // and the first `ESC` among them, if any, is found with a bit trick.
         let mut gathered = std::mem::take(&mut self.gathered);
-        gathered.clear();
-        let mut esc = i + p;
+        let need = hard - i + 8 + GATHER_ALIGN;
+        if gathered.len() < need {
+            gathered = vec![0; need];
+        }
+        // Cache-line aligned: the artifact write copies from here (see the pump's buffer).
+        let g0 = gathered.as_ptr().align_offset(GATHER_ALIGN).min(GATHER_ALIGN - 1);
+        let dst = &mut gathered[g0..];
+        let mut w = r - i;
+        dst[..w].copy_from_slice(&input[i..r]);
         loop {
-            gathered.extend_from_slice(&input[i..esc]);
-            if esc == hard {
-                i = hard;
+            // `src[r]` is an ESC (or r == hard).
+            if r == hard {
                 break;
             }
-            // A CSI sequence holds no control byte, so it ends before `hard`.
-            match csi_end(&input[esc..]) {
-                Some(n) => i = esc + n,
-                None => {
-                    i = esc;
+            let Some(n) = csi_len(src, r) else {
+                break;
+            };
+            r += n;
+            loop {
+                if r + 8 > hard {
+                    // The last few bytes, one by one.
+                    while r < hard && src[r] != ESC {
+                        dst[w] = src[r];
+                        w += 1;
+                        r += 1;
+                    }
+                    break;
+                }
+                let bytes: [u8; 8] = src[r..r + 8].try_into().expect("8 bytes");
+                dst[w..w + 8].copy_from_slice(&bytes);
+                let m = esc_bytes(u64::from_le_bytes(bytes));
+                if m == 0 {
+                    r += 8;
+                    w += 8;
+                } else {
+                    let k = (m.trailing_zeros() / 8) as usize;
+                    r += k;
+                    w += k;
                     break;
                 }
             }
-            esc = memchr::memchr(ESC, &input[i..hard]).map_or(hard, |p| i + p);
         }
-        if !gathered.is_empty() {
-            self.text(&gathered, emit);
+        if w > 0 {
+            self.text(&gathered[g0..g0 + w], emit);
         }
         self.gathered = gathered;
-        i
+        r
     }
 
     /// One byte while inside an escape sequence. Returns `Some(true)` when the byte must be
@@ -369,6 +398,44 @@ impl Stripper {
             self.line.clear();
         }
     }
+}
+
+/// Alignment of the fast path's gathered text (one cache line).
+const GATHER_ALIGN: usize = 64;
+const ONES: u64 = 0x0101_0101_0101_0101;
+const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each byte of `v` that is not zero (exact, no carries between bytes).
+#[inline]
+fn nonzero_bytes(v: u64) -> u64 {
+    (((v & LOW7) + LOW7) | v) & HIGH
+}
+
+/// The high bit of each byte of `v` (little-endian) that is `ESC`.
+#[inline]
+fn esc_bytes(v: u64) -> u64 {
+    !nonzero_bytes(v ^ (ONES * u64::from(ESC))) & HIGH
+}
+
+/// [`csi_end`] at `h[r]` (an `ESC`), with the common short sequence (`ESC [` + at most six
+/// parameter bytes + final, as in `ESC[38;5;1m`) read as one word.
+#[inline]
+fn csi_len(h: &[u8], r: usize) -> Option<usize> {
+    if let Some(bytes) = h.get(r + 1..r + 9) {
+        let v = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+        if v as u8 != b'[' {
+            return None;
+        }
+        // Parameter and intermediate bytes are 0x20-0x3F: `b & 0xE0 == 0x20`.
+        let outside = nonzero_bytes((v & (ONES * 0xe0)) ^ (ONES * 0x20)) & !0xff;
+        if outside != 0 {
+            let j = (outside.trailing_zeros() / 8) as usize;
+            let fin = (v >> (8 * j)) as u8;
+            return (0x40..=0x7e).contains(&fin).then_some(j + 2);
+        }
+    }
+    csi_end(&h[r..])
 }
 
 /// The length of the complete CSI sequence `ESC [ params final` at the start of `h`, when it
@@ -529,6 +596,7 @@ mod tests {
         let piece = prop_oneof![
             6 => "[ -~]{0,12}".prop_map(String::into_bytes),
             4 => "\x1b\\[[0-9;?]{0,5}[@-~]".prop_map(String::into_bytes),
+            1 => "\x1b\\[[0-9; ]{6,12}[@-~\x7f]".prop_map(String::into_bytes),
             1 => "\x1b\\[[0-9;]{0,4}".prop_map(String::into_bytes),
             1 => "\x1b[()][AB0]".prop_map(String::into_bytes),
             1 => "\x1b\\][0-9];[a-z]{0,6}(\x07|\x1b\\\\)?".prop_map(String::into_bytes),
@@ -556,6 +624,14 @@ mod tests {
             let data = lines.concat();
             prop_assert_eq!(chunked_with(&data, &cuts, HOLD, false), chunked_with(&data, &cuts, HOLD, true));
             prop_assert_eq!(chunked_with(&data, &cuts, hold, false), chunked_with(&data, &cuts, hold, true));
+        }
+
+        #[test]
+        fn csi_len_agrees_with_csi_end(tail in proptest::collection::vec(prop_oneof![0x20u8..0x40, 0x40u8..0x80, any::<u8>()], 0..14)) {
+            let h = [b"\x1b[".to_vec(), tail].concat();
+            prop_assert_eq!(csi_len(&h, 0), csi_end(&h));
+            let other = [b"\x1b".to_vec(), h[2..].to_vec()].concat();
+            prop_assert_eq!(csi_len(&other, 0), csi_end(&other));
         }
 
         #[test]
