@@ -213,7 +213,7 @@ impl Stripper {
         // (the copy may run past the text; those bytes are overwritten or left beyond `w`),
         // and the first `ESC` among them, if any, is found with a bit trick.
         let mut gathered = std::mem::take(&mut self.gathered);
-        let need = hard - i + 8 + GATHER_ALIGN;
+        let need = hard - i + 16 + GATHER_ALIGN;
         if gathered.len() < need {
             gathered = vec![0; need];
         }
@@ -232,6 +232,21 @@ impl Stripper {
             };
             r += n;
             loop {
+                if r + 16 <= hard {
+                    // 16 bytes per step (SSE2): colour sequences are usually 10-30 bytes apart.
+                    let bytes: &[u8; 16] = src[r..r + 16].try_into().expect("16 bytes");
+                    dst[w..w + 16].copy_from_slice(bytes);
+                    let m = esc_mask16(bytes);
+                    if m == 0 {
+                        r += 16;
+                        w += 16;
+                        continue;
+                    }
+                    let k = m.trailing_zeros() as usize;
+                    r += k;
+                    w += k;
+                    break;
+                }
                 if r + 8 > hard {
                     // The last few bytes, one by one.
                     while r < hard && src[r] != ESC {
@@ -418,9 +433,31 @@ fn esc_bytes(v: u64) -> u64 {
     !nonzero_bytes(v ^ (ONES * u64::from(ESC))) & HIGH
 }
 
+/// Bit `k` set where `b[k]` is `ESC`.
+#[inline(always)]
+fn esc_mask16(b: &[u8; 16]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8};
+        // Safety: SSE2 is part of the x86_64 baseline, so every CPU this runs on has these
+        // instructions; the unaligned load reads exactly the 16 bytes of `b`. (The intrinsics
+        // are safe to call from Rust 1.87 on; the workspace still builds with 1.85.)
+        unsafe {
+            let v = _mm_loadu_si128(b.as_ptr().cast());
+            _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(ESC as i8))) as u32
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        b.iter()
+            .enumerate()
+            .fold(0, |m, (k, &c)| m | (u32::from(c == ESC) << k))
+    }
+}
+
 /// [`csi_end`] at `h[r]` (an `ESC`), with the common short sequence (`ESC [` + at most six
 /// parameter bytes + final, as in `ESC[38;5;1m`) read as one word.
-#[inline]
+#[inline(always)]
 fn csi_len(h: &[u8], r: usize) -> Option<usize> {
     if let Some(bytes) = h.get(r + 1..r + 9) {
         let v = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
@@ -435,7 +472,14 @@ fn csi_len(h: &[u8], r: usize) -> Option<usize> {
             return (0x40..=0x7e).contains(&fin).then_some(j + 2);
         }
     }
-    csi_end(&h[r..])
+    csi_end_cold(&h[r..])
+}
+
+/// [`csi_end`] for the rare long or cut-off sequence, out of the fast path's loop.
+#[cold]
+#[inline(never)]
+fn csi_end_cold(h: &[u8]) -> Option<usize> {
+    csi_end(h)
 }
 
 /// The length of the complete CSI sequence `ESC [ params final` at the start of `h`, when it
