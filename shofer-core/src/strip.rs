@@ -21,9 +21,11 @@
 //! Fast path: runs without any of `ESC`, `\r`, `\b`, BEL are found with a block scan the
 //! compiler vectorizes, and are emitted as slices of the input, not copied. Between two of
 //! `\r`, `\b`, BEL (found with `memchr3`), text interrupted only by complete CSI sequences
-//! (colours: found with `memchr`) is gathered into one run with the sequences cut out, and
-//! that run goes through the line logic once: per sequence the cost is a `memchr` step and a
-//! short copy, not a pass through the state machine.
+//! (colours) is gathered into one run with the sequences cut out, and that run goes through
+//! the line logic once. The gathering copies 16 bytes per step and finds the next `ESC` among
+//! them with one SSE2 compare (a word-at-a-time bit trick on other targets); a short CSI
+//! sequence is parsed from one 8-byte word. Tests check it byte for byte against the state
+//! machine under any chunking.
 //!
 //! ```
 //! use shofer_core::strip::strip_all;

@@ -6,7 +6,7 @@
 //!
 //! **Read mode** returns at most `limit` bytes (and never more than [`MAX_READ`]) from
 //! `offset`, numbered from the line that holds `offset`; the newlines before it are counted in
-//! 1 MiB chunks.
+//! page-aligned 256 KiB chunks (as fast as `wc -l`: see `pagebuf` for why the alignment).
 //!
 //! The read-mode header is `[Command Output: <id>]`, `Total size: <size> | Showing bytes
 //! <a>-<b> | TRUNCATED|COMPLETE`, then a blank line (as the original host documents it), then
