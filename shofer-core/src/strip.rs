@@ -220,7 +220,10 @@ impl Stripper {
             gathered = vec![0; need];
         }
         // Cache-line aligned: the artifact write copies from here (see the pump's buffer).
-        let g0 = gathered.as_ptr().align_offset(GATHER_ALIGN).min(GATHER_ALIGN - 1);
+        let g0 = gathered
+            .as_ptr()
+            .align_offset(GATHER_ALIGN)
+            .min(GATHER_ALIGN - 1);
         let dst = &mut gathered[g0..];
         let mut w = r - i;
         dst[..w].copy_from_slice(&input[i..r]);
@@ -440,7 +443,9 @@ fn esc_bytes(v: u64) -> u64 {
 fn esc_mask16(b: &[u8; 16]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8};
+        use std::arch::x86_64::{
+            _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+        };
         // Safety: SSE2 is part of the x86_64 baseline, so every CPU this runs on has these
         // instructions; the unaligned load reads exactly the 16 bytes of `b`. (The intrinsics
         // are safe to call from Rust 1.87 on; the workspace still builds with 1.85.)
