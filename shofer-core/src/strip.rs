@@ -19,7 +19,13 @@
 //! terminator is not one: its bytes are emitted as text (without the `ESC`).
 //!
 //! Fast path: runs without any of `ESC`, `\r`, `\b`, BEL are found with a block scan the
-//! compiler vectorizes, and are emitted as slices of the input, not copied.
+//! compiler vectorizes, and are emitted as slices of the input, not copied. Between two of
+//! `\r`, `\b`, BEL (found with `memchr3`), text interrupted only by complete CSI sequences
+//! (colours) is gathered into one run with the sequences cut out, and that run goes through
+//! the line logic once. The gathering copies 16 bytes per step and finds the next `ESC` among
+//! them with one SSE2 compare (a word-at-a-time bit trick on other targets); a short CSI
+//! sequence is parsed from one 8-byte word. Tests check it byte for byte against the state
+//! machine under any chunking.
 //!
 //! ```
 //! use shofer_core::strip::strip_all;
@@ -69,6 +75,10 @@ pub struct Stripper {
     cr: bool,
     /// [`HOLD`], smaller in tests.
     hold: usize,
+    /// Text with CSI sequences cut out, gathered by the fast path.
+    gathered: Vec<u8>,
+    /// The fast path is on (off only in tests, where the byte-by-byte path is its oracle).
+    fast: bool,
 }
 
 impl Default for Stripper {
@@ -116,6 +126,8 @@ impl Stripper {
             line: Vec::new(),
             cr: false,
             hold: HOLD,
+            gathered: Vec::new(),
+            fast: true,
         }
     }
 
@@ -129,7 +141,18 @@ impl Stripper {
     /// of `input` where possible).
     pub fn feed(&mut self, input: &[u8], emit: &mut impl FnMut(&[u8])) {
         let mut i = 0;
+        // The next `\r`, `\b` or BEL at or after `i` (input.len() when none), for the fast path.
+        let mut hard = 0;
         while i < input.len() {
+            if self.state == State::Ground && self.fast {
+                if hard < i {
+                    hard = memchr::memchr3(CR, BS, BEL, &input[i..]).map_or(input.len(), |p| i + p);
+                }
+                i = self.gather_colours(input, i, hard, emit);
+                if i == input.len() {
+                    break;
+                }
+            }
             if self.state == State::Ground {
                 let run_end = find_special(&input[i..]).map_or(input.len(), |p| i + p);
                 if run_end > i {
@@ -166,6 +189,97 @@ impl Stripper {
                 }
             }
         }
+    }
+
+    /// The fast path in the ground state: from `i` up to `hard` (the next `\r`, `\b` or BEL),
+    /// text and complete CSI sequences; the text goes through [`Stripper::text`] as one run.
+    /// Returns where it stopped: `hard`, or an `ESC` that does not start a complete CSI
+    /// sequence (left to the state machine).
+    fn gather_colours(
+        &mut self,
+        input: &[u8],
+        i: usize,
+        hard: usize,
+        emit: &mut impl FnMut(&[u8]),
+    ) -> usize {
+        let Some(p) = memchr::memchr(ESC, &input[i..hard]) else {
+            // No escape at all: the run is emitted as slices of the input.
+            if hard > i {
+                self.text(&input[i..hard], emit);
+            }
+            return hard;
+        };
+        let src = &input[..hard];
+        let mut r = i + p;
+        // The text before the first escape, then word by word: eight bytes are copied at once
+        // (the copy may run past the text; those bytes are overwritten or left beyond `w`),
+        // and the first `ESC` among them, if any, is found with a bit trick.
+        let mut gathered = std::mem::take(&mut self.gathered);
+        let need = hard - i + 16 + GATHER_ALIGN;
+        if gathered.len() < need {
+            gathered = vec![0; need];
+        }
+        // Cache-line aligned: the artifact write copies from here (see the pump's buffer).
+        let g0 = gathered
+            .as_ptr()
+            .align_offset(GATHER_ALIGN)
+            .min(GATHER_ALIGN - 1);
+        let dst = &mut gathered[g0..];
+        let mut w = r - i;
+        dst[..w].copy_from_slice(&input[i..r]);
+        loop {
+            // `src[r]` is an ESC (or r == hard).
+            if r == hard {
+                break;
+            }
+            let Some(n) = csi_len(src, r) else {
+                break;
+            };
+            r += n;
+            loop {
+                if r + 16 <= hard {
+                    // 16 bytes per step (SSE2): colour sequences are usually 10-30 bytes apart.
+                    let bytes: &[u8; 16] = src[r..r + 16].try_into().expect("16 bytes");
+                    dst[w..w + 16].copy_from_slice(bytes);
+                    let m = esc_mask16(bytes);
+                    if m == 0 {
+                        r += 16;
+                        w += 16;
+                        continue;
+                    }
+                    let k = m.trailing_zeros() as usize;
+                    r += k;
+                    w += k;
+                    break;
+                }
+                if r + 8 > hard {
+                    // The last few bytes, one by one.
+                    while r < hard && src[r] != ESC {
+                        dst[w] = src[r];
+                        w += 1;
+                        r += 1;
+                    }
+                    break;
+                }
+                let bytes: [u8; 8] = src[r..r + 8].try_into().expect("8 bytes");
+                dst[w..w + 8].copy_from_slice(&bytes);
+                let m = esc_bytes(u64::from_le_bytes(bytes));
+                if m == 0 {
+                    r += 8;
+                    w += 8;
+                } else {
+                    let k = (m.trailing_zeros() / 8) as usize;
+                    r += k;
+                    w += k;
+                    break;
+                }
+            }
+        }
+        if w > 0 {
+            self.text(&gathered[g0..g0 + w], emit);
+        }
+        self.gathered = gathered;
+        r
     }
 
     /// One byte while inside an escape sequence. Returns `Some(true)` when the byte must be
@@ -306,6 +420,75 @@ impl Stripper {
     }
 }
 
+/// Alignment of the fast path's gathered text (one cache line).
+const GATHER_ALIGN: usize = 64;
+const ONES: u64 = 0x0101_0101_0101_0101;
+const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each byte of `v` that is not zero (exact, no carries between bytes).
+#[inline]
+fn nonzero_bytes(v: u64) -> u64 {
+    (((v & LOW7) + LOW7) | v) & HIGH
+}
+
+/// The high bit of each byte of `v` (little-endian) that is `ESC`.
+#[inline]
+fn esc_bytes(v: u64) -> u64 {
+    !nonzero_bytes(v ^ (ONES * u64::from(ESC))) & HIGH
+}
+
+/// Bit `k` set where `b[k]` is `ESC`.
+#[inline(always)]
+fn esc_mask16(b: &[u8; 16]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+        };
+        // Safety: SSE2 is part of the x86_64 baseline, so every CPU this runs on has these
+        // instructions; the unaligned load reads exactly the 16 bytes of `b`. (The intrinsics
+        // are safe to call from Rust 1.87 on; the workspace still builds with 1.85.)
+        unsafe {
+            let v = _mm_loadu_si128(b.as_ptr().cast());
+            _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(ESC as i8))) as u32
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        b.iter()
+            .enumerate()
+            .fold(0, |m, (k, &c)| m | (u32::from(c == ESC) << k))
+    }
+}
+
+/// [`csi_end`] at `h[r]` (an `ESC`), with the common short sequence (`ESC [` + at most six
+/// parameter bytes + final, as in `ESC[38;5;1m`) read as one word.
+#[inline(always)]
+fn csi_len(h: &[u8], r: usize) -> Option<usize> {
+    if let Some(bytes) = h.get(r + 1..r + 9) {
+        let v = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+        if v as u8 != b'[' {
+            return None;
+        }
+        // Parameter and intermediate bytes are 0x20-0x3F: `b & 0xE0 == 0x20`.
+        let outside = nonzero_bytes((v & (ONES * 0xe0)) ^ (ONES * 0x20)) & !0xff;
+        if outside != 0 {
+            let j = (outside.trailing_zeros() / 8) as usize;
+            let fin = (v >> (8 * j)) as u8;
+            return (0x40..=0x7e).contains(&fin).then_some(j + 2);
+        }
+    }
+    csi_end_cold(&h[r..])
+}
+
+/// [`csi_end`] for the rare long or cut-off sequence, out of the fast path's loop.
+#[cold]
+#[inline(never)]
+fn csi_end_cold(h: &[u8]) -> Option<usize> {
+    csi_end(h)
+}
+
 /// The length of the complete CSI sequence `ESC [ params final` at the start of `h`, when it
 /// is all there and no longer than the state machine takes as one.
 #[inline]
@@ -418,9 +601,15 @@ mod tests {
     }
 
     fn chunked(data: &[u8], cuts: &[usize], hold: usize) -> Vec<u8> {
+        chunked_with(data, cuts, hold, true)
+    }
+
+    /// `fast: false` is the byte-by-byte state machine, the oracle of the fast path.
+    fn chunked_with(data: &[u8], cuts: &[usize], hold: usize, fast: bool) -> Vec<u8> {
         let mut out = Vec::new();
         let mut st = Stripper::new();
         st.hold = hold;
+        st.fast = fast;
         let mut emit = |b: &[u8]| out.extend_from_slice(b);
         let mut pos = 0;
         for &c in cuts {
@@ -452,12 +641,48 @@ mod tests {
         )
     }
 
+    /// A log line as test runners print it: text, CSI colours (some malformed or cut short),
+    /// now and then other sequences, progress rewrites and backspaces.
+    fn coloured_line() -> impl Strategy<Value = Vec<u8>> {
+        let piece = prop_oneof![
+            6 => "[ -~]{0,12}".prop_map(String::into_bytes),
+            4 => "\x1b\\[[0-9;?]{0,5}[@-~]".prop_map(String::into_bytes),
+            1 => "\x1b\\[[0-9; ]{6,12}[@-~\x7f]".prop_map(String::into_bytes),
+            1 => "\x1b\\[[0-9;]{0,4}".prop_map(String::into_bytes),
+            1 => "\x1b[()][AB0]".prop_map(String::into_bytes),
+            1 => "\x1b\\][0-9];[a-z]{0,6}(\x07|\x1b\\\\)?".prop_map(String::into_bytes),
+            1 => prop_oneof![Just(b"\r".to_vec()), Just(b"\x08".to_vec()), Just(b"\x07".to_vec()), Just(b"\r\n".to_vec())],
+        ];
+        proptest::collection::vec(piece, 0..12).prop_map(|p| [p.concat(), b"\n".to_vec()].concat())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
         #[test]
         fn any_chunking_gives_the_same_output(data in noisy(), cuts in proptest::collection::vec(0usize..300, 0..30), hold in 1usize..40) {
             prop_assert_eq!(strip_all(&data), chunked(&data, &cuts, HOLD));
             prop_assert_eq!(chunked(&data, &[], hold), chunked(&data, &cuts, hold));
+        }
+
+        #[test]
+        fn fast_path_matches_the_state_machine(data in noisy(), cuts in proptest::collection::vec(0usize..300, 0..30), hold in 1usize..40) {
+            prop_assert_eq!(chunked_with(&data, &[], HOLD, false), chunked_with(&data, &cuts, HOLD, true));
+            prop_assert_eq!(chunked_with(&data, &cuts, hold, false), chunked_with(&data, &cuts, hold, true));
+        }
+
+        #[test]
+        fn fast_path_matches_on_coloured_lines(lines in proptest::collection::vec(coloured_line(), 0..60), cuts in proptest::collection::vec(0usize..200, 0..30), hold in 1usize..200) {
+            let data = lines.concat();
+            prop_assert_eq!(chunked_with(&data, &cuts, HOLD, false), chunked_with(&data, &cuts, HOLD, true));
+            prop_assert_eq!(chunked_with(&data, &cuts, hold, false), chunked_with(&data, &cuts, hold, true));
+        }
+
+        #[test]
+        fn csi_len_agrees_with_csi_end(tail in proptest::collection::vec(prop_oneof![0x20u8..0x40, 0x40u8..0x80, any::<u8>()], 0..14)) {
+            let h = [b"\x1b[".to_vec(), tail].concat();
+            prop_assert_eq!(csi_len(&h, 0), csi_end(&h));
+            let other = [b"\x1b".to_vec(), h[2..].to_vec()].concat();
+            prop_assert_eq!(csi_len(&other, 0), csi_end(&other));
         }
 
         #[test]

@@ -35,6 +35,8 @@ use shofer_core::artifact::{is_cleanup_candidate, ArtifactId};
 use shofer_core::preview::{HeadTail, Preview};
 use shofer_core::strip::Stripper;
 
+use crate::pagebuf::PageBuf;
+
 /// Where the output stands with respect to the preview budget and the artifact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Spill {
@@ -84,7 +86,8 @@ pub struct Interceptor {
     error: Option<String>,
     /// The agent was told the artifact id: never remove it.
     keep: bool,
-    out: Vec<u8>,
+    /// Stripped bytes gathered for the next write (page-aligned: see `pagebuf`).
+    out: PageBuf,
     /// Most bytes stored in the artifact; later output is counted, not stored.
     cap: u64,
     /// The artifact's (device, inode) when it was created: at the end it must still be there.
@@ -109,7 +112,7 @@ impl Interceptor {
             written: 0,
             error: None,
             keep: false,
-            out: Vec::new(),
+            out: PageBuf::new(WRITE_BATCH),
             cap: u64::MAX,
             created: None,
         };
@@ -200,17 +203,7 @@ impl Interceptor {
         // Pieces are gathered in `out` and go to the preview and the file together: coloured
         // output comes in many small pieces, and one push and one write per batch is what
         // keeps stripping cheap.
-        let mut emit = |seg: &[u8]| {
-            if out.len() + seg.len() > WRITE_BATCH {
-                flush(buf, file, out, written, error, *cap);
-            }
-            if seg.len() >= WRITE_BATCH {
-                buf.push(seg);
-                write_all(file, seg, written, error, *cap);
-            } else {
-                out.extend_from_slice(seg);
-            }
-        };
+        let mut emit = |seg: &[u8]| gather(buf, file, out, written, error, *cap, seg);
         strip.feed(data, &mut emit);
         flush(buf, file, out, written, error, *cap);
     }
@@ -264,7 +257,7 @@ impl Interceptor {
                 cap,
                 ..
             } = self;
-            strip.finish(&mut |seg: &[u8]| out.extend_from_slice(seg));
+            strip.finish(&mut |seg: &[u8]| gather(buf, file, out, written, error, *cap, seg));
             flush(buf, file, out, written, error, *cap);
         }
         if let Some(f) = self.file.take() {
@@ -284,7 +277,7 @@ impl Interceptor {
         {
             self.gone = true;
         }
-        self.out = Vec::new();
+        self.out = PageBuf::new(0);
         self.state(self.buf.preview())
     }
 
@@ -309,7 +302,29 @@ impl Interceptor {
     /// (a finished command's record keeps only its result text). Later snapshots are empty.
     pub fn release_buffers(&mut self) {
         self.buf = HeadTail::new(0);
-        self.out = Vec::new();
+        self.out = PageBuf::new(0);
+    }
+}
+
+/// Adds one piece of stripped output: small pieces are gathered in `out`, a piece as large as
+/// the batch goes to the preview and the artifact at once.
+fn gather(
+    buf: &mut HeadTail,
+    file: &mut Option<File>,
+    out: &mut PageBuf,
+    written: &mut u64,
+    error: &mut Option<String>,
+    cap: u64,
+    seg: &[u8],
+) {
+    if seg.len() > out.room() {
+        flush(buf, file, out, written, error, cap);
+    }
+    if seg.len() >= WRITE_BATCH || seg.len() > out.room() {
+        buf.push(seg);
+        write_all(file, seg, written, error, cap);
+    } else {
+        out.extend(seg);
     }
 }
 
@@ -317,14 +332,14 @@ impl Interceptor {
 fn flush(
     buf: &mut HeadTail,
     file: &mut Option<File>,
-    out: &mut Vec<u8>,
+    out: &mut PageBuf,
     written: &mut u64,
     error: &mut Option<String>,
     cap: u64,
 ) {
-    if !out.is_empty() {
-        buf.push(out);
-        write_all(file, out, written, error, cap);
+    if out.len() > 0 {
+        buf.push(out.filled());
+        write_all(file, out.filled(), written, error, cap);
         out.clear();
     }
 }

@@ -42,6 +42,7 @@ pub mod detach;
 mod engine;
 pub mod guardian;
 pub mod intercept;
+mod pagebuf;
 mod pump;
 pub mod reader;
 pub mod rpc_gate;

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::intercept::Interceptor;
+use crate::pagebuf::PageBuf;
 use shofer_sys::fd as sys;
 
 const BUF_SIZE: usize = 512 * 1024;
@@ -99,7 +100,10 @@ pub fn start(
 }
 
 fn run(pipe: &OwnedFd, wake_fd: RawFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl) {
-    let mut buf = vec![0u8; BUF_SIZE];
+    // Page-aligned: the kernel's copy out of the pipe is much slower into a misaligned buffer
+    // (see `pagebuf`).
+    let mut page = PageBuf::new(BUF_SIZE);
+    let buf = page.whole();
     // Safety: only the pump thread closes the eventfd, after `run` returns (see `start`), so
     // `wake_fd` stays open for as long as this borrow lives.
     let wake = unsafe { BorrowedFd::borrow_raw(wake_fd) };
@@ -132,7 +136,7 @@ fn run(pipe: &OwnedFd, wake_fd: RawFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl)
         if ready[0] {
             // Every byte goes through the interceptor: it strips terminal control bytes
             // before anything is stored, so the pipe cannot be spliced into the artifact.
-            let moved = match sys::read(pipe, &mut buf) {
+            let moved = match sys::read(pipe, buf) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
                     sink.lock()
