@@ -40,21 +40,6 @@ pub fn recv(listener: RawFd) -> io::Result<Notif> {
     })
 }
 
-/// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6; not in `libc`): the kernel hands the CPU
-/// straight from the trapped thread to the one receiving and back, instead of waking each on
-/// whatever CPU is free — the gate answers most calls at once, so a round trip then costs
-/// about a context switch. Without it (older kernels: `EINVAL`) calls are slower, not wrong.
-const USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
-
-/// Asks for synchronous wake-ups on `listener` (see [`USER_NOTIF_FD_SYNC_WAKE_UP`]); whether
-/// the kernel has them.
-pub fn sync_wake_up(listener: RawFd) -> bool {
-    let flags = USER_NOTIF_FD_SYNC_WAKE_UP;
-    // Safety: the ioctl reads one u64 flag word (SECCOMP_IOCTL_NOTIF_SET_FLAGS takes it by
-    // value in the kernel; the argument is the value itself).
-    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS, flags) == 0 }
-}
-
 /// `SECCOMP_IOCTL_NOTIF_SEND`: the syscall returns `val` (when `errno` is 0) or fails with
 /// `errno`. Errors (the caller died meanwhile: `ENOENT`) are ignored: nobody is waiting.
 pub fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) {

@@ -389,7 +389,6 @@ impl Gate {
             return;
         }
         let fd = self.listener.as_raw_fd();
-        notify::sync_wake_up(fd);
         if self.rules.packed_refs.is_some() {
             self.addfd = notify::addfd_support(fd);
             if self.addfd == AddFd::Missing {
