@@ -22,20 +22,12 @@ fn open_ns(pid: libc::pid_t, ns: &str) -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The inode of `/proc/WHO/ns/NS` (which namespace it is; WHO a pid or `self`), `None` when
-/// unreadable.
+/// The inode of `/proc/WHO/ns/NS` (which namespace it is; WHO a pid), `None` when unreadable.
 pub fn ns_id(who: &str, ns: &str) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(format!("/proc/{who}/ns/{ns}"))
         .ok()
         .map(|m| m.ino())
-}
-
-fn fd_ino(fd: RawFd) -> Option<u64> {
-    // Safety: an all-zero stat is valid output space for fstat(2).
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // Safety: fstat of our descriptor into our buffer.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
 }
 
 /// A sock_diag socket in the network namespace of process `pid`; `None` when it cannot be
@@ -55,7 +47,9 @@ pub fn diag_of(pid: libc::pid_t) -> Option<OwnedFd> {
     let owner = unsafe { OwnedFd::from_raw_fd(owner) };
     let user = {
         use std::os::unix::fs::MetadataExt;
-        let theirs = fd_ino(owner.as_raw_fd());
+        let theirs = super::resolve::stat_fd(owner.as_raw_fd())
+            .ok()
+            .map(|st| st.st_ino);
         let ours = std::fs::metadata("/proc/self/ns/user")
             .ok()
             .map(|m| m.ino());
