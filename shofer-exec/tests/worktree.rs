@@ -173,15 +173,19 @@ async fn worktree_background_processes_keep_running_and_are_named() {
     let t = Instant::now();
     let o = run(
         &e,
-        &format!("(sleep 0.8; echo later-{m}) & sleep {m} & echo started; exit 3"),
+        // The main process exits only once all three background processes exist (the
+        // subshell creates `ready` after forking its sleep), so the count is fixed; their
+        // names are not (a child forked but not yet exec'd is still `sh`).
+        &format!(
+            "(sleep 0.8 & : > ready; wait; echo later-{m}) & sleep {m} & \
+             until [ -e ready ]; do :; done; echo started; exit 3"
+        ),
     )
     .await;
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(
         o.text
             .contains("Exit code: 3; 3 background process(es) still running (")
-            // The names are those of the moment the main process exits: a child forked but
-            // not yet exec'd is still `sh`, so only the count and the artifact are fixed.
             && o.text.contains(&format!(
                 "); their output keeps going to artifact cmd-{}.txt",
                 o.id
