@@ -242,8 +242,14 @@ async fn field_case_11_background_grandchild_holding_the_pipe_does_not_hang() {
     let m = marker();
     let e = engine_in(d.path(), |_| {});
     let t = Instant::now();
-    // (The short sleep lets the forked child exec `sleep` before it is named.)
-    let o = run(&e, &format!("sleep {m} & sleep 0.2; echo started")).await;
+    // (The loop waits until the forked child has exec'd `sleep`, so its name is fixed.)
+    let o = run(
+        &e,
+        &format!(
+            "sleep {m} & until [ \"$(cat /proc/$!/comm)\" = sleep ]; do :; done; echo started"
+        ),
+    )
+    .await;
     let took = t.elapsed();
     assert!(took < Duration::from_millis(2700), "took {took:?}");
     assert!(o.text.ends_with("Output:\nstarted\n"), "{}", o.text);
