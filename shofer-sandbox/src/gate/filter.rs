@@ -266,11 +266,27 @@ pub fn program(traps: Traps) -> Vec<libc::sock_filter> {
 /// (Linux 5.0) and returns the listener, close-on-exec. Requires `no_new_privs` or
 /// `CAP_SYS_ADMIN`.
 ///
+/// Where the kernel has it (Linux 5.19), also `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV`: once
+/// the gate has received a call, only a fatal signal interrupts the caller's wait. Without it
+/// a signal arriving while the gate performs the call (a `sendmsg` it completes, a `connect`)
+/// makes the kernel restart it, and the caller performs it a second time (seccomp_unotify(2),
+/// "Caveats"); the gate then says so on stderr when it happens ([`super::serve`]).
+///
 /// # Errors
 /// The `seccomp(2)` error: `EBUSY` when a filter of this task already has a listener (an
 /// outer sandbox's gate), `EINVAL` on kernels without user notification.
 pub fn install(traps: Traps) -> io::Result<OwnedFd> {
-    let fd = crate::seccomp::install(&program(traps), libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?;
+    let program = program(traps);
+    let listener = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER;
+    let fd = match crate::seccomp::install(
+        &program,
+        listener | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+    ) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            crate::seccomp::install(&program, listener)?
+        }
+        r => r?,
+    };
     // Safety: the kernel just returned this descriptor; we are its only owner.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     shofer_sys::fd::set_cloexec(std::os::fd::AsRawFd::as_raw_fd(&fd), true)?;

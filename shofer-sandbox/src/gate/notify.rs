@@ -41,8 +41,10 @@ pub fn recv(listener: RawFd) -> io::Result<Notif> {
 }
 
 /// `SECCOMP_IOCTL_NOTIF_SEND`: the syscall returns `val` (when `errno` is 0) or fails with
-/// `errno`. Errors (the caller died meanwhile: `ENOENT`) are ignored: nobody is waiting.
-pub fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) {
+/// `errno`. False when nobody waits for the answer any more (`ENOENT`): the caller died, or —
+/// where the filter lacks `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` — a signal interrupted the
+/// call and the kernel restarts it.
+pub fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) -> bool {
     let (val, error) = match result {
         Ok(v) => (v, 0),
         Err(e) => (0, -e),
@@ -54,7 +56,25 @@ pub fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) {
         flags: 0,
     };
     // Safety: `resp` is a valid seccomp_notif_resp for the duration of the call.
-    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) == 0 }
+}
+
+/// Whether the kernel knows `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` (Linux 5.19): seccomp(2)
+/// checks the flags before it reads the program, so a null program gives `EFAULT` if it does
+/// and `EINVAL` if it does not. Installs nothing.
+pub fn killable_recv_known() -> bool {
+    let flags =
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
+    // Safety: with a null program the call fails before it could install anything.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            std::ptr::null::<libc::sock_fprog>(),
+        )
+    };
+    r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT)
 }
 
 /// `SECCOMP_IOCTL_NOTIF_ID_VALID`: whether the caller is still blocked in this syscall, i.e.
@@ -227,4 +247,21 @@ pub fn addfd(listener: RawFd, id: u64, src: RawFd, cloexec: bool, how: AddFd) ->
         answer(listener, id, Ok(r as i64));
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn killable_recv_is_known_from_linux_5_19() {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut v = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().unwrap());
+        let version = (v.next().unwrap(), v.next().unwrap());
+        assert_eq!(
+            super::killable_recv_known(),
+            version >= (5, 19),
+            "{release}"
+        );
+    }
 }

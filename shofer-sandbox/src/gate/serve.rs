@@ -259,6 +259,21 @@ fn raise_sigpipe(result: &Result<i64, i32>, flags: i32, tid: libc::pid_t) {
     }
 }
 
+/// Answers notification `id` with `result`. A performed call whose caller no longer waits
+/// was interrupted by a signal on a kernel without `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV`
+/// ([`super::filter::install`]; or its caller died): the kernel restarts it and the command
+/// performs it again. Said once per run, as it happens.
+fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !notify::answer(listener, id, result)
+        && result.is_ok()
+        && !notify::killable_recv_known()
+        && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        eprintln!("shofer-sandbox: note: a signal interrupted a call the unix socket gate had performed, so the command performs it again (a repeated send or connect); Linux 5.19 (SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV) prevents this");
+    }
+}
+
 fn errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
@@ -414,7 +429,7 @@ impl Gate {
                 Err(_) => return,
             };
             match self.handle(&n) {
-                Reply::Now(r) => notify::answer(fd, n.id, r),
+                Reply::Now(r) => answer(fd, n.id, r),
                 Reply::Continue => notify::continue_(fd, n.id),
                 Reply::Later => {}
             }
@@ -671,7 +686,7 @@ impl Gate {
                     Some(_) => Some(Err(libc::EPERM)),
                 };
                 if let Some(r) = r {
-                    notify::answer(listener.as_raw_fd(), id, r)
+                    answer(listener.as_raw_fd(), id, r)
                 }
             });
         match spawned {
