@@ -259,15 +259,27 @@ fn argv(
     if drop_caps {
         args.extend_from_slice(&[b"--cap-drop", b"ALL"]);
     }
-    for rule in &opened.policy.writable {
-        // /dev comes from --dev (its own null, zero, full, tty, ptmx, pts and shm).
-        if matches!(
-            rule.origin,
-            RuleOrigin::Device | RuleOrigin::Terminal | RuleOrigin::SharedMemory
-        ) {
-            continue;
-        }
-        let p = rule.path.as_os_str().as_bytes();
+    // /dev comes from --dev (its own null, zero, full, tty, ptmx, pts and shm). The
+    // directories above the worktree and the common dir inside a writable root are bound
+    // over themselves too, so they cannot be renamed away (gitprotect). bubblewrap binds from
+    // the host's tree, so a later bind would cover the earlier ones beneath it: shallowest
+    // first.
+    let mut writable: Vec<&std::path::Path> = opened
+        .policy
+        .writable
+        .iter()
+        .filter(|rule| {
+            !matches!(
+                rule.origin,
+                RuleOrigin::Device | RuleOrigin::Terminal | RuleOrigin::SharedMemory
+            )
+        })
+        .map(|rule| rule.path.as_path())
+        .chain(opened.controls.ancestors.iter().map(|(p, _)| p.as_path()))
+        .collect();
+    writable.sort_by_key(|p| p.components().count());
+    for p in writable {
+        let p = p.as_os_str().as_bytes();
         args.extend_from_slice(&[b"--bind", p, p]);
     }
     // Git (crate::gitprotect): writable layers and read-only binds over control files, in

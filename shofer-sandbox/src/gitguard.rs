@@ -145,9 +145,27 @@ impl GitGuard {
         let per_worktree = ["commondir", "gitdir", "config.worktree"];
         let mut dot_git = None;
         match layout {
-            GitLayout::Linked { gitdir, .. } => {
+            GitLayout::Linked { gitdir, common } => {
                 add(&mut entries, worktree.to_path_buf(), &[".git"]);
                 add(&mut entries, gitdir.clone(), &per_worktree);
+                // A common dir beneath a writable root (a repository under /tmp) is not
+                // outside the writable set: guarded as a main worktree's `.git` is.
+                if controls.common_beneath.is_some() {
+                    add(
+                        &mut entries,
+                        common.clone(),
+                        &["config", "hooks", "info", "HEAD"],
+                    );
+                    for sub in subdirs(&common.join("worktrees"))
+                        .into_iter()
+                        .filter(|s| s != gitdir)
+                    {
+                        add(&mut entries, sub, &per_worktree);
+                    }
+                    for sub in subdirs(&common.join("modules")) {
+                        add(&mut entries, sub, &["config", "hooks"]);
+                    }
+                }
             }
             GitLayout::MainWorktree => {
                 let dot = worktree.join(".git");

@@ -58,6 +58,16 @@ pub struct ControlSet {
     /// `packed-refs` can be replaced through `packed-refs.lock` (git deletes refs that way):
     /// every other entry of it is bound read-only on top ([`CommonLayer`]).
     pub common: Option<CommonLayer>,
+    /// Directories between a writable root and the worktree or the common dir, each with
+    /// that root, shallowest first (set by [`crate::writable`]): the namespace backends bind
+    /// each over itself (writable; a mount point cannot be renamed or removed) before the
+    /// writable set's binds beneath it; Landlock cannot, and says so.
+    pub ancestors: Vec<(PathBuf, PathBuf)>,
+    /// The writable root a linked worktree's common dir lies beneath (a repository under
+    /// `/tmp`), if any: its `config`, `hooks/`, `info/`, `worktrees/` and `modules/` are then
+    /// not outside the writable set, and the Landlock backend guards them
+    /// ([`crate::gitguard`]) as it does a main worktree's.
+    pub common_beneath: Option<PathBuf>,
     /// Facts the report states (paths git does not read in this configuration, limits).
     pub notes: Vec<String>,
     /// The existing pack files (`objects/pack/*`), bound read-only over themselves on the

@@ -35,6 +35,9 @@ pub struct GitRun {
     /// Why no journal could be written (reported).
     pub journal_missing: Option<String>,
     placeholders: Vec<Created>,
+    /// The worktree's and the common dir's paths and identities before the run, when the
+    /// Landlock backend cannot keep them from being moved ([`GitRun::moved`]).
+    locations: Vec<(PathBuf, Option<(u64, u64)>)>,
     watcher: Option<Watcher>,
     watch: bool,
     /// What the watcher could not start with, if anything.
@@ -85,6 +88,27 @@ impl GitRun {
                 );
             }
         }
+        let mut locations = Vec::new();
+        if !structural {
+            if let Some((dir, root)) = opened.controls.ancestors.first() {
+                eprintln!(
+                    "shofer-sandbox: warning: degraded (git_location): {} lies inside the writable path {}: Landlock cannot keep the command from renaming it and building another repository at the worktree's path, which the host's git would then use; checked when the command ends (a namespace backend pins it)",
+                    dir.display(),
+                    root.display()
+                );
+                let mut anchors = vec![opened.policy.worktree.clone()];
+                if let GitLayout::Linked { common, .. } = &opened.git {
+                    anchors.push(common.clone());
+                }
+                locations = anchors
+                    .into_iter()
+                    .map(|p| {
+                        let id = identity_of(&p);
+                        (p, id)
+                    })
+                    .collect();
+            }
+        }
         let objects = match &opened.git {
             GitLayout::Linked { common, .. } => Some(common.clone()),
             GitLayout::MainWorktree => Some(opened.policy.worktree.join(".git")),
@@ -100,6 +124,7 @@ impl GitRun {
             structural,
             journal_missing,
             placeholders,
+            locations,
             watcher: None,
             watch: has_entries,
             watch_error: None,
@@ -172,17 +197,26 @@ impl GitRun {
                 d.what, d.how
             );
         }
-        let failed_now = !last.failed.is_empty() || !damage.is_empty();
+        let moved = self.moved();
+        for p in &moved {
+            eprintln!(
+                "shofer-sandbox: error: the command moved {} away (another directory or nothing is at its path now): a host git there would not use this repository",
+                p.display()
+            );
+        }
+        let failed_now = !last.failed.is_empty() || !damage.is_empty() || !moved.is_empty();
         all.merge(last);
         // A failure during the run that the last pass fixed is not a failure any more.
         let failed = failed_now;
         if let Some(file) = report {
             if !all.restored.is_empty()
+                || !moved.is_empty()
                 || !all.failed.is_empty()
                 || !all.quarantined.is_empty()
                 || !damage.is_empty()
             {
                 let record = serde_json::json!({"git_restore": {
+                    "moved": moved,
                     "objects_damaged": damage.iter().map(|d| serde_json::json!({"object": d.what, "how": d.how})).collect::<Vec<_>>(),
                     "restored": all.restored,
                     "quarantined": all.quarantined.iter().map(|q| serde_json::json!({"path": q.path, "moved_to": q.moved_to, "key": q.key})).collect::<Vec<_>>(),
@@ -204,6 +238,26 @@ impl GitRun {
         gitprotect::remove_placeholders(&self.placeholders);
         failed
     }
+}
+
+impl GitRun {
+    /// The recorded locations whose path no longer names the same directory.
+    fn moved(&self) -> Vec<PathBuf> {
+        self.locations
+            .iter()
+            .filter(|(p, id)| identity_of(p) != *id)
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+}
+
+/// Device and inode of the directory at `path` (a symlink there is not followed).
+fn identity_of(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_dir())
+        .map(|m| (m.dev(), m.ino()))
 }
 
 fn repair(worktree: &Path) -> Option<Restored> {

@@ -158,7 +158,14 @@ pub(crate) fn plan<'a>(
         uid,
         gid,
         devices,
-        git_layers: opened.controls.layers(),
+        // The ancestors first: a recursive bind over itself keeps the binds beneath it.
+        git_layers: opened
+            .controls
+            .ancestors
+            .iter()
+            .map(|(p, _)| (p.clone(), true))
+            .chain(opened.controls.layers())
+            .collect(),
         net_deny: opened.policy.net == NetPolicy::Deny,
         landlock,
         full_map: false,

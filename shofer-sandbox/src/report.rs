@@ -184,6 +184,26 @@ fn git_protected(
             out.push(json!({"path": layer.common.join("packed-refs"), "what": "packed-refs",
                 "how": "writable: git deletes refs through packed-refs.lock (the common dir is bound writable, everything else in it read-only)"}));
         }
+        (_, false) if c.common_beneath.is_some() => {
+            let root = c
+                .common_beneath
+                .as_deref()
+                .unwrap_or(std::path::Path::new("/"));
+            for (p, what) in &c.outside {
+                let how = if p.file_name() == Some("packed-refs".as_ref()) {
+                    format!(
+                        "writable: the common dir lies inside the writable path {}",
+                        root.display()
+                    )
+                } else {
+                    format!(
+                        "guard (restored at once): the common dir lies inside the writable path {}",
+                        root.display()
+                    )
+                };
+                out.push(json!({"path": p, "what": what, "how": how}));
+            }
+        }
         _ => {
             for (p, what) in &c.outside {
                 let how = if packed_refs_by_gate && p.file_name() == Some("packed-refs".as_ref()) {
@@ -194,6 +214,18 @@ fn git_protected(
                 out.push(json!({"path": p, "what": what, "how": how}));
             }
         }
+    }
+    for (p, root) in &c.ancestors {
+        let what = format!(
+            "a directory above the worktree or the repository, inside the writable path {}",
+            root.display()
+        );
+        let how = if git_run.structural {
+            "bind mount (cannot be renamed or removed)"
+        } else {
+            "not enforced (Landlock cannot keep it from being renamed): checked when the command ends"
+        };
+        out.push(json!({"path": p, "what": what, "how": how}));
     }
     if git_run.structural {
         for p in &c.packs {

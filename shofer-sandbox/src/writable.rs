@@ -112,7 +112,21 @@ pub fn build(
         set.push_opened(canon, fd, RuleOrigin::AllowWrite);
     }
 
-    let controls = crate::gitprotect::control_set(&git, &wt);
+    let mut controls = crate::gitprotect::control_set(&git, &wt);
+    controls.ancestors = writable_ancestors(&git, &wt, &set.rules);
+    if let GitLayout::Linked { common, .. } = &git {
+        controls.common_beneath = set
+            .rules
+            .iter()
+            .filter(|r| {
+                !matches!(
+                    r.origin,
+                    RuleOrigin::Device | RuleOrigin::Terminal | RuleOrigin::GitMetadata
+                )
+            })
+            .find(|r| common.starts_with(&r.path) && *common != r.path)
+            .map(|r| r.path.clone());
+    }
     Ok(OpenedPolicy {
         policy: Policy {
             worktree: wt,
@@ -123,6 +137,41 @@ pub fn build(
         controls,
         git,
     })
+}
+
+/// The directories between a writable root and the worktree or the repository's common dir
+/// (a repository under `/tmp`): `(directory, the root it lies in)`, shallowest first. The
+/// command could rename one of them away and build another repository at the old path, which
+/// the host's git would then run ([`crate::gitprotect::ControlSet::ancestors`]).
+fn writable_ancestors(
+    git: &GitLayout,
+    wt: &Path,
+    rules: &[WritableRule],
+) -> Vec<(PathBuf, PathBuf)> {
+    let mut anchors = vec![wt.to_path_buf()];
+    if let GitLayout::Linked { common, .. } = git {
+        anchors.push(common.clone());
+    }
+    let mut out: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for rule in rules {
+        if matches!(
+            rule.origin,
+            RuleOrigin::Device | RuleOrigin::Terminal | RuleOrigin::GitMetadata
+        ) {
+            continue;
+        }
+        for anchor in &anchors {
+            let mut dir = anchor.parent();
+            while let Some(d) = dir.filter(|d| d.starts_with(&rule.path) && *d != rule.path) {
+                if !out.iter().any(|(p, _)| p == d) {
+                    out.push((d.to_path_buf(), rule.path.clone()));
+                }
+                dir = d.parent();
+            }
+        }
+    }
+    out.sort_by_key(|(p, _)| p.components().count());
+    out
 }
 
 #[derive(Default)]

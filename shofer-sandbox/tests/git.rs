@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -557,6 +558,104 @@ fn is_config_rewrite_notice(line: &str, common: &Path) -> bool {
             common.display()
         )
         || line == "warning: update of config-file failed"
+}
+
+/// A repository inside a writable root (`/tmp`, where agent hosts often put worktrees): the
+/// command can write beside it, so nothing is "outside the writable set" by location. The
+/// common `config` and `hooks/` are kept on every backend (read-only binds; Landlock's guard
+/// restores them); the directories above the worktree and the repository cannot be renamed
+/// away on the namespace backends (pinned by binds), and on Landlock, which cannot prevent
+/// it, the move is named and fails the run. A host git in the worktree afterwards runs
+/// nothing of the command's.
+#[test]
+fn a_repository_inside_tmp_cannot_be_reconfigured_or_moved_away() {
+    const SCRIPT: &str = r#"
+printf '[core]
+	fsmonitor = %s
+' "$EVIL" >> "$COMMON/config"
+printf '#!/bin/sh
+%s
+' "$EVIL" > "$COMMON/hooks/post-commit"
+chmod 755 "$COMMON/hooks/post-commit"
+sleep 0.3
+mv "$TOP" "$TOP-moved"; echo "mv=$?"
+"#;
+    let mut failures = Vec::new();
+    for b in backends() {
+        for uid in uids() {
+            let s = Scratch::new_in("/tmp");
+            let top = s.path().join("r");
+            std::fs::create_dir(&top).unwrap();
+            let repo = top.join("repo");
+            std::fs::create_dir(&repo).unwrap();
+            git(&repo, &["init", "-q", "-b", "main"]);
+            git(&repo, &["commit", "-q", "--allow-empty", "-m", "init"]);
+            std::fs::create_dir_all(repo.join(".git/hooks")).unwrap();
+            git(&repo, &["worktree", "add", "-q", "../wt"]);
+            let wt = top.join("wt");
+            let evil = s.path().join("evil.sh");
+            let ran = s.path().join("ran");
+            std::fs::write(
+                &evil,
+                format!(
+                    "#!/bin/sh
+touch '{}'
+",
+                    ran.display()
+                ),
+            )
+            .unwrap();
+            std::fs::set_permissions(&evil, std::fs::Permissions::from_mode(0o755)).unwrap();
+            if let Some(u) = uid {
+                s.chown_all(u);
+            }
+            let common = repo.join(".git");
+            let config = std::fs::read(common.join("config")).unwrap();
+            let (mut cmd, _copy) = sandboxed(uid, &wt, b, SCRIPT);
+            cmd.env("EVIL", &evil)
+                .env("COMMON", &common)
+                .env("TOP", &top)
+                .stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+            let moved = top.with_file_name("r-moved");
+            if moved.exists() {
+                std::fs::rename(&moved, &top).unwrap();
+            }
+            let what = format!("{b} / uid {uid:?}: {}", show(&out));
+            if b == "landlock" {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                if out.status.code() != Some(125)
+                    || !stderr.contains("degraded (git_location)")
+                    || !stderr.contains(&format!("moved {} away", wt.display()))
+                {
+                    failures.push(format!("the move is not named: {what}"));
+                }
+            } else if out.status.code() != Some(0) || !stdout.contains("mv=1") {
+                failures.push(format!("the repository could be moved: {what}"));
+            }
+            if std::fs::read(common.join("config")).unwrap() != config
+                || common.join("hooks/post-commit").exists()
+            {
+                failures.push(format!("config or hooks changed: {what}"));
+            }
+            let mut host = Command::new("git");
+            host.args(["commit", "-q", "--allow-empty", "-m", "host"])
+                .current_dir(&wt)
+                .envs(git_env())
+                .stdin(Stdio::null());
+            as_uid(&mut host, uid);
+            let h = host.output().unwrap();
+            if !h.status.success() || ran.exists() {
+                failures.push(format!(
+                    "host git after: {what}
+host: {}",
+                    show(&h)
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 /// A repository with a remote `origin` (bare, outside), packed refs, linked worktrees `wt`

@@ -63,9 +63,14 @@ pub struct Scratch {
 
 impl Scratch {
     pub fn new() -> Scratch {
+        Scratch::new_in("/var/tmp")
+    }
+
+    /// A scratch directory in `parent` (`/tmp`: inside the sandbox's writable set).
+    pub fn new_in(parent: &str) -> Scratch {
         let dir = tempfile::Builder::new()
             .prefix("shofer-sandbox-test-")
-            .tempdir_in("/var/tmp")
+            .tempdir_in(parent)
             .unwrap();
         Scratch { dir }
     }
