@@ -890,14 +890,17 @@ impl Engine {
                 .unwrap_or_else(|e| e.into_inner())
                 .release_buffers();
             // Background leftovers (`daemon &`) stay in the tree; while any lives, rescan now
-            // and then so that their zombies, reparented to us as subreaper, get reaped.
-            loop {
-                let t = Arc::clone(&r);
-                let live = tokio::task::spawn_blocking(move || t.tree.members().len()).await;
-                if live.map_or(true, |n| n == 0) {
-                    break;
+            // and then so that their zombies, reparented to us as subreaper, get reaped. A
+            // killed tree has none: the killer scanned until it found no member.
+            if !killed {
+                loop {
+                    let t = Arc::clone(&r);
+                    let live = tokio::task::spawn_blocking(move || t.tree.members().len()).await;
+                    if live.map_or(true, |n| n == 0) {
+                        break;
+                    }
+                    tokio::time::sleep(LEFTOVER_RESCAN).await;
                 }
-                tokio::time::sleep(LEFTOVER_RESCAN).await;
             }
             r.group.lock().unwrap_or_else(|e| e.into_inner()).take();
             r.settled.store(true, Ordering::SeqCst);

@@ -260,9 +260,12 @@ impl Interceptor {
             strip.finish(&mut |seg: &[u8]| gather(buf, file, out, written, error, *cap, seg));
             flush(buf, file, out, written, error, *cap);
         }
-        if let Some(f) = self.file.take() {
+        let kept = self.keep || self.buf.exceeded();
+        if let Some(f) = self.file.take().filter(|_| kept) {
             // Surface delayed write errors (e.g. on network filesystems) before advertising
-            // the artifact; data already in the page cache is readable either way.
+            // the artifact; data already in the page cache is readable either way. (Not for
+            // a file about to be removed: a thousand commands ending together would wait for
+            // a thousand disk flushes.)
             if let Err(e) = f.sync_data() {
                 if e.raw_os_error() != Some(libc::EINVAL) && self.error.is_none() {
                     self.error = Some(e.to_string());
@@ -270,11 +273,7 @@ impl Interceptor {
             }
         }
         self.check_still_there();
-        if !self.gone
-            && !self.keep
-            && !self.buf.exceeded()
-            && fs::remove_file(self.artifact_path()).is_ok()
-        {
+        if !self.gone && !kept && fs::remove_file(self.artifact_path()).is_ok() {
             self.gone = true;
         }
         self.out = PageBuf::new(0);

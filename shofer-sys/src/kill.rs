@@ -40,7 +40,10 @@ pub const GIVE_UP: Duration = Duration::from_secs(10);
 /// soon as the targets are gone).
 const TERM_ROUND: Duration = Duration::from_millis(5);
 /// Pause between SIGKILL rounds: long enough for the kernel to tear the processes down.
+/// Doubled while a round finds only processes already killed, up to [`MAX_KILL_ROUND`].
 const KILL_ROUND: Duration = Duration::from_millis(1);
+/// The longest pause between SIGKILL rounds.
+const MAX_KILL_ROUND: Duration = Duration::from_millis(16);
 
 /// Which processes [`kill`] kills.
 pub trait Targets {
@@ -154,6 +157,8 @@ pub fn kill(targets: &mut dyn Targets, grace: Duration) -> KillReport {
     }
     let kill_start = Instant::now();
     let mut survivors = Vec::new();
+    let mut killed: Set<(i32, u64)> = Set::default();
+    let mut pause = KILL_ROUND;
     while !members.is_empty() {
         if kill_start.elapsed() > GIVE_UP {
             survivors = members.iter().map(|p| p.pid).collect();
@@ -162,8 +167,27 @@ pub fn kill(targets: &mut dyn Targets, grace: Duration) -> KillReport {
         for p in &members {
             seen.insert(p.identity());
         }
-        signal_round(&dir, &*targets, &members, Signal::KILL);
-        std::thread::sleep(KILL_ROUND);
+        // A process that has had SIGKILL is dying: signalling it again and rescanning at once
+        // only takes CPU from the teardown of thousands. New ones (forked meanwhile) get it
+        // at once; everything again once the pause has grown (in case a signal failed).
+        let fresh: Vec<ProcInfo> = members
+            .iter()
+            .filter(|p| killed.insert(p.identity()))
+            .copied()
+            .collect();
+        if fresh.is_empty() && pause < MAX_KILL_ROUND {
+            pause *= 2;
+        } else {
+            let again = fresh.is_empty();
+            signal_round(
+                &dir,
+                &*targets,
+                if again { &members } else { &fresh },
+                Signal::KILL,
+            );
+            pause = KILL_ROUND;
+        }
+        std::thread::sleep(pause);
         members = live(targets);
     }
     KillReport {

@@ -24,6 +24,7 @@ import os
 import re
 import stat
 import sys
+import threading
 import time
 import uuid
 
@@ -340,17 +341,31 @@ async def case_shutdown():
                         break
                     await asyncio.sleep(0.05)
                 check(len(procs_with(marker)) >= n, f"their processes are up ({len(procs_with(marker))})")
+                # Watched from the moment stdin closes, beside the client's wait for the server.
+                closed = threading.Event()
+                gone = []
+
+                def watch():
+                    closed.wait()
+                    t = time.monotonic()
+                    while time.monotonic() - t < 30:
+                        if not procs_with(marker):
+                            gone.append(time.monotonic() - t)
+                            return
+                        time.sleep(0.02)
+
+                watcher = threading.Thread(target=watch)
+                watcher.start()
             t_close = time.monotonic()
-        # stdio_client has closed stdin and waited for the server (it kills it after ~2 s).
-    gone_at = None
-    while time.monotonic() - t_close < 30:
-        if not procs_with(marker):
-            gone_at = time.monotonic() - t_close
-            break
-        await asyncio.sleep(0.02)
+            closed.set()
+        # stdio_client has closed stdin and waited for the server (it kills it after 2 s).
+        server_ended = time.monotonic() - t_close
+    watcher.join()
+    gone_at = gone[0] if gone else None
     with open(os.path.join(SCRATCH, "shutdown.log")) as f:
         err = f.read()
     check("session closed;" in err, f"the server ended on stdin EOF by itself ({err.strip()[-160:]!r})")
+    check(server_ended < 2.0, f"the server exited {server_ended:.2f}s after stdin closed (the client kills it at 2 s)")
     check(gone_at is not None and gone_at <= 1.0,
           f"every process gone within 1 s of stdin closing ({gone_at if gone_at is None else round(gone_at, 2)}s; left {len(procs_with(marker))})")
     for p in procs_with(marker):  # leave the machine clean whatever happened
