@@ -148,10 +148,13 @@ fn writable_ancestors(
     wt: &Path,
     rules: &[WritableRule],
 ) -> Vec<(PathBuf, PathBuf)> {
-    let mut anchors = vec![wt.to_path_buf()];
-    if let GitLayout::Linked { common, .. } = git {
-        anchors.push(common.clone());
-    }
+    // Without a repository there is nothing the host's git trusts to move away (the command
+    // can make the worktree a repository of its own in place anyway).
+    let anchors = match git {
+        GitLayout::Linked { common, .. } => vec![wt.to_path_buf(), common.clone()],
+        GitLayout::MainWorktree => vec![wt.to_path_buf()],
+        GitLayout::None | GitLayout::Rejected(_) => return Vec::new(),
+    };
     let mut out: Vec<(PathBuf, PathBuf)> = Vec::new();
     for rule in rules {
         if matches!(
