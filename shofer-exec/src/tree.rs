@@ -329,7 +329,7 @@ pub fn signal_groups(groups: &[OwnedFd], sig: Signal) -> usize {
 /// 1. SIGTERM (and SIGCONT) to every group at once;
 /// 2. during the grace period, one walk of `/proc`: SIGTERM to the descendants outside those
 ///    sessions (they left them with `setsid`);
-/// 3. SIGKILL to every group at once;
+/// 3. SIGKILL to every group at once, and a wait (bounded) for the groups' leaders to exit;
 /// 4. SIGKILL to every descendant until a walk finds none ([`kill::kill`] without a grace:
 ///    every process that existed in step 2 has had SIGTERM and the grace period).
 ///
@@ -362,12 +362,19 @@ pub fn kill_groups_then_everything_below_us(
     }
     std::thread::sleep(grace.saturating_sub(start.elapsed()));
     signal_groups(groups, Signal::KILL);
+    // Let the groups' members die before the sweep walks /proc: signalling thousands of dying
+    // processes one by one only slows their teardown.
+    shofer_sys::pidfd::wait_exited(groups, KILL_SETTLE);
     let report = kill_everything_below_us(Duration::ZERO);
     if report.survivors.is_empty() {
         SWEPT.store(true, Ordering::SeqCst);
     }
     report
 }
+
+/// How long [`kill_groups_then_everything_below_us`] waits for the killed groups' leaders to
+/// exit before its sweep.
+const KILL_SETTLE: Duration = Duration::from_millis(200);
 
 static SWEPT: AtomicBool = AtomicBool::new(false);
 

@@ -90,6 +90,33 @@ pub fn send_signal_group(pidfd: impl AsFd, sig: Signal) -> io::Result<bool> {
     Err(e)
 }
 
+/// Waits until every process of `pidfds` has exited (a pidfd turns readable when its process
+/// exits, reaped or not: pidfd_open(2)) or `timeout` has passed. Returns how many had not.
+pub fn wait_exited(pidfds: &[OwnedFd], timeout: std::time::Duration) -> usize {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let start = std::time::Instant::now();
+    let mut waiting: Vec<PollFd<'_>> = pidfds
+        .iter()
+        .map(|fd| PollFd::new(fd, PollFlags::IN))
+        .collect();
+    while !waiting.is_empty() {
+        let Some(left) = timeout.checked_sub(start.elapsed()) else {
+            break;
+        };
+        let left = Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: left.subsec_nanos() as i64,
+        };
+        match poll(&mut waiting, Some(&left)) {
+            Ok(0) => break,
+            Ok(_) => waiting.retain(|p| p.revents().is_empty()),
+            Err(e) if e == rustix::io::Errno::INTR => {}
+            Err(_) => break,
+        }
+    }
+    waiting.len()
+}
+
 /// Sends `sig` to the scanned process `p` if the process holding its pid now is still `p`
 /// (same start time, checked after the pidfd is open). Returns whether the signal was sent.
 pub fn signal_if_same(proc_dir: &ProcDir, p: &ProcInfo, sig: Signal) -> bool {
