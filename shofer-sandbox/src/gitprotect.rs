@@ -68,6 +68,9 @@ pub struct ControlSet {
     /// not outside the writable set, and the Landlock backend guards them
     /// ([`crate::gitguard`]) as it does a main worktree's.
     pub common_beneath: Option<PathBuf>,
+    /// The writable root the worktree of a repository lies beneath, if any: on Landlock the
+    /// command can rename the worktree (or the common dir) away ([`crate::gitrun`]).
+    pub worktree_beneath: Option<PathBuf>,
     /// Facts the report states (paths git does not read in this configuration, limits).
     pub notes: Vec<String>,
     /// The existing pack files (`objects/pack/*`), bound read-only over themselves on the

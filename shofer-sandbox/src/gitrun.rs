@@ -90,23 +90,23 @@ impl GitRun {
         }
         let mut locations = Vec::new();
         if !structural {
-            if let Some((dir, root)) = opened.controls.ancestors.first() {
-                eprintln!(
-                    "shofer-sandbox: warning: degraded (git_location): {} lies inside the writable path {}: Landlock cannot keep the command from renaming it and building another repository at the worktree's path, which the host's git would then use; checked when the command ends (a namespace backend pins it)",
-                    dir.display(),
-                    root.display()
-                );
-                let mut anchors = vec![opened.policy.worktree.clone()];
-                if let GitLayout::Linked { common, .. } = &opened.git {
-                    anchors.push(common.clone());
+            let c = &opened.controls;
+            let common = match &opened.git {
+                GitLayout::Linked { common, .. } => Some(common),
+                _ => None,
+            };
+            for (path, root) in [
+                (Some(&opened.policy.worktree), &c.worktree_beneath),
+                (common, &c.common_beneath),
+            ] {
+                if let (Some(path), Some(root)) = (path, root) {
+                    eprintln!(
+                        "shofer-sandbox: warning: degraded (git_location): {} lies inside the writable path {}: Landlock cannot keep the command from renaming it away and building another repository at its path, which the host's git would then use; checked when the command ends (a namespace backend pins it)",
+                        path.display(),
+                        root.display()
+                    );
+                    locations.push((path.clone(), identity_of(path)));
                 }
-                locations = anchors
-                    .into_iter()
-                    .map(|p| {
-                        let id = identity_of(&p);
-                        (p, id)
-                    })
-                    .collect();
             }
         }
         let objects = match &opened.git {
@@ -167,6 +167,15 @@ impl GitRun {
                 None
             }
         }
+    }
+
+    /// The recorded locations whose path no longer names the same directory.
+    fn moved(&self) -> Vec<PathBuf> {
+        self.locations
+            .iter()
+            .filter(|(p, id)| identity_of(p) != *id)
+            .map(|(p, _)| p.clone())
+            .collect()
     }
 
     /// The run's last step (the process exits next), after the whole tree is gone: stops the
@@ -237,17 +246,6 @@ impl GitRun {
         }
         gitprotect::remove_placeholders(&self.placeholders);
         failed
-    }
-}
-
-impl GitRun {
-    /// The recorded locations whose path no longer names the same directory.
-    fn moved(&self) -> Vec<PathBuf> {
-        self.locations
-            .iter()
-            .filter(|(p, id)| identity_of(p) != *id)
-            .map(|(p, _)| p.clone())
-            .collect()
     }
 }
 

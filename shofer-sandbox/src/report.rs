@@ -215,17 +215,27 @@ fn git_protected(
             }
         }
     }
-    for (p, root) in &c.ancestors {
-        let what = format!(
-            "a directory above the worktree or the repository, inside the writable path {}",
-            root.display()
-        );
-        let how = if git_run.structural {
-            "bind mount (cannot be renamed or removed)"
-        } else {
-            "not enforced (Landlock cannot keep it from being renamed): checked when the command ends"
+    if git_run.structural {
+        for (p, root) in &c.ancestors {
+            out.push(json!({"path": p,
+                "what": format!("a directory above the worktree or the repository, inside the writable path {}", root.display()),
+                "how": "bind mount (cannot be renamed or removed)"}));
+        }
+    } else {
+        let common = match &opened.git {
+            crate::git::GitLayout::Linked { common, .. } => Some(common),
+            _ => None,
         };
-        out.push(json!({"path": p, "what": what, "how": how}));
+        for (p, root) in [
+            (Some(&opened.policy.worktree), &c.worktree_beneath),
+            (common, &c.common_beneath),
+        ] {
+            if let (Some(p), Some(root)) = (p, root) {
+                out.push(json!({"path": p,
+                    "what": format!("where the repository is: inside the writable path {}", root.display()),
+                    "how": "not enforced (Landlock cannot keep it, or a directory above it, from being renamed): checked when the command ends"}));
+            }
+        }
     }
     if git_run.structural {
         for p in &c.packs {

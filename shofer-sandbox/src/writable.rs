@@ -114,9 +114,8 @@ pub fn build(
 
     let mut controls = crate::gitprotect::control_set(&git, &wt);
     controls.ancestors = writable_ancestors(&git, &wt, &set.rules);
-    if let GitLayout::Linked { common, .. } = &git {
-        controls.common_beneath = set
-            .rules
+    let root_around = |p: &Path| {
+        set.rules
             .iter()
             .filter(|r| {
                 !matches!(
@@ -124,8 +123,16 @@ pub fn build(
                     RuleOrigin::Device | RuleOrigin::Terminal | RuleOrigin::GitMetadata
                 )
             })
-            .find(|r| common.starts_with(&r.path) && *common != r.path)
-            .map(|r| r.path.clone());
+            .find(|r| p.starts_with(&r.path) && p != r.path)
+            .map(|r| r.path.clone())
+    };
+    match &git {
+        GitLayout::Linked { common, .. } => {
+            controls.worktree_beneath = root_around(&wt);
+            controls.common_beneath = root_around(common);
+        }
+        GitLayout::MainWorktree => controls.worktree_beneath = root_around(&wt),
+        GitLayout::None | GitLayout::Rejected(_) => {}
     }
     Ok(OpenedPolicy {
         policy: Policy {
