@@ -101,7 +101,7 @@ impl GitRun {
             ] {
                 if let (Some(path), Some(root)) = (path, root) {
                     eprintln!(
-                        "shofer-sandbox: warning: degraded (git_location): {} lies inside the writable path {}: Landlock cannot keep the command from renaming it away and building another repository at its path, which the host's git would then use; checked when the command ends (a namespace backend pins it)",
+                        "shofer-sandbox: hardening not enforced (git_location): {} lies inside the writable path {}: Landlock cannot keep the command from renaming it away and building another repository at its path, which the host's git would then use; checked when the command ends (a namespace backend pins it)",
                         path.display(),
                         root.display()
                     );

@@ -92,6 +92,13 @@ pub(super) fn cases() -> Vec<Case> {
             needs = need_git_sh
         ),
         case!(
+            "git-repo-inside-tmp-moved",
+            "a repository inside /tmp: move the directory holding it and the worktree away, build a repository with core.fsmonitor at the worktree's path; the host's git status there runs it",
+            None,
+            git_inside_tmp_moved,
+            needs = need_git_sh
+        ),
+        case!(
             "git-fake-layout-next-run",
             "a fake common dir in wt with symlinks to another repo, then write on the next run",
             None,
@@ -815,4 +822,97 @@ fn put(c: &Ctx, r: &Repo, path: PathBuf, content: &str) -> Run {
     ));
     spec.env = r.env.clone();
     c.sb(spec)
+}
+
+/// A repository inside a writable root (`/tmp`): nothing stops the command writing beside it,
+/// so it tries to move the directory holding the repository and the worktree away and to put
+/// a repository of its own (core.fsmonitor) at the worktree's path, where an editor's git runs.
+/// The namespace backends pin that directory (a bind over itself); Landlock cannot, and must
+/// say so when it starts (`hardening not enforced (git_location)`) and fail the run when it ends: a skip
+/// there, with that reason, and an escape if it stays silent.
+fn git_inside_tmp_moved(c: &Ctx) -> Outcome {
+    let cell_dir: Vec<String> = c
+        .dir
+        .components()
+        .rev()
+        .take(2)
+        .map(|x| x.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let top = PathBuf::from(format!(
+        "/tmp/shofer-containment-{}-{}",
+        std::process::id(),
+        cell_dir.join("-")
+    ));
+    let _ = std::fs::remove_dir_all(&top);
+    let r = top.join("r");
+    let (repo, wt) = (r.join("repo"), r.join("wt"));
+    let env = git_env(&c.dir);
+    let setup = || -> Result<(), String> {
+        std::fs::create_dir_all(&repo).map_err(|e| e.to_string())?;
+        git(c.w, &env, &repo, &["init", "-q", "-b", "main"])?;
+        git(
+            c.w,
+            &env,
+            &repo,
+            &["commit", "-q", "--allow-empty", "-m", "init"],
+        )?;
+        git(
+            c.w,
+            &env,
+            &repo,
+            &["worktree", "add", "-q", "-b", "agent", "../wt"],
+        )?;
+        let (u, g) = c.cell.user.ids();
+        chown_all(&top, u, g);
+        std::fs::create_dir_all(c.dir.join("home")).map_err(|e| e.to_string())?;
+        chown_all(&c.dir.join("home"), u, g);
+        Ok(())
+    };
+    if let Err(e) = setup() {
+        let _ = std::fs::remove_dir_all(&top);
+        return Outcome::Error(format!("harness: git setup: {e}"));
+    }
+    let payload = c.out.join("pwned-by-moved-repo");
+    let mut spec = Sb::new(Cmd::Shell(format!(
+        "mv '{r}' '{r}-moved' && mkdir -p '{wt}' && cd '{wt}' && git init -q && printf '%s' \"$PAYLOAD_CONFIG\" > .git/config; true",
+        r = r.display(),
+        wt = wt.display()
+    )));
+    spec.env = env.clone();
+    spec.env
+        .push(("PAYLOAD_CONFIG".into(), payload_config(&payload)));
+    // The journal a failed run keeps goes beside `out`, not into the user's state directory.
+    spec.env.push((
+        "XDG_STATE_HOME".into(),
+        c.dir.join("home/.local/state").display().to_string(),
+    ));
+    spec.wt = Some(wt.clone());
+    let run = c.sb(spec);
+    let moved = top.join("r-moved").exists();
+    let err = host_git_status(c, &wt);
+    let ran = payload.exists();
+    let _ = std::fs::remove_file(&payload);
+    let _ = std::fs::remove_dir_all(&top);
+    if !moved {
+        return Outcome::Blocked(format!(
+            "the repository could not be moved ({})",
+            clip(run.stderr.trim(), 160)
+        ));
+    }
+    if run.stderr.contains("hardening not enforced (git_location)") && run.stderr.contains("away") {
+        return Outcome::Skip(format!(
+            "Landlock cannot keep the repository from being moved: named at start and at exit (status {:?}){}",
+            run.code,
+            if ran { "; the host's git then ran the command's core.fsmonitor" } else { "" }
+        ));
+    }
+    Outcome::Escaped(format!(
+        "the repository was moved away unnoticed{} (git: {})",
+        if ran {
+            " and the host's git status ran the command's core.fsmonitor"
+        } else {
+            ""
+        },
+        clip(err.trim(), 80)
+    ))
 }
