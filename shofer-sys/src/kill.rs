@@ -201,15 +201,19 @@ pub fn kill(targets: &mut dyn Targets, grace: Duration) -> KillReport {
 /// next scan.
 fn signal_round(dir: &ProcDir, targets: &dyn Targets, procs: &[ProcInfo], sig: Signal) {
     let mut groups_done: Set<i32> = Set::default();
+    // Groups that could not be signalled whole (their leader gone): asked once per round.
+    let mut groups_failed: Set<i32> = Set::default();
     for p in procs {
         if groups_done.contains(p.pgid) {
             continue;
         }
         if targets.owns_session(p.sid)
+            && !groups_failed.contains(p.pgid)
             && pidfd::signal_group_if_same(dir, p, sig, |q| targets.owns_session(q.sid))
         {
             groups_done.insert(p.pgid);
         } else {
+            groups_failed.insert(p.pgid);
             pidfd::signal_if_same(dir, p, sig);
         }
     }

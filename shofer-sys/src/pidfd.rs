@@ -132,11 +132,14 @@ pub fn signal_if_same(proc_dir: &ProcDir, p: &ProcInfo, sig: Signal) -> bool {
     }
 }
 
-/// Sends `sig` to the whole process group of the scanned process `p`, in one call, if the
-/// process holding its pid now is still `p`, still in group `p.pgid`, and `may_signal_group`
-/// accepts it as it is now (the caller checks that its session holds only processes it may
-/// signal). Returns whether the signal was sent; `false` also on kernels before 6.9, where
-/// the caller signals processes one by one.
+/// Sends `sig` to the whole process group of the scanned process `p`, in one call, through a
+/// pidfd of the group's leader (`PIDFD_SIGNAL_PROCESS_GROUP` signals the group whose id is
+/// the pidfd's pid: through any other member it finds no group, `ESRCH`), if the process
+/// holding `p`'s pid is still `p`, in group `p.pgid`, the process holding pid `p.pgid` leads
+/// that group, and `may_signal_group` accepts the leader as it is now
+/// (the caller checks that its session holds only processes it may signal). Returns whether
+/// the signal was sent; `false` also when the leader has exited (the group lives on without
+/// it) and on kernels before 6.9: the caller then signals processes one by one.
 pub fn signal_group_if_same(
     proc_dir: &ProcDir,
     p: &ProcInfo,
@@ -146,11 +149,17 @@ pub fn signal_group_if_same(
     if NO_GROUP_SIGNAL.load(Ordering::Relaxed) {
         return false;
     }
-    let Ok(Some(fd)) = open(p.pid) else {
+    let Ok(Some(fd)) = open(p.pgid) else {
         return false;
     };
-    match proc_dir.stat(p.pid) {
-        Some(q) if q.start == p.start && q.pgid == p.pgid && may_signal_group(&q) => {}
+    // `p` is still the scanned process, still in its group; the leader leads that group and
+    // the caller accepts it.
+    match (proc_dir.stat(p.pid), proc_dir.stat(p.pgid)) {
+        (Some(now), Some(leader))
+            if now.start == p.start
+                && now.pgid == p.pgid
+                && leader.pgid == p.pgid
+                && may_signal_group(&leader) => {}
         _ => return false,
     }
     send_signal_group(&fd, sig).unwrap_or(false)
@@ -184,6 +193,45 @@ mod tests {
         assert_eq!(st.signal(), Some(libc::SIGKILL));
         // Reaped: the pid may be anyone's now, and the old identity must not match it.
         assert!(!signal_if_same(&dir, &real, Signal::KILL));
+    }
+
+    /// Through a member that does not lead its group (pidfd of that member: `ESRCH`, and the
+    /// killer fell back to one signal per process — 500 pidfd opens and stat reads per round).
+    #[test]
+    fn a_group_is_signalled_whole_through_any_member() {
+        use std::os::unix::process::CommandExt;
+        let dir = ProcDir::open().unwrap();
+        let mut leader = Command::new("/bin/sh")
+            .args(["-c", "sleep 30 & sleep 30 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = leader.id() as i32;
+        let t = std::time::Instant::now();
+        let members = loop {
+            let m: Vec<ProcInfo> = dir
+                .scan()
+                .into_iter()
+                .filter(|p| p.pgid == pgid && p.pid != pgid)
+                .collect();
+            if m.len() == 2 || t.elapsed() > std::time::Duration::from_secs(5) {
+                break m;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        assert_eq!(members.len(), 2);
+        let sent = signal_group_if_same(&dir, &members[0], Signal::KILL, |_| true);
+        if !sent && NO_GROUP_SIGNAL.load(Ordering::Relaxed) {
+            let _ = leader.kill();
+            let _ = leader.wait();
+            for m in &members {
+                signal_if_same(&dir, m, Signal::KILL);
+            }
+            return; // Linux < 6.9: nothing to check
+        }
+        assert!(sent, "the group was not signalled through a member");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(leader.wait().unwrap().signal(), Some(libc::SIGKILL));
     }
 
     #[test]
