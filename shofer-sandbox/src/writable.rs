@@ -117,12 +117,7 @@ pub fn build(
     let root_around = |p: &Path| {
         set.rules
             .iter()
-            .filter(|r| {
-                !matches!(
-                    r.origin,
-                    RuleOrigin::Device | RuleOrigin::Terminal | RuleOrigin::GitMetadata
-                )
-            })
+            .filter(|r| may_hold_a_repository(r.origin))
             .find(|r| p.starts_with(&r.path) && p != r.path)
             .map(|r| r.path.clone())
     };
@@ -163,13 +158,7 @@ fn writable_ancestors(
         GitLayout::None | GitLayout::Rejected(_) => return Vec::new(),
     };
     let mut out: Vec<(PathBuf, PathBuf)> = Vec::new();
-    for rule in rules {
-        if matches!(
-            rule.origin,
-            RuleOrigin::Device | RuleOrigin::Terminal | RuleOrigin::GitMetadata
-        ) {
-            continue;
-        }
+    for rule in rules.iter().filter(|r| may_hold_a_repository(r.origin)) {
         for anchor in &anchors {
             let mut dir = anchor.parent();
             while let Some(d) = dir.filter(|d| d.starts_with(&rule.path) && *d != rule.path) {
@@ -182,6 +171,15 @@ fn writable_ancestors(
     }
     out.sort_by_key(|(p, _)| p.components().count());
     out
+}
+
+/// Whether a writable root of this origin can hold a repository (devices cannot; the git
+/// metadata roots lie inside the repository).
+fn may_hold_a_repository(origin: RuleOrigin) -> bool {
+    !matches!(
+        origin,
+        RuleOrigin::Device | RuleOrigin::Terminal | RuleOrigin::GitMetadata
+    )
 }
 
 #[derive(Default)]
