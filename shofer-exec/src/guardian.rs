@@ -29,18 +29,6 @@ pub enum Role {
     Done(u8),
 }
 
-fn signal_set(sigs: &[libc::c_int]) -> libc::sigset_t {
-    // Safety: sigemptyset initialises the plain-data set; sigaddset with valid numbers.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for &s in sigs {
-            libc::sigaddset(&mut set, s);
-        }
-        set
-    }
-}
-
 /// Starts the server as a child and guards it, or returns [`Role::Server`] in the child (and
 /// where the guardian cannot be set up: no subreaper flag, no `/proc/self/exe`).
 pub fn split() -> Role {
@@ -53,7 +41,8 @@ pub fn split() -> Role {
     if crate::tree::enable_subreaper().is_err() {
         return Role::Server;
     }
-    let waited = signal_set(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGCHLD]);
+    let waited =
+        shofer_sys::process::sigset(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGCHLD]);
     // Safety: blocking signals of this (still single-threaded) process; restored on failure.
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
     // Safety: as above.

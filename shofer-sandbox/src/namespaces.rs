@@ -57,8 +57,9 @@ use shofer_core::policy::{NetPolicy, RuleOrigin};
 use crate::error::SetupError;
 use crate::paths;
 use crate::spawn::{report_failure, ChildArgs, Stage};
-use crate::supervise::{sigset, FORWARDED};
+use crate::supervise::FORWARDED;
 use crate::writable::OpenedPolicy;
+use shofer_sys::process::sigset;
 
 /// One writable path with its descriptor (opened before the clone).
 pub(crate) struct Bind<'a> {

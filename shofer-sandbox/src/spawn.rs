@@ -14,8 +14,9 @@ use crate::exec::{self, Steps};
 use crate::namespaces;
 use crate::path_search::NotRunnable;
 use crate::plan::{Confinement, Plan};
-use crate::supervise::{sigset, FORWARDED};
+use crate::supervise::FORWARDED;
 use shofer_sys::errno;
+use shofer_sys::process::sigset;
 
 /// Child-side setup steps, reported back to the supervisor when one fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -50,7 +50,7 @@ impl StatusFd {
     /// Writes one line with SIGPIPE blocked, so a reader that went away costs an `EPIPE`
     /// instead of the supervisor (whose death would kill the command).
     fn line(&self, text: &str) {
-        let pipe = crate::supervise::sigset(&[libc::SIGPIPE]);
+        let pipe = shofer_sys::process::sigset(&[libc::SIGPIPE]);
         // Safety: an all-zero sigset_t is a valid out-parameter.
         let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
         // Safety: valid sets; only this thread's mask changes, and it is restored below.

@@ -46,19 +46,6 @@ pub(crate) const FORWARDED: [libc::c_int; 6] = [
     libc::SIGUSR2,
 ];
 
-/// A signal set holding `signals`.
-pub(crate) fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
-    // Safety: sigemptyset initialises the set; sigaddset with valid signal numbers.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for &s in signals {
-            libc::sigaddset(&mut set, s);
-        }
-        set
-    }
-}
-
 /// Raw wait status of a process killed by SIGTERM, used when the tree is stopped before the
 /// main process is reaped.
 const TERMINATED: i32 = libc::SIGTERM;
@@ -250,7 +237,7 @@ impl Supervisor {
             tv_sec: timeout.as_secs() as libc::time_t,
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         };
-        let chld = sigset(&[libc::SIGCHLD]);
+        let chld = shofer_sys::process::sigset(&[libc::SIGCHLD]);
         // Safety: valid set and timeout; a NULL info pointer is allowed.
         unsafe { libc::sigtimedwait(&chld, std::ptr::null_mut(), &ts) };
     }

@@ -100,3 +100,17 @@ pub fn close_after_exit(fd: OwnedFd) {
     }
     // `fd` and the read end close here: the child's copies are the last ones.
 }
+
+/// A signal set holding `signals` (sigsetops(3)), for `sigprocmask`, `sigwaitinfo` and
+/// `signalfd`. Allocates nothing: callable between fork and exec.
+pub fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
+    // Safety: sigemptyset initialises the plain-data set; sigaddset with valid signal numbers.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
