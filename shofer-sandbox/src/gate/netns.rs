@@ -37,8 +37,9 @@ pub fn diag_of(pid: libc::pid_t) -> Option<OwnedFd> {
     let net = open_ns(pid, "net")?;
     // The user namespace that owns the network namespace (not necessarily the process's: a
     // user namespace nested inside it has no capability over it): `NS_GET_USERNS`, ioctl_ns(2).
-    const NS_GET_USERNS: libc::c_ulong = 0xb701; // _IO(0xb7, 0x1)
-                                                 // Safety: the ioctl returns a new descriptor (or -1); owned right below.
+    // _IO(0xb7, 0x1)
+    const NS_GET_USERNS: libc::c_ulong = 0xb701;
+    // Safety: the ioctl returns a new descriptor (or -1); owned right below.
     let owner = unsafe { libc::ioctl(net.as_raw_fd(), NS_GET_USERNS) };
     if owner < 0 {
         return None;
@@ -121,9 +122,10 @@ unsafe fn send_fd(sock: RawFd, fd: RawFd) {
         iov_base: byte.as_mut_ptr().cast(),
         iov_len: 1,
     };
-    let mut cbuf = [0u64; 4]; // CMSG_SPACE(sizeof(int)) = 24 bytes, 8-aligned
-                              // Safety: plain-data message header pointing at our buffers; the CMSG macros walk `cbuf`,
-                              // which is large enough for one descriptor.
+    // CMSG_SPACE(sizeof(int)) = 24 bytes, 8-aligned.
+    let mut cbuf = [0u64; 4];
+    // Safety: plain-data message header pointing at our buffers; the CMSG macros walk `cbuf`,
+    // which is large enough for one descriptor.
     unsafe {
         let mut msg: libc::msghdr = std::mem::zeroed();
         msg.msg_iov = &mut iov;
