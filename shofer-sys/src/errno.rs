@@ -1,4 +1,11 @@
-//! errno names for messages and reports: one table.
+//! errno names for messages and reports: one table; and the calling thread's errno.
+
+/// The calling thread's errno after a failed libc call (`EIO` should the platform not say).
+pub fn last() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
 
 /// The symbolic name of errno `e` (`"EACCES"`), or `None` for one this table does not list.
 pub fn name(e: i32) -> Option<&'static str> {

@@ -239,9 +239,7 @@ pub fn addfd(listener: RawFd, id: u64, src: RawFd, cloexec: bool, how: AddFd) ->
     };
     let r = addfd_ioctl(listener, id, src, cloexec, flags);
     if r < 0 {
-        return Err(io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO));
+        return Err(shofer_sys::errno::last());
     }
     if how == AddFd::Plain {
         answer(listener, id, Ok(r as i64));

@@ -33,6 +33,8 @@ use std::path::Path;
 
 use super::resolve::{self, Ident};
 
+use shofer_sys::errno::last as errno;
+
 /// The file git replaces.
 pub const PACKED: &[u8] = b"packed-refs";
 /// The names git creates beside it: the lock, and the new list renamed onto `packed-refs`.
@@ -194,12 +196,6 @@ pub fn decide(
         }
         _ => None,
     }
-}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 fn cname(name: &[u8]) -> CString {

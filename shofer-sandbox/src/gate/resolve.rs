@@ -10,6 +10,8 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
+use shofer_sys::errno::last as errno;
+
 /// Most symlinks followed in one resolution (the kernel's `MAXSYMLINKS`).
 const MAX_SYMLINKS: usize = 40;
 
@@ -35,12 +37,6 @@ fn open_at(dir: RawFd, name: &[u8], flags: libc::c_int) -> Result<OwnedFd, i32> 
     }
     // Safety: the kernel just returned this descriptor.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 /// `fstat` of a descriptor.

@@ -31,6 +31,8 @@ use super::notify::{self, AddFd, Notif};
 use super::packed_refs;
 use super::resolve::{self, Ident};
 
+use shofer_sys::errno::last as errno;
+
 const NR_CONNECT: i64 = 42;
 const NR_SENDTO: i64 = 44;
 const NR_SENDMSG: i64 = 46;
@@ -272,12 +274,6 @@ fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) {
     {
         eprintln!("shofer-sandbox: note: a signal interrupted a call the unix socket gate had performed, so the command performs it again (a repeated send or connect); Linux 5.19 (SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV) prevents this");
     }
-}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 fn ret(r: isize) -> Result<i64, i32> {
