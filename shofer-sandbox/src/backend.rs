@@ -30,8 +30,12 @@ pub struct Facts {
     pub tiocsti_filter: bool,
     userns: OnceCell<Result<(), String>>,
     bwrap: OnceCell<Result<Bwrap, String>>,
+    /// The gate as this run may use it for unix sockets: `gate_probe`'s answer, or
+    /// what `--no-unix-gate` fixed.
     unix_gate: OnceCell<Result<(), String>>,
-    lockfile_gate: OnceCell<Result<(), String>>,
+    /// What [`crate::gate::available`] answered: whatever `--no-unix-gate` says, the
+    /// `packed-refs` traps ride on the same listener.
+    gate_probe: OnceCell<Result<(), String>>,
 }
 
 impl Facts {
@@ -44,7 +48,7 @@ impl Facts {
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
             unix_gate: OnceCell::new(),
-            lockfile_gate: OnceCell::new(),
+            gate_probe: OnceCell::new(),
         }
     }
 
@@ -62,7 +66,7 @@ impl Facts {
             userns: OnceCell::from(userns),
             bwrap: OnceCell::from(bwrap),
             unix_gate: OnceCell::from(Ok(())),
-            lockfile_gate: OnceCell::from(Ok(())),
+            gate_probe: OnceCell::from(Ok(())),
         }
     }
 
@@ -76,17 +80,18 @@ impl Facts {
     }
 
     /// Whether the seccomp unix-socket gate can run here ([`crate::gate::available`]; probed
-    /// on first call).
+    /// on first call, once for this and [`Facts::lockfile_gate`]; `--no-unix-gate` fixes it).
     pub fn unix_gate(&self) -> &Result<(), String> {
-        self.unix_gate.get_or_init(crate::gate::available)
+        self.unix_gate.get_or_init(|| self.lockfile_gate().clone())
     }
 
-    /// Whether the gate can perform git's `packed-refs` lock protocol for the command
-    /// ([`crate::gate::lockfiles_available`]; probed on first call, independent of
-    /// `--no-unix-gate`).
+    /// Whether the gate can perform git's `packed-refs` lock protocol for the command: whether
+    /// it can run here ([`crate::gate::available`]; probed once for both, independent of
+    /// `--no-unix-gate`). It also needs `SECCOMP_IOCTL_NOTIF_ADDFD` (Linux 5.9), which every
+    /// kernel with Landlock (5.13) has; the gate asks its listener at start all the same and,
+    /// without it, leaves the calls to the kernel (one stderr line).
     pub fn lockfile_gate(&self) -> &Result<(), String> {
-        self.lockfile_gate
-            .get_or_init(crate::gate::lockfiles_available)
+        self.gate_probe.get_or_init(crate::gate::available)
     }
 
     /// Whether `backend` at `abi` runs the unix-socket gate: below Landlock ABI 9 (or behind
@@ -466,7 +471,7 @@ mod tests {
             userns: OnceCell::new(),
             bwrap: OnceCell::new(),
             unix_gate: OnceCell::from(Ok(())),
-            lockfile_gate: OnceCell::from(Ok(())),
+            gate_probe: OnceCell::from(Ok(())),
         };
         f.assume_userns();
         if namespaces::blocked_by_sysctl().is_none() {

@@ -120,18 +120,6 @@ pub fn available() -> Result<(), String> {
     }
 }
 
-/// Whether the gate can perform git's `packed-refs` lock protocol for a command started by
-/// this process ([`packed_refs`]): [`available`]. It also needs `SECCOMP_IOCTL_NOTIF_ADDFD`
-/// (Linux 5.9) to hand a created file to the command, which every kernel with Landlock (5.13)
-/// has; the gate asks its listener at start all the same and, without it, leaves the calls to
-/// the kernel (one stderr line: ref deletion fails as without the gate).
-///
-/// # Errors
-/// Why not, in one clause.
-pub fn lockfiles_available() -> Result<(), String> {
-    available()
-}
-
 /// `--allow-unix` paths, opened at start (without following a final symlink, as for
 /// `--allow-write`), with their identities.
 pub struct AllowUnix {
