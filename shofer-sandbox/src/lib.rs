@@ -310,9 +310,12 @@ fn attempt(
         });
     }
     // Landlock cannot grant the common dir's packed-refs without its config and hooks: the
-    // gate performs git's lock protocol there instead (gate::packed_refs).
+    // gate performs git's lock protocol there instead (gate::packed_refs) — unless the common
+    // dir lies inside a writable root anyway (a repository under /tmp), where git needs no help.
     let lockfiles = match (&opened.git, choice.backend) {
-        (git::GitLayout::Linked { common, .. }, Backend::Landlock) => {
+        (git::GitLayout::Linked { common, .. }, Backend::Landlock)
+            if opened.controls.common_beneath.is_none() =>
+        {
             Some(facts.lockfile_gate().clone().and_then(|()| {
                 gate::packed_refs::CommonDir::open(common)
                     .map_err(|e| format!("{}: {e}", common.display()))
