@@ -42,19 +42,21 @@ const AUDIT_ARCH_I386: u32 = 0x4000_0003;
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
 // x86_64 (arch/x86/entry/syscalls/syscall_64.tbl).
-const NR_CONNECT: u32 = 42;
-const NR_SENDTO: u32 = 44;
-const NR_SENDMSG: u32 = 46;
-const NR_BIND: u32 = 49;
-const NR_SENDMMSG: u32 = 307;
+/// x86-64 syscall numbers: the ones the gate traps are shared with [`super::serve`] and
+/// [`super::packed_refs`], which dispatch on them.
+pub(super) const NR_CONNECT: u32 = 42;
+pub(super) const NR_SENDTO: u32 = 44;
+pub(super) const NR_SENDMSG: u32 = 46;
+pub(super) const NR_BIND: u32 = 49;
+pub(super) const NR_SENDMMSG: u32 = 307;
 const NR_IO_URING_SETUP: u32 = 425;
-const NR_OPEN: u32 = 2;
-const NR_RENAME: u32 = 82;
-const NR_UNLINK: u32 = 87;
-const NR_OPENAT: u32 = 257;
-const NR_UNLINKAT: u32 = 263;
-const NR_RENAMEAT: u32 = 264;
-const NR_RENAMEAT2: u32 = 316;
+pub(super) const NR_OPEN: u32 = 2;
+pub(super) const NR_RENAME: u32 = 82;
+pub(super) const NR_UNLINK: u32 = 87;
+pub(super) const NR_OPENAT: u32 = 257;
+pub(super) const NR_UNLINKAT: u32 = 263;
+pub(super) const NR_RENAMEAT: u32 = 264;
+pub(super) const NR_RENAMEAT2: u32 = 316;
 // x32-only numbers of sendmsg and sendmmsg.
 const NR_X32_SENDMSG: u32 = 518;
 const NR_X32_SENDMMSG: u32 = 538;

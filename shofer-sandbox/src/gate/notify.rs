@@ -15,7 +15,7 @@ pub struct Notif {
     /// The caller's PID in the supervisor's PID namespace.
     pub pid: libc::pid_t,
     /// Syscall number (x86_64; the filter lets no other ABI through).
-    pub nr: i64,
+    pub nr: u32,
     /// The six raw arguments.
     pub args: [u64; 6],
 }
@@ -35,7 +35,7 @@ pub fn recv(listener: RawFd) -> io::Result<Notif> {
     Ok(Notif {
         id: n.id,
         pid: n.pid as libc::pid_t,
-        nr: n.data.nr as i64,
+        nr: n.data.nr as u32,
         args: n.data.args,
     })
 }

@@ -31,6 +31,9 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
+use super::filter::{
+    NR_OPEN, NR_OPENAT, NR_RENAME, NR_RENAMEAT, NR_RENAMEAT2, NR_UNLINK, NR_UNLINKAT,
+};
 use super::resolve::{self, Ident};
 
 use shofer_sys::errno::last as errno;
@@ -55,16 +58,8 @@ const PASSED_FLAGS: i32 = libc::O_ACCMODE
     | libc::O_CLOEXEC
     | libc::O_NOFOLLOW;
 
-const NR_OPEN: i64 = 2;
-const NR_RENAME: i64 = 82;
-const NR_UNLINK: i64 = 87;
-const NR_OPENAT: i64 = 257;
-const NR_UNLINKAT: i64 = 263;
-const NR_RENAMEAT: i64 = 264;
-const NR_RENAMEAT2: i64 = 316;
-
 /// Whether `nr` is one of the calls [`super::filter::Traps::lockfiles`] traps.
-pub fn traps(nr: i64) -> bool {
+pub fn traps(nr: u32) -> bool {
     matches!(
         nr,
         NR_OPEN | NR_OPENAT | NR_RENAME | NR_RENAMEAT | NR_RENAMEAT2 | NR_UNLINK | NR_UNLINKAT
@@ -124,7 +119,7 @@ fn transient(path: &[u8]) -> Option<&'static [u8]> {
 /// this and before acting.
 pub fn decide(
     pid: libc::pid_t,
-    nr: i64,
+    nr: u32,
     args: &[u64; 6],
     common: &CommonDir,
     dirfd: &mut dyn FnMut(u64) -> Result<OwnedFd, i32>,

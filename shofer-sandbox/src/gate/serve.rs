@@ -27,17 +27,12 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::diag::{self, Lookup};
+use super::filter::{NR_BIND, NR_CONNECT, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO};
 use super::notify::{self, AddFd, Notif};
 use super::packed_refs;
 use super::resolve::{self, Ident};
 
 use shofer_sys::errno::last as errno;
-
-const NR_CONNECT: i64 = 42;
-const NR_SENDTO: i64 = 44;
-const NR_SENDMSG: i64 = 46;
-const NR_BIND: i64 = 49;
-const NR_SENDMMSG: i64 = 307;
 
 /// `sizeof(struct sockaddr_storage)`: the kernel refuses longer addresses with `EINVAL`.
 const MAX_ADDR: u32 = 128;
