@@ -90,23 +90,13 @@ impl GitRun {
         }
         let mut locations = Vec::new();
         if !structural {
-            let c = &opened.controls;
-            let common = match &opened.git {
-                GitLayout::Linked { common, .. } => Some(common),
-                _ => None,
-            };
-            for (path, root) in [
-                (Some(&opened.policy.worktree), &c.worktree_beneath),
-                (common, &c.common_beneath),
-            ] {
-                if let (Some(path), Some(root)) = (path, root) {
-                    eprintln!(
-                        "shofer-sandbox: hardening not enforced (git_location): {} lies inside the writable path {}: Landlock cannot keep the command from renaming it away and building another repository at its path, which the host's git would then use; checked when the command ends (a namespace backend pins it)",
-                        path.display(),
-                        root.display()
-                    );
-                    locations.push((path.clone(), identity_of(path)));
-                }
+            for (path, root) in opened.repository_inside_writable() {
+                eprintln!(
+                    "shofer-sandbox: hardening not enforced (git_location): {} lies inside the writable path {}: Landlock cannot keep the command from renaming it away and building another repository at its path, which the host's git would then use; checked when the command ends (a namespace backend pins it)",
+                    path.display(),
+                    root.display()
+                );
+                locations.push((path.to_path_buf(), identity_of(path)));
             }
         }
         let objects = match &opened.git {

@@ -222,19 +222,10 @@ fn git_protected(
                 "how": "bind mount (cannot be renamed or removed)"}));
         }
     } else {
-        let common = match &opened.git {
-            crate::git::GitLayout::Linked { common, .. } => Some(common),
-            _ => None,
-        };
-        for (p, root) in [
-            (Some(&opened.policy.worktree), &c.worktree_beneath),
-            (common, &c.common_beneath),
-        ] {
-            if let (Some(p), Some(root)) = (p, root) {
-                out.push(json!({"path": p,
-                    "what": format!("where the repository is: inside the writable path {}", root.display()),
-                    "how": "not enforced (Landlock cannot keep it, or a directory above it, from being renamed): checked when the command ends"}));
-            }
+        for (p, root) in opened.repository_inside_writable() {
+            out.push(json!({"path": p,
+                "what": format!("where the repository is: inside the writable path {}", root.display()),
+                "how": "not enforced (Landlock cannot keep it, or a directory above it, from being renamed): checked when the command ends"}));
         }
     }
     if git_run.structural {

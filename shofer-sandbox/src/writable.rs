@@ -29,6 +29,27 @@ pub struct OpenedPolicy {
     pub controls: crate::gitprotect::ControlSet,
 }
 
+impl OpenedPolicy {
+    /// The worktree and the common dir, each with the writable root it lies inside, where it
+    /// does (a repository under `/tmp`): what Landlock cannot keep from being moved away.
+    pub fn repository_inside_writable(&self) -> Vec<(&Path, &Path)> {
+        let common = match &self.git {
+            GitLayout::Linked { common, .. } => Some(common.as_path()),
+            _ => None,
+        };
+        [
+            (
+                Some(self.policy.worktree.as_path()),
+                &self.controls.worktree_beneath,
+            ),
+            (common, &self.controls.common_beneath),
+        ]
+        .into_iter()
+        .filter_map(|(path, root)| Some((path?, root.as_deref()?)))
+        .collect()
+    }
+}
+
 /// Device files writable by every command (ARCHITECTURE §2.1).
 const DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
 /// Terminal devices: write and, from Landlock ABI 5, device ioctls.
