@@ -134,21 +134,25 @@ pub fn build(
     }
 
     let mut controls = crate::gitprotect::control_set(&git, &wt);
-    controls.ancestors = writable_ancestors(&git, &wt, &set.rules);
-    let root_around = |p: &Path| {
-        set.rules
-            .iter()
-            .filter(|r| may_hold_a_repository(r.origin))
-            .find(|r| p.starts_with(&r.path) && p != r.path)
-            .map(|r| r.path.clone())
+    // Where the host's git finds the repository by path: the worktree and a linked worktree's
+    // common dir. Without a repository there is nothing it trusts to move away (the command
+    // can make the worktree a repository of its own in place anyway).
+    let common = match &git {
+        GitLayout::Linked { common, .. } => Some(common.as_path()),
+        _ => None,
     };
-    match &git {
-        GitLayout::Linked { common, .. } => {
-            controls.worktree_beneath = root_around(&wt);
-            controls.common_beneath = root_around(common);
-        }
-        GitLayout::MainWorktree => controls.worktree_beneath = root_around(&wt),
-        GitLayout::None | GitLayout::Rejected(_) => {}
+    if !matches!(git, GitLayout::None | GitLayout::Rejected(_)) {
+        let root_around = |p: &Path| {
+            set.rules
+                .iter()
+                .filter(|r| may_hold_a_repository(r.origin))
+                .find(|r| p.starts_with(&r.path) && p != r.path)
+                .map(|r| r.path.clone())
+        };
+        let anchors: Vec<&Path> = std::iter::once(wt.as_path()).chain(common).collect();
+        controls.ancestors = writable_ancestors(&anchors, &set.rules);
+        controls.worktree_beneath = root_around(&wt);
+        controls.common_beneath = common.and_then(root_around);
     }
     Ok(OpenedPolicy {
         policy: Policy {
@@ -162,25 +166,15 @@ pub fn build(
     })
 }
 
-/// The directories between a writable root and the worktree or the repository's common dir
-/// (a repository under `/tmp`): `(directory, the root it lies in)`, shallowest first. The
-/// command could rename one of them away and build another repository at the old path, which
-/// the host's git would then run ([`crate::gitprotect::ControlSet::ancestors`]).
-fn writable_ancestors(
-    git: &GitLayout,
-    wt: &Path,
-    rules: &[WritableRule],
-) -> Vec<(PathBuf, PathBuf)> {
-    // Without a repository there is nothing the host's git trusts to move away (the command
-    // can make the worktree a repository of its own in place anyway).
-    let anchors = match git {
-        GitLayout::Linked { common, .. } => vec![wt.to_path_buf(), common.clone()],
-        GitLayout::MainWorktree => vec![wt.to_path_buf()],
-        GitLayout::None | GitLayout::Rejected(_) => return Vec::new(),
-    };
+/// The directories between a writable root and one of `anchors` (the worktree, the
+/// repository's common dir; a repository under `/tmp`): `(directory, the root it lies in)`,
+/// shallowest first. The command could rename one of them away and build another repository
+/// at the old path, which the host's git would then run
+/// ([`crate::gitprotect::ControlSet::ancestors`]).
+fn writable_ancestors(anchors: &[&Path], rules: &[WritableRule]) -> Vec<(PathBuf, PathBuf)> {
     let mut out: Vec<(PathBuf, PathBuf)> = Vec::new();
     for rule in rules.iter().filter(|r| may_hold_a_repository(r.origin)) {
-        for anchor in &anchors {
+        for anchor in anchors {
             let mut dir = anchor.parent();
             while let Some(d) = dir.filter(|d| d.starts_with(&rule.path) && *d != rule.path) {
                 if !out.iter().any(|(p, _)| p == d) {
