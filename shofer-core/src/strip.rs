@@ -22,10 +22,12 @@
 //! compiler vectorizes, and are emitted as slices of the input, not copied. Between two of
 //! `\r`, `\b`, BEL (found with `memchr3`), text interrupted only by complete CSI sequences
 //! (colours) is gathered into one run with the sequences cut out, and that run goes through
-//! the line logic once. The gathering copies 16 bytes per step and finds the next `ESC` among
-//! them with one SSE2 compare (a word-at-a-time bit trick on other targets); a short CSI
-//! sequence is parsed from one 8-byte word. Tests check it byte for byte against the state
-//! machine under any chunking.
+//! the line logic once. The gathering takes 64 bytes per step: their `ESC`, `[`, parameter and
+//! final bytes as bit masks, every complete CSI sequence's extent from one addition (a
+//! start's carry runs through its parameter bytes), and the text packed with byte shuffles (AVX2 and SSSE3, detected at run
+//! time; else SSE2 masks and a copy per run of text). The last bytes before a `\r`, and a
+//! sequence a block cuts, are parsed one at a time (a short CSI from one 8-byte word). Tests
+//! check every path byte for byte against the state machine under any chunking.
 //!
 //! ```
 //! use shofer_core::strip::strip_all;
@@ -79,6 +81,9 @@ pub struct Stripper {
     gathered: Vec<u8>,
     /// The fast path is on (off only in tests, where the byte-by-byte path is its oracle).
     fast: bool,
+    /// The CPU has AVX2 and POPCNT, and the fast path packs text with byte shuffles (off in
+    /// tests of the portable block step).
+    shuffle: bool,
 }
 
 impl Default for Stripper {
@@ -128,6 +133,7 @@ impl Stripper {
             hold: HOLD,
             gathered: Vec::new(),
             fast: true,
+            shuffle: shuffle_available(),
         }
     }
 
@@ -211,11 +217,9 @@ impl Stripper {
         };
         let src = &input[..hard];
         let mut r = i + p;
-        // The text before the first escape, then word by word: eight bytes are copied at once
-        // (the copy may run past the text; those bytes are overwritten or left beyond `w`),
-        // and the first `ESC` among them, if any, is found with a bit trick.
         let mut gathered = std::mem::take(&mut self.gathered);
-        let need = hard - i + 16 + GATHER_ALIGN;
+        // Room for the text plus what the fixed-size copies below may write past it.
+        let need = hard - i + BLOCK + GATHER_ALIGN;
         if gathered.len() < need {
             gathered = vec![0; need];
         }
@@ -227,8 +231,13 @@ impl Stripper {
         let dst = &mut gathered[g0..];
         let mut w = r - i;
         dst[..w].copy_from_slice(&input[i..r]);
+        (r, w) = gather_blocks(input, hard, r, dst, w, self.shuffle);
+        // The rest, one sequence at a time.
         loop {
-            // `src[r]` is an ESC (or r == hard).
+            let e = memchr::memchr(ESC, &src[r..]).map_or(hard, |p| r + p);
+            dst[w..w + (e - r)].copy_from_slice(&src[r..e]);
+            w += e - r;
+            r = e;
             if r == hard {
                 break;
             }
@@ -236,44 +245,6 @@ impl Stripper {
                 break;
             };
             r += n;
-            loop {
-                if r + 16 <= hard {
-                    // 16 bytes per step (SSE2): colour sequences are usually 10-30 bytes apart.
-                    let bytes: &[u8; 16] = src[r..r + 16].try_into().expect("16 bytes");
-                    dst[w..w + 16].copy_from_slice(bytes);
-                    let m = esc_mask16(bytes);
-                    if m == 0 {
-                        r += 16;
-                        w += 16;
-                        continue;
-                    }
-                    let k = m.trailing_zeros() as usize;
-                    r += k;
-                    w += k;
-                    break;
-                }
-                if r + 8 > hard {
-                    // The last few bytes, one by one.
-                    while r < hard && src[r] != ESC {
-                        dst[w] = src[r];
-                        w += 1;
-                        r += 1;
-                    }
-                    break;
-                }
-                let bytes: [u8; 8] = src[r..r + 8].try_into().expect("8 bytes");
-                dst[w..w + 8].copy_from_slice(&bytes);
-                let m = esc_bytes(u64::from_le_bytes(bytes));
-                if m == 0 {
-                    r += 8;
-                    w += 8;
-                } else {
-                    let k = (m.trailing_zeros() / 8) as usize;
-                    r += k;
-                    w += k;
-                    break;
-                }
-            }
         }
         if w > 0 {
             self.text(&gathered[g0..g0 + w], emit);
@@ -432,34 +403,329 @@ fn nonzero_bytes(v: u64) -> u64 {
     (((v & LOW7) + LOW7) | v) & HIGH
 }
 
-/// The high bit of each byte of `v` (little-endian) that is `ESC`.
+/// The block step of [`Stripper::gather_colours`]: from `r` (reading `input`, writing the
+/// text to `dst` from `w`), 64 bytes at a time while a whole block before `hard` and the 64
+/// bytes after it can be read. Returns the new `(r, w)`: `r` is where the rest (fewer than
+/// 64 bytes before `hard`, or an `ESC` that is not a complete CSI sequence) begins.
+/// `shuffle`: [`shuffle_available`] said yes.
 #[inline]
-fn esc_bytes(v: u64) -> u64 {
-    !nonzero_bytes(v ^ (ONES * u64::from(ESC))) & HIGH
+fn gather_blocks(
+    input: &[u8],
+    hard: usize,
+    r: usize,
+    dst: &mut [u8],
+    w: usize,
+    shuffle: bool,
+) -> (usize, usize) {
+    #[cfg(target_arch = "x86_64")]
+    if shuffle {
+        // Safety: the CPU has AVX2 and POPCNT (`shuffle_available`).
+        return unsafe { gather_blocks_avx2(input, hard, r, dst, w) };
+    }
+    let _ = shuffle;
+    block_loop::<false>(input, hard, r, dst, w)
 }
 
-/// Bit `k` set where `b[k]` is `ESC`.
-#[inline(always)]
-fn esc_mask16(b: &[u8; 16]) -> u32 {
+/// The CPU has what [`gather_blocks_avx2`] is compiled for: AVX2 (which implies SSSE3) and
+/// POPCNT (x86-64-v3 has both; the x86-64 baseline, and QEMU's default CPU, have neither).
+fn shuffle_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{
-            _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
-        };
-        // Safety: SSE2 is part of the x86_64 baseline, so every CPU this runs on has these
-        // instructions; the unaligned load reads exactly the 16 bytes of `b`. (The intrinsics
-        // are safe to call from Rust 1.87 on; the workspace still builds with 1.85.)
-        unsafe {
-            let v = _mm_loadu_si128(b.as_ptr().cast());
-            _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(ESC as i8))) as u32
-        }
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,popcnt")]
+unsafe fn gather_blocks_avx2(
+    input: &[u8],
+    hard: usize,
+    r: usize,
+    dst: &mut [u8],
+    w: usize,
+) -> (usize, usize) {
+    block_loop::<true>(input, hard, r, dst, w)
+}
+
+/// [`gather_blocks`]'s loop; `PACK`: the bytes are classified 32 at a time (AVX2) and the kept
+/// ones moved with byte shuffles (SSSE3), only called so from a function compiled for AVX2;
+/// else SSE2 and a kept run at a time.
+#[inline(always)]
+fn block_loop<const PACK: bool>(
+    input: &[u8],
+    hard: usize,
+    mut r: usize,
+    dst: &mut [u8],
+    mut w: usize,
+) -> (usize, usize) {
+    let src = &input[..hard];
+    while r + BLOCK <= hard && r + 2 * BLOCK <= input.len() {
+        let block: &[u8; BLOCK] = input[r..r + BLOCK].try_into().expect("64 bytes");
+        let classes = if PACK {
+            #[cfg(target_arch = "x86_64")]
+            // Safety: PACK is only set by `gather_blocks_avx2`, for a CPU with AVX2.
+            unsafe {
+                byte_classes_avx2(block)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            unreachable!("PACK is x86-64 only")
+        } else {
+            byte_classes(block)
+        };
+        let (cut, keep) = csi_block(classes);
+        if keep == u64::MAX {
+            dst[w..w + BLOCK].copy_from_slice(block);
+            w += BLOCK;
+        } else if PACK {
+            #[cfg(target_arch = "x86_64")]
+            {
+                // Safety: as above (AVX2 implies SSSE3).
+                w = unsafe { pack_kept_ssse3(block, keep, dst, w) };
+            }
+        } else {
+            let mut k = keep;
+            while k != 0 {
+                let a = k.trailing_zeros() as usize;
+                let run = (!(k >> a)).trailing_zeros() as usize;
+                let from: &[u8; BLOCK] = input[r + a..r + a + BLOCK].try_into().expect("64 bytes");
+                dst[w..w + BLOCK].copy_from_slice(from);
+                w += run;
+                k = if a + run >= BLOCK {
+                    0
+                } else {
+                    k & (u64::MAX << (a + run))
+                };
+            }
+        }
+        r += cut;
+        if cut == 0 {
+            // An `ESC` whose sequence is not a complete CSI within the block.
+            match csi_len(src, r) {
+                Some(n) => r += n,
+                None => break,
+            }
+        }
+    }
+    (r, w)
+}
+
+/// For each 8-bit keep mask: the indices of its set bits, in order, one per byte (the rest 0).
+const PACK_INDEX: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut m = 0;
+    while m < 256 {
+        let (mut k, mut n) = (0, 0);
+        while k < 8 {
+            if m & (1 << k) != 0 {
+                t[m] |= (k as u64) << (8 * n);
+                n += 1;
+            }
+            k += 1;
+        }
+        m += 1;
+    }
+    t
+};
+
+/// Writes the bytes of `block` whose bit is set in `keep` to `dst` from `w`, in order (16
+/// bytes at a time: one shuffle packs each 8-byte half), and returns the new `w`. Writes up
+/// to 64 bytes past the new `w`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "ssse3,popcnt")]
+#[inline]
+unsafe fn pack_kept_ssse3(block: &[u8; BLOCK], keep: u64, dst: &mut [u8], mut w: usize) -> usize {
+    use std::arch::x86_64::{
+        _mm_loadu_si128, _mm_set_epi64x, _mm_shuffle_epi8, _mm_storel_epi64, _mm_unpackhi_epi64,
+    };
+    assert!(w + BLOCK <= dst.len());
+    for (q, bytes) in block.chunks_exact(16).enumerate() {
+        let lo = (keep >> (16 * q)) as u8;
+        let hi = (keep >> (16 * q + 8)) as u8;
+        // Safety: the load reads the 16 bytes of `bytes`; each store writes 8 bytes at `w`,
+        // and `w` + 8 <= `dst.len()` (asserted above: `w` grows by at most 16 a step).
+        unsafe {
+            let ctl = _mm_set_epi64x(
+                (PACK_INDEX[hi as usize] + 0x0808_0808_0808_0808) as i64,
+                PACK_INDEX[lo as usize] as i64,
+            );
+            let packed = _mm_shuffle_epi8(_mm_loadu_si128(bytes.as_ptr().cast()), ctl);
+            _mm_storel_epi64(dst.as_mut_ptr().add(w).cast(), packed);
+            w += lo.count_ones() as usize;
+            _mm_storel_epi64(
+                dst.as_mut_ptr().add(w).cast(),
+                _mm_unpackhi_epi64(packed, packed),
+            );
+            w += hi.count_ones() as usize;
+        }
+    }
+    w
+}
+
+/// Bytes taken at once by the fast path's block step.
+const BLOCK: usize = 64;
+
+/// The bytes of a 64-byte block that are of interest to [`csi_block`], as bit masks (bit `k`
+/// for byte `k`): `ESC`, `[`, CSI parameter and intermediate bytes (0x20-0x3F), final bytes
+/// (0x40-0x7E).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ByteClasses {
+    esc: u64,
+    open: u64,
+    param: u64,
+    fin: u64,
+}
+
+#[inline(always)]
+fn byte_classes(b: &[u8; BLOCK]) -> ByteClasses {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            _mm_add_epi8, _mm_and_si128, _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_loadu_si128,
+            _mm_movemask_epi8, _mm_set1_epi8, _mm_xor_si128,
+        };
+        let mut c = ByteClasses {
+            esc: 0,
+            open: 0,
+            param: 0,
+            fin: 0,
+        };
+        for (lane, bytes) in b.chunks_exact(16).enumerate() {
+            // Safety: SSE2 is part of the x86_64 baseline, so every CPU this runs on has these
+            // instructions; the unaligned load reads exactly the 16 bytes of `bytes`. (The
+            // intrinsics are safe to call from Rust 1.87 on; the workspace builds with 1.85.)
+            let (esc, open, param, fin) = unsafe {
+                let v = _mm_loadu_si128(bytes.as_ptr().cast());
+                let esc = _mm_cmpeq_epi8(v, _mm_set1_epi8(ESC as i8));
+                let open = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'[' as i8));
+                let param = _mm_cmpeq_epi8(
+                    _mm_and_si128(v, _mm_set1_epi8(0xe0u8 as i8)),
+                    _mm_set1_epi8(0x20),
+                );
+                // 0x40 <= b <= 0x7E, as an unsigned compare (b - 0x40 < 0x3F) done signed.
+                let fin = _mm_cmplt_epi8(
+                    _mm_xor_si128(_mm_add_epi8(v, _mm_set1_epi8(-0x40)), _mm_set1_epi8(-128)),
+                    _mm_set1_epi8((0x3f ^ 0x80u8) as i8),
+                );
+                (
+                    _mm_movemask_epi8(esc) as u16,
+                    _mm_movemask_epi8(open) as u16,
+                    _mm_movemask_epi8(param) as u16,
+                    _mm_movemask_epi8(fin) as u16,
+                )
+            };
+            let at = 16 * lane;
+            c.esc |= u64::from(esc) << at;
+            c.open |= u64::from(open) << at;
+            c.param |= u64::from(param) << at;
+            c.fin |= u64::from(fin) << at;
+        }
+        c
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        byte_classes_scalar(b)
+    }
+}
+
+/// [`byte_classes`] 32 bytes at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn byte_classes_avx2(b: &[u8; BLOCK]) -> ByteClasses {
+    use std::arch::x86_64::{
+        _mm256_add_epi8, _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_cmpgt_epi8,
+        _mm256_loadu_si256, _mm256_movemask_epi8, _mm256_set1_epi8, _mm256_xor_si256,
+    };
+    let mut c = ByteClasses {
+        esc: 0,
+        open: 0,
+        param: 0,
+        fin: 0,
+    };
+    for (lane, bytes) in b.chunks_exact(32).enumerate() {
+        // Safety: the load reads exactly the 32 bytes of `bytes`.
+        let (esc, open, param, fin) = unsafe {
+            let v = _mm256_loadu_si256(bytes.as_ptr().cast());
+            let esc = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(ESC as i8));
+            let open = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'[' as i8));
+            let param = _mm256_cmpeq_epi8(
+                _mm256_and_si256(v, _mm256_set1_epi8(0xe0u8 as i8)),
+                _mm256_set1_epi8(0x20),
+            );
+            // As in `byte_classes`: b - 0x40 < 0x3F unsigned, done signed.
+            let fin = _mm256_cmpgt_epi8(
+                _mm256_set1_epi8((0x3f ^ 0x80u8) as i8),
+                _mm256_xor_si256(
+                    _mm256_add_epi8(v, _mm256_set1_epi8(-0x40)),
+                    _mm256_set1_epi8(-128),
+                ),
+            );
+            (
+                _mm256_movemask_epi8(esc) as u32,
+                _mm256_movemask_epi8(open) as u32,
+                _mm256_movemask_epi8(param) as u32,
+                _mm256_movemask_epi8(fin) as u32,
+            )
+        };
+        let at = 32 * lane;
+        c.esc |= u64::from(esc) << at;
+        c.open |= u64::from(open) << at;
+        c.param |= u64::from(param) << at;
+        c.fin |= u64::from(fin) << at;
+    }
+    c
+}
+
+/// [`byte_classes`] a byte at a time (other targets, and the oracle of the SSE2 version).
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn byte_classes_scalar(b: &[u8; BLOCK]) -> ByteClasses {
+    let mask = |f: fn(u8) -> bool| {
         b.iter()
             .enumerate()
-            .fold(0, |m, (k, &c)| m | (u32::from(c == ESC) << k))
+            .fold(0u64, |m, (k, &c)| m | (u64::from(f(c)) << k))
+    };
+    ByteClasses {
+        esc: mask(|c| c == ESC),
+        open: mask(|c| c == b'['),
+        param: mask(|c| (0x20..=0x3f).contains(&c)),
+        fin: mask(|c| (0x40..=0x7e).contains(&c)),
     }
+}
+
+/// One 64-byte block of the fast path, given its [`ByteClasses`]: `(cut, keep)`, where the block's first `cut` bytes are
+/// text and complete CSI sequences, and `keep` has the bits of the text among them. `cut` is
+/// 64 when the whole block is, else the offset of an `ESC`: one that is not a complete CSI
+/// sequence within the block (the last one, cut off by the block's end, or any other).
+///
+/// Branch-free for the common block: the sequences' ends are found with one addition (a
+/// start's carry runs through its parameter bytes and stops at the byte after them), and the
+/// bytes to drop are the difference of the ends and the starts.
+#[inline(always)]
+fn csi_block(c: ByteClasses) -> (usize, u64) {
+    // `ESC [` at k, parameters from k + 2.
+    let starts = c.esc & (c.open >> 1);
+    let (sum, carry) = c.param.overflowing_add(starts << 2);
+    let ends = sum & !c.param;
+    // Bits [s, e] of each sequence: the sum of 2^(e+1) - 2^s, wrapping at the top.
+    let drop = |below: u64| (((ends & below) << 1).wrapping_sub(starts & below)) & below;
+    // Every `ESC` starts a CSI sequence whose end is in the block (none starts at 62 or 63,
+    // no carry ran off the top), and each end is a final byte.
+    if c.esc == starts && starts >> 62 == 0 && !carry && ends & !c.fin == 0 {
+        return (BLOCK, !drop(u64::MAX));
+    }
+    // The same below the last `ESC`: the sequences before it cannot reach past it, and one
+    // that ends on it is not complete.
+    let last = 63 - c.esc.leading_zeros() as usize;
+    let below = (1u64 << last) - 1;
+    if c.esc & below == starts & below && ends & (below | 1 << last) & !c.fin == 0 {
+        return (last, !drop(below) & below);
+    }
+    let first = c.esc.trailing_zeros() as usize;
+    (first, (1u64 << first) - 1)
 }
 
 /// [`csi_end`] at `h[r]` (an `ESC`), with the common short sequence (`ESC [` + at most six
@@ -606,10 +872,16 @@ mod tests {
 
     /// `fast: false` is the byte-by-byte state machine, the oracle of the fast path.
     fn chunked_with(data: &[u8], cuts: &[usize], hold: usize, fast: bool) -> Vec<u8> {
+        chunked_on(data, cuts, hold, fast, shuffle_available())
+    }
+
+    /// `shuffle: false` is the portable block step (the one of CPUs without SSSE3).
+    fn chunked_on(data: &[u8], cuts: &[usize], hold: usize, fast: bool, shuffle: bool) -> Vec<u8> {
         let mut out = Vec::new();
         let mut st = Stripper::new();
         st.hold = hold;
         st.fast = fast;
+        st.shuffle = shuffle;
         let mut emit = |b: &[u8]| out.extend_from_slice(b);
         let mut pos = 0;
         for &c in cuts {
@@ -675,6 +947,27 @@ mod tests {
             let data = lines.concat();
             prop_assert_eq!(chunked_with(&data, &cuts, HOLD, false), chunked_with(&data, &cuts, HOLD, true));
             prop_assert_eq!(chunked_with(&data, &cuts, hold, false), chunked_with(&data, &cuts, hold, true));
+        }
+
+        /// Long runs of coloured lines fed in large chunks: the 64-byte block step, with and
+        /// without byte shuffles, against the state machine.
+        #[test]
+        fn block_step_matches_the_state_machine(lines in proptest::collection::vec(coloured_line(), 0..200), cuts in proptest::collection::vec(0usize..4000, 0..6), lead in 0usize..64) {
+            let data = [vec![b'x'; lead], lines.concat()].concat();
+            let oracle = chunked_on(&data, &[], HOLD, false, false);
+            prop_assert_eq!(&oracle, &chunked_on(&data, &cuts, HOLD, true, false));
+            prop_assert_eq!(&oracle, &chunked_on(&data, &cuts, HOLD, true, shuffle_available()));
+        }
+
+        #[test]
+        fn byte_classes_agree_with_the_scalar_ones(block in proptest::array::uniform32(any::<u8>()), block2 in proptest::array::uniform32(any::<u8>())) {
+            let b: [u8; BLOCK] = [block, block2].concat().try_into().unwrap();
+            prop_assert_eq!(byte_classes(&b), byte_classes_scalar(&b));
+            #[cfg(target_arch = "x86_64")]
+            if shuffle_available() {
+                // Safety: the CPU has AVX2.
+                prop_assert_eq!(unsafe { byte_classes_avx2(&b) }, byte_classes_scalar(&b));
+            }
         }
 
         #[test]
