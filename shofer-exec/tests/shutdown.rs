@@ -52,6 +52,8 @@ fn serve_with_background(dir: &std::path::Path, command: &str) -> std::process::
     let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_shofer"))
         .args(["serve", "--cwd"])
         .arg(dir)
+        // The server's own artifact directory goes there too (the test kills servers).
+        .env("TMPDIR", dir)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

@@ -98,11 +98,18 @@ impl Facts {
     /// bubblewrap), when it can run here — not in front of a setuid bubblewrap, which cannot
     /// run under `no_new_privs`.
     pub fn unix_gate_runs(&self, backend: Backend, abi: u32) -> bool {
+        needs_unix_gate(backend, abi) && self.gate_runs_beside(backend) && self.unix_gate().is_ok()
+    }
+
+    /// Whether a gate can run in front of `backend`: it can run here
+    /// ([`Facts::lockfile_gate`]), and the backend is not a setuid bubblewrap, which cannot
+    /// run under `no_new_privs`.
+    pub fn gate_runs_beside(&self, backend: Backend) -> bool {
         let setuid_bwrap = backend == Backend::Bwrap
             && self
                 .bwrap_if_probed()
                 .is_some_and(|b| b.as_ref().is_ok_and(|b| b.setuid));
-        needs_unix_gate(backend, abi) && !setuid_bwrap && self.unix_gate().is_ok()
+        !setuid_bwrap && self.lockfile_gate().is_ok()
     }
 
     /// The user-namespace probe's answer if it already ran.

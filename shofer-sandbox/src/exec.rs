@@ -91,6 +91,7 @@ impl<'a> Steps<'a> {
             gate_traps: crate::gate::filter::Traps {
                 sockets: true,
                 lockfiles: false,
+                renames: false,
             },
         };
         match confinement {

@@ -92,9 +92,10 @@ pub struct GitGuard {
 /// Names git itself may add to the common dir from a linked worktree.
 const COMMON_NEW_ALLOWED: [&str; 1] = ["packed-refs"];
 /// Names git holds in the common dir while it rewrites `packed-refs` (its lock, the new
-/// list): left alone while the command runs, removed when it has ended (a killed git's
-/// leftover lock would make every later ref deletion fail).
-const COMMON_TRANSIENT: [&str; 2] = ["packed-refs.lock", "packed-refs.new"];
+/// list) or the configuration (its lock, see `gate::packed_refs`): left alone while the
+/// command runs, removed when it has ended (a killed git's leftover lock would make every
+/// later ref deletion or configuration change fail).
+const COMMON_TRANSIENT: [&str; 3] = ["packed-refs.lock", "packed-refs.new", "config.lock"];
 
 /// What one restore pass did.
 #[derive(Debug, Default)]

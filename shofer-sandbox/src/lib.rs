@@ -312,6 +312,13 @@ fn attempt(
     // Landlock cannot grant the common dir's packed-refs without its config and hooks: the
     // gate performs git's lock protocol there instead (gate::packed_refs) — unless the common
     // dir lies inside a writable root anyway (a repository under /tmp), where git needs no help.
+    // The namespace backends bind `config` read-only in a writable common dir: the gate answers
+    // git's rename of an unchanged `config.lock` onto it (`git branch -d` rewrites it always).
+    let common_dir = match &opened.git {
+        git::GitLayout::Linked { common, .. } => Some(common.clone()),
+        git::GitLayout::MainWorktree => Some(args.worktree.join(".git")),
+        _ => None,
+    };
     let lockfiles = match (&opened.git, choice.backend) {
         (git::GitLayout::Linked { common, .. }, Backend::Landlock)
             if opened.controls.common_beneath.is_none() =>
@@ -329,10 +336,20 @@ fn attempt(
         ));
     }
     let lockfiles = lockfiles.and_then(Result::ok);
+    let config_renames = match (&common_dir, choice.backend) {
+        (Some(common), Backend::Userns | Backend::Layered | Backend::Bwrap)
+            if facts.gate_runs_beside(choice.backend) =>
+        {
+            gate::packed_refs::CommonDir::open(common).ok()
+        }
+        _ => None,
+    };
     let traps = gate::filter::Traps {
         sockets: facts.unix_gate_runs(choice.backend, choice.abi),
         lockfiles: lockfiles.is_some(),
+        renames: config_renames.is_some(),
     };
+    let lockfiles = lockfiles.or(config_renames);
     let mut git_run = gitrun::GitRun::prepare(opened, choice.backend)?;
     // From here every way out goes through `git_run.finish` (it removes the placeholders).
     let before = (|| -> Result<_, SetupError> {
@@ -359,7 +376,7 @@ fn attempt(
             }
             report_file = Some(write_record(fd, &record)?);
         }
-        let gate = if traps.sockets || traps.lockfiles {
+        let gate = if traps.sockets || traps.lockfiles || traps.renames {
             Some(gate_setup(
                 args, choice, opened, allow_unix, &exec, traps, lockfiles,
             )?)

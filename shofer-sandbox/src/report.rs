@@ -207,7 +207,7 @@ fn git_protected(
         _ => {
             for (p, what) in &c.outside {
                 let how = if packed_refs_by_gate && p.file_name() == Some("packed-refs".as_ref()) {
-                    "outside the writable set; the supervisor performs git's lock protocol for the command (seccomp user notification): only packed-refs.lock and packed-refs.new created with O_EXCL in this directory, renamed onto packed-refs, or removed"
+                    "outside the writable set; the supervisor performs git's lock protocol for the command (seccomp user notification): only packed-refs.lock and packed-refs.new created with O_EXCL in this directory, renamed onto packed-refs, or removed; config.lock created the same way, and its rename onto config answered only when the bytes are unchanged (the lock is removed, config stays)"
                 } else {
                     "outside the writable set"
                 };

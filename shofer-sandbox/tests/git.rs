@@ -88,6 +88,8 @@ impl Layout {
             ("GITDIR".into(), d(&self.repo.join(".git/worktrees/wt"))),
             ("COMMON".into(), d(&self.repo.join(".git"))),
             ("SCRATCH".into(), d(&self.s.path())),
+            // The guard's journals go here, not to the user's state directory or /var/tmp.
+            ("XDG_STATE_HOME".into(), d(&self.s.path().join("state"))),
         ]
     }
 
@@ -295,7 +297,6 @@ fn start(l: &Layout, backend: &str, a: &Attack) -> (Child, PathBuf, PathBuf) {
     let dir = if a.in_main { &l.repo } else { &l.wt };
     let (mut cmd, _copy) = sandboxed(l.uid, dir, backend, &script);
     cmd.envs(l.vars())
-        .env("XDG_STATE_HOME", l.s.path().join("state"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -394,12 +395,13 @@ fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_r
             );
             let (mut cmd, _copy) = sandboxed(uid, &l.wt, "landlock", &script);
             cmd.envs(l.vars())
-                .env("XDG_STATE_HOME", l.s.path().join("state"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
             let mut child = cmd.spawn().unwrap();
-            assert!(wait_for(&ready, &mut child), "the command did not start");
+            let started = wait_for(&ready, &mut child);
+            let _ = std::fs::remove_file(&ready);
+            assert!(started, "the command did not start");
             child.kill().unwrap(); // SIGKILL: no restore, no cleanup
             child.wait().unwrap();
             std::fs::write(&go, "").unwrap();
@@ -545,21 +547,6 @@ run git status --short
 echo ALL-OK
 "#;
 
-/// The lines git prints when it rewrites the repository's config, which stays read-only:
-/// `git branch -d` always rewrites it to drop a `[branch "x"]` section (config.c,
-/// `repo_config_copy_or_rename_section_in_file`); the deletion itself succeeds.
-fn is_config_rewrite_notice(line: &str, common: &Path) -> bool {
-    line == format!(
-        "error: could not write config file {}/config: Device or resource busy",
-        common.display()
-    ) || line
-        == format!(
-            "error: could not lock config file {}/config",
-            common.display()
-        )
-        || line == "warning: update of config-file failed"
-}
-
 /// A repository inside a writable root (`/tmp`, where agent hosts often put worktrees): the
 /// command can write beside it, so nothing is "outside the writable set" by location. The
 /// common `config` and `hooks/` are kept on every backend (read-only binds; Landlock's guard
@@ -671,8 +658,9 @@ fn repo_with_remote(uid: Option<u32>) -> Layout {
 }
 
 /// Every git command works in a linked worktree on every backend: exit 0, and no `error:`
-/// line except the read-only config's (see [`is_config_rewrite_notice`]). On Landlock the
-/// supervisor performs git's `packed-refs.lock` protocol (README, "Landlock limits").
+/// line. On Landlock the supervisor performs git's `packed-refs.lock` protocol (README,
+/// "Landlock limits"); on every backend it answers `git branch -d`'s rewrite of the unchanged,
+/// read-only `config`.
 #[test]
 fn every_git_command_works_in_a_linked_worktree_on_every_backend() {
     let mut failures = Vec::new();
@@ -680,7 +668,8 @@ fn every_git_command_works_in_a_linked_worktree_on_every_backend() {
         for uid in uids() {
             let l = repo_with_remote(uid);
             let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, GIT_OPS);
-            cmd.env("XDG_CONFIG_HOME", l.s.path().join("state"))
+            cmd.envs(l.vars())
+                .env("XDG_CONFIG_HOME", l.s.path().join("state"))
                 .stdin(Stdio::null());
             let out = cmd.output().unwrap();
             let text = format!(
@@ -692,7 +681,6 @@ fn every_git_command_works_in_a_linked_worktree_on_every_backend() {
             let errors: Vec<&str> = text
                 .lines()
                 .filter(|l| l.starts_with("error:") || l.starts_with("fatal:"))
-                .filter(|l| !is_config_rewrite_notice(l, &common))
                 .collect();
             if out.status.code() != Some(0) || !errors.is_empty() || !text.contains("ALL-OK") {
                 failures.push(format!("{b} / uid {uid:?}: {errors:?}\n{}", show(&out)));
@@ -704,6 +692,102 @@ fn every_git_command_works_in_a_linked_worktree_on_every_backend() {
             }
             if common.join("commondir").exists() {
                 failures.push(format!("{b} / uid {uid:?}: placeholder commondir left"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// git's own steps on `config.lock`, done by hand: the rename of an unchanged copy onto the
+/// read-only `config` is answered (the lock goes, `config` stays), a changed copy, a symlink
+/// and a rename relative to a directory descriptor are refused, and nothing the command wrote
+/// becomes the configuration — on every backend, in a linked worktree and a main worktree.
+const CONFIG_LOCK_OPS: &str = r#"
+import os, sys
+common = sys.argv[1]
+lock, cfg = os.path.join(common, "config.lock"), os.path.join(common, "config")
+def step(name, f):
+    try:
+        f()
+        print(name, "ok")
+    except OSError as e:
+        print(name, "refused", e.errno)
+    for p in (lock,):
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+def write_lock(data):
+    fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    os.write(fd, data)
+    os.close(fd)
+same = open(cfg, "rb").read()
+def unchanged():
+    write_lock(same)
+    os.rename(lock, cfg)
+    assert not os.path.exists(lock), "the lock stayed"
+def changed():
+    write_lock(same + b"[core]\n\tfsmonitor = " + os.environ["EVIL"].encode() + b"\n")
+    os.rename(lock, cfg)
+def symlinked():
+    other = os.path.join(os.getcwd(), "copy")
+    open(other, "wb").write(same)
+    os.symlink(other, lock)
+    os.rename(lock, cfg)
+def renameat():
+    write_lock(same)
+    d = os.open(common, os.O_RDONLY | os.O_DIRECTORY)
+    os.rename("config.lock", "config", src_dir_fd=d, dst_dir_fd=d)
+step("unchanged", unchanged)
+step("changed", changed)
+step("symlinked", symlinked)
+step("renameat", renameat)
+"#;
+
+#[test]
+fn only_an_unchanged_config_lock_is_taken_and_config_never_changes() {
+    let mut failures = Vec::new();
+    for b in backends() {
+        for uid in uids() {
+            for main in [false, true] {
+                let l = Layout::new(uid, &[]);
+                let dir = if main { &l.repo } else { &l.wt };
+                let common = l.repo.join(".git");
+                let before = std::fs::read(common.join("config")).unwrap();
+                let script = format!(
+                    "/usr/bin/python3 -c '{}' {}",
+                    CONFIG_LOCK_OPS.replace('\'', "'\\''"),
+                    common.display()
+                );
+                let (mut cmd, _copy) = sandboxed(uid, dir, b, &script);
+                cmd.envs(l.vars()).stdin(Stdio::null());
+                let out = cmd.output().unwrap();
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let what = format!("{b} / uid {uid:?} / main {main}");
+                // Landlock in a main worktree: `config` is inside the writable worktree, kept by
+                // the guard (restored); the renames themselves are the kernel's.
+                let landlock_main = b == "landlock" && main;
+                for (step, want) in [
+                    ("unchanged", "unchanged ok"),
+                    ("changed", "changed refused 13"),
+                    ("symlinked", "symlinked refused"),
+                    // From a directory descriptor: not git's call, untrapped, the kernel's.
+                    ("renameat", "renameat refused"),
+                ] {
+                    let line = stdout.lines().find(|x| x.starts_with(step)).unwrap_or("");
+                    if !landlock_main && !line.starts_with(want) {
+                        failures.push(format!("{what}: {step}: {line:?}\n{}", show(&out)));
+                    }
+                }
+                if std::fs::read(common.join("config")).unwrap() != before {
+                    failures.push(format!("{what}: config changed\n{}", show(&out)));
+                }
+                if common.join("config.lock").exists() {
+                    failures.push(format!("{what}: config.lock left behind"));
+                }
+                if !l.host_git().is_empty() || l.ran() {
+                    failures.push(format!("{what}: host git after: {:?}", l.host_git()));
+                }
             }
         }
     }
@@ -829,7 +913,6 @@ fn ref_deletion_works_on_landlock_through_the_supervisor() {
             .filter(|l| {
                 l.starts_with("error:") || l.starts_with("fatal:") || l.contains("packed-refs")
             })
-            .filter(|l| !is_config_rewrite_notice(l, &common))
             .collect();
         if out.status.code() != Some(0) || !errors.is_empty() || !text.contains("ALL-OK") {
             failures.push(format!("uid {uid:?}: {errors:?}\n{}", show(&out)));
@@ -921,7 +1004,7 @@ def must(name, f):
         print("ok", name)
     except OSError as e:
         print("BROKEN", name, e)
-for p in ("config.lock", "config", "hooks/pre-commit", "hooks/packed-refs.lock",
+for p in ("config", "hooks/pre-commit", "hooks/packed-refs.lock",
           "info/packed-refs.lock", "info/exclude.lock", "worktrees/wt2/packed-refs.lock",
           "worktrees/wt2/HEAD.lock", "packed-refs.lock/x", "packed-refs.lockx"):
     attempt("create " + p, lambda p=p: os.open(C + "/" + p, X, 0o666))
@@ -937,6 +1020,15 @@ def lock():
     os.write(fd, b"[core]\n\tfsmonitor = /bin/false\n")
     os.close(fd)
 must("create the lock", lock)
+# config.lock: created for git's rewrite of the configuration, never renamed onto it changed.
+def config_lock():
+    fd = os.open(C + "/config.lock", X, 0o666)
+    os.write(fd, b"[core]\n\tfsmonitor = /bin/false\n")
+    os.close(fd)
+must("create config.lock", config_lock)
+attempt("rename a changed config.lock onto config", lambda: os.rename(C + "/config.lock", C + "/config"))
+attempt("rename config.lock onto HEAD", lambda: os.rename(C + "/config.lock", C + "/HEAD"))
+must("unlink config.lock", lambda: os.unlink(C + "/config.lock"))
 for to in ("config", "hooks/pre-commit", "info/attributes", "worktrees/wt2/HEAD", "HEAD"):
     attempt("rename the lock onto " + to, lambda to=to: os.rename(C + "/packed-refs.lock", C + "/" + to))
     attempt("link the lock as " + to, lambda to=to: os.link(C + "/packed-refs.lock", C + "/" + to))
@@ -957,9 +1049,9 @@ for p in ("config", "packed-refs", "hooks/packed-refs.lock", "HEAD"):
 must("unlink the lock", lambda: os.unlink(C + "/packed-refs.lock"))
 attempt("symlink packed-refs.lock to config", lambda: os.symlink("config", C + "/packed-refs.lock"))
 attempt("hard link config as packed-refs.lock", lambda: os.link(C + "/config", C + "/packed-refs.lock"))
-# A thread flips the path between the lock and config.lock while the other opens it.
+# A thread flips the path between the lock and a hook while the other opens it.
 buf = ctypes.create_string_buffer((C + "/packed-refs.lock").encode(), 4096)
-names = [(C + "/packed-refs.lock").encode(), (C + "/config.lock\0\0\0\0\0").encode()]
+names = [(C + "/packed-refs.lock").encode(), (C + "/hooks/pre-commit").encode()]
 stop = False
 def flip():
     i = 0
@@ -972,8 +1064,8 @@ for _ in range(2000):
     fd = libc.open(buf, X, 0o666)
     if fd >= 0:
         os.close(fd)
-        if os.path.exists(C + "/config.lock"):
-            print("ESCAPED racing the path: config.lock created")
+        if os.path.exists(C + "/hooks/pre-commit"):
+            print("ESCAPED racing the path: hooks/pre-commit created")
             break
         libc.unlink((C + "/packed-refs.lock").encode())
 stop = True
@@ -1127,9 +1219,7 @@ fn destroyed_or_rewritten_objects_are_named_and_fail_the_run() {
                 b = &loose[2..]
             );
             let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, &script);
-            cmd.envs(l.vars())
-                .env("XDG_STATE_HOME", l.s.path().join("state"))
-                .stdin(Stdio::null());
+            cmd.envs(l.vars()).stdin(Stdio::null());
             let out = cmd.output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
             let cell = format!("{b} / uid {uid:?}");

@@ -614,7 +614,7 @@ fn a_host_tmux_server_cannot_be_driven_but_one_started_inside_works() {
         }
         let out = tree
             .run(b, None)
-            .sh("d=$(mktemp -d) && tmux -S $d/s new-session -d -s in 'sleep 30' && tmux -S $d/s list-sessions && tmux -S $d/s kill-server")
+            .sh("d=$(mktemp -d) && trap 'rm -rf $d' EXIT && tmux -S $d/s new-session -d -s in 'sleep 30' && tmux -S $d/s list-sessions && tmux -S $d/s kill-server")
             .output();
         assert_eq!(out.status.code(), Some(0), "{b}: {}", show(&out));
         assert!(
@@ -730,7 +730,7 @@ fn http_over_a_unix_socket_inside_the_sandbox_works() {
         std::fs::write(tree.wt.join("ping.txt"), "pong\n").unwrap();
         let script = format!(
             "d=$(mktemp -d); /usr/bin/python3 -c \"$SERVER\" \"$d/http.sock\" 2>/dev/null & \
-             for i in $(seq 100); do [ -S \"$d/http.sock\" ] && break; sleep 0.05; done; {client}; kill $!"
+             for i in $(seq 100); do [ -S \"$d/http.sock\" ] && break; sleep 0.05; done; {client}; kill $!; rm -rf \"$d\""
         );
         let out = tree.run(b, None).sh(&script).command();
         let mut cmd = out;

@@ -27,6 +27,10 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 SHOFER, SCRATCH = sys.argv[1], sys.argv[2]
+# The servers' own artifact directories (without --artifacts) go to scratch directories, also
+# when a test leaves a server killed: $TMPDIR for plain servers; a --worktree server's state
+# directory is set beside the worktree (outside /tmp, which its commands may write).
+SERVER_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": SCRATCH}
 TRANSCRIPT = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else None
 WORKTREE = sys.argv[4] if len(sys.argv) > 4 else None
 
@@ -91,7 +95,7 @@ async def session_run(task, errlog_path):
     params = StdioServerParameters(
         command=SHOFER,
         args=["serve", "--cwd", task, "--preview", "small"],
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        env=SERVER_ENV,
     )
     marker = f"shofer-mcp-{uuid.uuid4().hex[:12]}"
     marker2 = f"shofer-mcp-close-{uuid.uuid4().hex[:12]}"
@@ -262,7 +266,7 @@ async def signal_and_artifacts_run(task, arts):
     marker = f"shofer-mcp-term-{uuid.uuid4().hex[:12]}"
     errlog_path = os.path.join(SCRATCH, "server-stderr-2.log")
     params = StdioServerParameters(command=SHOFER, args=["serve", "--cwd", task, "--preview", "small", "--artifacts", arts],
-                                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+                                   env=SERVER_ENV)
     with open(errlog_path, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:
@@ -287,7 +291,7 @@ async def signal_and_artifacts_run(task, arts):
     marker = f"shofer-mcp-hard-{uuid.uuid4().hex[:12]}"
     params = StdioServerParameters(command=SHOFER, args=["serve", "--cwd", task, "--hard-timeout", "1",
                                                          "--timeout-allowlist", "echo allowed"],
-                                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+                                   env=SERVER_ENV)
     with open(os.path.join(SCRATCH, "server-stderr-4.log"), "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:
@@ -303,7 +307,7 @@ async def signal_and_artifacts_run(task, arts):
 
     marker = f"shofer-mcp-keep-{uuid.uuid4().hex[:12]}"
     params = StdioServerParameters(command=SHOFER, args=["serve", "--cwd", task, "--preview", "small", "--keep-artifacts"],
-                                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+                                   env=SERVER_ENV)
     errlog_path = os.path.join(SCRATCH, "server-stderr-3.log")
     with open(errlog_path, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
@@ -325,7 +329,8 @@ async def worktree_run(wt):
     """`--worktree`: commands run inside shofer-sandbox, writes outside the worktree fail."""
     outside = os.path.join(os.path.dirname(wt), f"outside-{uuid.uuid4().hex[:8]}")
     params = StdioServerParameters(command=SHOFER, args=["serve", "--worktree", wt],
-                                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root")})
+                                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
+                                        "XDG_STATE_HOME": os.path.join(os.path.dirname(wt), "state")})
     with open(os.path.join(SCRATCH, "server-stderr-5.log"), "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:

@@ -35,7 +35,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 CASE, SHOFER, SCRATCH = sys.argv[1], sys.argv[2], sys.argv[3]
 WORKTREE = sys.argv[4] if len(sys.argv) > 4 else None
-ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root")}
+# XDG_STATE_HOME: a --worktree server's own artifact directory goes there (not to $HOME).
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
+       "XDG_STATE_HOME": os.path.join(SCRATCH, "state-home")}
 
 failures = []
 

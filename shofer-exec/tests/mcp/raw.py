@@ -25,7 +25,7 @@ def check(cond, what):
 
 
 proc = subprocess.Popen([SHOFER, "serve", "--cwd", SCRATCH], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                        stderr=open(os.path.join(SCRATCH, "raw.log"), "wb"))
+                        stderr=open(os.path.join(SCRATCH, "raw.log"), "wb"), env=dict(os.environ, TMPDIR=SCRATCH))
 
 
 def send(data):

@@ -17,7 +17,8 @@
 //! `unlinkat` from `AT_FDCWD` without `AT_REMOVEDIR` (Go's `os.Remove`). Calls relative to a
 //! directory descriptor — `rm -r`, `shutil.rmtree`, `remove_dir_all` — and the 32-bit entry
 //! points run untouched: the gate would grant nothing there, so Landlock decides as before,
-//! and they cost no round trip.
+//! and they cost no round trip. With [`Traps::renames`] (the namespace backends in a git
+//! worktree) only those `rename` calls trap.
 //!
 //! Written by hand like [`crate::seccomp`], with symbolic jump labels resolved at build time.
 //! See seccomp(2) and seccomp_unotify(2).
@@ -146,6 +147,9 @@ pub struct Traps {
     pub sockets: bool,
     /// The lock-file calls git makes on `packed-refs` ([`super::packed_refs`]).
     pub lockfiles: bool,
+    /// Of those, the renames alone (the namespace backends in a git worktree, where the
+    /// supervisor answers git's rewrite of an unchanged, read-only `config`).
+    pub renames: bool,
 }
 
 /// The gate program for `traps` (see the module documentation).
@@ -169,15 +173,20 @@ pub fn program(traps: Traps) -> Vec<libc::sock_filter> {
             Jeq(NR_SENDTO, L::SendtoArgs, L::Next),
         ]);
     }
+    let renames = traps.lockfiles || traps.renames;
     if traps.lockfiles {
         code.extend([
             Jeq(NR_OPENAT, L::OpenatArgs, L::Next),
             Jeq(NR_OPEN, L::OpenArgs, L::Next),
+            Jeq(NR_UNLINK, L::Notify, L::Next),
+            Jeq(NR_UNLINKAT, L::UnlinkatArgs, L::Next),
+        ]);
+    }
+    if renames {
+        code.extend([
             Jeq(NR_RENAME, L::Notify, L::Next),
             Jeq(NR_RENAMEAT, L::RenameatArgs, L::Next),
             Jeq(NR_RENAMEAT2, L::Renameat2Args, L::Next),
-            Jeq(NR_UNLINK, L::Notify, L::Next),
-            Jeq(NR_UNLINKAT, L::UnlinkatArgs, L::Next),
         ]);
     }
     code.push(Ret(libc::SECCOMP_RET_ALLOW));
@@ -209,6 +218,10 @@ pub fn program(traps: Traps) -> Vec<libc::sock_filter> {
             Jeq(AT_FDCWD, L::Next, L::Allow),
             Ld(OFF_ARG2_LO),
             Jset(libc::AT_REMOVEDIR as u32, L::Allow, L::Notify),
+        ]);
+    }
+    if renames {
+        code.extend([
             Label(L::Renameat2Args),
             Ld(OFF_ARG4_LO),
             Jeq(0, L::Renameat2Hi, L::Allow),
@@ -299,18 +312,26 @@ pub fn install(traps: Traps) -> io::Result<OwnedFd> {
 mod tests {
     use super::*;
 
-    const ALL: [Traps; 3] = [
+    const ALL: [Traps; 4] = [
         Traps {
             sockets: true,
             lockfiles: false,
+            renames: false,
         },
         Traps {
             sockets: false,
             lockfiles: true,
+            renames: false,
         },
         Traps {
             sockets: true,
             lockfiles: true,
+            renames: false,
+        },
+        Traps {
+            sockets: true,
+            lockfiles: false,
+            renames: true,
         },
     ];
 
@@ -400,10 +421,19 @@ mod tests {
             ),
             (0, [0; 6], allow), // read
         ];
+        let renames_only = program(ALL[3]);
         for (nr, args, want) in cases {
             assert_eq!(verdict(&on, x86, nr, args), want, "nr {nr} {args:?}");
             assert_eq!(verdict(&off, x86, nr, args), allow, "sockets only: nr {nr}");
+            let is_rename = matches!(nr, NR_RENAME | NR_RENAMEAT | NR_RENAMEAT2);
+            let want = if is_rename { want } else { allow };
+            assert_eq!(
+                verdict(&renames_only, x86, nr, args),
+                want,
+                "renames only: nr {nr} {args:?}"
+            );
         }
+        assert_eq!(verdict(&renames_only, x86, NR_CONNECT, [0; 6]), notify);
         // Sockets stay untrapped without `sockets`, and trapped with both.
         assert_eq!(verdict(&on, x86, NR_CONNECT, [0; 6]), allow);
         assert_eq!(verdict(&program(ALL[2]), x86, NR_CONNECT, [0; 6]), notify);

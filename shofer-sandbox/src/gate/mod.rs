@@ -100,6 +100,7 @@ pub fn available() -> Result<(), String> {
             let code = match filter::install(filter::Traps {
                 sockets: true,
                 lockfiles: false,
+                renames: false,
             }) {
                 Ok(_) => 0,
                 Err(e) => e.raw_os_error().unwrap_or(1).clamp(1, 255),
@@ -193,7 +194,8 @@ pub struct Setup {
 
 impl Setup {
     /// The gate's rules for a run: the worktree and `allow` reachable; with `common`, git's
-    /// `packed-refs` lock protocol performed in that directory ([`packed_refs`]).
+    /// `packed-refs` lock protocol (with [`filter::Traps::lockfiles`]) and the rewrite of an
+    /// unchanged `config` answered in that directory ([`packed_refs`]).
     pub fn new(
         worktree: &OwnedFd,
         allow: &AllowUnix,
@@ -218,7 +220,8 @@ impl Setup {
                 files,
                 tcp_denied,
                 drop_caps,
-                packed_refs: common.filter(|_| traps.lockfiles),
+                packed_refs: common.filter(|_| traps.lockfiles || traps.renames),
+                lockfiles: traps.lockfiles,
             },
             traps,
             refused: Refused::default(),

@@ -26,6 +26,15 @@
 //! files created here, and `packed-refs` can only be replaced by one of them: `config`,
 //! `hooks/`, `info/` and other worktrees' files stay out of reach. `packed-refs` is data git
 //! parses (a garbage one makes git report a broken ref, it runs nothing).
+//!
+//! One more step is answered, on every backend: git rewrites the read-only `config` even when
+//! nothing in it changes (`git branch -d` always drops the branch's section,
+//! `repo_config_copy_or_rename_section_in_file` in `config.c`): it creates `config.lock`
+//! (`O_CREAT | O_EXCL`, created here like the names above on Landlock; the kernel creates it
+//! in the writable common dir of the namespace backends), writes it, and renames it onto
+//! `config`. That rename is [`Op::KeepConfig`]: when `config.lock` holds exactly the bytes of
+//! `config`, the lock is removed and the rename reported done ([`keep_config`]); else it
+//! fails with `EACCES`, and `config` is never replaced.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -42,6 +51,12 @@ use shofer_sys::errno::last as errno;
 pub const PACKED: &[u8] = b"packed-refs";
 /// The names git creates beside it: the lock, and the new list renamed onto `packed-refs`.
 pub const TRANSIENT: [&[u8]; 2] = [b"packed-refs.lock", b"packed-refs.new"];
+/// The repository's configuration, read-only for the command.
+pub const CONFIG: &[u8] = b"config";
+/// Git's lock of [`CONFIG`], holding the rewritten file.
+pub const CONFIG_LOCK: &[u8] = b"config.lock";
+/// Every name the command may create and remove in the common dir.
+const CREATABLE: [&[u8]; 3] = [TRANSIENT[0], TRANSIENT[1], CONFIG_LOCK];
 
 /// Open flags performed as given; a create with any other flag (`O_PATH`, `O_DIRECTORY`,
 /// `O_TMPFILE`, `O_DIRECT`, …) is left to the kernel (and Landlock).
@@ -97,6 +112,8 @@ pub enum Op {
     },
     /// `rename(from, "packed-refs")`.
     Rename { from: &'static [u8] },
+    /// `rename("config.lock", "config")`: [`keep_config`].
+    KeepConfig,
     /// `unlink(name)`.
     Unlink { name: &'static [u8] },
 }
@@ -111,6 +128,11 @@ fn last_component(path: &[u8]) -> Option<&[u8]> {
 fn transient(path: &[u8]) -> Option<&'static [u8]> {
     let last = last_component(path)?;
     TRANSIENT.into_iter().find(|n| *n == last)
+}
+
+fn creatable(path: &[u8]) -> Option<&'static [u8]> {
+    let last = last_component(path)?;
+    CREATABLE.into_iter().find(|n| *n == last)
 }
 
 /// Decides what the trapped call `nr` with `args` of thread `pid` is: `Some` only for one of
@@ -147,7 +169,7 @@ pub fn decide(
                 return None;
             }
             let path = path_at(path)?;
-            let name = transient(&path)?;
+            let name = creatable(&path)?;
             here(dir, &path, dirfd)?;
             Some(Op::Create {
                 name,
@@ -166,14 +188,17 @@ pub fn decide(
                 return None; // RENAME_EXCHANGE / NOREPLACE / WHITEOUT: not git's
             }
             let new = path_at(new)?;
-            if last_component(&new)? != PACKED {
-                return None;
-            }
             let old = path_at(old)?;
-            let from = transient(&old)?;
+            let op = match last_component(&new)? {
+                PACKED => Op::Rename {
+                    from: transient(&old)?,
+                },
+                CONFIG if last_component(&old)? == CONFIG_LOCK => Op::KeepConfig,
+                _ => return None,
+            };
             here(old_dir, &old, dirfd)?;
             here(new_dir, &new, dirfd)?;
-            Some(Op::Rename { from })
+            Some(op)
         }
         NR_UNLINK | NR_UNLINKAT => {
             let (dir, path) = if nr == NR_UNLINK {
@@ -185,7 +210,7 @@ pub fn decide(
                 (args[0], args[1])
             };
             let path = path_at(path)?;
-            let name = transient(&path)?;
+            let name = creatable(&path)?;
             here(dir, &path, dirfd)?;
             Some(Op::Unlink { name })
         }
@@ -279,6 +304,56 @@ pub fn rename(dir: RawFd, from: &[u8]) -> Result<i64, i32> {
     Ok(0)
 }
 
+/// Largest `config` compared by [`keep_config`] (16 MiB); a larger one is never kept.
+const CONFIG_MAX: u64 = 16 << 20;
+
+/// The whole content of the regular file `name` in `dir` (not followed if a symlink), when it
+/// has at most [`CONFIG_MAX`] bytes.
+fn read_regular(dir: RawFd, name: &[u8]) -> Result<Vec<u8>, i32> {
+    use std::io::Read;
+    let c = cname(name);
+    // Safety: a NUL-terminated name relative to a directory descriptor we hold.
+    let fd = unsafe {
+        libc::openat(
+            dir,
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // Safety: the kernel just returned this descriptor.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let meta = file
+        .metadata()
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    if !meta.file_type().is_file() || meta.len() > CONFIG_MAX {
+        return Err(libc::EACCES);
+    }
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(CONFIG_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    Ok(bytes)
+}
+
+/// Performs [`Op::KeepConfig`] in `dir`: when `config.lock` holds exactly the bytes of
+/// `config` (both regular files), removes the lock — `config` already is what git wanted —
+/// and reports the rename done.
+///
+/// # Errors
+/// `EACCES` when the contents differ (the command would change the configuration) or either
+/// is not a regular file; the errno of reading them.
+pub fn keep_config(dir: RawFd) -> Result<i64, i32> {
+    let new = read_regular(dir, CONFIG_LOCK)?;
+    if new != read_regular(dir, CONFIG)? {
+        return Err(libc::EACCES);
+    }
+    remove(dir, CONFIG_LOCK)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,9 +367,32 @@ mod tests {
         assert_eq!(transient(b"packed-refs.new"), Some(&b"packed-refs.new"[..]));
         assert_eq!(transient(b"/r/.git/packed-refs.lock/"), None);
         assert_eq!(transient(b"/r/.git/config.lock"), None);
+        assert_eq!(creatable(b"/r/.git/config.lock"), Some(CONFIG_LOCK));
+        assert_eq!(creatable(b"/r/.git/config"), None);
+        assert_eq!(creatable(b"/r/.git/index.lock"), None);
         assert_eq!(transient(b"/r/.git/packed-refs"), None);
         assert_eq!(transient(b"/r/.git/xpacked-refs.lock"), None);
         assert_eq!(last_component(b"packed-refs"), Some(PACKED));
+    }
+
+    #[test]
+    fn an_unchanged_config_is_kept_and_a_changed_one_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = crate::paths::open_nofollow(d.path()).unwrap();
+        let fd = dir.as_raw_fd();
+        std::fs::write(d.path().join("config"), "[core]\n\tbare = false\n").unwrap();
+        std::fs::write(d.path().join("config.lock"), "[core]\n\tbare = false\n").unwrap();
+        assert_eq!(keep_config(fd), Ok(0));
+        assert!(!d.path().join("config.lock").exists());
+        std::fs::write(d.path().join("config.lock"), "[core]\n\tfsmonitor = x\n").unwrap();
+        assert_eq!(keep_config(fd), Err(libc::EACCES));
+        assert!(d.path().join("config.lock").exists());
+        std::fs::remove_file(d.path().join("config.lock")).unwrap();
+        // A symlink to a file with the same bytes is not the lock git wrote.
+        std::fs::write(d.path().join("copy"), "[core]\n\tbare = false\n").unwrap();
+        std::os::unix::fs::symlink(d.path().join("copy"), d.path().join("config.lock")).unwrap();
+        assert_eq!(keep_config(fd), Err(libc::ELOOP));
+        assert_eq!(keep_config(-1), Err(libc::EBADF));
     }
 
     #[test]

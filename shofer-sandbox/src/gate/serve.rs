@@ -61,9 +61,11 @@ pub struct Rules {
     /// worktree's owner; `--keep-caps`), calls of a caller without effective capabilities are
     /// performed on a thread that takes the caller's uid, gid and groups and no capabilities.
     pub drop_caps: bool,
-    /// The common dir of a linked worktree on the Landlock backend, where the gate performs
-    /// git's `packed-refs` lock protocol for the command ([`packed_refs`]).
+    /// The git common dir where the gate answers git's lock-file calls ([`packed_refs`]).
     pub packed_refs: Option<packed_refs::CommonDir>,
+    /// The whole `packed-refs` lock protocol is performed there (a linked worktree on the
+    /// Landlock backend); else only the rename of an unchanged `config` is answered.
+    pub lockfiles: bool,
 }
 
 /// Paths the gate refused, in order, each once.
@@ -395,7 +397,7 @@ impl Gate {
             return;
         }
         let fd = self.listener.as_raw_fd();
-        if self.rules.packed_refs.is_some() {
+        if self.rules.lockfiles {
             self.addfd = notify::addfd_support(fd);
             if self.addfd == AddFd::Missing {
                 // Every kernel with Landlock has it (5.9 < 5.13); a backport without it keeps
@@ -687,12 +689,10 @@ impl Gate {
     }
 
     /// A trapped `open`/`rename`/`unlink` ([`packed_refs`]): performed here when it is exactly
-    /// a step of git's `packed-refs` lock protocol in the common dir, else continued (the
-    /// kernel runs it under the command's Landlock domain; nothing is granted by that).
+    /// a step of git's `packed-refs` lock protocol in the common dir (or the rename of an
+    /// unchanged `config`), else continued (the kernel runs it under the command's Landlock
+    /// domain or mount namespace; nothing is granted by that).
     fn packed_refs(&mut self, n: &Notif) -> Reply {
-        if self.addfd == AddFd::Missing {
-            return Reply::Continue;
-        }
         let Some(common) = self.rules.packed_refs.take() else {
             return Reply::Continue;
         };
@@ -705,6 +705,14 @@ impl Gate {
         let Some(op) = op else {
             return Reply::Continue;
         };
+        let performed = match op {
+            packed_refs::Op::KeepConfig => true,
+            packed_refs::Op::Create { .. } => self.rules.lockfiles && self.addfd != AddFd::Missing,
+            _ => self.rules.lockfiles,
+        };
+        if !performed {
+            return Reply::Continue;
+        }
         if !self.valid(n) {
             return Reply::Later; // /proc/PID may have named another process meanwhile
         }
@@ -734,6 +742,7 @@ impl Gate {
                     }
                 }
                 packed_refs::Op::Rename { from } => packed_refs::rename(d, from),
+                packed_refs::Op::KeepConfig => packed_refs::keep_config(d),
                 packed_refs::Op::Unlink { name } => packed_refs::remove(d, name),
             })
         };
