@@ -188,13 +188,19 @@ pub fn decide(
                 return None; // RENAME_EXCHANGE / NOREPLACE / WHITEOUT: not git's
             }
             let new = path_at(new)?;
+            let target = last_component(&new)?;
+            if target != PACKED && target != CONFIG {
+                return None; // most renames: decided without reading the other path
+            }
             let old = path_at(old)?;
-            let op = match last_component(&new)? {
-                PACKED => Op::Rename {
+            let op = if target == PACKED {
+                Op::Rename {
                     from: transient(&old)?,
-                },
-                CONFIG if last_component(&old)? == CONFIG_LOCK => Op::KeepConfig,
-                _ => return None,
+                }
+            } else if last_component(&old)? == CONFIG_LOCK {
+                Op::KeepConfig
+            } else {
+                return None;
             };
             here(old_dir, &old, dirfd)?;
             here(new_dir, &new, dirfd)?;
