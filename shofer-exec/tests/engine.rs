@@ -354,9 +354,11 @@ async fn kill_gets_stopped_processes_and_term_handlers_see_sigterm() {
         let flag_dir = tempfile::tempdir().unwrap();
         let flag = flag_dir.path().join("got-term");
         // A stopped sleeper, and a shell that notes SIGTERM and exits: the tree kill must send
-        // SIGTERM first (and let the grace run), not only SIGKILL.
+        // SIGTERM first (and let the grace run), not only SIGKILL. The handler writes the flag
+        // with a redirection, not `touch`: a fork and exec could outlast the grace period on a
+        // loaded machine (CI saw it once).
         let script = format!(
-            "sleep {m} & kill -STOP $!; sh -c 'trap \"touch {}; exit 0\" TERM; while :; do sleep 0.05; done' {n} & sleep {m}",
+            "sleep {m} & kill -STOP $!; sh -c 'trap \": > {}; exit 0\" TERM; while :; do sleep 0.05; done' {n} & sleep {m}",
             flag.display()
         );
         assert_no_survivor_after(kind, &script, &m, 2).await;
