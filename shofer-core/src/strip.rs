@@ -18,16 +18,18 @@
 //! line keeps them. A string sequence (OSC, DCS, …) longer than [`MAX_STRING`] without its
 //! terminator is not one: its bytes are emitted as text (without the `ESC`).
 //!
-//! Fast path: runs without any of `ESC`, `\r`, `\b`, BEL are found with a block scan the
-//! compiler vectorizes, and are emitted as slices of the input, not copied. Between two of
+//! Fast path: one pass finds the next `ESC`, `\r`, `\b` or BEL and the last newline before it
+//! (64 bytes per step, AVX2 detected at run time, else a block fold the compiler vectorizes and
+//! `memrchr`); text up to there is emitted as slices of the input, not copied. Between two of
 //! `\r`, `\b`, BEL (found with `memchr3`), text interrupted only by complete CSI sequences
 //! (colours) is gathered into one run with the sequences cut out, and that run goes through
 //! the line logic once. The gathering takes 64 bytes per step: their `ESC`, `[`, parameter and
-//! final bytes as bit masks, every complete CSI sequence's extent from one addition (a
-//! start's carry runs through its parameter bytes), and the text packed with byte shuffles (AVX2 and SSSE3, detected at run
-//! time; else SSE2 masks and a copy per run of text). The last bytes before a `\r`, and a
-//! sequence a block cuts, are parsed one at a time (a short CSI from one 8-byte word). Tests
-//! check every path byte for byte against the state machine under any chunking.
+//! final bytes as bit masks, every complete CSI sequence's extent from one addition (a start's
+//! carry runs through its parameter bytes), and the text packed with byte shuffles (AVX2 and
+//! SSSE3, detected at run time; else SSE2 masks and a copy per run of text). The last bytes
+//! before a `\r`, and a sequence a block cuts, are parsed one at a time (a short CSI from one
+//! 8-byte word). Tests check every path byte for byte against the state machine under any
+//! chunking.
 //!
 //! ```
 //! use shofer_core::strip::strip_all;
@@ -81,8 +83,8 @@ pub struct Stripper {
     gathered: Vec<u8>,
     /// The fast path is on (off only in tests, where the byte-by-byte path is its oracle).
     fast: bool,
-    /// The CPU has AVX2 and POPCNT, and the fast path packs text with byte shuffles (off in
-    /// tests of the portable block step).
+    /// The CPU has AVX2 and POPCNT: the fast path scans with AVX2 and packs text with byte
+    /// shuffles (off in tests of the portable paths).
     shuffle: bool,
 }
 
@@ -147,14 +149,30 @@ impl Stripper {
     /// of `input` where possible).
     pub fn feed(&mut self, input: &[u8], emit: &mut impl FnMut(&[u8])) {
         let mut i = 0;
-        // The next `\r`, `\b` or BEL at or after `i` (input.len() when none), for the fast path.
-        let mut hard = 0;
+        // The next `\r`, `\b` or BEL at or after the first `ESC` the fast path met
+        // (input.len() when none); `None` until then.
+        let mut hard: Option<usize> = None;
         while i < input.len() {
             if self.state == State::Ground && self.fast {
-                if hard < i {
-                    hard = memchr::memchr3(CR, BS, BEL, &input[i..]).map_or(input.len(), |p| i + p);
+                // One pass finds the next special and the run's last newline: plain text
+                // costs one read of each byte.
+                let (s, nl) = scan_specials(&input[i..], self.shuffle);
+                let s = i + s;
+                if s == input.len() || input[s] != ESC {
+                    if s > i {
+                        self.text_nl(&input[i..s], nl, emit);
+                    }
+                    i = s;
+                } else {
+                    let h = match hard {
+                        Some(h) if h >= s => h,
+                        _ => {
+                            memchr::memchr3(CR, BS, BEL, &input[s..]).map_or(input.len(), |p| s + p)
+                        }
+                    };
+                    hard = Some(h);
+                    i = self.gather_colours(input, i, h, emit);
                 }
-                i = self.gather_colours(input, i, hard, emit);
                 if i == input.len() {
                     break;
                 }
@@ -335,6 +353,11 @@ impl Stripper {
 
     /// A run of text without specials, in the ground state.
     fn text(&mut self, run: &[u8], emit: &mut impl FnMut(&[u8])) {
+        self.text_nl(run, memchr::memrchr(b'\n', run), emit);
+    }
+
+    /// [`Stripper::text`] with the run's last newline already known (`nl`, an index in `run`).
+    fn text_nl(&mut self, run: &[u8], nl: Option<usize>, emit: &mut impl FnMut(&[u8])) {
         let mut run = run;
         if self.cr {
             self.cr = false;
@@ -343,7 +366,7 @@ impl Stripper {
                 self.line.clear();
             }
         }
-        if let Some(nl) = memchr_last_nl(run) {
+        if let Some(nl) = nl {
             if !self.line.is_empty() {
                 emit(&self.line);
                 self.line.clear();
@@ -773,8 +796,84 @@ fn csi_end(h: &[u8]) -> Option<usize> {
     (0x40..=0x7e).contains(&body[n]).then_some(n + 3)
 }
 
-fn memchr_last_nl(h: &[u8]) -> Option<usize> {
-    memchr::memrchr(b'\n', h)
+/// The index of the first `ESC`, `\r`, `\b` or BEL in `h` (`h.len()` when none), and the last
+/// newline before it. `wide`: the CPU has AVX2 ([`shuffle_available`]).
+#[inline]
+fn scan_specials(h: &[u8], wide: bool) -> (usize, Option<usize>) {
+    #[cfg(target_arch = "x86_64")]
+    if wide {
+        // Safety: the CPU has AVX2 (`shuffle_available`).
+        return unsafe { scan_specials_avx2(h) };
+    }
+    let _ = wide;
+    scan_specials_portable(h)
+}
+
+/// [`scan_specials`] in two passes: the specials' fold, then `memrchr` back from there.
+fn scan_specials_portable(h: &[u8]) -> (usize, Option<usize>) {
+    let s = find_special(h).unwrap_or(h.len());
+    (s, memchr::memrchr(b'\n', &h[..s]))
+}
+
+/// [`scan_specials`] in one pass, 64 bytes per step: the specials' mask ends the loop; of the
+/// newlines only the last block that had one is remembered (its mask is recomputed at the
+/// end), so the loop has no other branch.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn scan_specials_avx2(h: &[u8]) -> (usize, Option<usize>) {
+    use std::arch::x86_64::{
+        _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_movemask_epi8, _mm256_or_si256,
+        _mm256_set1_epi8,
+    };
+    // The specials' and the newlines' masks of the 64 bytes at `block`.
+    let masks = |block: &[u8]| {
+        let (mut special, mut newline) = (0u64, 0u64);
+        for (lane, bytes) in block.chunks_exact(32).enumerate() {
+            // Safety: the load reads exactly the 32 bytes of `bytes`; the CPU has AVX2.
+            let (s, n) = unsafe {
+                let v = _mm256_loadu_si256(bytes.as_ptr().cast());
+                let eq = |b: u8| _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b as i8));
+                let s = _mm256_or_si256(
+                    _mm256_or_si256(eq(ESC), eq(CR)),
+                    _mm256_or_si256(eq(BS), eq(BEL)),
+                );
+                (
+                    _mm256_movemask_epi8(s) as u32,
+                    _mm256_movemask_epi8(eq(b'\n')) as u32,
+                )
+            };
+            special |= u64::from(s) << (32 * lane);
+            newline |= u64::from(n) << (32 * lane);
+        }
+        (special, newline)
+    };
+    let mut at = 0;
+    // The start of the last block with a newline before the current one.
+    let mut nl_block: Option<usize> = None;
+    let earlier_newline = |nl_block: Option<usize>| {
+        nl_block.and_then(|b| memchr::memrchr(b'\n', &h[b..b + 64]).map(|q| b + q))
+    };
+    while at + 64 <= h.len() {
+        let (special, newline) = masks(&h[at..at + 64]);
+        if special != 0 {
+            let s = at + special.trailing_zeros() as usize;
+            let before = newline & ((1u64 << (s - at)) - 1);
+            if before != 0 {
+                return (s, Some(at + 63 - before.leading_zeros() as usize));
+            }
+            return (s, earlier_newline(nl_block));
+        }
+        if newline != 0 {
+            nl_block = Some(at);
+        }
+        at += 64;
+    }
+    // The rest, fewer than 64 bytes.
+    let s = find_special(&h[at..]).map_or(h.len(), |q| at + q);
+    match memchr::memrchr(b'\n', &h[at..s]) {
+        Some(q) => (s, Some(at + q)),
+        None => (s, earlier_newline(nl_block)),
+    }
 }
 
 /// Strips a whole buffer (a convenience for tests and short texts).
@@ -968,6 +1067,18 @@ mod tests {
                 // Safety: the CPU has AVX2.
                 prop_assert_eq!(unsafe { byte_classes_avx2(&b) }, byte_classes_scalar(&b));
             }
+        }
+
+        /// The one-pass scan against the two-pass one, on bytes dense and sparse in specials
+        /// and newlines, from every offset of a block.
+        #[test]
+        fn scan_specials_agrees_with_the_two_pass_scan(data in proptest::collection::vec(prop_oneof![8 => 0x20u8..0x7f, 1 => Just(b'\n'), 1 => Just(ESC), 1 => Just(CR), 1 => Just(BS), 1 => Just(BEL)], 0..600), sparse in 1usize..400, from in 0usize..64) {
+            // Keep every `sparse`-th special: long plain stretches cross whole blocks.
+            let data: Vec<u8> = data.iter().enumerate().map(|(k, &b)| if is_special(b) && k % sparse != 0 { b'x' } else { b }).collect();
+            let h = &data[from.min(data.len())..];
+            let expect = scan_specials_portable(h);
+            prop_assert_eq!(scan_specials(h, false), expect);
+            prop_assert_eq!(scan_specials(h, shuffle_available()), expect);
         }
 
         #[test]
