@@ -272,22 +272,53 @@ impl GitGuard {
             .collect()
     }
 
-    /// The directories whose changes the watcher follows: each guarded entry's directory and
-    /// each guarded directory itself.
+    /// The directories whose changes the watcher follows: each guarded entry's directory,
+    /// each guarded directory itself, and the index's directory.
     fn watched(&self) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut push = |p: PathBuf| {
+            if !dirs.contains(&p) {
+                dirs.push(p)
+            }
+        };
         for g in &self.entries {
-            let mut push = |p: PathBuf| {
-                if !dirs.contains(&p) {
-                    dirs.push(p)
-                }
-            };
             push(g.dir_path.clone());
             if matches!(g.original, State::Dir(_)) {
                 push(g.dir_path.join(&g.name));
             }
         }
+        if let Some(parent) = self.nested.as_ref().and_then(|n| n.index.parent()) {
+            push(parent.to_path_buf());
+        }
         dirs
+    }
+
+    /// Whether a change of `name` in the watched directory `dir` can concern a guarded entry
+    /// (and a live restore pass must run): the entry itself, anything inside a guarded
+    /// directory, a main worktree's `.git`, or a name new to a linked worktree's common dir.
+    /// Git's own traffic (`index.lock`, `HEAD`, `COMMIT_EDITMSG`, …) does not.
+    fn guards(&self, dir: &Path, name: &[u8]) -> bool {
+        let is = |n: &str| n.as_bytes() == name;
+        self.entries
+            .iter()
+            .any(|g| (g.dir_path == dir && is(&g.name)) || g.dir_path.join(&g.name) == dir)
+            || self
+                .dot_git
+                .as_ref()
+                .is_some_and(|d| d.worktree_path == dir && is(".git"))
+            || self
+                .common_names
+                .as_ref()
+                .is_some_and(|(_, path, before)| path == dir && !before.iter().any(|n| is(n)))
+    }
+
+    /// Whether a change of `name` in `dir` is a change of the index (the nested check reads
+    /// it).
+    fn is_index(&self, dir: &Path, name: &[u8]) -> bool {
+        self.nested.as_ref().is_some_and(|n| {
+            n.index.parent() == Some(dir)
+                && n.index.file_name().map(|f| f.as_encoded_bytes()) == Some(name)
+        })
     }
 
     /// Puts back every guarded entry that changed (first the main worktree's `.git`
@@ -707,29 +738,7 @@ impl Watcher {
         // Safety: inotify_init1 just returned it.
         let ino = unsafe { OwnedFd::from_raw_fd(ino) };
         let dirs = guard.lock().map(|g| g.watched()).unwrap_or_default();
-        let mask = libc::IN_MODIFY
-            | libc::IN_ATTRIB
-            | libc::IN_CLOSE_WRITE
-            | libc::IN_MOVED_FROM
-            | libc::IN_MOVED_TO
-            | libc::IN_CREATE
-            | libc::IN_DELETE
-            | libc::IN_DELETE_SELF
-            | libc::IN_MOVE_SELF;
-        for d in dirs {
-            let Ok(c) = CString::new(d.as_os_str().as_encoded_bytes()) else {
-                continue;
-            };
-            // Safety: valid inotify fd and NUL-terminated path; IN_DONT_FOLLOW keeps a
-            // symlink planted there from redirecting the watch.
-            unsafe {
-                libc::inotify_add_watch(
-                    ino.as_raw_fd(),
-                    c.as_ptr(),
-                    mask | libc::IN_DONT_FOLLOW | libc::IN_ONLYDIR,
-                )
-            };
-        }
+        let wds = add_watches(&ino, dirs);
         let (stop_read, stop_write) = shofer_sys::fd::pipe_cloexec()?;
         let (gate_read, gate_write) = shofer_sys::fd::pipe_cloexec()?;
         let (ready_read, ready_write) = shofer_sys::fd::pipe_cloexec()?;
@@ -754,7 +763,7 @@ impl Watcher {
                     libc::read(gate_read.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
                 }
                 drop(ready_write);
-                watch_loop(ino, stop_read, guard, restore)
+                watch_loop(ino, &wds, stop_read, guard, restore)
             });
         // Safety: restoring the mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
@@ -797,6 +806,40 @@ impl Watcher {
     }
 }
 
+/// Watches each of `dirs` on the inotify instance `ino` (the watcher's events: changes of
+/// entries, and of the directory itself); returns the watch descriptors with their directory.
+/// A directory that cannot be watched (gone, not a directory, a symlink) is left out.
+fn add_watches(ino: &OwnedFd, dirs: Vec<PathBuf>) -> Vec<(libc::c_int, PathBuf)> {
+    let mut wds = Vec::with_capacity(dirs.len());
+    let mask = libc::IN_MODIFY
+        | libc::IN_ATTRIB
+        | libc::IN_CLOSE_WRITE
+        | libc::IN_MOVED_FROM
+        | libc::IN_MOVED_TO
+        | libc::IN_CREATE
+        | libc::IN_DELETE
+        | libc::IN_DELETE_SELF
+        | libc::IN_MOVE_SELF;
+    for d in dirs {
+        let Ok(c) = CString::new(d.as_os_str().as_encoded_bytes()) else {
+            continue;
+        };
+        // Safety: valid inotify fd and NUL-terminated path; IN_DONT_FOLLOW keeps a
+        // symlink planted there from redirecting the watch.
+        let wd = unsafe {
+            libc::inotify_add_watch(
+                ino.as_raw_fd(),
+                c.as_ptr(),
+                mask | libc::IN_DONT_FOLLOW | libc::IN_ONLYDIR,
+            )
+        };
+        if wd >= 0 {
+            wds.push((wd, d));
+        }
+    }
+    wds
+}
+
 /// Says on stderr what a pass did.
 pub fn announce(r: &Restored, how: &str) {
     for p in &r.restored {
@@ -825,9 +868,61 @@ pub fn announce(r: &Restored, how: &str) {
 /// change without an event in a watched directory).
 const NESTED_RECHECK_MS: libc::c_int = 200;
 
+/// What a batch of inotify events asks of the watcher.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Wanted {
+    /// A live restore pass (a guarded entry may have changed).
+    restore: bool,
+    /// A nested check (the index may have changed).
+    nested: bool,
+}
+
+/// Reads a batch of inotify(7) events (`struct inotify_event`: watch descriptor, mask,
+/// cookie, name length, then the NUL-padded name) against the watched directories `wds`.
+/// Anything it cannot place — a queue overflow, an unknown watch, a watched directory itself
+/// changed, moved or gone, a short record — asks for everything.
+fn wanted(events: &[u8], wds: &[(libc::c_int, PathBuf)], g: &GitGuard) -> Wanted {
+    const HEADER: usize = std::mem::size_of::<libc::inotify_event>();
+    const ALL: Wanted = Wanted {
+        restore: true,
+        nested: true,
+    };
+    let word = |at: usize| u32::from_ne_bytes(events[at..at + 4].try_into().expect("4 bytes"));
+    let mut w = Wanted::default();
+    let mut at = 0;
+    while at < events.len() {
+        if events.len() - at < HEADER {
+            return ALL;
+        }
+        let (wd, mask, len) = (
+            word(at) as libc::c_int,
+            word(at + 4),
+            word(at + 12) as usize,
+        );
+        let Some(name) = events.get(at + HEADER..at + HEADER + len) else {
+            return ALL;
+        };
+        at += HEADER + len;
+        let whole_dir =
+            libc::IN_Q_OVERFLOW | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED;
+        let Some((_, dir)) = wds.iter().find(|(d, _)| *d == wd) else {
+            return ALL;
+        };
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        if mask & whole_dir != 0 || name.is_empty() {
+            // The directory itself (its mode, its place): every entry in it is in question.
+            return ALL;
+        }
+        w.restore |= g.guards(dir, name);
+        w.nested |= g.is_index(dir, name);
+    }
+    w
+}
+
 /// Returns what it did and the inotify instance, for the caller to close off its exit path.
 fn watch_loop(
     ino: OwnedFd,
+    wds: &[(libc::c_int, PathBuf)],
     stop: OwnedFd,
     guard: Arc<Mutex<GitGuard>>,
     restore: bool,
@@ -835,6 +930,8 @@ fn watch_loop(
     let mut total = Restored::default();
     let mut buf = vec![0u8; 64 * 1024];
     let mut first = true;
+    let recheck = std::time::Duration::from_millis(NESTED_RECHECK_MS as u64);
+    let mut nested_at = std::time::Instant::now();
     loop {
         let mut fds = [
             libc::pollfd {
@@ -849,7 +946,10 @@ fn watch_loop(
             },
         ];
         let timeout = match guard.lock() {
-            Ok(g) if g.nested_seen => NESTED_RECHECK_MS,
+            Ok(g) if g.nested_seen => {
+                let left = recheck.saturating_sub(nested_at.elapsed());
+                left.as_millis() as libc::c_int
+            }
             _ => -1,
         };
         let n = if first {
@@ -866,22 +966,42 @@ fn watch_loop(
             return (total, ino);
         }
         let event = fds[0].revents != 0;
-        if event {
-            // Drain the events: which ones does not matter, every change triggers one check.
-            // Safety: reading into our buffer.
-            unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        }
         let Ok(mut g) = guard.lock() else {
             return (total, ino);
         };
-        let mut r = if restore && event {
+        let mut want = if event {
+            // Safety: reading into our buffer.
+            let got = unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            match usize::try_from(got) {
+                Ok(got) => wanted(&buf[..got], wds, &g),
+                Err(_) => Wanted {
+                    restore: true,
+                    nested: true,
+                },
+            }
+        } else {
+            // The first check, or the periodic one.
+            Wanted {
+                restore: false,
+                nested: true,
+            }
+        };
+        // While gitlinks exist their configs are checked periodically, however busy the
+        // watched directories are.
+        want.nested |= g.nested_seen && nested_at.elapsed() >= recheck;
+        if want.nested {
+            nested_at = std::time::Instant::now();
+        }
+        let mut r = if restore && want.restore {
             g.restore_live()
         } else {
             Restored::default()
         };
-        let c = g.check_nested();
-        r.quarantined.extend(c.quarantined);
-        r.failed.extend(c.failed);
+        if want.nested {
+            let c = g.check_nested();
+            r.quarantined.extend(c.quarantined);
+            r.failed.extend(c.failed);
+        }
         announce(&r, "restored at once");
         total.merge(r);
     }
@@ -1176,6 +1296,79 @@ mod tests {
             std::fs::read_to_string(gitdir.join("gitdir")).unwrap(),
             "/x/wt/.git\n"
         );
+    }
+
+    /// What the events caused by `act` in `guard`'s watched directories ask of the watcher
+    /// (a real inotify instance, as the watcher's).
+    fn wanted_after(guard: &GitGuard, act: impl FnOnce()) -> Wanted {
+        // Safety: inotify_init1 with flags only.
+        let ino = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        assert!(ino >= 0);
+        // Safety: inotify_init1 just returned it.
+        let ino = unsafe { OwnedFd::from_raw_fd(ino) };
+        let wds = add_watches(&ino, guard.watched());
+        act();
+        let mut buf = vec![0u8; 64 * 1024];
+        // Safety: reading into our buffer.
+        let got = unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        let got = usize::try_from(got).unwrap_or(0);
+        wanted(&buf[..got], &wds, guard)
+    }
+
+    /// Git's own traffic in the gitdir wakes no restore pass; only the index wakes the nested
+    /// check; a guarded file, an entry of a guarded directory, and the directory itself do.
+    #[test]
+    fn only_changes_that_concern_guarded_entries_or_the_index_wake_the_watcher() {
+        let tmp = tempfile::tempdir().unwrap();
+        let wt = std::fs::canonicalize(tmp.path()).unwrap();
+        let dot = wt.join(".git");
+        std::fs::create_dir_all(dot.join("hooks")).unwrap();
+        std::fs::write(dot.join("config"), "[core]\n").unwrap();
+        std::fs::write(dot.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let guard = GitGuard::snapshot(&GitLayout::MainWorktree, &wt, &Default::default());
+        let nothing = Wanted::default();
+        let w = |path: &str| std::fs::write(dot.join(path), "x\n").unwrap();
+        assert_eq!(
+            wanted_after(&guard, || {
+                w("HEAD.lock");
+                std::fs::rename(dot.join("HEAD.lock"), dot.join("HEAD")).unwrap();
+                w("COMMIT_EDITMSG");
+                w("ORIG_HEAD");
+                std::fs::write(wt.join("README"), "x").unwrap();
+            }),
+            nothing
+        );
+        assert_eq!(
+            wanted_after(&guard, || {
+                w("index.lock");
+                std::fs::rename(dot.join("index.lock"), dot.join("index")).unwrap();
+            }),
+            Wanted {
+                restore: false,
+                nested: true
+            }
+        );
+        for act in [
+            &(|| w("config")) as &dyn Fn(),
+            &|| w("config.worktree"),
+            &|| w("hooks/post-checkout"),
+            &|| std::os::unix::fs::symlink("/x", dot.join("commondir")).unwrap(),
+        ] {
+            assert!(wanted_after(&guard, act).restore);
+        }
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            wanted_after(&guard, || std::fs::set_permissions(
+                &dot,
+                std::fs::Permissions::from_mode(0o750)
+            )
+            .unwrap()),
+            Wanted {
+                restore: true,
+                nested: true
+            }
+        );
+        assert!(wanted(&[1, 2, 3], &[], &guard).restore, "a short record");
     }
 
     #[test]
