@@ -7,14 +7,21 @@
 //! every existing pack read-only over itself ([`crate::gitprotect`]); loose objects, and on the
 //! Landlock backend everything, are checked here:
 //!
-//! - [`ObjectStore::snapshot`] records each loose object's inode, size and ctime (ctime cannot
-//!   be set back by the command, unlike mtime) and each pack's and index's trailing checksum,
-//!   keeping the pack index open so its list survives a deletion;
+//! - [`ObjectStore::snapshot`] records each loose object's name (a directory listing, no
+//!   stat) and the time, and each pack's and index's inode, size, ctime and trailing
+//!   checksum, keeping the pack index open so its list survives a deletion;
 //! - [`ObjectStore::check`] finds loose objects that are gone and not in any pack now
-//!   (`git gc` packs and prunes them legitimately), loose objects whose inode, size or ctime
-//!   changed and whose content no longer hashes to their name (`git` freshens mtimes of
+//!   (`git gc` packs and prunes them legitimately), loose objects whose ctime is not older than
+//!   the snapshot and whose content no longer hashes to their name (`git` freshens mtimes of
 //!   existing objects, which is not a change), packs whose checksum no longer matches, and
 //!   objects of a vanished pack that no pack or loose file holds any more.
+//!
+//! Why a loose object's ctime suffices: the kernel sets it to the current time on every change
+//! of the file (its data, mode, links; a new file under the name), and no system call sets it
+//! otherwise; only setting the clock back would (`CAP_SYS_TIME`, which the command never
+//! holds). File times come from a coarse clock and some filesystems keep them to 1 or 2 s, so
+//! "older" means older than 2 s before the snapshot: objects written in those seconds are
+//! hashed.
 //!
 //! Formats: git's Documentation/gitformat-pack.txt (index v2) and gitformat-loose.txt (a loose
 //! object is the zlib stream of `<type> <size>\0<content>`, named by its hash).
@@ -24,6 +31,7 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Most loose objects snapshotted; a bigger store is checked through its packs only.
 const MAX_LOOSE: usize = 200_000;
@@ -35,6 +43,12 @@ struct Stamp {
     ino: u64,
     size: u64,
     ctime: (i64, i64),
+}
+
+/// When the file last changed (its ctime; one before 1970 counts as the epoch).
+fn changed_at(m: &std::fs::Metadata) -> SystemTime {
+    let secs = u64::try_from(m.ctime()).unwrap_or(0);
+    UNIX_EPOCH + std::time::Duration::new(secs, m.ctime_nsec().clamp(0, 999_999_999) as u32)
 }
 
 fn stamp(m: &std::fs::Metadata) -> Stamp {
@@ -60,7 +74,9 @@ struct Pack {
 pub struct ObjectStore {
     dir: PathBuf,
     sha256: bool,
-    loose: Vec<(String, Stamp)>,
+    loose: Vec<String>,
+    /// Loose objects whose ctime is before this are as they were at the snapshot.
+    unchanged_before: SystemTime,
     /// More loose objects than [`MAX_LOOSE`]: they were not recorded.
     loose_truncated: bool,
     packs: Vec<Pack>,
@@ -79,16 +95,23 @@ impl ObjectStore {
     /// Records `objects` (the repository's object directory). `sha256`: the repository's
     /// object format.
     pub fn snapshot(objects: &Path, sha256: bool) -> ObjectStore {
+        let since = SystemTime::now() - std::time::Duration::from_secs(2);
+        Self::snapshot_since(objects, sha256, since)
+    }
+
+    /// [`Self::snapshot`], taking loose objects with a ctime before `since` as unchanged.
+    fn snapshot_since(objects: &Path, sha256: bool, since: SystemTime) -> ObjectStore {
         let mut store = ObjectStore {
             dir: objects.to_path_buf(),
             sha256,
             loose: Vec::new(),
+            unchanged_before: since,
             loose_truncated: false,
             packs: Vec::new(),
         };
         let hexlen = store.hash_len() * 2;
-        for (fan, entries) in loose_dirs(objects) {
-            for (name, meta) in entries {
+        for (fan, names) in loose_dirs(objects) {
+            for name in names {
                 if name.len() + 2 != hexlen || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
                     continue;
                 }
@@ -96,7 +119,7 @@ impl ObjectStore {
                     store.loose_truncated = true;
                     break;
                 }
-                store.loose.push((format!("{fan}{name}"), stamp(&meta)));
+                store.loose.push(format!("{fan}{name}"));
             }
         }
         let hl = store.hash_len() as u64;
@@ -156,10 +179,10 @@ impl ObjectStore {
                 unnamed += 1;
             }
         };
-        for (oid, was) in &self.loose {
+        for oid in &self.loose {
             let path = self.dir.join(&oid[..2]).join(&oid[2..]);
             match std::fs::symlink_metadata(&path) {
-                Ok(m) if stamp(&m) == *was => {}
+                Ok(m) if changed_at(&m) < self.unchanged_before => {}
                 Ok(m) if !m.is_file() => {
                     record(&mut damage, oid.clone(), "replaced by a non-file".into())
                 }
@@ -243,8 +266,8 @@ impl ObjectStore {
     fn objects_now(&self) -> HashSet<Vec<u8>> {
         let hl = self.hash_len();
         let mut set = HashSet::new();
-        for (fan, entries) in loose_dirs(&self.dir) {
-            for (name, _) in entries {
+        for (fan, names) in loose_dirs(&self.dir) {
+            for name in names {
                 if let Some(raw) = unhex(&format!("{fan}{name}")) {
                     if raw.len() == hl {
                         set.insert(raw);
@@ -339,8 +362,8 @@ impl Hasher {
     }
 }
 
-/// `(two-hex-digit fan-out dir, its entries with metadata)` of a loose object store.
-fn loose_dirs(objects: &Path) -> Vec<(String, Vec<(String, std::fs::Metadata)>)> {
+/// `(two-hex-digit fan-out dir, the names in it)` of a loose object store.
+fn loose_dirs(objects: &Path) -> Vec<(String, Vec<String>)> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(objects) else {
         return out;
@@ -357,7 +380,7 @@ fn loose_dirs(objects: &Path) -> Vec<(String, Vec<(String, std::fs::Metadata)>)>
         };
         let entries = sub
             .flatten()
-            .filter_map(|f| Some((f.file_name().into_string().ok()?, f.metadata().ok()?)))
+            .filter_map(|f| f.file_name().into_string().ok())
             .collect();
         out.push((fan, entries));
     }
@@ -462,6 +485,37 @@ mod tests {
         assert_eq!(store.check(), vec![]);
         git(&root, &["gc", "-q", "--prune=now"]);
         assert_eq!(store.check(), vec![]);
+    }
+
+    /// A loose object changed before the snapshot is not this run's doing (and is not read);
+    /// one rewritten in place after it, same size, same inode, is found.
+    #[test]
+    fn only_loose_objects_changed_since_the_snapshot_are_hashed() {
+        use std::io::Write;
+        let (_t, root) = repo();
+        let objects = root.join(".git/objects");
+        let blob = git(&root, &["rev-parse", "HEAD:b"]);
+        let path = objects.join(&blob[..2]).join(&blob[2..]);
+        let len = std::fs::metadata(&path).unwrap().len() as usize;
+        let spoil = || {
+            let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            f.write_all(&vec![b'x'; len]).unwrap();
+        };
+        let mut perm = std::fs::metadata(&path).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perm.set_readonly(false);
+        std::fs::set_permissions(&path, perm).unwrap();
+        spoil();
+        // File times come from a clock that lags by up to a tick (at most 10 ms): the
+        // snapshot's "before" is 30 ms before it, the change before it 100 ms before that.
+        std::thread::sleep(std::time::Duration::from_millis(130));
+        let since = SystemTime::now() - std::time::Duration::from_millis(30);
+        let store = ObjectStore::snapshot_since(&objects, false, since);
+        assert_eq!(store.check(), vec![]);
+        spoil();
+        let damage = store.check();
+        assert_eq!(damage.len(), 1, "{damage:?}");
+        assert_eq!(damage[0].what, blob, "{damage:?}");
     }
 
     #[test]
