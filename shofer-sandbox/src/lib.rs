@@ -226,6 +226,8 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     // 4. opened policy (once: a second attempt reuses it; first, a restore that a killed
     // run left is finished)
     gitrun::repair_before_run(&args.worktree)?;
+    // (Still one thread here.)
+    gitrun::set_git_settings();
     let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
     let mut told = Vec::new();

@@ -1324,3 +1324,81 @@ fn the_report_closes_with_both_the_refused_sockets_and_the_git_restore() {
         "{records:?}"
     );
 }
+
+/// Contents of `n` blobs whose object names start with `17`: the fan-out directory `git gc
+/// --auto` counts to estimate the loose objects (two there pass `gc.auto = 1`).
+fn blobs_in_fanout_17(n: usize) -> Vec<String> {
+    use sha1::{Digest, Sha1};
+    (0..)
+        .map(|i| format!("blob {i}\n"))
+        .filter(|c| {
+            let mut h = Sha1::new();
+            h.update(format!("blob {}\0", c.len()).as_bytes());
+            h.update(c.as_bytes());
+            h.finalize()[0] == 0x17
+        })
+        .take(n)
+        .collect()
+}
+
+/// git's automatic maintenance does not run in the sandbox (README, "Git works"): in a linked
+/// worktree a gc expires every worktree's reflogs and prunes objects, which the sandbox
+/// refuses (errors on every commit), and a detached one was stopped midway when the run ended,
+/// leaving `*.lock` files that made every later git command fail. On every backend: a commit
+/// in a repository that needs a gc (`gc.auto = 1`, loose objects in `objects/17`) starts no
+/// maintenance, prints no error, leaves no lock, and the host's git works (and does the gc).
+#[test]
+fn automatic_maintenance_is_left_to_the_host_and_leaves_no_lock() {
+    let mut failures = Vec::new();
+    let blobs = Scratch::new();
+    let files: Vec<String> = blobs_in_fanout_17(3)
+        .iter()
+        .enumerate()
+        .map(|(k, blob)| {
+            let f = blobs.path().join(format!("blob{k}"));
+            std::fs::write(&f, blob).unwrap();
+            f.display().to_string()
+        })
+        .collect();
+    let mut setup: Vec<Vec<&str>> = vec![vec!["config", "gc.auto", "1"]];
+    setup.extend(files.iter().map(|f| vec!["hash-object", "-w", f.as_str()]));
+    let setup: Vec<&[&str]> = setup.iter().map(|a| a.as_slice()).collect();
+    for b in backends() {
+        for uid in uids() {
+            let l = Layout::new(uid, &setup);
+            let common = l.repo.join(".git");
+            let script = "GIT_TRACE=2 git commit -q --allow-empty -m maintained && echo COMMITTED";
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, script);
+            cmd.envs(l.vars())
+                .env("XDG_CONFIG_HOME", l.s.path().join("state"))
+                .stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            let text = show(&out);
+            let errors = text
+                .lines()
+                .any(|l| l.starts_with("error:") || l.starts_with("fatal:"));
+            if out.status.code() != Some(0) || !text.contains("COMMITTED") || errors {
+                failures.push(format!("{b} / uid {uid:?}: the commit failed\n{text}"));
+            }
+            if text.contains("run_command: git maintenance") || text.contains("run_command: git gc")
+            {
+                failures.push(format!("{b} / uid {uid:?}: maintenance started\n{text}"));
+            }
+            let locks = Command::new("find")
+                .args([common.to_str().unwrap(), "-name", "*.lock"])
+                .output()
+                .unwrap();
+            if !locks.stdout.is_empty() {
+                failures.push(format!(
+                    "{b} / uid {uid:?}: lock files left: {}",
+                    String::from_utf8_lossy(&locks.stdout)
+                ));
+            }
+            let after = l.host_git();
+            if !after.is_empty() {
+                failures.push(format!("{b} / uid {uid:?}: host git after: {after:?}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
