@@ -11,6 +11,7 @@
 //! - [`artifact`]: execution ids and the validated artifact id `cmd-<digits>.txt`.
 //! - [`denial`]: the hint line that tells a sandbox denial from a bug.
 //! - [`strip`]: the streaming filter that removes terminal control bytes from output.
+//! - [`gitenv`]: git configuration handed to a command through `GIT_CONFIG_COUNT`.
 //!
 //! ```
 //! use shofer_core::policy::{degradations, Backend, NetPolicy};
@@ -22,6 +23,7 @@
 
 pub mod artifact;
 pub mod denial;
+pub mod gitenv;
 pub mod policy;
 pub mod preview;
 pub mod rights;

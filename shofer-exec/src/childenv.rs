@@ -46,6 +46,16 @@ pub const DEFAULTS: &[(&str, &str)] = &[
 /// Inherited variables removed (unless set explicitly): they force colour on.
 pub const REMOVED: &[&str] = &["FORCE_COLOR", "CLICOLOR_FORCE"];
 
+/// Git configuration every command gets ([`shofer_core::gitenv`]; keys the caller's
+/// `GIT_CONFIG_*` list already sets win): automatic maintenance (`git maintenance run --auto`
+/// after a commit, a merge, a fetch) runs in the foreground. Detached, it would outlive the
+/// git command and be stopped with the command's other background processes — midway through
+/// rewriting refs, leaving `*.lock` files that make every later git command fail.
+pub const GIT_SETTINGS: &[(&str, &str)] = &[
+    ("maintenance.autoDetach", "false"),
+    ("gc.autoDetach", "false"),
+];
+
 /// The changes to apply to the inherited environment, in order: `(name, Some(value))` sets,
 /// `(name, None)` removes (also [`crate::guardian::INNER_VAR`], the server's own). `explicit` (the caller's `K=V` pairs) come last and win.
 pub fn changes(explicit: &[(OsString, OsString)]) -> Vec<(OsString, Option<OsString>)> {
@@ -61,6 +71,12 @@ pub fn changes(explicit: &[(OsString, OsString)]) -> Vec<(OsString, Option<OsStr
     for (k, v) in DEFAULTS {
         if !is_explicit(k) {
             out.push(((*k).into(), Some((*v).into())));
+        }
+    }
+    // Appended to the inherited list; a list the caller sets explicitly is left as it is.
+    if !is_explicit("GIT_CONFIG_COUNT") {
+        for (k, v) in shofer_core::gitenv::append(GIT_SETTINGS, |k| std::env::var(k).ok()) {
+            out.push((k.into(), Some(v.into())));
         }
     }
     for (k, v) in explicit {
@@ -99,6 +115,30 @@ mod tests {
         assert!(!c.contains(&("FORCE_COLOR".into(), None)));
         assert!(c.contains(&("PAGER".into(), Some("cat".into()))));
         assert!(c.contains(&("CLICOLOR_FORCE".into(), None)));
+    }
+
+    #[test]
+    fn git_maintenance_settings_are_added_unless_the_caller_sets_the_list() {
+        let count = |c: &[(OsString, Option<OsString>)]| {
+            c.iter()
+                .rev()
+                .find(|(n, _)| n == "GIT_CONFIG_COUNT")
+                .and_then(|(_, v)| v.clone())
+        };
+        // (The test's own environment has no GIT_CONFIG_COUNT.)
+        let ours = changes(&[]);
+        assert_eq!(count(&ours), Some("2".into()));
+        assert!(ours.contains(&(
+            "GIT_CONFIG_KEY_0".into(),
+            Some("maintenance.autoDetach".into())
+        )));
+        let theirs = changes(&[
+            ("GIT_CONFIG_COUNT".into(), "1".into()),
+            ("GIT_CONFIG_KEY_0".into(), "gc.autoDetach".into()),
+            ("GIT_CONFIG_VALUE_0".into(), "true".into()),
+        ]);
+        assert_eq!(count(&theirs), Some("1".into()));
+        assert!(!theirs.iter().any(|(n, _)| n == "GIT_CONFIG_KEY_1"));
     }
 
     #[test]

@@ -461,3 +461,44 @@ fn case_10_sandbox_denials_are_explained() {
     let o = wt.run(&[], "touch ./ok && ls /nonexistent-shofer-x");
     assert!(!text(&o).contains("Note: the sandbox"), "{}", text(&o));
 }
+
+/// git's automatic maintenance is never cut short: a commit in a repository that needs a gc
+/// (`gc.auto = 1`, three committed blobs loose in `objects/17`, the directory git samples) runs it in
+/// the foreground in plain mode — it packs the objects, nothing is stopped at the end — and not
+/// at all under `--worktree` (the sandbox leaves it to the host). Before, `git maintenance run
+/// --auto --detach` was stopped when `shofer run` ended, midway, which can leave `*.lock` files
+/// that make every later git command fail.
+#[test]
+fn git_maintenance_is_never_cut_short() {
+    const SETUP: &str = r#"git init -q . && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m one && python3 -c '
+import hashlib, subprocess
+found, i = 0, 0
+while found < 3:
+    data = b"blob %d\n" % i
+    i += 1
+    if hashlib.sha1(b"blob %d\0" % len(data) + data).digest()[0] == 0x17:
+        open("f%d" % found, "wb").write(data)
+        found += 1
+' && git add f0 f1 f2 && git -c user.name=a -c user.email=a@b commit -q -m blobs && git config gc.auto 1 && ls .git/objects/17 | wc -l"#;
+    for m in Mode::both() {
+        let o = m.run(&[], SETUP);
+        assert!(
+            text(&o).trim_end().ends_with("\n3"),
+            "{}: {}",
+            m.name(),
+            text(&o)
+        );
+        let o = m.run(
+            &[],
+            "git -c user.name=a -c user.email=a@b commit -q --allow-empty -m two; echo rc=$?; \
+             ls .git/objects/17 2>/dev/null | wc -l; find .git -name '*.lock' | wc -l",
+        );
+        let t = text(&o);
+        let left = if m.sandboxed { 3 } else { 0 };
+        assert!(
+            t.trim_end().ends_with(&format!("\nrc=0\n{left}\n0")) && !t.contains("stopped"),
+            "{}: {t}",
+            m.name()
+        );
+    }
+}

@@ -240,8 +240,7 @@ impl GitRun {
 }
 
 /// Device and inode of the directory at `path` (a symlink there is not followed).
-/// Settings the command's git gets through `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_<n>`/
-/// `GIT_CONFIG_VALUE_<n>` (git-config(1), "ENVIRONMENT"; git 2.31 on): no automatic
+/// Settings the command's git gets through its environment ([`shofer_core::gitenv`]): no automatic
 /// maintenance (`git maintenance run --auto`, `git gc --auto`, started by commit, merge,
 /// fetch, …), and an explicit one in the foreground. In a linked worktree a gc expires every
 /// worktree's reflogs and prunes objects, which the sandbox refuses (it prints errors on
@@ -256,41 +255,11 @@ const GIT_SETTINGS: [(&str, &str); 4] = [
     ("gc.autoDetach", "false"),
 ];
 
-/// [`GIT_SETTINGS`] appended to `env`'s `GIT_CONFIG_*` list: the variables to set. A key the
-/// caller already sets there is left as the caller set it; a `GIT_CONFIG_COUNT` that is not a
-/// number (git itself refuses it) is left alone.
-fn git_settings(env: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
-    let count = match env("GIT_CONFIG_COUNT") {
-        None => 0,
-        Some(c) => match c.trim().parse::<usize>() {
-            Ok(n) => n,
-            Err(_) => return Vec::new(),
-        },
-    };
-    let callers: Vec<String> = (0..count)
-        .filter_map(|i| env(&format!("GIT_CONFIG_KEY_{i}")))
-        .map(|k| k.to_ascii_lowercase())
-        .collect();
-    let mut out = Vec::new();
-    let mut n = count;
-    for (key, value) in GIT_SETTINGS {
-        if callers.contains(&key.to_ascii_lowercase()) {
-            continue;
-        }
-        out.push((format!("GIT_CONFIG_KEY_{n}"), key.to_string()));
-        out.push((format!("GIT_CONFIG_VALUE_{n}"), value.to_string()));
-        n += 1;
-    }
-    if n > count {
-        out.push(("GIT_CONFIG_COUNT".into(), n.to_string()));
-    }
-    out
-}
-
-/// Sets [`GIT_SETTINGS`] in this process's environment, which the command inherits. Must run
-/// while the process has one thread (setenv(3) is not thread-safe).
+/// Adds [`GIT_SETTINGS`] to this process's environment, which the command inherits (the
+/// caller's own keys win). Must run while the process has one thread (setenv(3) is not
+/// thread-safe).
 pub fn set_git_settings() {
-    for (k, v) in git_settings(|k| std::env::var(k).ok()) {
+    for (k, v) in shofer_core::gitenv::append(&GIT_SETTINGS, |k| std::env::var(k).ok()) {
         std::env::set_var(k, v);
     }
 }
@@ -350,54 +319,5 @@ pub fn repair_command(worktree: &Path) -> i32 {
         0
     } else {
         1
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn settings(vars: &[(&str, &str)]) -> Vec<(String, String)> {
-        git_settings(|k| {
-            vars.iter()
-                .find(|(name, _)| *name == k)
-                .map(|(_, v)| v.to_string())
-        })
-    }
-
-    #[test]
-    fn maintenance_settings_append_to_the_callers_list_and_leave_its_keys() {
-        let s = |k: &str, v: &str| (k.to_string(), v.to_string());
-        let mut all: Vec<_> = GIT_SETTINGS
-            .iter()
-            .enumerate()
-            .flat_map(|(n, (k, v))| {
-                [
-                    s(&format!("GIT_CONFIG_KEY_{n}"), k),
-                    s(&format!("GIT_CONFIG_VALUE_{n}"), v),
-                ]
-            })
-            .collect();
-        all.push(s("GIT_CONFIG_COUNT", "4"));
-        assert_eq!(settings(&[]), all);
-        assert_eq!(
-            settings(&[
-                ("GIT_CONFIG_COUNT", "2"),
-                ("GIT_CONFIG_KEY_0", "user.name"),
-                ("GIT_CONFIG_VALUE_0", "x"),
-                ("GIT_CONFIG_KEY_1", "GC.Auto"),
-                ("GIT_CONFIG_VALUE_1", "100"),
-            ]),
-            vec![
-                s("GIT_CONFIG_KEY_2", "maintenance.auto"),
-                s("GIT_CONFIG_VALUE_2", "false"),
-                s("GIT_CONFIG_KEY_3", "maintenance.autoDetach"),
-                s("GIT_CONFIG_VALUE_3", "false"),
-                s("GIT_CONFIG_KEY_4", "gc.autoDetach"),
-                s("GIT_CONFIG_VALUE_4", "false"),
-                s("GIT_CONFIG_COUNT", "5"),
-            ]
-        );
-        assert_eq!(settings(&[("GIT_CONFIG_COUNT", "two")]), vec![]);
     }
 }
