@@ -92,6 +92,13 @@ pub(super) fn cases() -> Vec<Case> {
             needs = need_git_sh
         ),
         case!(
+            "git-auto-maintenance-leaves-no-lock",
+            "issue 11: commits in a linked worktree start no detached maintenance (it would be stopped midway at the end of the run) and leave no *.lock file",
+            None,
+            git_auto_maintenance,
+            needs = need_git_sh
+        ),
+        case!(
             "git-repo-inside-tmp-moved",
             "a repository inside /tmp: move the directory holding it and the worktree away, build a repository with core.fsmonitor at the worktree's path; the host's git status there runs it",
             None,
@@ -447,6 +454,49 @@ fn git_ref_deletion(c: &Ctx) -> Outcome {
     }
     Outcome::Works(
         "branch -D, tag -d, update-ref -d, stash clear, cherry-pick: exit 0, no error line".into(),
+    )
+}
+
+fn git_auto_maintenance(c: &Ctx) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    // Every commit asks for maintenance (`gc.auto = 1`: two loose objects in `objects/17`
+    // are enough), as a repository with many loose objects does.
+    if let Err(e) = git(c.w, &r.env, &r.common, &["config", "gc.auto", "1"]) {
+        return Outcome::Error(format!("harness: {e}"));
+    }
+    let mut spec = Sb::new(Cmd::Shell(
+        "set -e; for i in 1 2 3 4 5 6; do echo $i > f; git add f; GIT_TRACE=2 git commit -qm $i; done; \
+         echo 'SHOFER-CONTAINMENT: ok done'"
+            .into(),
+    ));
+    spec.env = r.env.clone();
+    let run = c.sb(spec);
+    let errors = run
+        .stderr
+        .lines()
+        .any(|l| l.starts_with("error:") || l.starts_with("fatal:"));
+    let detached = run
+        .stderr
+        .lines()
+        .any(|l| l.contains("run_command:") && l.contains("--detach"));
+    let locks = Command::new("find")
+        .arg(&r.common)
+        .args(["-name", "*.lock"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    if run.code != Some(0) || errors || detached || !locks.is_empty() {
+        return Outcome::Broken(format!(
+            "commits with maintenance due: detached maintenance {detached}, lock files [{}]: {}",
+            clip(&locks, 200),
+            run.how()
+        ));
+    }
+    Outcome::Works(
+        "six commits: exit 0, no error line, no detached maintenance, no lock file left".into(),
     )
 }
 
