@@ -13,8 +13,9 @@
 //! - [`ObjectStore::check`] finds loose objects that are gone and not in any pack now
 //!   (`git gc` packs and prunes them legitimately), loose objects whose ctime is not older than
 //!   the snapshot and whose content no longer hashes to their name (`git` freshens mtimes of
-//!   existing objects, which is not a change), packs whose checksum no longer matches, and
-//!   objects of a vanished pack that no pack or loose file holds any more.
+//!   existing objects, which is not a change), packs whose checksum no longer matches,
+//!   objects of a vanished pack that no pack or loose file holds any more, and `objects/` or a
+//!   fan-out directory replaced by a symlink (its files, moved along, look unchanged).
 //!
 //! Why a loose object's ctime suffices: the kernel sets it to the current time on every change
 //! of the file (its data, mode, links; a new file under the name), and no system call sets it
@@ -75,6 +76,11 @@ pub struct ObjectStore {
     dir: PathBuf,
     sha256: bool,
     loose: Vec<String>,
+    /// `objects/` itself (`""`, when it is a directory) and each fan-out directory: one moved
+    /// away and replaced by a symlink to it keeps its files as they were (names, ctimes), so
+    /// it is checked as a directory. (One gone or made anew is not: git's `prune-packed`
+    /// removes empty ones, and the objects it held are checked one by one.)
+    dirs: Vec<String>,
     /// Loose objects whose ctime is before this are as they were at the snapshot.
     unchanged_before: SystemTime,
     /// More loose objects than [`MAX_LOOSE`]: they were not recorded.
@@ -105,12 +111,17 @@ impl ObjectStore {
             dir: objects.to_path_buf(),
             sha256,
             loose: Vec::new(),
+            dirs: Vec::new(),
             unchanged_before: since,
             loose_truncated: false,
             packs: Vec::new(),
         };
         let hexlen = store.hash_len() * 2;
+        if std::fs::symlink_metadata(objects).is_ok_and(|m| m.is_dir()) {
+            store.dirs.push(String::new());
+        }
         for (fan, names) in loose_dirs(objects) {
+            store.dirs.push(fan.clone());
             for name in names {
                 if name.len() + 2 != hexlen || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
                     continue;
@@ -179,6 +190,16 @@ impl ObjectStore {
                 unnamed += 1;
             }
         };
+        for name in &self.dirs {
+            let path = self.dir.join(name);
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir()) {
+                record(
+                    &mut damage,
+                    path.display().to_string(),
+                    "replaced by a symlink or a file: the objects it held are elsewhere".into(),
+                );
+            }
+        }
         for oid in &self.loose {
             let path = self.dir.join(&oid[..2]).join(&oid[2..]);
             match std::fs::symlink_metadata(&path) {
@@ -362,7 +383,8 @@ impl Hasher {
     }
 }
 
-/// `(two-hex-digit fan-out dir, the names in it)` of a loose object store.
+/// `(two-hex-digit fan-out dir, the names in it)` of a loose object store (directories only,
+/// never through a symlink).
 fn loose_dirs(objects: &Path) -> Vec<(String, Vec<String>)> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(objects) else {
@@ -373,6 +395,9 @@ fn loose_dirs(objects: &Path) -> Vec<(String, Vec<String>)> {
             continue;
         };
         if fan.len() != 2 || !fan.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        if !e.metadata().is_ok_and(|m| m.is_dir()) {
             continue;
         }
         let Ok(sub) = std::fs::read_dir(e.path()) else {
@@ -516,6 +541,25 @@ mod tests {
         let damage = store.check();
         assert_eq!(damage.len(), 1, "{damage:?}");
         assert_eq!(damage[0].what, blob, "{damage:?}");
+    }
+
+    /// A fan-out directory moved out of the store and replaced by a symlink to it keeps every
+    /// file as it was (names, ctimes, contents), and git still finds them — until the place it
+    /// was moved to goes away. The directory itself is named.
+    #[test]
+    fn a_fanout_directory_moved_away_behind_a_symlink_is_named() {
+        let (_t, root) = repo();
+        let objects = root.join(".git/objects");
+        let blob = git(&root, &["rev-parse", "HEAD:b"]);
+        let store = ObjectStore::snapshot(&objects, false);
+        let fan = objects.join(&blob[..2]);
+        let away = root.join("away");
+        std::fs::rename(&fan, &away).unwrap();
+        std::os::unix::fs::symlink(&away, &fan).unwrap();
+        git(&root, &["cat-file", "-e", &blob]);
+        let damage = store.check();
+        assert_eq!(damage.len(), 1, "{damage:?}");
+        assert_eq!(damage[0].what, fan.display().to_string());
     }
 
     #[test]
