@@ -27,7 +27,7 @@
 //! Formats: git's Documentation/gitformat-pack.txt (index v2) and gitformat-loose.txt (a loose
 //! object is the zlib stream of `<type> <size>\0<content>`, named by its hash).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
@@ -76,11 +76,13 @@ pub struct ObjectStore {
     dir: PathBuf,
     sha256: bool,
     loose: Vec<String>,
-    /// `objects/` itself (`""`, when it is a directory) and each fan-out directory: one moved
-    /// away and replaced by a symlink to it keeps its files as they were (names, ctimes), so
-    /// it is checked as a directory. (One gone or made anew is not: git's `prune-packed`
-    /// removes empty ones, and the objects it held are checked one by one.)
-    dirs: Vec<String>,
+    /// `objects/` itself (`""`, when it is a directory) and each fan-out directory, by
+    /// (device, inode). Moving a directory keeps its files' ctimes, so a fan-out directory
+    /// swapped for another one (made earlier, holding forged objects under the same names) or
+    /// for a symlink would pass the ctime test: every object in a directory that is not the
+    /// one recorded is hashed, and a symlink or file in its place is damage. (A directory gone,
+    /// or made anew, is not damage by itself: git's `prune-packed` removes empty ones.)
+    dirs: HashMap<String, (u64, u64)>,
     /// Loose objects whose ctime is before this are as they were at the snapshot.
     unchanged_before: SystemTime,
     /// More loose objects than [`MAX_LOOSE`]: they were not recorded.
@@ -111,17 +113,17 @@ impl ObjectStore {
             dir: objects.to_path_buf(),
             sha256,
             loose: Vec::new(),
-            dirs: Vec::new(),
+            dirs: HashMap::new(),
             unchanged_before: since,
             loose_truncated: false,
             packs: Vec::new(),
         };
         let hexlen = store.hash_len() * 2;
-        if std::fs::symlink_metadata(objects).is_ok_and(|m| m.is_dir()) {
-            store.dirs.push(String::new());
+        if let Some(id) = dir_id(objects) {
+            store.dirs.insert(String::new(), id);
         }
-        for (fan, names) in loose_dirs(objects) {
-            store.dirs.push(fan.clone());
+        for (fan, id, names) in loose_dirs(objects) {
+            store.dirs.insert(fan.clone(), id);
             for name in names {
                 if name.len() + 2 != hexlen || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
                     continue;
@@ -190,20 +192,29 @@ impl ObjectStore {
                 unnamed += 1;
             }
         };
-        for name in &self.dirs {
+        // Directories that are not the ones recorded: their objects get no ctime shortcut.
+        let mut swapped: HashSet<&str> = HashSet::new();
+        for (name, id) in &self.dirs {
             let path = self.dir.join(name);
-            if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir()) {
-                record(
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if !m.is_dir() => record(
                     &mut damage,
                     path.display().to_string(),
                     "replaced by a symlink or a file: the objects it held are elsewhere".into(),
-                );
+                ),
+                Ok(m) if (m.dev(), m.ino()) == *id => continue,
+                _ => {}
             }
+            swapped.insert(name);
         }
+        let all_swapped = swapped.contains("");
         for oid in &self.loose {
             let path = self.dir.join(&oid[..2]).join(&oid[2..]);
             match std::fs::symlink_metadata(&path) {
-                Ok(m) if changed_at(&m) < self.unchanged_before => {}
+                Ok(m)
+                    if changed_at(&m) < self.unchanged_before
+                        && !all_swapped
+                        && !swapped.contains(&oid[..2]) => {}
                 Ok(m) if !m.is_file() => {
                     record(&mut damage, oid.clone(), "replaced by a non-file".into())
                 }
@@ -287,7 +298,7 @@ impl ObjectStore {
     fn objects_now(&self) -> HashSet<Vec<u8>> {
         let hl = self.hash_len();
         let mut set = HashSet::new();
-        for (fan, names) in loose_dirs(&self.dir) {
+        for (fan, _, names) in loose_dirs(&self.dir) {
             for name in names {
                 if let Some(raw) = unhex(&format!("{fan}{name}")) {
                     if raw.len() == hl {
@@ -383,9 +394,17 @@ impl Hasher {
     }
 }
 
-/// `(two-hex-digit fan-out dir, the names in it)` of a loose object store (directories only,
-/// never through a symlink).
-fn loose_dirs(objects: &Path) -> Vec<(String, Vec<String>)> {
+/// The (device, inode) of `path` when it is a directory itself (not a symlink to one).
+fn dir_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_dir())
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// `(two-hex-digit fan-out dir, its (device, inode), the names in it)` of a loose object
+/// store (directories only, never through a symlink).
+fn loose_dirs(objects: &Path) -> Vec<(String, (u64, u64), Vec<String>)> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir(objects) else {
         return out;
@@ -397,9 +416,10 @@ fn loose_dirs(objects: &Path) -> Vec<(String, Vec<String>)> {
         if fan.len() != 2 || !fan.bytes().all(|b| b.is_ascii_hexdigit()) {
             continue;
         }
-        if !e.metadata().is_ok_and(|m| m.is_dir()) {
+        let Some(id) = e.metadata().ok().filter(|m| m.is_dir()) else {
             continue;
-        }
+        };
+        let id = (id.dev(), id.ino());
         let Ok(sub) = std::fs::read_dir(e.path()) else {
             continue;
         };
@@ -407,7 +427,7 @@ fn loose_dirs(objects: &Path) -> Vec<(String, Vec<String>)> {
             .flatten()
             .filter_map(|f| f.file_name().into_string().ok())
             .collect();
-        out.push((fan, entries));
+        out.push((fan, id, entries));
     }
     out
 }
@@ -560,6 +580,37 @@ mod tests {
         let damage = store.check();
         assert_eq!(damage.len(), 1, "{damage:?}");
         assert_eq!(damage[0].what, fan.display().to_string());
+    }
+
+    /// A fan-out directory swapped for another one holding a forged object under an existing
+    /// name, written well before the snapshot (a rename keeps the files' ctimes): the object
+    /// is hashed and named.
+    #[test]
+    fn a_fanout_directory_swapped_for_a_forged_one_is_hashed() {
+        let (_t, root) = repo();
+        let objects = root.join(".git/objects");
+        let blob = git(&root, &["rev-parse", "HEAD:b"]);
+        let other = git(&root, &["rev-parse", "HEAD"]);
+        let fan = objects.join(&blob[..2]);
+        let forged = root.join("forged");
+        std::fs::create_dir(&forged).unwrap();
+        std::fs::copy(
+            objects.join(&other[..2]).join(&other[2..]),
+            forged.join(&blob[2..]),
+        )
+        .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(130));
+        let since = SystemTime::now() - std::time::Duration::from_millis(30);
+        let store = ObjectStore::snapshot_since(&objects, false, since);
+        std::fs::rename(&fan, root.join("old")).unwrap();
+        std::fs::rename(&forged, &fan).unwrap();
+        let damage = store.check();
+        assert!(
+            damage
+                .iter()
+                .any(|d| d.what == blob && d.how.starts_with("rewritten")),
+            "{damage:?}"
+        );
     }
 
     #[test]
