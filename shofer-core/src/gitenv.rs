@@ -22,6 +22,8 @@ pub fn append(
 ) -> Vec<(String, String)> {
     let count = match env("GIT_CONFIG_COUNT") {
         None => 0,
+        // git reads it with strtoul: empty is 0.
+        Some(c) if c.trim().is_empty() => 0,
         Some(c) => match c.trim().parse::<usize>() {
             Ok(n) => n,
             Err(_) => return Vec::new(),
@@ -94,6 +96,10 @@ mod tests {
             ]
         );
         assert_eq!(appended(&ours, &[("GIT_CONFIG_COUNT", "two")]), vec![]);
+        assert_eq!(
+            appended(&ours, &[("GIT_CONFIG_COUNT", "")]),
+            appended(&ours, &[])
+        );
         assert_eq!(
             appended(
                 &[("gc.auto", "0")],

@@ -293,6 +293,16 @@ impl GitGuard {
         dirs
     }
 
+    /// The guarded regular files, watched themselves as well: a write through another link
+    /// (a hard link made anywhere) or a new link reaches their inode, not their directory.
+    fn watched_files(&self) -> Vec<PathBuf> {
+        self.entries
+            .iter()
+            .filter(|g| matches!(g.original, State::File { .. }))
+            .map(|g| g.dir_path.join(&g.name))
+            .collect()
+    }
+
     /// Whether a change of `name` in the watched directory `dir` can concern a guarded entry
     /// (and a live restore pass must run): the entry itself, anything inside a guarded
     /// directory, a main worktree's `.git`, or a name new to a linked worktree's common dir.
@@ -371,7 +381,11 @@ impl GitGuard {
                 continue;
             }
             let now = read_state(&g.dir, &g.name);
-            if now == g.original {
+            // A second link to a guarded file lets the command change it through another
+            // name: the entry is written afresh (a new inode), which cuts the link.
+            if now == g.original
+                && !(matches!(now, State::File { .. }) && links(&g.dir, &g.name) > 1)
+            {
                 continue;
             }
             let path = g.dir_path.join(&g.name);
@@ -737,8 +751,11 @@ impl Watcher {
         }
         // Safety: inotify_init1 just returned it.
         let ino = unsafe { OwnedFd::from_raw_fd(ino) };
-        let dirs = guard.lock().map(|g| g.watched()).unwrap_or_default();
-        let wds = add_watches(&ino, dirs);
+        let (dirs, files) = guard
+            .lock()
+            .map(|g| (g.watched(), g.watched_files()))
+            .unwrap_or_default();
+        let wds = add_watches(&ino, dirs, files);
         let (stop_read, stop_write) = shofer_sys::fd::pipe_cloexec()?;
         let (gate_read, gate_write) = shofer_sys::fd::pipe_cloexec()?;
         let (ready_read, ready_write) = shofer_sys::fd::pipe_cloexec()?;
@@ -763,7 +780,7 @@ impl Watcher {
                     libc::read(gate_read.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
                 }
                 drop(ready_write);
-                watch_loop(ino, &wds, stop_read, guard, restore)
+                watch_loop(ino, wds, stop_read, guard, restore)
             });
         // Safety: restoring the mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
@@ -806,12 +823,16 @@ impl Watcher {
     }
 }
 
-/// Watches each of `dirs` on the inotify instance `ino` (the watcher's events: changes of
-/// entries, and of the directory itself); returns the watch descriptors with their directory.
-/// A directory that cannot be watched (gone, not a directory, a symlink) is left out.
-fn add_watches(ino: &OwnedFd, dirs: Vec<PathBuf>) -> Vec<(libc::c_int, PathBuf)> {
-    let mut wds = Vec::with_capacity(dirs.len());
-    let mask = libc::IN_MODIFY
+/// Watches each of `dirs` (changes of their entries, and of the directory itself) and each of
+/// `files` (their data, attributes and link count) on the inotify instance `ino`; returns the
+/// watch descriptors with their path. A path that cannot be watched (gone, a symlink, not the
+/// kind expected) is left out.
+fn add_watches(
+    ino: &OwnedFd,
+    dirs: Vec<PathBuf>,
+    files: Vec<PathBuf>,
+) -> Vec<(libc::c_int, PathBuf)> {
+    let dir_mask = libc::IN_MODIFY
         | libc::IN_ATTRIB
         | libc::IN_CLOSE_WRITE
         | libc::IN_MOVED_FROM
@@ -819,25 +840,36 @@ fn add_watches(ino: &OwnedFd, dirs: Vec<PathBuf>) -> Vec<(libc::c_int, PathBuf)>
         | libc::IN_CREATE
         | libc::IN_DELETE
         | libc::IN_DELETE_SELF
-        | libc::IN_MOVE_SELF;
-    for d in dirs {
-        let Ok(c) = CString::new(d.as_os_str().as_encoded_bytes()) else {
+        | libc::IN_MOVE_SELF
+        | libc::IN_ONLYDIR;
+    let file_mask = libc::IN_MODIFY | libc::IN_ATTRIB | libc::IN_CLOSE_WRITE;
+    let mut wds = Vec::with_capacity(dirs.len() + files.len());
+    let all = dirs.into_iter().map(|d| (d, dir_mask));
+    for (path, mask) in all.chain(files.into_iter().map(|f| (f, file_mask))) {
+        let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
             continue;
         };
         // Safety: valid inotify fd and NUL-terminated path; IN_DONT_FOLLOW keeps a
         // symlink planted there from redirecting the watch.
         let wd = unsafe {
-            libc::inotify_add_watch(
-                ino.as_raw_fd(),
-                c.as_ptr(),
-                mask | libc::IN_DONT_FOLLOW | libc::IN_ONLYDIR,
-            )
+            libc::inotify_add_watch(ino.as_raw_fd(), c.as_ptr(), mask | libc::IN_DONT_FOLLOW)
         };
         if wd >= 0 {
-            wds.push((wd, d));
+            wds.push((wd, path));
         }
     }
     wds
+}
+
+/// [`add_watches`] again for `g`'s paths, after a watched directory or file was replaced:
+/// the new ones are watched, the descriptors of the ones still watched stay.
+fn rewatch(ino: &OwnedFd, wds: &mut Vec<(libc::c_int, PathBuf)>, g: &GitGuard) {
+    for (wd, path) in add_watches(ino, g.watched(), g.watched_files()) {
+        match wds.iter_mut().find(|(w, _)| *w == wd) {
+            Some(known) => known.1 = path,
+            None => wds.push((wd, path)),
+        }
+    }
 }
 
 /// Says on stderr what a pass did.
@@ -875,7 +907,16 @@ struct Wanted {
     restore: bool,
     /// A nested check (the index may have changed).
     nested: bool,
+    /// The watches are added again (a watched directory or file was replaced).
+    rewatch: bool,
 }
+
+/// Everything, for a batch of events the watcher cannot place.
+const ALL: Wanted = Wanted {
+    restore: true,
+    nested: true,
+    rewatch: true,
+};
 
 /// Reads a batch of inotify(7) events (`struct inotify_event`: watch descriptor, mask,
 /// cookie, name length, then the NUL-padded name) against the watched directories `wds`.
@@ -883,10 +924,6 @@ struct Wanted {
 /// changed, moved or gone, a short record — asks for everything.
 fn wanted(events: &[u8], wds: &[(libc::c_int, PathBuf)], g: &GitGuard) -> Wanted {
     const HEADER: usize = std::mem::size_of::<libc::inotify_event>();
-    const ALL: Wanted = Wanted {
-        restore: true,
-        nested: true,
-    };
     let word = |at: usize| u32::from_ne_bytes(events[at..at + 4].try_into().expect("4 bytes"));
     let mut w = Wanted::default();
     let mut at = 0;
@@ -910,7 +947,8 @@ fn wanted(events: &[u8], wds: &[(libc::c_int, PathBuf)], g: &GitGuard) -> Wanted
         };
         let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
         if mask & whole_dir != 0 || name.is_empty() {
-            // The directory itself (its mode, its place): every entry in it is in question.
+            // A watched directory itself (its mode, its place) or a guarded file (written
+            // through another link): every entry is in question.
             return ALL;
         }
         w.restore |= g.guards(dir, name);
@@ -922,7 +960,7 @@ fn wanted(events: &[u8], wds: &[(libc::c_int, PathBuf)], g: &GitGuard) -> Wanted
 /// Returns what it did and the inotify instance, for the caller to close off its exit path.
 fn watch_loop(
     ino: OwnedFd,
-    wds: &[(libc::c_int, PathBuf)],
+    mut wds: Vec<(libc::c_int, PathBuf)>,
     stop: OwnedFd,
     guard: Arc<Mutex<GitGuard>>,
     restore: bool,
@@ -973,17 +1011,15 @@ fn watch_loop(
             // Safety: reading into our buffer.
             let got = unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             match usize::try_from(got) {
-                Ok(got) => wanted(&buf[..got], wds, &g),
-                Err(_) => Wanted {
-                    restore: true,
-                    nested: true,
-                },
+                Ok(got) => wanted(&buf[..got], &wds, &g),
+                Err(_) => ALL,
             }
         } else {
             // The first check, or the periodic one.
             Wanted {
                 restore: false,
                 nested: true,
+                rewatch: false,
             }
         };
         // While gitlinks exist their configs are checked periodically, however busy the
@@ -997,6 +1033,9 @@ fn watch_loop(
         } else {
             Restored::default()
         };
+        if want.rewatch || !r.restored.is_empty() {
+            rewatch(&ino, &mut wds, &g);
+        }
         if want.nested {
             let c = g.check_nested();
             r.quarantined.extend(c.quarantined);
@@ -1029,6 +1068,13 @@ fn read_file(dir: &OwnedFd, name: &str) -> io::Result<(Vec<u8>, u32)> {
         return Err(io::Error::last_os_error());
     }
     Ok((bytes, st.st_mode & 0o7777))
+}
+
+/// The link count of `name` in `dir` (not followed; 0 when it cannot be read).
+fn links(dir: &OwnedFd, name: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()))
+        .map_or(0, |m| m.nlink())
 }
 
 fn read_state(dir: &OwnedFd, name: &str) -> State {
@@ -1306,7 +1352,7 @@ mod tests {
         assert!(ino >= 0);
         // Safety: inotify_init1 just returned it.
         let ino = unsafe { OwnedFd::from_raw_fd(ino) };
-        let wds = add_watches(&ino, guard.watched());
+        let wds = add_watches(&ino, guard.watched(), guard.watched_files());
         act();
         let mut buf = vec![0u8; 64 * 1024];
         // Safety: reading into our buffer.
@@ -1327,6 +1373,28 @@ mod tests {
         std::fs::write(dot.join("HEAD"), "ref: refs/heads/main\n").unwrap();
         let guard = GitGuard::snapshot(&GitLayout::MainWorktree, &wt, &Default::default());
         let nothing = Wanted::default();
+        // A hard link to a guarded file (made anywhere), and a write through one, reach the
+        // file's own watch; the pass cuts a link even before anything is written through it.
+        let link = wt.join("x");
+        assert_eq!(
+            wanted_after(&guard, || std::fs::hard_link(dot.join("config"), &link)
+                .unwrap()),
+            ALL
+        );
+        let r = guard.restore();
+        assert!(r.restored.contains(&dot.join("config")), "{r:?}");
+        std::fs::write(&link, "[core]\nfsmonitor=x\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dot.join("config")).unwrap(),
+            "[core]\n"
+        );
+        let link2 = wt.join("y");
+        std::fs::hard_link(dot.join("config"), &link2).unwrap();
+        assert_eq!(
+            wanted_after(&guard, || std::fs::write(&link2, "[core]\nfsmonitor=x\n")
+                .unwrap()),
+            ALL
+        );
         let w = |path: &str| std::fs::write(dot.join(path), "x\n").unwrap();
         assert_eq!(
             wanted_after(&guard, || {
@@ -1345,7 +1413,8 @@ mod tests {
             }),
             Wanted {
                 restore: false,
-                nested: true
+                nested: true,
+                rewatch: false
             }
         );
         for act in [
@@ -1363,12 +1432,47 @@ mod tests {
                 std::fs::Permissions::from_mode(0o750)
             )
             .unwrap()),
-            Wanted {
-                restore: true,
-                nested: true
-            }
+            ALL
         );
         assert!(wanted(&[1, 2, 3], &[], &guard).restore, "a short record");
+    }
+
+    /// Waits up to 5 s for `cond`.
+    fn eventually(cond: impl Fn() -> bool) -> bool {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < end {
+            if cond() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        cond()
+    }
+
+    /// The live watcher: a guarded directory moved away is put back at once, and the new one is
+    /// watched — a hook written into it afterwards is removed at once too, not at exit.
+    #[test]
+    fn a_replaced_guarded_directory_is_watched_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let wt = std::fs::canonicalize(tmp.path()).unwrap();
+        let dot = wt.join(".git");
+        std::fs::create_dir_all(dot.join("hooks")).unwrap();
+        std::fs::write(dot.join("config"), "[core]\n").unwrap();
+        let guard = GitGuard::snapshot(&GitLayout::MainWorktree, &wt, &Default::default());
+        let watcher = Watcher::start(Arc::new(Mutex::new(guard)), true).unwrap();
+        watcher.open_gate();
+        std::fs::rename(dot.join("hooks"), dot.join("h2")).unwrap();
+        assert!(
+            eventually(|| dot.join("hooks").is_dir()),
+            "hooks/ not put back"
+        );
+        let hook = dot.join("hooks/post-checkout");
+        std::fs::write(&hook, "#!/bin/sh\n").unwrap();
+        assert!(
+            eventually(|| !hook.exists()),
+            "the hook in the new hooks/ stayed"
+        );
+        watcher.stop();
     }
 
     #[test]
