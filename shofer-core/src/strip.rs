@@ -869,11 +869,11 @@ unsafe fn scan_specials_avx2(h: &[u8]) -> (usize, Option<usize>) {
         at += 64;
     }
     // The rest, fewer than 64 bytes.
-    let s = find_special(&h[at..]).map_or(h.len(), |q| at + q);
-    match memchr::memrchr(b'\n', &h[at..s]) {
-        Some(q) => (s, Some(at + q)),
-        None => (s, earlier_newline(nl_block)),
-    }
+    let (s, nl) = scan_specials_portable(&h[at..]);
+    (
+        at + s,
+        nl.map(|q| at + q).or_else(|| earlier_newline(nl_block)),
+    )
 }
 
 /// Strips a whole buffer (a convenience for tests and short texts).
