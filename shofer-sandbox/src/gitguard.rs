@@ -744,13 +744,7 @@ impl Watcher {
     /// # Errors
     /// inotify_init1(2), pipe2(2) or thread creation failures.
     pub fn start(guard: Arc<Mutex<GitGuard>>, restore: bool) -> io::Result<Watcher> {
-        // Safety: inotify_init1 with flags only.
-        let ino = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
-        if ino < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // Safety: inotify_init1 just returned it.
-        let ino = unsafe { OwnedFd::from_raw_fd(ino) };
+        let ino = inotify(0)?;
         let (dirs, files) = guard
             .lock()
             .map(|g| (g.watched(), g.watched_files()))
@@ -821,6 +815,17 @@ impl Watcher {
         shofer_sys::process::close_after_exit(ino);
         done
     }
+}
+
+/// A new inotify(7) instance, close-on-exec, with `flags` (`IN_NONBLOCK`) besides.
+fn inotify(flags: libc::c_int) -> io::Result<OwnedFd> {
+    // Safety: inotify_init1 with flags only.
+    let ino = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | flags) };
+    if ino < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Safety: inotify_init1 just returned it.
+    Ok(unsafe { OwnedFd::from_raw_fd(ino) })
 }
 
 /// Watches each of `dirs` (changes of their entries, and of the directory itself) and each of
@@ -1052,7 +1057,12 @@ fn cname(name: &str) -> CString {
 
 fn read_file(dir: &OwnedFd, name: &str) -> io::Result<(Vec<u8>, u32)> {
     let bytes = paths::read_small_file(dir, name, MAX_FILE)?;
-    // Safety: `st` is filled by fstatat on success; NOFOLLOW keeps us off symlinks.
+    Ok((bytes, stat_at(dir, name)?.st_mode & 0o7777))
+}
+
+/// `name` in `dir`, not followed (fstatat(2), `AT_SYMLINK_NOFOLLOW`).
+fn stat_at(dir: &OwnedFd, name: &str) -> io::Result<libc::stat> {
+    // Safety: `st` is filled by fstatat on success.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let c = cname(name);
     // Safety: valid dirfd, NUL-terminated name, writable stat buffer.
@@ -1067,14 +1077,12 @@ fn read_file(dir: &OwnedFd, name: &str) -> io::Result<(Vec<u8>, u32)> {
     {
         return Err(io::Error::last_os_error());
     }
-    Ok((bytes, st.st_mode & 0o7777))
+    Ok(st)
 }
 
 /// The link count of `name` in `dir` (not followed; 0 when it cannot be read).
 fn links(dir: &OwnedFd, name: &str) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()))
-        .map_or(0, |m| m.nlink())
+    stat_at(dir, name).map_or(0, |st| st.st_nlink)
 }
 
 fn read_state(dir: &OwnedFd, name: &str) -> State {
@@ -1347,11 +1355,7 @@ mod tests {
     /// What the events caused by `act` in `guard`'s watched directories ask of the watcher
     /// (a real inotify instance, as the watcher's).
     fn wanted_after(guard: &GitGuard, act: impl FnOnce()) -> Wanted {
-        // Safety: inotify_init1 with flags only.
-        let ino = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
-        assert!(ino >= 0);
-        // Safety: inotify_init1 just returned it.
-        let ino = unsafe { OwnedFd::from_raw_fd(ino) };
+        let ino = inotify(libc::IN_NONBLOCK).unwrap();
         let wds = add_watches(&ino, guard.watched(), guard.watched_files());
         act();
         let mut buf = vec![0u8; 64 * 1024];
@@ -1361,10 +1365,9 @@ mod tests {
         wanted(&buf[..got], &wds, guard)
     }
 
-    /// Git's own traffic in the gitdir wakes no restore pass; only the index wakes the nested
-    /// check; a guarded file, an entry of a guarded directory, and the directory itself do.
-    #[test]
-    fn only_changes_that_concern_guarded_entries_or_the_index_wake_the_watcher() {
+    /// A main worktree with `.git/hooks/` and `.git/config`, and its guard (the tempdir
+    /// holds it).
+    fn main_worktree() -> (tempfile::TempDir, PathBuf, GitGuard) {
         let tmp = tempfile::tempdir().unwrap();
         let wt = std::fs::canonicalize(tmp.path()).unwrap();
         let dot = wt.join(".git");
@@ -1372,6 +1375,15 @@ mod tests {
         std::fs::write(dot.join("config"), "[core]\n").unwrap();
         std::fs::write(dot.join("HEAD"), "ref: refs/heads/main\n").unwrap();
         let guard = GitGuard::snapshot(&GitLayout::MainWorktree, &wt, &Default::default());
+        (tmp, wt, guard)
+    }
+
+    /// Git's own traffic in the gitdir wakes no restore pass; only the index wakes the nested
+    /// check; a guarded file, an entry of a guarded directory, and the directory itself do.
+    #[test]
+    fn only_changes_that_concern_guarded_entries_or_the_index_wake_the_watcher() {
+        let (_tmp, wt, guard) = main_worktree();
+        let dot = wt.join(".git");
         let nothing = Wanted::default();
         // A hard link to a guarded file (made anywhere), and a write through one, reach the
         // file's own watch; the pass cuts a link even before anything is written through it.
@@ -1453,12 +1465,8 @@ mod tests {
     /// watched — a hook written into it afterwards is removed at once too, not at exit.
     #[test]
     fn a_replaced_guarded_directory_is_watched_again() {
-        let tmp = tempfile::tempdir().unwrap();
-        let wt = std::fs::canonicalize(tmp.path()).unwrap();
+        let (_tmp, wt, guard) = main_worktree();
         let dot = wt.join(".git");
-        std::fs::create_dir_all(dot.join("hooks")).unwrap();
-        std::fs::write(dot.join("config"), "[core]\n").unwrap();
-        let guard = GitGuard::snapshot(&GitLayout::MainWorktree, &wt, &Default::default());
         let watcher = Watcher::start(Arc::new(Mutex::new(guard)), true).unwrap();
         watcher.open_gate();
         std::fs::rename(dot.join("hooks"), dot.join("h2")).unwrap();

@@ -21,6 +21,7 @@ use crate::git::GitLayout;
 use crate::gitguard::{self, GitGuard, Restored, Watcher};
 use crate::gitprotect::{self, Created};
 use crate::objects::ObjectStore;
+use crate::paths;
 use crate::writable::OpenedPolicy;
 
 /// How the git control files are kept on this run.
@@ -96,7 +97,7 @@ impl GitRun {
                     path.display(),
                     root.display()
                 );
-                locations.push((path.to_path_buf(), identity_of(path)));
+                locations.push((path.to_path_buf(), paths::dir_identity(path)));
             }
         }
         let objects = match &opened.git {
@@ -163,7 +164,7 @@ impl GitRun {
     fn moved(&self) -> Vec<PathBuf> {
         self.locations
             .iter()
-            .filter(|(p, id)| identity_of(p) != *id)
+            .filter(|(p, id)| paths::dir_identity(p) != *id)
             .map(|(p, _)| p.clone())
             .collect()
     }
@@ -239,7 +240,6 @@ impl GitRun {
     }
 }
 
-/// Device and inode of the directory at `path` (a symlink there is not followed).
 /// Settings the command's git gets through its environment ([`shofer_core::gitenv`]): no automatic
 /// maintenance (`git maintenance run --auto`, `git gc --auto`, started by commit, merge,
 /// fetch, …), and an explicit one in the foreground. In a linked worktree a gc expires every
@@ -262,14 +262,6 @@ pub fn set_git_settings() {
     for (k, v) in shofer_core::gitenv::append(&GIT_SETTINGS, |k| std::env::var(k).ok()) {
         std::env::set_var(k, v);
     }
-}
-
-fn identity_of(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path)
-        .ok()
-        .filter(|m| m.is_dir())
-        .map(|m| (m.dev(), m.ino()))
 }
 
 fn repair(worktree: &Path) -> Option<Restored> {

@@ -119,7 +119,7 @@ impl ObjectStore {
             packs: Vec::new(),
         };
         let hexlen = store.hash_len() * 2;
-        if let Some(id) = dir_id(objects) {
+        if let Some(id) = crate::paths::dir_identity(objects) {
             store.dirs.insert(String::new(), id);
         }
         for (fan, id, names) in loose_dirs(objects) {
@@ -392,14 +392,6 @@ impl Hasher {
             Hasher::Sha256(h) => h.finalize().to_vec(),
         }
     }
-}
-
-/// The (device, inode) of `path` when it is a directory itself (not a symlink to one).
-fn dir_id(path: &Path) -> Option<(u64, u64)> {
-    std::fs::symlink_metadata(path)
-        .ok()
-        .filter(|m| m.is_dir())
-        .map(|m| (m.dev(), m.ino()))
 }
 
 /// `(two-hex-digit fan-out dir, its (device, inode), the names in it)` of a loose object

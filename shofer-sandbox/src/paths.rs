@@ -26,6 +26,16 @@ pub enum Kind {
     Symlink,
 }
 
+/// Device and inode of the directory at `path` (a symlink there is not followed; `None` for
+/// anything else, or nothing).
+pub fn dir_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_dir())
+        .map(|m| (m.dev(), m.ino()))
+}
+
 /// The kind of object `fd` names (`fstat`).
 pub fn kind(fd: &OwnedFd) -> io::Result<Kind> {
     // Safety: `st` is plain data that fstat fills on success.
