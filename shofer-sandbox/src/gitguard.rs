@@ -119,12 +119,14 @@ impl Restored {
 
 impl GitGuard {
     /// Snapshots the guarded files for `layout` of `worktree` (canonical), with the in-tree
-    /// paths of `controls` (an in-tree `core.hooksPath`). Never fails: what cannot be read is
-    /// noted and reported by [`Self::unguarded`].
+    /// paths of `controls` (an in-tree `core.hooksPath`); `writable`: the writable set's
+    /// roots, where nested repositories' configs are the command's ([`NestedScan`]). Never
+    /// fails: what cannot be read is noted and reported by [`Self::unguarded`].
     pub fn snapshot(
         layout: &GitLayout,
         worktree: &Path,
         controls: &crate::gitprotect::ControlSet,
+        writable: &[PathBuf],
     ) -> GitGuard {
         let mut entries = Vec::new();
         let add = |entries: &mut Vec<Guarded>, dir_path: PathBuf, names: &[&str]| {
@@ -212,6 +214,7 @@ impl GitGuard {
                 worktree,
                 gitdir,
                 crate::gitprotect::uses_sha256(common),
+                writable,
             )),
             GitLayout::MainWorktree => {
                 let dot = worktree.join(".git");
@@ -219,6 +222,7 @@ impl GitGuard {
                     worktree,
                     &dot,
                     crate::gitprotect::uses_sha256(&dot),
+                    writable,
                 ))
             }
             GitLayout::None | GitLayout::Rejected(_) => None,
@@ -241,7 +245,7 @@ impl GitGuard {
     /// Quarantines program-naming configs of gitlinked repositories inside the worktree
     /// ([`crate::nested`]).
     pub fn check_nested(&mut self) -> Checked {
-        match &self.nested {
+        match &mut self.nested {
             Some(scan) => {
                 let (checked, links) = scan.check();
                 self.nested_seen = links > 0;
@@ -1311,7 +1315,12 @@ mod tests {
     #[test]
     fn a_changed_commondir_and_a_planted_config_worktree_are_put_back() {
         let (_t, root, layout) = setup();
-        let guard = GitGuard::snapshot(&layout, &root, &Default::default());
+        let guard = GitGuard::snapshot(
+            &layout,
+            &root,
+            &Default::default(),
+            std::slice::from_ref(&root),
+        );
         let GitLayout::Linked { gitdir, .. } = &layout else {
             unreachable!()
         };
@@ -1332,7 +1341,12 @@ mod tests {
     #[test]
     fn a_symlink_or_directory_in_place_of_a_file_is_replaced_not_followed() {
         let (_t, root, layout) = setup();
-        let guard = GitGuard::snapshot(&layout, &root, &Default::default());
+        let guard = GitGuard::snapshot(
+            &layout,
+            &root,
+            &Default::default(),
+            std::slice::from_ref(&root),
+        );
         let GitLayout::Linked { gitdir, .. } = &layout else {
             unreachable!()
         };
@@ -1374,7 +1388,12 @@ mod tests {
         std::fs::create_dir_all(dot.join("hooks")).unwrap();
         std::fs::write(dot.join("config"), "[core]\n").unwrap();
         std::fs::write(dot.join("HEAD"), "ref: refs/heads/main\n").unwrap();
-        let guard = GitGuard::snapshot(&GitLayout::MainWorktree, &wt, &Default::default());
+        let guard = GitGuard::snapshot(
+            &GitLayout::MainWorktree,
+            &wt,
+            &Default::default(),
+            std::slice::from_ref(&wt),
+        );
         (tmp, wt, guard)
     }
 
@@ -1490,7 +1509,12 @@ mod tests {
         std::fs::create_dir_all(wt.join(".git/hooks")).unwrap();
         std::fs::write(wt.join(".git/config"), "[core]\n").unwrap();
         std::fs::write(wt.join(".git/hooks/pre-commit.sample"), "#!/bin/sh\n").unwrap();
-        let guard = GitGuard::snapshot(&GitLayout::MainWorktree, &wt, &Default::default());
+        let guard = GitGuard::snapshot(
+            &GitLayout::MainWorktree,
+            &wt,
+            &Default::default(),
+            std::slice::from_ref(&wt),
+        );
         std::fs::write(wt.join(".git/hooks/post-checkout"), "rm -rf ~\n").unwrap();
         std::fs::write(wt.join(".git/hooks/pre-commit.sample"), "evil\n").unwrap();
         std::fs::write(wt.join(".git/config"), "[core]\nhooksPath=/x\n").unwrap();
@@ -1513,7 +1537,12 @@ mod tests {
     #[test]
     fn a_restore_that_cannot_write_is_reported_as_failed() {
         let (_t, root, layout) = setup();
-        let guard = GitGuard::snapshot(&layout, &root, &Default::default());
+        let guard = GitGuard::snapshot(
+            &layout,
+            &root,
+            &Default::default(),
+            std::slice::from_ref(&root),
+        );
         let GitLayout::Linked { gitdir, .. } = &layout else {
             unreachable!()
         };
@@ -1532,7 +1561,12 @@ mod tests {
         let (_t, root, layout) = setup();
         let state = root.join("state");
         std::fs::create_dir(&state).unwrap();
-        let mut guard = GitGuard::snapshot(&layout, &root, &Default::default());
+        let mut guard = GitGuard::snapshot(
+            &layout,
+            &root,
+            &Default::default(),
+            std::slice::from_ref(&root),
+        );
         guard.write_journal(&state, &root).unwrap();
         let GitLayout::Linked { gitdir, .. } = &layout else {
             unreachable!()

@@ -81,6 +81,12 @@ pub struct ControlSet {
 /// Most pack files bound read-only; the rest are covered by the check at exit
 /// ([`crate::objects`]).
 const MAX_PACK_BINDS: usize = 512;
+/// Largest configuration file read (bytes).
+const MAX_CONFIG: usize = 4 << 20;
+/// Largest `packed-refs` read (bytes).
+const MAX_PACKED_REFS: usize = 256 << 20;
+/// Largest `HEAD` read (bytes).
+const MAX_SMALL: usize = 4096;
 
 /// The files of `objects/pack` that hold existing objects.
 fn pack_files(objects: &Path) -> Vec<PathBuf> {
@@ -167,9 +173,11 @@ fn common_layer(common: &Path, gitdir: &Path, worktree_config: bool) -> CommonLa
             }
         }
     }
-    let packed = std::fs::read_to_string(common.join("packed-refs")).unwrap_or_default();
+    let packed = paths::read_regular(&common.join("packed-refs"), MAX_PACKED_REFS)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
     for head in heads {
-        let Ok(text) = std::fs::read_to_string(&head) else {
+        let Ok(text) = paths::read_regular_text(&head, MAX_SMALL) else {
             continue;
         };
         let Some(refname) = text.trim().strip_prefix("ref: ") else {
@@ -439,10 +447,11 @@ struct Config {
 
 impl Config {
     fn load(path: &Path, notes: &mut Vec<String>) -> Config {
-        let Ok(text) = std::fs::read_to_string(path) else {
+        // Git reads any bytes (a Latin-1 user.name must not hide a core.hooksPath).
+        let Ok(bytes) = paths::read_regular(path, MAX_CONFIG) else {
             return Config::default();
         };
-        let config = Config::parse(&text);
+        let config = Config::parse(&String::from_utf8_lossy(&bytes));
         if config
             .entries
             .iter()
@@ -660,7 +669,7 @@ pub fn remove_placeholders(created: &[Created]) {
             }
             Placeholder::File(text) => {
                 let same = std::fs::symlink_metadata(&c.path).is_ok_and(|m| m.is_file())
-                    && std::fs::read(&c.path).is_ok_and(|d| d == text.as_bytes());
+                    && paths::read_regular(&c.path, text.len()).is_ok_and(|d| d == text.as_bytes());
                 if same {
                     let _ = std::fs::remove_file(&c.path);
                 }

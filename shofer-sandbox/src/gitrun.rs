@@ -61,17 +61,22 @@ impl GitRun {
         } else {
             Vec::new()
         };
-        let mut guard = GitGuard::snapshot(&opened.git, &opened.policy.worktree, &opened.controls);
+        let writable: Vec<PathBuf> = opened
+            .policy
+            .writable
+            .iter()
+            .map(|r| r.path.clone())
+            .collect();
+        let mut guard = GitGuard::snapshot(
+            &opened.git,
+            &opened.policy.worktree,
+            &opened.controls,
+            &writable,
+        );
         let mut journal = None;
         let mut journal_missing = None;
         let has_entries = !guard.paths().is_empty();
         if !structural && has_entries {
-            let writable: Vec<PathBuf> = opened
-                .policy
-                .writable
-                .iter()
-                .map(|r| r.path.clone())
-                .collect();
             match gitguard::journal_dir(&writable) {
                 Some(dir) => match guard.write_journal(&dir, &opened.policy.worktree) {
                     Ok(()) => journal = Some(dir),

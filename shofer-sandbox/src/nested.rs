@@ -20,7 +20,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// Largest index read (bytes); a bigger one is not scanned and the run says so.
-const MAX_INDEX: u64 = 256 << 20;
+const MAX_INDEX: usize = 256 << 20;
+/// Largest nested configuration checked (bytes); a bigger one is moved aside unread.
+const MAX_CONFIG: usize = 4 << 20;
+/// Largest `.git` or `commondir` pointer file followed (bytes).
+const MAX_POINTER: usize = 4096;
 /// Most gitlinks followed per check.
 const MAX_GITLINKS: usize = 4096;
 
@@ -65,30 +69,39 @@ pub struct Checked {
     pub failed: Vec<(PathBuf, String)>,
 }
 
-/// The index to read and the worktree it belongs to.
+/// The index to read, the worktree it belongs to and the writable set.
 #[derive(Debug, Clone)]
 pub struct NestedScan {
     worktree: PathBuf,
+    /// The writable set's roots (canonical): a nested repository's configuration beneath one
+    /// is the command's to write.
+    writable: Vec<PathBuf>,
     /// The index file (`<gitdir>/index`).
     pub index: PathBuf,
     hash_len: usize,
+    /// The index's bytes, read again into the same buffer at every check (a fresh buffer of a
+    /// large index costs a page fault per page each time).
+    buf: Vec<u8>,
 }
 
 impl NestedScan {
-    /// A scan for the worktree whose gitdir is `gitdir` (`object_format`: the repository's
-    /// `extensions.objectFormat`, `sha1` when unset).
-    pub fn new(worktree: &Path, gitdir: &Path, sha256: bool) -> NestedScan {
+    /// A scan for the worktree whose gitdir is `gitdir` (`sha256`: the repository's
+    /// `extensions.objectFormat`), with the writable set's roots `writable` (canonical; the
+    /// worktree is one).
+    pub fn new(worktree: &Path, gitdir: &Path, sha256: bool, writable: &[PathBuf]) -> NestedScan {
         NestedScan {
             worktree: worktree.to_path_buf(),
+            writable: writable.to_vec(),
             index: gitdir.join("index"),
             hash_len: if sha256 { 32 } else { 20 },
+            buf: Vec::new(),
         }
     }
 
     /// Reads the index and quarantines every program-naming configuration of a nested
     /// repository (inside the worktree) that a gitlink leads the host's git to.
     /// Also returns how many gitlinks the index has.
-    pub fn check(&self) -> (Checked, usize) {
+    pub fn check(&mut self) -> (Checked, usize) {
         let mut out = Checked::default();
         let links = match self.gitlinks() {
             Ok(l) => l,
@@ -103,11 +116,15 @@ impl NestedScan {
         for rel in links.into_iter().take(MAX_GITLINKS) {
             let dir = self.worktree.join(&rel);
             for config in self.configs_of(&dir) {
-                let Ok(text) = std::fs::read_to_string(&config) else {
-                    continue;
-                };
-                let Some(key) = dangerous_key(&text) else {
-                    continue;
+                // Git follows a symlink there and reads any bytes: what cannot be read as a
+                // regular file of bounded size is moved aside too.
+                let key = match crate::paths::read_regular(&config, MAX_CONFIG) {
+                    Ok(bytes) => match dangerous_key(&String::from_utf8_lossy(&bytes)) {
+                        Some(key) => key,
+                        None => continue,
+                    },
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => format!("(not checkable: {e})"),
                 };
                 let moved_to = PathBuf::from(format!(
                     "{}.shofer-quarantined-{}",
@@ -127,43 +144,42 @@ impl NestedScan {
         (out, count)
     }
 
-    /// The configuration files git would read for the repository at `dir`, restricted to
-    /// those inside the worktree (the command's to write).
+    /// The configuration files git would read for the repository at `dir` (whatever is at
+    /// their path: a symlink or FIFO too), restricted to those beneath a writable root (the
+    /// command's to write). `dir/.git` is followed as git follows it: a symlink to a
+    /// directory is a gitdir, a file names one.
     fn configs_of(&self, dir: &Path) -> Vec<PathBuf> {
-        let dot = dir.join(".git");
-        let Ok(meta) = std::fs::symlink_metadata(&dot) else {
+        let Ok(dot) = std::fs::canonicalize(dir.join(".git")) else {
             return Vec::new();
         };
-        let gitdir = if meta.is_dir() {
+        let gitdir = if dot.is_dir() {
             dot
-        } else if meta.is_file() {
-            let Ok(text) = std::fs::read_to_string(&dot) else {
+        } else {
+            let Ok(text) = crate::paths::read_regular_text(&dot, MAX_POINTER) else {
                 return Vec::new();
             };
             let Some(target) = text.lines().next().and_then(|l| l.strip_prefix("gitdir:")) else {
                 return Vec::new();
             };
             dir.join(target.trim())
-        } else {
-            return Vec::new();
         };
         let Ok(gitdir) = std::fs::canonicalize(&gitdir) else {
             return Vec::new();
         };
         let mut dirs = vec![gitdir.clone()];
-        if let Ok(c) = std::fs::read_to_string(gitdir.join("commondir")) {
+        if let Ok(c) = crate::paths::read_regular_text(&gitdir.join("commondir"), MAX_POINTER) {
             if let Ok(common) = std::fs::canonicalize(gitdir.join(c.trim())) {
                 dirs.push(common);
             }
         }
         let mut out = Vec::new();
         for d in dirs {
-            if !d.starts_with(&self.worktree) {
+            if !self.writable.iter().any(|w| d.starts_with(w)) {
                 continue;
             }
             for name in ["config", "config.worktree"] {
                 let p = d.join(name);
-                if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+                if std::fs::symlink_metadata(&p).is_ok() {
                     out.push(p);
                 }
             }
@@ -171,17 +187,11 @@ impl NestedScan {
         out
     }
 
-    /// The paths of the index's gitlink entries.
-    fn gitlinks(&self) -> io::Result<Vec<PathBuf>> {
-        let meta = std::fs::metadata(&self.index)?;
-        if meta.len() > MAX_INDEX {
-            return Err(io::Error::other(format!(
-                "larger than {} MiB",
-                MAX_INDEX >> 20
-            )));
-        }
-        let data = std::fs::read(&self.index)?;
-        parse_gitlinks(&data, self.hash_len).ok_or_else(|| io::Error::other("malformed index"))
+    /// The paths of the index's gitlink entries (the index read as a regular file of at
+    /// most [`MAX_INDEX`] bytes: the command can put a FIFO or a symlink to `/dev/zero` there).
+    fn gitlinks(&mut self) -> io::Result<Vec<PathBuf>> {
+        crate::paths::read_regular_into(&self.index, MAX_INDEX, &mut self.buf)?;
+        parse_gitlinks(&self.buf, self.hash_len).ok_or_else(|| io::Error::other("malformed index"))
     }
 }
 
@@ -213,12 +223,18 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Gitlink paths (mode 160000) of an index file. `None` when it is malformed.
+/// Gitlink paths (mode 160000) of an index file (gitformat-index(5), versions 2-4). `None`
+/// when it is malformed. Runs at every index change while the command runs and at its exit,
+/// so it allocates only for gitlinks: versions 2 and 3 take a name's length from the entry's
+/// flags (12 bits; the NUL is looked for only past 0xFFF), version 4 rebuilds each
+/// prefix-compressed name in one buffer.
 pub fn parse_gitlinks(data: &[u8], hash_len: usize) -> Option<Vec<PathBuf>> {
     use std::os::unix::ffi::OsStrExt;
     let be32 = |at: usize| -> Option<u32> {
         Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
     };
+    let nul_from =
+        |at: usize| -> Option<usize> { Some(at + data.get(at..)?.iter().position(|&b| b == 0)?) };
     if data.get(0..4)? != b"DIRC" {
         return None;
     }
@@ -228,11 +244,11 @@ pub fn parse_gitlinks(data: &[u8], hash_len: usize) -> Option<Vec<PathBuf>> {
     }
     let count = be32(8)? as usize;
     let mut pos = 12;
-    let mut prev: Vec<u8> = Vec::new();
+    let mut name: Vec<u8> = Vec::new();
     let mut out = Vec::new();
     for _ in 0..count {
         let start = pos;
-        let mode = be32(pos + 24)?;
+        let gitlink = be32(pos + 24)? & 0o170000 == 0o160000;
         pos += 40 + hash_len;
         let flags = u16::from_be_bytes(data.get(pos..pos + 2)?.try_into().ok()?);
         pos += 2;
@@ -240,7 +256,7 @@ pub fn parse_gitlinks(data: &[u8], hash_len: usize) -> Option<Vec<PathBuf>> {
             pos += 2;
         }
         let path = if version == 4 {
-            // Prefix compression: strip N bytes of the previous path, append the suffix.
+            // Prefix compression: strip N bytes of the previous name, append the suffix.
             let mut c = *data.get(pos)?;
             pos += 1;
             let mut strip = (c & 127) as usize;
@@ -249,24 +265,26 @@ pub fn parse_gitlinks(data: &[u8], hash_len: usize) -> Option<Vec<PathBuf>> {
                 pos += 1;
                 strip = ((strip + 1) << 7) | (c & 127) as usize;
             }
-            let end = pos + data.get(pos..)?.iter().position(|&b| b == 0)?;
-            let keep = prev.len().checked_sub(strip)?;
-            let mut p = prev[..keep].to_vec();
-            p.extend_from_slice(&data[pos..end]);
+            let end = nul_from(pos)?;
+            name.truncate(name.len().checked_sub(strip)?);
+            name.extend_from_slice(&data[pos..end]);
             pos = end + 1;
-            p
+            &name[..]
         } else {
-            let end = pos + data.get(pos..)?.iter().position(|&b| b == 0)?;
-            let p = data[pos..end].to_vec();
+            let short = (flags & 0xFFF) as usize;
+            let end = if short < 0xFFF {
+                (*data.get(pos + short)? == 0).then_some(pos + short)?
+            } else {
+                nul_from(pos + short)?
+            };
+            let path = &data[pos..end];
             // 1-8 NULs pad the entry to a multiple of eight bytes.
-            let len = end + 1 - start;
-            pos = start + len.div_ceil(8) * 8;
-            p
+            pos = start + (end + 1 - start).div_ceil(8) * 8;
+            path
         };
-        if mode & 0o170000 == 0o160000 {
-            out.push(PathBuf::from(std::ffi::OsStr::from_bytes(&path)));
+        if gitlink {
+            out.push(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
         }
-        prev = path;
     }
     Some(out)
 }
@@ -305,14 +323,39 @@ mod tests {
             );
         }
         git(&root, &["add", "a-file", "sub", "deeper/sub2"]);
+        // A name longer than the flags' 12 bits (0xFFF means "look for the NUL"), and a
+        // gitlink after it: its offset depends on the long name being skipped right.
+        let long = format!("{}file", format!("{}/", "x".repeat(200)).repeat(21));
+        let blob = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"; // the empty blob
+        let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"; // any id will do
+        for (mode, id, path) in [("100644", blob, long.as_str()), ("160000", commit, "zz")] {
+            git(
+                &root,
+                &[
+                    "update-index",
+                    "--add",
+                    "--cacheinfo",
+                    &format!("{mode},{id},{path}"),
+                ],
+            );
+        }
         for v in ["2", "3", "4"] {
             git(&root, &["update-index", "--index-version", v]);
             let data = std::fs::read(root.join(".git/index")).unwrap();
             assert_eq!(
                 parse_gitlinks(&data, 20).unwrap(),
-                vec![PathBuf::from("deeper/sub2"), PathBuf::from("sub")],
+                vec![
+                    PathBuf::from("deeper/sub2"),
+                    PathBuf::from("sub"),
+                    PathBuf::from("zz")
+                ],
                 "index v{v}"
             );
+            // A cut inside the entries is malformed, never a panic or a shorter list.
+            let last = data.windows(3).rposition(|w| w == b"zz\0").unwrap();
+            for cut in [13, data.len() / 2, last + 2] {
+                assert_eq!(parse_gitlinks(&data[..cut], 20), None, "v{v} cut at {cut}");
+            }
         }
     }
 
@@ -328,7 +371,12 @@ mod tests {
             &["commit", "-q", "--allow-empty", "-m", "s"],
         );
         git(&root, &["add", "sub"]);
-        let scan = NestedScan::new(&root, &root.join(".git"), false);
+        let mut scan = NestedScan::new(
+            &root,
+            &root.join(".git"),
+            false,
+            std::slice::from_ref(&root),
+        );
         assert!(scan.check().0.quarantined.is_empty());
         git(&root.join("sub"), &["config", "core.fsmonitor", "true"]);
         assert!(
@@ -346,6 +394,143 @@ mod tests {
         assert_eq!(c.quarantined[0].key, "core.fsmonitor");
         assert!(!root.join("sub/.git/config").exists());
         assert!(c.quarantined[0].moved_to.exists());
+    }
+
+    /// A repository at `root/sub` registered as a gitlink of `root`.
+    fn gitlinked(root: &Path) {
+        git(root, &["init", "-q"]);
+        std::fs::create_dir(root.join("sub")).unwrap();
+        git(&root.join("sub"), &["init", "-q"]);
+        git(
+            &root.join("sub"),
+            &["commit", "-q", "--allow-empty", "-m", "s"],
+        );
+        git(root, &["add", "sub"]);
+    }
+
+    /// `f` on another thread, or a failure after 10 s (a hang must not hang the suite).
+    fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the check returns")
+    }
+
+    fn mkfifo(path: &Path) {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        // Safety: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+
+    #[test]
+    fn a_nested_config_git_would_read_is_moved_aside_whatever_it_is() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let other = tempfile::tempdir().unwrap(); // another writable root (as /tmp is)
+        let other = std::fs::canonicalize(other.path()).unwrap();
+        gitlinked(&root);
+        let config = root.join("sub/.git/config");
+        let evil = b"[core]\n\tfsmonitor = /bin/evil\n";
+        type Plant<'a> = Box<dyn Fn() + 'a>;
+        let cases: Vec<(&str, Plant)> = vec![
+            // git reads any bytes; a Rust string cannot hold this one
+            (
+                "not UTF-8",
+                Box::new(|| {
+                    std::fs::write(&config, [b"# \xff\n".as_slice(), evil].concat()).unwrap()
+                }),
+            ),
+            // git follows the symlink
+            (
+                "a symlink",
+                Box::new(|| {
+                    std::fs::write(root.join("evil-config"), evil).unwrap();
+                    std::os::unix::fs::symlink(root.join("evil-config"), &config).unwrap();
+                }),
+            ),
+            // a FIFO would stop the supervisor's read
+            ("a FIFO", Box::new(|| mkfifo(&config))),
+        ];
+        for (what, plant) in cases {
+            let _ = std::fs::remove_file(&config);
+            plant();
+            let mut scan = NestedScan::new(
+                &root,
+                &root.join(".git"),
+                false,
+                std::slice::from_ref(&root),
+            );
+            let (c, _) = within_10s(move || scan.check());
+            assert_eq!(c.quarantined.len(), 1, "{what}: {c:?}");
+            assert_eq!(c.quarantined[0].path, config, "{what}");
+            assert!(std::fs::symlink_metadata(&config).is_err(), "{what}");
+        }
+        // The nested repository's gitdir in another writable root, through a `.git` file and
+        // through a `.git` symlink: both are followed, as git follows them.
+        git(&other, &["init", "-q", "--bare", "elsewhere.git"]);
+        let elsewhere = other.join("elsewhere.git");
+        git(&elsewhere, &["config", "core.fsmonitor", "/bin/evil"]);
+        for pointer in ["file", "symlink"] {
+            std::fs::remove_dir_all(root.join("sub/.git")).ok();
+            std::fs::remove_file(root.join("sub/.git")).ok();
+            if pointer == "file" {
+                let text = format!("gitdir: {}\n", elsewhere.display());
+                std::fs::write(root.join("sub/.git"), text).unwrap();
+            } else {
+                std::os::unix::fs::symlink(&elsewhere, root.join("sub/.git")).unwrap();
+            }
+            let mut outside_only = NestedScan::new(
+                &root,
+                &root.join(".git"),
+                false,
+                std::slice::from_ref(&root),
+            );
+            assert!(
+                outside_only.check().0.quarantined.is_empty(),
+                "{pointer}: not the command's"
+            );
+            let mut scan = NestedScan::new(
+                &root,
+                &root.join(".git"),
+                false,
+                &[root.clone(), other.clone()],
+            );
+            let (c, _) = scan.check();
+            assert_eq!(c.quarantined.len(), 1, "{pointer}: {c:?}");
+            assert_eq!(c.quarantined[0].path, elsewhere.join("config"), "{pointer}");
+            let back = "[core]\n\tbare = true\n\tfsmonitor = /bin/evil\n";
+            std::fs::write(elsewhere.join("config"), back).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_index_that_is_not_a_regular_file_fails_the_check_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        gitlinked(&root);
+        let index = root.join(".git/index");
+        for what in ["a FIFO", "a symlink to /dev/zero"] {
+            std::fs::remove_file(&index).unwrap();
+            if what == "a FIFO" {
+                mkfifo(&index);
+            } else {
+                std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
+            }
+            let mut scan = NestedScan::new(
+                &root,
+                &root.join(".git"),
+                false,
+                std::slice::from_ref(&root),
+            );
+            let (c, links) = within_10s(move || scan.check());
+            assert_eq!(links, 0, "{what}");
+            assert_eq!(c.failed.len(), 1, "{what}: {c:?}");
+            assert!(
+                c.failed[0].1.starts_with("reading the index"),
+                "{what}: {c:?}"
+            );
+        }
     }
 
     #[test]

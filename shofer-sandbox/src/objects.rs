@@ -145,9 +145,10 @@ impl ObjectStore {
             ) else {
                 continue;
             };
-            let (Ok(pack_trailer), Ok(idx_file)) =
-                (read_tail(&pack_path, hl), File::open(&idx_path))
-            else {
+            let (Ok(pack_trailer), Ok(idx_file)) = (
+                read_tail(&pack_path, hl),
+                crate::paths::open_regular(&idx_path),
+            ) else {
                 continue;
             };
             let Ok(idx_trailer) = read_tail(&idx_path, hl) else {
@@ -248,13 +249,12 @@ impl ObjectStore {
                 // Still there but touched: its checksums must be what they were.
                 for (path, trailer) in [(&pack_path, &p.pack_trailer), (&idx_path, &p.idx_trailer)]
                 {
-                    if !self.checksum_matches(path, trailer) {
-                        record(
-                            &mut damage,
-                            path.display().to_string(),
-                            "rewritten: its checksum changed".into(),
-                        );
-                    }
+                    let how = match self.checksum_matches(path, trailer) {
+                        Ok(true) => continue,
+                        Ok(false) => "rewritten: its checksum changed".to_string(),
+                        Err(e) => format!("unreadable: {e}"),
+                    };
+                    record(&mut damage, path.display().to_string(), how);
                 }
                 continue;
             }
@@ -309,7 +309,7 @@ impl ObjectStore {
         }
         for base in pack_bases(&self.dir) {
             let idx = self.dir.join("pack").join(format!("{base}.idx"));
-            if let Ok(f) = File::open(&idx) {
+            if let Ok(f) = crate::paths::open_regular(&idx) {
                 if let Ok(names) = read_idx_names(&f, hl) {
                     set.extend(names);
                 }
@@ -329,7 +329,7 @@ impl ObjectStore {
 
     /// The hash of a loose object's inflated content (its name when intact).
     fn hash_loose(&self, path: &Path) -> io::Result<Vec<u8>> {
-        let mut z = flate2::read::ZlibDecoder::new(File::open(path)?);
+        let mut z = flate2::read::ZlibDecoder::new(crate::paths::open_regular(path)?);
         let mut h = self.hasher();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -344,16 +344,15 @@ impl ObjectStore {
 
     /// Whether the file's trailing checksum (a hash of everything before it) is `trailer`
     /// and still correct.
-    fn checksum_matches(&self, path: &Path, trailer: &[u8]) -> bool {
+    ///
+    /// # Errors
+    /// The file cannot be opened as a regular file ([`crate::paths::open_regular`]).
+    fn checksum_matches(&self, path: &Path, trailer: &[u8]) -> io::Result<bool> {
         let hl = self.hash_len() as u64;
-        let Ok(mut f) = File::open(path) else {
-            return false;
-        };
-        let Ok(len) = f.metadata().map(|m| m.len()) else {
-            return false;
-        };
+        let mut f = crate::paths::open_regular(path)?;
+        let len = f.metadata()?.len();
         if len < hl || read_tail(path, hl).ok().as_deref() != Some(trailer) {
-            return false;
+            return Ok(false);
         }
         let mut h = self.hasher();
         let mut left = len - hl;
@@ -361,12 +360,12 @@ impl ObjectStore {
         while left > 0 {
             let want = buf.len().min(left as usize);
             if f.read_exact(&mut buf[..want]).is_err() {
-                return false;
+                return Ok(false);
             }
             h.update(&buf[..want]);
             left -= want as u64;
         }
-        h.finish() == trailer
+        Ok(h.finish() == trailer)
     }
 }
 
@@ -438,7 +437,7 @@ fn pack_bases(objects: &Path) -> Vec<String> {
 }
 
 fn read_tail(path: &Path, n: u64) -> io::Result<Vec<u8>> {
-    let mut f = File::open(path)?;
+    let mut f = crate::paths::open_regular(path)?;
     let len = f.metadata()?.len();
     if len < n {
         return Err(io::Error::other("too short"));

@@ -158,31 +158,94 @@ fn walk_nofollow(path: &Path) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Reads at most `max` bytes of the regular file `name` under `dir`, without following a
-/// symlink and without blocking on a FIFO (`O_NONBLOCK`): the worktree is attacker-controlled,
-/// so `.git` may be anything.
-pub fn read_small_file(dir: &OwnedFd, name: &str, max: usize) -> io::Result<Vec<u8>> {
+/// Opens `name` for reading — relative to `dir`, or a whole path with [`libc::AT_FDCWD`] —
+/// when it is a regular file: a symlink in its last component is not followed
+/// (`O_NOFOLLOW`), a FIFO does not block the open (`O_NONBLOCK`) and is refused after
+/// `fstat` like a device or socket (`InvalidData`). For files the command can write or
+/// replace, which the supervisor reads: a FIFO would stop it, `/dev/zero` would fill its
+/// memory.
+fn open_regular_at(dir: RawFd, name: &Path) -> io::Result<std::fs::File> {
     let fd = openat_raw(
-        dir.as_raw_fd(),
-        name.as_bytes(),
+        dir,
+        name.as_os_str().as_bytes(),
         libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-    )?;
+    )
+    .map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is a symlink, not a regular file", name.display()),
+        ),
+        _ => e,
+    })?;
     if kind(&fd)? != Kind::File {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{name} is not a regular file"),
+            format!("{} is not a regular file", name.display()),
         ));
     }
-    let mut buf = Vec::new();
-    std::fs::File::from(fd)
-        .take(max as u64 + 1)
-        .read_to_end(&mut buf)?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// [`open_regular_at`] for a whole path (symlinks before its last component are followed:
+/// they can only lead to another regular file, which is then read).
+///
+/// # Errors
+/// open(2) or fstat(2) failures; `InvalidData` for anything but a regular file.
+pub fn open_regular(path: &Path) -> io::Result<std::fs::File> {
+    open_regular_at(libc::AT_FDCWD, path)
+}
+
+/// Reads the regular file `file` (from [`open_regular`]) into `buf`, which is cleared first
+/// and keeps its capacity (a buffer read again and again is not faulted in again):
+/// `InvalidData` when it holds more than `max` bytes.
+fn read_bounded(file: std::fs::File, name: &Path, max: usize, buf: &mut Vec<u8>) -> io::Result<()> {
+    buf.clear();
+    file.take(max as u64 + 1).read_to_end(buf)?;
     if buf.len() > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{name} is larger than {max} bytes"),
+            format!("{} is larger than {max} bytes", name.display()),
         ));
     }
+    Ok(())
+}
+
+/// Reads at most `max` bytes of the regular file at `path` into `buf` ([`open_regular`]).
+///
+/// # Errors
+/// As [`open_regular`], read(2) failures, and `InvalidData` for a file larger than `max`.
+pub fn read_regular_into(path: &Path, max: usize, buf: &mut Vec<u8>) -> io::Result<()> {
+    read_bounded(open_regular(path)?, path, max, buf)
+}
+
+/// [`read_regular_into`] a new buffer.
+///
+/// # Errors
+/// As [`read_regular_into`].
+pub fn read_regular(path: &Path, max: usize) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    read_regular_into(path, max, &mut buf)?;
+    Ok(buf)
+}
+
+/// [`read_regular`] as UTF-8 text (`InvalidData` otherwise).
+///
+/// # Errors
+/// As [`read_regular`].
+pub fn read_regular_text(path: &Path, max: usize) -> io::Result<String> {
+    String::from_utf8(read_regular(path, max)?)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Reads at most `max` bytes of the regular file `name` under `dir` ([`open_regular_at`]):
+/// the worktree is attacker-controlled, so `.git` may be anything.
+///
+/// # Errors
+/// As [`read_regular`].
+pub fn read_small_file(dir: &OwnedFd, name: &str, max: usize) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let name = Path::new(name);
+    read_bounded(open_regular_at(dir.as_raw_fd(), name)?, name, max, &mut buf)?;
     Ok(buf)
 }
 

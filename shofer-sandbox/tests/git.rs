@@ -1402,3 +1402,61 @@ fn automatic_maintenance_is_left_to_the_host_and_leaves_no_lock() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// The supervisor reads files the command can replace — the index (for gitlinks), loose
+/// objects and packs (at exit): a FIFO there must not stop it, a symlink to `/dev/zero` must
+/// not fill its memory. Each is refused as "not a regular file", named, and fails the run.
+#[test]
+fn files_the_supervisor_reads_cannot_stop_it_or_fill_its_memory() {
+    let mut failures = Vec::new();
+    let setup: &[&[&str]] = &[
+        &["repack", "-adq"],
+        &["commit", "-q", "--allow-empty", "-m", "loose"],
+    ];
+    let plants = [
+        ("index FIFO", "rm -f \"$GITDIR/index\"; mkfifo \"$GITDIR/index\"", "index"),
+        ("index /dev/zero", "rm -f \"$GITDIR/index\"; ln -s /dev/zero \"$GITDIR/index\"", "index"),
+        // Packs are read-only binds on the namespace backends: there the plant fails.
+        (
+            "pack FIFO",
+            "for f in \"$COMMON\"/objects/pack/*.pack; do rm -f \"$f\" && mkfifo \"$f\"; done 2>/dev/null; true",
+            ".pack",
+        ),
+    ];
+    for b in backends() {
+        for uid in uids() {
+            for (what, script, named) in plants {
+                if what == "pack FIFO" && b != "landlock" {
+                    continue;
+                }
+                let l = Layout::new(uid, setup);
+                let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, script);
+                cmd.envs(l.vars())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                let mut child = cmd.spawn().unwrap();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let cell = format!("{b} / uid {uid:?} / {what}");
+                if child.try_wait().unwrap().is_none() {
+                    let _ = child.kill();
+                    failures.push(format!("{cell}: the sandbox did not end within 60 s"));
+                    let _ = child.wait();
+                    continue;
+                }
+                let out = child.wait_with_output().unwrap();
+                let err = String::from_utf8_lossy(&out.stderr);
+                if out.status.code() != Some(125)
+                    || !err.contains("not a regular file")
+                    || !err.contains(named)
+                {
+                    failures.push(format!("{cell}: not refused and named\n{}", show(&out)));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

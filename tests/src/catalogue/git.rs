@@ -99,6 +99,13 @@ pub(super) fn cases() -> Vec<Case> {
             needs = need_git_sh
         ),
         case!(
+            "git-index-stops-the-supervisor",
+            "replace the worktree's index with a symlink to /dev/zero, then with a FIFO: the supervisor reads the index for gitlinks (during the run and at its end); an unbounded read would fill its memory, a FIFO would stop it for ever",
+            None,
+            git_index_not_a_file,
+            needs = need_git_sh
+        ),
+        case!(
             "git-repo-inside-tmp-moved",
             "a repository inside /tmp: move the directory holding it and the worktree away, build a repository with core.fsmonitor at the worktree's path; the host's git status there runs it",
             None,
@@ -498,6 +505,52 @@ fn git_auto_maintenance(c: &Ctx) -> Outcome {
     Outcome::Works(
         "six commits: exit 0, no error line, no detached maintenance, no lock file left".into(),
     )
+}
+
+/// The index replaced by a symlink to `/dev/zero` (by the command, while it runs: the
+/// watcher's check) and by a FIFO (left before the run, as a killed earlier run could: the
+/// first check and the one at exit).
+fn git_index_not_a_file(c: &Ctx) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let index = r.gitdir.join("index");
+    let mut seen = Vec::new();
+    for what in ["a symlink to /dev/zero", "a FIFO"] {
+        let _ = std::fs::remove_file(&index);
+        let script = if what == "a FIFO" {
+            if let Err(e) = crate::sys::mknod(&index, libc::S_IFIFO | 0o644, 0) {
+                return Outcome::Error(format!("harness: mkfifo {}: {e}", index.display()));
+            }
+            "echo 'SHOFER-CONTAINMENT: ok planted'".to_string()
+        } else {
+            format!(
+                "ln -s /dev/zero '{}' && echo 'SHOFER-CONTAINMENT: ok planted'",
+                index.display()
+            )
+        };
+        let mut spec = Sb::new(Cmd::Shell(script));
+        spec.env = r.env.clone();
+        let run = c.sb(spec);
+        if run.timed_out {
+            return Outcome::Escaped(format!(
+                "index replaced by {what}: the sandbox did not end: {}",
+                run.how()
+            ));
+        }
+        if !run.stdout.contains("ok planted") {
+            return Outcome::Error(format!("harness: {what} not planted: {}", run.how()));
+        }
+        if run.code != Some(125) || !run.stderr.contains("not a regular file") {
+            return Outcome::Escaped(format!(
+                "index replaced by {what}: not refused and named (exit 125): {}",
+                run.how()
+            ));
+        }
+        seen.push(format!("{what}: refused, named, exit 125"));
+    }
+    Outcome::Blocked(seen.join("; "))
 }
 
 fn git_main_worktree(c: &Ctx) -> Outcome {
