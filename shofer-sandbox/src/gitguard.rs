@@ -1061,32 +1061,13 @@ fn cname(name: &str) -> CString {
 
 fn read_file(dir: &OwnedFd, name: &str) -> io::Result<(Vec<u8>, u32)> {
     let bytes = paths::read_small_file(dir, name, MAX_FILE)?;
-    Ok((bytes, stat_at(dir, name)?.st_mode & 0o7777))
+    Ok((bytes, paths::stat_at(dir, name)?.st_mode & 0o7777))
 }
 
 /// `name` in `dir`, not followed (fstatat(2), `AT_SYMLINK_NOFOLLOW`).
-fn stat_at(dir: &OwnedFd, name: &str) -> io::Result<libc::stat> {
-    // Safety: `st` is filled by fstatat on success.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let c = cname(name);
-    // Safety: valid dirfd, NUL-terminated name, writable stat buffer.
-    if unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
-}
-
 /// The link count of `name` in `dir` (not followed; 0 when it cannot be read).
 fn links(dir: &OwnedFd, name: &str) -> u64 {
-    stat_at(dir, name).map_or(0, |st| st.st_nlink)
+    paths::stat_at(dir, name).map_or(0, |st| st.st_nlink)
 }
 
 fn read_state(dir: &OwnedFd, name: &str) -> State {

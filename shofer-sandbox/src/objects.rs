@@ -209,17 +209,17 @@ impl ObjectStore {
             swapped.insert(name);
         }
         let all_swapped = swapped.contains("");
-        for oid in &self.loose {
+        for (oid, now) in self.loose.iter().zip(loose_now(&self.dir, &self.loose)) {
             let path = self.dir.join(&oid[..2]).join(&oid[2..]);
-            match std::fs::symlink_metadata(&path) {
-                Ok(m)
-                    if changed_at(&m) < self.unchanged_before
+            match now {
+                LooseNow::File(changed)
+                    if changed < self.unchanged_before
                         && !all_swapped
                         && !swapped.contains(&oid[..2]) => {}
-                Ok(m) if !m.is_file() => {
+                LooseNow::Other => {
                     record(&mut damage, oid.clone(), "replaced by a non-file".into())
                 }
-                Ok(_) => match self.hash_loose(&path) {
+                LooseNow::File(_) => match self.hash_loose(&path) {
                     Ok(h) if hex(&h) == *oid => {}
                     Ok(_) => record(
                         &mut damage,
@@ -228,7 +228,7 @@ impl ObjectStore {
                     ),
                     Err(e) => record(&mut damage, oid.clone(), format!("unreadable: {e}")),
                 },
-                Err(_) => {
+                LooseNow::Absent => {
                     let raw = unhex(oid).unwrap_or_default();
                     if !present_now(&raw) {
                         record(&mut damage, oid.clone(), "deleted".into());
@@ -423,6 +423,72 @@ fn loose_dirs(objects: &Path) -> Vec<(String, (u64, u64), Vec<String>)> {
     out
 }
 
+/// A recorded loose object's entry when the run has ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LooseNow {
+    /// Nothing there (or it cannot be looked at).
+    Absent,
+    /// A regular file, last changed (ctime) then.
+    File(SystemTime),
+    /// A symlink, directory or special file.
+    Other,
+}
+
+/// Below this many recorded loose objects, [`loose_now`] uses one thread.
+const LOOSE_PER_THREAD: usize = 2048;
+
+/// [`LooseNow`] of each of `oids` (hex names, as recorded: grouped by fan-out directory) in
+/// `objects`: one `fstatat(AT_SYMLINK_NOFOLLOW)` each, relative to its fan-out directory
+/// (opened once, `O_PATH`), on two threads for a large store. A store of 5,000 loose objects
+/// spent ~18 ms here in one full-path `statx` per object (a path walk each) on the test VMs.
+/// A fan-out directory that cannot be opened as a directory (a symlink put there) is looked
+/// at through its path, as before.
+fn loose_now(objects: &Path, oids: &[String]) -> Vec<LooseNow> {
+    let part = |oids: &[String]| -> Vec<LooseNow> {
+        let mut dir: Option<(&str, Option<std::os::fd::OwnedFd>)> = None;
+        oids.iter()
+            .map(|oid| {
+                let (fan, name) = oid.split_at(2);
+                if dir.as_ref().map(|(f, _)| *f) != Some(fan) {
+                    let fd = crate::paths::open_dir_at_path(&objects.join(fan)).ok();
+                    dir = Some((fan, fd));
+                }
+                match dir.as_ref().and_then(|(_, fd)| fd.as_ref()) {
+                    Some(fd) => crate::paths::stat_at(fd, name).map_or(LooseNow::Absent, |st| {
+                        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                            return LooseNow::Other;
+                        }
+                        let secs = u64::try_from(st.st_ctime).unwrap_or(0);
+                        let nanos = st.st_ctime_nsec.clamp(0, 999_999_999) as u32;
+                        LooseNow::File(UNIX_EPOCH + std::time::Duration::new(secs, nanos))
+                    }),
+                    None => match std::fs::symlink_metadata(objects.join(fan).join(name)) {
+                        Ok(m) if m.is_file() => LooseNow::File(changed_at(&m)),
+                        Ok(_) => LooseNow::Other,
+                        Err(_) => LooseNow::Absent,
+                    },
+                }
+            })
+            .collect()
+    };
+    if oids.len() < LOOSE_PER_THREAD {
+        return part(oids);
+    }
+    let (first, second) = oids.split_at(oids.len() / 2);
+    std::thread::scope(|s| {
+        let other = std::thread::Builder::new().spawn_scoped(s, || part(second));
+        let mut all = part(first);
+        // A thread that cannot start (or run) leaves its half to this one.
+        all.extend(
+            other
+                .ok()
+                .and_then(|t| t.join().ok())
+                .unwrap_or_else(|| part(second)),
+        );
+        all
+    })
+}
+
 /// `pack-<hash>` names that have a `.pack` in `objects/pack`.
 fn pack_bases(objects: &Path) -> Vec<String> {
     let Ok(rd) = std::fs::read_dir(objects.join("pack")) else {
@@ -552,6 +618,71 @@ mod tests {
         let damage = store.check();
         assert_eq!(damage.len(), 1, "{damage:?}");
         assert_eq!(damage[0].what, blob, "{damage:?}");
+    }
+
+    /// A store large enough for two threads: an object rewritten in each half of the record,
+    /// and one replaced by a FIFO, are named.
+    #[test]
+    fn a_large_store_is_checked_whole() {
+        use std::io::Write;
+        let (t, root) = repo();
+        let objects = root.join(".git/objects");
+        let blobs = t.path().join("blobs");
+        std::fs::create_dir(&blobs).unwrap();
+        let mut list = String::new();
+        for i in 0..LOOSE_PER_THREAD + 100 {
+            let f = blobs.join(i.to_string());
+            std::fs::write(&f, format!("blob {i}")).unwrap();
+            list.push_str(&format!("{}\n", f.display()));
+        }
+        let mut hash = std::process::Command::new("git")
+            .args(["hash-object", "-w", "--stdin-paths"])
+            .current_dir(&root)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        hash.stdin
+            .take()
+            .unwrap()
+            .write_all(list.as_bytes())
+            .unwrap();
+        assert!(hash.wait().unwrap().success());
+        std::thread::sleep(std::time::Duration::from_millis(130));
+        let since = SystemTime::now() - std::time::Duration::from_millis(30);
+        let store = ObjectStore::snapshot_since(&objects, false, since);
+        assert!(
+            store.loose.len() > LOOSE_PER_THREAD,
+            "{}",
+            store.loose.len()
+        );
+        assert_eq!(store.check(), vec![]);
+        let (first, last) = (&store.loose[0], &store.loose[store.loose.len() - 1]);
+        let middle = &store.loose[store.loose.len() / 2];
+        for oid in [first, last] {
+            let path = objects.join(&oid[..2]).join(&oid[2..]);
+            std::fs::remove_file(&path).unwrap();
+            std::fs::write(&path, b"forged").unwrap();
+        }
+        let fifo = objects.join(&middle[..2]).join(&middle[2..]);
+        std::fs::remove_file(&fifo).unwrap();
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // Safety: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let mut named: Vec<(String, String)> =
+            store.check().into_iter().map(|d| (d.what, d.how)).collect();
+        named.sort();
+        let mut want = vec![
+            (first.clone(), "unreadable"),
+            (last.clone(), "unreadable"),
+            (middle.clone(), "replaced by a non-file"),
+        ];
+        want.sort();
+        assert_eq!(named.len(), 3, "{named:?}");
+        for ((what, how), (w, h)) in named.iter().zip(&want) {
+            assert_eq!(what, w);
+            assert!(how.starts_with(h), "{what}: {how}");
+        }
     }
 
     /// A fan-out directory moved out of the store and replaced by a symlink to it keeps every

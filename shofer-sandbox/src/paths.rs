@@ -158,6 +158,43 @@ fn walk_nofollow(path: &Path) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Opens the directory at `path` as an `O_PATH` descriptor, refusing a symlink as its last
+/// component (earlier components are followed).
+///
+/// # Errors
+/// open(2) failures: `ELOOP` or `ENOTDIR` for anything but a directory.
+pub fn open_dir_at_path(path: &Path) -> io::Result<OwnedFd> {
+    openat_raw(
+        libc::AT_FDCWD,
+        path.as_os_str().as_bytes(),
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+    )
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`: what is at `name` in `dir`, a symlink not
+/// followed.
+///
+/// # Errors
+/// fstatat(2) failures; `EINVAL` for a name with a NUL byte.
+pub fn stat_at(dir: &OwnedFd, name: &str) -> io::Result<libc::stat> {
+    let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // Safety: `st` is plain data that fstatat fills on success.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // Safety: a live dirfd, a NUL-terminated name and a writable stat buffer.
+    if unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
 /// Opens `name` for reading — relative to `dir`, or a whole path with [`libc::AT_FDCWD`] —
 /// when it is a regular file: a symlink in its last component is not followed
 /// (`O_NOFOLLOW`), a FIFO does not block the open (`O_NONBLOCK`) and is refused after
