@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 const MAX_INDEX: usize = 256 << 20;
 /// Largest nested configuration checked (bytes); a bigger one is moved aside unread.
 const MAX_CONFIG: usize = 4 << 20;
-/// Largest `.git` or `commondir` pointer file followed (bytes).
-const MAX_POINTER: usize = 4096;
+/// Largest `.git` or `commondir` pointer file followed (bytes; git refuses a larger `.git`).
+const MAX_POINTER: usize = 1 << 20;
 /// Most gitlinks followed per check.
 const MAX_GITLINKS: usize = 4096;
 
@@ -113,24 +113,36 @@ impl NestedScan {
             }
         };
         let count = links.len();
+        if count > MAX_GITLINKS {
+            out.failed.push((
+                self.index.clone(),
+                format!("{count} gitlinks: only the first {MAX_GITLINKS} are checked"),
+            ));
+        }
         for rel in links.into_iter().take(MAX_GITLINKS) {
             let dir = self.worktree.join(&rel);
-            for config in self.configs_of(&dir) {
+            for (config, unreadable) in self.configs_of(&dir) {
                 // Git follows a symlink there and reads any bytes: what cannot be read as a
-                // regular file of bounded size is moved aside too.
-                let key = match crate::paths::read_regular(&config, MAX_CONFIG) {
-                    Ok(bytes) => match dangerous_key(&String::from_utf8_lossy(&bytes)) {
-                        Some(key) => key,
-                        None => continue,
+                // regular file of bounded size is moved aside too, and so is a pointer file
+                // shofer cannot follow.
+                let key = match unreadable {
+                    Some(why) => format!("(not checkable: {why})"),
+                    None => match crate::paths::read_regular(&config, MAX_CONFIG) {
+                        Ok(bytes) => match dangerous_key(&String::from_utf8_lossy(&bytes)) {
+                            Some(key) => key,
+                            None => continue,
+                        },
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                        Err(e) => format!("(not checkable: {e})"),
                     },
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => format!("(not checkable: {e})"),
                 };
-                let moved_to = PathBuf::from(format!(
-                    "{}.shofer-quarantined-{}",
-                    config.display(),
+                // Built from the path's bytes: `display()` would replace a non-UTF-8 byte.
+                let mut moved_to = config.clone().into_os_string();
+                moved_to.push(format!(
+                    ".shofer-quarantined-{}",
                     crate::gitguard::random_suffix()
                 ));
+                let moved_to = PathBuf::from(moved_to);
                 match rename_noreplace(&config, &moved_to) {
                     Ok(()) => out.quarantined.push(Quarantined {
                         path: config,
@@ -146,33 +158,52 @@ impl NestedScan {
 
     /// The configuration files git would read for the repository at `dir` (whatever is at
     /// their path: a symlink or FIFO too), restricted to those beneath a writable root (the
-    /// command's to write). `dir/.git` is followed as git follows it: a symlink to a
-    /// directory is a gitdir, a file names one.
-    fn configs_of(&self, dir: &Path) -> Vec<PathBuf> {
-        let Ok(dot) = std::fs::canonicalize(dir.join(".git")) else {
+    /// command's to write), each with `None`; or a pointer file (`.git`, `commondir`) that
+    /// shofer cannot follow, with why (it is moved aside). `dir/.git` is followed as git
+    /// follows it (`read_gitfile_gently` and `get_common_dir_noenv` in git's setup.c): a
+    /// symlink to a directory is a gitdir; a file of at most 1 MiB starting `gitdir: ` names
+    /// one, up to its first NUL, without its trailing newlines and carriage returns (any
+    /// other byte, a space too, is part of the path); `commondir` the same, without prefix.
+    fn configs_of(&self, dir: &Path) -> Vec<(PathBuf, Option<String>)> {
+        use std::os::unix::ffi::OsStrExt;
+        let pointer = |bytes: &[u8]| -> PathBuf {
+            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+            let mut b = &bytes[..end];
+            while let [rest @ .., b'\n' | b'\r'] = b {
+                b = rest;
+            }
+            PathBuf::from(std::ffi::OsStr::from_bytes(b))
+        };
+        let dot_path = dir.join(".git");
+        let Ok(dot) = std::fs::canonicalize(&dot_path) else {
             return Vec::new();
         };
         let gitdir = if dot.is_dir() {
             dot
         } else {
-            let Ok(text) = crate::paths::read_regular_text(&dot, MAX_POINTER) else {
-                return Vec::new();
-            };
-            let Some(target) = text.lines().next().and_then(|l| l.strip_prefix("gitdir:")) else {
-                return Vec::new();
-            };
-            dir.join(target.trim())
+            match crate::paths::read_regular(&dot, MAX_POINTER) {
+                Ok(bytes) => match bytes.strip_prefix(b"gitdir: ") {
+                    Some(rest) => dir.join(pointer(rest)),
+                    None => return Vec::new(), // git: not a repository
+                },
+                Err(e) => return vec![(dot_path, Some(e.to_string()))],
+            }
         };
         let Ok(gitdir) = std::fs::canonicalize(&gitdir) else {
             return Vec::new();
         };
-        let mut dirs = vec![gitdir.clone()];
-        if let Ok(c) = crate::paths::read_regular_text(&gitdir.join("commondir"), MAX_POINTER) {
-            if let Ok(common) = std::fs::canonicalize(gitdir.join(c.trim())) {
-                dirs.push(common);
-            }
-        }
         let mut out = Vec::new();
+        let mut dirs = vec![gitdir.clone()];
+        let commondir = gitdir.join("commondir");
+        match crate::paths::read_regular(&commondir, MAX_POINTER) {
+            Ok(bytes) => {
+                if let Ok(common) = std::fs::canonicalize(gitdir.join(pointer(&bytes))) {
+                    dirs.push(common);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => out.push((commondir, Some(e.to_string()))),
+        }
         for d in dirs {
             if !self.writable.iter().any(|w| d.starts_with(w)) {
                 continue;
@@ -180,10 +211,11 @@ impl NestedScan {
             for name in ["config", "config.worktree"] {
                 let p = d.join(name);
                 if std::fs::symlink_metadata(&p).is_ok() {
-                    out.push(p);
+                    out.push((p, None));
                 }
             }
         }
+        out.retain(|(p, why)| why.is_none() || self.writable.iter().any(|w| p.starts_with(w)));
         out
     }
 
@@ -502,6 +534,95 @@ mod tests {
             let back = "[core]\n\tbare = true\n\tfsmonitor = /bin/evil\n";
             std::fs::write(elsewhere.join("config"), back).unwrap();
         }
+    }
+
+    /// `.git` and `commondir` read as git reads them: trailing newlines of any number, a
+    /// leading space that is part of the path, bytes that are not UTF-8.
+    #[test]
+    fn pointer_files_are_followed_as_git_follows_them() {
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        gitlinked(&root);
+        let sub = root.join("sub");
+        let cases: [(&str, &[u8], &[u8]); 3] = [
+            ("5,000 newlines", b"gd", &[b'\n'; 5000]),
+            ("a leading space", b" gd", b"\n"),
+            ("not UTF-8", b"gd\xff", b"\r\n"),
+        ];
+        for (what, name, tail) in cases {
+            let gd = sub.join(std::ffi::OsStr::from_bytes(name));
+            std::fs::rename(sub.join(".git"), &gd).unwrap();
+            std::fs::write(
+                sub.join(".git"),
+                [b"gitdir: ".as_slice(), name, tail].concat(),
+            )
+            .unwrap();
+            git(&sub, &["config", "core.fsmonitor", "/bin/evil"]);
+            let mut scan = NestedScan::new(
+                &root,
+                &root.join(".git"),
+                false,
+                std::slice::from_ref(&root),
+            );
+            let (c, _) = scan.check();
+            assert_eq!(c.quarantined.len(), 1, "{what}: {c:?}");
+            assert_eq!(c.quarantined[0].path, gd.join("config"), "{what}");
+            std::fs::rename(&c.quarantined[0].moved_to, gd.join("config")).unwrap();
+            git(&sub, &["config", "--unset", "core.fsmonitor"]);
+            std::fs::remove_file(sub.join(".git")).unwrap();
+            std::fs::rename(&gd, sub.join(".git")).unwrap();
+        }
+        // A pointer too large to follow is moved aside itself.
+        std::fs::rename(sub.join(".git"), sub.join("gd")).unwrap();
+        let big = [b"gitdir: gd".as_slice(), &vec![b'\n'; MAX_POINTER]].concat();
+        std::fs::write(sub.join(".git"), big).unwrap();
+        let mut scan = NestedScan::new(
+            &root,
+            &root.join(".git"),
+            false,
+            std::slice::from_ref(&root),
+        );
+        let (c, _) = scan.check();
+        assert_eq!(c.quarantined.len(), 1, "{c:?}");
+        assert_eq!(c.quarantined[0].path, sub.join(".git"));
+    }
+
+    /// More gitlinks than one check follows fail the check (the run exits 125).
+    #[test]
+    fn more_gitlinks_than_are_checked_is_a_failure() {
+        use std::io::Write;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        gitlinked(&root);
+        let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+        let mut info = String::new();
+        for i in 0..=MAX_GITLINKS {
+            info.push_str(&format!("160000 {commit}\ta{i:05}\n"));
+        }
+        let mut child = std::process::Command::new("git")
+            .args(["update-index", "--index-info"])
+            .current_dir(&root)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(info.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+        let mut scan = NestedScan::new(
+            &root,
+            &root.join(".git"),
+            false,
+            std::slice::from_ref(&root),
+        );
+        let (c, links) = scan.check();
+        assert_eq!(links, MAX_GITLINKS + 2);
+        assert_eq!(c.failed.len(), 1, "{c:?}");
+        assert!(c.failed[0].1.contains("only the first"), "{c:?}");
     }
 
     #[test]

@@ -38,6 +38,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 const MAX_LOOSE: usize = 200_000;
 /// Most damaged objects named one by one; the rest are counted.
 const MAX_NAMED: usize = 50;
+/// Largest name table read from one pack index (bytes: 1 GiB is 53 million SHA-1 names).
+const MAX_IDX_NAMES: usize = 1 << 30;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stamp {
@@ -174,8 +176,14 @@ impl ObjectStore {
         }
     }
 
-    /// Every recorded object or pack destroyed or changed since the snapshot.
+    /// Every recorded object or pack destroyed or changed since the snapshot (hashing at most
+    /// [`HASH_BUDGET`] bytes).
     pub fn check(&self) -> Vec<Damage> {
+        self.check_within(HASH_BUDGET)
+    }
+
+    /// [`Self::check`], hashing at most `budget` bytes.
+    fn check_within(&self, budget: u64) -> Vec<Damage> {
         let mut damage = Vec::new();
         let mut present: Option<HashSet<Vec<u8>>> = None;
         let hl = self.hash_len();
@@ -209,6 +217,7 @@ impl ObjectStore {
             swapped.insert(name);
         }
         let all_swapped = swapped.contains("");
+        let budget = std::cell::Cell::new(budget);
         for (oid, now) in self.loose.iter().zip(loose_now(&self.dir, &self.loose)) {
             let path = self.dir.join(&oid[..2]).join(&oid[2..]);
             match now {
@@ -219,7 +228,7 @@ impl ObjectStore {
                 LooseNow::Other => {
                     record(&mut damage, oid.clone(), "replaced by a non-file".into())
                 }
-                LooseNow::File(_) => match self.hash_loose(&path) {
+                LooseNow::File(_) => match self.hash_loose(&path, &budget) {
                     Ok(h) if hex(&h) == *oid => {}
                     Ok(_) => record(
                         &mut damage,
@@ -249,7 +258,7 @@ impl ObjectStore {
                 // Still there but touched: its checksums must be what they were.
                 for (path, trailer) in [(&pack_path, &p.pack_trailer), (&idx_path, &p.idx_trailer)]
                 {
-                    let how = match self.checksum_matches(path, trailer) {
+                    let how = match self.checksum_matches(path, trailer, &budget) {
                         Ok(true) => continue,
                         Ok(false) => "rewritten: its checksum changed".to_string(),
                         Err(e) => format!("unreadable: {e}"),
@@ -328,7 +337,10 @@ impl ObjectStore {
     }
 
     /// The hash of a loose object's inflated content (its name when intact).
-    fn hash_loose(&self, path: &Path) -> io::Result<Vec<u8>> {
+    ///
+    /// # Errors
+    /// Opening or inflating it, or `budget` (bytes left to hash in this check) spent.
+    fn hash_loose(&self, path: &Path, budget: &std::cell::Cell<u64>) -> io::Result<Vec<u8>> {
         let mut z = flate2::read::ZlibDecoder::new(crate::paths::open_regular(path)?);
         let mut h = self.hasher();
         let mut buf = vec![0u8; 64 * 1024];
@@ -337,6 +349,7 @@ impl ObjectStore {
             if n == 0 {
                 break;
             }
+            spend(budget, n)?;
             h.update(&buf[..n]);
         }
         Ok(h.finish())
@@ -347,7 +360,12 @@ impl ObjectStore {
     ///
     /// # Errors
     /// The file cannot be opened as a regular file ([`crate::paths::open_regular`]).
-    fn checksum_matches(&self, path: &Path, trailer: &[u8]) -> io::Result<bool> {
+    fn checksum_matches(
+        &self,
+        path: &Path,
+        trailer: &[u8],
+        budget: &std::cell::Cell<u64>,
+    ) -> io::Result<bool> {
         let hl = self.hash_len() as u64;
         let mut f = crate::paths::open_regular(path)?;
         let len = f.metadata()?.len();
@@ -362,6 +380,7 @@ impl ObjectStore {
             if f.read_exact(&mut buf[..want]).is_err() {
                 return Ok(false);
             }
+            spend(budget, want)?;
             h.update(&buf[..want]);
             left -= want as u64;
         }
@@ -421,6 +440,24 @@ fn loose_dirs(objects: &Path) -> Vec<(String, (u64, u64), Vec<String>)> {
         out.push((fan, id, entries));
     }
     out
+}
+
+/// Most bytes one exit check hashes (inflated loose objects and touched packs together):
+/// a loose object is the command's to write, and a 20 MB zlib bomb inflates to 21 GB —
+/// hard-linked over every recorded object, it kept a supervisor hashing for hours. What is
+/// left when this is spent is named as not verified (and fails the run).
+const HASH_BUDGET: u64 = 4 << 30;
+
+/// Takes `n` bytes from `budget`; an error once it is spent.
+fn spend(budget: &std::cell::Cell<u64>, n: usize) -> io::Result<()> {
+    let left = budget.get().checked_sub(n as u64).ok_or_else(|| {
+        io::Error::other(format!(
+            "not verified: the exit check hashes at most {} MiB",
+            HASH_BUDGET >> 20
+        ))
+    })?;
+    budget.set(left);
+    Ok(())
 }
 
 /// A recorded loose object's entry when the run has ended.
@@ -523,7 +560,21 @@ fn read_idx_names(f: &File, hash_len: usize) -> io::Result<Vec<Vec<u8>>> {
         return Err(io::Error::other("not a version 2 pack index"));
     }
     let count = u32::from_be_bytes(head[head.len() - 4..].try_into().expect("4 bytes")) as usize;
-    let mut names = vec![0u8; count * hash_len];
+    // The count is the command's to write: it must fit the file (each entry also has a CRC
+    // and an offset) and a bound, and the buffer is reserved, not assumed.
+    let bytes = count * hash_len;
+    let fits = (head.len() + count * (hash_len + 8)) as u64 <= f.metadata()?.len();
+    if !fits || bytes > MAX_IDX_NAMES {
+        return Err(io::Error::other(format!(
+            "its object count ({count}) does not fit the file or exceeds {} MiB of names",
+            MAX_IDX_NAMES >> 20
+        )));
+    }
+    let mut names = Vec::new();
+    names
+        .try_reserve_exact(bytes)
+        .map_err(|e| io::Error::other(format!("{count} object names: {e}")))?;
+    names.resize(bytes, 0);
     f.read_exact_at(&mut names, head.len() as u64)?;
     Ok(names.chunks(hash_len).map(<[u8]>::to_vec).collect())
 }
@@ -618,6 +669,43 @@ mod tests {
         let damage = store.check();
         assert_eq!(damage.len(), 1, "{damage:?}");
         assert_eq!(damage[0].what, blob, "{damage:?}");
+    }
+
+    /// A rewritten loose object that inflates past what is left of the budget is named as
+    /// not verified: a zlib bomb cannot keep the supervisor hashing.
+    #[test]
+    fn hashing_at_exit_is_bounded() {
+        use std::io::Write;
+        let (_t, root) = repo();
+        let objects = root.join(".git/objects");
+        let blob = git(&root, &["rev-parse", "HEAD:b"]);
+        let path = objects.join(&blob[..2]).join(&blob[2..]);
+        std::thread::sleep(std::time::Duration::from_millis(130));
+        let since = SystemTime::now() - std::time::Duration::from_millis(30);
+        let store = ObjectStore::snapshot_since(&objects, false, since);
+        std::fs::remove_file(&path).unwrap();
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(&vec![0u8; 4 << 20]).unwrap();
+        std::fs::write(&path, z.finish().unwrap()).unwrap();
+        let damage = store.check_within(1 << 20);
+        assert_eq!(damage.len(), 1, "{damage:?}");
+        assert!(damage[0].how.contains("not verified"), "{damage:?}");
+    }
+
+    /// A pack index the command wrote, claiming 2^32-1 objects, is an error, not an
+    /// allocation of 80 GiB (which aborted the supervisor).
+    #[test]
+    fn a_forged_pack_index_count_is_refused() {
+        use std::io::Write;
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("pack-0.idx");
+        let mut f = File::create(&path).unwrap();
+        f.write_all(&[0xff, b't', b'O', b'c', 0, 0, 0, 2]).unwrap();
+        f.write_all(&[0u8; 1020]).unwrap();
+        f.write_all(&u32::MAX.to_be_bytes()).unwrap();
+        drop(f);
+        let err = read_idx_names(&File::open(&path).unwrap(), 20).unwrap_err();
+        assert!(err.to_string().contains("does not fit"), "{err}");
     }
 
     /// A store large enough for two threads: an object rewritten in each half of the record,

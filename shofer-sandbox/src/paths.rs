@@ -197,30 +197,37 @@ pub fn stat_at(dir: &OwnedFd, name: &str) -> io::Result<libc::stat> {
 
 /// Opens `name` for reading — relative to `dir`, or a whole path with [`libc::AT_FDCWD`] —
 /// when it is a regular file: a symlink in its last component is not followed
-/// (`O_NOFOLLOW`), a FIFO does not block the open (`O_NONBLOCK`) and is refused after
-/// `fstat` like a device or socket (`InvalidData`). For files the command can write or
-/// replace, which the supervisor reads: a FIFO would stop it, `/dev/zero` would fill its
-/// memory.
+/// (`O_NOFOLLOW`), and only an `O_PATH` descriptor is opened until `fstat` shows a regular
+/// file, which is then opened for reading through `/proc/self/fd` (the same inode, whatever
+/// is at the path by then). A FIFO, device or socket is never opened for reading
+/// (`InvalidData`): for files the command can write or replace, which the supervisor reads,
+/// a FIFO would stop it, `/dev/zero` would fill its memory, and opening a device can act
+/// (a watchdog, a tape, a serial line).
 fn open_regular_at(dir: RawFd, name: &Path) -> io::Result<std::fs::File> {
+    let not_regular = |what: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is {what}, not a regular file", name.display()),
+        )
+    };
     let fd = openat_raw(
         dir,
         name.as_os_str().as_bytes(),
-        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-    )
-    .map_err(|e| match e.raw_os_error() {
-        Some(libc::ELOOP) => io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{} is a symlink, not a regular file", name.display()),
-        ),
-        _ => e,
-    })?;
-    if kind(&fd)? != Kind::File {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{} is not a regular file", name.display()),
-        ));
+        libc::O_PATH | libc::O_NOFOLLOW,
+    )?;
+    match kind(&fd)? {
+        Kind::File => {}
+        Kind::Symlink => return Err(not_regular("a symlink")),
+        Kind::Dir => return Err(not_regular("a directory")),
+        Kind::Special => return Err(not_regular("a special file")),
     }
-    Ok(std::fs::File::from(fd))
+    let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let file = openat_raw(
+        libc::AT_FDCWD,
+        proc.as_bytes(),
+        libc::O_RDONLY | libc::O_NONBLOCK,
+    )?;
+    Ok(std::fs::File::from(file))
 }
 
 /// [`open_regular_at`] for a whole path (symlinks before its last component are followed:
@@ -341,5 +348,8 @@ mod tests {
         assert!(read_small_file(&fd, "fifo", 64).is_err());
         std::os::unix::fs::symlink("ok", dir.path().join("sym")).unwrap();
         assert!(read_small_file(&fd, "sym", 64).is_err());
+        // A device is refused from its O_PATH descriptor, never opened for reading.
+        let dev = open_regular(Path::new("/dev/null")).unwrap_err();
+        assert!(dev.to_string().contains("a special file"), "{dev}");
     }
 }

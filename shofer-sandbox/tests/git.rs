@@ -103,11 +103,19 @@ impl Layout {
                 &["commit", "-q", "--allow-empty", "-m", "host"],
             ] {
                 let mut cmd = Command::new("git");
-                cmd.args(args)
-                    .current_dir(dir)
-                    .envs(git_env())
-                    .env("XDG_CONFIG_HOME", self.s.path().join("state"))
-                    .stdin(Stdio::null());
+                // A maintenance the host's commit starts runs in the foreground: a detached
+                // one would write into the scratch while it is being removed.
+                cmd.args([
+                    "-c",
+                    "maintenance.autoDetach=false",
+                    "-c",
+                    "gc.autoDetach=false",
+                ])
+                .args(args)
+                .current_dir(dir)
+                .envs(git_env())
+                .env("XDG_CONFIG_HOME", self.s.path().join("state"))
+                .stdin(Stdio::null());
                 as_uid(&mut cmd, self.uid);
                 let out = cmd.output().unwrap();
                 if !out.status.success() {
