@@ -403,12 +403,7 @@ mod tests {
             &["commit", "-q", "--allow-empty", "-m", "s"],
         );
         git(&root, &["add", "sub"]);
-        let mut scan = NestedScan::new(
-            &root,
-            &root.join(".git"),
-            false,
-            std::slice::from_ref(&root),
-        );
+        let mut scan = scan_of(&root);
         assert!(scan.check().0.quarantined.is_empty());
         git(&root.join("sub"), &["config", "core.fsmonitor", "true"]);
         assert!(
@@ -426,6 +421,11 @@ mod tests {
         assert_eq!(c.quarantined[0].key, "core.fsmonitor");
         assert!(!root.join("sub/.git/config").exists());
         assert!(c.quarantined[0].moved_to.exists());
+    }
+
+    /// The scan of the repository at `root`, whose worktree is the only writable root.
+    fn scan_of(root: &Path) -> NestedScan {
+        NestedScan::new(root, &root.join(".git"), false, &[root.to_path_buf()])
     }
 
     /// A repository at `root/sub` registered as a gitlink of `root`.
@@ -487,12 +487,7 @@ mod tests {
         for (what, plant) in cases {
             let _ = std::fs::remove_file(&config);
             plant();
-            let mut scan = NestedScan::new(
-                &root,
-                &root.join(".git"),
-                false,
-                std::slice::from_ref(&root),
-            );
+            let mut scan = scan_of(&root);
             let (c, _) = within_10s(move || scan.check());
             assert_eq!(c.quarantined.len(), 1, "{what}: {c:?}");
             assert_eq!(c.quarantined[0].path, config, "{what}");
@@ -512,12 +507,7 @@ mod tests {
             } else {
                 std::os::unix::fs::symlink(&elsewhere, root.join("sub/.git")).unwrap();
             }
-            let mut outside_only = NestedScan::new(
-                &root,
-                &root.join(".git"),
-                false,
-                std::slice::from_ref(&root),
-            );
+            let mut outside_only = scan_of(&root);
             assert!(
                 outside_only.check().0.quarantined.is_empty(),
                 "{pointer}: not the command's"
@@ -559,12 +549,7 @@ mod tests {
             )
             .unwrap();
             git(&sub, &["config", "core.fsmonitor", "/bin/evil"]);
-            let mut scan = NestedScan::new(
-                &root,
-                &root.join(".git"),
-                false,
-                std::slice::from_ref(&root),
-            );
+            let mut scan = scan_of(&root);
             let (c, _) = scan.check();
             assert_eq!(c.quarantined.len(), 1, "{what}: {c:?}");
             assert_eq!(c.quarantined[0].path, gd.join("config"), "{what}");
@@ -577,12 +562,7 @@ mod tests {
         std::fs::rename(sub.join(".git"), sub.join("gd")).unwrap();
         let big = [b"gitdir: gd".as_slice(), &vec![b'\n'; MAX_POINTER]].concat();
         std::fs::write(sub.join(".git"), big).unwrap();
-        let mut scan = NestedScan::new(
-            &root,
-            &root.join(".git"),
-            false,
-            std::slice::from_ref(&root),
-        );
+        let mut scan = scan_of(&root);
         let (c, _) = scan.check();
         assert_eq!(c.quarantined.len(), 1, "{c:?}");
         assert_eq!(c.quarantined[0].path, sub.join(".git"));
@@ -613,12 +593,7 @@ mod tests {
             .write_all(info.as_bytes())
             .unwrap();
         assert!(child.wait().unwrap().success());
-        let mut scan = NestedScan::new(
-            &root,
-            &root.join(".git"),
-            false,
-            std::slice::from_ref(&root),
-        );
+        let mut scan = scan_of(&root);
         let (c, links) = scan.check();
         assert_eq!(links, MAX_GITLINKS + 2);
         assert_eq!(c.failed.len(), 1, "{c:?}");
@@ -638,12 +613,7 @@ mod tests {
             } else {
                 std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
             }
-            let mut scan = NestedScan::new(
-                &root,
-                &root.join(".git"),
-                false,
-                std::slice::from_ref(&root),
-            );
+            let mut scan = scan_of(&root);
             let (c, links) = within_10s(move || scan.check());
             assert_eq!(links, 0, "{what}");
             assert_eq!(c.failed.len(), 1, "{what}: {c:?}");
