@@ -192,6 +192,7 @@ impl NestedScan {
         let Ok(gitdir) = std::fs::canonicalize(&gitdir) else {
             return Vec::new();
         };
+        let writable = |p: &Path| self.writable.iter().any(|w| p.starts_with(w));
         let mut out = Vec::new();
         let mut dirs = vec![gitdir.clone()];
         let commondir = gitdir.join("commondir");
@@ -202,10 +203,11 @@ impl NestedScan {
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => out.push((commondir, Some(e.to_string()))),
+            Err(e) if writable(&commondir) => out.push((commondir, Some(e.to_string()))),
+            Err(_) => {}
         }
         for d in dirs {
-            if !self.writable.iter().any(|w| d.starts_with(w)) {
+            if !writable(&d) {
                 continue;
             }
             for name in ["config", "config.worktree"] {
@@ -215,7 +217,6 @@ impl NestedScan {
                 }
             }
         }
-        out.retain(|(p, why)| why.is_none() || self.writable.iter().any(|w| p.starts_with(w)));
         out
     }
 

@@ -50,8 +50,13 @@ struct Stamp {
 
 /// When the file last changed (its ctime; one before 1970 counts as the epoch).
 fn changed_at(m: &std::fs::Metadata) -> SystemTime {
-    let secs = u64::try_from(m.ctime()).unwrap_or(0);
-    UNIX_EPOCH + std::time::Duration::new(secs, m.ctime_nsec().clamp(0, 999_999_999) as u32)
+    ctime_at(m.ctime(), m.ctime_nsec())
+}
+
+/// A ctime (`st_ctime`, `st_ctime_nsec`) as a time; one before 1970 counts as the epoch.
+fn ctime_at(secs: i64, nsec: i64) -> SystemTime {
+    let secs = u64::try_from(secs).unwrap_or(0);
+    UNIX_EPOCH + std::time::Duration::new(secs, nsec.clamp(0, 999_999_999) as u32)
 }
 
 fn stamp(m: &std::fs::Metadata) -> Stamp {
@@ -495,9 +500,7 @@ fn loose_now(objects: &Path, oids: &[String]) -> Vec<LooseNow> {
                         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
                             return LooseNow::Other;
                         }
-                        let secs = u64::try_from(st.st_ctime).unwrap_or(0);
-                        let nanos = st.st_ctime_nsec.clamp(0, 999_999_999) as u32;
-                        LooseNow::File(UNIX_EPOCH + std::time::Duration::new(secs, nanos))
+                        LooseNow::File(ctime_at(st.st_ctime, st.st_ctime_nsec))
                     }),
                     None => match std::fs::symlink_metadata(objects.join(fan).join(name)) {
                         Ok(m) if m.is_file() => LooseNow::File(changed_at(&m)),
