@@ -78,11 +78,11 @@ pub struct GitGuard {
     entries: Vec<Guarded>,
     dot_git: Option<DotGitDir>,
     journal: Option<PathBuf>,
-    /// The gitlinked repositories check ([`crate::nested`]).
-    nested: Option<NestedScan>,
-    /// Gitlinks were found at the last check: check again periodically (their config can
-    /// change without the index changing).
-    nested_seen: bool,
+    /// The gitlinked repositories check ([`crate::nested`]), under its own lock: a slow
+    /// check (the command can make many repositories) never holds up a restore.
+    nested: Option<Arc<Mutex<NestedScan>>>,
+    /// The index the nested check reads (watched for changes).
+    index: Option<PathBuf>,
     /// A linked worktree's common dir (writable on the namespace backends, for
     /// `packed-refs`) and the names in it before the run: a name the command adds there
     /// (`MERGE_HEAD` of the main worktree, `shallow`, …) is removed when it ends.
@@ -227,6 +227,7 @@ impl GitGuard {
             }
             GitLayout::None | GitLayout::Rejected(_) => None,
         };
+        let index = nested.as_ref().map(|n| n.index.clone());
         let common_names = controls.common.as_ref().and_then(|l| {
             let fd = paths::open_nofollow(&l.common).ok()?;
             let names = list(&fd).ok()?;
@@ -236,22 +237,19 @@ impl GitGuard {
             entries,
             dot_git,
             journal: None,
-            nested,
-            nested_seen: false,
+            nested: nested.map(|n| Arc::new(Mutex::new(n))),
+            index,
             common_names,
         }
     }
 
     /// Quarantines program-naming configs of gitlinked repositories inside the worktree
     /// ([`crate::nested`]).
-    pub fn check_nested(&mut self) -> Checked {
-        match &mut self.nested {
-            Some(scan) => {
-                let (checked, links) = scan.check();
-                self.nested_seen = links > 0;
-                checked
-            }
-            None => Checked::default(),
+    /// Also returns how many gitlinks it followed.
+    pub fn check_nested(&self) -> (Checked, usize) {
+        match self.nested.as_ref().map(|n| n.lock()) {
+            Some(Ok(mut scan)) => scan.check(),
+            _ => (Checked::default(), 0),
         }
     }
 
@@ -291,7 +289,7 @@ impl GitGuard {
                 push(g.dir_path.join(&g.name));
             }
         }
-        if let Some(parent) = self.nested.as_ref().and_then(|n| n.index.parent()) {
+        if let Some(parent) = self.index.as_ref().and_then(|i| i.parent()) {
             push(parent.to_path_buf());
         }
         dirs
@@ -326,12 +324,13 @@ impl GitGuard {
                 .is_some_and(|(_, path, before)| path == dir && !before.iter().any(|n| is(n)))
     }
 
-    /// Whether a change of `name` in `dir` is a change of the index (the nested check reads
-    /// it).
+    /// Whether a change of `name` in `dir` is a change of the index or of a split index's
+    /// shared index (the nested check reads them).
     fn is_index(&self, dir: &Path, name: &[u8]) -> bool {
-        self.nested.as_ref().is_some_and(|n| {
-            n.index.parent() == Some(dir)
-                && n.index.file_name().map(|f| f.as_encoded_bytes()) == Some(name)
+        self.index.as_ref().is_some_and(|i| {
+            i.parent() == Some(dir)
+                && (i.file_name().map(|f| f.as_encoded_bytes()) == Some(name)
+                    || name.starts_with(b"sharedindex."))
         })
     }
 
@@ -717,7 +716,7 @@ pub fn repair(dir: &Path, worktree: &Path) -> Restored {
             dot_git: None,
             journal: None,
             nested: None,
-            nested_seen: false,
+            index: None,
             common_names: None,
         };
         let r = guard.restore();
@@ -907,7 +906,7 @@ pub fn announce(r: &Restored, how: &str) {
 
 /// How often gitlinked repositories are checked again while any exist (their config can
 /// change without an event in a watched directory).
-const NESTED_RECHECK_MS: libc::c_int = 200;
+const NESTED_RECHECK_MS: u64 = 200;
 
 /// What a batch of inotify events asks of the watcher.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -967,6 +966,8 @@ fn wanted(events: &[u8], wds: &[(libc::c_int, PathBuf)], g: &GitGuard) -> Wanted
 }
 
 /// Returns what it did and the inotify instance, for the caller to close off its exit path.
+/// The nested check runs on a thread of its own ([`nested_loop`]), woken by index changes:
+/// however long it takes, restores go on.
 fn watch_loop(
     ino: OwnedFd,
     mut wds: Vec<(libc::c_int, PathBuf)>,
@@ -976,9 +977,14 @@ fn watch_loop(
 ) -> (Restored, OwnedFd) {
     let mut total = Restored::default();
     let mut buf = vec![0u8; 64 * 1024];
-    let mut first = true;
-    let recheck = std::time::Duration::from_millis(NESTED_RECHECK_MS as u64);
-    let mut nested_at = std::time::Instant::now();
+    let scan = guard.lock().ok().and_then(|g| g.nested.clone());
+    let (wake, woken) = std::sync::mpsc::channel::<()>();
+    let nested = scan.and_then(|scan| {
+        std::thread::Builder::new()
+            .name("shofer-git-nested".into())
+            .spawn(move || nested_loop(&scan, &woken))
+            .ok()
+    });
     loop {
         let mut fds = [
             libc::pollfd {
@@ -992,52 +998,26 @@ fn watch_loop(
                 revents: 0,
             },
         ];
-        let timeout = match guard.lock() {
-            Ok(g) if g.nested_seen => {
-                let left = recheck.saturating_sub(nested_at.elapsed());
-                left.as_millis() as libc::c_int
-            }
-            _ => -1,
-        };
-        let n = if first {
-            first = false;
-            0 // one check right away: the index may have changed before the gate opened
-        } else {
-            // Safety: two valid pollfds.
-            unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) }
-        };
-        if n < 0 {
+        // Safety: two valid pollfds.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
             continue;
         }
         if fds[1].revents != 0 {
-            return (total, ino);
+            break;
         }
-        let event = fds[0].revents != 0;
-        let Ok(mut g) = guard.lock() else {
-            return (total, ino);
+        let Ok(g) = guard.lock() else {
+            break;
         };
-        let mut want = if event {
-            // Safety: reading into our buffer.
-            let got = unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            match usize::try_from(got) {
-                Ok(got) => wanted(&buf[..got], &wds, &g),
-                Err(_) => ALL,
-            }
-        } else {
-            // The first check, or the periodic one.
-            Wanted {
-                restore: false,
-                nested: true,
-                rewatch: false,
-            }
+        // Safety: reading into our buffer.
+        let got = unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        let want = match usize::try_from(got) {
+            Ok(got) => wanted(&buf[..got], &wds, &g),
+            Err(_) => ALL,
         };
-        // While gitlinks exist their configs are checked periodically, however busy the
-        // watched directories are.
-        want.nested |= g.nested_seen && nested_at.elapsed() >= recheck;
         if want.nested {
-            nested_at = std::time::Instant::now();
+            let _ = wake.send(());
         }
-        let mut r = if restore && want.restore {
+        let r = if restore && want.restore {
             g.restore_live()
         } else {
             Restored::default()
@@ -1045,14 +1025,47 @@ fn watch_loop(
         if want.rewatch || !r.restored.is_empty() {
             rewatch(&ino, &mut wds, &g);
         }
-        if want.nested {
-            let c = g.check_nested();
-            r.quarantined.extend(c.quarantined);
-            r.failed.extend(c.failed);
-        }
         announce(&r, "restored at once");
         total.merge(r);
     }
+    drop(wake);
+    if let Some(done) = nested.and_then(|t| t.join().ok()) {
+        total.merge(done);
+    }
+    (total, ino)
+}
+
+/// The nested check's thread: one check at once (the index may have changed before the
+/// gate opened), one at each wake-up from the watcher, and every [`NESTED_RECHECK_MS`]
+/// while gitlinks exist (their repositories' configs and indexes can change without an
+/// event in a watched directory). Ends when the watcher drops its sender.
+fn nested_loop(scan: &Mutex<NestedScan>, woken: &std::sync::mpsc::Receiver<()>) -> Restored {
+    use std::sync::mpsc::RecvTimeoutError;
+    let recheck = std::time::Duration::from_millis(NESTED_RECHECK_MS);
+    let mut total = Restored::default();
+    loop {
+        let (c, links) = match scan.lock() {
+            Ok(mut s) => s.check(),
+            Err(_) => break,
+        };
+        let r = Restored {
+            quarantined: c.quarantined,
+            failed: c.failed,
+            ..Restored::default()
+        };
+        announce(&r, "moved aside at once");
+        total.merge(r);
+        let next = if links > 0 {
+            woken.recv_timeout(recheck)
+        } else {
+            woken.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        };
+        if next == Err(RecvTimeoutError::Disconnected) {
+            break;
+        }
+        while woken.try_recv().is_ok() {}
+    }
+    total
 }
 
 fn cname(name: &str) -> CString {
@@ -1459,6 +1472,23 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         cond()
+    }
+
+    /// A nested check that takes long (the command can make thousands of repositories) holds
+    /// up no restore: the check's lock is held here for the whole test while a hook is
+    /// written, and the hook is removed all the same.
+    #[test]
+    fn a_slow_nested_check_does_not_hold_up_restores() {
+        let (_tmp, wt, guard) = main_worktree();
+        let scan = Arc::clone(guard.nested.as_ref().expect("a nested scan"));
+        let busy = scan.lock().unwrap();
+        let watcher = Watcher::start(Arc::new(Mutex::new(guard)), true).unwrap();
+        watcher.open_gate();
+        let hook = wt.join(".git/hooks/post-checkout");
+        std::fs::write(&hook, "#!/bin/sh\n").unwrap();
+        assert!(eventually(|| !hook.exists()), "the hook stayed");
+        drop(busy);
+        watcher.stop();
     }
 
     /// The live watcher: a guarded directory moved away is put back at once, and the new one is

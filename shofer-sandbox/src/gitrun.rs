@@ -181,9 +181,9 @@ impl GitRun {
     pub fn finish(mut self, report: Option<&mut std::fs::File>) -> bool {
         let mut all = self.watcher.take().map(Watcher::stop).unwrap_or_default();
         let last = match self.guard.lock() {
-            Ok(mut g) => {
+            Ok(g) => {
                 let mut r = g.restore();
-                let c = g.check_nested();
+                let (c, _) = g.check_nested();
                 r.quarantined.extend(c.quarantined);
                 r.failed.extend(c.failed);
                 r
