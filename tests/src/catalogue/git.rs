@@ -81,7 +81,21 @@ pub(super) fn cases() -> Vec<Case> {
             "git-nested-gitlink-host",
             "a nested repo registered as a gitlink (git add sub) whose config sets core.fsmonitor; the host's git status recurses into it",
             None,
-            |c| git_host_script(c, "gitlink", "mkdir sub && git -C sub init -q && git -C sub commit -q --allow-empty -m s && printf '%s' \"$PAYLOAD_CONFIG\" > sub/.git/config && git add sub"),
+            |c| git_host_script(c, "gitlink", "mkdir sub && git -C sub init -q && git -C sub commit -q --allow-empty -m s && printf '%s' \"$PAYLOAD_CONFIG\" > sub/.git/config && git add sub && echo SHOFER-SETUP-OK"),
+            needs = need_git_sh
+        ),
+        case!(
+            "git-nested-in-nested-gitlink-host",
+            "a repo registered as a gitlink inside a repo registered as a gitlink (a/b), b's config setting core.fsmonitor; the host's git status recurses into a, whose status recurses into b",
+            None,
+            |c| git_host_script(c, "nested-gitlink", "mkdir -p a/b && git -C a init -q && git -C a/b init -q && git -C a/b commit -q --allow-empty -m b && git -C a add b && git -C a commit -q -m a && printf '%s' \"$PAYLOAD_CONFIG\" > a/b/.git/config && git add a && echo SHOFER-SETUP-OK"),
+            needs = need_git_sh
+        ),
+        case!(
+            "git-split-index-gitlink-host",
+            "a nested repo whose config sets core.fsmonitor, registered as a gitlink in a copy of the index (GIT_INDEX_FILE) that is then split (update-index --split-index) and moved over the index: the gitlink is only in sharedindex.<id>, which the host's git status reads with the index",
+            None,
+            |c| git_host_script(c, "split-index", "mkdir sub .x && git -C sub init -q && git -C sub commit -q --allow-empty -m s && printf '%s' \"$PAYLOAD_CONFIG\" > sub/.git/config && g=$(git rev-parse --absolute-git-dir) && cp \"$g/index\" .x/index && GIT_INDEX_FILE=$PWD/.x/index git add sub && GIT_INDEX_FILE=$PWD/.x/index git update-index --split-index && mv .x/index \"$g/index\" && echo SHOFER-SETUP-OK"),
             needs = need_git_sh
         ),
         case!(
@@ -403,6 +417,9 @@ fn git_commondir_host(c: &Ctx) -> Outcome {
 /// Runs `script` in the worktree inside the sandbox (with `$PAYLOAD_CONFIG`: a git config
 /// whose core.fsmonitor creates the payload), then the host's `git status`: the payload must
 /// not appear.
+/// What a [`git_host_script`] set-up that must succeed prints last.
+const SETUP_OK: &str = "echo SHOFER-SETUP-OK";
+
 fn git_host_script(c: &Ctx, what: &str, script: &str) -> Outcome {
     let r = match make_repo(c) {
         Ok(r) => r,
@@ -414,6 +431,13 @@ fn git_host_script(c: &Ctx, what: &str, script: &str) -> Outcome {
     spec.env
         .push(("PAYLOAD_CONFIG".into(), payload_config(&payload)));
     let run = c.sb(spec);
+    // A set-up that must succeed on every backend says so: without it the case could not fail.
+    if script.ends_with(SETUP_OK) && !run.stdout.contains("SHOFER-SETUP-OK") {
+        return Outcome::Error(format!(
+            "harness: the attack's set-up failed: {}",
+            run.how()
+        ));
+    }
     let err = host_git_status(c, &c.wt);
     if payload.exists() {
         let _ = std::fs::remove_file(&payload);
