@@ -21,7 +21,7 @@
 //! most [`CHECK_BUDGET`] bytes of nested indexes and configurations: a configuration left
 //! unread is moved aside, an index left unread is a failure.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -102,19 +102,26 @@ struct Entered {
     /// The configuration files git reads there, in git's order (the common dir's `config`,
     /// then the gitdir's `config.worktree`), whatever is at their path.
     configs: Vec<PathBuf>,
+    /// Its hooks directory (`<common>/hooks`), whatever is at that path.
+    hooks: PathBuf,
 }
 
 /// One check's state: what it read, and how much more it may read.
 struct Pass {
     out: Checked,
     budget: usize,
-    /// Configurations already judged (device, inode): one file behind many gitlinks is read
-    /// once.
-    configs_seen: HashSet<(u64, u64)>,
-    /// Gitdirs whose index was followed.
-    entered: HashSet<PathBuf>,
+    /// Configurations judged safe (device, inode), with the `core.worktree` values they
+    /// set: one file behind many gitlinks is read once.
+    configs_seen: HashMap<(u64, u64), Vec<String>>,
+    /// Nested indexes read (by gitdir), with their gitlinks.
+    indexes: HashMap<PathBuf, Vec<PathBuf>>,
+    /// Repositories followed: gitdir and the worktree its gitlinks were taken relative to.
+    entered: HashSet<(PathBuf, PathBuf)>,
     links: usize,
 }
+
+/// Most entries of a nested `hooks/` directory looked at; one with more is moved aside.
+const MAX_HOOKS: usize = 4096;
 
 impl NestedScan {
     /// A scan for the worktree whose gitdir is `gitdir` (`sha256`: the repository's
@@ -137,7 +144,8 @@ impl NestedScan {
         let mut pass = Pass {
             out: Checked::default(),
             budget: CHECK_BUDGET,
-            configs_seen: HashSet::new(),
+            configs_seen: HashMap::new(),
+            indexes: HashMap::new(),
             entered: HashSet::new(),
             links: 0,
         };
@@ -168,34 +176,48 @@ impl NestedScan {
                 let Some(repo) = self.enter(&dir, &mut pass) else {
                     continue;
                 };
-                let nested_worktree = self.judge_configs(&repo, &mut pass).unwrap_or(dir);
-                if !pass.entered.insert(repo.gitdir.clone()) {
+                self.judge_hooks(&repo.hooks, &mut pass.out);
+                // Git runs in the gitlink's directory, or where `core.worktree` says (when
+                // it honours it: every value is followed, wherever git would take it from).
+                let mut worktrees = vec![dir];
+                worktrees.extend(self.judge_configs(&repo, &mut pass));
+                let index = repo.gitdir.join("index");
+                let links = match pass.indexes.get(&repo.gitdir) {
+                    Some(links) => links.clone(),
+                    None => {
+                        // Its object format is the command's to set: read with either.
+                        let max = pass.budget.min(MAX_INDEX);
+                        let links = match index_gitlinks(&index, &[20, 32], max, &mut nested_buf) {
+                            Ok((links, read)) => {
+                                pass.budget -= read.min(pass.budget);
+                                links
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+                            // Git would enter its gitlinks; they cannot be followed.
+                            Err(e) => {
+                                let why = format!("reading a nested index: {e}");
+                                pass.out.failed.push((index.clone(), why));
+                                Vec::new()
+                            }
+                        };
+                        pass.indexes.insert(repo.gitdir.clone(), links.clone());
+                        links
+                    }
+                };
+                if links.is_empty() {
                     continue;
                 }
-                let index = repo.gitdir.join("index");
-                // Its object format is the command's to set: read with either.
-                let max = pass.budget.min(MAX_INDEX);
-                match index_gitlinks(&index, &[20, 32], max, &mut nested_buf) {
-                    Ok((l, read)) => {
-                        pass.budget -= read.min(pass.budget);
-                        if l.is_empty() {
-                        } else if depth + 1 >= MAX_DEPTH {
-                            pass.out.failed.push((
-                                index,
-                                format!(
-                                    "gitlinks nested more than {MAX_DEPTH} deep are not checked"
-                                ),
-                            ));
-                        } else {
-                            todo.push((nested_worktree, l, depth + 1));
-                        }
+                for worktree in worktrees {
+                    if !pass.entered.insert((repo.gitdir.clone(), worktree.clone())) {
+                        continue;
                     }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    // Git would enter its gitlinks; they cannot be followed.
-                    Err(e) => pass
-                        .out
-                        .failed
-                        .push((index, format!("reading a nested index: {e}"))),
+                    if depth + 1 >= MAX_DEPTH {
+                        let why =
+                            format!("gitlinks nested more than {MAX_DEPTH} deep are not checked");
+                        pass.out.failed.push((index.clone(), why));
+                        break;
+                    }
+                    todo.push((worktree, links.clone(), depth + 1));
                 }
             }
         }
@@ -231,7 +253,7 @@ impl NestedScan {
             match crate::paths::read_regular(&dot, MAX_POINTER) {
                 Ok(bytes) => dir.join(pointer(bytes.strip_prefix(b"gitdir: ")?)),
                 Err(e) => {
-                    quarantine(dot_path, format!("(not checkable: {e})"), &mut pass.out);
+                    self.quarantine(&dot_path, format!("(not checkable: {e})"), &mut pass.out);
                     return None;
                 }
             }
@@ -246,10 +268,7 @@ impl NestedScan {
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) if self.writable(&commondir) => {
-                quarantine(commondir, format!("(not checkable: {e})"), &mut pass.out)
-            }
-            Err(_) => {}
+            Err(e) => self.quarantine(&commondir, format!("(not checkable: {e})"), &mut pass.out),
         }
         let mut configs = Vec::new();
         for (d, name) in dirs
@@ -261,61 +280,222 @@ impl NestedScan {
                 configs.push(p);
             }
         }
-        Some(Entered { gitdir, configs })
+        let hooks = dirs[0].join("hooks");
+        Some(Entered {
+            gitdir,
+            configs,
+            hooks,
+        })
+    }
+
+    /// Moves a nested repository's `hooks/` aside (when it is the command's to write) if it
+    /// holds anything but git's `*.sample` files, or is not a directory: git runs a hook
+    /// there from the host's `git status` (`post-index-change`, when it refreshes the
+    /// index), with no configuration needed.
+    fn judge_hooks(&self, hooks: &Path, out: &mut Checked) {
+        let why = match std::fs::symlink_metadata(hooks) {
+            Err(_) => return,
+            Ok(m) if !m.is_dir() => "(not a directory)".to_string(),
+            Ok(_) => match std::fs::read_dir(hooks) {
+                Err(e) => format!("(not checkable: {e})"),
+                Ok(entries) => {
+                    let mut entries = entries.take(MAX_HOOKS + 1).enumerate();
+                    let found = entries.find_map(|(i, e)| {
+                        let name = match e {
+                            Ok(e) => e.file_name(),
+                            Err(e) => return Some(format!("(not checkable: {e})")),
+                        };
+                        if i == MAX_HOOKS {
+                            return Some(format!("(more than {MAX_HOOKS} entries)"));
+                        }
+                        let name = name.to_string_lossy();
+                        (!name.ends_with(".sample")).then(|| format!("hooks/{name}"))
+                    });
+                    match found {
+                        Some(why) => why,
+                        None => return,
+                    }
+                }
+            },
+        };
+        self.quarantine(hooks, why, out);
     }
 
     /// Reads `repo`'s configuration files: each one in the writable set that names a program
     /// (or cannot be read as git would read it: a symlink, a FIFO, too large, past the
-    /// budget) is moved aside. Returns the repository's worktree when its remaining
-    /// configuration sets `core.worktree` (relative to the gitdir): git runs there, and its
-    /// gitlinks are relative to it.
-    fn judge_configs(&self, repo: &Entered, pass: &mut Pass) -> Option<PathBuf> {
-        let mut worktree = None;
+    /// budget) is moved aside. Returns every `core.worktree` the remaining ones set
+    /// (relative to the gitdir, resolved): git may run there, and take its gitlinks relative
+    /// to it.
+    fn judge_configs(&self, repo: &Entered, pass: &mut Pass) -> Vec<PathBuf> {
+        let mut values = Vec::new();
         for config in &repo.configs {
-            let writable = self.writable(config);
-            let text = match read_config(config, pass) {
-                Ok(None) => continue, // judged already
-                Ok(Some(text)) => text,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    if writable {
-                        quarantine(
-                            config.clone(),
-                            format!("(not checkable: {e})"),
-                            &mut pass.out,
-                        );
-                    }
-                    continue;
-                }
-            };
-            let entries = crate::gitprotect::config_entries(&text);
-            if writable {
-                if let Some((s, k, _)) = entries.iter().find(|(s, k, v)| runs_a_program(s, k, v)) {
-                    quarantine(config.clone(), format!("{s}.{k}"), &mut pass.out);
-                    continue;
-                }
-            }
-            if let Some((_, _, v)) = entries
-                .iter()
-                .rev()
-                .find(|(s, k, _)| s == "core" && k == "worktree")
-            {
-                worktree = std::fs::canonicalize(repo.gitdir.join(v)).ok();
+            match self.judge_config(config, pass) {
+                Some(v) => values.extend(v),
+                None => continue,
             }
         }
-        worktree
+        values
+            .iter()
+            .filter_map(|v| std::fs::canonicalize(repo.gitdir.join(v)).ok())
+            .collect()
+    }
+
+    /// One configuration file: its `core.worktree` values when it stays, `None` when it is
+    /// moved aside or cannot be read.
+    fn judge_config(&self, config: &Path, pass: &mut Pass) -> Option<Vec<String>> {
+        let text = match read_config(config, pass) {
+            Ok((id, text)) => match pass.configs_seen.get(&id) {
+                Some(values) => return Some(values.clone()),
+                None => (id, text),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                self.quarantine(config, format!("(not checkable: {e})"), &mut pass.out);
+                return None;
+            }
+        };
+        let ((dev, ino), text) = text;
+        let entries = crate::gitprotect::config_entries(&text);
+        let program = entries
+            .iter()
+            .find(|(s, k, v)| runs_a_program(s, k, v))
+            .map(|(s, k, _)| format!("{s}.{k}"))
+            .or_else(|| loose_program_key(&text));
+        if let Some(key) = program {
+            if self.writable(config) {
+                self.quarantine(config, key, &mut pass.out);
+                return None;
+            }
+        }
+        let values: Vec<String> = entries
+            .into_iter()
+            .filter(|(s, k, _)| s == "core" && k == "worktree")
+            .map(|(_, _, v)| v)
+            .collect();
+        pass.configs_seen.insert((dev, ino), values.clone());
+        Some(values)
+    }
+
+    /// Moves `path` aside to `<path>.shofer-quarantined-<random>` when it is in the writable
+    /// set, noting it (with `key`, what it named) or the failure in `out`. The rename is made
+    /// relative to its directory, opened with no symlink on the way (`paths::open_nofollow`):
+    /// the command cannot redirect it outside the writable set by swapping a directory for a
+    /// symlink after the check.
+    fn quarantine(&self, path: &Path, key: String, out: &mut Checked) {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return;
+        };
+        let Ok(parent) = std::fs::canonicalize(parent) else {
+            return;
+        };
+        if !self.writable(&parent) {
+            return;
+        }
+        let path = parent.join(name);
+        // Built from the path's bytes: `display()` would replace a non-UTF-8 byte.
+        let mut new_name = name.to_os_string();
+        new_name.push(format!(
+            ".shofer-quarantined-{}",
+            crate::gitguard::random_suffix()
+        ));
+        let moved = crate::paths::open_nofollow(&parent)
+            .and_then(|dir| crate::paths::rename_noreplace_at(&dir, name, &new_name));
+        match moved {
+            Ok(()) => out.quarantined.push(Quarantined {
+                moved_to: parent.join(&new_name),
+                path,
+                key,
+            }),
+            Err(e) => out.failed.push((path, e.to_string())),
+        }
     }
 }
 
-/// The text of the configuration file `path` (a regular file of at most [`MAX_CONFIG`]
-/// bytes, within `pass`'s budget), or `None` when that file was read already this pass.
-fn read_config(path: &Path, pass: &mut Pass) -> io::Result<Option<String>> {
+/// Keys git runs as a program ([`runs_a_program`]), for [`loose_program_key`].
+const PROGRAM_KEYS: [&str; 18] = [
+    "fsmonitor",
+    "hookspath",
+    "sshcommand",
+    "editor",
+    "pager",
+    "askpass",
+    "gitproxy",
+    "external",
+    "command",
+    "textconv",
+    "clean",
+    "smudge",
+    "process",
+    "driver",
+    "helper",
+    "program",
+    "packobjectshook",
+    "path",
+];
+
+/// A second reading of a configuration file that errs on the side of finding a key naming
+/// a program, in any section: each physical line's first word, and the word after each `]`
+/// (git takes a key after a section header on the same line). It covers what a
+/// line-by-line parse misreads in git's grammar — a line ending in a backslash continues on
+/// the next one, a leading byte-order mark is skipped — which the command could use to hide
+/// a key. Only `fsmonitor` set to a boolean on a line of its own (the built-in daemon) passes.
+fn loose_program_key(text: &str) -> Option<String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut continued = false;
+    for line in text.split('\n') {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let starts =
+            std::iter::once(line).chain(line.match_indices(']').map(|(at, _)| &line[at + 1..]));
+        for start in starts {
+            let start = start.trim_start();
+            let word: String = start
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect::<String>()
+                .to_ascii_lowercase();
+            if !(PROGRAM_KEYS.contains(&word.as_str()) || word.ends_with("cmd")) {
+                continue;
+            }
+            if word == "fsmonitor" && !continued && boolean_setting(&start[word.len()..]) {
+                continue;
+            }
+            return Some(format!("{word} (read as git may read it)"));
+        }
+        continued = line.ends_with('\\');
+    }
+    None
+}
+
+/// Whether `rest` (what follows a key on its line) sets a plain boolean: nothing, or `=`
+/// and one of git's boolean words, then at most a comment.
+fn boolean_setting(rest: &str) -> bool {
+    let rest = rest.trim();
+    let Some(value) = (if rest.is_empty() {
+        Some("")
+    } else {
+        rest.strip_prefix('=')
+    }) else {
+        return false;
+    };
+    let value = value.split(['#', ';']).next().unwrap_or("").trim();
+    !rest.ends_with('\\')
+        && matches!(
+            value.to_ascii_lowercase().as_str(),
+            "true" | "false" | "yes" | "no" | "on" | "off" | "1" | "0" | ""
+        )
+}
+
+/// The identity (device, inode) and text of the configuration file `path` (a regular file
+/// of at most [`MAX_CONFIG`] bytes, within `pass`'s budget); the text is empty, unread, when
+/// that file was judged already this pass.
+fn read_config(path: &Path, pass: &mut Pass) -> io::Result<((u64, u64), String)> {
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;
     let file = crate::paths::open_regular(path)?;
     let meta = file.metadata()?;
-    if !pass.configs_seen.insert((meta.dev(), meta.ino())) {
-        return Ok(None);
+    let id = (meta.dev(), meta.ino());
+    if pass.configs_seen.contains_key(&id) {
+        return Ok((id, String::new()));
     }
     let max = MAX_CONFIG.min(pass.budget);
     let mut bytes = Vec::new();
@@ -327,47 +507,7 @@ fn read_config(path: &Path, pass: &mut Pass) -> io::Result<Option<String>> {
         ));
     }
     pass.budget -= bytes.len();
-    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
-}
-
-/// Moves `path` aside to `<path>.shofer-quarantined-<random>`, noting it (with `key`, what
-/// it named) or the failure in `out`.
-fn quarantine(path: PathBuf, key: String, out: &mut Checked) {
-    // Built from the path's bytes: `display()` would replace a non-UTF-8 byte.
-    let mut moved_to = path.clone().into_os_string();
-    moved_to.push(format!(
-        ".shofer-quarantined-{}",
-        crate::gitguard::random_suffix()
-    ));
-    let moved_to = PathBuf::from(moved_to);
-    match rename_noreplace(&path, &moved_to) {
-        Ok(()) => out.quarantined.push(Quarantined {
-            path,
-            moved_to,
-            key,
-        }),
-        Err(e) => out.failed.push((path, e.to_string())),
-    }
-}
-
-fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let f = std::ffi::CString::new(from.as_os_str().as_bytes()).map_err(io::Error::other)?;
-    let t = std::ffi::CString::new(to.as_os_str().as_bytes()).map_err(io::Error::other)?;
-    // Safety: NUL-terminated paths; RENAME_NOREPLACE never overwrites what is at `to`.
-    let ret = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            f.as_ptr(),
-            libc::AT_FDCWD,
-            t.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if ret != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    Ok((id, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
 /// Gitlink paths of the index at `index`, with a split index's shared index
@@ -566,6 +706,15 @@ fn visit_entries(
     let offsets = entry_offsets(data, hash_len);
     let mut threaded = offsets.is_some();
     if let Some((extensions_at, table)) = offsets {
+        // Git's entry array holds the header's count, and each entry takes at least the
+        // fixed part: a table asking for more (blocks that repeat, to make the reading cost
+        // blocks × entries) is no index git reads.
+        let asked = table
+            .iter()
+            .fold(0usize, |sum, (_, nr)| sum.saturating_add(*nr));
+        if asked > count || asked.saturating_mul(40 + hash_len + 2) > data.len() {
+            return None;
+        }
         starts.push(extensions_at);
         let mut first = 0usize;
         for (offset, nr) in table {
@@ -1183,6 +1332,198 @@ mod tests {
         let (c, _) = scan_of(&root).check();
         assert_eq!(c.quarantined.len(), 1, "{c:?}");
         assert!(!status_runs(&root, &marker));
+    }
+
+    /// A nested repository's hook runs from the host's `git status` with no configuration at
+    /// all (`post-index-change`, when it refreshes a stat-dirty index): its `hooks/` is moved
+    /// aside, unless it holds only git's samples.
+    #[test]
+    fn a_nested_hook_is_moved_aside() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
+        let (program, marker) = marker_program(root.parent().unwrap());
+        std::fs::create_dir(&root).unwrap();
+        gitlinked(&root);
+        let sub = root.join("sub");
+        std::fs::write(sub.join("f"), "a").unwrap();
+        git(&sub, &["add", "f"]);
+        std::fs::write(sub.join(".git/hooks/pre-commit.sample"), "#!/bin/sh\n").unwrap();
+        let mut scan = scan_of(&root);
+        let (c, _) = scan.check();
+        assert!(c.quarantined.is_empty(), "samples only: {c:?}");
+        std::fs::copy(&program, sub.join(".git/hooks/post-index-change")).unwrap();
+        let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1 << 30);
+        let f = std::fs::File::options()
+            .write(true)
+            .open(sub.join("f"))
+            .unwrap();
+        f.set_modified(old).unwrap();
+        assert!(status_runs(&root, &marker), "the attack works");
+        let (c, _) = scan.check();
+        assert_eq!(c.quarantined.len(), 1, "{c:?}");
+        assert_eq!(c.quarantined[0].path, sub.join(".git/hooks"));
+        assert_eq!(c.quarantined[0].key, "hooks/post-index-change");
+        f.set_modified(old).unwrap();
+        assert!(!status_runs(&root, &marker));
+    }
+
+    /// Git joins a line ending in a backslash to the next one and skips a byte-order mark: a
+    /// key hidden so from a line-by-line reading is found all the same.
+    #[test]
+    fn a_key_hidden_by_git_s_grammar_is_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
+        let (program, marker) = marker_program(root.parent().unwrap());
+        std::fs::create_dir(&root).unwrap();
+        gitlinked(&root);
+        let config = root.join("sub/.git/config");
+        let p = program.display();
+        for text in [
+            format!("[core]\n\tfsmonitor = \\\n{p}\n"),
+            format!("[core]\n\tx = a\\\n[foo]\n\tfsmonitor = {p}\n"),
+            format!("\u{feff}[core]\n\tfsmonitor = {p}\n"),
+            format!("[core] fsmonitor = {p}\n"),
+        ] {
+            std::fs::write(&config, &text).unwrap();
+            assert!(status_runs(&root, &marker), "the attack works: {text:?}");
+            let (c, _) = scan_of(&root).check();
+            assert_eq!(c.quarantined.len(), 1, "{text:?}: {c:?}");
+            assert!(!status_runs(&root, &marker), "{text:?}");
+            std::fs::remove_file(&c.quarantined[0].moved_to).unwrap();
+        }
+        for fine in ["[core]\n\tfsmonitor = true\n", "[core]\n\tfsmonitor\n"] {
+            std::fs::write(&config, fine).unwrap();
+            assert!(scan_of(&root).check().0.quarantined.is_empty(), "{fine:?}");
+        }
+    }
+
+    /// Two gitlinks whose `.git` name the same gitdir: git runs in each directory, and the
+    /// shared index's gitlinks are followed from both.
+    #[test]
+    fn a_gitdir_shared_by_two_gitlinks_is_followed_from_both() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
+        let (program, marker) = marker_program(root.parent().unwrap());
+        std::fs::create_dir(&root).unwrap();
+        gitlinked(&root);
+        let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+        let link = format!("160000,{commit},x");
+        git(
+            &root.join("sub"),
+            &["update-index", "--add", "--cacheinfo", &link],
+        );
+        std::fs::create_dir_all(root.join("z/x")).unwrap();
+        std::fs::write(root.join("z/.git"), "gitdir: ../sub/.git\n").unwrap();
+        let z = format!("160000,{commit},z");
+        git(&root, &["update-index", "--add", "--cacheinfo", &z]);
+        git(&root.join("z/x"), &["init", "-q"]);
+        git(
+            &root.join("z/x"),
+            &["config", "core.fsmonitor", program.to_str().unwrap()],
+        );
+        assert!(status_runs(&root, &marker), "the attack works");
+        let (c, _) = scan_of(&root).check();
+        assert_eq!(c.quarantined.len(), 1, "{c:?}");
+        assert_eq!(c.quarantined[0].path, root.join("z/x/.git/config"));
+        assert!(!status_runs(&root, &marker));
+    }
+
+    /// One configuration behind two gitdirs (hard links) is read once, and its
+    /// `core.worktree` still counts for the second: git in `l2` runs in `q/w`.
+    #[test]
+    fn a_configuration_read_once_still_names_its_worktree() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
+        let (program, marker) = marker_program(root.parent().unwrap());
+        std::fs::create_dir(&root).unwrap();
+        git(&root, &["init", "-q"]);
+        let (p, q) = (root.join("p"), root.join("q"));
+        std::fs::create_dir_all(q.join("w/x")).unwrap();
+        git(&q.join("w"), &["init", "-q"]);
+        std::fs::rename(q.join("w/.git"), q.join("g")).unwrap();
+        git(&q.join("g"), &["config", "core.worktree", "../w"]);
+        let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+        let x = format!("160000,{commit},x");
+        git(
+            &q.join("w"),
+            &["--git-dir=../g", "update-index", "--add", "--cacheinfo", &x],
+        );
+        std::fs::create_dir_all(p.join("w")).unwrap();
+        let mut copy = Command::new("cp");
+        copy.arg("-r").arg(q.join("g")).arg(p.join("g"));
+        assert!(copy.status().unwrap().success());
+        std::fs::remove_file(p.join("g/config")).unwrap();
+        std::fs::hard_link(q.join("g/config"), p.join("g/config")).unwrap();
+        for (l, g) in [("l1", "../p/g"), ("l2", "../q/g")] {
+            std::fs::create_dir(root.join(l)).unwrap();
+            std::fs::write(root.join(l).join(".git"), format!("gitdir: {g}\n")).unwrap();
+            let link = format!("160000,{commit},{l}");
+            git(&root, &["update-index", "--add", "--cacheinfo", &link]);
+        }
+        git(&q.join("w/x"), &["init", "-q"]);
+        git(
+            &q.join("w/x"),
+            &["config", "core.fsmonitor", program.to_str().unwrap()],
+        );
+        assert!(status_runs(&root, &marker), "the attack works");
+        let (c, _) = scan_of(&root).check();
+        assert_eq!(c.quarantined.len(), 1, "{c:?}");
+        assert_eq!(c.quarantined[0].path, q.join("w/x/.git/config"));
+        assert!(!status_runs(&root, &marker));
+    }
+
+    /// What lies outside the writable set is never moved, even reached through a symlink in
+    /// the worktree.
+    #[test]
+    fn nothing_outside_the_writable_set_is_moved() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
+        let outside = root.with_file_name("outside");
+        std::fs::create_dir_all(outside.join("proj")).unwrap();
+        mkfifo(&outside.join("proj/.git"));
+        std::fs::create_dir(&root).unwrap();
+        gitlinked(&root);
+        std::os::unix::fs::symlink(outside.join("proj"), root.join("l")).unwrap();
+        let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+        let l = format!("160000,{commit},l");
+        git(&root, &["update-index", "--add", "--cacheinfo", &l]);
+        let (c, _) = within_10s(move || scan_of(&root).check());
+        assert!(c.quarantined.is_empty(), "{c:?}");
+        assert!(outside.join("proj/.git").exists());
+    }
+
+    /// An offset table whose blocks repeat (reading cost: blocks × entries) is refused at
+    /// once, not read.
+    #[test]
+    fn an_offset_table_asking_for_more_entries_than_the_index_holds_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        gitlinked(&root);
+        std::fs::write(root.join("f"), "f").unwrap();
+        git(&root, &["add", "f"]);
+        git(
+            &root,
+            &[
+                "-c",
+                "index.recordOffsetTable=true",
+                "-c",
+                "index.recordEndOfIndexEntries=true",
+                "-c",
+                "index.threads=2",
+                "update-index",
+                "--index-version",
+                "4",
+            ],
+        );
+        let data = std::fs::read(root.join(".git/index")).unwrap();
+        assert!(parse_gitlinks(&data, 20).is_some());
+        let at = data.windows(4).position(|w| w == b"IEOT").unwrap();
+        let mut forged = data.clone();
+        // The first block's count, raised to the header's entry count: two blocks then ask
+        // for more entries than the index has.
+        let count = forged[8..12].to_vec();
+        forged[at + 16..at + 20].copy_from_slice(&count);
+        assert_eq!(parse_gitlinks(&forged, 20), None);
     }
 
     #[test]

@@ -293,6 +293,38 @@ pub fn read_small_file(dir: &OwnedFd, name: &str, max: usize) -> io::Result<Vec<
     Ok(buf)
 }
 
+/// Renames `from` to `to`, both names in the directory `dir`, unless something is at `to`
+/// (renameat2(2) `RENAME_NOREPLACE`): relative to a descriptor, a directory the command
+/// swaps for a symlink after it was opened cannot redirect the rename.
+///
+/// # Errors
+/// renameat2(2) failures (`EEXIST` when `to` exists); `InvalidInput` for a name with a NUL.
+pub fn rename_noreplace_at(
+    dir: &OwnedFd,
+    from: &std::ffi::OsStr,
+    to: &std::ffi::OsStr,
+) -> io::Result<()> {
+    let cstr = |n: &std::ffi::OsStr| {
+        std::ffi::CString::new(n.as_bytes())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+    };
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    // Safety: a valid descriptor and NUL-terminated names; RENAME_NOREPLACE never overwrites.
+    let ret = unsafe {
+        libc::renameat2(
+            dir.as_raw_fd(),
+            f.as_ptr(),
+            dir.as_raw_fd(),
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
