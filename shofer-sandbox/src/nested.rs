@@ -17,9 +17,12 @@
 //! (kept, never deleted), so the host's git reads no configuration there. It runs whenever
 //! the index changes, periodically while gitlinks exist (the watcher of
 //! [`crate::gitguard`]), and when the command ends; between the command's write and the check
-//! a host git could still read the file (the same window as the guard's). One check reads at
-//! most [`CHECK_BUDGET`] bytes of nested indexes and configurations: a configuration left
-//! unread is moved aside, an index left unread is a failure.
+//! a host git could still read the file (the same window as the guard's). A nested
+//! repository's `hooks/` holding anything but samples is moved aside too. One check follows
+//! at most [`MAX_GITLINKS`] gitlinks, [`MAX_DEPTH`] deep, and reads at most [`CHECK_BUDGET`]
+//! bytes of nested indexes and configurations: what it leaves unread (a configuration, an
+//! index, the `.git` of a gitlink past the limit) is moved aside, so that git cannot read
+//! it either.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -165,14 +168,16 @@ impl NestedScan {
         while let Some((worktree, links, depth)) = todo.pop() {
             for rel in links {
                 pass.links += 1;
-                if pass.links > MAX_GITLINKS {
-                    pass.out.failed.push((
-                        self.index.clone(),
-                        format!("more than {MAX_GITLINKS} gitlinks: the rest are not checked"),
-                    ));
-                    return (pass.out, pass.links);
-                }
                 let dir = worktree.join(&rel);
+                if pass.links > MAX_GITLINKS {
+                    // Not followed: git must not enter it either.
+                    let dot = dir.join(".git");
+                    if std::fs::symlink_metadata(&dot).is_ok() {
+                        let why = format!("(beyond the {MAX_GITLINKS} gitlinks a check follows)");
+                        self.quarantine(&dot, why, &mut pass.out);
+                    }
+                    continue;
+                }
                 let Some(repo) = self.enter(&dir, &mut pass) else {
                     continue;
                 };
@@ -193,10 +198,10 @@ impl NestedScan {
                                 links
                             }
                             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-                            // Git would enter its gitlinks; they cannot be followed.
+                            // Git may enter gitlinks this one names; they cannot be followed.
                             Err(e) => {
-                                let why = format!("reading a nested index: {e}");
-                                pass.out.failed.push((index.clone(), why));
+                                let why = format!("(not checkable: {e})");
+                                self.quarantine(&index, why, &mut pass.out);
                                 Vec::new()
                             }
                         };
@@ -212,9 +217,8 @@ impl NestedScan {
                         continue;
                     }
                     if depth + 1 >= MAX_DEPTH {
-                        let why =
-                            format!("gitlinks nested more than {MAX_DEPTH} deep are not checked");
-                        pass.out.failed.push((index.clone(), why));
+                        let why = format!("(gitlinks nested more than {MAX_DEPTH} deep)");
+                        self.quarantine(&index, why, &mut pass.out);
                         break;
                     }
                     todo.push((worktree, links.clone(), depth + 1));
@@ -1098,9 +1102,10 @@ mod tests {
         assert_eq!(c.quarantined[0].path, sub.join(".git"));
     }
 
-    /// More gitlinks than one check follows fail the check (the run exits 125).
+    /// Past the gitlinks one check follows, a gitlink's repository is made one git cannot
+    /// enter (its `.git` moved aside), unread: here `sub`, which sorts after 4,097 others.
     #[test]
-    fn more_gitlinks_than_are_checked_is_a_failure() {
+    fn gitlinks_beyond_those_a_check_follows_are_made_unenterable() {
         use std::io::Write;
         let tmp = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(tmp.path()).unwrap();
@@ -1125,9 +1130,11 @@ mod tests {
         assert!(child.wait().unwrap().success());
         let mut scan = scan_of(&root);
         let (c, links) = scan.check();
-        assert_eq!(links, MAX_GITLINKS + 1, "it stops past the limit");
-        assert_eq!(c.failed.len(), 1, "{c:?}");
-        assert!(c.failed[0].1.contains("are not checked"), "{c:?}");
+        assert_eq!(links, MAX_GITLINKS + 2);
+        assert!(c.failed.is_empty(), "{c:?}");
+        assert_eq!(c.quarantined.len(), 1, "{c:?}");
+        assert_eq!(c.quarantined[0].path, root.join("sub/.git"));
+        assert!(c.quarantined[0].key.contains("beyond"), "{c:?}");
     }
 
     #[test]
