@@ -77,6 +77,23 @@ pub fn killable_recv_known() -> bool {
     r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT)
 }
 
+/// `SECCOMP_IOCTL_NOTIF_SET_FLAGS` with `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6): a
+/// notification wakes the waiting gate thread on the caller's CPU, and the answer the caller
+/// on the gate's, instead of a wake-up through the scheduler each way (a trapped call's
+/// round trip: 25 µs → 13 µs measured on 6.18 in a VM). A hint only: false where the kernel
+/// lacks it, and nothing changes.
+pub fn sync_wake_up(listener: RawFd) -> bool {
+    const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
+    // Safety: the ioctl takes the flags by value (a u64).
+    unsafe {
+        libc::ioctl(
+            listener,
+            libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+            SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP,
+        ) == 0
+    }
+}
+
 /// `SECCOMP_IOCTL_NOTIF_ID_VALID`: whether the caller is still blocked in this syscall, i.e.
 /// its PID still names it (checked after reading its memory, as seccomp_unotify(2) asks).
 pub fn still_valid(listener: RawFd, id: u64) -> bool {

@@ -397,6 +397,7 @@ impl Gate {
             return;
         }
         let fd = self.listener.as_raw_fd();
+        notify::sync_wake_up(fd);
         if self.rules.lockfiles {
             self.addfd = notify::addfd_support(fd);
             if self.addfd == AddFd::Missing {
