@@ -42,8 +42,11 @@ const MAX_DEPTH: usize = 16;
 /// index): the check is bounded however many or large the repositories the command makes.
 pub const CHECK_BUDGET: usize = 256 << 20;
 
-/// Configuration keys whose value git runs as a program (git-config(1)). `core.fsmonitor`
-/// counts only when it is not a boolean (`true` is the built-in daemon).
+/// Configuration keys whose value git runs as a program (git-config(1)), or that lead git to
+/// run one: a fetch (a partial clone's lazy fetch runs from `git status`) runs
+/// `remote.*.uploadpack`, a `vcs` or `<transport>::` URL's remote helper, or any URL an
+/// `insteadOf` rewrites to one, under `protocol.*.allow`. `core.fsmonitor` counts only when it
+/// is not a boolean (`true` is the built-in daemon).
 fn runs_a_program(section: &str, key: &str, value: &str) -> bool {
     let section = section.to_ascii_lowercase();
     let base = section.split('.').next().unwrap_or("");
@@ -59,7 +62,10 @@ fn runs_a_program(section: &str, key: &str, value: &str) -> bool {
         ("credential", "helper") => true,
         ("gpg", "program") | ("sequence", "editor") | ("uploadpack", "packobjectshook") => true,
         ("include", "path") => true,
-        _ => base.starts_with("includeif") || key == "command" || key.ends_with("cmd"),
+        ("remote", "uploadpack" | "receivepack" | "vcs") => true,
+        ("remote", "url" | "pushurl") => value.contains("::"),
+        ("url", "insteadof" | "pushinsteadof") | ("protocol", "allow") => true,
+        _ => base.starts_with("includeif") || key.ends_with("command") || key.ends_with("cmd"),
     }
 }
 
@@ -249,7 +255,15 @@ impl NestedScan {
             }
             PathBuf::from(std::ffi::OsStr::from_bytes(b))
         };
+        // A pointer through /proc or /dev (`/proc/self/cwd/…`) leads each git process
+        // elsewhere: moved aside.
+        let magic = |p: &Path| crate::paths::through_proc_or_dev(p);
+        let why_magic = || "(leads through /proc or /dev)".to_string();
         let dot_path = dir.join(".git");
+        if magic(&dot_path) {
+            self.quarantine(&dot_path, why_magic(), &mut pass.out);
+            return None;
+        }
         let dot = std::fs::canonicalize(&dot_path).ok()?;
         let gitdir = if dot.is_dir() {
             dot
@@ -262,12 +276,21 @@ impl NestedScan {
                 }
             }
         };
+        if magic(&gitdir) {
+            self.quarantine(&dot_path, why_magic(), &mut pass.out);
+            return None;
+        }
         let gitdir = std::fs::canonicalize(&gitdir).ok()?;
         let mut dirs = vec![gitdir.clone()];
         let commondir = gitdir.join("commondir");
         match crate::paths::read_regular(&commondir, MAX_POINTER) {
             Ok(bytes) => {
-                if let Ok(common) = std::fs::canonicalize(gitdir.join(pointer(&bytes))) {
+                let common = gitdir.join(pointer(&bytes));
+                if magic(&common) {
+                    self.quarantine(&commondir, why_magic(), &mut pass.out);
+                    return None;
+                }
+                if let Ok(common) = std::fs::canonicalize(common) {
                     dirs.insert(0, common);
                 }
             }
@@ -333,7 +356,7 @@ impl NestedScan {
     fn judge_configs(&self, repo: &Entered, pass: &mut Pass) -> Vec<PathBuf> {
         let mut values = Vec::new();
         for config in &repo.configs {
-            match self.judge_config(config, pass) {
+            match self.judge_config(config, &repo.gitdir, pass) {
                 Some(v) => values.extend(v),
                 None => continue,
             }
@@ -346,7 +369,7 @@ impl NestedScan {
 
     /// One configuration file: its `core.worktree` values when it stays, `None` when it is
     /// moved aside or cannot be read.
-    fn judge_config(&self, config: &Path, pass: &mut Pass) -> Option<Vec<String>> {
+    fn judge_config(&self, config: &Path, gitdir: &Path, pass: &mut Pass) -> Option<Vec<String>> {
         let text = match read_config(config, pass) {
             Ok((id, text)) => match pass.configs_seen.get(&id) {
                 Some(values) => return Some(values.clone()),
@@ -364,7 +387,15 @@ impl NestedScan {
             .iter()
             .find(|(s, k, v)| runs_a_program(s, k, v))
             .map(|(s, k, _)| format!("{s}.{k}"))
-            .or_else(|| loose_program_key(&text));
+            .or_else(|| loose_program_key(&text))
+            .or_else(|| {
+                // A worktree through /proc or /dev is another one for each git process.
+                entries
+                    .iter()
+                    .filter(|(s, k, _)| s == "core" && k == "worktree")
+                    .any(|(_, _, v)| crate::paths::through_proc_or_dev(&gitdir.join(v)))
+                    .then(|| "core.worktree (leads through /proc or /dev)".to_string())
+            });
         if let Some(key) = program {
             if self.writable(config) {
                 self.quarantine(config, key, &mut pass.out);
@@ -416,7 +447,7 @@ impl NestedScan {
 }
 
 /// Keys git runs as a program ([`runs_a_program`]), for [`loose_program_key`].
-const PROGRAM_KEYS: [&str; 18] = [
+const PROGRAM_KEYS: [&str; 23] = [
     "fsmonitor",
     "hookspath",
     "sshcommand",
@@ -435,6 +466,11 @@ const PROGRAM_KEYS: [&str; 18] = [
     "program",
     "packobjectshook",
     "path",
+    "uploadpack",
+    "receivepack",
+    "vcs",
+    "insteadof",
+    "pushinsteadof",
 ];
 
 /// A second reading of a configuration file that errs on the side of finding a key naming
@@ -457,7 +493,13 @@ fn loose_program_key(text: &str) -> Option<String> {
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
                 .collect::<String>()
                 .to_ascii_lowercase();
-            if !(PROGRAM_KEYS.contains(&word.as_str()) || word.ends_with("cmd")) {
+            let url = (word == "url" || word == "pushurl") && start.contains("::");
+            if !(PROGRAM_KEYS.contains(&word.as_str())
+                || word.ends_with("cmd")
+                || word.ends_with("command")
+                || word == "allow"
+                || url)
+            {
                 continue;
             }
             if word == "fsmonitor" && !continued && boolean_setting(&start[word.len()..]) {
@@ -1479,6 +1521,35 @@ mod tests {
         assert!(!status_runs(&root, &marker));
     }
 
+    /// `/proc/self/cwd` in a pointer is the top worktree for the host's outer git and the
+    /// gitlink's directory for the git it runs there: such a pointer is moved aside.
+    #[test]
+    fn a_pointer_through_proc_is_moved_aside() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
+        let (program, marker) = marker_program(root.parent().unwrap());
+        std::fs::create_dir(&root).unwrap();
+        gitlinked(&root);
+        let sub = root.join("sub");
+        std::fs::rename(sub.join(".git"), sub.join("evil")).unwrap();
+        git(
+            &sub,
+            &[
+                "--git-dir=evil",
+                "config",
+                "core.fsmonitor",
+                program.to_str().unwrap(),
+            ],
+        );
+        std::fs::write(sub.join(".git"), "gitdir: /proc/self/cwd/evil\n").unwrap();
+        git(&root, &["init", "-q", "--bare", "evil"]);
+        assert!(status_runs(&root, &marker), "the attack works");
+        let (c, _) = scan_of(&root).check();
+        assert_eq!(c.quarantined.len(), 1, "{c:?}");
+        assert_eq!(c.quarantined[0].path, sub.join(".git"));
+        assert!(!status_runs(&root, &marker));
+    }
+
     /// What lies outside the writable set is never moved, even reached through a symlink in
     /// the worktree.
     #[test]
@@ -1540,5 +1611,17 @@ mod tests {
         assert!(runs_a_program("filter.lfs", "smudge", "x"));
         assert!(runs_a_program("includeIf.gitdir:/x", "path", "x"));
         assert!(!runs_a_program("user", "name", "x"));
+        // What a lazy fetch of a partial clone (from `git status`) runs.
+        assert!(runs_a_program("remote.origin", "uploadpack", "/e"));
+        assert!(runs_a_program("remote.origin", "vcs", "x/../e"));
+        assert!(runs_a_program("remote.origin", "url", "ext::/e x"));
+        assert!(!runs_a_program("remote.origin", "url", "https://h/r.git"));
+        assert!(runs_a_program("protocol.ext", "allow", "always"));
+        assert!(runs_a_program("url.ext::/e", "insteadof", "https://h/"));
+        assert!(runs_a_program("core", "alternaterefscommand", "/e"));
+        let clone = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n[remote \"origin\"]\n\turl = https://h/r.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n\tpromisor = true\n\tpartialclonefilter = blob:none\n[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n[extensions]\n\tpartialclone = origin\n";
+        assert_eq!(loose_program_key(clone), None);
+        assert!(loose_program_key("[core]\n\talternateRefsCommand = /e\n").is_some());
+        assert!(loose_program_key("[remote \"o\"]\n\turl = ext::/e x\n").is_some());
     }
 }

@@ -293,6 +293,61 @@ pub fn read_small_file(dir: &OwnedFd, name: &str, max: usize) -> io::Result<Vec<
     Ok(buf)
 }
 
+/// Whether resolving the absolute path `path` as the kernel would passes through `/proc` or
+/// `/dev` at any step (symlink targets included; 40 symlinks at most, as path_resolution(7),
+/// else true): their magic links (`/proc/self/cwd`, `/proc/thread-self`, `/dev/fd/N`) name
+/// something else in each process, so such a path means one thing to the supervisor and
+/// another to a git run elsewhere. A component that does not exist ends the symlinks; the
+/// rest is taken as written.
+pub fn through_proc_or_dev(path: &Path) -> bool {
+    use std::path::Component;
+    use std::path::PathBuf;
+    let magic = |p: &Path| p.starts_with("/proc") || p.starts_with("/dev");
+    let push_all = |todo: &mut Vec<PathBuf>, p: &Path| {
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => todo.push(PathBuf::from(n)),
+                Component::ParentDir => todo.push(PathBuf::from("..")),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+    };
+    if !path.is_absolute() {
+        return true;
+    }
+    let mut todo = Vec::new();
+    push_all(&mut todo, path);
+    let mut at = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(c) = todo.pop() {
+        if c == Path::new("..") {
+            at.pop();
+            continue;
+        }
+        let next = at.join(&c);
+        if magic(&next) {
+            return true;
+        }
+        match std::fs::symlink_metadata(&next) {
+            Ok(m) if m.file_type().is_symlink() => {
+                links += 1;
+                let Ok(target) = std::fs::read_link(&next) else {
+                    return true;
+                };
+                if links > 40 {
+                    return true;
+                }
+                if target.is_absolute() {
+                    at = PathBuf::from("/");
+                }
+                push_all(&mut todo, &target);
+            }
+            _ => at = next,
+        }
+    }
+    false
+}
+
 /// Renames `from` to `to`, both names in the directory `dir`, unless something is at `to`
 /// (renameat2(2) `RENAME_NOREPLACE`): relative to a descriptor, a directory the command
 /// swaps for a symlink after it was opened cannot redirect the rename.
@@ -328,6 +383,21 @@ pub fn rename_noreplace_at(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_through_proc_or_dev_are_seen_behind_symlinks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        std::os::unix::fs::symlink("/proc/self/cwd", dir.join("cwd")).unwrap();
+        std::os::unix::fs::symlink("cwd/x", dir.join("chain")).unwrap();
+        std::os::unix::fs::symlink("loop", dir.join("loop")).unwrap();
+        assert!(through_proc_or_dev(Path::new("/proc/self/cwd/x")));
+        assert!(through_proc_or_dev(&dir.join("chain/y")));
+        assert!(through_proc_or_dev(&dir.join("x/../../../../dev/fd/3")));
+        assert!(through_proc_or_dev(&dir.join("loop")), "ELOOP");
+        assert!(!through_proc_or_dev(&dir.join("a/b/../c")));
+        assert!(!through_proc_or_dev(&dir));
+    }
 
     #[test]
     fn walk_and_openat2_agree() {
