@@ -1038,7 +1038,8 @@ fn watch_loop(
 /// The nested check's thread: one check at once (the index may have changed before the
 /// gate opened), one at each wake-up from the watcher, and every [`NESTED_RECHECK_MS`]
 /// while gitlinks exist (their repositories' configs and indexes can change without an
-/// event in a watched directory). Ends when the watcher drops its sender.
+/// event in a watched directory) or the last check failed. Ends when the watcher drops its
+/// sender.
 fn nested_loop(scan: &Mutex<NestedScan>, woken: &std::sync::mpsc::Receiver<()>) -> Restored {
     use std::sync::mpsc::RecvTimeoutError;
     let recheck = std::time::Duration::from_millis(NESTED_RECHECK_MS);
@@ -1048,6 +1049,8 @@ fn nested_loop(scan: &Mutex<NestedScan>, woken: &std::sync::mpsc::Receiver<()>) 
             Ok(mut s) => s.check(),
             Err(_) => break,
         };
+        // A check that could not finish is tried again on the timer as well.
+        let again = links > 0 || !c.failed.is_empty();
         let r = Restored {
             quarantined: c.quarantined,
             failed: c.failed,
@@ -1055,7 +1058,7 @@ fn nested_loop(scan: &Mutex<NestedScan>, woken: &std::sync::mpsc::Receiver<()>) 
         };
         announce(&r, "moved aside at once");
         total.merge(r);
-        let next = if links > 0 {
+        let next = if again {
             woken.recv_timeout(recheck)
         } else {
             woken.recv().map_err(|_| RecvTimeoutError::Disconnected)

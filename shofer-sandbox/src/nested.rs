@@ -560,24 +560,27 @@ fn read_config(path: &Path, pass: &mut Pass) -> io::Result<((u64, u64), String)>
 /// (`sharedindex.<id>` beside it): `hash_lens` are the object-name lengths to read it with
 /// (one, or both when the repository's format is the command's to set). Each file is read as
 /// a regular file (a symlink to one is followed, as git follows it; the command can put a
-/// FIFO or a symlink to `/dev/zero` there) of at most `max` bytes, together. Also returns the
-/// bytes read.
+/// FIFO or a symlink to `/dev/zero` there): its first `max` bytes (the two files together),
+/// where the entries must lie, and past them only the extensions' headers and the few git
+/// acts on ([`IndexBytes`]: git skips an extension it does not know, so padding one must not
+/// hide the rest). Also returns the bytes read into memory.
 ///
 /// # Errors
-/// open(2) and read(2) failures; `InvalidData` for something else than a regular file, a
-/// larger one, or one that is not an index with any of `hash_lens`.
+/// open(2) and read(2) failures; `InvalidData` for something else than a regular file, or
+/// one that is not an index with any of `hash_lens` within those bounds.
 fn index_gitlinks(
     index: &Path,
     hash_lens: &[usize],
     max: usize,
     buf: &mut Vec<u8>,
 ) -> io::Result<(Vec<PathBuf>, usize)> {
-    crate::paths::read_regular_into(&std::fs::canonicalize(index)?, max, buf)?;
+    let file = read_head(index, max, buf)?;
+    let src = IndexBytes::of(buf, &file)?;
     let mut read = buf.len();
     let mut links = Vec::new();
     let mut parsed = false;
     for &hash_len in hash_lens {
-        let Some(found) = parse_gitlinks(buf, hash_len) else {
+        let Some(found) = parse_index(&src, hash_len) else {
             continue;
         };
         parsed = true;
@@ -586,18 +589,18 @@ fn index_gitlinks(
             // Git reads `<gitdir>/sharedindex.<id>`, else the one beside the index: the same
             // directory here.
             let shared = index.with_file_name(format!("sharedindex.{base}"));
-            let bytes = match std::fs::canonicalize(&shared)
-                .and_then(|p| crate::paths::read_regular(&p, max.saturating_sub(read)))
-            {
-                Ok(bytes) => bytes,
+            let mut bytes = Vec::new();
+            let file = match read_head(&shared, max.saturating_sub(read), &mut bytes) {
+                Ok(file) => file,
                 // Git stops at a missing shared index: it enters nothing.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             };
             read += bytes.len();
-            let shared_links = shared_gitlinks(&bytes, hash_len, &replaced).ok_or_else(|| {
-                io::Error::new(io::ErrorKind::InvalidData, "malformed shared index")
-            })?;
+            let shared_links =
+                shared_gitlinks(&IndexBytes::of(&bytes, &file)?, hash_len, &replaced).ok_or_else(
+                    || io::Error::new(io::ErrorKind::InvalidData, "malformed shared index"),
+                )?;
             links.extend(shared_links);
         }
     }
@@ -612,30 +615,95 @@ fn index_gitlinks(
     Ok((links, read))
 }
 
+/// Opens the index file at `path` (resolved, as git follows a symlink there) as a regular
+/// file and reads its first `max` bytes into `buf`; returns the file for the rest.
+fn read_head(path: &Path, max: usize, buf: &mut Vec<u8>) -> io::Result<std::fs::File> {
+    use std::io::Read;
+    let file = crate::paths::open_regular(&std::fs::canonicalize(path)?)?;
+    buf.clear();
+    (&file).take(max as u64).read_to_end(buf)?;
+    Ok(file)
+}
+
+/// Largest extension body read from past an index's first bytes (a `link` extension's
+/// bitmaps, an offset table): bigger is no index git wrote.
+const MAX_EXTENSION: usize = 64 << 20;
+/// Most extension headers walked: more is no index git wrote.
+const MAX_EXTENSIONS: usize = 1 << 16;
+
+/// An index file's bytes: its first ones in memory (`head`, where the entries must lie) and
+/// the rest read from the file when asked for (extension headers and bodies).
+struct IndexBytes<'a> {
+    head: &'a [u8],
+    len: usize,
+    rest: Option<&'a std::fs::File>,
+}
+
+impl<'a> IndexBytes<'a> {
+    /// A whole index in memory.
+    #[cfg(test)]
+    fn whole(data: &'a [u8]) -> IndexBytes<'a> {
+        IndexBytes {
+            head: data,
+            len: data.len(),
+            rest: None,
+        }
+    }
+
+    /// `head`, the first bytes of `file`, and the rest of it.
+    fn of(head: &'a [u8], file: &'a std::fs::File) -> io::Result<IndexBytes<'a>> {
+        let len = usize::try_from(file.metadata()?.len()).map_err(io::Error::other)?;
+        Ok(IndexBytes {
+            head,
+            len: len.max(head.len()),
+            rest: (len > head.len()).then_some(file),
+        })
+    }
+
+    /// `n` bytes at `at`: `None` past the end, or for more than [`MAX_EXTENSION`] bytes
+    /// from the file.
+    fn get(&self, at: usize, n: usize) -> Option<std::borrow::Cow<'a, [u8]>> {
+        use std::os::unix::fs::FileExt;
+        let end = at.checked_add(n)?;
+        if end > self.len {
+            return None;
+        }
+        if end <= self.head.len() {
+            return Some(std::borrow::Cow::Borrowed(&self.head[at..end]));
+        }
+        if n > MAX_EXTENSION {
+            return None;
+        }
+        let mut bytes = vec![0; n];
+        self.rest?.read_exact_at(&mut bytes, at as u64).ok()?;
+        Some(std::borrow::Cow::Owned(bytes))
+    }
+}
+
 /// What an index names: its gitlinks, and for a split index (the `link` extension) each
 /// shared index's id (hex) with the positions in it of entries the split index replaces by
 /// a gitlink.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct IndexLinks {
+struct IndexLinks {
     /// Paths of the gitlink entries (mode 160000).
-    pub gitlinks: Vec<PathBuf>,
+    gitlinks: Vec<PathBuf>,
     /// Shared indexes: id and replaced positions.
-    pub shared: Vec<(String, Vec<usize>)>,
+    shared: Vec<(String, Vec<usize>)>,
 }
 
-/// Gitlink paths of an index file (gitformat-index(5), versions 2-4), read as git's
-/// read-cache.c reads it, which the command can exploit wherever a stricter reader would
-/// differ: every entry is read in order from the header (`load_all_cache_entries`), and
-/// also block by block from the offsets of an entry offset table (`EOIE` + `IEOT`
-/// extensions: git's threaded load, each block starting without a previous name); a name is
-/// taken as git takes it (the flags' 12-bit length unless 0xFFF, then up to the NUL; in
-/// version 4 a prefix of the previous name plus a suffix); and the extensions are read from
-/// both places git starts them. `None` when no reading gets through the entries.
-pub fn parse_gitlinks(data: &[u8], hash_len: usize) -> Option<IndexLinks> {
+/// Gitlink paths of an index file, read as git's read-cache.c reads it, which the command
+/// can exploit wherever a stricter reader would differ: every entry is read in order from
+/// the header (`load_all_cache_entries`), and also block by block from the offsets of an
+/// entry offset table (`EOIE` + `IEOT` extensions: git's threaded load, each block starting
+/// without a previous name); a name is taken as git takes it (the flags' 12-bit length
+/// unless 0xFFF, then up to the NUL; in version 4 a prefix of the previous name plus a
+/// suffix); and the extensions are read from both places git starts them. `None` when no
+/// reading gets through the entries.
+fn parse_index(src: &IndexBytes, hash_len: usize) -> Option<IndexLinks> {
     let mut out = IndexLinks::default();
     // Ordinals of gitlink entries without a name: in a split index, replacements.
     let mut stripped: Vec<usize> = Vec::new();
-    let starts = visit_entries(data, hash_len, |ordinal, mode, raw, name| {
+    let starts = visit_entries(src, hash_len, |ordinal, mode, raw, name| {
         if mode & 0o170000 != 0o160000 {
             return;
         }
@@ -648,8 +716,12 @@ pub fn parse_gitlinks(data: &[u8], hash_len: usize) -> Option<IndexLinks> {
         }
     })?;
     for start in starts {
-        for ext in extensions(data, start, hash_len) {
-            if let Some(shared) = link_extension(ext, hash_len, &stripped) {
+        for (sig, at, size) in extensions(src, start, hash_len)? {
+            if &sig != b"link" {
+                continue;
+            }
+            let body = src.get(at, size)?;
+            if let Some(shared) = link_extension(&body, hash_len, &stripped) {
                 if !out.shared.contains(&shared) {
                     out.shared.push(shared);
                 }
@@ -661,10 +733,10 @@ pub fn parse_gitlinks(data: &[u8], hash_len: usize) -> Option<IndexLinks> {
 
 /// The gitlinks of a shared index, and the names of its entries at `replaced` (which the
 /// split index turned into gitlinks).
-fn shared_gitlinks(data: &[u8], hash_len: usize, replaced: &[usize]) -> Option<Vec<PathBuf>> {
+fn shared_gitlinks(src: &IndexBytes, hash_len: usize, replaced: &[usize]) -> Option<Vec<PathBuf>> {
     use std::os::unix::ffi::OsStrExt;
     let mut out = Vec::new();
-    visit_entries(data, hash_len, |ordinal, mode, _, name| {
+    visit_entries(src, hash_len, |ordinal, mode, _, name| {
         if !name.is_empty() && (mode & 0o170000 == 0o160000 || replaced.contains(&ordinal)) {
             out.push(PathBuf::from(std::ffi::OsStr::from_bytes(name)));
         }
@@ -672,16 +744,17 @@ fn shared_gitlinks(data: &[u8], hash_len: usize, replaced: &[usize]) -> Option<V
     Some(out)
 }
 
-/// Calls `f(ordinal, mode, raw name, name)` for every entry of index `data` as git reads it
-/// ([`parse_gitlinks`]; `name` is the raw name up to a NUL, as git's C string is), and
-/// returns the offsets where git starts reading extensions. Runs at every index change while
-/// the command runs and at its exit, so it allocates nothing per entry (version 4 rebuilds
-/// each name in one buffer).
+/// Calls `f(ordinal, mode, raw name, name)` for every entry of index `src` as git reads it
+/// ([`parse_index`]; `name` is the raw name up to a NUL, as git's C string is), and
+/// returns the offsets where git starts reading extensions. The entries must lie in the
+/// bytes in memory. Runs at every index change while the command runs and at its exit, so
+/// it allocates nothing per entry (version 4 rebuilds each name in one buffer).
 fn visit_entries(
-    data: &[u8],
+    src: &IndexBytes,
     hash_len: usize,
     mut f: impl FnMut(usize, u32, &[u8], &[u8]),
 ) -> Option<Vec<usize>> {
+    let data = src.head;
     let be32 = |at: usize| -> Option<u32> {
         Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
     };
@@ -749,7 +822,7 @@ fn visit_entries(
     let mut starts = Vec::new();
     let in_order = block(12, 0, count);
     starts.extend(in_order);
-    let offsets = entry_offsets(data, hash_len);
+    let offsets = entry_offsets(src, hash_len);
     let mut threaded = offsets.is_some();
     if let Some((extensions_at, table)) = offsets {
         // Git's entry array holds the header's count, and each entry takes at least the
@@ -758,7 +831,7 @@ fn visit_entries(
         let asked = table
             .iter()
             .fold(0usize, |sum, (_, nr)| sum.saturating_add(*nr));
-        if asked > count || asked.saturating_mul(40 + hash_len + 2) > data.len() {
+        if asked > count || asked.saturating_mul(40 + hash_len + 2) > src.len {
             return None;
         }
         starts.push(extensions_at);
@@ -773,44 +846,49 @@ fn visit_entries(
     (in_order.is_some() || threaded).then_some(starts)
 }
 
-/// The extensions (signature and data) of index `data` from `pos` on, as git walks them
-/// (`load_index_extensions`): while a header fits before the trailing hash; one whose data
-/// runs past the end is not returned.
-fn extensions(data: &[u8], mut pos: usize, hash_len: usize) -> Vec<(&[u8], &[u8])> {
+/// The extension headers (signature, offset of the body, its size) of index `src` from
+/// `pos` on, as git walks them (`load_index_extensions`): while a header fits before the
+/// trailing hash. `None` past [`MAX_EXTENSIONS`] of them.
+fn extensions(
+    src: &IndexBytes,
+    mut pos: usize,
+    hash_len: usize,
+) -> Option<Vec<([u8; 4], usize, usize)>> {
     let mut out = Vec::new();
-    let end = data.len().saturating_sub(hash_len);
+    let end = src.len.saturating_sub(hash_len);
     while pos + 8 <= end {
-        let size = u32::from_be_bytes(data[pos + 4..pos + 8].try_into().expect("4 bytes")) as usize;
-        if let Some(body) = data.get(pos + 8..pos + 8 + size) {
-            out.push((&data[pos..pos + 4], body));
+        if out.len() == MAX_EXTENSIONS {
+            return None;
         }
+        let header = src.get(pos, 8)?;
+        let sig: [u8; 4] = header[..4].try_into().expect("4 bytes");
+        let size = be32_of(&header, 4)? as usize;
+        out.push((sig, pos + 8, size));
         pos = pos + 8 + size;
     }
-    out
+    Some(out)
 }
 
 /// The end-of-entries extension's offset (`EOIE`, last before the trailing hash; its hash of
 /// the extension headers is not checked, so that every table git might use is read) and the
 /// entry offset table it leads to (`IEOT` version 1: offset and count per block), as git's
 /// `read_eoie_extension` and `read_ieot_extension` find them.
-fn entry_offsets(data: &[u8], hash_len: usize) -> Option<(usize, Vec<(usize, usize)>)> {
+fn entry_offsets(src: &IndexBytes, hash_len: usize) -> Option<(usize, Vec<(usize, usize)>)> {
     const EOIE_SIZE: usize = 4 + 20;
-    let eoie = data.len().checked_sub(8 + EOIE_SIZE + hash_len)?;
-    if eoie < 12 || &data[eoie..eoie + 4] != b"EOIE" {
+    let eoie = src.len.checked_sub(8 + EOIE_SIZE + hash_len)?;
+    let tail = src.get(eoie, 12)?;
+    if eoie < 12 || &tail[..4] != b"EOIE" || be32_of(&tail, 4)? as usize != EOIE_SIZE {
         return None;
     }
-    let be32 = |at: usize| u32::from_be_bytes(data[at..at + 4].try_into().expect("4 bytes"));
-    if be32(eoie + 4) as usize != EOIE_SIZE {
-        return None;
-    }
-    let offset = be32(eoie + 8) as usize;
+    let offset = be32_of(&tail, 8)? as usize;
     if offset < 12 || offset >= eoie {
         return None;
     }
-    let (_, table) = extensions(data, offset, hash_len)
+    let (_, at, size) = extensions(src, offset, hash_len)?
         .into_iter()
-        .find(|(sig, _)| *sig == b"IEOT")?;
-    if table.len() < 12 || be32_of(table, 0)? != 1 {
+        .find(|(sig, _, _)| sig == b"IEOT")?;
+    let table = src.get(at, size)?;
+    if table.len() < 12 || be32_of(&table, 0)? != 1 {
         return None;
     }
     let blocks = table[4..]
@@ -829,19 +907,16 @@ fn be32_of(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-/// A `link` extension (git's split-index.c `read_link_extension`: the shared index's id,
-/// then the delete and the replace EWAH bitmaps): the shared index's id in hex, and the
+/// A `link` extension's body (git's split-index.c `read_link_extension`: the shared index's
+/// id, then the delete and the replace EWAH bitmaps): the shared index's id in hex, and the
 /// positions in it that the split index's nameless entries at ordinals `stripped` replace
 /// (the n-th nameless entry replaces the n-th set bit's entry: `merge_base_index`). `None`
-/// for another extension, or a null id (no shared index).
+/// for a null id (no shared index).
 fn link_extension(
-    (sig, body): (&[u8], &[u8]),
+    body: &[u8],
     hash_len: usize,
     stripped: &[usize],
 ) -> Option<(String, Vec<usize>)> {
-    if sig != b"link" {
-        return None;
-    }
     let id = body.get(..hash_len)?;
     if id.iter().all(|&b| b == 0) {
         return None;
@@ -901,6 +976,11 @@ fn ewah_bits(data: &[u8], n: usize) -> Option<(Vec<usize>, usize)> {
 mod tests {
     use super::*;
     use std::process::Command;
+
+    /// An index file in memory, read as [`parse_index`] reads one.
+    fn parse_gitlinks(data: &[u8], hash_len: usize) -> Option<IndexLinks> {
+        parse_index(&IndexBytes::whole(data), hash_len)
+    }
 
     fn git(dir: &Path, args: &[&str]) {
         let ok = Command::new("git")
@@ -1363,7 +1443,7 @@ mod tests {
         );
         let index = root.join(".git/index");
         let mut data = std::fs::read(&index).unwrap();
-        let (_, blocks) = entry_offsets(&data, 20).expect("an offset table");
+        let (_, blocks) = entry_offsets(&IndexBytes::whole(&data), 20).expect("an offset table");
         assert_eq!(blocks.len(), 2, "{blocks:?}");
         // The second block starts at `sub`: its prefix length is made 0, so that read in
         // order its name would be `aaa/x` + `sub`, longer than its flags say (git dies so).
@@ -1548,6 +1628,38 @@ mod tests {
         assert_eq!(c.quarantined.len(), 1, "{c:?}");
         assert_eq!(c.quarantined[0].path, sub.join(".git"));
         assert!(!status_runs(&root, &marker));
+    }
+
+    /// Git skips an extension it does not know, however large: padding one past the bytes the
+    /// check reads into memory hides no gitlink (the headers past them are read from the
+    /// file, the bodies skipped).
+    #[test]
+    fn an_index_padded_past_the_bound_is_still_read() {
+        use sha1::Digest as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
+        let (program, marker) = marker_program(root.parent().unwrap());
+        std::fs::create_dir(&root).unwrap();
+        gitlinked(&root);
+        git(
+            &root.join("sub"),
+            &["config", "core.fsmonitor", program.to_str().unwrap()],
+        );
+        let index = root.join(".git/index");
+        let data = std::fs::read(&index).unwrap();
+        let pad = 4 << 20;
+        let mut padded = data[..data.len() - 20].to_vec();
+        padded.extend_from_slice(b"Zpad");
+        padded.extend_from_slice(&(pad as u32).to_be_bytes());
+        padded.resize(padded.len() + pad, 0);
+        let sum = sha1::Sha1::digest(&padded);
+        padded.extend_from_slice(&sum);
+        std::fs::write(&index, &padded).unwrap();
+        assert!(status_runs(&root, &marker), "the attack works");
+        let mut buf = Vec::new();
+        let (links, read) = index_gitlinks(&index, &[20], 1 << 20, &mut buf).unwrap();
+        assert_eq!(links, vec![PathBuf::from("sub")]);
+        assert!(read <= 1 << 20, "{read}");
     }
 
     /// What lies outside the writable set is never moved, even reached through a symlink in
