@@ -92,6 +92,13 @@ pub(super) fn cases() -> Vec<Case> {
             needs = need_git_sh
         ),
         case!(
+            "git-nested-hook-host",
+            "a nested repo registered as a gitlink with a post-index-change hook and a stat-dirty tracked file: the host's git status refreshes the nested index and runs the hook (no configuration needed)",
+            None,
+            |c| git_host_script(c, "nested-hook", "mkdir sub && git -C sub init -q && echo a > sub/f && git -C sub add f && git -C sub commit -q -m s && printf '#!/bin/sh\\ntouch %s\\n' \"$PAYLOAD\" > sub/.git/hooks/post-index-change && chmod +x sub/.git/hooks/post-index-change && touch -d 2020-01-01 sub/f && git add sub && echo SHOFER-SETUP-OK"),
+            needs = need_git_sh
+        ),
+        case!(
             "git-split-index-gitlink-host",
             "a nested repo whose config sets core.fsmonitor, registered as a gitlink in a copy of the index (GIT_INDEX_FILE) that is then split (update-index --split-index) and moved over the index: the gitlink is only in sharedindex.<id>, which the host's git status reads with the index",
             None,
@@ -430,6 +437,8 @@ fn git_host_script(c: &Ctx, what: &str, script: &str) -> Outcome {
     spec.env = r.env.clone();
     spec.env
         .push(("PAYLOAD_CONFIG".into(), payload_config(&payload)));
+    spec.env
+        .push(("PAYLOAD".into(), payload.display().to_string()));
     let run = c.sb(spec);
     // A set-up that must succeed on every backend says so: without it the case could not fail.
     if script.ends_with(SETUP_OK) && !run.stdout.contains("SHOFER-SETUP-OK") {
@@ -442,7 +451,7 @@ fn git_host_script(c: &Ctx, what: &str, script: &str) -> Outcome {
     if payload.exists() {
         let _ = std::fs::remove_file(&payload);
         return Outcome::Escaped(format!(
-            "the host's `git status` ran the command's core.fsmonitor ({what})"
+            "the host's `git status` ran the command's program ({what})"
         ));
     }
     Outcome::Blocked(format!(
@@ -1004,6 +1013,8 @@ fn git_inside_tmp_moved(c: &Ctx) -> Outcome {
     spec.env = env.clone();
     spec.env
         .push(("PAYLOAD_CONFIG".into(), payload_config(&payload)));
+    spec.env
+        .push(("PAYLOAD".into(), payload.display().to_string()));
     // The journal a failed run keeps goes beside `out`, not into the user's state directory.
     spec.env.push((
         "XDG_STATE_HOME".into(),
