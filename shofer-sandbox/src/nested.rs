@@ -102,6 +102,23 @@ pub struct NestedScan {
     /// The index's bytes, read again into the same buffer at every check (a fresh buffer of a
     /// large index costs a page fault per page each time).
     buf: Vec<u8>,
+    /// The index's stamp at the last check that found no gitlink and nothing wrong, when it
+    /// was not split and had not changed for [`SETTLED`] before that check: while the stamp
+    /// stays, the index needs no reading again.
+    clean: Option<Stamp>,
+}
+
+/// A file's device, inode, size and ctime: every write moves the ctime, which only
+/// `CAP_SYS_TIME` could set back.
+type Stamp = (u64, u64, u64, i64, i64);
+
+/// How long a file must be unchanged before its ctime is trusted to tell a later change
+/// (file times come from a coarse clock, kept to 1 or 2 s on some filesystems).
+const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn stamp(m: &std::fs::Metadata) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino(), m.size(), m.ctime(), m.ctime_nsec())
 }
 
 /// A repository git enters at a gitlink.
@@ -143,6 +160,7 @@ impl NestedScan {
             index: gitdir.join("index"),
             hash_len: if sha256 { 32 } else { 20 },
             buf: Vec::new(),
+            clean: None,
         }
     }
 
@@ -158,16 +176,28 @@ impl NestedScan {
             entered: HashSet::new(),
             links: 0,
         };
-        let links = match index_gitlinks(&self.index, &[self.hash_len], MAX_INDEX, &mut self.buf) {
-            Ok((l, _)) => l,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return (pass.out, 0),
-            Err(e) => {
-                pass.out
-                    .failed
-                    .push((self.index.clone(), format!("reading the index: {e}")));
-                return (pass.out, 0);
-            }
-        };
+        // Git follows a symlink there: so does the stamp.
+        let before = std::fs::metadata(&self.index).ok();
+        if before
+            .as_ref()
+            .map(stamp)
+            .is_some_and(|s| self.clean == Some(s))
+        {
+            return (pass.out, 0);
+        }
+        self.clean = None;
+        let started = std::time::SystemTime::now();
+        let (links, split) =
+            match index_gitlinks(&self.index, &[self.hash_len], MAX_INDEX, &mut self.buf) {
+                Ok((l, _, split)) => (l, split),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return (pass.out, 0),
+                Err(e) => {
+                    pass.out
+                        .failed
+                        .push((self.index.clone(), format!("reading the index: {e}")));
+                    return (pass.out, 0);
+                }
+            };
         // Depth first, each repository with the worktree its gitlinks are relative to.
         let mut todo = vec![(self.worktree.clone(), links, 0)];
         let mut nested_buf = Vec::new();
@@ -199,7 +229,7 @@ impl NestedScan {
                         // Its object format is the command's to set: read with either.
                         let max = pass.budget.min(MAX_INDEX);
                         let links = match index_gitlinks(&index, &[20, 32], max, &mut nested_buf) {
-                            Ok((links, read)) => {
+                            Ok((links, read, _)) => {
                                 pass.budget -= read.min(pass.budget);
                                 links
                             }
@@ -230,6 +260,14 @@ impl NestedScan {
                     todo.push((worktree, links.clone(), depth + 1));
                 }
             }
+        }
+        let nothing =
+            pass.links == 0 && pass.out.failed.is_empty() && pass.out.quarantined.is_empty();
+        let settled = before
+            .as_ref()
+            .is_some_and(|m| crate::objects::changed_at(m) + SETTLED < started);
+        if nothing && settled && !split {
+            self.clean = before.as_ref().map(stamp);
         }
         (pass.out, pass.links)
     }
@@ -563,7 +601,7 @@ fn read_config(path: &Path, pass: &mut Pass) -> io::Result<((u64, u64), String)>
 /// FIFO or a symlink to `/dev/zero` there): its first `max` bytes (the two files together),
 /// where the entries must lie, and past them only the extensions' headers and the few git
 /// acts on ([`IndexBytes`]: git skips an extension it does not know, so padding one must not
-/// hide the rest). Also returns the bytes read into memory.
+/// hide the rest). Also returns the bytes read into memory, and whether it is a split index.
 ///
 /// # Errors
 /// open(2) and read(2) failures; `InvalidData` for something else than a regular file, or
@@ -573,18 +611,20 @@ fn index_gitlinks(
     hash_lens: &[usize],
     max: usize,
     buf: &mut Vec<u8>,
-) -> io::Result<(Vec<PathBuf>, usize)> {
+) -> io::Result<(Vec<PathBuf>, usize, bool)> {
     let file = read_head(index, max, buf)?;
     let src = IndexBytes::of(buf, &file)?;
     let mut read = buf.len();
     let mut links = Vec::new();
     let mut parsed = false;
+    let mut split = false;
     for &hash_len in hash_lens {
         let Some(found) = parse_index(&src, hash_len) else {
             continue;
         };
         parsed = true;
         links.extend(found.gitlinks);
+        split |= !found.shared.is_empty();
         for (base, replaced) in found.shared {
             // Git reads `<gitdir>/sharedindex.<id>`, else the one beside the index: the same
             // directory here.
@@ -612,7 +652,7 @@ fn index_gitlinks(
     }
     links.sort();
     links.dedup();
-    Ok((links, read))
+    Ok((links, read, split))
 }
 
 /// Opens the index file at `path` (resolved, as git follows a symlink there) as a regular
@@ -1657,9 +1697,31 @@ mod tests {
         std::fs::write(&index, &padded).unwrap();
         assert!(status_runs(&root, &marker), "the attack works");
         let mut buf = Vec::new();
-        let (links, read) = index_gitlinks(&index, &[20], 1 << 20, &mut buf).unwrap();
+        let (links, read, _) = index_gitlinks(&index, &[20], 1 << 20, &mut buf).unwrap();
         assert_eq!(links, vec![PathBuf::from("sub")]);
         assert!(read <= 1 << 20, "{read}");
+    }
+
+    /// An index without gitlinks that has not changed since a check is not read again at the
+    /// next one; any change to it (a new ctime) is.
+    #[test]
+    fn an_unchanged_index_without_gitlinks_is_not_read_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        git(&root, &["init", "-q"]);
+        std::fs::write(root.join("f"), "f").unwrap();
+        git(&root, &["add", "f"]);
+        let mut scan = scan_of(&root);
+        assert_eq!(scan.check().1, 0);
+        assert!(scan.clean.is_none(), "a fresh index is not trusted yet");
+        std::thread::sleep(SETTLED + std::time::Duration::from_millis(100));
+        assert_eq!(scan.check().1, 0);
+        assert!(scan.clean.is_some());
+        let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+        let link = format!("160000,{commit},sub");
+        git(&root, &["update-index", "--add", "--cacheinfo", &link]);
+        assert_eq!(scan.check().1, 1, "the changed index is read");
+        assert!(scan.clean.is_none());
     }
 
     /// What lies outside the writable set is never moved, even reached through a symlink in
