@@ -34,6 +34,8 @@ const MAX_INDEX: usize = 256 << 20;
 const MAX_CONFIG: usize = 4 << 20;
 /// Largest `.git` or `commondir` pointer file followed (bytes; git refuses a larger `.git`).
 const MAX_POINTER: usize = 1 << 20;
+/// Longest gitlink path followed (`PATH_MAX`: git cannot reach a longer one either).
+const MAX_PATH: usize = libc::PATH_MAX as usize;
 /// Most gitlinks followed per check, over every level.
 const MAX_GITLINKS: usize = 4096;
 /// Longest chain of repositories followed (a gitlink in a gitlinked repository, …).
@@ -458,6 +460,11 @@ impl NestedScan {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             return;
         };
+        // A parent through a magic link is another directory for us (git enters no gitlink
+        // behind a symlink anyway).
+        if crate::paths::through_proc_or_dev(parent) {
+            return;
+        }
         let Ok(parent) = std::fs::canonicalize(parent) else {
             return;
         };
@@ -636,14 +643,16 @@ fn index_gitlinks(
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             };
-            read += bytes.len();
+            let shared_src = IndexBytes::of(&bytes, &file)?;
             let shared_links =
-                shared_gitlinks(&IndexBytes::of(&bytes, &file)?, hash_len, &replaced).ok_or_else(
-                    || io::Error::new(io::ErrorKind::InvalidData, "malformed shared index"),
-                )?;
+                shared_gitlinks(&shared_src, hash_len, &replaced).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidData, "malformed shared index")
+                })?;
+            read += bytes.len() + shared_src.from_file.get();
             links.extend(shared_links);
         }
     }
+    read += src.from_file.get();
     if !parsed {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -659,6 +668,13 @@ fn index_gitlinks(
 /// file and reads its first `max` bytes into `buf`; returns the file for the rest.
 fn read_head(path: &Path, max: usize, buf: &mut Vec<u8>) -> io::Result<std::fs::File> {
     use std::io::Read;
+    if crate::paths::through_proc_or_dev(path) {
+        // `/proc/self/cwd/…` is another file for each git process.
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "it leads through /proc or /dev",
+        ));
+    }
     let file = crate::paths::open_regular(&std::fs::canonicalize(path)?)?;
     buf.clear();
     (&file).take(max as u64).read_to_end(buf)?;
@@ -669,7 +685,7 @@ fn read_head(path: &Path, max: usize, buf: &mut Vec<u8>) -> io::Result<std::fs::
 /// bitmaps, an offset table): bigger is no index git wrote.
 const MAX_EXTENSION: usize = 64 << 20;
 /// Most extension headers walked: more is no index git wrote.
-const MAX_EXTENSIONS: usize = 1 << 16;
+const MAX_EXTENSIONS: usize = 1024;
 
 /// An index file's bytes: its first ones in memory (`head`, where the entries must lie) and
 /// the rest read from the file when asked for (extension headers and bodies).
@@ -677,6 +693,8 @@ struct IndexBytes<'a> {
     head: &'a [u8],
     len: usize,
     rest: Option<&'a std::fs::File>,
+    /// Bytes read from the file past `head` (counted against the check's budget).
+    from_file: std::cell::Cell<usize>,
 }
 
 impl<'a> IndexBytes<'a> {
@@ -687,6 +705,7 @@ impl<'a> IndexBytes<'a> {
             head: data,
             len: data.len(),
             rest: None,
+            from_file: Default::default(),
         }
     }
 
@@ -697,6 +716,7 @@ impl<'a> IndexBytes<'a> {
             head,
             len: len.max(head.len()),
             rest: (len > head.len()).then_some(file),
+            from_file: Default::default(),
         })
     }
 
@@ -716,6 +736,7 @@ impl<'a> IndexBytes<'a> {
         }
         let mut bytes = vec![0; n];
         self.rest?.read_exact_at(&mut bytes, at as u64).ok()?;
+        self.from_file.set(self.from_file.get() + n);
         Some(std::borrow::Cow::Owned(bytes))
     }
 }
@@ -749,7 +770,7 @@ fn parse_index(src: &IndexBytes, hash_len: usize) -> Option<IndexLinks> {
         }
         if raw.is_empty() {
             stripped.push(ordinal);
-        } else if !name.is_empty() {
+        } else if !name.is_empty() && name.len() <= MAX_PATH {
             out.gitlinks.push(PathBuf::from(
                 <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name),
             ));
@@ -777,7 +798,8 @@ fn shared_gitlinks(src: &IndexBytes, hash_len: usize, replaced: &[usize]) -> Opt
     use std::os::unix::ffi::OsStrExt;
     let mut out = Vec::new();
     visit_entries(src, hash_len, |ordinal, mode, _, name| {
-        if !name.is_empty() && (mode & 0o170000 == 0o160000 || replaced.contains(&ordinal)) {
+        let wanted = mode & 0o170000 == 0o160000 || replaced.contains(&ordinal);
+        if wanted && !name.is_empty() && name.len() <= MAX_PATH {
             out.push(PathBuf::from(std::ffi::OsStr::from_bytes(name)));
         }
     })?;
@@ -863,7 +885,7 @@ fn visit_entries(
     let in_order = block(12, 0, count);
     starts.extend(in_order);
     let offsets = entry_offsets(src, hash_len);
-    let mut threaded = offsets.is_some();
+    let offsets_read = offsets.is_some();
     if let Some((extensions_at, table)) = offsets {
         // Git's entry array holds the header's count, and each entry takes at least the
         // fixed part: a table asking for more (blocks that repeat, to make the reading cost
@@ -871,19 +893,19 @@ fn visit_entries(
         let asked = table
             .iter()
             .fold(0usize, |sum, (_, nr)| sum.saturating_add(*nr));
-        if asked > count || asked.saturating_mul(40 + hash_len + 2) > src.len {
+        // (The entries must lie in the bytes in memory.)
+        if asked > count || asked.saturating_mul(40 + hash_len + 2) > data.len() {
             return None;
         }
         starts.push(extensions_at);
         let mut first = 0usize;
         for (offset, nr) in table {
-            if block(offset, first, nr).is_none() {
-                threaded = false;
-            }
+            // A block that cannot be read here may be read by git: the index is not checkable.
+            block(offset, first, nr)?;
             first = first.saturating_add(nr);
         }
     }
-    (in_order.is_some() || threaded).then_some(starts)
+    (in_order.is_some() || offsets_read).then_some(starts)
 }
 
 /// The extension headers (signature, offset of the body, its size) of index `src` from
@@ -1699,7 +1721,7 @@ mod tests {
         let mut buf = Vec::new();
         let (links, read, _) = index_gitlinks(&index, &[20], 1 << 20, &mut buf).unwrap();
         assert_eq!(links, vec![PathBuf::from("sub")]);
-        assert!(read <= 1 << 20, "{read}");
+        assert!(read <= (1 << 20) + 64, "the padding is not read: {read}");
     }
 
     /// An index without gitlinks that has not changed since a check is not read again at the
@@ -1722,6 +1744,79 @@ mod tests {
         git(&root, &["update-index", "--add", "--cacheinfo", &link]);
         assert_eq!(scan.check().1, 1, "the changed index is read");
         assert!(scan.clean.is_none());
+    }
+
+    /// An index that is a symlink through `/proc/self/cwd` is another file for each git
+    /// process (the host's git in the worktree reads `wt/idx`): not checkable, a failure.
+    #[test]
+    fn an_index_through_proc_is_a_failure() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
+        let (program, marker) = marker_program(root.parent().unwrap());
+        std::fs::create_dir(&root).unwrap();
+        gitlinked(&root);
+        git(
+            &root.join("sub"),
+            &["config", "core.fsmonitor", program.to_str().unwrap()],
+        );
+        std::fs::rename(root.join(".git/index"), root.join("idx")).unwrap();
+        std::os::unix::fs::symlink("/proc/self/cwd/idx", root.join(".git/index")).unwrap();
+        assert!(status_runs(&root, &marker), "the attack works");
+        let (c, _) = scan_of(&root).check();
+        assert_eq!(c.failed.len(), 1, "{c:?}");
+        assert!(c.failed[0].1.contains("/proc"), "{c:?}");
+    }
+
+    /// A gitlink's directory reached through a magic link (`/proc/self/root/…`) is another
+    /// directory for us: nothing there is renamed (git enters no gitlink behind a symlink).
+    #[test]
+    fn nothing_is_renamed_through_a_magic_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
+        std::fs::create_dir_all(root.join("victim")).unwrap();
+        mkfifo(&root.join("victim/.git"));
+        gitlinked(&root);
+        let through = Path::new("/proc/self/root").join(root.strip_prefix("/").unwrap());
+        std::os::unix::fs::symlink(through.join("victim"), root.join("l")).unwrap();
+        let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+        let l = format!("160000,{commit},l");
+        git(&root, &["update-index", "--add", "--cacheinfo", &l]);
+        let r = root.clone();
+        let (c, _) = within_10s(move || scan_of(&r).check());
+        assert!(c.quarantined.is_empty(), "{c:?}");
+        assert!(root.join("victim/.git").exists());
+    }
+
+    /// A block of the offset table that cannot be read (here: past the end) may be read by
+    /// git: the index is not checkable.
+    #[test]
+    fn an_offset_table_block_that_cannot_be_read_makes_the_index_uncheckable() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        gitlinked(&root);
+        std::fs::write(root.join("f"), "f").unwrap();
+        git(&root, &["add", "f"]);
+        git(
+            &root,
+            &[
+                "-c",
+                "index.recordOffsetTable=true",
+                "-c",
+                "index.recordEndOfIndexEntries=true",
+                "-c",
+                "index.threads=2",
+                "update-index",
+                "--index-version",
+                "4",
+            ],
+        );
+        let mut data = std::fs::read(root.join(".git/index")).unwrap();
+        assert!(parse_gitlinks(&data, 20).is_some());
+        let at = data.windows(4).position(|w| w == b"IEOT").unwrap();
+        // The second block's offset, past the end of the file.
+        let past = (data.len() as u32 + 100).to_be_bytes();
+        data[at + 20..at + 24].copy_from_slice(&past);
+        assert_eq!(parse_gitlinks(&data, 20), None);
     }
 
     /// What lies outside the writable set is never moved, even reached through a symlink in

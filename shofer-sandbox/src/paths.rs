@@ -93,6 +93,20 @@ fn openat2_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
     {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
+    let fd = openat2_path(
+        path,
+        libc::O_NOFOLLOW,
+        libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    )?;
+    if kind(&fd)? == Kind::Symlink {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    Ok(fd)
+}
+
+/// One `openat2(path, O_PATH | O_CLOEXEC | flags)` with `resolve` (openat2(2), Linux 5.6;
+/// `ENOSYS` before).
+fn openat2_path(path: &Path, flags: libc::c_int, resolve: u64) -> io::Result<OwnedFd> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // struct open_how (include/uapi/linux/openat2.h); libc's is non-exhaustive.
@@ -103,9 +117,9 @@ fn openat2_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
         resolve: u64,
     }
     let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+        flags: (libc::O_PATH | libc::O_CLOEXEC | flags) as u64,
         mode: 0,
-        resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+        resolve,
     };
     // Safety: `c` is NUL-terminated and `how` is a valid open_how of the size we pass.
     let fd = unsafe {
@@ -121,11 +135,7 @@ fn openat2_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // Safety: openat2 just returned this new descriptor.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-    if kind(&fd)? == Kind::Symlink {
-        return Err(io::Error::from_raw_os_error(libc::ELOOP));
-    }
-    Ok(fd)
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// Opens `path` as `O_PATH`, following symlinks: for system paths the caller's machine
@@ -293,15 +303,35 @@ pub fn read_small_file(dir: &OwnedFd, name: &str, max: usize) -> io::Result<Vec<
     Ok(buf)
 }
 
-/// Whether resolving the absolute path `path` as the kernel would passes through `/proc` or
-/// `/dev` at any step (symlink targets included; 40 symlinks at most, as path_resolution(7),
-/// else true): their magic links (`/proc/self/cwd`, `/proc/thread-self`, `/dev/fd/N`) name
-/// something else in each process, so such a path means one thing to the supervisor and
-/// another to a git run elsewhere. A component that does not exist ends the symlinks; the
-/// rest is taken as written.
+/// Whether resolving the absolute path `path` passes through a magic link (`/proc/self/cwd`,
+/// `/proc/<pid>/root`, `/dev/fd/N`: proc(5)), or starts in `/proc` or `/dev`: a magic link
+/// names something else in each process, so such a path means one thing to the supervisor
+/// and another to a git run elsewhere. One `openat2(RESOLVE_NO_MAGICLINKS)` (`ELOOP` at a
+/// magic link, or past 40 symlinks); where it fails otherwise (a missing component; a kernel
+/// without openat2), a walk of the path ([`walk_through_proc_or_dev`]).
 pub fn through_proc_or_dev(path: &Path) -> bool {
+    if !path.is_absolute() || path.starts_with("/proc") || path.starts_with("/dev") {
+        return true;
+    }
+    match openat2_path(path, 0, libc::RESOLVE_NO_MAGICLINKS) {
+        Ok(_) => false,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => true,
+        // Where resolution stopped is unknown (`/proc/self/fd/3` is missing here, not in
+        // every process): the walk takes the rest as written.
+        Err(_) => walk_through_proc_or_dev(path),
+    }
+}
+
+/// [`through_proc_or_dev`] one component at a time (symlink targets included; 40 symlinks at
+/// most, as path_resolution(7), else true; a missing component taken as written): true at any
+/// step in `/proc` or `/dev`. False for a path longer than `PATH_MAX`, which no process
+/// resolves.
+fn walk_through_proc_or_dev(path: &Path) -> bool {
     use std::path::Component;
     use std::path::PathBuf;
+    if path.as_os_str().len() > libc::PATH_MAX as usize {
+        return false;
+    }
     let magic = |p: &Path| p.starts_with("/proc") || p.starts_with("/dev");
     let push_all = |todo: &mut Vec<PathBuf>, p: &Path| {
         for c in p.components().rev() {
@@ -391,12 +421,17 @@ mod tests {
         std::os::unix::fs::symlink("/proc/self/cwd", dir.join("cwd")).unwrap();
         std::os::unix::fs::symlink("cwd/x", dir.join("chain")).unwrap();
         std::os::unix::fs::symlink("loop", dir.join("loop")).unwrap();
+        std::fs::create_dir(dir.join("x")).unwrap();
         assert!(through_proc_or_dev(Path::new("/proc/self/cwd/x")));
         assert!(through_proc_or_dev(&dir.join("chain/y")));
         assert!(through_proc_or_dev(&dir.join("x/../../../../dev/fd/3")));
         assert!(through_proc_or_dev(&dir.join("loop")), "ELOOP");
         assert!(!through_proc_or_dev(&dir.join("a/b/../c")));
         assert!(!through_proc_or_dev(&dir));
+        // The walk for kernels without openat2 agrees.
+        assert!(walk_through_proc_or_dev(&dir.join("chain/y")));
+        assert!(walk_through_proc_or_dev(&dir.join("loop")));
+        assert!(!walk_through_proc_or_dev(&dir.join("a/b/../c")));
     }
 
     #[test]
