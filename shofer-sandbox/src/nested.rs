@@ -1158,6 +1158,62 @@ mod tests {
         git(root, &["add", "sub"]);
     }
 
+    /// Rewrites the index of the repository at `root` as version 4 with an entry offset table
+    /// of two blocks (git's `index.threads`), and returns its bytes.
+    fn index_with_offset_table(root: &Path) -> Vec<u8> {
+        git(
+            root,
+            &[
+                "-c",
+                "index.recordOffsetTable=true",
+                "-c",
+                "index.recordEndOfIndexEntries=true",
+                "-c",
+                "index.threads=2",
+                "update-index",
+                "--index-version",
+                "4",
+            ],
+        );
+        std::fs::read(root.join(".git/index")).unwrap()
+    }
+
+    /// Registers `path` in the index at `root` as a gitlink (to any commit id).
+    fn add_gitlink(root: &Path, path: &str) {
+        let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+        let link = format!("160000,{commit},{path}");
+        git(root, &["update-index", "--add", "--cacheinfo", &link]);
+    }
+
+    /// A worktree `wt` in a new temporary directory with a gitlinked repository `sub`
+    /// ([`gitlinked`]), and a program that leaves a marker ([`marker_program`]).
+    fn gitlinked_scene() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
+        let (program, marker) = marker_program(root.parent().unwrap());
+        std::fs::create_dir(&root).unwrap();
+        gitlinked(&root);
+        (tmp, root, program, marker)
+    }
+
+    /// Sets `core.fsmonitor` of the repository at `dir` to `program`.
+    fn names_program(dir: &Path, program: &Path) {
+        git(
+            dir,
+            &["config", "core.fsmonitor", program.to_str().unwrap()],
+        );
+    }
+
+    /// The attack built at `root` works (a host `git status` runs the program), one check
+    /// moves exactly `path` aside, and then it does not.
+    fn moved_aside_stops_it(root: &Path, marker: &Path, path: &Path) {
+        assert!(status_runs(root, marker), "the attack works");
+        let (c, _) = scan_of(root).check();
+        assert_eq!(c.quarantined.len(), 1, "{c:?}");
+        assert_eq!(c.quarantined[0].path, path);
+        assert!(!status_runs(root, marker));
+    }
+
     /// `f` on another thread, or a failure after 10 s (a hang must not hang the suite).
     fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -1439,11 +1495,7 @@ mod tests {
     /// there that the split index replaces by a gitlink, are followed.
     #[test]
     fn a_split_index_is_read_with_its_shared_index() {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
-        let (program, marker) = marker_program(root.parent().unwrap());
-        std::fs::create_dir(&root).unwrap();
-        gitlinked(&root);
+        let (_tmp, root, program, marker) = gitlinked_scene();
         std::fs::write(root.join("f"), "f").unwrap();
         git(&root, &["add", "f"]);
         git(&root, &["update-index", "--split-index"]);
@@ -1491,20 +1543,8 @@ mod tests {
         git(&root, &["add", "aaa/x"]);
         // Three: git keeps one of them for the extensions, and two read the entries.
         git(&root, &["config", "index.threads", "3"]);
-        git(
-            &root,
-            &[
-                "-c",
-                "index.recordOffsetTable=true",
-                "-c",
-                "index.recordEndOfIndexEntries=true",
-                "update-index",
-                "--index-version",
-                "4",
-            ],
-        );
         let index = root.join(".git/index");
-        let mut data = std::fs::read(&index).unwrap();
+        let mut data = index_with_offset_table(&root);
         let (_, blocks) = entry_offsets(&IndexBytes::whole(&data), 20).expect("an offset table");
         assert_eq!(blocks.len(), 2, "{blocks:?}");
         // The second block starts at `sub`: its prefix length is made 0, so that read in
@@ -1530,11 +1570,7 @@ mod tests {
     /// aside, unless it holds only git's samples.
     #[test]
     fn a_nested_hook_is_moved_aside() {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
-        let (program, marker) = marker_program(root.parent().unwrap());
-        std::fs::create_dir(&root).unwrap();
-        gitlinked(&root);
+        let (_tmp, root, program, marker) = gitlinked_scene();
         let sub = root.join("sub");
         std::fs::write(sub.join("f"), "a").unwrap();
         git(&sub, &["add", "f"]);
@@ -1562,11 +1598,7 @@ mod tests {
     /// key hidden so from a line-by-line reading is found all the same.
     #[test]
     fn a_key_hidden_by_git_s_grammar_is_found() {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
-        let (program, marker) = marker_program(root.parent().unwrap());
-        std::fs::create_dir(&root).unwrap();
-        gitlinked(&root);
+        let (_tmp, root, program, marker) = gitlinked_scene();
         let config = root.join("sub/.git/config");
         let p = program.display();
         for text in [
@@ -1592,11 +1624,7 @@ mod tests {
     /// shared index's gitlinks are followed from both.
     #[test]
     fn a_gitdir_shared_by_two_gitlinks_is_followed_from_both() {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
-        let (program, marker) = marker_program(root.parent().unwrap());
-        std::fs::create_dir(&root).unwrap();
-        gitlinked(&root);
+        let (_tmp, root, program, marker) = gitlinked_scene();
         let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
         let link = format!("160000,{commit},x");
         git(
@@ -1608,15 +1636,8 @@ mod tests {
         let z = format!("160000,{commit},z");
         git(&root, &["update-index", "--add", "--cacheinfo", &z]);
         git(&root.join("z/x"), &["init", "-q"]);
-        git(
-            &root.join("z/x"),
-            &["config", "core.fsmonitor", program.to_str().unwrap()],
-        );
-        assert!(status_runs(&root, &marker), "the attack works");
-        let (c, _) = scan_of(&root).check();
-        assert_eq!(c.quarantined.len(), 1, "{c:?}");
-        assert_eq!(c.quarantined[0].path, root.join("z/x/.git/config"));
-        assert!(!status_runs(&root, &marker));
+        names_program(&root.join("z/x"), &program);
+        moved_aside_stops_it(&root, &marker, &root.join("z/x/.git/config"));
     }
 
     /// One configuration behind two gitdirs (hard links) is read once, and its
@@ -1652,26 +1673,15 @@ mod tests {
             git(&root, &["update-index", "--add", "--cacheinfo", &link]);
         }
         git(&q.join("w/x"), &["init", "-q"]);
-        git(
-            &q.join("w/x"),
-            &["config", "core.fsmonitor", program.to_str().unwrap()],
-        );
-        assert!(status_runs(&root, &marker), "the attack works");
-        let (c, _) = scan_of(&root).check();
-        assert_eq!(c.quarantined.len(), 1, "{c:?}");
-        assert_eq!(c.quarantined[0].path, q.join("w/x/.git/config"));
-        assert!(!status_runs(&root, &marker));
+        names_program(&q.join("w/x"), &program);
+        moved_aside_stops_it(&root, &marker, &q.join("w/x/.git/config"));
     }
 
     /// `/proc/self/cwd` in a pointer is the top worktree for the host's outer git and the
     /// gitlink's directory for the git it runs there: such a pointer is moved aside.
     #[test]
     fn a_pointer_through_proc_is_moved_aside() {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
-        let (program, marker) = marker_program(root.parent().unwrap());
-        std::fs::create_dir(&root).unwrap();
-        gitlinked(&root);
+        let (_tmp, root, program, marker) = gitlinked_scene();
         let sub = root.join("sub");
         std::fs::rename(sub.join(".git"), sub.join("evil")).unwrap();
         git(
@@ -1685,11 +1695,7 @@ mod tests {
         );
         std::fs::write(sub.join(".git"), "gitdir: /proc/self/cwd/evil\n").unwrap();
         git(&root, &["init", "-q", "--bare", "evil"]);
-        assert!(status_runs(&root, &marker), "the attack works");
-        let (c, _) = scan_of(&root).check();
-        assert_eq!(c.quarantined.len(), 1, "{c:?}");
-        assert_eq!(c.quarantined[0].path, sub.join(".git"));
-        assert!(!status_runs(&root, &marker));
+        moved_aside_stops_it(&root, &marker, &sub.join(".git"));
     }
 
     /// Git skips an extension it does not know, however large: padding one past the bytes the
@@ -1698,15 +1704,8 @@ mod tests {
     #[test]
     fn an_index_padded_past_the_bound_is_still_read() {
         use sha1::Digest as _;
-        let tmp = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
-        let (program, marker) = marker_program(root.parent().unwrap());
-        std::fs::create_dir(&root).unwrap();
-        gitlinked(&root);
-        git(
-            &root.join("sub"),
-            &["config", "core.fsmonitor", program.to_str().unwrap()],
-        );
+        let (_tmp, root, program, marker) = gitlinked_scene();
+        names_program(&root.join("sub"), &program);
         let index = root.join(".git/index");
         let data = std::fs::read(&index).unwrap();
         let pad = 4 << 20;
@@ -1739,9 +1738,7 @@ mod tests {
         std::thread::sleep(SETTLED + std::time::Duration::from_millis(100));
         assert_eq!(scan.check().1, 0);
         assert!(scan.clean.is_some());
-        let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
-        let link = format!("160000,{commit},sub");
-        git(&root, &["update-index", "--add", "--cacheinfo", &link]);
+        add_gitlink(&root, "sub");
         assert_eq!(scan.check().1, 1, "the changed index is read");
         assert!(scan.clean.is_none());
     }
@@ -1750,15 +1747,8 @@ mod tests {
     /// process (the host's git in the worktree reads `wt/idx`): not checkable, a failure.
     #[test]
     fn an_index_through_proc_is_a_failure() {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(tmp.path()).unwrap().join("wt");
-        let (program, marker) = marker_program(root.parent().unwrap());
-        std::fs::create_dir(&root).unwrap();
-        gitlinked(&root);
-        git(
-            &root.join("sub"),
-            &["config", "core.fsmonitor", program.to_str().unwrap()],
-        );
+        let (_tmp, root, program, marker) = gitlinked_scene();
+        names_program(&root.join("sub"), &program);
         std::fs::rename(root.join(".git/index"), root.join("idx")).unwrap();
         std::os::unix::fs::symlink("/proc/self/cwd/idx", root.join(".git/index")).unwrap();
         assert!(status_runs(&root, &marker), "the attack works");
@@ -1778,45 +1768,11 @@ mod tests {
         gitlinked(&root);
         let through = Path::new("/proc/self/root").join(root.strip_prefix("/").unwrap());
         std::os::unix::fs::symlink(through.join("victim"), root.join("l")).unwrap();
-        let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
-        let l = format!("160000,{commit},l");
-        git(&root, &["update-index", "--add", "--cacheinfo", &l]);
+        add_gitlink(&root, "l");
         let r = root.clone();
         let (c, _) = within_10s(move || scan_of(&r).check());
         assert!(c.quarantined.is_empty(), "{c:?}");
         assert!(root.join("victim/.git").exists());
-    }
-
-    /// A block of the offset table that cannot be read (here: past the end) may be read by
-    /// git: the index is not checkable.
-    #[test]
-    fn an_offset_table_block_that_cannot_be_read_makes_the_index_uncheckable() {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(tmp.path()).unwrap();
-        gitlinked(&root);
-        std::fs::write(root.join("f"), "f").unwrap();
-        git(&root, &["add", "f"]);
-        git(
-            &root,
-            &[
-                "-c",
-                "index.recordOffsetTable=true",
-                "-c",
-                "index.recordEndOfIndexEntries=true",
-                "-c",
-                "index.threads=2",
-                "update-index",
-                "--index-version",
-                "4",
-            ],
-        );
-        let mut data = std::fs::read(root.join(".git/index")).unwrap();
-        assert!(parse_gitlinks(&data, 20).is_some());
-        let at = data.windows(4).position(|w| w == b"IEOT").unwrap();
-        // The second block's offset, past the end of the file.
-        let past = (data.len() as u32 + 100).to_be_bytes();
-        data[at + 20..at + 24].copy_from_slice(&past);
-        assert_eq!(parse_gitlinks(&data, 20), None);
     }
 
     /// What lies outside the writable set is never moved, even reached through a symlink in
@@ -1831,46 +1787,38 @@ mod tests {
         std::fs::create_dir(&root).unwrap();
         gitlinked(&root);
         std::os::unix::fs::symlink(outside.join("proj"), root.join("l")).unwrap();
-        let commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
-        let l = format!("160000,{commit},l");
-        git(&root, &["update-index", "--add", "--cacheinfo", &l]);
+        add_gitlink(&root, "l");
         let (c, _) = within_10s(move || scan_of(&root).check());
         assert!(c.quarantined.is_empty(), "{c:?}");
         assert!(outside.join("proj/.git").exists());
     }
 
-    /// An offset table whose blocks repeat (reading cost: blocks × entries) is refused at
-    /// once, not read.
+    /// An offset table git would not read whole is refused at once: blocks asking for more
+    /// entries than the index holds (repeated, they make the reading cost blocks × entries),
+    /// and a block that cannot be read (past the end: git may read what we cannot).
     #[test]
-    fn an_offset_table_asking_for_more_entries_than_the_index_holds_is_refused() {
+    fn an_offset_table_that_cannot_be_read_whole_is_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(tmp.path()).unwrap();
         gitlinked(&root);
         std::fs::write(root.join("f"), "f").unwrap();
         git(&root, &["add", "f"]);
-        git(
-            &root,
-            &[
-                "-c",
-                "index.recordOffsetTable=true",
-                "-c",
-                "index.recordEndOfIndexEntries=true",
-                "-c",
-                "index.threads=2",
-                "update-index",
-                "--index-version",
-                "4",
-            ],
-        );
-        let data = std::fs::read(root.join(".git/index")).unwrap();
+        let data = index_with_offset_table(&root);
         assert!(parse_gitlinks(&data, 20).is_some());
+        // IEOT: signature, size, version, then offset and count of each block.
         let at = data.windows(4).position(|w| w == b"IEOT").unwrap();
         let mut forged = data.clone();
-        // The first block's count, raised to the header's entry count: two blocks then ask
-        // for more entries than the index has.
         let count = forged[8..12].to_vec();
         forged[at + 16..at + 20].copy_from_slice(&count);
-        assert_eq!(parse_gitlinks(&forged, 20), None);
+        assert_eq!(
+            parse_gitlinks(&forged, 20),
+            None,
+            "more entries than the header's"
+        );
+        let mut forged = data.clone();
+        let past = (data.len() as u32 + 100).to_be_bytes();
+        forged[at + 20..at + 24].copy_from_slice(&past);
+        assert_eq!(parse_gitlinks(&forged, 20), None, "a block past the end");
     }
 
     #[test]
