@@ -104,23 +104,6 @@ pub struct NestedScan {
     /// The index's bytes, read again into the same buffer at every check (a fresh buffer of a
     /// large index costs a page fault per page each time).
     buf: Vec<u8>,
-    /// The index's stamp at the last check that found no gitlink and nothing wrong, when it
-    /// was not split and had not changed for [`SETTLED`] before that check: while the stamp
-    /// stays, the index needs no reading again.
-    clean: Option<Stamp>,
-}
-
-/// A file's device, inode, size and ctime: every write moves the ctime, which only
-/// `CAP_SYS_TIME` could set back.
-type Stamp = (u64, u64, u64, i64, i64);
-
-/// How long a file must be unchanged before its ctime is trusted to tell a later change
-/// (file times come from a coarse clock, kept to 1 or 2 s on some filesystems).
-const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
-
-fn stamp(m: &std::fs::Metadata) -> Stamp {
-    use std::os::unix::fs::MetadataExt;
-    (m.dev(), m.ino(), m.size(), m.ctime(), m.ctime_nsec())
 }
 
 /// A repository git enters at a gitlink.
@@ -162,7 +145,6 @@ impl NestedScan {
             index: gitdir.join("index"),
             hash_len: if sha256 { 32 } else { 20 },
             buf: Vec::new(),
-            clean: None,
         }
     }
 
@@ -178,28 +160,18 @@ impl NestedScan {
             entered: HashSet::new(),
             links: 0,
         };
-        // Git follows a symlink there: so does the stamp.
-        let before = std::fs::metadata(&self.index).ok();
-        if before
-            .as_ref()
-            .map(stamp)
-            .is_some_and(|s| self.clean == Some(s))
-        {
-            return (pass.out, 0);
-        }
-        self.clean = None;
-        let started = std::time::SystemTime::now();
-        let (links, split) =
-            match index_gitlinks(&self.index, &[self.hash_len], MAX_INDEX, &mut self.buf) {
-                Ok((l, _, split)) => (l, split),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return (pass.out, 0),
-                Err(e) => {
-                    pass.out
-                        .failed
-                        .push((self.index.clone(), format!("reading the index: {e}")));
-                    return (pass.out, 0);
-                }
-            };
+        // Read whole at every check: no stamp tells it unchanged (a write through a shared
+        // mapping moves its ctime only at the first fault).
+        let links = match index_gitlinks(&self.index, &[self.hash_len], MAX_INDEX, &mut self.buf) {
+            Ok((l, _)) => l,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return (pass.out, 0),
+            Err(e) => {
+                pass.out
+                    .failed
+                    .push((self.index.clone(), format!("reading the index: {e}")));
+                return (pass.out, 0);
+            }
+        };
         // Depth first, each repository with the worktree its gitlinks are relative to.
         let mut todo = vec![(self.worktree.clone(), links, 0)];
         let mut nested_buf = Vec::new();
@@ -231,7 +203,7 @@ impl NestedScan {
                         // Its object format is the command's to set: read with either.
                         let max = pass.budget.min(MAX_INDEX);
                         let links = match index_gitlinks(&index, &[20, 32], max, &mut nested_buf) {
-                            Ok((links, read, _)) => {
+                            Ok((links, read)) => {
                                 pass.budget -= read.min(pass.budget);
                                 links
                             }
@@ -262,14 +234,6 @@ impl NestedScan {
                     todo.push((worktree, links.clone(), depth + 1));
                 }
             }
-        }
-        let nothing =
-            pass.links == 0 && pass.out.failed.is_empty() && pass.out.quarantined.is_empty();
-        let settled = before
-            .as_ref()
-            .is_some_and(|m| crate::objects::changed_at(m) + SETTLED < started);
-        if nothing && settled && !split {
-            self.clean = before.as_ref().map(stamp);
         }
         (pass.out, pass.links)
     }
@@ -608,7 +572,7 @@ fn read_config(path: &Path, pass: &mut Pass) -> io::Result<((u64, u64), String)>
 /// FIFO or a symlink to `/dev/zero` there): its first `max` bytes (the two files together),
 /// where the entries must lie, and past them only the extensions' headers and the few git
 /// acts on ([`IndexBytes`]: git skips an extension it does not know, so padding one must not
-/// hide the rest). Also returns the bytes read into memory, and whether it is a split index.
+/// hide the rest). Also returns the bytes read into memory.
 ///
 /// # Errors
 /// open(2) and read(2) failures; `InvalidData` for something else than a regular file, or
@@ -618,20 +582,18 @@ fn index_gitlinks(
     hash_lens: &[usize],
     max: usize,
     buf: &mut Vec<u8>,
-) -> io::Result<(Vec<PathBuf>, usize, bool)> {
+) -> io::Result<(Vec<PathBuf>, usize)> {
     let file = read_head(index, max, buf)?;
     let src = IndexBytes::of(buf, &file)?;
     let mut read = buf.len();
     let mut links = Vec::new();
     let mut parsed = false;
-    let mut split = false;
     for &hash_len in hash_lens {
         let Some(found) = parse_index(&src, hash_len) else {
             continue;
         };
         parsed = true;
         links.extend(found.gitlinks);
-        split |= !found.shared.is_empty();
         for (base, replaced) in found.shared {
             // Git reads `<gitdir>/sharedindex.<id>`, else the one beside the index: the same
             // directory here.
@@ -661,7 +623,7 @@ fn index_gitlinks(
     }
     links.sort();
     links.dedup();
-    Ok((links, read, split))
+    Ok((links, read))
 }
 
 /// Opens the index file at `path` (resolved, as git follows a symlink there) as a regular
@@ -829,6 +791,8 @@ fn visit_entries(
     }
     let count = be32(8)? as usize;
     let mut name: Vec<u8> = Vec::new();
+    // Where the first NUL of `name` is, once looked for (version 4).
+    let mut nul: Option<usize> = None;
     // One block of `nr` entries from `pos`, the first without a previous name; its end.
     let mut block = |mut pos: usize, first: usize, nr: usize| -> Option<usize> {
         let mut previous = false;
@@ -860,11 +824,16 @@ fn visit_entries(
                     short.checked_sub(copy)?
                 };
                 name.truncate(copy);
+                // The first NUL of the name is kept across entries: looking for it again in
+                // the whole name at each entry would make a long name shared by many entries
+                // cost their product.
+                nul = nul.filter(|&n| n < copy);
                 // Git copies the suffix and the byte after it (its NUL).
                 name.extend_from_slice(data.get(pos..pos + suffix + 1)?);
                 pos += suffix + 1;
                 let len = copy + suffix;
-                f(ordinal, mode, &name[..len], &name[..c_str(&name)]);
+                let end = *nul.get_or_insert_with(|| copy + c_str(&name[copy..]));
+                f(ordinal, mode, &name[..len], &name[..end]);
                 name.truncate(len);
             } else {
                 let len = if short == 0xFFF {
@@ -1718,29 +1687,34 @@ mod tests {
         std::fs::write(&index, &padded).unwrap();
         assert!(status_runs(&root, &marker), "the attack works");
         let mut buf = Vec::new();
-        let (links, read, _) = index_gitlinks(&index, &[20], 1 << 20, &mut buf).unwrap();
+        let (links, read) = index_gitlinks(&index, &[20], 1 << 20, &mut buf).unwrap();
         assert_eq!(links, vec![PathBuf::from("sub")]);
         assert!(read <= (1 << 20) + 64, "the padding is not read: {read}");
     }
 
-    /// An index without gitlinks that has not changed since a check is not read again at the
-    /// next one; any change to it (a new ctime) is.
+    /// A version 4 index whose entries all reuse one long name is read in time linear in its
+    /// size: each entry's name is not searched again from its start.
     #[test]
-    fn an_unchanged_index_without_gitlinks_is_not_read_again() {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(tmp.path()).unwrap();
-        git(&root, &["init", "-q"]);
-        std::fs::write(root.join("f"), "f").unwrap();
-        git(&root, &["add", "f"]);
-        let mut scan = scan_of(&root);
-        assert_eq!(scan.check().1, 0);
-        assert!(scan.clean.is_none(), "a fresh index is not trusted yet");
-        std::thread::sleep(SETTLED + std::time::Duration::from_millis(100));
-        assert_eq!(scan.check().1, 0);
-        assert!(scan.clean.is_some());
-        add_gitlink(&root, "sub");
-        assert_eq!(scan.check().1, 1, "the changed index is read");
-        assert!(scan.clean.is_none());
+    fn a_long_shared_name_is_read_in_linear_time() {
+        let mut data = b"DIRC\0\0\0\x04".to_vec();
+        let entries: usize = 100_000;
+        data.extend_from_slice(&(entries as u32 + 1).to_be_bytes());
+        let entry = |data: &mut Vec<u8>, strip: u8, name: &[u8]| {
+            data.extend_from_slice(&[0; 24]);
+            data.extend_from_slice(&0o100644u32.to_be_bytes());
+            data.extend_from_slice(&[0; 12 + 20]);
+            data.extend_from_slice(&0x0FFFu16.to_be_bytes());
+            data.push(strip);
+            data.extend_from_slice(name);
+            data.push(0);
+        };
+        entry(&mut data, 0, &[b'x'; 1 << 20]);
+        for _ in 0..entries {
+            entry(&mut data, 0, b"");
+        }
+        data.extend_from_slice(&[0; 20]);
+        let found = within_10s(move || parse_gitlinks(&data, 20));
+        assert_eq!(found, Some(IndexLinks::default()));
     }
 
     /// An index that is a symlink through `/proc/self/cwd` is another file for each git

@@ -49,7 +49,7 @@ struct Stamp {
 }
 
 /// When the file last changed (its ctime; one before 1970 counts as the epoch).
-pub(crate) fn changed_at(m: &std::fs::Metadata) -> SystemTime {
+fn changed_at(m: &std::fs::Metadata) -> SystemTime {
     ctime_at(m.ctime(), m.ctime_nsec())
 }
 
