@@ -905,8 +905,9 @@ pub fn announce(r: &Restored, how: &str) {
 }
 
 /// How often gitlinked repositories are checked again while any exist (their config can
-/// change without an event in a watched directory).
-const NESTED_RECHECK_MS: u64 = 200;
+/// change without an event in a watched directory), and guarded entries compared with the
+/// snapshot where they are restored (a write through a shared mapping raises no event).
+const RECHECK_MS: u64 = 200;
 
 /// What a batch of inotify events asks of the watcher.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -998,8 +999,16 @@ fn watch_loop(
                 revents: 0,
             },
         ];
+        // A write through a shared mapping (mmap(2)) raises no inotify event: where entries
+        // are restored, a pass also runs every RECHECK_MS.
+        let timeout = if restore {
+            RECHECK_MS as libc::c_int
+        } else {
+            -1
+        };
         // Safety: two valid pollfds.
-        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+        if n < 0 {
             continue;
         }
         if fds[1].revents != 0 {
@@ -1008,11 +1017,18 @@ fn watch_loop(
         let Ok(g) = guard.lock() else {
             break;
         };
-        // Safety: reading into our buffer.
-        let got = unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        let want = match usize::try_from(got) {
-            Ok(got) => wanted(&buf[..got], &wds, &g),
-            Err(_) => ALL,
+        let want = if n == 0 {
+            Wanted {
+                restore: true,
+                ..Wanted::default()
+            }
+        } else {
+            // Safety: reading into our buffer.
+            let got = unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            match usize::try_from(got) {
+                Ok(got) => wanted(&buf[..got], &wds, &g),
+                Err(_) => ALL,
+            }
         };
         if want.nested {
             let _ = wake.send(());
@@ -1036,13 +1052,13 @@ fn watch_loop(
 }
 
 /// The nested check's thread: one check at once (the index may have changed before the
-/// gate opened), one at each wake-up from the watcher, and every [`NESTED_RECHECK_MS`]
+/// gate opened), one at each wake-up from the watcher, and every [`RECHECK_MS`]
 /// while gitlinks exist (their repositories' configs and indexes can change without an
 /// event in a watched directory) or the last check failed. Ends when the watcher drops its
 /// sender.
 fn nested_loop(scan: &Mutex<NestedScan>, woken: &std::sync::mpsc::Receiver<()>) -> Restored {
     use std::sync::mpsc::RecvTimeoutError;
-    let recheck = std::time::Duration::from_millis(NESTED_RECHECK_MS);
+    let recheck = std::time::Duration::from_millis(RECHECK_MS);
     let mut total = Restored::default();
     loop {
         let (c, links) = match scan.lock() {
@@ -1491,6 +1507,44 @@ mod tests {
         std::fs::write(&hook, "#!/bin/sh\n").unwrap();
         assert!(eventually(|| !hook.exists()), "the hook stayed");
         drop(busy);
+        watcher.stop();
+    }
+
+    /// A write through a shared mapping raises no inotify event: the watcher's periodic pass
+    /// puts the file back all the same, while the mapping is still held.
+    #[test]
+    fn a_write_through_a_shared_mapping_is_put_back() {
+        use std::os::fd::AsRawFd;
+        let (_tmp, wt, guard) = main_worktree();
+        let config = wt.join(".git/config");
+        let watcher = Watcher::start(Arc::new(Mutex::new(guard)), true).unwrap();
+        watcher.open_gate();
+        let file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(&config)
+            .unwrap();
+        let len = file.metadata().unwrap().len() as usize;
+        // Safety: a shared mapping of our own open file, unmapped below.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        // Safety: within the mapping's `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(b"[evil]".as_ptr(), map.cast::<u8>(), 6) };
+        assert!(
+            eventually(|| std::fs::read_to_string(&config).unwrap() == "[core]\n"),
+            "the mapped write stayed"
+        );
+        // Safety: the mapping made above.
+        unsafe { libc::munmap(map, len) };
         watcher.stop();
     }
 

@@ -141,7 +141,7 @@ pub fn run(
     } else {
         json!({
             "how": "restored at once when changed (inotify watcher), again when the command ends; unpredictable O_EXCL temporary names; a journal outside the writable set lets the next run or `shofer-sandbox --repair WT` finish a restore a killed supervisor left; a failed restore is an error on stderr, a closing `git_restore` record here and exit status 125",
-            "window": "between the command's write and the restore (the inotify latency plus one restore, usually well under a millisecond) a host git can read the command's version; a command that rewrites in a loop keeps that window recurring",
+            "window": "between the command's write and the restore (the inotify latency plus one restore, usually well under a millisecond; up to 200 ms for a write through a shared memory mapping, which raises no inotify event) a host git can read the command's version; a command that rewrites in a loop keeps that window recurring",
             "journal": git_run.journal,
             "journal_missing": git_run.journal_missing,
         })
