@@ -17,7 +17,8 @@
 //! - **restore at once**: on the Landlock backend a watcher thread (inotify(7) on every guarded
 //!   directory) puts back a guarded entry as soon as it changes, not only at exit — this leaves
 //!   a window of the inotify latency plus one restore (typically well under a millisecond)
-//!   during which a host git could read the command's file;
+//!   during which a host git could read the command's file; a write through a shared memory
+//!   mapping raises no event, so a pass also runs every 200 ms;
 //! - restores write to an **unpredictable** temporary name (getrandom(2)) created with
 //!   `O_EXCL | O_NOFOLLOW`, then rename it over the entry; a directory made read-only by the
 //!   command (`chmod 0555`) gets its write bit back first; when writing fails (a full disk)
