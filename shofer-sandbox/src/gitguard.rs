@@ -98,6 +98,18 @@ const COMMON_NEW_ALLOWED: [&str; 1] = ["packed-refs"];
 /// later ref deletion or configuration change fail).
 const COMMON_TRANSIENT: [&str; 3] = ["packed-refs.lock", "packed-refs.new", "config.lock"];
 
+/// A failure to report when a thread of the guard panicked (its lock is poisoned): the
+/// check it owed did not run.
+pub(crate) fn poisoned(what: &str) -> Checked {
+    Checked {
+        quarantined: Vec::new(),
+        failed: vec![(
+            PathBuf::new(),
+            format!("{what} stopped (a thread panicked)"),
+        )],
+    }
+}
+
 /// What one restore pass did.
 #[derive(Debug, Default)]
 pub struct Restored {
@@ -250,7 +262,8 @@ impl GitGuard {
     pub fn check_nested(&self) -> (Checked, usize) {
         match self.nested.as_ref().map(|n| n.lock()) {
             Some(Ok(mut scan)) => scan.check(),
-            _ => (Checked::default(), 0),
+            Some(Err(_)) => (poisoned("the nested check"), 0),
+            None => (Checked::default(), 0),
         }
     }
 
@@ -385,11 +398,20 @@ impl GitGuard {
                 continue;
             }
             let now = read_state(&g.dir, &g.name);
-            // A second link to a guarded file lets the command change it through another
-            // name: the entry is written afresh (a new inode), which cuts the link.
-            if now == g.original
-                && !(matches!(now, State::File { .. }) && links(&g.dir, &g.name) > 1)
-            {
+            // A second link to a guarded file (or to a file of a guarded directory) lets the
+            // command change it through another name: it is written afresh (a new inode),
+            // which cuts the link.
+            let linked = match now {
+                State::File { .. } => links(&g.dir, &g.name) > 1,
+                State::Dir(_) => open_dir(&g.dir, &g.name).is_ok_and(|sub| {
+                    list(&sub)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|n| links(&sub, n) > 1)
+                }),
+                _ => false,
+            };
+            if now == g.original && !linked {
                 continue;
             }
             let path = g.dir_path.join(&g.name);
@@ -979,6 +1001,8 @@ fn watch_loop(
 ) -> (Restored, OwnedFd) {
     let mut total = Restored::default();
     let mut buf = vec![0u8; 64 * 1024];
+    let recheck = std::time::Duration::from_millis(RECHECK_MS);
+    let mut last_pass = std::time::Instant::now();
     let scan = guard.lock().ok().and_then(|g| g.nested.clone());
     let (wake, woken) = std::sync::mpsc::channel::<()>();
     let nested = scan.and_then(|scan| {
@@ -1001,9 +1025,10 @@ fn watch_loop(
             },
         ];
         // A write through a shared mapping (mmap(2)) raises no inotify event: where entries
-        // are restored, a pass also runs every RECHECK_MS.
+        // are restored, a pass also runs at least every RECHECK_MS, however busy the
+        // watched directories are.
         let timeout = if restore {
-            RECHECK_MS as libc::c_int
+            recheck.saturating_sub(last_pass.elapsed()).as_millis() as libc::c_int
         } else {
             -1
         };
@@ -1016,13 +1041,11 @@ fn watch_loop(
             break;
         }
         let Ok(g) = guard.lock() else {
+            total.failed.extend(poisoned("the restore").failed);
             break;
         };
-        let want = if n == 0 {
-            Wanted {
-                restore: true,
-                ..Wanted::default()
-            }
+        let mut want = if n == 0 {
+            Wanted::default()
         } else {
             // Safety: reading into our buffer.
             let got = unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
@@ -1034,7 +1057,9 @@ fn watch_loop(
         if want.nested {
             let _ = wake.send(());
         }
+        want.restore |= last_pass.elapsed() >= recheck;
         let r = if restore && want.restore {
+            last_pass = std::time::Instant::now();
             g.restore_live()
         } else {
             Restored::default()
@@ -1046,8 +1071,10 @@ fn watch_loop(
         total.merge(r);
     }
     drop(wake);
-    if let Some(done) = nested.and_then(|t| t.join().ok()) {
-        total.merge(done);
+    match nested.map(|t| t.join()) {
+        Some(Ok(done)) => total.merge(done),
+        Some(Err(_)) => total.failed.extend(poisoned("the nested check").failed),
+        None => {}
     }
     (total, ino)
 }
@@ -1064,7 +1091,10 @@ fn nested_loop(scan: &Mutex<NestedScan>, woken: &std::sync::mpsc::Receiver<()>) 
     loop {
         let (c, links) = match scan.lock() {
             Ok(mut s) => s.check(),
-            Err(_) => break,
+            Err(_) => {
+                total.failed.extend(poisoned("the nested check").failed);
+                break;
+            }
         };
         // A check that could not finish is tried again on the timer as well.
         let again = links > 0 || !c.failed.is_empty();
@@ -1295,9 +1325,10 @@ fn put_back(dir: &OwnedFd, name: &str, original: &State, now: &State) -> io::Res
                 }
             }
             for (n, data, mode) in entries {
-                let same = read_file(&sub, n)
-                    .map(|(d, m)| &d == data && m == *mode)
-                    .unwrap_or(false);
+                let same = links(&sub, n) <= 1
+                    && read_file(&sub, n)
+                        .map(|(d, m)| &d == data && m == *mode)
+                        .unwrap_or(false);
                 if !same {
                     write_over(&sub, n, data, *mode)?;
                 }
@@ -1515,18 +1546,41 @@ mod tests {
     /// puts the file back all the same, while the mapping is still held.
     #[test]
     fn a_write_through_a_shared_mapping_is_put_back() {
-        use std::os::fd::AsRawFd;
         let (_tmp, wt, guard) = main_worktree();
         let config = wt.join(".git/config");
         let watcher = Watcher::start(Arc::new(Mutex::new(guard)), true).unwrap();
         watcher.open_gate();
+        let mapped = write_through_mapping(&config, b"[evil]");
+        assert!(
+            eventually(|| std::fs::read_to_string(&config).unwrap() == "[core]\n"),
+            "the mapped write stayed"
+        );
+        drop(mapped);
+        watcher.stop();
+    }
+
+    /// A shared writable mapping of `path`, unmapped when dropped.
+    struct Mapping(*mut libc::c_void, usize);
+
+    impl Drop for Mapping {
+        fn drop(&mut self) {
+            // Safety: the mapping made by write_through_mapping.
+            unsafe { libc::munmap(self.0, self.1) };
+        }
+    }
+
+    /// Writes `bytes` at the start of `path` through a shared mapping (no write(2), so no
+    /// inotify event), which stays mapped until the result is dropped.
+    fn write_through_mapping(path: &Path, bytes: &[u8]) -> Mapping {
+        use std::os::fd::AsRawFd;
         let file = std::fs::File::options()
             .read(true)
             .write(true)
-            .open(&config)
+            .open(path)
             .unwrap();
         let len = file.metadata().unwrap().len() as usize;
-        // Safety: a shared mapping of our own open file, unmapped below.
+        assert!(bytes.len() <= len);
+        // Safety: a shared mapping of our own open file (it outlives the descriptor).
         let map = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -1539,14 +1593,57 @@ mod tests {
         };
         assert_ne!(map, libc::MAP_FAILED);
         // Safety: within the mapping's `len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(b"[evil]".as_ptr(), map.cast::<u8>(), 6) };
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.cast::<u8>(), bytes.len()) };
+        Mapping(map, len)
+    }
+
+    /// However busy the watched directories are (git's own traffic), the periodic pass runs:
+    /// a write through a shared mapping made meanwhile is put back.
+    #[test]
+    fn a_mapped_write_is_put_back_under_steady_events() {
+        let (_tmp, wt, guard) = main_worktree();
+        let watcher = Watcher::start(Arc::new(Mutex::new(guard)), true).unwrap();
+        watcher.open_gate();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let noise = {
+            let (stop, msg) = (Arc::clone(&stop), wt.join(".git/COMMIT_EDITMSG"));
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::fs::write(&msg, "x").unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            })
+        };
+        let config = wt.join(".git/config");
+        let mapped = write_through_mapping(&config, b"[evil]");
         assert!(
             eventually(|| std::fs::read_to_string(&config).unwrap() == "[core]\n"),
             "the mapped write stayed"
         );
-        // Safety: the mapping made above.
-        unsafe { libc::munmap(map, len) };
+        drop(mapped);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        noise.join().unwrap();
         watcher.stop();
+    }
+
+    /// A hard link to a file of a guarded directory is cut: a write through it afterwards does
+    /// not reach the hook.
+    #[test]
+    fn a_hard_link_into_a_guarded_directory_is_cut() {
+        let (_tmp, wt, _) = main_worktree();
+        let hook = wt.join(".git/hooks/pre-commit");
+        std::fs::write(&hook, "#!/bin/sh\n").unwrap();
+        let guard = GitGuard::snapshot(
+            &GitLayout::MainWorktree,
+            &wt,
+            &Default::default(),
+            std::slice::from_ref(&wt),
+        );
+        std::fs::hard_link(&hook, wt.join("innocent.txt")).unwrap();
+        let r = guard.restore();
+        assert!(r.failed.is_empty(), "{r:?}");
+        std::fs::write(wt.join("innocent.txt"), "#!/bin/sh\nevil\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&hook).unwrap(), "#!/bin/sh\n");
     }
 
     /// The live watcher: a guarded directory moved away is put back at once, and the new one is

@@ -188,7 +188,10 @@ impl GitRun {
                 r.failed.extend(c.failed);
                 r
             }
-            Err(_) => Restored::default(),
+            Err(_) => Restored {
+                failed: gitguard::poisoned("the restore").failed,
+                ..Restored::default()
+            },
         };
         gitguard::announce(&last, "restored");
         let damage = self
