@@ -1004,13 +1004,18 @@ fn watch_loop(
     let recheck = std::time::Duration::from_millis(RECHECK_MS);
     let mut last_pass = std::time::Instant::now();
     let scan = guard.lock().ok().and_then(|g| g.nested.clone());
-    let (wake, woken) = std::sync::mpsc::channel::<()>();
-    let nested = scan.and_then(|scan| {
-        std::thread::Builder::new()
-            .name("shofer-git-nested".into())
-            .spawn(move || nested_loop(&scan, &woken))
-            .ok()
-    });
+    // The nested thread's wake-up (an eventfd) and its end (set, then signalled).
+    let wake = shofer_sys::fd::eventfd().ok();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let nested = scan
+        .zip(wake.as_ref().and_then(|w| w.try_clone().ok()))
+        .and_then(|(scan, woken)| {
+            let done = Arc::clone(&done);
+            std::thread::Builder::new()
+                .name("shofer-git-nested".into())
+                .spawn(move || nested_loop(&scan, &woken, &done))
+                .ok()
+        });
     loop {
         let mut fds = [
             libc::pollfd {
@@ -1055,7 +1060,9 @@ fn watch_loop(
             }
         };
         if want.nested {
-            let _ = wake.send(());
+            if let Some(w) = &wake {
+                shofer_sys::fd::eventfd_signal(w);
+            }
         }
         want.restore |= last_pass.elapsed() >= recheck;
         let r = if restore && want.restore {
@@ -1070,7 +1077,10 @@ fn watch_loop(
         announce(&r, "restored at once");
         total.merge(r);
     }
-    drop(wake);
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    if let Some(w) = &wake {
+        shofer_sys::fd::eventfd_signal(w);
+    }
     match nested.map(|t| t.join()) {
         Some(Ok(done)) => total.merge(done),
         Some(Err(_)) => total.failed.extend(poisoned("the nested check").failed),
@@ -1082,11 +1092,14 @@ fn watch_loop(
 /// The nested check's thread: one check at once (the index may have changed before the
 /// gate opened), one at each wake-up from the watcher, and every [`RECHECK_MS`]
 /// while gitlinks exist (their repositories' configs and indexes can change without an
-/// event in a watched directory) or the last check failed. Ends when the watcher drops its
-/// sender.
-fn nested_loop(scan: &Mutex<NestedScan>, woken: &std::sync::mpsc::Receiver<()>) -> Restored {
-    use std::sync::mpsc::RecvTimeoutError;
-    let recheck = std::time::Duration::from_millis(RECHECK_MS);
+/// event in a watched directory) or the last check failed. Ends when the watcher sets `done`
+/// and signals `woken` (an eventfd).
+fn nested_loop(
+    scan: &Mutex<NestedScan>,
+    woken: &OwnedFd,
+    done: &std::sync::atomic::AtomicBool,
+) -> Restored {
+    use std::os::fd::AsFd;
     let mut total = Restored::default();
     loop {
         let (c, links) = match scan.lock() {
@@ -1105,15 +1118,14 @@ fn nested_loop(scan: &Mutex<NestedScan>, woken: &std::sync::mpsc::Receiver<()>) 
         };
         announce(&r, "moved aside at once");
         total.merge(r);
-        let next = if again {
-            woken.recv_timeout(recheck)
-        } else {
-            woken.recv().map_err(|_| RecvTimeoutError::Disconnected)
-        };
-        if next == Err(RecvTimeoutError::Disconnected) {
+        let timeout = if again { RECHECK_MS as i32 } else { -1 };
+        if shofer_sys::fd::poll_readable(&[woken.as_fd()], timeout).is_err() {
             break;
         }
-        while woken.try_recv().is_ok() {}
+        shofer_sys::fd::eventfd_drain(woken);
+        if done.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
     }
     total
 }

@@ -24,7 +24,7 @@
 //! index, the `.git` of a gitlink past the limit) is moved aside, so that git cannot read
 //! it either.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -123,11 +123,10 @@ struct Pass {
     budget: usize,
     /// Configurations judged safe (device, inode), with the `core.worktree` values they
     /// set: one file behind many gitlinks is read once.
-    configs_seen: HashMap<(u64, u64), Vec<String>>,
-    /// Nested indexes read (by gitdir), with their gitlinks.
-    indexes: HashMap<PathBuf, Vec<PathBuf>>,
-    /// Repositories followed: gitdir and the worktree its gitlinks were taken relative to.
-    entered: HashSet<(PathBuf, PathBuf)>,
+    configs_seen: Vec<((u64, u64), Vec<String>)>,
+    /// Repositories followed: gitdir and the worktree its gitlinks were taken relative to
+    /// (their bytes, joined by a NUL).
+    entered: HashSet<Vec<u8>>,
     links: usize,
 }
 
@@ -155,8 +154,7 @@ impl NestedScan {
         let mut pass = Pass {
             out: Checked::default(),
             budget: CHECK_BUDGET,
-            configs_seen: HashMap::new(),
-            indexes: HashMap::new(),
+            configs_seen: Vec::new(),
             entered: HashSet::new(),
             links: 0,
         };
@@ -197,33 +195,29 @@ impl NestedScan {
                 let mut worktrees = vec![dir];
                 worktrees.extend(self.judge_configs(&repo, &mut pass));
                 let index = repo.gitdir.join("index");
-                let links = match pass.indexes.get(&repo.gitdir) {
-                    Some(links) => links.clone(),
-                    None => {
-                        // Its object format is the command's to set: read with either.
-                        let max = pass.budget.min(MAX_INDEX);
-                        let links = match index_gitlinks(&index, &[20, 32], max, &mut nested_buf) {
-                            Ok((links, read)) => {
-                                pass.budget -= read.min(pass.budget);
-                                links
-                            }
-                            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-                            // Git may enter gitlinks this one names; they cannot be followed.
-                            Err(e) => {
-                                let why = format!("(not checkable: {e})");
-                                self.quarantine(&index, why, &mut pass.out);
-                                Vec::new()
-                            }
-                        };
-                        pass.indexes.insert(repo.gitdir.clone(), links.clone());
+                // Its object format is the command's to set: read with either.
+                let max = pass.budget.min(MAX_INDEX);
+                let links = match index_gitlinks(&index, &[20, 32], max, &mut nested_buf) {
+                    Ok((links, read)) => {
+                        pass.budget -= read.min(pass.budget);
                         links
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+                    // Git may enter gitlinks this one names; they cannot be followed.
+                    Err(e) => {
+                        let why = not_checkable(&e);
+                        self.quarantine(&index, why, &mut pass.out);
+                        Vec::new()
                     }
                 };
                 if links.is_empty() {
                     continue;
                 }
                 for worktree in worktrees {
-                    if !pass.entered.insert((repo.gitdir.clone(), worktree.clone())) {
+                    let mut key = repo.gitdir.as_os_str().as_encoded_bytes().to_vec();
+                    key.push(0);
+                    key.extend_from_slice(worktree.as_os_str().as_encoded_bytes());
+                    if !pass.entered.insert(key) {
                         continue;
                     }
                     if depth + 1 >= MAX_DEPTH {
@@ -275,7 +269,7 @@ impl NestedScan {
             match crate::paths::read_regular(&dot, MAX_POINTER) {
                 Ok(bytes) => dir.join(pointer(bytes.strip_prefix(b"gitdir: ")?)),
                 Err(e) => {
-                    self.quarantine(&dot_path, format!("(not checkable: {e})"), &mut pass.out);
+                    self.quarantine(&dot_path, not_checkable(&e), &mut pass.out);
                     return None;
                 }
             }
@@ -299,7 +293,7 @@ impl NestedScan {
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => self.quarantine(&commondir, format!("(not checkable: {e})"), &mut pass.out),
+            Err(e) => self.quarantine(&commondir, not_checkable(&e), &mut pass.out),
         }
         let mut configs = Vec::new();
         for (d, name) in dirs
@@ -328,13 +322,13 @@ impl NestedScan {
             Err(_) => return,
             Ok(m) if !m.is_dir() => "(not a directory)".to_string(),
             Ok(_) => match std::fs::read_dir(hooks) {
-                Err(e) => format!("(not checkable: {e})"),
+                Err(e) => not_checkable(&e),
                 Ok(entries) => {
                     let mut entries = entries.take(MAX_HOOKS + 1).enumerate();
                     let found = entries.find_map(|(i, e)| {
                         let name = match e {
                             Ok(e) => e.file_name(),
-                            Err(e) => return Some(format!("(not checkable: {e})")),
+                            Err(e) => return Some(not_checkable(&e)),
                         };
                         if i == MAX_HOOKS {
                             return Some(format!("(more than {MAX_HOOKS} entries)"));
@@ -375,13 +369,13 @@ impl NestedScan {
     /// moved aside or cannot be read.
     fn judge_config(&self, config: &Path, gitdir: &Path, pass: &mut Pass) -> Option<Vec<String>> {
         let text = match read_config(config, pass) {
-            Ok((id, text)) => match pass.configs_seen.get(&id) {
-                Some(values) => return Some(values.clone()),
+            Ok((id, text)) => match pass.configs_seen.iter().find(|(seen, _)| *seen == id) {
+                Some((_, values)) => return Some(values.clone()),
                 None => (id, text),
             },
             Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
             Err(e) => {
-                self.quarantine(config, format!("(not checkable: {e})"), &mut pass.out);
+                self.quarantine(config, not_checkable(&e), &mut pass.out);
                 return None;
             }
         };
@@ -411,7 +405,7 @@ impl NestedScan {
             .filter(|(s, k, _)| s == "core" && k == "worktree")
             .map(|(_, _, v)| v)
             .collect();
-        pass.configs_seen.insert((dev, ino), values.clone());
+        pass.configs_seen.push(((dev, ino), values.clone()));
         Some(values)
     }
 
@@ -453,6 +447,11 @@ impl NestedScan {
             Err(e) => out.failed.push((path, e.to_string())),
         }
     }
+}
+
+/// The key noted for what is moved aside because it could not be read: why.
+fn not_checkable(e: &io::Error) -> String {
+    format!("(not checkable: {e})")
 }
 
 /// Keys git runs as a program ([`runs_a_program`]), for [`loose_program_key`].
@@ -549,7 +548,7 @@ fn read_config(path: &Path, pass: &mut Pass) -> io::Result<((u64, u64), String)>
     let file = crate::paths::open_regular(path)?;
     let meta = file.metadata()?;
     let id = (meta.dev(), meta.ino());
-    if pass.configs_seen.contains_key(&id) {
+    if pass.configs_seen.iter().any(|(seen, _)| *seen == id) {
         return Ok((id, String::new()));
     }
     let max = MAX_CONFIG.min(pass.budget);
@@ -726,7 +725,7 @@ fn parse_index(src: &IndexBytes, hash_len: usize) -> Option<IndexLinks> {
     let mut out = IndexLinks::default();
     // Ordinals of gitlink entries without a name: in a split index, replacements.
     let mut stripped: Vec<usize> = Vec::new();
-    let starts = visit_entries(src, hash_len, |ordinal, mode, raw, name| {
+    let starts = visit_entries(src, hash_len, &mut |ordinal, mode, raw, name| {
         if mode & 0o170000 != 0o160000 {
             return;
         }
@@ -759,7 +758,7 @@ fn parse_index(src: &IndexBytes, hash_len: usize) -> Option<IndexLinks> {
 fn shared_gitlinks(src: &IndexBytes, hash_len: usize, replaced: &[usize]) -> Option<Vec<PathBuf>> {
     use std::os::unix::ffi::OsStrExt;
     let mut out = Vec::new();
-    visit_entries(src, hash_len, |ordinal, mode, _, name| {
+    visit_entries(src, hash_len, &mut |ordinal, mode, _, name| {
         let wanted = mode & 0o170000 == 0o160000 || replaced.contains(&ordinal);
         if wanted && !name.is_empty() && name.len() <= MAX_PATH {
             out.push(PathBuf::from(std::ffi::OsStr::from_bytes(name)));
@@ -768,16 +767,16 @@ fn shared_gitlinks(src: &IndexBytes, hash_len: usize, replaced: &[usize]) -> Opt
     Some(out)
 }
 
+/// What [`visit_entries`] calls for each entry: ordinal, mode, raw name, name (one
+/// instance of the reader for every caller: the static binary has a size budget).
+type EntryFn<'a> = dyn FnMut(usize, u32, &[u8], &[u8]) + 'a;
+
 /// Calls `f(ordinal, mode, raw name, name)` for every entry of index `src` as git reads it
 /// ([`parse_index`]; `name` is the raw name up to a NUL, as git's C string is), and
 /// returns the offsets where git starts reading extensions. The entries must lie in the
 /// bytes in memory. Runs at every index change while the command runs and at its exit, so
 /// it allocates nothing per entry (version 4 rebuilds each name in one buffer).
-fn visit_entries(
-    src: &IndexBytes,
-    hash_len: usize,
-    mut f: impl FnMut(usize, u32, &[u8], &[u8]),
-) -> Option<Vec<usize>> {
+fn visit_entries(src: &IndexBytes, hash_len: usize, f: &mut EntryFn) -> Option<Vec<usize>> {
     let data = src.head;
     let be32 = |at: usize| -> Option<u32> {
         Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
