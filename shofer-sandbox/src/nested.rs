@@ -28,7 +28,8 @@ use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Largest index read (bytes); a bigger one is not scanned and the run says so.
+/// Most bytes of an index read into memory, where its entries must lie; past them only the
+/// extension headers are read ([`IndexBytes`]).
 const MAX_INDEX: usize = 256 << 20;
 /// Largest nested configuration checked (bytes); a bigger one is moved aside unread.
 const MAX_CONFIG: usize = 4 << 20;
