@@ -98,16 +98,13 @@ const COMMON_NEW_ALLOWED: [&str; 1] = ["packed-refs"];
 /// later ref deletion or configuration change fail).
 const COMMON_TRANSIENT: [&str; 3] = ["packed-refs.lock", "packed-refs.new", "config.lock"];
 
-/// A failure to report when a thread of the guard panicked (its lock is poisoned): the
-/// check it owed did not run.
-pub(crate) fn poisoned(what: &str) -> Checked {
-    Checked {
-        quarantined: Vec::new(),
-        failed: vec![(
-            PathBuf::new(),
-            format!("{what} stopped (a thread panicked)"),
-        )],
-    }
+/// The failure (no path, why) to report when a thread of the guard panicked (its lock is
+/// poisoned): the check it owed did not run.
+pub(crate) fn poisoned(what: &str) -> (PathBuf, String) {
+    (
+        PathBuf::new(),
+        format!("{what} stopped (a thread panicked)"),
+    )
 }
 
 /// What one restore pass did.
@@ -262,7 +259,16 @@ impl GitGuard {
     pub fn check_nested(&self) -> (Checked, usize) {
         match self.nested.as_ref().map(|n| n.lock()) {
             Some(Ok(mut scan)) => scan.check(),
-            Some(Err(_)) => (poisoned("the nested check"), 0),
+            Some(Err(_)) => {
+                let failed = vec![poisoned("the nested check")];
+                (
+                    Checked {
+                        failed,
+                        ..Checked::default()
+                    },
+                    0,
+                )
+            }
             None => (Checked::default(), 0),
         }
     }
@@ -1046,7 +1052,7 @@ fn watch_loop(
             break;
         }
         let Ok(g) = guard.lock() else {
-            total.failed.extend(poisoned("the restore").failed);
+            total.failed.push(poisoned("the restore"));
             break;
         };
         let mut want = if n == 0 {
@@ -1083,7 +1089,7 @@ fn watch_loop(
     }
     match nested.map(|t| t.join()) {
         Some(Ok(done)) => total.merge(done),
-        Some(Err(_)) => total.failed.extend(poisoned("the nested check").failed),
+        Some(Err(_)) => total.failed.push(poisoned("the nested check")),
         None => {}
     }
     (total, ino)
@@ -1105,7 +1111,7 @@ fn nested_loop(
         let (c, links) = match scan.lock() {
             Ok(mut s) => s.check(),
             Err(_) => {
-                total.failed.extend(poisoned("the nested check").failed);
+                total.failed.push(poisoned("the nested check"));
                 break;
             }
         };

@@ -189,7 +189,7 @@ impl GitRun {
                 r
             }
             Err(_) => Restored {
-                failed: gitguard::poisoned("the restore").failed,
+                failed: vec![gitguard::poisoned("the restore")],
                 ..Restored::default()
             },
         };
