@@ -170,7 +170,12 @@ impl Launch {
 /// # Errors
 /// [`PlanError::NotRunnable`] for a command that cannot run; [`SetupError`] for
 /// `--keep-descendants` (bubblewrap's init kills descendants) and failed syscalls.
-pub(crate) fn plan(b: &Bwrap, opened: &OpenedPolicy, spec: &ExecSpec) -> Result<Launch, PlanError> {
+pub(crate) fn plan(
+    b: &Bwrap,
+    opened: &OpenedPolicy,
+    spec: &ExecSpec,
+    quarantine: Option<&crate::quarantine::Quarantine>,
+) -> Result<Launch, PlanError> {
     if spec.keep_descendants {
         return Err(SetupError::KeepDescendantsWithBwrap.into());
     }
@@ -191,6 +196,7 @@ pub(crate) fn plan(b: &Bwrap, opened: &OpenedPolicy, spec: &ExecSpec) -> Result<
         &command,
         spec.caps == CapPolicy::Drop,
         info_write.as_raw_fd(),
+        quarantine,
     )
     .map_err(|source| SetupError::Syscall {
         op: "preparing the bubblewrap arguments",
@@ -220,6 +226,7 @@ fn argv(
     command: &[CString],
     drop_caps: bool,
     info_fd: std::os::fd::RawFd,
+    quarantine: Option<&crate::quarantine::Quarantine>,
 ) -> std::io::Result<(OwnedFd, Vec<CString>)> {
     let info = info_fd.to_string();
     let mut args: Vec<&[u8]> = vec![
@@ -285,6 +292,10 @@ fn argv(
     // Git (crate::gitprotect): writable layers and read-only binds over control files, in
     // order. Absent read-only paths had no placeholder to cover: git does not read them.
     for (path, writable) in opened.controls.layers() {
+        // The pack binds: the whole store is read-only under a quarantine.
+        if quarantine.is_some_and(|q| path.starts_with(&q.objects)) {
+            continue;
+        }
         let flag: &[u8] = if writable {
             b"--bind"
         } else {
@@ -294,6 +305,17 @@ fn argv(
     }
     for (flag, p) in &owned {
         args.extend_from_slice(&[flag, p, p]);
+    }
+    // The object quarantine (crate::quarantine): bubblewrap takes bind sources from the
+    // host's tree, so the store's read-only bind still finds the store.
+    let q_paths = quarantine.map(|q| {
+        (
+            q.dir.as_os_str().as_bytes().to_vec(),
+            q.objects.as_os_str().as_bytes().to_vec(),
+        )
+    });
+    if let Some((dir, objects)) = &q_paths {
+        args.extend_from_slice(&[b"--bind", dir, objects, b"--ro-bind", objects, dir]);
     }
     // Safety: memfd_create with a static name; the result is checked.
     let fd = unsafe { libc::memfd_create(c"shofer-bwrap-args".as_ptr(), 0) };

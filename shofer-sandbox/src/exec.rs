@@ -267,6 +267,7 @@ mod tests {
             gid: 0,
             devices: Vec::new(),
             git_layers: Vec::new(),
+            quarantine: None,
             net_deny: false,
             landlock: None,
             full_map: false,
@@ -317,7 +318,7 @@ mod tests {
                 setuid,
             };
             let drop = spec(CapPolicy::Drop, "sh");
-            let launch = match bwrap::plan(&b, &opened, &drop) {
+            let launch = match bwrap::plan(&b, &opened, &drop, None) {
                 Ok(l) => l,
                 Err(e) => panic!("{e:?}"),
             };
@@ -339,13 +340,13 @@ mod tests {
         };
         let missing = spec(CapPolicy::Drop, "shofer-no-such-command-4711");
         assert!(matches!(
-            bwrap::plan(&b, &opened, &missing),
+            bwrap::plan(&b, &opened, &missing, None),
             Err(PlanError::NotRunnable { code: 127, .. })
         ));
         let mut keep = spec(CapPolicy::Drop, "sh");
         keep.keep_descendants = true;
         assert!(matches!(
-            bwrap::plan(&b, &opened, &keep),
+            bwrap::plan(&b, &opened, &keep, None),
             Err(PlanError::Setup(SetupError::KeepDescendantsWithBwrap))
         ));
     }

@@ -22,13 +22,18 @@ use crate::gitguard::{self, GitGuard, Restored, Watcher};
 use crate::gitprotect::{self, Created};
 use crate::objects::ObjectStore;
 use crate::paths;
+use crate::quarantine::{self, Migrated, Quarantine};
 use crate::writable::OpenedPolicy;
 
 /// How the git control files are kept on this run.
 pub struct GitRun {
     guard: Arc<Mutex<GitGuard>>,
-    /// The repository's objects before the run ([`crate::objects`]).
+    /// The repository's objects before the run ([`crate::objects`]), where no quarantine
+    /// keeps them.
     objects: Option<ObjectStore>,
+    /// The namespace backends' object quarantine ([`crate::quarantine`]).
+    pub quarantine: Option<Quarantine>,
+    worktree: PathBuf,
     /// The guard's journal directory, when one is written.
     pub journal: Option<PathBuf>,
     /// Protected structurally (read-only binds) rather than by the guard.
@@ -61,6 +66,35 @@ impl GitRun {
         } else {
             Vec::new()
         };
+        let common = match &opened.git {
+            GitLayout::Linked { common, .. } => Some(common.clone()),
+            GitLayout::MainWorktree => Some(opened.policy.worktree.join(".git")),
+            _ => None,
+        };
+        let mut objects = None;
+        let mut object_quarantine = None;
+        if let Some(common) = common {
+            let sha256 = gitprotect::uses_sha256(&common);
+            announce_migrated(
+                &quarantine::sweep(&common, sha256),
+                "of a run that was killed",
+                &opened.policy.worktree,
+            );
+            if structural {
+                match Quarantine::create(&common, sha256) {
+                    Ok(q) => object_quarantine = Some(q),
+                    Err(e) => eprintln!(
+                        "shofer-sandbox: note: no object quarantine in {} ({e}): existing objects are checked when the command ends instead",
+                        common.display()
+                    ),
+                }
+            }
+            // Before the guard's snapshot: the quarantine is a name it expects in the
+            // common dir.
+            if object_quarantine.is_none() {
+                objects = Some(ObjectStore::snapshot(&common.join("objects"), sha256));
+            }
+        }
         let writable: Vec<PathBuf> = opened
             .policy
             .writable
@@ -105,17 +139,11 @@ impl GitRun {
                 locations.push((path.to_path_buf(), paths::dir_identity(path)));
             }
         }
-        let objects = match &opened.git {
-            GitLayout::Linked { common, .. } => Some(common.clone()),
-            GitLayout::MainWorktree => Some(opened.policy.worktree.join(".git")),
-            _ => None,
-        }
-        .map(|common| {
-            ObjectStore::snapshot(&common.join("objects"), gitprotect::uses_sha256(&common))
-        });
         Ok(GitRun {
             guard: Arc::new(Mutex::new(guard)),
             objects,
+            quarantine: object_quarantine,
+            worktree: opened.policy.worktree.clone(),
             journal,
             structural,
             journal_missing,
@@ -194,6 +222,12 @@ impl GitRun {
             },
         };
         gitguard::announce(&last, "restored");
+        let migrated = self
+            .quarantine
+            .take()
+            .map(Quarantine::migrate)
+            .unwrap_or_default();
+        announce_migrated(&migrated, "of this run", &self.worktree);
         let damage = self
             .objects
             .as_ref()
@@ -212,7 +246,10 @@ impl GitRun {
                 p.display()
             );
         }
-        let failed_now = !last.failed.is_empty() || !damage.is_empty() || !moved.is_empty();
+        let failed_now = !last.failed.is_empty()
+            || !damage.is_empty()
+            || !moved.is_empty()
+            || !migrated.failed.is_empty();
         all.merge(last);
         // A failure during the run that the last pass fixed is not a failure any more.
         let failed = failed_now;
@@ -222,10 +259,14 @@ impl GitRun {
                 || !all.failed.is_empty()
                 || !all.quarantined.is_empty()
                 || !damage.is_empty()
+                || !migrated.rejected.is_empty()
+                || !migrated.failed.is_empty()
             {
                 let record = serde_json::json!({"git_restore": {
                     "moved": moved,
                     "objects_damaged": damage.iter().map(|d| serde_json::json!({"object": d.what, "how": d.how})).collect::<Vec<_>>(),
+                    "objects_rejected": migrated.rejected.iter().map(|(o, why)| serde_json::json!({"object": o, "why": why})).collect::<Vec<_>>(),
+                    "objects_not_moved": migrated.failed.iter().map(|(p, e)| serde_json::json!({"path": p, "error": e})).collect::<Vec<_>>(),
                     "restored": all.restored,
                     "quarantined": all.quarantined.iter().map(|q| serde_json::json!({"path": q.path, "moved_to": q.moved_to, "key": q.key})).collect::<Vec<_>>(),
                     "failed": all.failed.iter().map(|(p, e)| serde_json::json!({"path": p, "error": e})).collect::<Vec<_>>(),
@@ -272,6 +313,23 @@ pub fn set_git_settings() {
     }
 }
 
+/// Says on stderr what a migration of the object quarantine ([`crate::quarantine`]) `whose`
+/// could not do.
+fn announce_migrated(m: &Migrated, whose: &str, worktree: &Path) {
+    for (o, why) in &m.rejected {
+        eprintln!(
+            "shofer-sandbox: warning: git object or pack {o} written by the command {whose} was not added to the repository: {why}"
+        );
+    }
+    for (p, e) in &m.failed {
+        eprintln!(
+            "shofer-sandbox: error: new git objects {whose} could not be moved into the repository ({}: {e}); they stay where they are until `shofer-sandbox --repair {}` or the next run moves them",
+            p.display(),
+            worktree.display()
+        );
+    }
+}
+
 fn repair(worktree: &Path) -> Option<Restored> {
     let wt = std::fs::canonicalize(worktree).ok()?;
     let mut out = Restored::default();
@@ -310,7 +368,25 @@ pub fn repair_before_run(worktree: &Path) -> Result<(), SetupError> {
 /// `shofer-sandbox --repair WT`: finishes pending restores. Exit status 0 when nothing is
 /// left to restore, 1 when a restore failed.
 pub fn repair_command(worktree: &Path) -> i32 {
-    let r = repair(worktree).unwrap_or_default();
+    let mut r = repair(worktree).unwrap_or_default();
+    if let Some(common) = paths::open_nofollow(worktree).ok().and_then(|fd| {
+        match crate::git::discover(worktree, &fd) {
+            GitLayout::Linked { common, .. } => Some(common),
+            GitLayout::MainWorktree => Some(worktree.join(".git")),
+            _ => None,
+        }
+    }) {
+        let m = quarantine::sweep(&common, gitprotect::uses_sha256(&common));
+        announce_migrated(&m, "of a run that was killed", worktree);
+        r.failed.extend(m.failed);
+        if m.moved > 0 {
+            eprintln!(
+                "shofer-sandbox: moved {} new git objects or packs of a killed run into the repository",
+                m.moved
+            );
+            r.restored.push(common.join("objects"));
+        }
+    }
     gitguard::announce(&r, "restored from the journal of a run that was killed");
     if r.failed.is_empty() {
         if r.restored.is_empty() {

@@ -66,6 +66,7 @@ mod objects;
 pub mod path_search;
 mod paths;
 mod plan;
+mod quarantine;
 mod report;
 mod ruleset;
 mod seccomp;
@@ -399,7 +400,13 @@ fn attempt(
     // Safety: the caller handed us this descriptor with --status-fd and `exec_spec` checked
     // it is open; nothing else here owns it.
     let status = args.status_fd.map(|fd| unsafe { StatusFd::from_raw(fd) });
-    let outcome = match plan(choice, opened, allow_unix, exec) {
+    let outcome = match plan(
+        choice,
+        opened,
+        allow_unix,
+        exec,
+        git_run.quarantine.as_ref(),
+    ) {
         Ok(mut plan) => {
             plan.spawned_gate = git_run.start();
             supervised(plan, status, gate)
@@ -530,11 +537,12 @@ fn plan<'a>(
     opened: &'a OpenedPolicy,
     unix: &gate::AllowUnix,
     exec: ExecSpec,
+    quarantine: Option<&quarantine::Quarantine>,
 ) -> Result<Plan<'a>, PlanError> {
     let confinement = match choice.backend {
         Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, unix, choice.abi)?),
         Backend::Userns | Backend::Layered => {
-            let mut setup = namespaces::plan(opened, unix, choice.abi)?;
+            let mut setup = namespaces::plan(opened, unix, choice.abi, quarantine)?;
             setup.full_map = exec.foreign_owner.is_some();
             Confinement::Namespaces(setup)
         }
@@ -543,7 +551,7 @@ fn plan<'a>(
                 .bwrap
                 .as_ref()
                 .expect("bwrap choice carries its binary");
-            Confinement::Bwrap(bwrap::plan(b, opened, &exec)?)
+            Confinement::Bwrap(bwrap::plan(b, opened, &exec, quarantine)?)
         }
     };
     Ok(Plan {

@@ -84,6 +84,10 @@ pub(crate) struct Setup<'a> {
     /// Git binds after the writable ones, in order: (path, writable), each over itself
     /// ([`crate::gitprotect::ControlSet::layers`]).
     pub git_layers: Vec<(PathBuf, bool)>,
+    /// The object quarantine ([`crate::quarantine`]): (quarantine, object store). The
+    /// quarantine is bound read-write over the store's path, the store read-only over the
+    /// quarantine's path, after the git layers.
+    pub quarantine: Option<(PathBuf, PathBuf)>,
     /// Also unshare the network namespace (`--net deny`).
     pub net_deny: bool,
     /// Landlock layered on the namespaces.
@@ -116,6 +120,7 @@ pub(crate) fn plan<'a>(
     opened: &'a OpenedPolicy,
     unix: &crate::gate::AllowUnix,
     abi: u32,
+    quarantine: Option<&crate::quarantine::Quarantine>,
 ) -> Result<Setup<'a>, SetupError> {
     let mut devices = standard_devices();
     let mut binds = Vec::new();
@@ -166,7 +171,10 @@ pub(crate) fn plan<'a>(
             .iter()
             .map(|(p, _)| (p.clone(), true))
             .chain(opened.controls.layers())
+            // The pack binds: the whole store is read-only under a quarantine.
+            .filter(|(p, _)| quarantine.is_none_or(|q| !p.starts_with(&q.objects)))
             .collect(),
+        quarantine: quarantine.map(|q| (q.dir.clone(), q.objects.clone())),
         net_deny: opened.policy.net == NetPolicy::Deny,
         landlock,
         full_map: false,
@@ -410,6 +418,28 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         if *writable {
             keep_rw.push(path.to_string_lossy().into_owned());
         }
+    }
+
+    // Step 5c: the object quarantine (crate::quarantine). Both opened before either mount
+    // and checked to be what the supervisor saw; the store's bind is read-only in step 6.
+    if let Some((dir, objects)) = &plan.quarantine {
+        let store = paths::open_nofollow(objects)?;
+        let q = paths::open_nofollow(dir)?;
+        if paths::kind(&q)? != paths::Kind::Dir || paths::kind(&store)? != paths::Kind::Dir {
+            eprintln!(
+                "shofer-sandbox: {} or {} is not a directory",
+                objects.display(),
+                dir.display()
+            );
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        // Targets by descriptor too (the store's descriptor keeps naming the store itself
+        // once the quarantine covers its path). Not recursive: a recursive bind of the store
+        // would bring the quarantine's mount on it along.
+        let (q, store) = (fd_path(q.as_raw_fd()), fd_path(store.as_raw_fd()));
+        mount(Some(&q), &store, None, libc::MS_BIND, None)?;
+        mount(Some(&store), &q, None, libc::MS_BIND, None)?;
+        keep_rw.push(objects.to_string_lossy().into_owned());
     }
 
     // Step 6: everything else read-only: the whole tree at once, then the writable set back.

@@ -333,12 +333,7 @@ impl ObjectStore {
     }
 
     fn hasher(&self) -> Hasher {
-        use sha1::Digest as _;
-        if self.sha256 {
-            Hasher::Sha256(sha2::Sha256::new())
-        } else {
-            Hasher::Sha1(sha1::Sha1::new())
-        }
+        hasher(self.sha256)
     }
 
     /// The hash of a loose object's inflated content (its name when intact).
@@ -346,18 +341,7 @@ impl ObjectStore {
     /// # Errors
     /// Opening or inflating it, or `budget` (bytes left to hash in this check) spent.
     fn hash_loose(&self, path: &Path, budget: &std::cell::Cell<u64>) -> io::Result<Vec<u8>> {
-        let mut z = flate2::read::ZlibDecoder::new(crate::paths::open_regular(path)?);
-        let mut h = self.hasher();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = z.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            spend(budget, n)?;
-            h.update(&buf[..n]);
-        }
-        Ok(h.finish())
+        loose_object_id(path, self.sha256, budget)
     }
 
     /// Whether the file's trailing checksum (a hash of everything before it) is `trailer`
@@ -583,6 +567,41 @@ fn read_idx_names(f: &File, hash_len: usize) -> io::Result<Vec<Vec<u8>>> {
 }
 
 /// Lower-case hexadecimal of `b` (object ids, journal contents).
+/// A new hasher for the object format (`sha256` or SHA-1).
+fn hasher(sha256: bool) -> Hasher {
+    use sha1::Digest as _;
+    if sha256 {
+        Hasher::Sha256(sha2::Sha256::new())
+    } else {
+        Hasher::Sha1(sha1::Sha1::new())
+    }
+}
+
+/// The object name of the loose object at `path` (a regular file, not followed if a symlink):
+/// the hash of its inflated content, `<type> <size>\0<content>` (gitformat-loose.txt).
+///
+/// # Errors
+/// Opening or inflating it ([`crate::paths::open_regular`]), or `budget` (bytes left to
+/// hash) spent.
+pub(crate) fn loose_object_id(
+    path: &Path,
+    sha256: bool,
+    budget: &std::cell::Cell<u64>,
+) -> io::Result<Vec<u8>> {
+    let mut z = flate2::read::ZlibDecoder::new(crate::paths::open_regular(path)?);
+    let mut h = hasher(sha256);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = z.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        spend(budget, n)?;
+        h.update(&buf[..n]);
+    }
+    Ok(h.finish())
+}
+
 pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }

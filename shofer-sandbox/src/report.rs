@@ -131,7 +131,9 @@ pub fn run(
     let mut notes = opened.controls.notes.clone();
     notes.extend(git_run.objects_note().map(str::to_string));
     git["notes"] = json!(notes);
-    git["objects"] = if git_run.structural {
+    git["objects"] = if let Some(q) = &git_run.quarantine {
+        json!(format!("read-only: the store is bound read-only (a deletion or rewrite fails); the command's git writes new objects to a quarantine, {}, bound over objects/ with the store as its alternate; when the run ends each new loose object is re-hashed and each new pack re-indexed by git index-pack, and only what verifies is moved into the store (never over an existing object); until then the host's git does not see the new objects", q.dir.display()))
+    } else if git_run.structural {
         json!("existing packs: read-only bind mounts; loose objects: recorded before the run (inode, size, ctime) and re-hashed after it when touched; a deleted or rewritten object is named, on stderr and in a closing git_restore record, and the run exits 125")
     } else {
         json!("recorded before the run (loose objects: inode, size, ctime; packs: checksums, the old index kept open) and checked after it: a deleted or rewritten object is named, on stderr and in a closing git_restore record, and the run exits 125; not prevented while the command runs")

@@ -1205,11 +1205,12 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// Existing objects: on the namespace backends packs are read-only (a deletion fails); a loose
-/// object rewritten under its name, or deleted, is named when the run ends on every backend,
-/// and the run fails (exit status 125).
+/// Existing objects: on the namespace backends the store is read-only under the object
+/// quarantine (a deletion or rewrite fails, new objects reach the store when the run ends); on
+/// Landlock a loose object rewritten under its name, or deleted, and a deleted pack are named
+/// when the run ends, and the run fails (exit status 125).
 #[test]
-fn destroyed_or_rewritten_objects_are_named_and_fail_the_run() {
+fn existing_objects_are_read_only_or_named_when_destroyed() {
     let mut failures = Vec::new();
     let setup: &[&[&str]] = &[
         &["repack", "-adq"],
@@ -1219,20 +1220,26 @@ fn destroyed_or_rewritten_objects_are_named_and_fail_the_run() {
         for uid in uids() {
             let l = Layout::new(uid, setup);
             let objects = l.repo.join(".git/objects");
-            let loose = {
+            let rev = |what: &str| {
                 let mut cmd = Command::new("git");
-                cmd.args(["rev-parse", "main"]).current_dir(&l.repo);
+                cmd.args(["rev-parse", what]).current_dir(&l.repo);
                 as_uid(&mut cmd, uid);
                 String::from_utf8_lossy(&cmd.output().unwrap().stdout)
                     .trim()
                     .to_string()
             };
+            let loose = rev("main");
+            let loose_path = objects.join(&loose[..2]).join(&loose[2..]);
+            let loose_before = std::fs::read(&loose_path).unwrap();
             let packs_before = std::fs::read_dir(objects.join("pack")).unwrap().count();
+            // The command plants an object and copies it over an existing one, deletes the
+            // packs, and says which object it planted.
             let script = format!(
-                "X=$(echo planted | git hash-object -w --stdin); \
+                "X=$(echo planted $$ | git hash-object -w --stdin); echo $X; \
                  P=\"$COMMON/objects/{a}/{b}\"; chmod u+w \"$P\"; rm -f \"$P\"; \
                  cp \"$COMMON/objects/$(echo $X | cut -c1-2)/$(echo $X | cut -c3-)\" \"$P\"; \
-                 rm -f \"$COMMON\"/objects/pack/*; true",
+                 Q=$(cat \"$COMMON/objects/info/alternates\" 2>/dev/null); \
+                 rm -f \"$COMMON\"/objects/pack/* ${{Q:+\"$Q\"/pack/*}} ${{Q:+\"$Q/{a}/{b}\"}}; true",
                 a = &loose[..2],
                 b = &loose[2..]
             );
@@ -1240,20 +1247,44 @@ fn destroyed_or_rewritten_objects_are_named_and_fail_the_run() {
             cmd.envs(l.vars()).stdin(Stdio::null());
             let out = cmd.output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
+            let planted = String::from_utf8_lossy(&out.stdout).trim().to_string();
             let cell = format!("{b} / uid {uid:?}");
-            if out.status.code() != Some(125) {
-                failures.push(format!("{cell}: exit status\n{}", show(&out)));
-            }
-            if !err.contains(&format!("git object {loose}: rewritten")) {
-                failures.push(format!("{cell}: rewrite not named\n{}", show(&out)));
-            }
             let packs_after = std::fs::read_dir(objects.join("pack")).unwrap().count();
             if b == "landlock" {
+                if out.status.code() != Some(125) {
+                    failures.push(format!("{cell}: exit status\n{}", show(&out)));
+                }
+                if !err.contains(&format!("git object {loose}: rewritten")) {
+                    failures.push(format!("{cell}: rewrite not named\n{}", show(&out)));
+                }
                 if !err.contains("deleted with pack-") {
                     failures.push(format!("{cell}: pack deletion not named\n{}", show(&out)));
                 }
-            } else if packs_after != packs_before {
+                continue;
+            }
+            if out.status.code() != Some(0) {
+                failures.push(format!("{cell}: exit status\n{}", show(&out)));
+            }
+            if std::fs::read(&loose_path).ok().as_deref() != Some(&loose_before[..]) {
+                failures.push(format!("{cell}: object {loose} changed\n{}", show(&out)));
+            }
+            if packs_after != packs_before {
                 failures.push(format!("{cell}: a pack was deleted\n{}", show(&out)));
+            }
+            if planted.len() != 40 || rev(&format!("{planted}^{{blob}}")) != planted {
+                failures.push(format!(
+                    "{cell}: the new object {planted:?} is not in the store\n{}",
+                    show(&out)
+                ));
+            }
+            let left: Vec<_> = std::fs::read_dir(l.repo.join(".git"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .filter(|n| n.to_string_lossy().starts_with("shofer-objects-"))
+                .collect();
+            if !left.is_empty() {
+                failures.push(format!("{cell}: quarantine left behind: {left:?}"));
             }
         }
     }

@@ -40,6 +40,13 @@ pub(super) fn cases() -> Vec<Case> {
             needs = need_git
         ),
         case!(
+            "git-objects",
+            "commit, then rewrite, delete and chmod every existing object and pack of the store (read-only on the namespace backends; named and exit 125 on Landlock); the new commit reaches the store",
+            None,
+            git_objects,
+            needs = need_git_sh
+        ),
+        case!(
             "git-info",
             "write the common info/exclude and info/attributes",
             None,
@@ -305,6 +312,92 @@ fn fs_snapshot_common(r: &Repo) -> BTreeMap<String, String> {
         m.insert("common-entries".into(), names.join(","));
     }
     m
+}
+
+/// Existing objects: the namespace backends' store is read-only (the object quarantine), so
+/// every write fails and the command's new commit reaches the store when the run ends; on
+/// Landlock each destroyed object is named and the run fails (exit status 125).
+fn git_objects(c: &Ctx) -> Outcome {
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let objects = r.common.join("objects");
+    // Each existing object file (not info/) and its bytes.
+    fn files(dir: &Path, rel: &str, m: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = format!("{rel}{}", e.file_name().to_string_lossy());
+            if name == "info" {
+                continue;
+            }
+            match e.file_type() {
+                Ok(t) if t.is_dir() => files(&e.path(), &format!("{name}/"), m),
+                _ => {
+                    m.insert(name, std::fs::read(e.path()).unwrap_or_default());
+                }
+            }
+        }
+    }
+    let mut before = BTreeMap::new();
+    files(&objects, "", &mut before);
+    // The attack reaches the store by its path and, under a quarantine, by the alternate:
+    // each existing object file is appended to, made writable and removed.
+    let old: Vec<&str> = before.keys().map(String::as_str).collect();
+    let script = format!(
+        "git commit -q --allow-empty -m new && git rev-parse HEAD && {SETUP_OK}; \
+         A=$(cat \"$COMMON/objects/info/alternates\" 2>/dev/null); \
+         for d in \"$COMMON/objects\" $A; do for f in $OLD; do \
+           chmod u+w \"$d/$f\"; printf forged >> \"$d/$f\"; rm -f \"$d/$f\"; \
+         done; done"
+    );
+    let mut spec = Sb::new(Cmd::Shell(format!("{script}; true")));
+    spec.env = r.env.clone();
+    spec.env
+        .push(("COMMON".into(), r.common.display().to_string()));
+    spec.env.push(("OLD".into(), old.join(" ")));
+    let run = c.sb(spec);
+    if !run.stdout.contains("SHOFER-SETUP-OK") {
+        return Outcome::Broken(format!("git commit failed: {}", run.how()));
+    }
+    let new = run.stdout.lines().next().unwrap_or("").trim().to_string();
+    let mut after = BTreeMap::new();
+    files(&objects, "", &mut after);
+    let changed: Vec<&String> = before
+        .iter()
+        .filter(|(k, v)| after.get(*k) != Some(*v))
+        .map(|(k, _)| k)
+        .collect();
+    let repo = r.common.parent().unwrap_or(&r.common);
+    let host_sees_new = git(c.w, &r.env, repo, &["cat-file", "-e", &new]).is_ok();
+    if c.cell.backend == "landlock" && !changed.is_empty() {
+        if run.code != Some(125) || !run.stderr.contains("destroyed or changed git object") {
+            return Outcome::Escaped(format!(
+                "{} existing object files destroyed and not named: {}",
+                changed.len(),
+                run.how()
+            ));
+        }
+        return Outcome::Blocked(format!(
+            "not prevented on Landlock: {} object files destroyed, named, exit 125",
+            changed.len()
+        ));
+    }
+    if !changed.is_empty() {
+        return Outcome::Escaped(format!(
+            "existing objects changed or deleted: {}",
+            clip(&format!("{changed:?}"), 200)
+        ));
+    }
+    if !host_sees_new {
+        return Outcome::Broken(format!(
+            "the command's commit {new} did not reach the store: {}",
+            run.how()
+        ));
+    }
+    Outcome::Blocked(format!(
+        "{} existing object files unchanged (read-only store); the new commit was moved into the store",
+        before.len()
+    ))
 }
 
 fn deny(c: &Ctx, env: &[(String, String)], wt: Option<PathBuf>, paths: &[PathBuf]) -> Run {
