@@ -2,8 +2,9 @@
 //! while it runs and after it ends (docs/ARCHITECTURE.md, "Linked git worktrees").
 //!
 //! - namespace backends (`userns`, `layered`, `bwrap`): placeholders for absent protected
-//!   paths ([`crate::gitprotect::prepare`]), then read-only binds built by the backend; the
-//!   guard's snapshot and exit check run as well, as a second line;
+//!   paths ([`crate::gitprotect::prepare`]) and the object quarantine
+//!   ([`crate::quarantine`]), then read-only binds built by the backend; the guard's snapshot
+//!   and exit check run as well, as a second line;
 //! - `landlock`: the guard ([`crate::gitguard`]): snapshot, journal outside the writable set,
 //!   the watcher thread that restores at once, the restore at exit.
 //!

@@ -11,8 +11,8 @@
 //! 4. **opened policy**: [`writable`] builds the writable set, opening every rule path
 //!    without following symlinks, with [`git`] adding a validated linked worktree's metadata
 //!    and [`gitprotect`] listing what the host's git trusts; [`gitrun`] prepares their
-//!    protection (placeholders, the [`gitguard`] snapshot and journal, the [`objects`]
-//!    record); the `--report` record ([`report`]) is written from the choice and the opened
+//!    protection (placeholders, the [`gitguard`] snapshot and journal, the [`quarantine`]
+//!    of the namespace backends or the [`objects`] record); the `--report` record ([`report`]) is written from the choice and the opened
 //!    policy;
 //! 5. **plan**: the chosen backend's module builds its [`plan::Confinement`] ([`ruleset`],
 //!    [`namespaces`], [`bwrap`]) around the common [`plan::ExecSpec`];
@@ -23,7 +23,8 @@
 //!    ([`status`]) and stops the whole tree ([`tree`]);
 //! 8. **report**: what the command changed that the host's git trusts is put back (the
 //!    watcher of [`gitguard`] does it at once during the run), nested repositories' configs
-//!    are quarantined ([`nested`]), destroyed objects are named, the unix-socket paths the
+//!    are quarantined ([`nested`]), new objects are verified and moved into the store
+//!    ([`quarantine`]) or destroyed ones named ([`objects`]), the unix-socket paths the
 //!    [`gate`] refused are added to the `--report` record, and the exit status is decided in
 //!    one place, [`run`].
 //!

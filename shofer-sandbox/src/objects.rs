@@ -1,11 +1,12 @@
 //! The repository's existing objects: detecting, when a run ends, every object it destroyed or
 //! changed (docs/ARCHITECTURE.md, "Linked git worktrees").
 //!
-//! `objects/` must stay writable for new objects, so a command can delete or rewrite existing
-//! ones (`rm -rf objects`, a loose object replaced under the same name: `git status` stays
-//! clean and the next checkout writes the attacker's content). The namespace backends bind
-//! every existing pack read-only over itself ([`crate::gitprotect`]); loose objects, and on the
-//! Landlock backend everything, are checked here:
+//! On Landlock `objects/` must stay writable for new objects, so a command can delete or
+//! rewrite existing ones (`rm -rf objects`, a loose object replaced under the same name: `git
+//! status` stays clean and the next checkout writes the attacker's content). The namespace
+//! backends make the store read-only ([`crate::quarantine`]) and bind every existing pack
+//! read-only over itself ([`crate::gitprotect`]) where no quarantine could be made; what they
+//! do not prevent, and on the Landlock backend everything, is checked here:
 //!
 //! - [`ObjectStore::snapshot`] records each loose object's name (a directory listing, no
 //!   stat) and the time, and each pack's and index's inode, size, ctime and trailing

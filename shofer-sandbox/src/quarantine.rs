@@ -16,9 +16,10 @@
 //!   alternate, read-only (a deletion or rewrite fails with `EROFS`, a rename with `EBUSY`);
 //! - when the run has ended, [`Quarantine::migrate`] moves each new loose object whose
 //!   content hashes to its name into the store (`RENAME_NOREPLACE`: an existing object is
-//!   never replaced), and each new pack with an index made by `git index-pack` from the pack
-//!   itself (the command's own index could name objects the pack does not hold); what does
-//!   not verify is named and dropped;
+//!   never replaced), and each new pack is handed to `git index-pack --stdin`, which hashes
+//!   every object and writes the pack with an index of its own into the store (the command's
+//!   index could name objects the pack does not hold); what does not verify is named and
+//!   dropped;
 //! - a quarantine whose run was killed is still locked by nobody: the next run on the
 //!   repository, or `shofer-sandbox --repair WT`, migrates it ([`sweep`]).
 //!
@@ -33,6 +34,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::objects::{hex, loose_object_id};
+use std::cell::Cell;
 
 /// The prefix of a quarantine's name in the common dir.
 const PREFIX: &str = "shofer-objects-";
@@ -104,6 +106,10 @@ impl Quarantine {
             let mut line = dir.as_os_str().as_encoded_bytes().to_vec();
             line.push(b'\n');
             std::fs::write(dir.join("info/alternates"), line)?;
+            let objects = common.join("objects");
+            for p in [dir.clone(), dir.join("info"), dir.join("info/alternates")] {
+                own_like(&p, &objects)?;
+            }
             Ok(lock)
         })();
         match made {
@@ -163,47 +169,46 @@ fn migrate(dir: &Path, objects: &Path, sha256: bool) -> Migrated {
         .unwrap_or_default();
     fanouts.sort();
     for fan in fanouts {
-        let from = dir.join(&fan);
+        // Read and renamed through a descriptor: a fan-out directory the command replaced by
+        // a symlink leads nowhere else.
+        let Some((from_dir, from)) = subdir(dir, &fan) else {
+            out.rejected.push((fan, "not a directory".into()));
+            continue;
+        };
         let Ok(rd) = std::fs::read_dir(&from) else {
             continue;
         };
         let mut to_dir: Option<OwnedFd> = None;
-        let mut names: Vec<String> = rd
+        for name in rd
             .flatten()
             .filter_map(|e| e.file_name().into_string().ok())
             .filter(|n| n.len() == hexlen - 2 && is_hex(n))
-            .collect();
-        names.sort();
-        for name in names {
+        {
             let oid = format!("{fan}{name}");
-            let src = from.join(&name);
             if std::fs::symlink_metadata(objects.join(&fan).join(&name)).is_ok() {
                 continue;
             }
-            match loose_object_id(&src, sha256, &std::cell::Cell::new(u64::MAX)) {
-                Ok(id) if hex(&id) == oid => {}
-                Ok(_) => {
-                    out.rejected
-                        .push((oid, "its content does not hash to its name".into()));
-                    continue;
-                }
-                Err(e) => {
-                    out.rejected.push((oid, format!("unreadable: {e}")));
-                    continue;
-                }
+            let why = match loose_object_id(&from.join(&name), sha256, &Cell::new(u64::MAX)) {
+                Ok(id) if hex(&id) == oid => None,
+                Ok(_) => Some("its content does not hash to its name".to_string()),
+                Err(e) => Some(format!("unreadable: {e}")),
+            };
+            if let Some(why) = why {
+                out.rejected.push((oid, why));
+                continue;
             }
-            let moved = (|| {
-                if to_dir.is_none() {
-                    to_dir = Some(fanout_dir(objects, &fan)?);
-                }
-                let to = to_dir.as_ref().expect("just set");
-                let src_dir = crate::paths::open_nofollow(&from)?;
-                rename_between(&src_dir, &name, to, &name)
-            })();
+            let moved = match &to_dir {
+                Some(to) => rename_between(&from_dir, &name, to, &name),
+                None => fanout_dir(objects, &fan).and_then(|to| {
+                    let r = rename_between(&from_dir, &name, &to, &name);
+                    to_dir = Some(to);
+                    r
+                }),
+            };
             match moved {
                 Ok(()) => out.moved += 1,
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-                Err(e) => out.failed.push((src, e.to_string())),
+                Err(e) => out.failed.push((dir.join(&fan).join(&name), e.to_string())),
             }
         }
     }
@@ -214,6 +219,29 @@ fn migrate(dir: &Path, objects: &Path, sha256: bool) -> Migrated {
         }
     }
     out
+}
+
+/// `dir/name` as a directory descriptor (a symlink is not followed) and the path to read it
+/// through (`/proc/self/fd/N`).
+fn subdir(dir: &Path, name: &str) -> Option<(OwnedFd, PathBuf)> {
+    let fd = crate::paths::open_nofollow(&dir.join(name)).ok()?;
+    if crate::paths::kind(&fd).ok()? != crate::paths::Kind::Dir {
+        return None;
+    }
+    let path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    Some((fd, path))
+}
+
+/// As root, gives `path` to the owner of the store (a root caller over a repository another
+/// user owns: that user's git must be able to write there later).
+fn own_like(path: &Path, objects: &Path) -> io::Result<()> {
+    // Safety: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(());
+    }
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(objects)?;
+    std::os::unix::fs::lchown(path, Some(m.uid()), Some(m.gid()))
 }
 
 /// `objects/<fan>`, made if absent with the mode of `objects/` (git's core.sharedRepository
@@ -233,7 +261,10 @@ fn fanout_dir(objects: &Path, fan: &str) -> io::Result<OwnedFd> {
     }
     let mode = std::fs::symlink_metadata(objects)?.permissions().mode() & 0o7777;
     match std::fs::DirBuilder::new().mode(mode).create(&path) {
-        Ok(()) => std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?,
+        Ok(()) => {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+            own_like(&path, objects)?;
+        }
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
@@ -262,11 +293,18 @@ fn rename_between(from_dir: &OwnedFd, from: &str, to_dir: &OwnedFd, to: &str) ->
     Ok(())
 }
 
-/// Each `pack/pack-*.pack` of the quarantine, indexed again by `git index-pack` (which
-/// hashes every object of the pack and compares it with any existing object of the same
-/// name), then moved into `objects/pack` under the name git gives it, index last.
+/// Each `pack/pack-*.pack` of the quarantine, given to `git index-pack --stdin` in the
+/// repository (which hashes every object of the pack, compares it with any existing object of
+/// the same name, and writes the pack and an index of its own into `objects/pack`); the
+/// command's own index is never used.
 fn migrate_packs(dir: &Path, objects: &Path, out: &mut Migrated) {
-    let pack_dir = dir.join("pack");
+    if std::fs::symlink_metadata(dir.join("pack")).is_err() {
+        return;
+    }
+    let Some((from, pack_dir)) = subdir(dir, "pack") else {
+        out.rejected.push(("pack".into(), "not a directory".into()));
+        return;
+    };
     let Ok(rd) = std::fs::read_dir(&pack_dir) else {
         return;
     };
@@ -284,7 +322,7 @@ fn migrate_packs(dir: &Path, objects: &Path, out: &mut Migrated) {
         Ok(p) => PathBuf::from(std::ffi::OsStr::from_bytes(p.as_bytes())),
         Err(_) => {
             out.failed.push((
-                pack_dir,
+                dir.join("pack"),
                 "no git on PATH to verify the command's packs with".into(),
             ));
             return;
@@ -292,25 +330,21 @@ fn migrate_packs(dir: &Path, objects: &Path, out: &mut Migrated) {
     };
     for pack in packs {
         let base = pack.trim_end_matches(".pack");
-        let src = pack_dir.join(&pack);
-        if crate::paths::open_regular(&src).is_err() {
+        let shown = dir.join("pack").join(&pack);
+        let Ok(file) = crate::paths::open_regular(&pack_dir.join(&pack)) else {
             out.rejected
                 .push((pack.clone(), "not a regular file".into()));
             continue;
-        }
-        let idx = pack_dir.join(format!("{base}.shofer-verified-idx"));
+        };
+        // `--stdin`: git reads the pack from our descriptor and writes it into the store
+        // itself, as receive-pack does with a pushed pack.
         let run = Command::new(&git)
-            .arg("index-pack")
-            .arg("--no-rev-index")
-            .arg("-o")
-            .arg(&idx)
-            .arg(&src)
+            .args(["index-pack", "--stdin", "--no-rev-index"])
             .current_dir(common)
             .env("GIT_DIR", common)
             .env_remove("GIT_OBJECT_DIRECTORY")
             .env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES")
-            .env_remove("GIT_QUARANTINE_PATH")
-            .stdin(Stdio::null())
+            .stdin(file)
             .stderr(Stdio::piped())
             .stdout(Stdio::piped())
             .output();
@@ -331,28 +365,25 @@ fn migrate_packs(dir: &Path, objects: &Path, out: &mut Migrated) {
                 continue;
             }
             Err(e) => {
-                out.failed.push((src, format!("git index-pack: {e}")));
+                out.failed.push((shown, format!("git index-pack: {e}")));
                 continue;
             }
         };
         if hash.len() < 40 || !is_hex(&hash) {
             out.failed.push((
-                src,
+                shown,
                 format!("git index-pack printed no pack name: {hash:?}"),
             ));
             continue;
         }
-        let moved = (|| {
-            let from = crate::paths::open_nofollow(&pack_dir)?;
-            let to = fanout_dir(objects, "pack")?;
-            let name = format!("pack-{hash}");
-            match rename_between(&from, &pack, &to, &format!("{name}.pack")) {
-                Ok(()) => {}
-                // The store has this very pack (same name: same content).
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => return Ok(()),
-                Err(e) => return Err(e),
-            }
-            if std::fs::symlink_metadata(pack_dir.join(format!("{base}.promisor"))).is_ok() {
+        out.moved += 1;
+        let name = format!("pack-{hash}");
+        for ext in ["pack", "idx"] {
+            let _ = own_like(&objects.join("pack").join(format!("{name}.{ext}")), objects);
+        }
+        // A partial clone's marker: the pack's objects may lack what they refer to.
+        if std::fs::symlink_metadata(pack_dir.join(format!("{base}.promisor"))).is_ok() {
+            if let Ok(to) = fanout_dir(objects, "pack") {
                 let _ = rename_between(
                     &from,
                     &format!("{base}.promisor"),
@@ -360,16 +391,6 @@ fn migrate_packs(dir: &Path, objects: &Path, out: &mut Migrated) {
                     &format!("{name}.promisor"),
                 );
             }
-            rename_between(
-                &from,
-                &format!("{base}.shofer-verified-idx"),
-                &to,
-                &format!("{name}.idx"),
-            )
-        })();
-        match moved {
-            Ok(()) => out.moved += 1,
-            Err(e) => out.failed.push((src, e.to_string())),
         }
     }
 }
@@ -463,6 +484,43 @@ mod tests {
             .status()
             .unwrap();
         assert!(!missing.success());
+    }
+
+    /// What the command may leave in its quarantine besides objects: a fan-out directory
+    /// that is a symlink (to the store itself, to anything), a FIFO under an object's name.
+    #[test]
+    fn symlinks_and_special_files_in_the_quarantine_are_rejected_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        let common = repo.join(".git");
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir_all(elsewhere.join("pack")).unwrap();
+        let q = Quarantine::create(&common, false).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, q.dir.join("ab")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("pack"), q.dir.join("pack")).unwrap();
+        std::fs::create_dir(q.dir.join("cd")).unwrap();
+        let fifo = std::ffi::CString::new(
+            q.dir
+                .join("cd")
+                .join("0".repeat(38))
+                .as_os_str()
+                .as_encoded_bytes(),
+        )
+        .unwrap();
+        // Safety: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let m = q.migrate();
+        assert!(m.failed.is_empty(), "{m:?}");
+        assert_eq!(m.moved, 0, "{m:?}");
+        let rejected: Vec<&str> = m.rejected.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(rejected.len(), 3, "{m:?}");
+        assert!(
+            rejected.contains(&"ab") && rejected.contains(&"pack"),
+            "{m:?}"
+        );
+        assert!(elsewhere.join("pack").is_dir());
     }
 
     #[test]
