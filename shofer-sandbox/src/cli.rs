@@ -86,7 +86,8 @@ pub enum Invocation {
     Help,
     /// `--version`.
     Version,
-    /// `--repair WORKTREE`: finish the git control-file restores a killed run left.
+    /// `--repair WORKTREE`: finish the git control-file restores a killed run left, and move
+    /// its new git objects into the repository.
     Repair(PathBuf),
 }
 
@@ -134,7 +135,8 @@ Options:
   --print-apparmor-profile print an AppArmor profile that lets this binary create
                            user namespaces (Ubuntu 23.10+ restricts them)
   --repair <WORKTREE>      finish restoring git control files that a killed run left
-                           changed (the next run on the worktree does it too)
+                           changed, move its new git objects into the repository
+                           (the next run on the worktree does it too)
   -h, --help               print this help
   -V, --version            print the version
 

@@ -785,31 +785,17 @@ impl Watcher {
         let (stop_read, stop_write) = shofer_sys::fd::pipe_cloexec()?;
         let (gate_read, gate_write) = shofer_sys::fd::pipe_cloexec()?;
         let (ready_read, ready_write) = shofer_sys::fd::pipe_cloexec()?;
-        // Safety: an all-zero sigset_t is valid plain data (filled below).
-        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // Safety: as above.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // Safety: sigfillset initialises the set; pthread_sigmask changes this thread's mask
-        // (inherited by the new thread), restored right after the spawn.
-        unsafe {
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        }
-        let thread = std::thread::Builder::new()
-            .name("shofer-git-watch".into())
-            .spawn(move || {
-                let mut b = 0u8;
-                // Safety: one byte to and from our own pipes; no allocation between telling
-                // the supervisor we are ready and the gate opening.
-                unsafe {
-                    libc::write(ready_write.as_raw_fd(), b"r".as_ptr().cast(), 1);
-                    libc::read(gate_read.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
-                }
-                drop(ready_write);
-                watch_loop(ino, wds, stop_read, guard, restore)
-            });
-        // Safety: restoring the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        let thread = shofer_sys::process::spawn_signals_blocked("shofer-git-watch", move || {
+            let mut b = 0u8;
+            // Safety: one byte to and from our own pipes; no allocation between telling the
+            // supervisor we are ready and the gate opening.
+            unsafe {
+                libc::write(ready_write.as_raw_fd(), b"r".as_ptr().cast(), 1);
+                libc::read(gate_read.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
+            }
+            drop(ready_write);
+            watch_loop(ino, wds, stop_read, guard, restore)
+        });
         let thread = thread?;
         let mut b = 0u8;
         // Safety: reading one byte from our pipe: the thread is at the gate.

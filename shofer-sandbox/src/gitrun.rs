@@ -34,6 +34,8 @@ pub struct GitRun {
     objects: Option<ObjectStore>,
     /// The namespace backends' object quarantine ([`crate::quarantine`]).
     pub quarantine: Option<Quarantine>,
+    /// Copies the quarantine's new objects into the store while the run lasts.
+    copier: Option<quarantine::Copier>,
     worktree: PathBuf,
     /// The guard's journal directory, when one is written.
     pub journal: Option<PathBuf>,
@@ -76,19 +78,21 @@ impl GitRun {
         let mut object_quarantine = None;
         if let Some(common) = common {
             let sha256 = gitprotect::uses_sha256(&common);
-            announce_migrated(
-                &quarantine::sweep(&common, sha256),
-                "of a run that was killed",
-                &opened.policy.worktree,
-            );
+            let killed = "of a run that was killed";
             if structural {
-                match Quarantine::create(&common, sha256) {
-                    Ok(q) => object_quarantine = Some(q),
+                match Quarantine::take(&common, sha256) {
+                    Ok((q, settled)) => {
+                        announce_migrated(&settled, killed, &opened.policy.worktree);
+                        object_quarantine = Some(q);
+                    }
                     Err(e) => eprintln!(
                         "shofer-sandbox: note: no object quarantine in {} ({e}): existing objects are checked when the command ends instead",
                         common.display()
                     ),
                 }
+            } else {
+                let settled = quarantine::sweep(&common, sha256);
+                announce_migrated(&settled, killed, &opened.policy.worktree);
             }
             // Before the guard's snapshot: the quarantine is a name it expects in the
             // common dir.
@@ -144,6 +148,7 @@ impl GitRun {
             guard: Arc::new(Mutex::new(guard)),
             objects,
             quarantine: object_quarantine,
+            copier: None,
             worktree: opened.policy.worktree.clone(),
             journal,
             structural,
@@ -175,6 +180,14 @@ impl GitRun {
     /// Just before the command starts: the watcher ([`Watcher`]). Returns the descriptor the
     /// supervisor writes to once the sandbox's processes exist (the watcher's gate).
     pub fn start(&mut self) -> Option<std::os::fd::RawFd> {
+        if let Some(q) = &self.quarantine {
+            match q.start_copier() {
+                Ok(c) => self.copier = Some(c),
+                Err(e) => eprintln!(
+                    "shofer-sandbox: note: new git objects reach the repository only when the command ends ({e})"
+                ),
+            }
+        }
         if !self.watch {
             return None;
         }
@@ -223,6 +236,9 @@ impl GitRun {
             },
         };
         gitguard::announce(&last, "restored");
+        if let Some(c) = self.copier.take() {
+            c.stop();
+        }
         let migrated = self
             .quarantine
             .take()

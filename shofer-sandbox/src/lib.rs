@@ -119,8 +119,9 @@ pub fn probe(json: bool, backend: cli::BackendChoice, max_abi: Option<u32>, net:
     0
 }
 
-/// `--repair WORKTREE`: finishes the git control-file restores a killed run left (see
-/// `gitrun`). Returns the exit status: 0 when nothing is left to restore, 1 otherwise.
+/// `--repair WORKTREE`: finishes the git control-file restores a killed run left and moves its
+/// quarantined objects into the repository (see `gitrun`, `quarantine`). Returns the exit
+/// status: 0 when nothing is left to restore, 1 otherwise.
 pub fn repair(worktree: &std::path::Path) -> i32 {
     gitrun::repair_command(worktree)
 }

@@ -589,7 +589,19 @@ pub(crate) fn loose_object_id(
     sha256: bool,
     budget: &std::cell::Cell<u64>,
 ) -> io::Result<Vec<u8>> {
-    let mut z = flate2::read::ZlibDecoder::new(crate::paths::open_regular(path)?);
+    loose_object_id_of(crate::paths::open_regular(path)?, sha256, budget)
+}
+
+/// [`loose_object_id`] of a loose object's bytes read from `raw`.
+///
+/// # Errors
+/// Reading or inflating it, or `budget` spent.
+pub(crate) fn loose_object_id_of(
+    raw: impl Read,
+    sha256: bool,
+    budget: &std::cell::Cell<u64>,
+) -> io::Result<Vec<u8>> {
+    let mut z = flate2::read::ZlibDecoder::new(raw);
     let mut h = hasher(sha256);
     let mut buf = vec![0u8; 64 * 1024];
     loop {

@@ -23,8 +23,12 @@
 //! - a quarantine whose run was killed is still locked by nobody: the next run on the
 //!   repository, or `shofer-sandbox --repair WT`, migrates it ([`sweep`]).
 //!
-//! Until the run ends, the host's git does not see the new objects (a host `git log` of a
-//! branch the command committed to fails with "bad object"); the report says so.
+//! While the run lasts, a thread of the supervisor ([`Copier`]) copies each new loose object of
+//! up to [`LIVE_MAX`] bytes into the store every [`LIVE_PERIOD`]: a copy, from bytes the
+//! supervisor read and verified itself, never the command's file (a rename would let a
+//! command that holds a descriptor on it change the object in the store afterwards). So the
+//! host's git (an editor polling `git status`, `git log`) sees the command's commits within
+//! that period; larger objects and packs reach the store when the run ends.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -33,11 +37,18 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::objects::{hex, loose_object_id};
+use crate::objects::{hex, loose_object_id, loose_object_id_of};
 use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// The prefix of a quarantine's name in the common dir.
 const PREFIX: &str = "shofer-objects-";
+/// Largest loose object copied into the store while the run lasts (bytes, compressed).
+pub const LIVE_MAX: u64 = 4 << 20;
+/// How often the [`Copier`] looks for new loose objects.
+pub const LIVE_PERIOD: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// One run's quarantine, locked while the run lasts.
 #[derive(Debug)]
@@ -49,6 +60,165 @@ pub struct Quarantine {
     sha256: bool,
     /// The quarantine's descriptor, holding its `flock`.
     _lock: OwnedFd,
+    /// The filesystem's time when this run took it (the ctime of its fresh
+    /// `info/alternates`): a fan-out directory with an older ctime has not changed since.
+    taken: Stamp,
+}
+
+/// A ctime as (seconds, nanoseconds).
+type Stamp = (i64, i64);
+
+/// The ctime of the directory at `path` itself (`None` for anything else, a symlink too).
+fn lctime_dir(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).ok()?;
+    m.is_dir().then(|| (m.ctime(), m.ctime_nsec()))
+}
+
+/// The ctime of `path` (followed: a `/proc/self/fd/N` path names the directory itself).
+fn ctime_of(path: &Path) -> io::Result<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path)?;
+    Ok((m.ctime(), m.ctime_nsec()))
+}
+
+/// The clean mark of the quarantine `dir`: `<dir>.mark` beside it in the common dir, holding
+/// the ctime of the quarantine's `info/alternates` written after its last emptying. Every
+/// fan-out directory changed since has a newer ctime (no system call sets a ctime back), so
+/// the next take reads only those. The namespace backends bind every entry of the common dir
+/// read-only, so a command cannot change a mark that existed when it started; without a mark
+/// every directory is read.
+fn mark_file(dir: &Path) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(".mark");
+    dir.with_file_name(name)
+}
+
+fn read_mark(dir: &Path) -> Option<Stamp> {
+    let text = crate::paths::read_regular_text(&mark_file(dir), 64).ok()?;
+    let (s, n) = text.trim().split_once('.')?;
+    Some((s.parse().ok()?, n.parse().ok()?))
+}
+
+/// Marks the quarantine `dir` clean as of its `info/alternates`, written afresh now.
+fn write_mark(dir: &Path, objects: &Path) -> io::Result<()> {
+    write_alternates(dir, objects)?;
+    let t = ctime_of(&dir.join("info/alternates"))?;
+    let file = mark_file(dir);
+    let mut tmp = file.clone().into_os_string();
+    tmp.push(format!(".{}", crate::gitguard::random_suffix()));
+    std::fs::write(&tmp, format!("{}.{}\n", t.0, t.1))?;
+    own_like(Path::new(&tmp), objects)?;
+    std::fs::rename(&tmp, &file)
+}
+
+/// The thread that copies new loose objects into the store while the run lasts.
+#[derive(Debug)]
+pub struct Copier {
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Copier {
+    /// Stops the thread and waits for it (before [`Quarantine::migrate`]).
+    pub fn stop(self) {
+        self.done.store(true, Ordering::Release);
+        self.thread.thread().unpark();
+        let _ = self.thread.join();
+    }
+}
+
+/// One pass of the [`Copier`]: each loose object of the quarantine not yet looked at (`seen`)
+/// and not in the store is copied in if it verifies. One look per object: what fails here
+/// (written slowly, too big, forged) is dealt with at the end. A fan-out directory is read
+/// only when its ctime is at least `taken` and differs from the one it had when last read
+/// (`listed`).
+fn copy_new(
+    dir: &Path,
+    objects: &Path,
+    sha256: bool,
+    taken: Stamp,
+    listed: &mut HashMap<String, Stamp>,
+    seen: &mut HashSet<String>,
+) {
+    let hexlen = if sha256 { 64 } else { 40 };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for fan in rd
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.len() == 2 && is_hex(n))
+    {
+        let Some(ctime) = lctime_dir(&dir.join(&fan)) else {
+            continue;
+        };
+        if ctime < taken || listed.get(&fan) == Some(&ctime) {
+            continue;
+        }
+        let Some((_fd, from)) = subdir(dir, &fan) else {
+            continue;
+        };
+        let Ok(rd) = std::fs::read_dir(&from) else {
+            continue;
+        };
+        listed.insert(fan.clone(), ctime);
+        for name in rd
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.len() == hexlen - 2 && is_hex(n))
+        {
+            if !seen.insert(format!("{fan}{name}"))
+                || std::fs::symlink_metadata(objects.join(&fan).join(&name)).is_ok()
+            {
+                continue;
+            }
+            let _ = copy_one(&from.join(&name), objects, &fan, &name, sha256);
+        }
+    }
+}
+
+/// Copies the loose object `src` (named `fan` + `name`) into the store if it is at most
+/// [`LIVE_MAX`] bytes and its content hashes to its name: the bytes read once, verified, and
+/// written to a new file of the supervisor's, renamed into place without replacing anything.
+fn copy_one(src: &Path, objects: &Path, fan: &str, name: &str, sha256: bool) -> io::Result<()> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut bytes = Vec::new();
+    crate::paths::open_regular(src)?
+        .take(LIVE_MAX + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > LIVE_MAX
+        || hex(&loose_object_id_of(
+            &bytes[..],
+            sha256,
+            &Cell::new(u64::MAX),
+        )?) != format!("{fan}{name}")
+    {
+        return Ok(());
+    }
+    let to = fanout_dir(objects, fan)?;
+    let tmp = format!("tmp_shofer_obj_{}", crate::gitguard::random_suffix());
+    let tmp_path = PathBuf::from(format!("/proc/self/fd/{}/{tmp}", to.as_raw_fd()));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp_path)?;
+        f.write_all(&bytes)?;
+        drop(f);
+        own_like(&tmp_path, objects)?;
+        rename_between(&to, &tmp, &to, name)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp_path);
+    }
+    match written {
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+        other => other,
+    }
 }
 
 /// What a migration did.
@@ -89,65 +259,135 @@ fn lock(dir: &Path) -> io::Result<OwnedFd> {
 }
 
 impl Quarantine {
-    /// Makes and locks a new quarantine for the store `common/objects`. `sha256`: the
-    /// repository's object format.
+    /// Takes a quarantine for this run in the repository whose common dir is `common`
+    /// (`sha256`: its object format): an idle one left by an earlier run — what a killed run
+    /// left in it moved into the store first, the rest emptied, its fan-out directories kept
+    /// (git would make them again on every run, and a directory made and removed per run is
+    /// slow to make again on ext4 without a journal) — else a new one. Returns it with what
+    /// settling the idle ones did.
     ///
     /// # Errors
     /// mkdir(2) or writing `info/alternates` (the caller cannot write the common dir).
-    pub fn create(common: &Path, sha256: bool) -> io::Result<Quarantine> {
-        let dir = common.join(format!("{PREFIX}{}", crate::gitguard::random_suffix()));
-        std::fs::DirBuilder::new().mode(0o755).create(&dir)?;
-        let made = (|| {
-            let lock = lock(&dir)?;
-            std::fs::DirBuilder::new()
-                .mode(0o755)
-                .create(dir.join("info"))?;
-            // In the sandbox the store is bound over the quarantine's own path.
-            let mut line = dir.as_os_str().as_encoded_bytes().to_vec();
-            line.push(b'\n');
-            std::fs::write(dir.join("info/alternates"), line)?;
-            let objects = common.join("objects");
-            for p in [dir.clone(), dir.join("info"), dir.join("info/alternates")] {
-                own_like(&p, &objects)?;
-            }
-            Ok(lock)
-        })();
-        match made {
-            Ok(lock) => Ok(Quarantine {
-                objects: common.join("objects"),
-                dir,
-                sha256,
-                _lock: lock,
-            }),
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                Err(e)
+    pub fn take(common: &Path, sha256: bool) -> io::Result<(Quarantine, Migrated)> {
+        let objects = common.join("objects");
+        let mut out = Migrated::default();
+        let mut mine = None;
+        for dir in quarantines(common) {
+            // Held: its run is still going.
+            let Ok(lock) = lock(&dir) else { continue };
+            let since = read_mark(&dir);
+            let m = settle(&dir, &objects, sha256, since);
+            let clean = m.failed.is_empty();
+            out.merge(m);
+            if clean && mine.is_none() {
+                mine = Some((dir, lock));
+            } else if clean {
+                let _ = write_mark(&dir, &objects);
             }
         }
+        let (dir, lock) = match mine {
+            Some(m) => m,
+            None => {
+                let dir = common.join(format!("{PREFIX}{}", crate::gitguard::random_suffix()));
+                std::fs::DirBuilder::new().mode(0o755).create(&dir)?;
+                own_like(&dir, &objects)?;
+                (dir.clone(), lock(&dir)?)
+            }
+        };
+        write_alternates(&dir, &objects)?;
+        let taken = ctime_of(&dir.join("info/alternates"))?;
+        let q = Quarantine {
+            objects,
+            dir,
+            sha256,
+            _lock: lock,
+            taken,
+        };
+        Ok((q, out))
     }
 
-    /// Moves what the command wrote into the store and removes the quarantine, unless
-    /// something could not be moved. Call once every process of the sandbox is gone.
+    /// Starts the [`Copier`] (call when the command starts).
+    ///
+    /// # Errors
+    /// The thread cannot be spawned.
+    pub fn start_copier(&self) -> io::Result<Copier> {
+        let (dir, objects, sha256) = (self.dir.clone(), self.objects.clone(), self.sha256);
+        let taken = self.taken;
+        let done = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&done);
+        let thread = shofer_sys::process::spawn_signals_blocked("shofer-objects", move || {
+            let mut seen = HashSet::new();
+            let mut listed = HashMap::new();
+            while !stop.load(Ordering::Acquire) {
+                std::thread::park_timeout(LIVE_PERIOD);
+                copy_new(&dir, &objects, sha256, taken, &mut listed, &mut seen);
+            }
+        })?;
+        Ok(Copier { done, thread })
+    }
+
+    /// Moves what the command wrote into the store and empties the quarantine for the next
+    /// run (keeping what could not be moved, for a later try). Call once every process of the
+    /// sandbox is gone.
     pub fn migrate(self) -> Migrated {
-        migrate(&self.dir, &self.objects, self.sha256)
+        let mut m = settle(&self.dir, &self.objects, self.sha256, Some(self.taken));
+        if m.failed.is_empty() {
+            if let Err(e) = write_mark(&self.dir, &self.objects) {
+                m.failed
+                    .push((self.dir.clone(), format!("marking it clean: {e}")));
+            }
+        }
+        m
     }
 }
 
-/// Migrates the quarantines of killed runs in `common` (unlocked ones).
+/// `info/alternates` of the quarantine `dir`: its own path, where the sandbox shows the store.
+/// Written afresh each run (the command may have changed it), under a new name renamed over
+/// the old one.
+fn write_alternates(dir: &Path, objects: &Path) -> io::Result<()> {
+    let info = dir.join("info");
+    if subdir(dir, "info").is_none() {
+        remove_entry(&info)?;
+        std::fs::DirBuilder::new().mode(0o755).create(&info)?;
+        own_like(&info, objects)?;
+    }
+    let tmp = info.join(format!("alternates.{}", crate::gitguard::random_suffix()));
+    let mut line = dir.as_os_str().as_encoded_bytes().to_vec();
+    line.push(b'\n');
+    std::fs::write(&tmp, line)?;
+    own_like(&tmp, objects)?;
+    std::fs::rename(&tmp, info.join("alternates"))
+}
+
+/// The quarantines in the common dir `common` (directories named [`PREFIX`]…).
+fn quarantines(common: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(common) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(PREFIX))
+        })
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Settles the quarantines of killed runs in `common` (unlocked ones): what they hold is
+/// moved into the store.
 pub fn sweep(common: &Path, sha256: bool) -> Migrated {
     let mut out = Migrated::default();
-    let Ok(rd) = std::fs::read_dir(common) else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        if !name.to_str().is_some_and(|n| n.starts_with(PREFIX)) {
-            continue;
-        }
-        let dir = e.path();
-        // Held: its run is still going.
+    let objects = common.join("objects");
+    for dir in quarantines(common) {
         let Ok(_lock) = lock(&dir) else { continue };
-        out.merge(migrate(&dir, &common.join("objects"), sha256));
+        let since = read_mark(&dir);
+        let m = settle(&dir, &objects, sha256, since);
+        if m.failed.is_empty() && (since.is_none() || m.moved > 0 || !m.rejected.is_empty()) {
+            let _ = write_mark(&dir, &objects);
+        }
+        out.merge(m);
     }
     out
 }
@@ -156,69 +396,142 @@ fn is_hex(s: &str) -> bool {
     s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-fn migrate(dir: &Path, objects: &Path, sha256: bool) -> Migrated {
+/// Removes `path` whatever it is (a directory with what it holds; a symlink, not its target).
+fn remove_entry(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes every entry of the directory read through `path` except `keep`.
+fn empty_dir(path: &Path, keep: &[&str]) -> io::Result<()> {
+    for e in std::fs::read_dir(path)?.flatten() {
+        if !keep.iter().any(|k| e.file_name() == *k) {
+            remove_entry(&e.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// Moves the verified objects and packs of the quarantine `dir` into the store `objects`,
+/// then empties it but for its fan-out directories (given back mode 0755), `pack/` and
+/// `info/alternates`; a fan-out directory whose object could not be moved is left as it is.
+/// `since`: a filesystem time (this run's take, or the clean mark) — a fan-out directory whose
+/// ctime is older has not changed since and is not read; `None` reads them all.
+fn settle(dir: &Path, objects: &Path, sha256: bool, since: Option<Stamp>) -> Migrated {
     let mut out = Migrated::default();
-    let hexlen = if sha256 { 64 } else { 40 };
-    let mut fanouts: Vec<String> = std::fs::read_dir(dir)
+    let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()
                 .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| n.len() == 2 && is_hex(n))
                 .collect()
         })
         .unwrap_or_default();
-    fanouts.sort();
-    for fan in fanouts {
-        // Read and renamed through a descriptor: a fan-out directory the command replaced by
-        // a symlink leads nowhere else.
-        let Some((from_dir, from)) = subdir(dir, &fan) else {
-            out.rejected.push((fan, "not a directory".into()));
-            continue;
-        };
-        let Ok(rd) = std::fs::read_dir(&from) else {
-            continue;
-        };
-        let mut to_dir: Option<OwnedFd> = None;
-        for name in rd
-            .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| n.len() == hexlen - 2 && is_hex(n))
-        {
-            let oid = format!("{fan}{name}");
-            if std::fs::symlink_metadata(objects.join(&fan).join(&name)).is_ok() {
+    names.sort();
+    for name in names {
+        let path = dir.join(&name);
+        // One lstat for a fan-out directory that has not changed since (a symlink's ctime
+        // says nothing about a directory: it is opened below, and refused).
+        if let (Some(t), true) = (since, name.len() == 2 && is_hex(&name)) {
+            if lctime_dir(&path).is_some_and(|c| c < t) {
                 continue;
-            }
-            let why = match loose_object_id(&from.join(&name), sha256, &Cell::new(u64::MAX)) {
-                Ok(id) if hex(&id) == oid => None,
-                Ok(_) => Some("its content does not hash to its name".to_string()),
-                Err(e) => Some(format!("unreadable: {e}")),
-            };
-            if let Some(why) = why {
-                out.rejected.push((oid, why));
-                continue;
-            }
-            let moved = match &to_dir {
-                Some(to) => rename_between(&from_dir, &name, to, &name),
-                None => fanout_dir(objects, &fan).and_then(|to| {
-                    let r = rename_between(&from_dir, &name, &to, &name);
-                    to_dir = Some(to);
-                    r
-                }),
-            };
-            match moved {
-                Ok(()) => out.moved += 1,
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-                Err(e) => out.failed.push((dir.join(&fan).join(&name), e.to_string())),
             }
         }
-    }
-    migrate_packs(dir, objects, &mut out);
-    if out.failed.is_empty() {
-        if let Err(e) = std::fs::remove_dir_all(dir) {
-            out.failed.push((dir.to_path_buf(), e.to_string()));
+        let sub = subdir(dir, &name);
+        let cleared = match (name.as_str(), sub) {
+            (fan, Some((fd, from))) if fan.len() == 2 && is_hex(fan) => {
+                let before = out.failed.len();
+                migrate_fanout(dir, fan, &fd, &from, objects, sha256, &mut out);
+                if out.failed.len() > before {
+                    continue;
+                }
+                let _ = set_mode(&from, 0o755);
+                empty_dir(&from, &[])
+            }
+            ("pack", Some((fd, from))) => {
+                let before = out.failed.len();
+                migrate_packs(dir, &fd, &from, objects, &mut out);
+                if out.failed.len() > before {
+                    continue;
+                }
+                empty_dir(&from, &[])
+            }
+            ("info", Some((_, from))) => empty_dir(&from, &["alternates"]),
+            (other, _) => {
+                if other.len() == 2 && is_hex(other) || other == "pack" {
+                    out.rejected
+                        .push((other.to_string(), "not a directory".into()));
+                }
+                remove_entry(&path)
+            }
+        };
+        if let Err(e) = cleared {
+            out.failed.push((path, format!("cannot be emptied: {e}")));
         }
     }
     out
+}
+
+/// Sets the mode of the directory at `path` if it differs (the command may have taken its
+/// own quarantine's permissions away).
+fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    if std::fs::metadata(path)?.permissions().mode() & 0o7777 != mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
+/// Moves each verified loose object of the fan-out directory `fan` (open as `from_dir`, read
+/// through `from`) into the store; what does not verify is rejected.
+fn migrate_fanout(
+    dir: &Path,
+    fan: &str,
+    from_dir: &OwnedFd,
+    from: &Path,
+    objects: &Path,
+    sha256: bool,
+    out: &mut Migrated,
+) {
+    let hexlen = if sha256 { 64 } else { 40 };
+    let Ok(rd) = std::fs::read_dir(from) else {
+        return;
+    };
+    let mut to_dir: Option<OwnedFd> = None;
+    for name in rd
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.len() == hexlen - 2 && is_hex(n))
+    {
+        let oid = format!("{fan}{name}");
+        if std::fs::symlink_metadata(objects.join(fan).join(&name)).is_ok() {
+            continue;
+        }
+        let why = match loose_object_id(&from.join(&name), sha256, &Cell::new(u64::MAX)) {
+            Ok(id) if hex(&id) == oid => None,
+            Ok(_) => Some("its content does not hash to its name".to_string()),
+            Err(e) => Some(format!("unreadable: {e}")),
+        };
+        if let Some(why) = why {
+            out.rejected.push((oid, why));
+            continue;
+        }
+        let moved = match &to_dir {
+            Some(to) => rename_between(from_dir, &name, to, &name),
+            None => fanout_dir(objects, fan).and_then(|to| {
+                let r = rename_between(from_dir, &name, &to, &name);
+                to_dir = Some(to);
+                r
+            }),
+        };
+        match moved {
+            Ok(()) => out.moved += 1,
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+            Err(e) => out.failed.push((dir.join(fan).join(&name), e.to_string())),
+        }
+    }
 }
 
 /// `dir/name` as a directory descriptor (a symlink is not followed) and the path to read it
@@ -297,15 +610,8 @@ fn rename_between(from_dir: &OwnedFd, from: &str, to_dir: &OwnedFd, to: &str) ->
 /// repository (which hashes every object of the pack, compares it with any existing object of
 /// the same name, and writes the pack and an index of its own into `objects/pack`); the
 /// command's own index is never used.
-fn migrate_packs(dir: &Path, objects: &Path, out: &mut Migrated) {
-    if std::fs::symlink_metadata(dir.join("pack")).is_err() {
-        return;
-    }
-    let Some((from, pack_dir)) = subdir(dir, "pack") else {
-        out.rejected.push(("pack".into(), "not a directory".into()));
-        return;
-    };
-    let Ok(rd) = std::fs::read_dir(&pack_dir) else {
+fn migrate_packs(dir: &Path, from: &OwnedFd, pack_dir: &Path, objects: &Path, out: &mut Migrated) {
+    let Ok(rd) = std::fs::read_dir(pack_dir) else {
         return;
     };
     let mut packs: Vec<String> = rd
@@ -385,7 +691,7 @@ fn migrate_packs(dir: &Path, objects: &Path, out: &mut Migrated) {
         if std::fs::symlink_metadata(pack_dir.join(format!("{base}.promisor"))).is_ok() {
             if let Ok(to) = fanout_dir(objects, "pack") {
                 let _ = rename_between(
-                    &from,
+                    from,
                     &format!("{base}.promisor"),
                     &to,
                     &format!("{name}.promisor"),
@@ -398,6 +704,24 @@ fn migrate_packs(dir: &Path, objects: &Path, out: &mut Migrated) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The files beneath `dir`, relative, sorted.
+    fn files(dir: &Path) -> Vec<String> {
+        fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+            for e in std::fs::read_dir(dir).unwrap().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    walk(root, &e.path(), out);
+                } else {
+                    let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+                    out.push(rel);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(dir, dir, &mut out);
+        out.sort();
+        out
+    }
 
     fn git(dir: &Path, args: &[&str]) -> String {
         let out = Command::new("git")
@@ -423,7 +747,7 @@ mod tests {
         git(&repo, &["init", "-q", "-b", "main"]);
         git(&repo, &["commit", "-q", "--allow-empty", "-m", "one"]);
         let common = repo.join(".git");
-        let q = Quarantine::create(&common, false).unwrap();
+        let q = Quarantine::take(&common, false).unwrap().0;
         let alternates = std::fs::read_to_string(q.dir.join("info/alternates")).unwrap();
         assert_eq!(alternates.trim_end(), q.dir.to_str().unwrap());
         // Locked while the run lasts: a sweep leaves it alone.
@@ -474,7 +798,7 @@ mod tests {
         assert_eq!(m.rejected.len(), 1, "{m:?}");
         assert_eq!(m.rejected[0].0, forged);
         assert_eq!(m.moved, 3, "{m:?}");
-        assert!(!dir.exists());
+        assert_eq!(files(&dir), ["info/alternates"]);
         for o in [&good, &other, &packed[0], &packed[1]] {
             git(&repo, &["cat-file", "-e", o]);
         }
@@ -497,7 +821,7 @@ mod tests {
         let common = repo.join(".git");
         let elsewhere = tmp.path().join("elsewhere");
         std::fs::create_dir_all(elsewhere.join("pack")).unwrap();
-        let q = Quarantine::create(&common, false).unwrap();
+        let q = Quarantine::take(&common, false).unwrap().0;
         std::os::unix::fs::symlink(&elsewhere, q.dir.join("ab")).unwrap();
         std::os::unix::fs::symlink(elsewhere.join("pack"), q.dir.join("pack")).unwrap();
         std::fs::create_dir(q.dir.join("cd")).unwrap();
@@ -523,28 +847,98 @@ mod tests {
         assert!(elsewhere.join("pack").is_dir());
     }
 
+    /// While the run lasts, a verified object is copied into the store (a file of its own:
+    /// a later write to the quarantined one changes nothing there); a forged one is not.
     #[test]
-    fn a_killed_runs_quarantine_is_swept() {
+    fn the_copier_copies_verified_objects_while_the_run_lasts() {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
         std::fs::create_dir(&repo).unwrap();
         git(&repo, &["init", "-q", "-b", "main"]);
         let common = repo.join(".git");
-        let q = Quarantine::create(&common, false).unwrap();
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg("echo left | git hash-object -w --stdin")
-            .env("GIT_OBJECT_DIRECTORY", &q.dir)
-            .current_dir(&repo)
-            .output()
-            .unwrap();
-        let oid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let q = Quarantine::take(&common, false).unwrap().0;
+        let copier = q.start_copier().unwrap();
+        let write = |content: &str| -> String {
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg("echo \"$C\" | git hash-object -w --stdin")
+                .env("C", content)
+                .env("GIT_OBJECT_DIRECTORY", &q.dir)
+                .current_dir(&repo)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let good = write("copied while running");
+        let forged = write("forged while running");
+        let other = write("something else");
+        let at = |root: &Path, o: &str| root.join(&o[..2]).join(&o[2..]);
+        std::fs::remove_file(at(&q.dir, &forged)).unwrap();
+        std::fs::copy(at(&q.dir, &other), at(&q.dir, &forged)).unwrap();
+        let store = common.join("objects");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !at(&store, &good).exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        copier.stop();
+        assert!(at(&store, &good).exists(), "not copied within 10 s");
+        assert!(!at(&store, &forged).exists());
+        // Its own inode: writing the quarantined file does not reach the store.
+        let before = std::fs::read(at(&store, &good)).unwrap();
+        let mut perm = std::fs::metadata(at(&q.dir, &good)).unwrap().permissions();
+        perm.set_mode(0o644);
+        std::fs::set_permissions(at(&q.dir, &good), perm).unwrap();
+        std::fs::write(at(&q.dir, &good), b"changed later").unwrap();
+        assert_eq!(std::fs::read(at(&store, &good)).unwrap(), before);
+        let m = q.migrate();
+        assert!(m.failed.is_empty(), "{m:?}");
+        assert_eq!(m.rejected.len(), 1, "{m:?}");
+        git(&repo, &["cat-file", "-e", &good]);
+    }
+
+    #[test]
+    fn a_killed_runs_quarantine_is_settled_by_the_next_take() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        let common = repo.join(".git");
+        let write = |q: &Quarantine, content: &str| -> String {
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg("echo \"$C\" | git hash-object -w --stdin")
+                .env("C", content)
+                .env("GIT_OBJECT_DIRECTORY", &q.dir)
+                .current_dir(&repo)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        // A first run ends normally: the quarantine is emptied and marked clean.
+        let q = Quarantine::take(&common, false).unwrap().0;
+        let first = write(&q, "first");
         let dir = q.dir.clone();
-        // The run's supervisor dies: its descriptor, and so its lock, goes.
+        let m = q.migrate();
+        assert_eq!(
+            (m.moved, files(&dir)),
+            (1, vec!["info/alternates".to_string()])
+        );
+        assert!(read_mark(&dir).is_some());
+        // A second run takes it again, writes, and its supervisor dies: its descriptor, and
+        // so its lock, goes; the mark stays as the first run left it.
+        let (q, settled) = Quarantine::take(&common, false).unwrap();
+        assert_eq!((q.dir.clone(), settled.moved), (dir.clone(), 0));
+        let oid = write(&q, "left by a killed run");
         drop(q);
-        let m = sweep(&common, false);
-        assert_eq!(m.moved, 1, "{m:?}");
-        assert!(!dir.exists());
+        // The next take reads the directory changed since the mark and moves the object.
+        let (again, settled) = Quarantine::take(&common, false).unwrap();
+        assert_eq!(
+            (again.dir.clone(), settled.moved),
+            (dir.clone(), 1),
+            "{settled:?}"
+        );
+        assert!(dir.join(&first[..2]).is_dir());
+        assert_eq!(files(&dir), ["info/alternates"]);
         git(&repo, &["cat-file", "-e", &oid]);
     }
 }

@@ -132,7 +132,7 @@ pub fn run(
     notes.extend(git_run.objects_note().map(str::to_string));
     git["notes"] = json!(notes);
     git["objects"] = if let Some(q) = &git_run.quarantine {
-        json!(format!("read-only: the store is bound read-only (a deletion or rewrite fails); the command's git writes new objects to a quarantine, {}, bound over objects/ with the store as its alternate; when the run ends each new loose object is re-hashed and each new pack written into the store by git index-pack --stdin (its own index), and only what verifies enters the store (never over an existing object); until then the host's git does not see the new objects", q.dir.display()))
+        json!(format!("read-only: the store is bound read-only (a deletion or rewrite fails); the command's git writes new objects to a quarantine, {}, bound over objects/ with the store as its alternate; when the run ends each new loose object is re-hashed and each new pack written into the store by git index-pack --stdin (its own index), and only what verifies enters the store (never over an existing object); while it runs, loose objects up to 4 MiB are copied into the store every 200 ms (verified copies), larger objects and packs are not visible to the host's git until it ends", q.dir.display()))
     } else if git_run.structural {
         json!("existing packs: read-only bind mounts; loose objects: recorded before the run (inode, size, ctime) and re-hashed after it when touched; a deleted or rewritten object is named, on stderr and in a closing git_restore record, and the run exits 125")
     } else {

@@ -114,3 +114,30 @@ pub fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
         set
     }
 }
+
+/// Spawns a thread named `name` with every signal blocked (pthread_sigmask(3): a new thread
+/// inherits the creating thread's mask, which is set for the spawn and restored after it).
+/// A helper thread of the supervisor must never take a process-directed signal meant for the
+/// main thread's `sigwaitinfo` (SIGCHLD, the forwarded ones, the gate's SIGIO) — whose default
+/// action would kill the whole process.
+///
+/// # Errors
+/// The thread cannot be created (`std::thread::Builder::spawn`).
+pub fn spawn_signals_blocked<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<T>> {
+    // Safety: an all-zero sigset_t is valid plain data (filled below).
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // Safety: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // Safety: sigfillset initialises the set; pthread_sigmask changes only this thread's mask.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    let thread = std::thread::Builder::new().name(name.into()).spawn(f);
+    // Safety: restoring the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    thread
+}
