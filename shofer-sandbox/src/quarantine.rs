@@ -60,8 +60,8 @@ pub struct Quarantine {
     sha256: bool,
     /// The quarantine's descriptor, holding its `flock`.
     _lock: OwnedFd,
-    /// The filesystem's time when this run took it (the ctime of its fresh
-    /// `info/alternates`): a fan-out directory with an older ctime has not changed since.
+    /// The filesystem's time when this run took it (the ctime of its clean mark, touched
+    /// then): a fan-out directory with an older ctime has not changed since.
     taken: Stamp,
 }
 
@@ -75,41 +75,49 @@ fn lctime_dir(path: &Path) -> Option<Stamp> {
     m.is_dir().then(|| (m.ctime(), m.ctime_nsec()))
 }
 
-/// The ctime of `path` (followed: a `/proc/self/fd/N` path names the directory itself).
-fn ctime_of(path: &Path) -> io::Result<Stamp> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path)?;
-    Ok((m.ctime(), m.ctime_nsec()))
-}
-
-/// The clean mark of the quarantine `dir`: `<dir>.mark` beside it in the common dir, holding
-/// the ctime of the quarantine's `info/alternates` written after its last emptying. Every
-/// fan-out directory changed since has a newer ctime (no system call sets a ctime back), so
-/// the next take reads only those. The namespace backends bind every entry of the common dir
-/// read-only, so a command cannot change a mark that existed when it started; without a mark
-/// every directory is read.
+/// The clean mark of the quarantine `dir`: `<dir>.mark` beside it in the common dir, an empty
+/// file touched after each emptying, so that its ctime is the filesystem's time of the last
+/// emptying. Every fan-out directory changed since has a newer ctime (no system call sets a
+/// ctime back), so the next take reads only those. The namespace backends bind every entry of
+/// the common dir read-only, so a command cannot touch a mark that existed when it started;
+/// without a mark every directory is read.
 fn mark_file(dir: &Path) -> PathBuf {
     let mut name = dir.file_name().unwrap_or_default().to_os_string();
     name.push(".mark");
     dir.with_file_name(name)
 }
 
+/// The ctime of the clean mark of `dir`, if it is a regular file.
 fn read_mark(dir: &Path) -> Option<Stamp> {
-    let text = crate::paths::read_regular_text(&mark_file(dir), 64).ok()?;
-    let (s, n) = text.trim().split_once('.')?;
-    Some((s.parse().ok()?, n.parse().ok()?))
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(mark_file(dir)).ok()?;
+    m.is_file().then(|| (m.ctime(), m.ctime_nsec()))
 }
 
-/// Marks the quarantine `dir` clean as of its `info/alternates`, written afresh now.
-fn write_mark(dir: &Path, objects: &Path) -> io::Result<()> {
-    write_alternates(dir, objects)?;
-    let t = ctime_of(&dir.join("info/alternates"))?;
+/// Marks the quarantine `dir` clean now (touches its mark, made if absent) and returns the
+/// mark's new ctime.
+fn write_mark(dir: &Path, objects: &Path) -> io::Result<Stamp> {
     let file = mark_file(dir);
-    let mut tmp = file.clone().into_os_string();
-    tmp.push(format!(".{}", crate::gitguard::random_suffix()));
-    std::fs::write(&tmp, format!("{}.{}\n", t.0, t.1))?;
-    own_like(Path::new(&tmp), objects)?;
-    std::fs::rename(&tmp, &file)
+    if read_mark(dir).is_none() {
+        remove_entry(&file)?;
+        std::fs::write(&file, b"")?;
+        own_like(&file, objects)?;
+    }
+    let c = std::ffi::CString::new(file.as_os_str().as_encoded_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // Safety: a NUL-terminated path; NULL times set both to now (and the ctime with them).
+    if unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            std::ptr::null(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    read_mark(dir).ok_or_else(|| io::Error::other("the mark vanished"))
 }
 
 /// The thread that copies new loose objects into the store while the run lasts.
@@ -295,7 +303,8 @@ impl Quarantine {
             }
         };
         write_alternates(&dir, &objects)?;
-        let taken = ctime_of(&dir.join("info/alternates"))?;
+        // What changes from here on has a newer ctime than the mark.
+        let taken = write_mark(&dir, &objects)?;
         let q = Quarantine {
             objects,
             dir,
@@ -342,8 +351,8 @@ impl Quarantine {
 }
 
 /// `info/alternates` of the quarantine `dir`: its own path, where the sandbox shows the store.
-/// Written afresh each run (the command may have changed it), under a new name renamed over
-/// the old one.
+/// Checked each run (the command may have changed it) and written afresh, under a new name
+/// renamed over the old one, when it differs.
 fn write_alternates(dir: &Path, objects: &Path) -> io::Result<()> {
     let info = dir.join("info");
     if subdir(dir, "info").is_none() {
@@ -351,9 +360,12 @@ fn write_alternates(dir: &Path, objects: &Path) -> io::Result<()> {
         std::fs::DirBuilder::new().mode(0o755).create(&info)?;
         own_like(&info, objects)?;
     }
-    let tmp = info.join(format!("alternates.{}", crate::gitguard::random_suffix()));
     let mut line = dir.as_os_str().as_encoded_bytes().to_vec();
     line.push(b'\n');
+    if crate::paths::read_regular(&info.join("alternates"), 4096).is_ok_and(|now| now == line) {
+        return Ok(());
+    }
+    let tmp = info.join(format!("alternates.{}", crate::gitguard::random_suffix()));
     std::fs::write(&tmp, line)?;
     own_like(&tmp, objects)?;
     std::fs::rename(&tmp, info.join("alternates"))
@@ -384,7 +396,7 @@ pub fn sweep(common: &Path, sha256: bool) -> Migrated {
         let Ok(_lock) = lock(&dir) else { continue };
         let since = read_mark(&dir);
         let m = settle(&dir, &objects, sha256, since);
-        if m.failed.is_empty() && (since.is_none() || m.moved > 0 || !m.rejected.is_empty()) {
+        if m.failed.is_empty() {
             let _ = write_mark(&dir, &objects);
         }
         out.merge(m);
