@@ -69,18 +69,26 @@ impl GitRun {
         } else {
             Vec::new()
         };
+        // The repository's common dir, and the worktree's name there ("" for the main one).
         let common = match &opened.git {
-            GitLayout::Linked { common, .. } => Some(common.clone()),
-            GitLayout::MainWorktree => Some(opened.policy.worktree.join(".git")),
+            GitLayout::Linked { common, gitdir } => Some((
+                common.clone(),
+                gitdir
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned(),
+            )),
+            GitLayout::MainWorktree => Some((opened.policy.worktree.join(".git"), String::new())),
             _ => None,
         };
         let mut objects = None;
         let mut object_quarantine = None;
-        if let Some(common) = common {
+        if let Some((common, name)) = common {
             let sha256 = gitprotect::uses_sha256(&common);
             let killed = "of a run that was killed";
             if structural {
-                match Quarantine::take(&common, sha256) {
+                match Quarantine::take(&common, sha256, &name) {
                     Ok((q, settled)) => {
                         announce_migrated(&settled, killed, &opened.policy.worktree);
                         object_quarantine = Some(q);

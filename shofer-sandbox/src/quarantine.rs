@@ -267,20 +267,22 @@ fn lock(dir: &Path) -> io::Result<OwnedFd> {
 }
 
 impl Quarantine {
-    /// Takes a quarantine for this run in the repository whose common dir is `common`
-    /// (`sha256`: its object format): an idle one left by an earlier run — what a killed run
-    /// left in it moved into the store first, the rest emptied, its fan-out directories kept
-    /// (git would make them again on every run, and a directory made and removed per run is
-    /// slow to make again on ext4 without a journal) — else a new one. Returns it with what
-    /// settling the idle ones did.
+    /// Takes a quarantine for this run of the worktree `worktree` (its name under
+    /// `<common>/worktrees/`, `""` for the main one) in the repository whose common dir is
+    /// `common` (`sha256`: its object format): an idle one an earlier run of this worktree
+    /// left — what a killed run left in it moved into the store first, what is not an object
+    /// the store holds removed, its fan-out directories kept (git would make them again on
+    /// every run, and a directory made and removed per run is slow to make again on ext4
+    /// without a journal) — else a new one. Returns it with what settling the idle ones did.
     ///
     /// # Errors
     /// mkdir(2) or writing `info/alternates` (the caller cannot write the common dir).
-    pub fn take(common: &Path, sha256: bool) -> io::Result<(Quarantine, Migrated)> {
+    pub fn take(common: &Path, sha256: bool, worktree: &str) -> io::Result<(Quarantine, Migrated)> {
         let objects = common.join("objects");
         let mut out = Migrated::default();
         let mut mine = None;
-        for dir in quarantines(common) {
+        let prefix = owned_prefix(worktree);
+        for dir in quarantines(common, &prefix) {
             // Held: its run is still going.
             let Ok(lock) = lock(&dir) else { continue };
             let since = read_mark(&dir);
@@ -296,7 +298,7 @@ impl Quarantine {
         let (dir, lock) = match mine {
             Some(m) => m,
             None => {
-                let dir = common.join(format!("{PREFIX}{}", crate::gitguard::random_suffix()));
+                let dir = common.join(format!("{prefix}{}", crate::gitguard::random_suffix()));
                 std::fs::DirBuilder::new().mode(0o755).create(&dir)?;
                 own_like(&dir, &objects)?;
                 (dir.clone(), lock(&dir)?)
@@ -327,8 +329,12 @@ impl Quarantine {
         let thread = shofer_sys::process::spawn_signals_blocked("shofer-objects", move || {
             let mut seen = HashSet::new();
             let mut listed = HashMap::new();
-            while !stop.load(Ordering::Acquire) {
+            loop {
                 std::thread::park_timeout(LIVE_PERIOD);
+                // Stopped: what is left moves (renamed, not copied) when the run ends.
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
                 copy_new(&dir, &objects, sha256, taken, &mut listed, &mut seen);
             }
         })?;
@@ -371,8 +377,16 @@ fn write_alternates(dir: &Path, objects: &Path) -> io::Result<()> {
     std::fs::rename(&tmp, info.join("alternates"))
 }
 
-/// The quarantines in the common dir `common` (directories named [`PREFIX`]…).
-fn quarantines(common: &Path) -> Vec<PathBuf> {
+/// The name prefix of the quarantines of the worktree `worktree` (its name under
+/// `<common>/worktrees/`, or `""` for the main worktree): [`PREFIX`], the name in hex, a dot.
+/// A worktree keeps objects it wrote again in its own quarantines only: another worktree's
+/// command, which may have changed them, never reads them.
+fn owned_prefix(worktree: &str) -> String {
+    format!("{PREFIX}{}.", hex(worktree.as_bytes()))
+}
+
+/// The quarantines in the common dir `common` whose names start with `prefix` (directories).
+fn quarantines(common: &Path, prefix: &str) -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir(common) else {
         return Vec::new();
     };
@@ -380,7 +394,7 @@ fn quarantines(common: &Path) -> Vec<PathBuf> {
         .filter(|e| {
             e.file_name()
                 .to_str()
-                .is_some_and(|n| n.starts_with(PREFIX))
+                .is_some_and(|n| n.starts_with(prefix))
         })
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .map(|e| e.path())
@@ -392,7 +406,7 @@ fn quarantines(common: &Path) -> Vec<PathBuf> {
 pub fn sweep(common: &Path, sha256: bool) -> Migrated {
     let mut out = Migrated::default();
     let objects = common.join("objects");
-    for dir in quarantines(common) {
+    for dir in quarantines(common, PREFIX) {
         let Ok(_lock) = lock(&dir) else { continue };
         let since = read_mark(&dir);
         let m = settle(&dir, &objects, sha256, since);
@@ -416,6 +430,35 @@ fn remove_entry(path: &Path) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Empties the fan-out directory `fan` of a quarantine (read through `path`) but for regular
+/// files named as objects the store holds and not `rejected`: objects the command wrote again
+/// although they existed (git cannot refresh the time of an object in the read-only store, so
+/// it writes it anew). Kept, they are found and refreshed here by the worktree's next runs
+/// instead of being written once more.
+fn keep_duplicates(
+    path: &Path,
+    fan: &str,
+    objects: &Path,
+    sha256: bool,
+    rejected: &[(String, String)],
+) -> io::Result<()> {
+    let hexlen = if sha256 { 64 } else { 40 };
+    for e in std::fs::read_dir(path)?.flatten() {
+        let name = e.file_name();
+        let keep = name.to_str().is_some_and(|n| {
+            n.len() == hexlen - 2
+                && is_hex(n)
+                && e.file_type().is_ok_and(|t| t.is_file())
+                && !rejected.iter().any(|(o, _)| o[2..] == *n && o[..2] == *fan)
+                && std::fs::symlink_metadata(objects.join(fan).join(n)).is_ok()
+        });
+        if !keep {
+            remove_entry(&e.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// Removes every entry of the directory read through `path` except `keep`.
@@ -461,7 +504,7 @@ fn settle(dir: &Path, objects: &Path, sha256: bool, since: Option<Stamp>) -> Mig
                     continue;
                 }
                 let _ = set_mode(&from, 0o755);
-                empty_dir(&from, &[])
+                keep_duplicates(&from, fan, objects, sha256, &out.rejected)
             }
             ("pack", Some((fd, from))) => {
                 let before = out.failed.len();
@@ -759,7 +802,7 @@ mod tests {
         git(&repo, &["init", "-q", "-b", "main"]);
         git(&repo, &["commit", "-q", "--allow-empty", "-m", "one"]);
         let common = repo.join(".git");
-        let q = Quarantine::take(&common, false).unwrap().0;
+        let q = Quarantine::take(&common, false, "wt").unwrap().0;
         let alternates = std::fs::read_to_string(q.dir.join("info/alternates")).unwrap();
         assert_eq!(alternates.trim_end(), q.dir.to_str().unwrap());
         // Locked while the run lasts: a sweep leaves it alone.
@@ -833,7 +876,7 @@ mod tests {
         let common = repo.join(".git");
         let elsewhere = tmp.path().join("elsewhere");
         std::fs::create_dir_all(elsewhere.join("pack")).unwrap();
-        let q = Quarantine::take(&common, false).unwrap().0;
+        let q = Quarantine::take(&common, false, "wt").unwrap().0;
         std::os::unix::fs::symlink(&elsewhere, q.dir.join("ab")).unwrap();
         std::os::unix::fs::symlink(elsewhere.join("pack"), q.dir.join("pack")).unwrap();
         std::fs::create_dir(q.dir.join("cd")).unwrap();
@@ -859,6 +902,49 @@ mod tests {
         assert!(elsewhere.join("pack").is_dir());
     }
 
+    /// An object the store already has, written again by the command (git cannot refresh the
+    /// store's copy), stays in the worktree's quarantine for its next runs; junk does not, and
+    /// another worktree takes a quarantine of its own.
+    #[test]
+    fn objects_written_again_stay_for_the_worktree_and_junk_goes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        let old = Command::new("sh")
+            .arg("-c")
+            .arg("echo old | git hash-object -w --stdin")
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        let old = String::from_utf8_lossy(&old.stdout).trim().to_string();
+        let common = repo.join(".git");
+        let q = Quarantine::take(&common, false, "wt").unwrap().0;
+        let again = Command::new("sh")
+            .arg("-c")
+            .arg("echo old | git hash-object -w --stdin")
+            .env("GIT_OBJECT_DIRECTORY", &q.dir)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(again.status.success());
+        std::fs::write(q.dir.join(&old[..2]).join("tmp_obj_junk"), b"x").unwrap();
+        let dir = q.dir.clone();
+        let m = q.migrate();
+        assert!(m.failed.is_empty() && m.rejected.is_empty(), "{m:?}");
+        assert_eq!(
+            files(&dir),
+            [
+                format!("{}/{}", &old[..2], &old[2..]),
+                "info/alternates".into()
+            ]
+        );
+        let (mine, _) = Quarantine::take(&common, false, "wt").unwrap();
+        let (other, _) = Quarantine::take(&common, false, "wt-2").unwrap();
+        assert_eq!(mine.dir, dir);
+        assert_ne!(other.dir, dir);
+    }
+
     /// While the run lasts, a verified object is copied into the store (a file of its own:
     /// a later write to the quarantined one changes nothing there); a forged one is not.
     #[test]
@@ -868,7 +954,7 @@ mod tests {
         std::fs::create_dir(&repo).unwrap();
         git(&repo, &["init", "-q", "-b", "main"]);
         let common = repo.join(".git");
-        let q = Quarantine::take(&common, false).unwrap().0;
+        let q = Quarantine::take(&common, false, "wt").unwrap().0;
         let copier = q.start_copier().unwrap();
         let write = |content: &str| -> String {
             let out = Command::new("sh")
@@ -927,7 +1013,7 @@ mod tests {
             String::from_utf8_lossy(&out.stdout).trim().to_string()
         };
         // A first run ends normally: the quarantine is emptied and marked clean.
-        let q = Quarantine::take(&common, false).unwrap().0;
+        let q = Quarantine::take(&common, false, "wt").unwrap().0;
         let first = write(&q, "first");
         let dir = q.dir.clone();
         let m = q.migrate();
@@ -938,12 +1024,12 @@ mod tests {
         assert!(read_mark(&dir).is_some());
         // A second run takes it again, writes, and its supervisor dies: its descriptor, and
         // so its lock, goes; the mark stays as the first run left it.
-        let (q, settled) = Quarantine::take(&common, false).unwrap();
+        let (q, settled) = Quarantine::take(&common, false, "wt").unwrap();
         assert_eq!((q.dir.clone(), settled.moved), (dir.clone(), 0));
         let oid = write(&q, "left by a killed run");
         drop(q);
         // The next take reads the directory changed since the mark and moves the object.
-        let (again, settled) = Quarantine::take(&common, false).unwrap();
+        let (again, settled) = Quarantine::take(&common, false, "wt").unwrap();
         assert_eq!(
             (again.dir.clone(), settled.moved),
             (dir.clone(), 1),
