@@ -389,17 +389,31 @@ pub fn rename_noreplace_at(
     from: &std::ffi::OsStr,
     to: &std::ffi::OsStr,
 ) -> io::Result<()> {
+    rename_noreplace_between(dir, from, dir, to)
+}
+
+/// [`rename_noreplace_at`] from `from` in `from_dir` to `to` in `to_dir` (same filesystem).
+///
+/// # Errors
+/// renameat2(2) failures (`EEXIST` when `to` exists, `EXDEV` across filesystems);
+/// `InvalidInput` for a name with a NUL.
+pub fn rename_noreplace_between(
+    from_dir: &OwnedFd,
+    from: &std::ffi::OsStr,
+    to_dir: &OwnedFd,
+    to: &std::ffi::OsStr,
+) -> io::Result<()> {
     let cstr = |n: &std::ffi::OsStr| {
         std::ffi::CString::new(n.as_bytes())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
     };
     let (f, t) = (cstr(from)?, cstr(to)?);
-    // Safety: a valid descriptor and NUL-terminated names; RENAME_NOREPLACE never overwrites.
+    // Safety: valid descriptors and NUL-terminated names; RENAME_NOREPLACE never overwrites.
     let ret = unsafe {
         libc::renameat2(
-            dir.as_raw_fd(),
+            from_dir.as_raw_fd(),
             f.as_ptr(),
-            dir.as_raw_fd(),
+            to_dir.as_raw_fd(),
             t.as_ptr(),
             libc::RENAME_NOREPLACE,
         )

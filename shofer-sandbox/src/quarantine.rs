@@ -641,24 +641,7 @@ fn fanout_dir(objects: &Path, fan: &str) -> io::Result<OwnedFd> {
 
 /// renameat2(2) `RENAME_NOREPLACE` from `from_dir/from` to `to_dir/to`.
 fn rename_between(from_dir: &OwnedFd, from: &str, to_dir: &OwnedFd, to: &str) -> io::Result<()> {
-    let cstr = |n: &str| {
-        std::ffi::CString::new(n).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
-    };
-    let (f, t) = (cstr(from)?, cstr(to)?);
-    // Safety: valid descriptors and NUL-terminated names; RENAME_NOREPLACE never overwrites.
-    let ret = unsafe {
-        libc::renameat2(
-            from_dir.as_raw_fd(),
-            f.as_ptr(),
-            to_dir.as_raw_fd(),
-            t.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if ret != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    crate::paths::rename_noreplace_between(from_dir, from.as_ref(), to_dir, to.as_ref())
 }
 
 /// Each `pack/pack-*.pack` of the quarantine, given to `git index-pack --stdin` in the
@@ -760,6 +743,26 @@ fn migrate_packs(dir: &Path, from: &OwnedFd, pack_dir: &Path, objects: &Path, ou
 mod tests {
     use super::*;
 
+    /// Writes `content` as a blob with git in `repo`, into `objects` when given (what the
+    /// mounts give the command: that directory with the store as an alternate) or the
+    /// repository's own store; returns its name.
+    fn hash_object(repo: &Path, content: &str, objects: Option<&Path>) -> String {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg("echo \"$C\" | git hash-object -w --stdin")
+            .env("C", content)
+            .current_dir(repo);
+        if let Some(dir) = objects {
+            cmd.env("GIT_OBJECT_DIRECTORY", dir).env(
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+                repo.join(".git/objects"),
+            );
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// The files beneath `dir`, relative, sorted.
     fn files(dir: &Path) -> Vec<String> {
         fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
@@ -811,18 +814,7 @@ mod tests {
 
         // Objects written by a git whose objects directory is the quarantine, the store its
         // alternate (what the mounts give the command).
-        let write = |content: &str| -> String {
-            let out = Command::new("sh")
-                .arg("-c")
-                .arg("echo \"$C\" | git hash-object -w --stdin")
-                .env("C", content)
-                .env("GIT_OBJECT_DIRECTORY", &q.dir)
-                .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", common.join("objects"))
-                .current_dir(&repo)
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout).trim().to_string()
-        };
+        let write = |content: &str| hash_object(&repo, content, Some(&q.dir));
         let good = write("new object");
         let forged = write("forged");
         let forged_path = q.dir.join(&forged[..2]).join(&forged[2..]);
@@ -911,15 +903,10 @@ mod tests {
         let repo = tmp.path().join("repo");
         std::fs::create_dir(&repo).unwrap();
         git(&repo, &["init", "-q", "-b", "main"]);
-        let old = Command::new("sh")
-            .arg("-c")
-            .arg("echo old | git hash-object -w --stdin")
-            .current_dir(&repo)
-            .output()
-            .unwrap();
-        let old = String::from_utf8_lossy(&old.stdout).trim().to_string();
+        let old = hash_object(&repo, "old", None);
         let common = repo.join(".git");
         let q = Quarantine::take(&common, false, "wt").unwrap().0;
+        // Written again without the alternate: what git does when it cannot freshen.
         let again = Command::new("sh")
             .arg("-c")
             .arg("echo old | git hash-object -w --stdin")
@@ -956,17 +943,7 @@ mod tests {
         let common = repo.join(".git");
         let q = Quarantine::take(&common, false, "wt").unwrap().0;
         let copier = q.start_copier().unwrap();
-        let write = |content: &str| -> String {
-            let out = Command::new("sh")
-                .arg("-c")
-                .arg("echo \"$C\" | git hash-object -w --stdin")
-                .env("C", content)
-                .env("GIT_OBJECT_DIRECTORY", &q.dir)
-                .current_dir(&repo)
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout).trim().to_string()
-        };
+        let write = |content: &str| hash_object(&repo, content, Some(&q.dir));
         let good = write("copied while running");
         let forged = write("forged while running");
         let other = write("something else");
@@ -1001,17 +978,7 @@ mod tests {
         std::fs::create_dir(&repo).unwrap();
         git(&repo, &["init", "-q", "-b", "main"]);
         let common = repo.join(".git");
-        let write = |q: &Quarantine, content: &str| -> String {
-            let out = Command::new("sh")
-                .arg("-c")
-                .arg("echo \"$C\" | git hash-object -w --stdin")
-                .env("C", content)
-                .env("GIT_OBJECT_DIRECTORY", &q.dir)
-                .current_dir(&repo)
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout).trim().to_string()
-        };
+        let write = |q: &Quarantine, content: &str| hash_object(&repo, content, Some(&q.dir));
         // A first run ends normally: the quarantine is emptied and marked clean.
         let q = Quarantine::take(&common, false, "wt").unwrap().0;
         let first = write(&q, "first");
