@@ -604,15 +604,52 @@ pub(crate) fn loose_object_id_of(
     let mut z = flate2::read::ZlibDecoder::new(raw);
     let mut h = hasher(sha256);
     let mut buf = vec![0u8; 64 * 1024];
+    // The header's size bounds the work: git's own reader refuses an object whose stream
+    // goes on past it, and a small file inflating without end (a zlib bomb) stops there.
+    let mut limit: Option<u64> = None;
+    let mut seen = 0u64;
+    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
     loop {
         let n = z.read(&mut buf)?;
         if n == 0 {
             break;
         }
+        if limit.is_none() {
+            let head = &buf[..n.min(64)];
+            let nul = head
+                .iter()
+                .position(|&b| b == 0)
+                .ok_or_else(|| bad("no object header in its first 64 bytes"))?;
+            let size = std::str::from_utf8(&head[..nul])
+                .ok()
+                .and_then(|h| h.split_once(' '))
+                .and_then(|(_, size)| size.parse::<u64>().ok())
+                .ok_or_else(|| bad("an unreadable object header"))?;
+            limit = Some(nul as u64 + 1 + size);
+        }
+        seen += n as u64;
+        if Some(seen) > limit {
+            return Err(bad("it inflates past the size its header declares"));
+        }
         spend(budget, n)?;
         h.update(&buf[..n]);
     }
     Ok(h.finish())
+}
+
+/// The size a loose object's header declares, from its first compressed bytes.
+///
+/// # Errors
+/// Reading or inflating them; `InvalidData` for a header git would not read.
+pub(crate) fn loose_object_size(raw: impl Read) -> io::Result<u64> {
+    let mut head = [0u8; 64];
+    let mut z = flate2::read::ZlibDecoder::new(raw);
+    let n = z.read(&mut head)?;
+    let nul = head[..n].iter().position(|&b| b == 0);
+    nul.and_then(|nul| std::str::from_utf8(&head[..nul]).ok())
+        .and_then(|h| h.split_once(' '))
+        .and_then(|(_, size)| size.parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "an unreadable object header"))
 }
 
 pub(crate) fn hex(b: &[u8]) -> String {
@@ -720,6 +757,8 @@ mod tests {
         let store = ObjectStore::snapshot_since(&objects, false, since);
         std::fs::remove_file(&path).unwrap();
         let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(format!("blob {}\0", 4 << 20).as_bytes())
+            .unwrap();
         z.write_all(&vec![0u8; 4 << 20]).unwrap();
         std::fs::write(&path, z.finish().unwrap()).unwrap();
         let damage = store.check_within(1 << 20);

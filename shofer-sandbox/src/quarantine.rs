@@ -8,8 +8,10 @@
 //! not with `GIT_OBJECT_DIRECTORY` (which would follow the command into every other
 //! repository it touches, `git init` in `/tmp` included):
 //!
-//! - before the run, [`Quarantine::create`] makes `<common>/shofer-objects-<random>` (the
-//!   quarantine) with `info/alternates` naming its own path, and locks it (`flock`);
+//! - before the run, [`Quarantine::take`] takes the worktree's quarantine,
+//!   `<common>/shofer-objects-<hex of the worktree's name>.<random>` — an idle one an earlier
+//!   run left (settled first), or a new one — with `info/alternates` naming its own path, and
+//!   locks it (`flock`);
 //! - in the sandbox the quarantine is bound read-write over `<common>/objects`, and the real
 //!   store read-only over the quarantine's own path (`crate::namespaces`, `crate::bwrap`):
 //!   git writes new objects where it always does, and finds the existing ones through the
@@ -20,8 +22,11 @@
 //!   every object and writes the pack with an index of its own into the store (the command's
 //!   index could name objects the pack does not hold); what does not verify is named and
 //!   dropped;
-//! - a quarantine whose run was killed is still locked by nobody: the next run on the
-//!   repository, or `shofer-sandbox --repair WT`, migrates it ([`sweep`]).
+//! - a quarantine whose run was killed is locked by nobody: the worktree's next run, a
+//!   Landlock run on the repository or `shofer-sandbox --repair WT` ([`sweep`]) migrates it;
+//! - quarantines stay, emptied but for their fan-out directories and the objects the store
+//!   already had that the command wrote again (git cannot freshen an object in the read-only
+//!   store), which the worktree's next runs find there.
 //!
 //! While the run lasts, a thread of the supervisor ([`Copier`]) copies each new loose object of
 //! up to [`LIVE_MAX`] bytes into the store every [`LIVE_PERIOD`]: a copy, from bytes the
@@ -37,7 +42,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::objects::{hex, loose_object_id, loose_object_id_of};
+use crate::objects::{hex, loose_object_id, loose_object_id_of, loose_object_size};
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +52,8 @@ use std::sync::Arc;
 const PREFIX: &str = "shofer-objects-";
 /// Largest loose object copied into the store while the run lasts (bytes, compressed).
 pub const LIVE_MAX: u64 = 4 << 20;
+/// Largest object (bytes, as its header declares them) copied while the run lasts.
+pub const LIVE_INFLATED_MAX: u64 = 64 << 20;
 /// How often the [`Copier`] looks for new loose objects.
 pub const LIVE_PERIOD: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -55,7 +62,8 @@ pub const LIVE_PERIOD: std::time::Duration = std::time::Duration::from_millis(20
 pub struct Quarantine {
     /// The repository's object store (`<common>/objects`).
     pub objects: PathBuf,
-    /// The quarantine (`<common>/shofer-objects-<random>`): the command's `objects/`.
+    /// The quarantine (`<common>/shofer-objects-<hex name>.<random>`): the command's
+    /// `objects/`.
     pub dir: PathBuf,
     sha256: bool,
     /// The quarantine's descriptor, holding its `flock`.
@@ -196,7 +204,9 @@ fn copy_one(src: &Path, objects: &Path, fan: &str, name: &str, sha256: bool) -> 
     crate::paths::open_regular(src)?
         .take(LIVE_MAX + 1)
         .read_to_end(&mut bytes)?;
+    // A small file may declare a huge object (a zlib bomb): those wait for the end too.
     if bytes.len() as u64 > LIVE_MAX
+        || loose_object_size(&bytes[..])? > LIVE_INFLATED_MAX
         || hex(&loose_object_id_of(
             &bytes[..],
             sha256,
@@ -892,6 +902,33 @@ mod tests {
             "{m:?}"
         );
         assert!(elsewhere.join("pack").is_dir());
+    }
+
+    /// A small file that inflates far past the size its header declares (a zlib bomb) is
+    /// refused at the declared size, not inflated to the end.
+    #[test]
+    fn an_object_inflating_past_its_header_is_rejected() {
+        use std::io::Write;
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        let q = Quarantine::take(&repo.join(".git"), false, "wt").unwrap().0;
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(b"blob 10\0").unwrap();
+        z.write_all(&vec![0u8; 64 << 20]).unwrap();
+        let bomb = z.finish().unwrap();
+        assert!(bomb.len() < 1 << 20);
+        std::fs::create_dir_all(q.dir.join("ab")).unwrap();
+        std::fs::write(q.dir.join("ab").join("c".repeat(38)), bomb).unwrap();
+        let m = q.migrate();
+        assert_eq!(m.rejected.len(), 1, "{m:?}");
+        assert!(
+            m.rejected[0]
+                .1
+                .contains("past the size its header declares"),
+            "{m:?}"
+        );
     }
 
     /// An object the store already has, written again by the command (git cannot refresh the
