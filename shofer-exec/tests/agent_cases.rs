@@ -482,8 +482,15 @@ while found < 3:
 ' && git add f0 f1 f2 && git -c user.name=a -c user.email=a@b commit -q -m blobs && git config gc.auto 1 && ls .git/objects/17 | wc -l"#;
     for m in Mode::both() {
         let o = m.run(&[], SETUP);
+        // The three blobs, and now and then a commit or tree whose name starts with 17 too.
+        let in_17 = |t: &str| {
+            t.trim_end()
+                .lines()
+                .last()
+                .and_then(|l| l.trim().parse::<u32>().ok())
+        };
         assert!(
-            text(&o).trim_end().ends_with("\n3"),
+            in_17(&text(&o)).is_some_and(|n| n >= 3),
             "{}: {}",
             m.name(),
             text(&o)
@@ -501,8 +508,8 @@ while found < 3:
         );
         // Counted from outside: in the sandbox `.git/objects` is the run's object quarantine
         // (README, "Objects"), which shows only the objects the run writes.
-        let left = if m.sandboxed { 3 } else { 0 };
         let loose = std::fs::read_dir(m.task.join(".git/objects/17")).map_or(0, |d| d.count());
-        assert_eq!(loose, left, "{}: {t}", m.name());
+        let kept = if m.sandboxed { loose >= 3 } else { loose == 0 };
+        assert!(kept, "{}: {loose} loose objects in 17: {t}", m.name());
     }
 }
