@@ -608,28 +608,21 @@ pub(crate) fn loose_object_id_of(
     // goes on past it, and a small file inflating without end (a zlib bomb) stops there.
     let mut limit: Option<u64> = None;
     let mut seen = 0u64;
-    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
     loop {
         let n = z.read(&mut buf)?;
         if n == 0 {
             break;
         }
         if limit.is_none() {
-            let head = &buf[..n.min(64)];
-            let nul = head
-                .iter()
-                .position(|&b| b == 0)
-                .ok_or_else(|| bad("no object header in its first 64 bytes"))?;
-            let size = std::str::from_utf8(&head[..nul])
-                .ok()
-                .and_then(|h| h.split_once(' '))
-                .and_then(|(_, size)| size.parse::<u64>().ok())
-                .ok_or_else(|| bad("an unreadable object header"))?;
-            limit = Some(nul as u64 + 1 + size);
+            let (header, size) = object_header(&buf[..n])?;
+            limit = Some(header + size);
         }
         seen += n as u64;
         if Some(seen) > limit {
-            return Err(bad("it inflates past the size its header declares"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "it inflates past the size its header declares",
+            ));
         }
         spend(budget, n)?;
         h.update(&buf[..n]);
@@ -643,13 +636,29 @@ pub(crate) fn loose_object_id_of(
 /// Reading or inflating them; `InvalidData` for a header git would not read.
 pub(crate) fn loose_object_size(raw: impl Read) -> io::Result<u64> {
     let mut head = [0u8; 64];
-    let mut z = flate2::read::ZlibDecoder::new(raw);
-    let n = z.read(&mut head)?;
-    let nul = head[..n].iter().position(|&b| b == 0);
-    nul.and_then(|nul| std::str::from_utf8(&head[..nul]).ok())
+    let n = flate2::read::ZlibDecoder::new(raw).read(&mut head)?;
+    Ok(object_header(&head[..n])?.1)
+}
+
+/// A loose object's header, `<type> <size>\0`, from the start of its inflated bytes: (its
+/// length with the NUL, the size it declares).
+///
+/// # Errors
+/// `InvalidData` when the first 64 bytes hold no NUL, or the header is not text with a
+/// decimal size after a space.
+fn object_header(inflated: &[u8]) -> io::Result<(u64, u64)> {
+    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
+    let head = &inflated[..inflated.len().min(64)];
+    let nul = head
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or_else(|| bad("no object header in its first 64 bytes"))?;
+    let size = std::str::from_utf8(&head[..nul])
+        .ok()
         .and_then(|h| h.split_once(' '))
-        .and_then(|(_, size)| size.parse().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "an unreadable object header"))
+        .and_then(|(_, size)| size.parse::<u64>().ok())
+        .ok_or_else(|| bad("an unreadable object header"))?;
+    Ok((nul as u64 + 1, size))
 }
 
 pub(crate) fn hex(b: &[u8]) -> String {
