@@ -88,7 +88,9 @@ impl Mode {
             .arg("--")
             .arg(command)
             .current_dir(&self.task)
-            .env_remove("SHOFER_SANDBOX");
+            .env_remove("SHOFER_SANDBOX")
+            // The sandbox's object quarantines go with the scratch tree.
+            .env("XDG_STATE_HOME", self.task.with_file_name("state"));
         c
     }
 

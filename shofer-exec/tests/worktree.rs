@@ -319,6 +319,8 @@ fn cli_worktree_relative_path_runs_sandboxed_in_the_worktree() {
             "pwd; echo x > made; touch ../escaped",
         ])
         .env("SHOFER_SANDBOX", sandbox_binary())
+        // The sandbox's object quarantines go with the scratch tree.
+        .env("XDG_STATE_HOME", root.join("state"))
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
@@ -357,6 +359,9 @@ fn cli_allow_unix_is_passed_to_the_sandbox() {
         }
         c.args(["--", &connect])
             .env("SHOFER_SANDBOX", sandbox_binary())
+            .env("XDG_STATE_HOME", root.join("state"))
+            // The sandbox's object quarantines go with the scratch tree.
+            .env("XDG_STATE_HOME", root.join("state"))
             .output()
             .unwrap()
     };

@@ -307,15 +307,22 @@ fn argv(
         args.extend_from_slice(&[flag, p, p]);
     }
     // The object quarantine (crate::quarantine): bubblewrap takes bind sources from the
-    // host's tree, so the store's read-only bind still finds the store.
+    // host's tree, so the store's read-only bind still finds the store, and binds it on the
+    // quarantine's mount point, now at objects/info/store.
     let q_paths = quarantine.map(|q| {
+        let inside = q.objects.join(
+            q.store_mount
+                .strip_prefix(&q.dir)
+                .unwrap_or(std::path::Path::new("")),
+        );
         (
             q.dir.as_os_str().as_bytes().to_vec(),
             q.objects.as_os_str().as_bytes().to_vec(),
+            inside.as_os_str().as_bytes().to_vec(),
         )
     });
-    if let Some((dir, objects)) = &q_paths {
-        args.extend_from_slice(&[b"--bind", dir, objects, b"--ro-bind", objects, dir]);
+    if let Some((dir, objects, inside)) = &q_paths {
+        args.extend_from_slice(&[b"--bind", dir, objects, b"--ro-bind", objects, inside]);
     }
     // Safety: memfd_create with a static name; the result is checked.
     let fd = unsafe { libc::memfd_create(c"shofer-bwrap-args".as_ptr(), 0) };

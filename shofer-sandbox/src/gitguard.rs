@@ -637,10 +637,23 @@ fn state_from_json(v: &Value) -> Option<State> {
 /// mode 0700 and checked to be a real directory owned by us. `None` if none of them is usable
 /// or every candidate lies inside `writable` (the command could then edit the journal).
 pub fn journal_dir(writable: &[PathBuf]) -> Option<PathBuf> {
+    state_dir("git-guard", writable)
+}
+
+/// Where journals may be, in order of preference (see [`journal_dir`]).
+pub fn journal_candidates() -> Vec<PathBuf> {
+    state_candidates("git-guard")
+}
+
+/// The supervisor's own directory `leaf` for state that must outlive a killed run and that
+/// no sandboxed command may write: `$XDG_STATE_HOME/shofer/<leaf>` (or
+/// `~/.local/state/shofer/<leaf>`), else `/var/tmp/shofer-<leaf>-<uid>`, the first that can be
+/// made (mode 0700), is a real directory owned by us that neither group nor others can write,
+/// and lies outside every path of `writable`. `None` if there is none.
+pub fn state_dir(leaf: &str, writable: &[PathBuf]) -> Option<PathBuf> {
     // Safety: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
-    let candidates = journal_candidates();
-    for c in candidates {
+    for c in state_candidates(leaf) {
         let _ = std::fs::DirBuilder::new()
             .recursive(true)
             .mode_0700()
@@ -662,8 +675,8 @@ pub fn journal_dir(writable: &[PathBuf]) -> Option<PathBuf> {
     None
 }
 
-/// Where journals may be, in order of preference (see [`journal_dir`]).
-pub fn journal_candidates() -> Vec<PathBuf> {
+/// The places [`state_dir`] may choose for `leaf`, in order of preference.
+pub fn state_candidates(leaf: &str) -> Vec<PathBuf> {
     // Safety: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
     let home = std::env::var_os("HOME").map(PathBuf::from);
@@ -673,9 +686,9 @@ pub fn journal_candidates() -> Vec<PathBuf> {
         .or_else(|| home.map(|h| h.join(".local/state")));
     let mut candidates = Vec::new();
     if let Some(s) = state.filter(|s| s.is_absolute()) {
-        candidates.push(s.join("shofer/git-guard"));
+        candidates.push(s.join("shofer").join(leaf));
     }
-    candidates.push(PathBuf::from(format!("/var/tmp/shofer-git-guard-{uid}")));
+    candidates.push(PathBuf::from(format!("/var/tmp/shofer-{leaf}-{uid}")));
     candidates
 }
 

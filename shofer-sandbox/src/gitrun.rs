@@ -82,13 +82,19 @@ impl GitRun {
             GitLayout::MainWorktree => Some((opened.policy.worktree.join(".git"), String::new())),
             _ => None,
         };
+        let writable: Vec<PathBuf> = opened
+            .policy
+            .writable
+            .iter()
+            .map(|r| r.path.clone())
+            .collect();
         let mut objects = None;
         let mut object_quarantine = None;
         if let Some((common, name)) = common {
             let sha256 = gitprotect::uses_sha256(&common);
             let killed = "of a run that was killed";
             if structural {
-                match Quarantine::take(&common, sha256, &name) {
+                match Quarantine::take(&common, sha256, &name, &writable) {
                     Ok((q, settled)) => {
                         announce_migrated(&settled, killed, &opened.policy.worktree);
                         object_quarantine = Some(q);
@@ -102,18 +108,10 @@ impl GitRun {
                 let settled = quarantine::sweep(&common, sha256);
                 announce_migrated(&settled, killed, &opened.policy.worktree);
             }
-            // Before the guard's snapshot: the quarantine is a name it expects in the
-            // common dir.
             if object_quarantine.is_none() {
                 objects = Some(ObjectStore::snapshot(&common.join("objects"), sha256));
             }
         }
-        let writable: Vec<PathBuf> = opened
-            .policy
-            .writable
-            .iter()
-            .map(|r| r.path.clone())
-            .collect();
         let mut guard = GitGuard::snapshot(
             &opened.git,
             &opened.policy.worktree,

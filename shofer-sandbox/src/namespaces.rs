@@ -84,10 +84,10 @@ pub(crate) struct Setup<'a> {
     /// Git binds after the writable ones, in order: (path, writable), each over itself
     /// ([`crate::gitprotect::ControlSet::layers`]).
     pub git_layers: Vec<(PathBuf, bool)>,
-    /// The object quarantine ([`crate::quarantine`]): (quarantine, object store). The
-    /// quarantine is bound read-write over the store's path, the store read-only over the
-    /// quarantine's path, after the git layers.
-    pub quarantine: Option<(PathBuf, PathBuf)>,
+    /// The object quarantine ([`crate::quarantine`]): (quarantine, object store, the
+    /// quarantine's mount point for the store). The quarantine is bound read-write over the
+    /// store's path, the store read-only on that mount point, after the git layers.
+    pub quarantine: Option<(PathBuf, PathBuf, PathBuf)>,
     /// Also unshare the network namespace (`--net deny`).
     pub net_deny: bool,
     /// Landlock layered on the namespaces.
@@ -174,7 +174,7 @@ pub(crate) fn plan<'a>(
             // The pack binds: the whole store is read-only under a quarantine.
             .filter(|(p, _)| quarantine.is_none_or(|q| !p.starts_with(&q.objects)))
             .collect(),
-        quarantine: quarantine.map(|q| (q.dir.clone(), q.objects.clone())),
+        quarantine: quarantine.map(|q| (q.dir.clone(), q.objects.clone(), q.store_mount.clone())),
         net_deny: opened.policy.net == NetPolicy::Deny,
         landlock,
         full_map: false,
@@ -420,25 +420,28 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         }
     }
 
-    // Step 5c: the object quarantine (crate::quarantine). Both opened before either mount
-    // and checked to be what the supervisor saw; the store's bind is read-only in step 6.
-    if let Some((dir, objects)) = &plan.quarantine {
+    // Step 5c: the object quarantine (crate::quarantine). All three opened before any mount
+    // and checked to be directories; the store's bind is read-only in step 6.
+    if let Some((dir, objects, store_mount)) = &plan.quarantine {
         let store = paths::open_nofollow(objects)?;
         let q = paths::open_nofollow(dir)?;
-        if paths::kind(&q)? != paths::Kind::Dir || paths::kind(&store)? != paths::Kind::Dir {
-            eprintln!(
-                "shofer-sandbox: {} or {} is not a directory",
-                objects.display(),
-                dir.display()
-            );
-            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        let mount_point = paths::open_nofollow(store_mount)?;
+        for (fd, path) in [(&store, objects), (&q, dir), (&mount_point, store_mount)] {
+            if paths::kind(fd)? != paths::Kind::Dir {
+                eprintln!("shofer-sandbox: {} is not a directory", path.display());
+                return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+            }
         }
         // Targets by descriptor too (the store's descriptor keeps naming the store itself
-        // once the quarantine covers its path). Not recursive: a recursive bind of the store
-        // would bring the quarantine's mount on it along.
-        let (q, store) = (fd_path(q.as_raw_fd()), fd_path(store.as_raw_fd()));
-        mount(Some(&q), &store, None, libc::MS_BIND, None)?;
-        mount(Some(&store), &q, None, libc::MS_BIND, None)?;
+        // once the quarantine covers its path). The store on the mount point first, then the
+        // quarantine with it (recursive: that bind is the only mount under the quarantine).
+        let (q, store, mount_point) = (
+            fd_path(q.as_raw_fd()),
+            fd_path(store.as_raw_fd()),
+            fd_path(mount_point.as_raw_fd()),
+        );
+        mount(Some(&store), &mount_point, None, libc::MS_BIND, None)?;
+        mount(Some(&q), &store, None, libc::MS_BIND | libc::MS_REC, None)?;
         keep_rw.push(objects.to_string_lossy().into_owned());
     }
 

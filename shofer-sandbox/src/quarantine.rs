@@ -8,25 +8,33 @@
 //! not with `GIT_OBJECT_DIRECTORY` (which would follow the command into every other
 //! repository it touches, `git init` in `/tmp` included):
 //!
-//! - before the run, [`Quarantine::take`] takes the worktree's quarantine,
-//!   `<common>/shofer-objects-<hex of the worktree's name>.<random>` — an idle one an earlier
-//!   run left (settled first), or a new one — with `info/alternates` naming its own path, and
-//!   locks it (`flock`);
+//! - before the run, [`Quarantine::take`] takes the worktree's quarantine in a directory of
+//!   the supervisor's own that no sandboxed command can write
+//!   ([`crate::gitguard::state_dir`], `~/.local/state/shofer/objects/`): an entry
+//!   `<hash of the store's path>-<hash of the worktree's name>.<random>` holding the
+//!   quarantine `q/`, the store's path (`store`) and a clean mark (`mark`) — an idle entry an
+//!   earlier run of this worktree left (settled first), or a new one — and locks it (`flock`).
+//!   `q/info/alternates` names `info/store`, relative to the quarantine, an empty directory;
 //! - in the sandbox the quarantine is bound read-write over `<common>/objects`, and the real
-//!   store read-only over the quarantine's own path (`crate::namespaces`, `crate::bwrap`):
-//!   git writes new objects where it always does, and finds the existing ones through the
-//!   alternate, read-only (a deletion or rewrite fails with `EROFS`, a rename with `EBUSY`);
-//! - when the run has ended, [`Quarantine::migrate`] moves each new loose object whose
-//!   content hashes to its name into the store (`RENAME_NOREPLACE`: an existing object is
-//!   never replaced), and each new pack is handed to `git index-pack --stdin`, which hashes
-//!   every object and writes the pack with an index of its own into the store (the command's
-//!   index could name objects the pack does not hold); what does not verify is named and
-//!   dropped;
+//!   store read-only over its `info/store` (`crate::namespaces`, `crate::bwrap`): git writes
+//!   new objects where it always does, and finds the existing ones through the alternate,
+//!   read-only (a deletion or rewrite fails with `EROFS`, a rename with `EBUSY`);
+//! - when the run has ended, [`Quarantine::migrate`] copies each new loose object whose
+//!   content hashes to its name and whose header is git's into the store (a new file of the
+//!   supervisor's, renamed into place with `RENAME_NOREPLACE`: an existing object is never
+//!   replaced, and no file of the command's, nor a hard link to one, ever enters the store);
+//!   each new pack is handed to `git index-pack --stdin`, which hashes every object and writes
+//!   the pack with an index of its own into the store (the command's index could name objects
+//!   the pack does not hold); what does not verify is named and dropped;
 //! - a quarantine whose run was killed is locked by nobody: the worktree's next run, a
 //!   Landlock run on the repository or `shofer-sandbox --repair WT` ([`sweep`]) migrates it;
-//! - quarantines stay, emptied but for their fan-out directories and the objects the store
-//!   already had that the command wrote again (git cannot freshen an object in the read-only
-//!   store), which the worktree's next runs find there.
+//! - quarantines stay, emptied but for their fan-out directories (git would make them again on
+//!   every run, and a directory made and removed per run is slow to make again on ext4 without
+//!   a journal); one whose repository is gone is removed by the next take.
+//!
+//! Nothing of a quarantine is kept for a later run to read: an object the command wrote again
+//! although the store has it is dropped like any other, so what a later run's git reads there
+//! has always been verified by the supervisor first.
 //!
 //! While the run lasts, a thread of the supervisor ([`Copier`]) copies each new loose object of
 //! up to [`LIVE_MAX`] bytes into the store every [`LIVE_PERIOD`]: a copy, from bytes the
@@ -42,14 +50,16 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::objects::{hex, loose_object_id, loose_object_id_of, loose_object_size};
+use crate::objects::{hex, loose_object_id_of, loose_object_size};
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// The prefix of a quarantine's name in the common dir.
-const PREFIX: &str = "shofer-objects-";
+/// The name of the supervisor's state directory of quarantines ([`crate::gitguard::state_dir`]).
+const LEAF: &str = "objects";
+/// The relative alternate of every quarantine: the directory the sandbox binds the store on.
+const STORE_MOUNT: &str = "info/store";
 /// Largest loose object copied into the store while the run lasts (bytes, compressed).
 pub const LIVE_MAX: u64 = 4 << 20;
 /// Largest object (bytes, as its header declares them) copied while the run lasts.
@@ -62,11 +72,14 @@ pub const LIVE_PERIOD: std::time::Duration = std::time::Duration::from_millis(20
 pub struct Quarantine {
     /// The repository's object store (`<common>/objects`).
     pub objects: PathBuf,
-    /// The quarantine (`<common>/shofer-objects-<hex name>.<random>`): the command's
-    /// `objects/`.
+    /// The quarantine (`<state>/objects/<entry>/q`): the command's `objects/`.
     pub dir: PathBuf,
+    /// Where the store is bound in the sandbox (`<dir>/info/store`).
+    pub store_mount: PathBuf,
+    /// The entry that holds it (`<state>/objects/<entry>`), with its mark.
+    entry: PathBuf,
     sha256: bool,
-    /// The quarantine's descriptor, holding its `flock`.
+    /// The entry's descriptor, holding its `flock`.
     _lock: OwnedFd,
     /// The filesystem's time when this run took it (the ctime of its clean mark, touched
     /// then): a fan-out directory with an older ctime has not changed since.
@@ -83,33 +96,29 @@ fn lctime_dir(path: &Path) -> Option<Stamp> {
     m.is_dir().then(|| (m.ctime(), m.ctime_nsec()))
 }
 
-/// The clean mark of the quarantine `dir`: `<dir>.mark` beside it in the common dir, an empty
-/// file touched after each emptying, so that its ctime is the filesystem's time of the last
-/// emptying. Every fan-out directory changed since has a newer ctime (no system call sets a
-/// ctime back), so the next take reads only those. The namespace backends bind every entry of
-/// the common dir read-only, so a command cannot touch a mark that existed when it started;
-/// without a mark every directory is read.
-fn mark_file(dir: &Path) -> PathBuf {
-    let mut name = dir.file_name().unwrap_or_default().to_os_string();
-    name.push(".mark");
-    dir.with_file_name(name)
+/// The clean mark of the quarantine entry `entry`: an empty file touched after each emptying,
+/// so that its ctime is the filesystem's time of the last emptying. Every fan-out directory
+/// changed since has a newer ctime (no system call sets a ctime back), so the next take reads
+/// only those. It lies in the supervisor's own directory, beside the quarantine, where no
+/// sandbox can write; without a mark every directory is read.
+fn mark_file(entry: &Path) -> PathBuf {
+    entry.join("mark")
 }
 
-/// The ctime of the clean mark of `dir`, if it is a regular file.
-fn read_mark(dir: &Path) -> Option<Stamp> {
+/// The ctime of the clean mark of `entry`, if it is a regular file.
+fn read_mark(entry: &Path) -> Option<Stamp> {
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::symlink_metadata(mark_file(dir)).ok()?;
+    let m = std::fs::symlink_metadata(mark_file(entry)).ok()?;
     m.is_file().then(|| (m.ctime(), m.ctime_nsec()))
 }
 
-/// Marks the quarantine `dir` clean now (touches its mark, made if absent) and returns the
-/// mark's new ctime.
-fn write_mark(dir: &Path, objects: &Path) -> io::Result<Stamp> {
-    let file = mark_file(dir);
-    if read_mark(dir).is_none() {
+/// Marks the quarantine of `entry` clean now (touches its mark, made if absent) and returns
+/// the mark's new ctime.
+fn write_mark(entry: &Path) -> io::Result<Stamp> {
+    let file = mark_file(entry);
+    if read_mark(entry).is_none() {
         remove_entry(&file)?;
         std::fs::write(&file, b"")?;
-        own_like(&file, objects)?;
     }
     let c = std::ffi::CString::new(file.as_os_str().as_encoded_bytes())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -125,7 +134,7 @@ fn write_mark(dir: &Path, objects: &Path) -> io::Result<Stamp> {
     {
         return Err(io::Error::last_os_error());
     }
-    read_mark(dir).ok_or_else(|| io::Error::other("the mark vanished"))
+    read_mark(entry).ok_or_else(|| io::Error::other("the mark vanished"))
 }
 
 /// The thread that copies new loose objects into the store while the run lasts.
@@ -279,47 +288,77 @@ fn lock(dir: &Path) -> io::Result<OwnedFd> {
 impl Quarantine {
     /// Takes a quarantine for this run of the worktree `worktree` (its name under
     /// `<common>/worktrees/`, `""` for the main one) in the repository whose common dir is
-    /// `common` (`sha256`: its object format): an idle one an earlier run of this worktree
-    /// left — what a killed run left in it moved into the store first, what is not an object
-    /// the store holds removed, its fan-out directories kept (git would make them again on
-    /// every run, and a directory made and removed per run is slow to make again on ext4
-    /// without a journal) — else a new one. Returns it with what settling the idle ones did.
+    /// `common` (`sha256`: its object format), in the supervisor's state directory outside
+    /// `writable`: an idle one an earlier run of this worktree left — what a killed run left in
+    /// it moved into the store first, everything else removed, its fan-out directories kept —
+    /// else a new one. Returns it with what settling the idle ones did.
     ///
     /// # Errors
-    /// mkdir(2) or writing `info/alternates` (the caller cannot write the common dir).
-    pub fn take(common: &Path, sha256: bool, worktree: &str) -> io::Result<(Quarantine, Migrated)> {
+    /// No state directory outside `writable`; mkdir(2) or writing in it.
+    pub fn take(
+        common: &Path,
+        sha256: bool,
+        worktree: &str,
+        writable: &[PathBuf],
+    ) -> io::Result<(Quarantine, Migrated)> {
+        let root = crate::gitguard::state_dir(LEAF, writable).ok_or_else(|| {
+            io::Error::other(
+                "no directory of the supervisor's own outside the writable set ($XDG_STATE_HOME, ~/.local/state, /var/tmp)",
+            )
+        })?;
+        Self::take_in(&root, common, sha256, worktree)
+    }
+
+    /// [`Quarantine::take`] in the state directory `root`.
+    fn take_in(
+        root: &Path,
+        common: &Path,
+        sha256: bool,
+        worktree: &str,
+    ) -> io::Result<(Quarantine, Migrated)> {
         let objects = common.join("objects");
+        forget_gone(root);
         let mut out = Migrated::default();
         let mut mine = None;
-        let prefix = owned_prefix(worktree);
-        for dir in quarantines(common, &prefix) {
+        let prefix = owned_prefix(&objects, worktree);
+        for entry in entries(root, &prefix) {
             // Held: its run is still going.
-            let Ok(lock) = lock(&dir) else { continue };
-            let since = read_mark(&dir);
-            let m = settle(&dir, &objects, sha256, since);
+            let Ok(lock) = lock(&entry) else { continue };
+            if store_of(&entry).as_deref() != Some(objects.as_path()) {
+                continue;
+            }
+            let since = read_mark(&entry);
+            let m = settle(&entry, &objects, sha256, since);
             let clean = m.failed.is_empty();
             out.merge(m);
             if clean && mine.is_none() {
-                mine = Some((dir, lock));
+                mine = Some((entry, lock));
             } else if clean {
-                let _ = write_mark(&dir, &objects);
+                let _ = write_mark(&entry);
             }
         }
-        let (dir, lock) = match mine {
+        let (entry, lock) = match mine {
             Some(m) => m,
             None => {
-                let dir = common.join(format!("{prefix}{}", crate::gitguard::random_suffix()));
-                std::fs::DirBuilder::new().mode(0o755).create(&dir)?;
-                own_like(&dir, &objects)?;
-                (dir.clone(), lock(&dir)?)
+                let entry = root.join(format!("{prefix}{}", crate::gitguard::random_suffix()));
+                std::fs::DirBuilder::new().mode(0o700).create(&entry)?;
+                let lock = lock(&entry)?;
+                std::fs::write(entry.join("store"), objects.as_os_str().as_bytes())?;
+                let q = entry.join("q");
+                std::fs::DirBuilder::new().mode(0o755).create(&q)?;
+                own_like(&q, &objects)?;
+                (entry, lock)
             }
         };
-        write_alternates(&dir, &objects)?;
+        let dir = entry.join("q");
+        prepare_info(&dir, &objects)?;
         // What changes from here on has a newer ctime than the mark.
-        let taken = write_mark(&dir, &objects)?;
+        let taken = write_mark(&entry)?;
         let q = Quarantine {
             objects,
+            store_mount: dir.join(STORE_MOUNT),
             dir,
+            entry,
             sha256,
             _lock: lock,
             taken,
@@ -341,7 +380,7 @@ impl Quarantine {
             let mut listed = HashMap::new();
             loop {
                 std::thread::park_timeout(LIVE_PERIOD);
-                // Stopped: what is left moves (renamed, not copied) when the run ends.
+                // Stopped: what is left moves when the run ends.
                 if stop.load(Ordering::Acquire) {
                     break;
                 }
@@ -355,9 +394,9 @@ impl Quarantine {
     /// run (keeping what could not be moved, for a later try). Call once every process of the
     /// sandbox is gone.
     pub fn migrate(self) -> Migrated {
-        let mut m = settle(&self.dir, &self.objects, self.sha256, Some(self.taken));
+        let mut m = settle(&self.entry, &self.objects, self.sha256, Some(self.taken));
         if m.failed.is_empty() {
-            if let Err(e) = write_mark(&self.dir, &self.objects) {
+            if let Err(e) = write_mark(&self.entry) {
                 m.failed
                     .push((self.dir.clone(), format!("marking it clean: {e}")));
             }
@@ -366,19 +405,27 @@ impl Quarantine {
     }
 }
 
-/// `info/alternates` of the quarantine `dir`: its own path, where the sandbox shows the store.
-/// Checked each run (the command may have changed it) and written afresh, under a new name
-/// renamed over the old one, when it differs.
-fn write_alternates(dir: &Path, objects: &Path) -> io::Result<()> {
+/// `info/` of the quarantine `dir`: `alternates` naming [`STORE_MOUNT`] (relative to the
+/// quarantine, as git reads it), and that directory, empty. Checked each run (the command may
+/// have changed them) and made afresh where they differ.
+fn prepare_info(dir: &Path, objects: &Path) -> io::Result<()> {
     let info = dir.join("info");
     if subdir(dir, "info").is_none() {
         remove_entry(&info)?;
         std::fs::DirBuilder::new().mode(0o755).create(&info)?;
         own_like(&info, objects)?;
     }
-    let mut line = dir.as_os_str().as_encoded_bytes().to_vec();
-    line.push(b'\n');
-    if crate::paths::read_regular(&info.join("alternates"), 4096).is_ok_and(|now| now == line) {
+    let mount = dir.join(STORE_MOUNT);
+    let empty = subdir(&info, "store")
+        .is_some_and(|(_, p)| std::fs::read_dir(p).is_ok_and(|mut rd| rd.next().is_none()));
+    if !empty {
+        remove_entry(&mount)?;
+        std::fs::DirBuilder::new().mode(0o755).create(&mount)?;
+    }
+    let line = format!("{STORE_MOUNT}\n");
+    if crate::paths::read_regular(&info.join("alternates"), 4096)
+        .is_ok_and(|now| now == line.as_bytes())
+    {
         return Ok(());
     }
     let tmp = info.join(format!("alternates.{}", crate::gitguard::random_suffix()));
@@ -387,43 +434,103 @@ fn write_alternates(dir: &Path, objects: &Path) -> io::Result<()> {
     std::fs::rename(&tmp, info.join("alternates"))
 }
 
-/// The name prefix of the quarantines of the worktree `worktree` (its name under
-/// `<common>/worktrees/`, or `""` for the main worktree): [`PREFIX`], the name in hex, a dot.
-/// A worktree keeps objects it wrote again in its own quarantines only: another worktree's
-/// command, which may have changed them, never reads them.
-fn owned_prefix(worktree: &str) -> String {
-    format!("{PREFIX}{}.", hex(worktree.as_bytes()))
+/// The first `n` hex digits of the SHA-256 of `bytes`.
+fn digest_hex(bytes: &[u8], n: usize) -> String {
+    use sha2::Digest;
+    let mut h = hex(&sha2::Sha256::digest(bytes));
+    h.truncate(n);
+    h
 }
 
-/// The quarantines in the common dir `common` whose names start with `prefix` (directories).
-fn quarantines(common: &Path, prefix: &str) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(common) else {
+/// The name prefix of the quarantines of the store `objects`: a hash of its path, a dash.
+fn repo_prefix(objects: &Path) -> String {
+    format!("{}-", digest_hex(objects.as_os_str().as_bytes(), 24))
+}
+
+/// The name prefix of the quarantines of the worktree `worktree` (its name under
+/// `<common>/worktrees/`, or `""` for the main worktree) of the store `objects`: the
+/// repository's prefix, a hash of the name, a dot.
+fn owned_prefix(objects: &Path, worktree: &str) -> String {
+    format!(
+        "{}{}.",
+        repo_prefix(objects),
+        digest_hex(worktree.as_bytes(), 16)
+    )
+}
+
+/// The store the quarantine entry `entry` belongs to, as its `store` file names it.
+fn store_of(entry: &Path) -> Option<PathBuf> {
+    let bytes = crate::paths::read_regular(&entry.join("store"), 4096).ok()?;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(&bytes)))
+}
+
+/// The entries of the state directory `root` whose names start with `prefix` (directories).
+fn entries(root: &Path, prefix: &str) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(root) else {
         return Vec::new();
     };
     rd.flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.starts_with(prefix))
-        })
+        .filter(|e| e.file_name().as_bytes().starts_with(prefix.as_bytes()))
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .map(|e| e.path())
         .collect()
 }
 
-/// Settles the quarantines of killed runs in `common` (unlocked ones): what they hold is
-/// moved into the store.
+/// Removes the idle entries of `root` whose repository is gone (its common dir no longer
+/// exists): nothing could ever be moved out of them.
+fn forget_gone(root: &Path) {
+    for entry in entries(root, "") {
+        let gone = store_of(&entry).is_some_and(|objects| {
+            objects.parent().is_some_and(|common| {
+                std::fs::symlink_metadata(common)
+                    .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+            })
+        });
+        if gone && lock(&entry).is_ok() {
+            let _ = std::fs::remove_dir_all(&entry);
+        }
+    }
+}
+
+/// The existing state directories of quarantines (any [`crate::gitguard::state_candidates`]
+/// that is a directory of ours that neither group nor others can write).
+fn roots() -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    // Safety: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    crate::gitguard::state_candidates(LEAF)
+        .into_iter()
+        .filter(|c| {
+            std::fs::symlink_metadata(c)
+                .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
+        })
+        .collect()
+}
+
+/// Settles the quarantines of killed runs on the repository whose common dir is `common`
+/// (unlocked ones): what they hold is moved into the store.
 pub fn sweep(common: &Path, sha256: bool) -> Migrated {
+    sweep_in(&roots(), common, sha256)
+}
+
+/// [`sweep`] in the state directories `roots`.
+fn sweep_in(roots: &[PathBuf], common: &Path, sha256: bool) -> Migrated {
     let mut out = Migrated::default();
     let objects = common.join("objects");
-    for dir in quarantines(common, PREFIX) {
-        let Ok(_lock) = lock(&dir) else { continue };
-        let since = read_mark(&dir);
-        let m = settle(&dir, &objects, sha256, since);
-        if m.failed.is_empty() {
-            let _ = write_mark(&dir, &objects);
+    let prefix = repo_prefix(&objects);
+    for root in roots {
+        for entry in entries(root, &prefix) {
+            let Ok(_lock) = lock(&entry) else { continue };
+            if store_of(&entry).as_deref() != Some(objects.as_path()) {
+                continue;
+            }
+            let since = read_mark(&entry);
+            let m = settle(&entry, &objects, sha256, since);
+            if m.failed.is_empty() {
+                let _ = write_mark(&entry);
+            }
+            out.merge(m);
         }
-        out.merge(m);
     }
     out
 }
@@ -442,35 +549,6 @@ fn remove_entry(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Empties the fan-out directory `fan` of a quarantine (read through `path`) but for regular
-/// files named as objects the store holds and not `rejected`: objects the command wrote again
-/// although they existed (git cannot refresh the time of an object in the read-only store, so
-/// it writes it anew). Kept, they are found and refreshed here by the worktree's next runs
-/// instead of being written once more.
-fn keep_duplicates(
-    path: &Path,
-    fan: &str,
-    objects: &Path,
-    sha256: bool,
-    rejected: &[(String, String)],
-) -> io::Result<()> {
-    let hexlen = if sha256 { 64 } else { 40 };
-    for e in std::fs::read_dir(path)?.flatten() {
-        let name = e.file_name();
-        let keep = name.to_str().is_some_and(|n| {
-            n.len() == hexlen - 2
-                && is_hex(n)
-                && e.file_type().is_ok_and(|t| t.is_file())
-                && !rejected.iter().any(|(o, _)| o[2..] == *n && o[..2] == *fan)
-                && std::fs::symlink_metadata(objects.join(fan).join(n)).is_ok()
-        });
-        if !keep {
-            remove_entry(&e.path())?;
-        }
-    }
-    Ok(())
-}
-
 /// Removes every entry of the directory read through `path` except `keep`.
 fn empty_dir(path: &Path, keep: &[&str]) -> io::Result<()> {
     for e in std::fs::read_dir(path)?.flatten() {
@@ -481,52 +559,57 @@ fn empty_dir(path: &Path, keep: &[&str]) -> io::Result<()> {
     Ok(())
 }
 
-/// Moves the verified objects and packs of the quarantine `dir` into the store `objects`,
-/// then empties it but for its fan-out directories (given back mode 0755), `pack/` and
-/// `info/alternates`; a fan-out directory whose object could not be moved is left as it is.
-/// `since`: a filesystem time (this run's take, or the clean mark) — a fan-out directory whose
-/// ctime is older has not changed since and is not read; `None` reads them all.
-fn settle(dir: &Path, objects: &Path, sha256: bool, since: Option<Stamp>) -> Migrated {
+/// Moves the verified objects and packs of the quarantine of `entry` into the store
+/// `objects`, then empties it but for its fan-out directories (given back mode 0755), `pack/`
+/// and `info/` (`alternates` and the store's mount point); a fan-out directory whose object
+/// could not be moved is left as it is. `since`: a filesystem time (this run's take, or the
+/// clean mark) — a fan-out directory whose ctime is older has not changed since and is not
+/// read; `None` reads them all. Everything is reached through descriptors opened without
+/// following symlinks.
+fn settle(entry: &Path, objects: &Path, sha256: bool, since: Option<Stamp>) -> Migrated {
     let mut out = Migrated::default();
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .collect()
-        })
+    let shown = entry.join("q");
+    let Some((_q, dir)) = subdir(entry, "q") else {
+        // Made again by the take.
+        let _ = remove_entry(&entry.join("q"));
+        return out;
+    };
+    let names: Vec<std::ffi::OsString> = std::fs::read_dir(&dir)
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
-    names.sort();
-    for name in names {
-        let path = dir.join(&name);
+    for raw in names {
+        let path = dir.join(&raw);
+        let name = raw.to_string_lossy();
+        let fanout = name.len() == 2 && is_hex(&name);
         // One lstat for a fan-out directory that has not changed since (a symlink's ctime
         // says nothing about a directory: it is opened below, and refused).
-        if let (Some(t), true) = (since, name.len() == 2 && is_hex(&name)) {
+        if let (Some(t), true) = (since, fanout) {
             if lctime_dir(&path).is_some_and(|c| c < t) {
                 continue;
             }
         }
-        let sub = subdir(dir, &name);
-        let cleared = match (name.as_str(), sub) {
-            (fan, Some((fd, from))) if fan.len() == 2 && is_hex(fan) => {
+        let sub = subdir(&dir, &name);
+        let cleared = match (name.as_ref(), sub) {
+            (fan, Some((_fd, from))) if fanout => {
                 let before = out.failed.len();
-                migrate_fanout(dir, fan, &fd, &from, objects, sha256, &mut out);
+                migrate_fanout(&shown, fan, &from, objects, sha256, &mut out);
                 if out.failed.len() > before {
                     continue;
                 }
                 let _ = set_mode(&from, 0o755);
-                keep_duplicates(&from, fan, objects, sha256, &out.rejected)
+                empty_dir(&from, &[])
             }
-            ("pack", Some((fd, from))) => {
+            ("pack", Some((_fd, from))) => {
                 let before = out.failed.len();
-                migrate_packs(dir, &fd, &from, objects, &mut out);
+                migrate_packs(&shown, &from, objects, &mut out);
                 if out.failed.len() > before {
                     continue;
                 }
                 empty_dir(&from, &[])
             }
-            ("info", Some((_, from))) => empty_dir(&from, &["alternates"]),
+            ("info", Some((_, from))) => empty_dir(&from, &["alternates", "store"]),
             (other, _) => {
-                if other.len() == 2 && is_hex(other) || other == "pack" {
+                if fanout || other == "pack" {
                     out.rejected
                         .push((other.to_string(), "not a directory".into()));
                 }
@@ -534,7 +617,8 @@ fn settle(dir: &Path, objects: &Path, sha256: bool, since: Option<Stamp>) -> Mig
             }
         };
         if let Err(e) = cleared {
-            out.failed.push((path, format!("cannot be emptied: {e}")));
+            out.failed
+                .push((shown.join(&raw), format!("cannot be emptied: {e}")));
         }
     }
     out
@@ -549,12 +633,12 @@ fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
     Ok(())
 }
 
-/// Moves each verified loose object of the fan-out directory `fan` (open as `from_dir`, read
-/// through `from`) into the store; what does not verify is rejected.
+/// Copies each verified loose object of the fan-out directory `fan` (read through `from`, a
+/// descriptor's path) into the store ([`copy_verified`]); what does not verify is rejected.
+/// `shown`: the quarantine's path, for messages.
 fn migrate_fanout(
-    dir: &Path,
+    shown: &Path,
     fan: &str,
-    from_dir: &OwnedFd,
     from: &Path,
     objects: &Path,
     sha256: bool,
@@ -574,38 +658,109 @@ fn migrate_fanout(
         if std::fs::symlink_metadata(objects.join(fan).join(&name)).is_ok() {
             continue;
         }
-        let why = match loose_object_id(&from.join(&name), sha256, &Cell::new(u64::MAX)) {
-            Ok(id) if hex(&id) == oid => None,
-            Ok(_) => Some("its content does not hash to its name".to_string()),
-            Err(e) => Some(format!("unreadable: {e}")),
+        let to = match &to_dir {
+            Some(to) => to,
+            None => match fanout_dir(objects, fan) {
+                Ok(to) => to_dir.insert(to),
+                Err(e) => {
+                    out.failed.push((shown.join(fan), e.to_string()));
+                    return;
+                }
+            },
         };
-        if let Some(why) = why {
-            out.rejected.push((oid, why));
-            continue;
-        }
-        let moved = match &to_dir {
-            Some(to) => rename_between(from_dir, &name, to, &name),
-            None => fanout_dir(objects, fan).and_then(|to| {
-                let r = rename_between(from_dir, &name, &to, &name);
-                to_dir = Some(to);
-                r
-            }),
-        };
-        match moved {
-            Ok(()) => out.moved += 1,
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-            Err(e) => out.failed.push((dir.join(fan).join(&name), e.to_string())),
+        match copy_verified(&from.join(&name), to, fan, &name, objects, sha256) {
+            Ok(Ok(())) => out.moved += 1,
+            Ok(Err(why)) => out.rejected.push((oid, why)),
+            Err(e) => out
+                .failed
+                .push((shown.join(fan).join(&name), e.to_string())),
         }
     }
 }
 
-/// `dir/name` as a directory descriptor (a symlink is not followed) and the path to read it
-/// through (`/proc/self/fd/N`).
-fn subdir(dir: &Path, name: &str) -> Option<(OwnedFd, PathBuf)> {
-    let fd = crate::paths::open_nofollow(&dir.join(name)).ok()?;
-    if crate::paths::kind(&fd).ok()? != crate::paths::Kind::Dir {
-        return None;
+/// Copies the loose object `src` into the store's fan-out directory `to` as `name` (the
+/// object `fan` + `name`) if its
+/// content hashes to its name: read once, each block written to a new file of the
+/// supervisor's as it is hashed, which is renamed into place (`RENAME_NOREPLACE`) only if it
+/// verifies. `Ok(Err(why))`: it does not verify (nothing is written); `Err`: writing failed.
+fn copy_verified(
+    src: &Path,
+    to: &OwnedFd,
+    fan: &str,
+    name: &str,
+    objects: &Path,
+    sha256: bool,
+) -> io::Result<Result<(), String>> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    /// Reads from `from` and writes what it read to `to`, keeping the first write error.
+    struct Tee<'a> {
+        from: std::fs::File,
+        to: &'a mut std::fs::File,
+        failed: Option<io::Error>,
     }
+    impl Read for Tee<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.from.read(buf)?;
+            if let Err(e) = self.to.write_all(&buf[..n]) {
+                let again = io::Error::new(e.kind(), e.to_string());
+                self.failed = Some(e);
+                return Err(again);
+            }
+            Ok(n)
+        }
+    }
+    let from = match crate::paths::open_regular(src) {
+        Ok(f) => f,
+        Err(e) => return Ok(Err(format!("unreadable: {e}"))),
+    };
+    let tmp = format!("tmp_shofer_obj_{}", crate::gitguard::random_suffix());
+    let tmp_path = PathBuf::from(format!("/proc/self/fd/{}/{tmp}", to.as_raw_fd()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp_path)?;
+    let mut tee = Tee {
+        from,
+        to: &mut file,
+        failed: None,
+    };
+    let id = loose_object_id_of(&mut tee, sha256, &Cell::new(u64::MAX));
+    let failed = tee.failed.take();
+    drop(file);
+    let verdict = match (failed, id) {
+        (Some(e), _) => Err(e),
+        (None, Ok(id)) if hex(&id) == format!("{fan}{name}") => Ok(Ok(())),
+        (None, Ok(_)) => Ok(Err("its content does not hash to its name".to_string())),
+        (None, Err(e)) => Ok(Err(format!("unreadable: {e}"))),
+    };
+    let placed = match verdict {
+        Ok(Ok(())) => own_like(&tmp_path, objects)
+            .and_then(|()| rename_between(to, &tmp, to, name))
+            .map(Ok),
+        other => other,
+    };
+    match placed {
+        Ok(Ok(())) => Ok(Ok(())),
+        // Already there (the copier, or another run): fine, and never replaced.
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+            let _ = std::fs::remove_file(&tmp_path);
+            Ok(Ok(()))
+        }
+        other => {
+            let _ = std::fs::remove_file(&tmp_path);
+            other
+        }
+    }
+}
+
+/// `dir/name` as a directory descriptor (a symlink at `name` is not followed: `dir` is the
+/// supervisor's own, or a descriptor's path) and the path to read it through
+/// (`/proc/self/fd/N`).
+fn subdir(dir: &Path, name: &str) -> Option<(OwnedFd, PathBuf)> {
+    let fd = crate::paths::open_dir_at_path(&dir.join(name)).ok()?;
     let path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
     Some((fd, path))
 }
@@ -658,7 +813,7 @@ fn rename_between(from_dir: &OwnedFd, from: &str, to_dir: &OwnedFd, to: &str) ->
 /// repository (which hashes every object of the pack, compares it with any existing object of
 /// the same name, and writes the pack and an index of its own into `objects/pack`); the
 /// command's own index is never used.
-fn migrate_packs(dir: &Path, from: &OwnedFd, pack_dir: &Path, objects: &Path, out: &mut Migrated) {
+fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated) {
     let Ok(rd) = std::fs::read_dir(pack_dir) else {
         return;
     };
@@ -735,15 +890,17 @@ fn migrate_packs(dir: &Path, from: &OwnedFd, pack_dir: &Path, objects: &Path, ou
         for ext in ["pack", "idx"] {
             let _ = own_like(&objects.join("pack").join(format!("{name}.{ext}")), objects);
         }
-        // A partial clone's marker: the pack's objects may lack what they refer to.
-        if std::fs::symlink_metadata(pack_dir.join(format!("{base}.promisor"))).is_ok() {
-            if let Ok(to) = fanout_dir(objects, "pack") {
-                let _ = rename_between(
-                    from,
-                    &format!("{base}.promisor"),
-                    &to,
-                    &format!("{name}.promisor"),
-                );
+        // A partial clone's marker (the pack's objects may lack what they refer to): git
+        // only asks whether it exists, so the store gets an empty one of the supervisor's,
+        // never the command's file.
+        if crate::paths::open_regular(&pack_dir.join(format!("{base}.promisor"))).is_ok() {
+            let marker = objects.join("pack").join(format!("{name}.promisor"));
+            let made = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&marker);
+            if made.is_ok() {
+                let _ = own_like(&marker, objects);
             }
         }
     }
@@ -791,6 +948,13 @@ mod tests {
         out
     }
 
+    /// The test's own state directory of quarantines, in `tmp`.
+    fn state(tmp: &tempfile::TempDir) -> PathBuf {
+        let dir = tmp.path().join("state");
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     fn git(dir: &Path, args: &[&str]) -> String {
         let out = Command::new("git")
             .args(args)
@@ -815,11 +979,13 @@ mod tests {
         git(&repo, &["init", "-q", "-b", "main"]);
         git(&repo, &["commit", "-q", "--allow-empty", "-m", "one"]);
         let common = repo.join(".git");
-        let q = Quarantine::take(&common, false, "wt").unwrap().0;
+        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
+            .unwrap()
+            .0;
         let alternates = std::fs::read_to_string(q.dir.join("info/alternates")).unwrap();
-        assert_eq!(alternates.trim_end(), q.dir.to_str().unwrap());
+        assert_eq!(alternates, "info/store\n");
         // Locked while the run lasts: a sweep leaves it alone.
-        assert_eq!(sweep(&common, false).moved, 0);
+        assert_eq!(sweep_in(&[state(&tmp)], &common, false).moved, 0);
         assert!(q.dir.is_dir());
 
         // Objects written by a git whose objects directory is the quarantine, the store its
@@ -878,7 +1044,9 @@ mod tests {
         let common = repo.join(".git");
         let elsewhere = tmp.path().join("elsewhere");
         std::fs::create_dir_all(elsewhere.join("pack")).unwrap();
-        let q = Quarantine::take(&common, false, "wt").unwrap().0;
+        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
+            .unwrap()
+            .0;
         std::os::unix::fs::symlink(&elsewhere, q.dir.join("ab")).unwrap();
         std::os::unix::fs::symlink(elsewhere.join("pack"), q.dir.join("pack")).unwrap();
         std::fs::create_dir(q.dir.join("cd")).unwrap();
@@ -913,7 +1081,9 @@ mod tests {
         let repo = tmp.path().join("repo");
         std::fs::create_dir(&repo).unwrap();
         git(&repo, &["init", "-q", "-b", "main"]);
-        let q = Quarantine::take(&repo.join(".git"), false, "wt").unwrap().0;
+        let q = Quarantine::take_in(&state(&tmp), &repo.join(".git"), false, "wt")
+            .unwrap()
+            .0;
         let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
         z.write_all(b"blob 10\0").unwrap();
         z.write_all(&vec![0u8; 64 << 20]).unwrap();
@@ -932,17 +1102,22 @@ mod tests {
     }
 
     /// An object the store already has, written again by the command (git cannot refresh the
-    /// store's copy), stays in the worktree's quarantine for its next runs; junk does not, and
-    /// another worktree takes a quarantine of its own.
+    /// store's copy), is dropped like junk: nothing in a quarantine is kept for a later run's
+    /// git to trust. Each worktree takes a quarantine of its own, and none lies in the
+    /// repository.
     #[test]
-    fn objects_written_again_stay_for_the_worktree_and_junk_goes() {
+    fn objects_written_again_are_dropped_and_quarantines_stay_out_of_the_repository() {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
         std::fs::create_dir(&repo).unwrap();
         git(&repo, &["init", "-q", "-b", "main"]);
         let old = hash_object(&repo, "old", None);
         let common = repo.join(".git");
-        let q = Quarantine::take(&common, false, "wt").unwrap().0;
+        let before = files(&common);
+        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
+            .unwrap()
+            .0;
+        assert_eq!(files(&common), before);
         // Written again without the alternate: what git does when it cannot freshen.
         let again = Command::new("sh")
             .arg("-c")
@@ -956,15 +1131,9 @@ mod tests {
         let dir = q.dir.clone();
         let m = q.migrate();
         assert!(m.failed.is_empty() && m.rejected.is_empty(), "{m:?}");
-        assert_eq!(
-            files(&dir),
-            [
-                format!("{}/{}", &old[..2], &old[2..]),
-                "info/alternates".into()
-            ]
-        );
-        let (mine, _) = Quarantine::take(&common, false, "wt").unwrap();
-        let (other, _) = Quarantine::take(&common, false, "wt-2").unwrap();
+        assert_eq!(files(&dir), ["info/alternates"]);
+        let (mine, _) = Quarantine::take_in(&state(&tmp), &common, false, "wt").unwrap();
+        let (other, _) = Quarantine::take_in(&state(&tmp), &common, false, "wt-2").unwrap();
         assert_eq!(mine.dir, dir);
         assert_ne!(other.dir, dir);
     }
@@ -978,7 +1147,9 @@ mod tests {
         std::fs::create_dir(&repo).unwrap();
         git(&repo, &["init", "-q", "-b", "main"]);
         let common = repo.join(".git");
-        let q = Quarantine::take(&common, false, "wt").unwrap().0;
+        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
+            .unwrap()
+            .0;
         let copier = q.start_copier().unwrap();
         let write = |content: &str| hash_object(&repo, content, Some(&q.dir));
         let good = write("copied while running");
@@ -1017,7 +1188,9 @@ mod tests {
         let common = repo.join(".git");
         let write = |q: &Quarantine, content: &str| hash_object(&repo, content, Some(&q.dir));
         // A first run ends normally: the quarantine is emptied and marked clean.
-        let q = Quarantine::take(&common, false, "wt").unwrap().0;
+        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
+            .unwrap()
+            .0;
         let first = write(&q, "first");
         let dir = q.dir.clone();
         let m = q.migrate();
@@ -1025,15 +1198,15 @@ mod tests {
             (m.moved, files(&dir)),
             (1, vec!["info/alternates".to_string()])
         );
-        assert!(read_mark(&dir).is_some());
+        assert!(read_mark(dir.parent().unwrap()).is_some());
         // A second run takes it again, writes, and its supervisor dies: its descriptor, and
         // so its lock, goes; the mark stays as the first run left it.
-        let (q, settled) = Quarantine::take(&common, false, "wt").unwrap();
+        let (q, settled) = Quarantine::take_in(&state(&tmp), &common, false, "wt").unwrap();
         assert_eq!((q.dir.clone(), settled.moved), (dir.clone(), 0));
         let oid = write(&q, "left by a killed run");
         drop(q);
         // The next take reads the directory changed since the mark and moves the object.
-        let (again, settled) = Quarantine::take(&common, false, "wt").unwrap();
+        let (again, settled) = Quarantine::take_in(&state(&tmp), &common, false, "wt").unwrap();
         assert_eq!(
             (again.dir.clone(), settled.moved),
             (dir.clone(), 1),
@@ -1042,5 +1215,61 @@ mod tests {
         assert!(dir.join(&first[..2]).is_dir());
         assert_eq!(files(&dir), ["info/alternates"]);
         git(&repo, &["cat-file", "-e", &oid]);
+    }
+
+    /// A hard link in the quarantine to a new object, named as an object the store already
+    /// has: the store gets a file of the supervisor's for the new object (a later run cannot
+    /// reach it through the link), and the link is dropped.
+    #[test]
+    fn no_file_of_the_quarantine_enters_the_store() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        let existing = hash_object(&repo, "existing", None);
+        let common = repo.join(".git");
+        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
+            .unwrap()
+            .0;
+        let new = hash_object(&repo, "new", Some(&q.dir));
+        let at = |dir: &Path, o: &str| dir.join(&o[..2]).join(&o[2..]);
+        std::fs::create_dir_all(q.dir.join(&existing[..2])).unwrap();
+        std::fs::hard_link(at(&q.dir, &new), at(&q.dir, &existing)).unwrap();
+        let quarantined = std::fs::metadata(at(&q.dir, &new)).unwrap().ino();
+        let dir = q.dir.clone();
+        let m = q.migrate();
+        assert_eq!((m.moved, m.failed.len()), (1, 0), "{m:?}");
+        let stored = std::fs::metadata(at(&common.join("objects"), &new)).unwrap();
+        assert_ne!(stored.ino(), quarantined);
+        assert_eq!(stored.nlink(), 1);
+        assert_eq!(files(&dir), ["info/alternates"]);
+        assert_eq!(
+            std::fs::read(at(&common.join("objects"), &existing)).unwrap(),
+            std::fs::read(at(&common.join("objects"), &existing)).unwrap()
+        );
+        git(&repo, &["fsck", "--strict"]);
+    }
+
+    /// A quarantine whose repository is gone is removed by the next take, of any repository.
+    #[test]
+    fn a_quarantine_of_a_removed_repository_is_forgotten() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut commons = Vec::new();
+        for name in ["gone", "kept"] {
+            let repo = tmp.path().join(name);
+            std::fs::create_dir(&repo).unwrap();
+            git(&repo, &["init", "-q", "-b", "main"]);
+            commons.push(repo.join(".git"));
+        }
+        let gone = Quarantine::take_in(&state(&tmp), &commons[0], false, "wt")
+            .unwrap()
+            .0;
+        let entry = gone.entry.clone();
+        drop(gone.migrate());
+        std::fs::remove_dir_all(tmp.path().join("gone")).unwrap();
+        assert!(entry.is_dir());
+        let _kept = Quarantine::take_in(&state(&tmp), &commons[1], false, "wt").unwrap();
+        assert!(!entry.exists());
     }
 }

@@ -81,6 +81,14 @@ impl Layout {
     }
 
     /// The environment an attack script sees.
+    /// The object quarantines the runs left in the scratch state directory (`q/` of each
+    /// entry, README "Objects").
+    fn quarantines(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.s.path().join("state/shofer/objects"))
+            .map(|rd| rd.flatten().map(|e| e.path().join("q")).collect())
+            .unwrap_or_default()
+    }
+
     fn vars(&self) -> Vec<(String, String)> {
         let d = |p: &Path| p.display().to_string();
         vec![
@@ -1277,16 +1285,7 @@ fn existing_objects_are_read_only_or_named_when_destroyed() {
                     show(&out)
                 ));
             }
-            let left: Vec<_> = std::fs::read_dir(l.repo.join(".git"))
-                .unwrap()
-                .flatten()
-                .filter(|e| {
-                    e.file_name()
-                        .to_string_lossy()
-                        .starts_with("shofer-objects-")
-                })
-                .flat_map(|e| walk_files(&e.path()))
-                .collect();
+            let left: Vec<_> = l.quarantines().iter().flat_map(|q| walk_files(q)).collect();
             let strays = not_in_store(&l.repo, &left);
             if !strays.is_empty() {
                 failures.push(format!("{cell}: left in the quarantine only: {strays:?}"));
@@ -1329,20 +1328,20 @@ fn commits_reach_the_store_and_the_supervisor_survives_its_threads() {
                 show(&fsck)
             ));
         }
-        let left: Vec<_> = std::fs::read_dir(l.repo.join(".git"))
+        // Nothing of the runs stays in the repository, nor in their quarantines.
+        if let Some(name) = std::fs::read_dir(l.repo.join(".git"))
             .unwrap()
             .flatten()
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with("shofer-objects-")
-            })
-            .map(|e| e.path())
-            .collect();
-        // What stays is what the store has too (objects written again, kept for the
-        // worktree's next runs).
-        for q in left {
-            let strays = not_in_store(&l.repo, &walk_files(&q));
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with("shofer"))
+        {
+            failures.push(format!("{b}: {name} left in the common dir"));
+        }
+        for q in l.quarantines() {
+            let strays: Vec<_> = walk_files(&q)
+                .into_iter()
+                .filter(|f| !f.ends_with("info/alternates"))
+                .collect();
             if !strays.is_empty() {
                 failures.push(format!("{b}: left in {} only: {strays:?}", q.display()));
             }

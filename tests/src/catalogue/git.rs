@@ -291,7 +291,7 @@ fn common_ro(r: &Repo) -> Vec<PathBuf> {
     let mut v = vec![r.common.join("hooks"), r.common.join("info")];
     if let Ok(rd) = std::fs::read_dir(&r.common) {
         for e in rd.flatten() {
-            if e.file_type().map(|t| t.is_file()).unwrap_or(false) && !supervisors(&e) {
+            if e.file_type().map(|t| t.is_file()).unwrap_or(false) {
                 v.push(e.path());
             }
         }
@@ -300,21 +300,12 @@ fn common_ro(r: &Repo) -> Vec<PathBuf> {
     v
 }
 
-/// An entry of the common dir the supervisor keeps there itself: an object quarantine of the
-/// namespace backends and its clean mark (README, "Objects"), made and touched by the run.
-fn supervisors(e: &std::fs::DirEntry) -> bool {
-    e.file_name()
-        .to_string_lossy()
-        .starts_with("shofer-objects-")
-}
-
 fn fs_snapshot_common(r: &Repo) -> BTreeMap<String, String> {
     // Only top-level entries of the common dir (objects/refs/logs are writable by design).
     let mut m = snap_paths(&common_ro(r)[..common_ro(r).len() - 1]);
     if let Ok(rd) = std::fs::read_dir(&r.common) {
         let mut names: Vec<String> = rd
             .flatten()
-            .filter(|e| !supervisors(e))
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         names.sort();
