@@ -567,7 +567,6 @@ fn read_idx_names(f: &File, hash_len: usize) -> io::Result<Vec<Vec<u8>>> {
     Ok(names.chunks(hash_len).map(<[u8]>::to_vec).collect())
 }
 
-/// Lower-case hexadecimal of `b` (object ids, journal contents).
 /// A new hasher for the object format (`sha256` or SHA-1).
 fn hasher(sha256: bool) -> Hasher {
     use sha1::Digest as _;
@@ -594,73 +593,215 @@ pub(crate) fn loose_object_id(
 
 /// [`loose_object_id`] of a loose object's bytes read from `raw`.
 ///
+/// Strict as git's own reader (object-file.c: `unpack_loose_header`, `parse_loose_header`,
+/// `check_stream_oid`): a header git would refuse ([`object_header`]), content shorter or
+/// longer than the size the header declares, a zlib stream that does not end, or bytes after
+/// its end are errors (`InvalidData`). An object that passes here and hashes to its name is
+/// one `git fsck` accepts as a loose file.
+///
 /// # Errors
-/// Reading or inflating it, or `budget` spent.
+/// Reading or inflating it, `InvalidData` for any of the above, or `budget` spent.
 pub(crate) fn loose_object_id_of(
     raw: impl Read,
     sha256: bool,
     budget: &std::cell::Cell<u64>,
 ) -> io::Result<Vec<u8>> {
-    let mut z = flate2::read::ZlibDecoder::new(raw);
+    let mut z = Inflater::new(raw);
     let mut h = hasher(sha256);
-    let mut buf = vec![0u8; 64 * 1024];
+    let (head, header, size) = read_header(&mut z)?;
     // The header's size bounds the work: git's own reader refuses an object whose stream
     // goes on past it, and a small file inflating without end (a zlib bomb) stops there.
-    let mut limit: Option<u64> = None;
-    let mut seen = 0u64;
+    let limit = header
+        .checked_add(size)
+        .ok_or_else(|| invalid("its header declares a size that does not fit 64 bits"))?;
+    let past = || {
+        invalid(format!(
+            "it inflates past the size its header declares ({size} bytes)"
+        ))
+    };
+    let mut seen = head.len() as u64;
+    if seen > limit {
+        return Err(past());
+    }
+    spend(budget, head.len())?;
+    h.update(&head);
+    let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = z.read(&mut buf)?;
+        // At most one byte past the declared end: enough to tell it goes on.
+        let want = (limit - seen + 1).min(buf.len() as u64) as usize;
+        let n = z.read(&mut buf[..want])?;
         if n == 0 {
             break;
         }
-        if limit.is_none() {
-            let (header, size) = object_header(&buf[..n])?;
-            limit = Some(header + size);
-        }
         seen += n as u64;
-        if Some(seen) > limit {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "it inflates past the size its header declares",
-            ));
+        if seen > limit {
+            return Err(past());
         }
         spend(budget, n)?;
         h.update(&buf[..n]);
     }
+    if seen < limit {
+        return Err(invalid(format!(
+            "its header declares {size} bytes, it holds {}",
+            seen - header
+        )));
+    }
+    z.finish()?;
     Ok(h.finish())
 }
 
 /// The size a loose object's header declares, from its first compressed bytes.
 ///
 /// # Errors
-/// Reading or inflating them; `InvalidData` for a header git would not read.
+/// Reading or inflating them; `InvalidData` for a header git would not read
+/// ([`object_header`]).
 pub(crate) fn loose_object_size(raw: impl Read) -> io::Result<u64> {
-    let mut head = [0u8; 64];
-    let n = flate2::read::ZlibDecoder::new(raw).read(&mut head)?;
-    Ok(object_header(&head[..n])?.1)
+    Ok(read_header(&mut Inflater::new(raw))?.2)
+}
+
+/// The longest loose object header read (`<type> <size>\0`; git's own limit is 32 bytes).
+const MAX_HEADER: usize = 64;
+
+/// Inflates the start of a loose object until its header's NUL (or [`MAX_HEADER`] bytes):
+/// (the bytes inflated, the header's length with the NUL, the size it declares).
+///
+/// # Errors
+/// Reading or inflating; `InvalidData` for a header git would not read ([`object_header`]).
+fn read_header(z: &mut impl Read) -> io::Result<(Vec<u8>, u64, u64)> {
+    let mut head = [0u8; MAX_HEADER];
+    let mut got = 0;
+    while got < head.len() && !head[..got].contains(&0) {
+        let n = z.read(&mut head[got..])?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    let (header, size) = object_header(&head[..got])?;
+    Ok((head[..got].to_vec(), header, size))
+}
+
+/// An `InvalidData` error saying `why`.
+fn invalid(why: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why.into())
 }
 
 /// A loose object's header, `<type> <size>\0`, from the start of its inflated bytes: (its
-/// length with the NUL, the size it declares).
+/// length with the NUL, the size it declares). As git's `parse_loose_header`: the type is
+/// `blob`, `tree`, `commit` or `tag`, one space, the size in decimal digits (no sign, no
+/// leading zero unless it is `0`), the NUL.
 ///
 /// # Errors
-/// `InvalidData` when the first 64 bytes hold no NUL, or the header is not text with a
-/// decimal size after a space.
+/// `InvalidData` when the first [`MAX_HEADER`] bytes hold no NUL, or the header is not as
+/// above.
 fn object_header(inflated: &[u8]) -> io::Result<(u64, u64)> {
-    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
-    let head = &inflated[..inflated.len().min(64)];
+    let head = &inflated[..inflated.len().min(MAX_HEADER)];
     let nul = head
         .iter()
         .position(|&b| b == 0)
-        .ok_or_else(|| bad("no object header in its first 64 bytes"))?;
-    let size = std::str::from_utf8(&head[..nul])
+        .ok_or_else(|| invalid(format!("no object header in its first {MAX_HEADER} bytes")))?;
+    let (kind, size) = head[..nul]
+        .iter()
+        .position(|&b| b == b' ')
+        .map(|sp| (&head[..sp], &head[sp + 1..nul]))
+        .ok_or_else(|| invalid("its header has no space between type and size"))?;
+    if !matches!(kind, b"blob" | b"tree" | b"commit" | b"tag") {
+        return Err(invalid(format!(
+            "its header's type ({:?}) is not blob, tree, commit or tag",
+            String::from_utf8_lossy(kind)
+        )));
+    }
+    let canonical = !size.is_empty()
+        && size.iter().all(u8::is_ascii_digit)
+        && (size.len() == 1 || size[0] != b'0');
+    if !canonical {
+        return Err(invalid(format!(
+            "its header's size ({:?}) is not decimal digits without a sign or leading zero",
+            String::from_utf8_lossy(size)
+        )));
+    }
+    let size = std::str::from_utf8(size)
         .ok()
-        .and_then(|h| h.split_once(' '))
-        .and_then(|(_, size)| size.parse::<u64>().ok())
-        .ok_or_else(|| bad("an unreadable object header"))?;
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| invalid("its header declares a size that does not fit 64 bits"))?;
     Ok((nul as u64 + 1, size))
 }
 
+/// A zlib stream read from a loose object file, strictly: [`Read::read`] returns 0 only at
+/// the stream's end (`Z_STREAM_END`), a stream cut short is an error (flate2's readers end
+/// it silently), and [`Inflater::finish`] refuses bytes after it in the file.
+struct Inflater<R> {
+    input: io::BufReader<R>,
+    z: flate2::Decompress,
+    ended: bool,
+}
+
+impl<R: Read> Inflater<R> {
+    fn new(raw: R) -> Self {
+        Inflater {
+            input: io::BufReader::with_capacity(64 * 1024, raw),
+            z: flate2::Decompress::new(true),
+            ended: false,
+        }
+    }
+
+    /// Checks the stream has ended and nothing follows it in the file.
+    ///
+    /// # Errors
+    /// Reading; `InvalidData` when the stream has not ended or bytes follow it.
+    fn finish(mut self) -> io::Result<()> {
+        if !self.ended {
+            return Err(invalid("its zlib stream does not end"));
+        }
+        if !io::BufRead::fill_buf(&mut self.input)?.is_empty() {
+            return Err(invalid("bytes follow the end of its zlib stream"));
+        }
+        Ok(())
+    }
+}
+
+impl<R: Read> Read for Inflater<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        use io::BufRead as _;
+        if self.ended || out.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let input = self.input.fill_buf()?;
+            let eof = input.is_empty();
+            let flush = if eof {
+                flate2::FlushDecompress::Finish
+            } else {
+                flate2::FlushDecompress::None
+            };
+            let (before_in, before_out) = (self.z.total_in(), self.z.total_out());
+            let status = self
+                .z
+                .decompress(input, out, flush)
+                .map_err(|e| invalid(format!("its zlib stream is corrupt: {e}")))?;
+            let used = (self.z.total_in() - before_in) as usize;
+            let made = (self.z.total_out() - before_out) as usize;
+            self.input.consume(used);
+            if status == flate2::Status::StreamEnd {
+                self.ended = true;
+                return Ok(made);
+            }
+            if made > 0 {
+                return Ok(made);
+            }
+            if used == 0 {
+                // No progress with room to write: the input is spent (or stuck).
+                return Err(invalid(if eof {
+                    "its zlib stream is cut short"
+                } else {
+                    "its zlib stream is corrupt"
+                }));
+            }
+        }
+    }
+}
+
+/// Lower-case hexadecimal of `b` (object ids, journal contents).
 pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -708,6 +849,110 @@ mod tests {
         git(&root, &["add", "b"]);
         git(&root, &["commit", "-qm", "two"]);
         (tmp, root)
+    }
+
+    /// `bytes` compressed as git writes a loose object.
+    fn deflate(bytes: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(bytes).unwrap();
+        z.finish().unwrap()
+    }
+
+    fn id_of(file: &[u8]) -> io::Result<String> {
+        loose_object_id_of(file, false, &std::cell::Cell::new(u64::MAX)).map(|id| hex(&id))
+    }
+
+    /// Loose objects whose name would be the hash of their inflated bytes but which git's
+    /// reader refuses (`git fsck`/`git gc` fail on them) are refused here too, each saying
+    /// why.
+    #[test]
+    fn loose_objects_git_would_reject_are_refused() {
+        let mut cut = deflate(b"blob 5\0hello");
+        cut.truncate(cut.len() - 4);
+        let mut trailing = deflate(b"blob 5\0hello");
+        trailing.extend_from_slice(b"junk");
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("a bad type", deflate(b"evil 5\0hello"), "type"),
+            ("no space", deflate(b"blob5\0hello"), "no space"),
+            ("no size", deflate(b"blob \0"), "size"),
+            (
+                "a size longer than the content",
+                deflate(b"blob 100\0abc"),
+                "its header declares 100 bytes, it holds 3",
+            ),
+            (
+                "a size shorter than the content",
+                deflate(b"blob 2\0abc"),
+                "past the size its header declares",
+            ),
+            ("a sign", deflate(b"blob +5\0hello"), "sign"),
+            ("a leading zero", deflate(b"blob 05\0hello"), "leading zero"),
+            (
+                "a zero size written 00",
+                deflate(b"blob 00\0"),
+                "leading zero",
+            ),
+            ("a space after the size", deflate(b"blob 5 \0hello"), "size"),
+            (
+                "a size past 64 bits",
+                deflate(b"blob 99999999999999999999\0"),
+                "64 bits",
+            ),
+            (
+                "bytes after the content",
+                deflate(b"blob 5\0hello, and more"),
+                "past the size its header declares",
+            ),
+            ("no NUL", deflate(&[b'a'; 100]), "no object header"),
+            ("bytes after the zlib stream", trailing, "follow the end"),
+            ("a zlib stream cut short", cut, "cut short"),
+            ("not zlib", b"blob 5\0hello".to_vec(), "corrupt"),
+        ];
+        for (what, file, says) in cases {
+            let err = id_of(&file).expect_err(what);
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{what}: {err}");
+            assert!(err.to_string().contains(says), "{what}: {err}");
+        }
+        for header in ["evil 5\0hello", "blob +5\0hello", "blob 05\0hello"] {
+            let err = loose_object_size(&deflate(header.as_bytes())[..]).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{header:?}: {err}");
+        }
+    }
+
+    /// What git writes is accepted: a blob and a commit from `git hash-object -w` and a real
+    /// commit, the empty blob, each type; the size is read from the header alone.
+    #[test]
+    fn loose_objects_git_writes_are_accepted() {
+        let (_t, root) = repo();
+        let objects = root.join(".git/objects");
+        std::fs::write(root.join("c"), "three\n").unwrap();
+        let blob = git(&root, &["hash-object", "-w", "c"]);
+        let commit = git(&root, &["rev-parse", "HEAD"]);
+        let tree = git(&root, &["rev-parse", "HEAD^{tree}"]);
+        let empty = git(&root, &["hash-object", "-w", "/dev/null"]);
+        git(&root, &["tag", "-a", "-m", "a tag", "t1"]);
+        let tag = git(&root, &["rev-parse", "t1"]);
+        for oid in [&blob, &commit, &tree, &empty, &tag] {
+            let path = objects.join(&oid[..2]).join(&oid[2..]);
+            let budget = std::cell::Cell::new(u64::MAX);
+            let id = loose_object_id(&path, false, &budget).unwrap();
+            assert_eq!(&hex(&id), oid);
+            let size = git(&root, &["cat-file", "-s", oid]);
+            let file = std::fs::read(&path).unwrap();
+            assert_eq!(loose_object_size(&file[..]).unwrap().to_string(), size);
+        }
+        assert_eq!(
+            id_of(&deflate(b"blob 0\0")).unwrap(),
+            "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+        );
+        // A header split across reads of the stream (a small first output) still parses.
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::none());
+        std::io::Write::write_all(&mut z, b"blob 5\0hello").unwrap();
+        assert_eq!(
+            id_of(&z.finish().unwrap()).unwrap(),
+            "b6fc4c620b67d95f953a5c1c1230aaab5db5a1b0"
+        );
     }
 
     #[test]

@@ -1072,6 +1072,31 @@ mod tests {
         assert!(elsewhere.join("pack").is_dir());
     }
 
+    /// An object named by the hash of its inflated bytes but with a header git refuses (an
+    /// unknown type: `git fsck` and `git gc` fail on it in the store) is rejected, not moved.
+    #[test]
+    fn an_object_with_a_header_git_refuses_is_rejected() {
+        use sha1::Digest as _;
+        use std::io::Write;
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        let q = Quarantine::take(&repo.join(".git"), false, "wt").unwrap().0;
+        let inflated = b"evil 5\0hello";
+        let oid = hex(&sha1::Sha1::digest(inflated));
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(inflated).unwrap();
+        std::fs::create_dir_all(q.dir.join(&oid[..2])).unwrap();
+        std::fs::write(q.dir.join(&oid[..2]).join(&oid[2..]), z.finish().unwrap()).unwrap();
+        let m = q.migrate();
+        assert_eq!(m.moved, 0, "{m:?}");
+        assert_eq!(m.rejected.len(), 1, "{m:?}");
+        assert!(m.rejected[0].1.contains("type"), "{m:?}");
+        let store = repo.join(".git/objects").join(&oid[..2]).join(&oid[2..]);
+        assert!(std::fs::symlink_metadata(store).is_err());
+    }
+
     /// A small file that inflates far past the size its header declares (a zlib bomb) is
     /// refused at the declared size, not inflated to the end.
     #[test]
