@@ -28,9 +28,10 @@
 //!   status 125 ([`crate::run`]).
 
 use crate::objects::{hex, unhex};
-use std::ffi::CString;
+use std::ffi::{CString, OsStr, OsString};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -87,7 +88,10 @@ pub struct GitGuard {
     /// A linked worktree's common dir (writable on the namespace backends, for
     /// `packed-refs`) and the names in it before the run: a name the command adds there
     /// (`MERGE_HEAD` of the main worktree, `shallow`, …) is removed when it ends.
-    common_names: Option<(OwnedFd, PathBuf, Vec<String>)>,
+    common_names: Option<(OwnedFd, PathBuf, Vec<OsString>)>,
+    /// What could not be guarded beyond [`Self::entries`] (a common dir that could not be
+    /// listed, a control path whose name is not UTF-8), for [`Self::unguarded`].
+    notes: Vec<String>,
 }
 
 /// Names git itself may add to the common dir from a linked worktree.
@@ -139,6 +143,7 @@ impl GitGuard {
         writable: &[PathBuf],
     ) -> GitGuard {
         let mut entries = Vec::new();
+        let mut notes = Vec::new();
         let add = |entries: &mut Vec<Guarded>, dir_path: PathBuf, names: &[&str]| {
             let Ok(dir) = paths::open_nofollow(&dir_path) else {
                 return;
@@ -212,10 +217,15 @@ impl GitGuard {
             let known = entries.iter().any(|g| g.dir_path.join(&g.name) == c.path);
             if !known && c.path.starts_with(worktree) && !c.path.starts_with(worktree.join(".git"))
             {
-                if let (Some(parent), Some(name)) =
-                    (c.path.parent(), c.path.file_name().and_then(|n| n.to_str()))
-                {
-                    add(&mut entries, parent.to_path_buf(), &[name]);
+                match (c.path.parent(), c.path.file_name().map(|n| n.to_str())) {
+                    (Some(parent), Some(Some(name))) => {
+                        add(&mut entries, parent.to_path_buf(), &[name])
+                    }
+                    // Guarded names are text (the journal holds them as such).
+                    _ => notes.push(format!(
+                        "{}: a name that is not UTF-8 is not guarded",
+                        c.path.display()
+                    )),
                 }
             }
         }
@@ -238,10 +248,20 @@ impl GitGuard {
             GitLayout::None | GitLayout::Rejected(_) => None,
         };
         let index = nested.as_ref().map(|n| n.index.clone());
+        // Unlisted, the names the command adds there could not be told: reported, not skipped.
         let common_names = controls.common.as_ref().and_then(|l| {
-            let fd = paths::open_nofollow(&l.common).ok()?;
-            let names = list(&fd).ok()?;
-            Some((fd, l.common.clone(), names))
+            let listed =
+                paths::open_nofollow(&l.common).and_then(|fd| list(&fd).map(|names| (fd, names)));
+            match listed {
+                Ok((fd, names)) => Some((fd, l.common.clone(), names)),
+                Err(e) => {
+                    notes.push(format!(
+                        "{}: cannot be listed, names the command adds there are not removed: {e}",
+                        l.common.display()
+                    ));
+                    None
+                }
+            }
         });
         GitGuard {
             entries,
@@ -250,6 +270,7 @@ impl GitGuard {
             nested: nested.map(|n| Arc::new(Mutex::new(n))),
             index,
             common_names,
+            notes,
         }
     }
 
@@ -283,6 +304,7 @@ impl GitGuard {
                 }
                 _ => None,
             })
+            .chain(self.notes.iter().cloned())
             .collect()
     }
 
@@ -330,14 +352,14 @@ impl GitGuard {
     /// directory, a main worktree's `.git`, or a name new to a linked worktree's common dir.
     /// Git's own traffic (`index.lock`, `HEAD`, `COMMIT_EDITMSG`, …) does not.
     fn guards(&self, dir: &Path, name: &[u8]) -> bool {
-        let is = |n: &str| n.as_bytes() == name;
+        let is = |n: &OsStr| n.as_bytes() == name;
         self.entries
             .iter()
-            .any(|g| (g.dir_path == dir && is(&g.name)) || g.dir_path.join(&g.name) == dir)
+            .any(|g| (g.dir_path == dir && is(g.name.as_ref())) || g.dir_path.join(&g.name) == dir)
             || self
                 .dot_git
                 .as_ref()
-                .is_some_and(|d| d.worktree_path == dir && is(".git"))
+                .is_some_and(|d| d.worktree_path == dir && is(".git".as_ref()))
             || self
                 .common_names
                 .as_ref()
@@ -369,10 +391,19 @@ impl GitGuard {
     fn restore_pass(&self, live: bool) -> Restored {
         let mut out = Restored::default();
         if let Some((fd, path, before)) = &self.common_names {
-            for name in list(fd).unwrap_or_default() {
+            // Names are bytes: one that is not UTF-8 is removed like any other new name.
+            let names = list(fd).unwrap_or_else(|e| {
+                out.failed.push((
+                    path.clone(),
+                    format!("cannot be listed, the names the command added stay: {e}"),
+                ));
+                Vec::new()
+            });
+            for name in names {
+                let text = name.to_str();
                 if before.contains(&name)
-                    || COMMON_NEW_ALLOWED.contains(&name.as_str())
-                    || (live && COMMON_TRANSIENT.contains(&name.as_str()))
+                    || text.is_some_and(|n| COMMON_NEW_ALLOWED.contains(&n))
+                    || (live && text.is_some_and(|n| COMMON_TRANSIENT.contains(&n)))
                 {
                     continue;
                 }
@@ -409,11 +440,10 @@ impl GitGuard {
             // which cuts the link.
             let linked = match now {
                 State::File { .. } => links(&g.dir, &g.name) > 1,
+                // A directory that cannot be listed counts as linked: it is put back (and a
+                // failure to do so is reported).
                 State::Dir(_) => open_dir(&g.dir, &g.name).is_ok_and(|sub| {
-                    list(&sub)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|n| links(&sub, n) > 1)
+                    list(&sub).map_or(true, |names| names.iter().any(|n| links(&sub, n) > 1))
                 }),
                 _ => false,
             };
@@ -448,6 +478,15 @@ impl GitGuard {
     /// # Errors
     /// Creating or writing the journal.
     pub fn write_journal(&mut self, dir: &Path, worktree: &Path) -> io::Result<()> {
+        // The journal is JSON text: a path that is not UTF-8 (a gitdir the command named so in
+        // an earlier run) cannot be written there — an error, where serializing it panicked.
+        let paths = std::iter::once(worktree).chain(self.entries.iter().map(|g| &*g.dir_path));
+        if let Some(p) = paths.into_iter().find(|p| p.to_str().is_none()) {
+            return Err(io::Error::other(format!(
+                "{} is not a UTF-8 path, which the journal cannot hold",
+                p.display()
+            )));
+        }
         let entries: Vec<Value> = self
             .entries
             .iter()
@@ -760,6 +799,7 @@ pub fn repair(dir: &Path, worktree: &Path) -> Restored {
             nested: None,
             index: None,
             common_names: None,
+            notes: Vec::new(),
         };
         let r = guard.restore();
         let clean = r.failed.is_empty();
@@ -1135,8 +1175,8 @@ fn nested_loop(
     total
 }
 
-fn cname(name: &str) -> CString {
-    CString::new(name).expect("guarded names have no NUL")
+fn cname(name: &(impl AsRef<OsStr> + ?Sized)) -> CString {
+    CString::new(name.as_ref().as_bytes()).expect("names from a directory have no NUL")
 }
 
 fn read_file(dir: &OwnedFd, name: &str) -> io::Result<(Vec<u8>, u32)> {
@@ -1146,8 +1186,24 @@ fn read_file(dir: &OwnedFd, name: &str) -> io::Result<(Vec<u8>, u32)> {
 
 /// `name` in `dir`, not followed (fstatat(2), `AT_SYMLINK_NOFOLLOW`).
 /// The link count of `name` in `dir` (not followed; 0 when it cannot be read).
-fn links(dir: &OwnedFd, name: &str) -> u64 {
-    paths::stat_at(dir, name).map_or(0, |st| st.st_nlink)
+fn links(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> u64 {
+    let c = cname(name);
+    // Safety: `st` is plain data that fstatat fills on success.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // Safety: valid dirfd, NUL-terminated name, writable buffer.
+    let r = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r == 0 {
+        st.st_nlink
+    } else {
+        0
+    }
 }
 
 fn read_state(dir: &OwnedFd, name: &str) -> State {
@@ -1179,6 +1235,10 @@ fn read_dir_files(parent: &OwnedFd, name: &str) -> io::Result<Vec<(String, Vec<u
         if out.len() >= MAX_ENTRIES {
             return Err(io::Error::other(format!("more than {MAX_ENTRIES} entries")));
         }
+        // Kept as text (the journal's); restores remove such a name like any other new one.
+        let entry = entry.into_string().map_err(|n| {
+            io::Error::other(format!("{:?} is not a UTF-8 name", n.to_string_lossy()))
+        })?;
         let fd = paths::openat_path(&dir, Path::new(&entry))?;
         if paths::kind(&fd)? != Kind::File {
             return Err(io::Error::other(format!("{entry} is not a regular file")));
@@ -1190,7 +1250,7 @@ fn read_dir_files(parent: &OwnedFd, name: &str) -> io::Result<Vec<(String, Vec<u
     Ok(out)
 }
 
-fn open_dir(parent: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
+fn open_dir(parent: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<OwnedFd> {
     let c = cname(name);
     // Safety: valid dirfd and NUL-terminated name; the result is checked.
     let fd = unsafe {
@@ -1207,23 +1267,18 @@ fn open_dir(parent: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn list(dir: &OwnedFd) -> io::Result<Vec<String>> {
+/// The names in `dir`, as bytes: a name that is not UTF-8 is listed like any other (it was
+/// an error, and callers that took an error for "nothing new" skipped every new name).
+fn list(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
     let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
-    let mut names = Vec::new();
-    for e in std::fs::read_dir(path)? {
-        let e = e?;
-        names.push(
-            e.file_name()
-                .into_string()
-                .map_err(|_| io::Error::other("a non-UTF-8 name"))?,
-        );
-    }
-    Ok(names)
+    std::fs::read_dir(path)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect()
 }
 
 /// Removes `name` under `dir` whatever it is now (file, symlink, or directory tree), without
 /// following symlinks.
-fn remove(dir: &OwnedFd, name: &str) -> io::Result<()> {
+fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> {
     let c = cname(name);
     // Safety: valid dirfd, NUL-terminated name.
     if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) } == 0 {
@@ -1335,9 +1390,9 @@ fn put_back(dir: &OwnedFd, name: &str, original: &State, now: &State) -> io::Res
                 }
             }
             let sub = open_dir(dir, name)?;
-            let keep: Vec<&str> = entries.iter().map(|(n, _, _)| n.as_str()).collect();
+            let keep: Vec<&OsStr> = entries.iter().map(|(n, _, _)| n.as_ref()).collect();
             for entry in list(&sub)? {
-                if !keep.contains(&entry.as_str()) {
+                if !keep.contains(&entry.as_os_str()) {
                     remove(&sub, &entry)?;
                 }
             }
@@ -1685,6 +1740,49 @@ mod tests {
         watcher.stop();
     }
 
+    /// A name that is not UTF-8, made in a guarded directory next to a normal new name: both
+    /// are removed and reported (it made the listing fail, and the guard then skipped every
+    /// new name of the directory).
+    #[test]
+    fn new_names_that_are_not_utf8_are_removed_with_the_rest() {
+        let bad = OsStr::from_bytes(b"MERGE_HEAD\xff\xfe");
+        // A linked worktree's common dir.
+        let (_t, root, layout) = setup();
+        let common = root.join("repo/.git");
+        std::fs::write(common.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let controls = crate::gitprotect::ControlSet {
+            common: Some(crate::gitprotect::CommonLayer {
+                common: common.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let guard = GitGuard::snapshot(&layout, &root, &controls, std::slice::from_ref(&root));
+        assert!(guard.unguarded().is_empty(), "{:?}", guard.unguarded());
+        std::fs::write(common.join(bad), "x").unwrap();
+        std::fs::create_dir(common.join("shallow")).unwrap();
+        std::fs::write(common.join("shallow").join(bad), "x").unwrap();
+        std::fs::write(common.join("packed-refs"), "").unwrap();
+        let Restored {
+            restored, failed, ..
+        } = guard.restore();
+        assert!(failed.is_empty(), "{failed:?}");
+        restored
+            .iter()
+            .for_each(|p| assert!(p.starts_with(&common)));
+        assert_eq!(restored.len(), 2, "{restored:?}");
+        assert!(!common.join(bad).exists() && !common.join("shallow").exists());
+        assert!(common.join("HEAD").exists() && common.join("packed-refs").exists());
+        // A main worktree's hooks/.
+        let (_tmp, wt, guard) = main_worktree();
+        let hooks = wt.join(".git/hooks");
+        std::fs::write(hooks.join(bad), "#!/bin/sh\nrm -rf ~\n").unwrap();
+        std::fs::write(hooks.join("post-checkout"), "#!/bin/sh\nrm -rf ~\n").unwrap();
+        let Restored { failed, .. } = guard.restore();
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(std::fs::read_dir(&hooks).unwrap().count(), 0);
+    }
+
     #[test]
     fn main_worktree_hooks_are_put_back() {
         let tmp = tempfile::tempdir().unwrap();
@@ -1737,6 +1835,34 @@ mod tests {
             r.failed.iter().any(|(p, _)| p.ends_with("commondir")),
             "{r:?}"
         );
+    }
+
+    /// A directory whose path is not UTF-8 among the guarded ones (a linked worktree's gitdir
+    /// the command named so in an earlier run): the journal, JSON text, cannot hold it; writing
+    /// it is an error (reported as a degraded guard), not a panic of the supervisor.
+    #[test]
+    fn a_guarded_path_that_is_not_utf8_fails_the_journal_and_is_still_restored() {
+        let tmp = tempfile::tempdir().unwrap();
+        let wt = std::fs::canonicalize(tmp.path()).unwrap();
+        let dot = wt.join(".git");
+        let odd = dot.join("worktrees").join(OsStr::from_bytes(b"wt\xff"));
+        std::fs::create_dir_all(&odd).unwrap();
+        std::fs::write(dot.join("config"), "[core]\n").unwrap();
+        let state = wt.join("state");
+        std::fs::create_dir(&state).unwrap();
+        let mut guard = GitGuard::snapshot(
+            &GitLayout::MainWorktree,
+            &wt,
+            &Default::default(),
+            std::slice::from_ref(&wt),
+        );
+        let err = guard.write_journal(&state, &wt).unwrap_err();
+        assert!(err.to_string().contains("UTF-8"), "{err}");
+        assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
+        std::fs::write(odd.join("commondir"), "/evil\n").unwrap();
+        let Restored { failed, .. } = guard.restore();
+        assert!(failed.is_empty(), "{failed:?}");
+        assert!(!odd.join("commondir").exists());
     }
 
     #[test]

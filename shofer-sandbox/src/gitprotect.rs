@@ -125,19 +125,25 @@ pub struct CommonLayer {
 /// Entries of the common dir that stay writable on the namespace backends.
 const COMMON_WRITABLE: [&str; 4] = ["objects", "refs", "logs", "packed-refs"];
 
-/// The common-dir layer for a linked worktree whose gitdir is `gitdir`.
-fn common_layer(common: &Path, gitdir: &Path, worktree_config: bool) -> CommonLayer {
+/// The common-dir layer for a linked worktree whose gitdir is `gitdir`, and the error when
+/// the common dir cannot be listed (its entries are then not in the layer: reported).
+fn common_layer(
+    common: &Path,
+    gitdir: &Path,
+    worktree_config: bool,
+) -> (CommonLayer, Option<io::Error>) {
     let mut ro = Vec::new();
-    let mut names: Vec<String> = std::fs::read_dir(common)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default();
+    // Names are bytes: one that is not UTF-8 is bound read-only like any other.
+    let listed: io::Result<Vec<std::ffi::OsString>> =
+        std::fs::read_dir(common).and_then(|rd| rd.map(|e| e.map(|e| e.file_name())).collect());
+    let (mut names, unlisted) = match listed {
+        Ok(names) => (names, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
     names.sort();
     for name in names {
-        if COMMON_WRITABLE.contains(&name.as_str()) || name.starts_with("packed-refs.") {
+        let text = name.to_str();
+        if text.is_some_and(|n| COMMON_WRITABLE.contains(&n) || n.starts_with("packed-refs.")) {
             continue;
         }
         ro.push(Control {
@@ -220,11 +226,12 @@ fn common_layer(common: &Path, gitdir: &Path, worktree_config: bool) -> CommonLa
             placeholder: None,
         });
     }
-    CommonLayer {
+    let layer = CommonLayer {
         common: common.to_path_buf(),
         read_only: ro,
         gitdir: gitdir.to_path_buf(),
-    }
+    };
+    (layer, unlisted)
 }
 
 /// The object name `packed-refs` records for `refname`.
@@ -305,7 +312,14 @@ pub fn control_set(layout: &GitLayout, worktree: &Path) -> ControlSet {
                 "gitdir (the back-link to this worktree)",
                 None,
             );
-            set.common = Some(common_layer(&common, &gitdir, worktree_config));
+            let (layer, unlisted) = common_layer(&common, &gitdir, worktree_config);
+            if let Some(e) = unlisted {
+                set.notes.push(format!(
+                    "{}: cannot be listed ({e}): its entries are not bound read-only",
+                    common.display()
+                ));
+            }
+            set.common = Some(layer);
             for (name, what) in [
                 ("config", "config (the repository's configuration)"),
                 ("hooks", "hooks/"),
@@ -703,6 +717,25 @@ mod tests {
         assert_eq!(in_tree("../x", wt), None);
         assert_eq!(in_tree("/etc/hooks", wt), None);
         assert_eq!(in_tree(".", wt), None);
+    }
+
+    /// A name in a linked worktree's common dir that is not UTF-8 is bound read-only like any
+    /// other (it was skipped, leaving it writable on the namespace backends).
+    #[test]
+    fn a_common_dir_name_that_is_not_utf8_is_in_the_layer() {
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let common = std::fs::canonicalize(tmp.path()).unwrap();
+        let odd = common.join(std::ffi::OsStr::from_bytes(b"HOOK\xff"));
+        std::fs::write(&odd, "x").unwrap();
+        std::fs::create_dir(common.join("refs")).unwrap();
+        let (layer, unlisted) = common_layer(&common, &common.join("worktrees/wt"), false);
+        assert!(unlisted.is_none());
+        let paths: Vec<&Path> = layer.read_only.iter().map(|c| c.path.as_path()).collect();
+        assert!(paths.contains(&odd.as_path()), "{paths:?}");
+        assert!(!paths.contains(&common.join("refs").as_path()), "{paths:?}");
+        let (_, unlisted) = common_layer(&common.join("absent"), &common, false);
+        assert!(unlisted.is_some());
     }
 
     #[test]

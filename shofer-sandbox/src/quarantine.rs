@@ -574,13 +574,20 @@ fn settle(entry: &Path, objects: &Path, sha256: bool, since: Option<Stamp>) -> M
         let _ = remove_entry(&entry.join("q"));
         return out;
     };
-    let names: Vec<std::ffi::OsString> = std::fs::read_dir(&dir)
-        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
+    // Names are bytes: one that is not UTF-8 is junk to remove, not skipped.
+    let listed: io::Result<Vec<std::ffi::OsString>> =
+        std::fs::read_dir(&dir).and_then(|rd| rd.map(|e| e.map(|e| e.file_name())).collect());
+    let names = match listed {
+        Ok(names) => names,
+        Err(e) => {
+            out.failed.push((shown, format!("cannot be listed: {e}")));
+            return out;
+        }
+    };
     for raw in names {
         let path = dir.join(&raw);
-        let name = raw.to_string_lossy();
-        let fanout = name.len() == 2 && is_hex(&name);
+        let name = raw.to_str().unwrap_or("");
+        let fanout = name.len() == 2 && is_hex(name);
         // One lstat for a fan-out directory that has not changed since (a symlink's ctime
         // says nothing about a directory: it is opened below, and refused).
         if let (Some(t), true) = (since, fanout) {
@@ -588,8 +595,8 @@ fn settle(entry: &Path, objects: &Path, sha256: bool, since: Option<Stamp>) -> M
                 continue;
             }
         }
-        let sub = subdir(&dir, &name);
-        let cleared = match (name.as_ref(), sub) {
+        let sub = raw.to_str().and_then(|n| subdir(&dir, n));
+        let cleared = match (name, sub) {
             (fan, Some((_fd, from))) if fanout => {
                 let before = out.failed.len();
                 migrate_fanout(&shown, fan, &from, objects, sha256, &mut out);
@@ -1082,7 +1089,9 @@ mod tests {
         let repo = tmp.path().join("repo");
         std::fs::create_dir(&repo).unwrap();
         git(&repo, &["init", "-q", "-b", "main"]);
-        let q = Quarantine::take(&repo.join(".git"), false, "wt").unwrap().0;
+        let q = Quarantine::take_in(&state(&tmp), &repo.join(".git"), false, "wt")
+            .unwrap()
+            .0;
         let inflated = b"evil 5\0hello";
         let oid = hex(&sha1::Sha1::digest(inflated));
         let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());

@@ -172,18 +172,18 @@ fn git_protected(
     let mut out: Vec<Value> = c
         .read_only
         .iter()
-        .map(|r| json!({"path": r.path, "what": r.what, "how": how_ro}))
+        .map(|r| json!({"path": r.path.to_string_lossy(), "what": r.what, "how": how_ro}))
         .collect();
     for p in &c.pinned {
-        out.push(json!({"path": p, "what": ".git directory (must stay where it is)",
+        out.push(json!({"path": p.to_string_lossy(), "what": ".git directory (must stay where it is)",
             "how": if git_run.structural { "bind mount (cannot be renamed or removed)" } else { "guard (moved back)" }}));
     }
     match (&c.common, git_run.structural) {
         (Some(layer), true) => {
             for r in &layer.read_only {
-                out.push(json!({"path": r.path, "what": r.what, "how": "read-only bind mount"}));
+                out.push(json!({"path": r.path.to_string_lossy(), "what": r.what, "how": "read-only bind mount"}));
             }
-            out.push(json!({"path": layer.common.join("packed-refs"), "what": "packed-refs",
+            out.push(json!({"path": layer.common.join("packed-refs").to_string_lossy(), "what": "packed-refs",
                 "how": "writable: git deletes refs through packed-refs.lock (the common dir is bound writable, everything else in it read-only)"}));
         }
         (_, false) if c.common_beneath.is_some() => {
@@ -203,7 +203,7 @@ fn git_protected(
                         root.display()
                     )
                 };
-                out.push(json!({"path": p, "what": what, "how": how}));
+                out.push(json!({"path": p.to_string_lossy(), "what": what, "how": how}));
             }
         }
         _ => {
@@ -213,26 +213,26 @@ fn git_protected(
                 } else {
                     "outside the writable set"
                 };
-                out.push(json!({"path": p, "what": what, "how": how}));
+                out.push(json!({"path": p.to_string_lossy(), "what": what, "how": how}));
             }
         }
     }
     if git_run.structural {
         for (p, root) in &c.ancestors {
-            out.push(json!({"path": p,
+            out.push(json!({"path": p.to_string_lossy(),
                 "what": format!("a directory above the worktree or the repository, inside the writable path {}", root.display()),
                 "how": "bind mount (cannot be renamed or removed)"}));
         }
     } else {
         for (p, root) in opened.repository_inside_writable() {
-            out.push(json!({"path": p,
+            out.push(json!({"path": p.to_string_lossy(),
                 "what": format!("where the repository is: inside the writable path {}", root.display()),
                 "how": "not enforced (Landlock cannot keep it, or a directory above it, from being renamed): checked when the command ends"}));
         }
     }
     if git_run.structural {
         for p in &c.packs {
-            out.push(json!({"path": p, "what": "an existing pack", "how": "read-only bind mount"}));
+            out.push(json!({"path": p.to_string_lossy(), "what": "an existing pack", "how": "read-only bind mount"}));
         }
     }
     Value::Array(out)
