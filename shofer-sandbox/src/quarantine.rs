@@ -47,6 +47,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -64,6 +65,9 @@ const STORE_MOUNT: &str = "info/store";
 pub const LIVE_MAX: u64 = 4 << 20;
 /// Largest object (bytes, as its header declares them) copied while the run lasts.
 pub const LIVE_INFLATED_MAX: u64 = 64 << 20;
+/// The address space `git index-pack` may use on a command's pack (bytes): what git needs for
+/// the largest object with its delta base, and a bound on a delta bomb.
+pub const INDEX_PACK_MEMORY: u64 = 8 << 30;
 /// How often the [`Copier`] looks for new loose objects.
 pub const LIVE_PERIOD: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -853,8 +857,23 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
             continue;
         };
         // `--stdin`: git reads the pack from our descriptor and writes it into the store
-        // itself, as receive-pack does with a pushed pack.
-        let run = Command::new(&git)
+        // itself, as receive-pack does with a pushed pack. A few bytes of deltas can declare
+        // gigabytes of objects: its address space is bounded, and a pack past it is refused.
+        let mut cmd = Command::new(&git);
+        // Safety: setrlimit(2) is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let limit = libc::rlimit {
+                    rlim_cur: INDEX_PACK_MEMORY,
+                    rlim_max: INDEX_PACK_MEMORY,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let run = cmd
             .args(["index-pack", "--stdin", "--no-rev-index"])
             .current_dir(common)
             .env("GIT_DIR", common)

@@ -1594,3 +1594,66 @@ fn files_the_supervisor_reads_cannot_stop_it_or_fill_its_memory() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Two runs at once on one repository, in two worktrees and in the same one, where the first
+/// ends while the second's new objects still wait in its quarantine: they reach the store
+/// (a run's guard once removed names added to the common dir, another run's live quarantine
+/// with its objects among them), and nothing of either run stays in the common dir.
+#[test]
+fn concurrent_runs_keep_each_others_objects() {
+    let mut failures = Vec::new();
+    for b in backends() {
+        let l = Layout::new(None, &[]);
+        for (second, what) in [(&l.wt2, "another worktree"), (&l.wt, "the same worktree")] {
+            let (mut first, _c1) = sandboxed(None, &l.wt, b, "sleep 2");
+            first
+                .envs(l.vars())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            let first = first.spawn().unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+            // Larger than what is copied while the run lasts: it moves when the run ends.
+            let script = "head -c 5000000 /dev/urandom > big && git add big && \
+                          git commit -qm big && git rev-parse HEAD && sleep 3";
+            let (mut cmd, _c2) = sandboxed(None, second, b, script);
+            cmd.envs(l.vars()).stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            let first = first.wait_with_output().unwrap();
+            let head = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if out.status.code() != Some(0) || head.len() != 40 {
+                failures.push(format!(
+                    "{b}, {what}: the second run failed\n{}",
+                    show(&out)
+                ));
+                continue;
+            }
+            if first.status.code() != Some(0) {
+                failures.push(format!(
+                    "{b}, {what}: the first run failed\n{}",
+                    show(&first)
+                ));
+            }
+            let fsck = Command::new("git")
+                .args(["fsck", "--no-dangling", &head])
+                .current_dir(&l.repo)
+                .output()
+                .unwrap();
+            if !fsck.status.success() {
+                failures.push(format!(
+                    "{b}, {what}: the store lacks the second run's commit\n{}",
+                    show(&fsck)
+                ));
+            }
+        }
+        if let Some(name) = std::fs::read_dir(l.repo.join(".git"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with("shofer"))
+        {
+            failures.push(format!("{b}: {name} left in the common dir"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
