@@ -490,7 +490,10 @@ fn forget_gone(root: &Path) {
                     .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
             })
         });
-        if gone && lock(&entry).is_ok() {
+        if !gone {
+            continue;
+        }
+        if let Ok(_held) = lock(&entry) {
             let _ = std::fs::remove_dir_all(&entry);
         }
     }
