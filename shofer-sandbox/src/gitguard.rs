@@ -688,7 +688,7 @@ pub fn journal_candidates() -> Vec<PathBuf> {
 /// no sandboxed command may write: `$XDG_STATE_HOME/shofer/<leaf>` (or
 /// `~/.local/state/shofer/<leaf>`), else `/var/tmp/shofer-<leaf>-<uid>`, the first that can be
 /// made (mode 0700), is a real directory owned by us that neither group nor others can write,
-/// and lies outside every path of `writable`. `None` if there is none.
+/// and neither lies inside a path of `writable` nor holds one. `None` if there is none.
 pub fn state_dir(leaf: &str, writable: &[PathBuf]) -> Option<PathBuf> {
     // Safety: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
@@ -700,7 +700,12 @@ pub fn state_dir(leaf: &str, writable: &[PathBuf]) -> Option<PathBuf> {
         let Ok(canon) = std::fs::canonicalize(&c) else {
             continue;
         };
-        if writable.iter().any(|w| canon.starts_with(w)) {
+        // Neither inside a writable path nor holding one (a writable path within it would
+        // reach part of it).
+        if writable
+            .iter()
+            .any(|w| canon.starts_with(w) || w.starts_with(&canon))
+        {
             continue;
         }
         let ok = std::fs::symlink_metadata(&canon).is_ok_and(|m| {
