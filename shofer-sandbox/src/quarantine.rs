@@ -19,22 +19,26 @@
 //!   store read-only over its `info/store` (`crate::namespaces`, `crate::bwrap`): git writes
 //!   new objects where it always does, and finds the existing ones through the alternate,
 //!   read-only (a deletion or rewrite fails with `EROFS`, a rename with `EBUSY`);
-//! - when the run has ended, [`Quarantine::migrate`] copies each new loose object whose
-//!   content hashes to its name and whose header is git's into the store (a new file of the
-//!   supervisor's, renamed into place with `RENAME_NOREPLACE`: an existing object is never
-//!   replaced, and no file of the command's, nor a hard link to one, ever enters the store);
-//!   each new pack is handed to `git index-pack --stdin`, which hashes every object and writes
-//!   the pack with an index of its own into the store (the command's index could name objects
-//!   the pack does not hold); what does not verify is named and dropped;
+//! - when the run has ended, [`Quarantine::migrate`] moves each new loose object whose
+//!   content hashes to its name and whose header is git's into the store (`RENAME_NOREPLACE`:
+//!   an existing object is never replaced; renamed when the file has a single link, read and
+//!   hashed through the descriptor first, copied when it has more, so no name left in the
+//!   quarantine ever reaches the store's file); each new pack is handed to `git index-pack
+//!   --stdin`, which hashes every object and writes the pack with an index of its own into the
+//!   store (the command's index could name objects the pack does not hold); what does not
+//!   verify is named and dropped;
 //! - a quarantine whose run was killed is locked by nobody: the worktree's next run, a
 //!   Landlock run on the repository or `shofer-sandbox --repair WT` ([`sweep`]) migrates it;
 //! - quarantines stay, emptied but for their fan-out directories (git would make them again on
 //!   every run, and a directory made and removed per run is slow to make again on ext4 without
-//!   a journal); one whose repository is gone is removed by the next take.
+//!   a journal) and the objects the store already had that the command wrote again (git
+//!   cannot refresh the time of an object in the read-only store, so it writes it anew; kept,
+//!   the next runs find and refresh them there): each one verified and recorded with its inode
+//!   and ctime in `<entry>/kept`, and verified again at the end of any run that touched it
+//!   ([`Kept`]). One whose repository is gone is removed by the next take.
 //!
-//! Nothing of a quarantine is kept for a later run to read: an object the command wrote again
-//! although the store has it is dropped like any other, so what a later run's git reads there
-//! has always been verified by the supervisor first.
+//! Nothing in a quarantine is read by a later run before the supervisor has verified it, and
+//! no other worktree or repository ever uses it.
 //!
 //! While the run lasts, a thread of the supervisor ([`Copier`]) copies each new loose object of
 //! up to [`LIVE_MAX`] bytes into the store every [`LIVE_PERIOD`]: a copy, from bytes the
@@ -332,7 +336,7 @@ impl Quarantine {
                 continue;
             }
             let since = read_mark(&entry);
-            let m = settle(&entry, &objects, sha256, since);
+            let m = settle(&entry, &objects, sha256, since, false);
             let clean = m.failed.is_empty();
             out.merge(m);
             if clean && mine.is_none() {
@@ -348,6 +352,7 @@ impl Quarantine {
                 std::fs::DirBuilder::new().mode(0o700).create(&entry)?;
                 let lock = lock(&entry)?;
                 std::fs::write(entry.join("store"), objects.as_os_str().as_bytes())?;
+                write_kept(&entry, &Kept::new())?;
                 let q = entry.join("q");
                 std::fs::DirBuilder::new().mode(0o755).create(&q)?;
                 own_like(&q, &objects)?;
@@ -398,7 +403,13 @@ impl Quarantine {
     /// run (keeping what could not be moved, for a later try). Call once every process of the
     /// sandbox is gone.
     pub fn migrate(self) -> Migrated {
-        let mut m = settle(&self.entry, &self.objects, self.sha256, Some(self.taken));
+        let mut m = settle(
+            &self.entry,
+            &self.objects,
+            self.sha256,
+            Some(self.taken),
+            true,
+        );
         if m.failed.is_empty() {
             if let Err(e) = write_mark(&self.entry) {
                 m.failed
@@ -532,7 +543,7 @@ fn sweep_in(roots: &[PathBuf], common: &Path, sha256: bool) -> Migrated {
                 continue;
             }
             let since = read_mark(&entry);
-            let m = settle(&entry, &objects, sha256, since);
+            let m = settle(&entry, &objects, sha256, since, false);
             if m.failed.is_empty() {
                 let _ = write_mark(&entry);
             }
@@ -571,10 +582,25 @@ fn empty_dir(path: &Path, keep: &[&str]) -> io::Result<()> {
 /// and `info/` (`alternates` and the store's mount point); a fan-out directory whose object
 /// could not be moved is left as it is. `since`: a filesystem time (this run's take, or the
 /// clean mark) — a fan-out directory whose ctime is older has not changed since and is not
-/// read; `None` reads them all. Everything is reached through descriptors opened without
-/// following symlinks.
-fn settle(entry: &Path, objects: &Path, sha256: bool, since: Option<Stamp>) -> Migrated {
+/// read; `None` reads them all. `tree_gone`: this supervisor saw every process of the run end
+/// (else a killed run's stragglers may still hold a file: objects are copied, never renamed).
+/// Everything is reached through descriptors opened without following symlinks.
+fn settle(
+    entry: &Path,
+    objects: &Path,
+    sha256: bool,
+    since: Option<Stamp>,
+    tree_gone: bool,
+) -> Migrated {
     let mut out = Migrated::default();
+    // Without its record of kept copies, no directory may be skipped: one could hold a file
+    // nobody verified.
+    let (old_kept, since) = match read_kept(entry) {
+        Some(k) => (k, since),
+        None => (Kept::new(), None),
+    };
+    let mut kept = Kept::new();
+    let mut read_fans: HashSet<String> = HashSet::new();
     let shown = entry.join("q");
     let Some((_q, dir)) = subdir(entry, "q") else {
         // Made again by the take.
@@ -604,14 +630,29 @@ fn settle(entry: &Path, objects: &Path, sha256: bool, since: Option<Stamp>) -> M
         }
         let sub = raw.to_str().and_then(|n| subdir(&dir, n));
         let cleared = match (name, sub) {
-            (fan, Some((_fd, from))) if fanout => {
+            (fan, Some((fd, from))) if fanout => {
+                read_fans.insert(fan.to_string());
                 let before = out.failed.len();
-                migrate_fanout(&shown, fan, &from, objects, sha256, &mut out);
+                let keep = migrate_fanout(
+                    &shown,
+                    fan,
+                    (&fd, &from, tree_gone),
+                    objects,
+                    sha256,
+                    (&old_kept, &mut kept),
+                    &mut out,
+                );
                 if out.failed.len() > before {
+                    // Left as it is for a later try, its kept copies with it.
+                    for (oid, stamp) in &old_kept {
+                        if oid.starts_with(fan) {
+                            kept.entry(oid.clone()).or_insert(*stamp);
+                        }
+                    }
                     continue;
                 }
                 let _ = set_mode(&from, 0o755);
-                empty_dir(&from, &[])
+                empty_dir(&from, &keep.iter().map(String::as_str).collect::<Vec<_>>())
             }
             ("pack", Some((_fd, from))) => {
                 let before = out.failed.len();
@@ -635,7 +676,92 @@ fn settle(entry: &Path, objects: &Path, sha256: bool, since: Option<Stamp>) -> M
                 .push((shown.join(&raw), format!("cannot be emptied: {e}")));
         }
     }
+    // Kept copies in directories not read: each one unchanged since it was verified (same
+    // inode, same ctime: any write, chmod, link or rename moves the ctime) stays; one that
+    // changed (git freshens what it uses) is verified again, or removed.
+    for (oid, stamp) in &old_kept {
+        if read_fans.contains(&oid[..2]) {
+            continue;
+        }
+        let path = dir.join(&oid[..2]).join(&oid[2..]);
+        match kept_stamp(&path) {
+            Some(now) if now == *stamp => {
+                kept.insert(oid.clone(), now);
+            }
+            Some(_) if verifies(&path, oid, sha256) => {
+                if let Some(now) = kept_stamp(&path) {
+                    kept.insert(oid.clone(), now);
+                }
+            }
+            _ => {
+                let _ = remove_entry(&path);
+            }
+        }
+    }
+    if let Err(e) = write_kept(entry, &kept) {
+        out.failed
+            .push((entry.join("kept"), format!("cannot be written: {e}")));
+    }
     out
+}
+
+/// The objects of the store a quarantine keeps (the command wrote them again: git cannot
+/// refresh the time of an object in the read-only store, so it writes it anew; kept, the
+/// worktree's next runs find and refresh them there instead of writing them once more, and the
+/// files are not made and removed on every run, which is slow on ext4): object name → (inode,
+/// ctime) when it was last verified. Recorded in `<entry>/kept`, beside the quarantine, where
+/// no sandbox writes.
+type Kept = HashMap<String, (u64, Stamp)>;
+
+/// Most kept copies per quarantine; the rest are removed.
+const KEPT_MAX: usize = 4096;
+
+/// The record of kept copies of `entry`; `None` when it is missing or unreadable.
+fn read_kept(entry: &Path) -> Option<Kept> {
+    let text = crate::paths::read_regular(&entry.join("kept"), KEPT_MAX * 128).ok()?;
+    let text = String::from_utf8(text).ok()?;
+    let mut kept = Kept::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let [oid, ino, sec, nsec] = f[..] else {
+            return None;
+        };
+        if !(oid.len() == 40 || oid.len() == 64) || !is_hex(oid) {
+            return None;
+        }
+        kept.insert(
+            oid.to_string(),
+            (ino.parse().ok()?, (sec.parse().ok()?, nsec.parse().ok()?)),
+        );
+    }
+    Some(kept)
+}
+
+/// Writes the record of kept copies of `entry` (a new file renamed over the old one).
+fn write_kept(entry: &Path, kept: &Kept) -> io::Result<()> {
+    let mut text = String::new();
+    for (oid, (ino, (sec, nsec))) in kept {
+        text.push_str(&format!("{oid} {ino} {sec} {nsec}\n"));
+    }
+    let tmp = entry.join(format!("kept.{}", crate::gitguard::random_suffix()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, entry.join("kept"))
+}
+
+/// (inode, ctime) of the regular file at `path` with a single link and at most [`LIVE_MAX`]
+/// bytes (larger objects are not worth a second copy); `None` for anything else.
+fn kept_stamp(path: &Path) -> Option<(u64, Stamp)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).ok()?;
+    (m.is_file() && m.nlink() == 1 && m.len() <= LIVE_MAX)
+        .then(|| (m.ino(), (m.ctime(), m.ctime_nsec())))
+}
+
+/// Whether the loose object at `path` is the object `oid` (git's header, exact size).
+fn verifies(path: &Path, oid: &str, sha256: bool) -> bool {
+    crate::paths::open_regular(path)
+        .and_then(|f| loose_object_id_of(f, sha256, &Cell::new(u64::MAX)))
+        .is_ok_and(|id| hex(&id) == oid)
 }
 
 /// Sets the mode of the directory at `path` if it differs (the command may have taken its
@@ -648,19 +774,22 @@ fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
 }
 
 /// Copies each verified loose object of the fan-out directory `fan` (read through `from`, a
-/// descriptor's path) into the store ([`copy_verified`]); what does not verify is rejected.
+/// descriptor's path) into the store, and returns the names of the objects the store already
+/// has that verify, kept (recorded in `kept`; `old_kept` saves hashing one unchanged since), ([`copy_verified`]); what does not verify is rejected.
 /// `shown`: the quarantine's path, for messages.
 fn migrate_fanout(
     shown: &Path,
     fan: &str,
-    from: &Path,
+    (from_dir, from, tree_gone): (&OwnedFd, &Path, bool),
     objects: &Path,
     sha256: bool,
+    (old_kept, kept): (&Kept, &mut Kept),
     out: &mut Migrated,
-) {
+) -> Vec<String> {
     let hexlen = if sha256 { 64 } else { 40 };
+    let mut keep = Vec::new();
     let Ok(rd) = std::fs::read_dir(from) else {
-        return;
+        return keep;
     };
     let mut to_dir: Option<OwnedFd> = None;
     for name in rd
@@ -670,6 +799,16 @@ fn migrate_fanout(
     {
         let oid = format!("{fan}{name}");
         if std::fs::symlink_metadata(objects.join(fan).join(&name)).is_ok() {
+            // Written again: kept if it is (still) the object its name says.
+            let path = from.join(&name);
+            let Some(stamp) = kept_stamp(&path) else {
+                continue;
+            };
+            let known = old_kept.get(&oid) == Some(&stamp);
+            if kept.len() < KEPT_MAX && (known || verifies(&path, &oid, sha256)) {
+                kept.insert(oid, stamp);
+                keep.push(name);
+            }
             continue;
         }
         let to = match &to_dir {
@@ -678,17 +817,61 @@ fn migrate_fanout(
                 Ok(to) => to_dir.insert(to),
                 Err(e) => {
                     out.failed.push((shown.join(fan), e.to_string()));
-                    return;
+                    return keep;
                 }
             },
         };
-        match copy_verified(&from.join(&name), to, fan, &name, objects, sha256) {
+        let src = from.join(&name);
+        let placed = if tree_gone {
+            move_verified(from_dir, &src, to, fan, &name, objects, sha256)
+        } else {
+            copy_verified(&src, to, fan, &name, objects, sha256)
+        };
+        match placed {
             Ok(Ok(())) => out.moved += 1,
             Ok(Err(why)) => out.rejected.push((oid, why)),
             Err(e) => out
                 .failed
                 .push((shown.join(fan).join(&name), e.to_string())),
         }
+    }
+    keep
+}
+
+/// Moves the loose object `src` (`name` in `from_dir`) into the store's fan-out directory `to`
+/// if its content hashes to its name: renamed (`RENAME_NOREPLACE`) when the file has a single
+/// link — it was read and hashed through the descriptor, and once the run is over nothing
+/// else can reach it, so the store gets exactly the bytes verified — else copied
+/// ([`copy_verified`]): a second name in the quarantine would let a later run write the
+/// store's file. `Ok(Err(why))`: it does not verify; `Err`: moving it failed.
+fn move_verified(
+    from_dir: &OwnedFd,
+    src: &Path,
+    to: &OwnedFd,
+    fan: &str,
+    name: &str,
+    objects: &Path,
+    sha256: bool,
+) -> io::Result<Result<(), String>> {
+    use std::os::unix::fs::MetadataExt;
+    let file = match crate::paths::open_regular(src) {
+        Ok(f) => f,
+        Err(e) => return Ok(Err(format!("unreadable: {e}"))),
+    };
+    if file.metadata()?.nlink() != 1 {
+        drop(file);
+        return copy_verified(src, to, fan, name, objects, sha256);
+    }
+    match loose_object_id_of(&file, sha256, &Cell::new(u64::MAX)) {
+        Ok(id) if hex(&id) == format!("{fan}{name}") => {}
+        Ok(_) => return Ok(Err("its content does not hash to its name".to_string())),
+        Err(e) => return Ok(Err(format!("unreadable: {e}"))),
+    }
+    match rename_between(from_dir, name, to, name) {
+        Ok(()) => Ok(Ok(())),
+        // Already there (the copier, or another run): fine, and never replaced.
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(Ok(())),
+        Err(e) => Err(e),
     }
 }
 
@@ -977,6 +1160,20 @@ mod tests {
         out
     }
 
+    /// Every file of the quarantine `dir` but `info/alternates` is a kept copy: recorded beside
+    /// it, and the object its name says.
+    fn assert_kept_only(dir: &Path) {
+        let kept = read_kept(dir.parent().unwrap()).expect("a record of kept copies");
+        for f in files(dir) {
+            if f == "info/alternates" {
+                continue;
+            }
+            let oid = f.replace('/', "");
+            assert!(kept.contains_key(&oid), "{f} is not recorded: {kept:?}");
+            assert!(verifies(&dir.join(&f), &oid, false), "{f} does not verify");
+        }
+    }
+
     /// The test's own state directory of quarantines, in `tmp`.
     fn state(tmp: &tempfile::TempDir) -> PathBuf {
         let dir = tmp.path().join("state");
@@ -1050,7 +1247,7 @@ mod tests {
         assert_eq!(m.rejected.len(), 1, "{m:?}");
         assert_eq!(m.rejected[0].0, forged);
         assert_eq!(m.moved, 3, "{m:?}");
-        assert_eq!(files(&dir), ["info/alternates"]);
+        assert_kept_only(&dir);
         for o in [&good, &other, &packed[0], &packed[1]] {
             git(&repo, &["cat-file", "-e", o]);
         }
@@ -1158,11 +1355,10 @@ mod tests {
     }
 
     /// An object the store already has, written again by the command (git cannot refresh the
-    /// store's copy), is dropped like junk: nothing in a quarantine is kept for a later run's
-    /// git to trust. Each worktree takes a quarantine of its own, and none lies in the
-    /// repository.
+    /// store's copy), stays in the quarantine once verified; junk goes. Each worktree takes a
+    /// quarantine of its own, and none lies in the repository.
     #[test]
-    fn objects_written_again_are_dropped_and_quarantines_stay_out_of_the_repository() {
+    fn objects_written_again_are_kept_verified_and_quarantines_stay_out_of_the_repository() {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
         std::fs::create_dir(&repo).unwrap();
@@ -1187,7 +1383,14 @@ mod tests {
         let dir = q.dir.clone();
         let m = q.migrate();
         assert!(m.failed.is_empty() && m.rejected.is_empty(), "{m:?}");
-        assert_eq!(files(&dir), ["info/alternates"]);
+        assert_eq!(
+            files(&dir),
+            [
+                format!("{}/{}", &old[..2], &old[2..]),
+                "info/alternates".into()
+            ]
+        );
+        assert_kept_only(&dir);
         let (mine, _) = Quarantine::take_in(&state(&tmp), &common, false, "wt").unwrap();
         let (other, _) = Quarantine::take_in(&state(&tmp), &common, false, "wt-2").unwrap();
         assert_eq!(mine.dir, dir);
@@ -1250,10 +1453,8 @@ mod tests {
         let first = write(&q, "first");
         let dir = q.dir.clone();
         let m = q.migrate();
-        assert_eq!(
-            (m.moved, files(&dir)),
-            (1, vec!["info/alternates".to_string()])
-        );
+        assert_eq!(m.moved, 1);
+        assert_kept_only(&dir);
         assert!(read_mark(dir.parent().unwrap()).is_some());
         // A second run takes it again, writes, and its supervisor dies: its descriptor, and
         // so its lock, goes; the mark stays as the first run left it.
@@ -1269,13 +1470,13 @@ mod tests {
             "{settled:?}"
         );
         assert!(dir.join(&first[..2]).is_dir());
-        assert_eq!(files(&dir), ["info/alternates"]);
+        assert_kept_only(&dir);
         git(&repo, &["cat-file", "-e", &oid]);
     }
 
     /// A hard link in the quarantine to a new object, named as an object the store already
-    /// has: the store gets a file of the supervisor's for the new object (a later run cannot
-    /// reach it through the link), and the link is dropped.
+    /// has: the store's file for the new object keeps no name in the quarantine (a later run
+    /// cannot reach it through the link), and the link is dropped.
     #[test]
     fn no_file_of_the_quarantine_enters_the_store() {
         use std::os::unix::fs::MetadataExt;
@@ -1292,14 +1493,22 @@ mod tests {
         let at = |dir: &Path, o: &str| dir.join(&o[..2]).join(&o[2..]);
         std::fs::create_dir_all(q.dir.join(&existing[..2])).unwrap();
         std::fs::hard_link(at(&q.dir, &new), at(&q.dir, &existing)).unwrap();
-        let quarantined = std::fs::metadata(at(&q.dir, &new)).unwrap().ino();
         let dir = q.dir.clone();
         let m = q.migrate();
         assert_eq!((m.moved, m.failed.len()), (1, 0), "{m:?}");
+        // Copied while the link stood, or renamed once it was gone: either way the store's
+        // file has no name in the quarantine.
         let stored = std::fs::metadata(at(&common.join("objects"), &new)).unwrap();
-        assert_ne!(stored.ino(), quarantined);
         assert_eq!(stored.nlink(), 1);
-        assert_eq!(files(&dir), ["info/alternates"]);
+        for f in files(&dir) {
+            assert_ne!(
+                std::fs::metadata(dir.join(&f)).unwrap().ino(),
+                stored.ino(),
+                "{f}"
+            );
+        }
+        assert!(!dir.join(&existing[..2]).join(&existing[2..]).exists());
+        assert_kept_only(&dir);
         assert_eq!(
             std::fs::read(at(&common.join("objects"), &existing)).unwrap(),
             std::fs::read(at(&common.join("objects"), &existing)).unwrap()
@@ -1327,5 +1536,44 @@ mod tests {
         assert!(entry.is_dir());
         let _kept = Quarantine::take_in(&state(&tmp), &commons[1], false, "wt").unwrap();
         assert!(!entry.exists());
+    }
+
+    /// A kept copy a later run of the worktree changed in place (its directory unchanged, so
+    /// not listed again) is verified again when that run ends, and removed: no later run reads
+    /// it.
+    #[test]
+    fn a_kept_copy_changed_in_place_is_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        let old = hash_object(&repo, "old", None);
+        let other = hash_object(&repo, "other", None);
+        let common = repo.join(".git");
+        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
+            .unwrap()
+            .0;
+        let again = Command::new("sh")
+            .arg("-c")
+            .arg("echo old | git hash-object -w --stdin")
+            .env("GIT_OBJECT_DIRECTORY", &q.dir)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(again.status.success());
+        let dir = q.dir.clone();
+        assert!(q.migrate().failed.is_empty());
+        let copy = dir.join(&old[..2]).join(&old[2..]);
+        assert!(copy.is_file(), "not kept");
+        // The next run writes another object's bytes over it.
+        let (q, _) = Quarantine::take_in(&state(&tmp), &common, false, "wt").unwrap();
+        assert_eq!(q.dir, dir);
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let forged =
+            std::fs::read(common.join("objects").join(&other[..2]).join(&other[2..])).unwrap();
+        std::fs::write(&copy, forged).unwrap();
+        assert!(q.migrate().failed.is_empty());
+        assert!(!copy.exists(), "a changed copy was kept");
+        assert_kept_only(&dir);
     }
 }
