@@ -353,13 +353,15 @@ impl Quarantine {
                 let lock = lock(&entry)?;
                 std::fs::write(entry.join("store"), objects.as_os_str().as_bytes())?;
                 write_kept(&entry, &Kept::new())?;
-                let q = entry.join("q");
-                std::fs::DirBuilder::new().mode(0o755).create(&q)?;
-                own_like(&q, &objects)?;
                 (entry, lock)
             }
         };
         let dir = entry.join("q");
+        if subdir(&entry, "q").is_none() {
+            remove_entry(&dir)?;
+            std::fs::DirBuilder::new().mode(0o755).create(&dir)?;
+            own_like(&dir, &objects)?;
+        }
         prepare_info(&dir, &objects)?;
         // What changes from here on has a newer ctime than the mark.
         let taken = write_mark(&entry)?;
@@ -607,6 +609,8 @@ fn settle(
         let _ = remove_entry(&entry.join("q"));
         return out;
     };
+    // The command may have taken its own quarantine's permissions away.
+    let _ = set_mode(&dir, 0o755);
     // Names are bytes: one that is not UTF-8 is junk to remove, not skipped.
     let listed: io::Result<Vec<std::ffi::OsString>> =
         std::fs::read_dir(&dir).and_then(|rd| rd.map(|e| e.map(|e| e.file_name())).collect());
@@ -632,6 +636,7 @@ fn settle(
         let cleared = match (name, sub) {
             (fan, Some((fd, from))) if fanout => {
                 read_fans.insert(fan.to_string());
+                let _ = set_mode(&from, 0o755);
                 let before = out.failed.len();
                 let keep = migrate_fanout(
                     &shown,
@@ -651,7 +656,6 @@ fn settle(
                     }
                     continue;
                 }
-                let _ = set_mode(&from, 0o755);
                 empty_dir(&from, &keep.iter().map(String::as_str).collect::<Vec<_>>())
             }
             ("pack", Some((_fd, from))) => {
