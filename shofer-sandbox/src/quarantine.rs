@@ -286,11 +286,21 @@ fn lock(dir: &Path) -> io::Result<OwnedFd> {
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
         .open(dir)?
         .into();
-    // Safety: flock(2) on a descriptor we own; rustix's flock needs a feature not built here.
-    if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(io::Error::last_os_error());
+    // A few tries: a child forked a moment ago (by another thread) holds a copy of a lock
+    // descriptor until its exec closes it.
+    for _ in 0..5 {
+        // Safety: flock(2) on a descriptor we own; rustix's flock needs a feature not built
+        // here.
+        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(fd);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::WouldBlock {
+            return Err(e);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(4));
     }
-    Ok(fd)
+    Err(io::Error::from(io::ErrorKind::WouldBlock))
 }
 
 impl Quarantine {
@@ -1178,6 +1188,15 @@ mod tests {
         }
     }
 
+    /// A scratch directory holding an empty repository `repo` (branch `main`).
+    fn new_repo() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        (tmp, repo)
+    }
+
     /// The test's own state directory of quarantines, in `tmp`.
     fn state(tmp: &tempfile::TempDir) -> PathBuf {
         let dir = tmp.path().join("state");
@@ -1203,10 +1222,7 @@ mod tests {
     /// quarantine of the first to stand for what a command wrote.
     #[test]
     fn verified_objects_and_packs_move_into_the_store_and_forged_ones_do_not() {
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
+        let (tmp, repo) = new_repo();
         git(&repo, &["commit", "-q", "--allow-empty", "-m", "one"]);
         let common = repo.join(".git");
         let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
@@ -1267,10 +1283,7 @@ mod tests {
     /// that is a symlink (to the store itself, to anything), a FIFO under an object's name.
     #[test]
     fn symlinks_and_special_files_in_the_quarantine_are_rejected_not_followed() {
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
+        let (tmp, repo) = new_repo();
         let common = repo.join(".git");
         let elsewhere = tmp.path().join("elsewhere");
         std::fs::create_dir_all(elsewhere.join("pack")).unwrap();
@@ -1308,10 +1321,7 @@ mod tests {
     fn an_object_with_a_header_git_refuses_is_rejected() {
         use sha1::Digest as _;
         use std::io::Write;
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
+        let (tmp, repo) = new_repo();
         let q = Quarantine::take_in(&state(&tmp), &repo.join(".git"), false, "wt")
             .unwrap()
             .0;
@@ -1334,10 +1344,7 @@ mod tests {
     #[test]
     fn an_object_inflating_past_its_header_is_rejected() {
         use std::io::Write;
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
+        let (tmp, repo) = new_repo();
         let q = Quarantine::take_in(&state(&tmp), &repo.join(".git"), false, "wt")
             .unwrap()
             .0;
@@ -1363,10 +1370,7 @@ mod tests {
     /// quarantine of its own, and none lies in the repository.
     #[test]
     fn objects_written_again_are_kept_verified_and_quarantines_stay_out_of_the_repository() {
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
+        let (tmp, repo) = new_repo();
         let old = hash_object(&repo, "old", None);
         let common = repo.join(".git");
         let before = files(&common);
@@ -1405,22 +1409,28 @@ mod tests {
     /// a later write to the quarantined one changes nothing there); a forged one is not.
     #[test]
     fn the_copier_copies_verified_objects_while_the_run_lasts() {
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
+        let (tmp, repo) = new_repo();
         let common = repo.join(".git");
         let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
             .unwrap()
             .0;
         let copier = q.start_copier().unwrap();
         let write = |content: &str| hash_object(&repo, content, Some(&q.dir));
-        let good = write("copied while running");
-        let forged = write("forged while running");
         let other = write("something else");
         let at = |root: &Path, o: &str| root.join(&o[..2]).join(&o[2..]);
-        std::fs::remove_file(at(&q.dir, &forged)).unwrap();
+        // Another object's bytes under this name, from the first pass the copier could make.
+        let forged = {
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg("echo forged while running | git hash-object --stdin")
+                .current_dir(&repo)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        std::fs::create_dir_all(q.dir.join(&forged[..2])).unwrap();
         std::fs::copy(at(&q.dir, &other), at(&q.dir, &forged)).unwrap();
+        let good = write("copied while running");
         let store = common.join("objects");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !at(&store, &good).exists() && std::time::Instant::now() < deadline {
@@ -1444,10 +1454,7 @@ mod tests {
 
     #[test]
     fn a_killed_runs_quarantine_is_settled_by_the_next_take() {
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
+        let (tmp, repo) = new_repo();
         let common = repo.join(".git");
         let write = |q: &Quarantine, content: &str| hash_object(&repo, content, Some(&q.dir));
         // A first run ends normally: the quarantine is emptied and marked clean.
@@ -1484,10 +1491,7 @@ mod tests {
     #[test]
     fn no_file_of_the_quarantine_enters_the_store() {
         use std::os::unix::fs::MetadataExt;
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
+        let (tmp, repo) = new_repo();
         let existing = hash_object(&repo, "existing", None);
         let common = repo.join(".git");
         let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
@@ -1547,10 +1551,7 @@ mod tests {
     /// it.
     #[test]
     fn a_kept_copy_changed_in_place_is_removed() {
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
+        let (tmp, repo) = new_repo();
         let old = hash_object(&repo, "old", None);
         let other = hash_object(&repo, "other", None);
         let common = repo.join(".git");

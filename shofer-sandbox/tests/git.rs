@@ -81,6 +81,25 @@ impl Layout {
     }
 
     /// The environment an attack script sees.
+    /// Why the store does not hold `commit` and everything it reaches (`git fsck`), if so.
+    fn lacks(&self, commit: &str) -> Option<String> {
+        let fsck = Command::new("git")
+            .args(["fsck", "--no-dangling", commit])
+            .current_dir(&self.repo)
+            .output()
+            .unwrap();
+        (!fsck.status.success()).then(|| show(&fsck))
+    }
+
+    /// A name of the supervisor's (`shofer…`) in the common dir: none may stay there.
+    fn stray_in_common(&self) -> Option<String> {
+        std::fs::read_dir(self.repo.join(".git"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with("shofer"))
+    }
+
     /// The object quarantines the runs left in the scratch state directory (`q/` of each
     /// entry, README "Objects").
     fn quarantines(&self) -> Vec<PathBuf> {
@@ -1317,24 +1336,11 @@ fn commits_reach_the_store_and_the_supervisor_survives_its_threads() {
                 break;
             }
         }
-        let fsck = Command::new("git")
-            .args(["fsck", "--no-dangling", &head])
-            .current_dir(&l.repo)
-            .output()
-            .unwrap();
-        if !fsck.status.success() {
-            failures.push(format!(
-                "{b}: the store lacks the run's commits\n{}",
-                show(&fsck)
-            ));
+        if let Some(why) = l.lacks(&head) {
+            failures.push(format!("{b}: the store lacks the run's commits\n{why}"));
         }
         // Nothing of the runs stays in the repository, nor in their quarantines.
-        if let Some(name) = std::fs::read_dir(l.repo.join(".git"))
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .find(|n| n.starts_with("shofer"))
-        {
+        if let Some(name) = l.stray_in_common() {
             failures.push(format!("{b}: {name} left in the common dir"));
         }
         for q in l.quarantines() {
@@ -1634,24 +1640,13 @@ fn concurrent_runs_keep_each_others_objects() {
                     show(&first)
                 ));
             }
-            let fsck = Command::new("git")
-                .args(["fsck", "--no-dangling", &head])
-                .current_dir(&l.repo)
-                .output()
-                .unwrap();
-            if !fsck.status.success() {
+            if let Some(why) = l.lacks(&head) {
                 failures.push(format!(
-                    "{b}, {what}: the store lacks the second run's commit\n{}",
-                    show(&fsck)
+                    "{b}, {what}: the store lacks the second run's commit\n{why}"
                 ));
             }
         }
-        if let Some(name) = std::fs::read_dir(l.repo.join(".git"))
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .find(|n| n.starts_with("shofer"))
-        {
+        if let Some(name) = l.stray_in_common() {
             failures.push(format!("{b}: {name} left in the common dir"));
         }
     }
