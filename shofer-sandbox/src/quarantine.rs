@@ -340,13 +340,9 @@ impl Quarantine {
         let mut mine = None;
         let prefix = owned_prefix(&objects, worktree);
         for entry in entries(root, &prefix) {
-            // Held: its run is still going.
-            let Ok(lock) = lock(&entry) else { continue };
-            if store_of(&entry).as_deref() != Some(objects.as_path()) {
+            let Some((lock, m)) = settle_idle(&entry, &objects, sha256) else {
                 continue;
-            }
-            let since = read_mark(&entry);
-            let m = settle(&entry, &objects, sha256, since, false);
+            };
             let clean = m.failed.is_empty();
             out.merge(m);
             if clean && mine.is_none() {
@@ -537,6 +533,18 @@ fn roots() -> Vec<PathBuf> {
         .collect()
 }
 
+/// Locks the entry `entry` of the store `objects` and settles its quarantine since its clean
+/// mark (a killed run's stragglers may still hold files: copied, not renamed). `None` when a
+/// running supervisor holds it, or it belongs to another store.
+fn settle_idle(entry: &Path, objects: &Path, sha256: bool) -> Option<(OwnedFd, Migrated)> {
+    let held = lock(entry).ok()?;
+    if store_of(entry).as_deref() != Some(objects) {
+        return None;
+    }
+    let m = settle(entry, objects, sha256, read_mark(entry), false);
+    Some((held, m))
+}
+
 /// Settles the quarantines of killed runs on the repository whose common dir is `common`
 /// (unlocked ones): what they hold is moved into the store.
 pub fn sweep(common: &Path, sha256: bool) -> Migrated {
@@ -550,12 +558,9 @@ fn sweep_in(roots: &[PathBuf], common: &Path, sha256: bool) -> Migrated {
     let prefix = repo_prefix(&objects);
     for root in roots {
         for entry in entries(root, &prefix) {
-            let Ok(_lock) = lock(&entry) else { continue };
-            if store_of(&entry).as_deref() != Some(objects.as_path()) {
+            let Some((_lock, m)) = settle_idle(&entry, &objects, sha256) else {
                 continue;
-            }
-            let since = read_mark(&entry);
-            let m = settle(&entry, &objects, sha256, since, false);
+            };
             if m.failed.is_empty() {
                 let _ = write_mark(&entry);
             }
