@@ -672,7 +672,7 @@ fn state_from_json(v: &Value) -> Option<State> {
 }
 
 /// Where journals live: `$XDG_STATE_HOME/shofer/git-guard` (or
-/// `~/.local/state/shofer/git-guard`), else `/var/tmp/shofer-git-guard-<uid>`; created with
+/// `~/.local/state/shofer/git-guard`); created with
 /// mode 0700 and checked to be a real directory owned by us. `None` if none of them is usable
 /// or every candidate lies inside `writable` (the command could then edit the journal).
 pub fn journal_dir(writable: &[PathBuf]) -> Option<PathBuf> {
@@ -686,9 +686,11 @@ pub fn journal_candidates() -> Vec<PathBuf> {
 
 /// The supervisor's own directory `leaf` for state that must outlive a killed run and that
 /// no sandboxed command may write: `$XDG_STATE_HOME/shofer/<leaf>` (or
-/// `~/.local/state/shofer/<leaf>`), else `/var/tmp/shofer-<leaf>-<uid>`, the first that can be
-/// made (mode 0700), is a real directory owned by us that neither group nor others can write,
-/// and neither lies inside a path of `writable` nor holds one. `None` if there is none.
+/// `~/.local/state/shofer/<leaf>`), if it can be made (mode 0700), is a real directory owned
+/// by us that neither group nor others can write, and neither lies inside a path of
+/// `writable` nor holds one. `None` otherwise. Never a shared temporary directory such as
+/// `/var/tmp`: another run given it as its temporary directory (`TMPDIR=/var/tmp`) could
+/// plant entries there for a later run to trust.
 pub fn state_dir(leaf: &str, writable: &[PathBuf]) -> Option<PathBuf> {
     // Safety: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
@@ -721,19 +723,16 @@ pub fn state_dir(leaf: &str, writable: &[PathBuf]) -> Option<PathBuf> {
 
 /// The places [`state_dir`] may choose for `leaf`, in order of preference.
 pub fn state_candidates(leaf: &str) -> Vec<PathBuf> {
-    // Safety: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let state = std::env::var_os("XDG_STATE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| home.map(|h| h.join(".local/state")));
-    let mut candidates = Vec::new();
-    if let Some(s) = state.filter(|s| s.is_absolute()) {
-        candidates.push(s.join("shofer").join(leaf));
-    }
-    candidates.push(PathBuf::from(format!("/var/tmp/shofer-{leaf}-{uid}")));
-    candidates
+    state
+        .filter(|s| s.is_absolute())
+        .map(|s| s.join("shofer").join(leaf))
+        .into_iter()
+        .collect()
 }
 
 trait Mode0700 {

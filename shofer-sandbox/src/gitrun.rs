@@ -54,13 +54,18 @@ pub struct GitRun {
 }
 
 impl GitRun {
-    /// Before the command: placeholders (namespace backends), the snapshot, and on the
-    /// Landlock backend the journal.
+    /// Before the command: placeholders (namespace backends), the object quarantine (namespace
+    /// backends, not under bubblewrap with `keep_caps`), the snapshot, and on the Landlock
+    /// backend the journal.
     ///
     /// # Errors
     /// A protected path that is a symlink or special file, or a placeholder that cannot be
     /// created (namespace backends): the run is refused.
-    pub fn prepare(opened: &OpenedPolicy, backend: Backend) -> Result<GitRun, SetupError> {
+    pub fn prepare(
+        opened: &OpenedPolicy,
+        backend: Backend,
+        keep_caps: bool,
+    ) -> Result<GitRun, SetupError> {
         let structural = backend != Backend::Landlock;
         let placeholders = if structural {
             gitprotect::prepare(&opened.controls).map_err(|(path, why)| {
@@ -93,7 +98,13 @@ impl GitRun {
         if let Some((common, name)) = common {
             let sha256 = gitprotect::uses_sha256(&common);
             let killed = "of a run that was killed";
-            if structural {
+            if structural && keep_caps && backend == Backend::Bwrap {
+                // bubblewrap keeps CAP_SYS_ADMIN for --keep-caps as root: the command could
+                // remount the store's read-only bind read-write.
+                eprintln!(
+                    "shofer-sandbox: note: no object quarantine under bubblewrap with --keep-caps (the command could remount the store read-write): existing objects are checked when the command ends instead"
+                );
+            } else if structural {
                 match Quarantine::take(&common, sha256, &name, &writable) {
                     Ok((q, settled)) => {
                         announce_migrated(&settled, killed, &opened.policy.worktree);
@@ -129,7 +140,7 @@ impl GitRun {
                 },
                 None => {
                     journal_missing = Some(
-                        "no journal directory outside the writable set ($XDG_STATE_HOME, ~/.local/state, /var/tmp)".into(),
+                        "no journal directory outside the writable set ($XDG_STATE_HOME or ~/.local/state)".into(),
                     )
                 }
             }

@@ -355,7 +355,7 @@ fn attempt(
         renames: config_renames.is_some(),
     };
     let lockfiles = lockfiles.or(config_renames);
-    let mut git_run = gitrun::GitRun::prepare(opened, choice.backend)?;
+    let mut git_run = gitrun::GitRun::prepare(opened, choice.backend, args.keep_caps)?;
     // From here every way out goes through `git_run.finish` (it removes the placeholders).
     let before = (|| -> Result<_, SetupError> {
         let mut report_file = None;

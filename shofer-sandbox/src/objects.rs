@@ -625,6 +625,22 @@ pub(crate) fn loose_object_id_of(
     }
     spend(budget, head.len())?;
     h.update(&head);
+    // A tree, commit or tag is kept to be parsed as git would (a blob is any bytes).
+    let kind = head
+        .split(|&b| b == b' ')
+        .next()
+        .unwrap_or_default()
+        .to_vec();
+    let mut content = None;
+    if kind != b"blob" {
+        if size > MAX_PARSED {
+            return Err(invalid(format!(
+                "a {} of {size} bytes (more than {MAX_PARSED} are not read)",
+                String::from_utf8_lossy(&kind)
+            )));
+        }
+        content = Some(head[header as usize..].to_vec());
+    }
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         // At most one byte past the declared end: enough to tell it goes on.
@@ -639,6 +655,9 @@ pub(crate) fn loose_object_id_of(
         }
         spend(budget, n)?;
         h.update(&buf[..n]);
+        if let Some(c) = content.as_mut() {
+            c.extend_from_slice(&buf[..n]);
+        }
     }
     if seen < limit {
         return Err(invalid(format!(
@@ -647,7 +666,72 @@ pub(crate) fn loose_object_id_of(
         )));
     }
     z.finish()?;
+    if let Some(c) = content {
+        parses(&kind, &c, if sha256 { 32 } else { 20 })?;
+    }
     Ok(h.finish())
+}
+
+/// Largest tree, commit or tag read to be parsed (bytes).
+const MAX_PARSED: u64 = 64 << 20;
+
+/// Whether git can parse `content` as an object of type `kind` (object ids of `raw` bytes):
+/// what `parse_tree_buffer`, `parse_commit_buffer` and `parse_tag_buffer` need, without
+/// which `git gc` and every walk fail on the object ("unable to parse object"). A tree is
+/// entries `<octal mode> <name>\0<id>`; a commit starts with `tree <hex>\n` and any
+/// `parent <hex>\n` lines; a tag starts with `object <hex>\ntype <type>\n`.
+///
+/// # Errors
+/// `InvalidData` saying what is wrong.
+fn parses(kind: &[u8], content: &[u8], raw: usize) -> io::Result<()> {
+    let hex_line = |rest: &[u8], key: &[u8]| -> Option<usize> {
+        let body = rest.strip_prefix(key)?;
+        let ok = body.len() > 2 * raw
+            && body[..2 * raw].iter().all(u8::is_ascii_hexdigit)
+            && body[2 * raw] == b'\n';
+        ok.then_some(key.len() + 2 * raw + 1)
+    };
+    match kind {
+        b"tree" => {
+            let mut rest = content;
+            while !rest.is_empty() {
+                let sp = rest.iter().position(|&b| b == b' ');
+                let nul = rest.iter().position(|&b| b == 0);
+                let (Some(sp), Some(nul)) = (sp, nul) else {
+                    return Err(invalid("a tree entry without a mode or a name"));
+                };
+                let mode_ok =
+                    sp > 0 && sp < nul && rest[..sp].iter().all(|b| (b'0'..=b'7').contains(b));
+                if !mode_ok || nul == sp + 1 || rest.len() < nul + 1 + raw {
+                    return Err(invalid("a tree entry git cannot parse"));
+                }
+                rest = &rest[nul + 1 + raw..];
+            }
+            Ok(())
+        }
+        b"commit" => {
+            let mut at = hex_line(content, b"tree ")
+                .ok_or_else(|| invalid("a commit that does not start with its tree"))?;
+            while content[at..].starts_with(b"parent ") {
+                at += hex_line(&content[at..], b"parent ")
+                    .ok_or_else(|| invalid("a commit with a parent line git cannot parse"))?;
+            }
+            Ok(())
+        }
+        b"tag" => {
+            let at = hex_line(content, b"object ")
+                .ok_or_else(|| invalid("a tag that does not start with its object"))?;
+            let typed = ["blob", "tree", "commit", "tag"]
+                .iter()
+                .any(|t| content[at..].starts_with(format!("type {t}\n").as_bytes()));
+            if typed {
+                Ok(())
+            } else {
+                Err(invalid("a tag without a type git knows"))
+            }
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The size a loose object's header declares, from its first compressed bytes.

@@ -10,7 +10,8 @@
 //!
 //! - before the run, [`Quarantine::take`] takes the worktree's quarantine in a directory of
 //!   the supervisor's own that no sandboxed command can write
-//!   ([`crate::gitguard::state_dir`], `~/.local/state/shofer/objects/`): an entry
+//!   ([`crate::gitguard::state_dir`], `~/.local/state/shofer/objects/`; without one, no
+//!   quarantine, and the exit check of [`crate::objects`] instead): an entry
 //!   `<hash of the store's path>-<hash of the worktree's name>.<random>` holding the
 //!   quarantine `q/`, the store's path (`store`) and a clean mark (`mark`) — an idle entry an
 //!   earlier run of this worktree left (settled first), or a new one — and locks it (`flock`).
@@ -19,26 +20,23 @@
 //!   store read-only over its `info/store` (`crate::namespaces`, `crate::bwrap`): git writes
 //!   new objects where it always does, and finds the existing ones through the alternate,
 //!   read-only (a deletion or rewrite fails with `EROFS`, a rename with `EBUSY`);
-//! - when the run has ended, [`Quarantine::migrate`] moves each new loose object whose
-//!   content hashes to its name and whose header is git's into the store (`RENAME_NOREPLACE`:
-//!   an existing object is never replaced; renamed when the file has a single link, read and
-//!   hashed through the descriptor first, copied when it has more, so no name left in the
-//!   quarantine ever reaches the store's file); each new pack is handed to `git index-pack
-//!   --stdin`, which hashes every object and writes the pack with an index of its own into the
-//!   store (the command's index could name objects the pack does not hold); what does not
-//!   verify is named and dropped;
+//! - when the run has ended, [`Quarantine::migrate`] copies each new loose object whose
+//!   content hashes to its name, with git's header and content git can parse, into the store:
+//!   a new file of the supervisor's, written as the object is read and hashed, renamed into
+//!   place (`RENAME_NOREPLACE`: an existing object is never replaced) — never the command's
+//!   file, on which a descriptor may outlive the run in another sandbox (two sandboxes can
+//!   pass descriptors over a unix socket); each new pack is handed to `git index-pack --stdin
+//!   --fsck-objects`, which hashes and checks every object and writes the pack with an index
+//!   of its own into the store (the command's index could name objects the pack does not
+//!   hold); what does not verify is named and dropped;
 //! - a quarantine whose run was killed is locked by nobody: the worktree's next run, a
 //!   Landlock run on the repository or `shofer-sandbox --repair WT` ([`sweep`]) migrates it;
 //! - quarantines stay, emptied but for their fan-out directories (git would make them again on
 //!   every run, and a directory made and removed per run is slow to make again on ext4 without
-//!   a journal) and the objects the store already had that the command wrote again (git
-//!   cannot refresh the time of an object in the read-only store, so it writes it anew; kept,
-//!   the next runs find and refresh them there): each one verified and recorded with its inode
-//!   and ctime in `<entry>/kept`, and verified again at the end of any run that touched it
-//!   ([`Kept`]). One whose repository is gone is removed by the next take.
+//!   a journal). One whose repository is gone is removed by the next take.
 //!
-//! Nothing in a quarantine is read by a later run before the supervisor has verified it, and
-//! no other worktree or repository ever uses it.
+//! Nothing the command wrote is read by a later run, and no other worktree or repository ever
+//! uses a quarantine.
 //!
 //! While the run lasts, a thread of the supervisor ([`Copier`]) copies each new loose object of
 //! up to [`LIVE_MAX`] bytes into the store every [`LIVE_PERIOD`]: a copy, from bytes the
@@ -72,6 +70,9 @@ pub const LIVE_INFLATED_MAX: u64 = 64 << 20;
 /// The address space `git index-pack` may use on a command's pack (bytes): what git needs for
 /// the largest object with its delta base, and a bound on a delta bomb.
 pub const INDEX_PACK_MEMORY: u64 = 8 << 30;
+/// The CPU time `git index-pack` may spend on a command's pack (seconds): a delta bomb within
+/// the memory bound still takes time in proportion to what its deltas declare.
+pub const INDEX_PACK_CPU_SECONDS: u64 = 300;
 /// How often the [`Copier`] looks for new loose objects.
 pub const LIVE_PERIOD: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -321,7 +322,7 @@ impl Quarantine {
     ) -> io::Result<(Quarantine, Migrated)> {
         let root = crate::gitguard::state_dir(LEAF, writable).ok_or_else(|| {
             io::Error::other(
-                "no directory of the supervisor's own outside the writable set ($XDG_STATE_HOME, ~/.local/state, /var/tmp)",
+                "no directory of the supervisor's own outside the writable set ($XDG_STATE_HOME or ~/.local/state)",
             )
         })?;
         Self::take_in(&root, common, sha256, worktree)
@@ -358,7 +359,6 @@ impl Quarantine {
                 std::fs::DirBuilder::new().mode(0o700).create(&entry)?;
                 let lock = lock(&entry)?;
                 std::fs::write(entry.join("store"), objects.as_os_str().as_bytes())?;
-                write_kept(&entry, &Kept::new())?;
                 (entry, lock)
             }
         };
@@ -411,13 +411,7 @@ impl Quarantine {
     /// run (keeping what could not be moved, for a later try). Call once every process of the
     /// sandbox is gone.
     pub fn migrate(self) -> Migrated {
-        let mut m = settle(
-            &self.entry,
-            &self.objects,
-            self.sha256,
-            Some(self.taken),
-            true,
-        );
+        let mut m = settle(&self.entry, &self.objects, self.sha256, Some(self.taken));
         if m.failed.is_empty() {
             if let Err(e) = write_mark(&self.entry) {
                 m.failed
@@ -534,14 +528,14 @@ fn roots() -> Vec<PathBuf> {
 }
 
 /// Locks the entry `entry` of the store `objects` and settles its quarantine since its clean
-/// mark (a killed run's stragglers may still hold files: copied, not renamed). `None` when a
+/// mark. `None` when a
 /// running supervisor holds it, or it belongs to another store.
 fn settle_idle(entry: &Path, objects: &Path, sha256: bool) -> Option<(OwnedFd, Migrated)> {
     let held = lock(entry).ok()?;
     if store_of(entry).as_deref() != Some(objects) {
         return None;
     }
-    let m = settle(entry, objects, sha256, read_mark(entry), false);
+    let m = settle(entry, objects, sha256, read_mark(entry));
     Some((held, m))
 }
 
@@ -584,11 +578,12 @@ fn remove_entry(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Removes every entry of the directory read through `path` except `keep`.
-fn empty_dir(path: &Path, keep: &[&str]) -> io::Result<()> {
+/// Takes every entry of the directory read through `path` except `keep` out of the quarantine
+/// of `entry` ([`discard`]).
+fn empty_dir(entry: &Path, path: &Path, keep: &[&str]) -> io::Result<()> {
     for e in std::fs::read_dir(path)?.flatten() {
         if !keep.iter().any(|k| e.file_name() == *k) {
-            remove_entry(&e.path())?;
+            discard(entry, &e.path())?;
         }
     }
     Ok(())
@@ -599,25 +594,11 @@ fn empty_dir(path: &Path, keep: &[&str]) -> io::Result<()> {
 /// and `info/` (`alternates` and the store's mount point); a fan-out directory whose object
 /// could not be moved is left as it is. `since`: a filesystem time (this run's take, or the
 /// clean mark) — a fan-out directory whose ctime is older has not changed since and is not
-/// read; `None` reads them all. `tree_gone`: this supervisor saw every process of the run end
-/// (else a killed run's stragglers may still hold a file: objects are copied, never renamed).
-/// Everything is reached through descriptors opened without following symlinks.
-fn settle(
-    entry: &Path,
-    objects: &Path,
-    sha256: bool,
-    since: Option<Stamp>,
-    tree_gone: bool,
-) -> Migrated {
+/// read; `None` reads them all. Everything is reached through descriptors opened without
+/// following symlinks; what is removed is first renamed out of the quarantine
+/// ([`discard`]), so that nothing the command left there can keep it from being emptied.
+fn settle(entry: &Path, objects: &Path, sha256: bool, since: Option<Stamp>) -> Migrated {
     let mut out = Migrated::default();
-    // Without its record of kept copies, no directory may be skipped: one could hold a file
-    // nobody verified.
-    let (old_kept, since) = match read_kept(entry) {
-        Some(k) => (k, since),
-        None => (Kept::new(), None),
-    };
-    let mut kept = Kept::new();
-    let mut read_fans: HashSet<String> = HashSet::new();
     let shown = entry.join("q");
     let Some((_q, dir)) = subdir(entry, "q") else {
         // Made again by the take.
@@ -636,6 +617,9 @@ fn settle(
             return out;
         }
     };
+    // Sorted: the fan-out directories before `pack/`, whose objects may refer to theirs.
+    let mut names = names;
+    names.sort();
     for raw in names {
         let path = dir.join(&raw);
         let name = raw.to_str().unwrap_or("");
@@ -649,29 +633,14 @@ fn settle(
         }
         let sub = raw.to_str().and_then(|n| subdir(&dir, n));
         let cleared = match (name, sub) {
-            (fan, Some((fd, from))) if fanout => {
-                read_fans.insert(fan.to_string());
+            (fan, Some((_fd, from))) if fanout => {
                 let _ = set_mode(&from, 0o755);
                 let before = out.failed.len();
-                let keep = migrate_fanout(
-                    &shown,
-                    fan,
-                    (&fd, &from, tree_gone),
-                    objects,
-                    sha256,
-                    (&old_kept, &mut kept),
-                    &mut out,
-                );
+                migrate_fanout(&shown, fan, &from, objects, sha256, &mut out);
                 if out.failed.len() > before {
-                    // Left as it is for a later try, its kept copies with it.
-                    for (oid, stamp) in &old_kept {
-                        if oid.starts_with(fan) {
-                            kept.entry(oid.clone()).or_insert(*stamp);
-                        }
-                    }
                     continue;
                 }
-                empty_dir(&from, &keep.iter().map(String::as_str).collect::<Vec<_>>())
+                empty_dir(entry, &from, &[])
             }
             ("pack", Some((_fd, from))) => {
                 let before = out.failed.len();
@@ -679,15 +648,15 @@ fn settle(
                 if out.failed.len() > before {
                     continue;
                 }
-                empty_dir(&from, &[])
+                empty_dir(entry, &from, &[])
             }
-            ("info", Some((_, from))) => empty_dir(&from, &["alternates", "store"]),
+            ("info", Some((_, from))) => empty_dir(entry, &from, &["alternates", "store"]),
             (other, _) => {
                 if fanout || other == "pack" {
                     out.rejected
                         .push((other.to_string(), "not a directory".into()));
                 }
-                remove_entry(&path)
+                discard(entry, &path)
             }
         };
         if let Err(e) = cleared {
@@ -695,92 +664,30 @@ fn settle(
                 .push((shown.join(&raw), format!("cannot be emptied: {e}")));
         }
     }
-    // Kept copies in directories not read: each one unchanged since it was verified (same
-    // inode, same ctime: any write, chmod, link or rename moves the ctime) stays; one that
-    // changed (git freshens what it uses) is verified again, or removed.
-    for (oid, stamp) in &old_kept {
-        if read_fans.contains(&oid[..2]) {
-            continue;
-        }
-        let path = dir.join(&oid[..2]).join(&oid[2..]);
-        match kept_stamp(&path) {
-            Some(now) if now == *stamp => {
-                kept.insert(oid.clone(), now);
-            }
-            Some(_) if verifies(&path, oid, sha256) => {
-                if let Some(now) = kept_stamp(&path) {
-                    kept.insert(oid.clone(), now);
-                }
-            }
-            _ => {
-                let _ = remove_entry(&path);
-            }
-        }
-    }
-    if let Err(e) = write_kept(entry, &kept) {
-        out.failed
-            .push((entry.join("kept"), format!("cannot be written: {e}")));
-    }
     out
 }
 
-/// The objects of the store a quarantine keeps (the command wrote them again: git cannot
-/// refresh the time of an object in the read-only store, so it writes it anew; kept, the
-/// worktree's next runs find and refresh them there instead of writing them once more, and the
-/// files are not made and removed on every run, which is slow on ext4): object name → (inode,
-/// ctime) when it was last verified. Recorded in `<entry>/kept`, beside the quarantine, where
-/// no sandbox writes.
-type Kept = HashMap<String, (u64, Stamp)>;
-
-/// Most kept copies per quarantine; the rest are removed.
-const KEPT_MAX: usize = 4096;
-
-/// The record of kept copies of `entry`; `None` when it is missing or unreadable.
-fn read_kept(entry: &Path) -> Option<Kept> {
-    let text = crate::paths::read_regular(&entry.join("kept"), KEPT_MAX * 128).ok()?;
-    let text = String::from_utf8(text).ok()?;
-    let mut kept = Kept::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let [oid, ino, sec, nsec] = f[..] else {
-            return None;
-        };
-        if !(oid.len() == 40 || oid.len() == 64) || !is_hex(oid) {
-            return None;
+/// Takes `path` out of the quarantine of `entry`: renamed into `<entry>/trash/` (one rename,
+/// however deep a tree the command built), then removed from there as far as it can be;
+/// what cannot (a tree deeper than the descriptors it takes to walk it) stays in the trash,
+/// which no sandbox sees, and is tried again by the next settle.
+fn discard(entry: &Path, path: &Path) -> io::Result<()> {
+    let trash = entry.join("trash");
+    if subdir(entry, "trash").is_none() {
+        remove_entry(&trash)?;
+        std::fs::DirBuilder::new().mode(0o700).create(&trash)?;
+    }
+    match std::fs::rename(path, trash.join(crate::gitguard::random_suffix())) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(_) => return remove_entry(path),
+    }
+    if let Ok(rd) = std::fs::read_dir(&trash) {
+        for e in rd.flatten() {
+            let _ = remove_entry(&e.path());
         }
-        kept.insert(
-            oid.to_string(),
-            (ino.parse().ok()?, (sec.parse().ok()?, nsec.parse().ok()?)),
-        );
     }
-    Some(kept)
-}
-
-/// Writes the record of kept copies of `entry` (a new file renamed over the old one).
-fn write_kept(entry: &Path, kept: &Kept) -> io::Result<()> {
-    let mut text = String::new();
-    for (oid, (ino, (sec, nsec))) in kept {
-        text.push_str(&format!("{oid} {ino} {sec} {nsec}\n"));
-    }
-    let tmp = entry.join(format!("kept.{}", crate::gitguard::random_suffix()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, entry.join("kept"))
-}
-
-/// (inode, ctime) of the regular file at `path` with a single link and at most [`LIVE_MAX`]
-/// bytes (larger objects are not worth a second copy); `None` for anything else.
-fn kept_stamp(path: &Path) -> Option<(u64, Stamp)> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::symlink_metadata(path).ok()?;
-    (m.is_file() && m.nlink() == 1 && m.len() <= LIVE_MAX)
-        .then(|| (m.ino(), (m.ctime(), m.ctime_nsec())))
-}
-
-/// Whether the loose object at `path` is the object `oid` (git's header, exact size).
-fn verifies(path: &Path, oid: &str, sha256: bool) -> bool {
-    crate::paths::open_regular(path)
-        .and_then(|f| loose_object_id_of(f, sha256, &Cell::new(u64::MAX)))
-        .is_ok_and(|id| hex(&id) == oid)
+    Ok(())
 }
 
 /// Sets the mode of the directory at `path` if it differs (the command may have taken its
@@ -793,22 +700,20 @@ fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
 }
 
 /// Copies each verified loose object of the fan-out directory `fan` (read through `from`, a
-/// descriptor's path) into the store, and returns the names of the objects the store already
-/// has that verify, kept (recorded in `kept`; `old_kept` saves hashing one unchanged since), ([`copy_verified`]); what does not verify is rejected.
-/// `shown`: the quarantine's path, for messages.
+/// descriptor's path) into the store ([`copy_verified`]); what does not verify is rejected;
+/// what the store already has is left to be removed. `shown`: the quarantine's path, for
+/// messages.
 fn migrate_fanout(
     shown: &Path,
     fan: &str,
-    (from_dir, from, tree_gone): (&OwnedFd, &Path, bool),
+    from: &Path,
     objects: &Path,
     sha256: bool,
-    (old_kept, kept): (&Kept, &mut Kept),
     out: &mut Migrated,
-) -> Vec<String> {
+) {
     let hexlen = if sha256 { 64 } else { 40 };
-    let mut keep = Vec::new();
     let Ok(rd) = std::fs::read_dir(from) else {
-        return keep;
+        return;
     };
     let mut to_dir: Option<OwnedFd> = None;
     for name in rd
@@ -818,16 +723,6 @@ fn migrate_fanout(
     {
         let oid = format!("{fan}{name}");
         if std::fs::symlink_metadata(objects.join(fan).join(&name)).is_ok() {
-            // Written again: kept if it is (still) the object its name says.
-            let path = from.join(&name);
-            let Some(stamp) = kept_stamp(&path) else {
-                continue;
-            };
-            let known = old_kept.get(&oid) == Some(&stamp);
-            if kept.len() < KEPT_MAX && (known || verifies(&path, &oid, sha256)) {
-                kept.insert(oid, stamp);
-                keep.push(name);
-            }
             continue;
         }
         let to = match &to_dir {
@@ -836,61 +731,17 @@ fn migrate_fanout(
                 Ok(to) => to_dir.insert(to),
                 Err(e) => {
                     out.failed.push((shown.join(fan), e.to_string()));
-                    return keep;
+                    return;
                 }
             },
         };
-        let src = from.join(&name);
-        let placed = if tree_gone {
-            move_verified(from_dir, &src, to, fan, &name, objects, sha256)
-        } else {
-            copy_verified(&src, to, fan, &name, objects, sha256)
-        };
-        match placed {
+        match copy_verified(&from.join(&name), to, fan, &name, objects, sha256) {
             Ok(Ok(())) => out.moved += 1,
             Ok(Err(why)) => out.rejected.push((oid, why)),
             Err(e) => out
                 .failed
                 .push((shown.join(fan).join(&name), e.to_string())),
         }
-    }
-    keep
-}
-
-/// Moves the loose object `src` (`name` in `from_dir`) into the store's fan-out directory `to`
-/// if its content hashes to its name: renamed (`RENAME_NOREPLACE`) when the file has a single
-/// link — it was read and hashed through the descriptor, and once the run is over nothing
-/// else can reach it, so the store gets exactly the bytes verified — else copied
-/// ([`copy_verified`]): a second name in the quarantine would let a later run write the
-/// store's file. `Ok(Err(why))`: it does not verify; `Err`: moving it failed.
-fn move_verified(
-    from_dir: &OwnedFd,
-    src: &Path,
-    to: &OwnedFd,
-    fan: &str,
-    name: &str,
-    objects: &Path,
-    sha256: bool,
-) -> io::Result<Result<(), String>> {
-    use std::os::unix::fs::MetadataExt;
-    let file = match crate::paths::open_regular(src) {
-        Ok(f) => f,
-        Err(e) => return Ok(Err(format!("unreadable: {e}"))),
-    };
-    if file.metadata()?.nlink() != 1 {
-        drop(file);
-        return copy_verified(src, to, fan, name, objects, sha256);
-    }
-    match loose_object_id_of(&file, sha256, &Cell::new(u64::MAX)) {
-        Ok(id) if hex(&id) == format!("{fan}{name}") => {}
-        Ok(_) => return Ok(Err("its content does not hash to its name".to_string())),
-        Err(e) => return Ok(Err(format!("unreadable: {e}"))),
-    }
-    match rename_between(from_dir, name, to, name) {
-        Ok(()) => Ok(Ok(())),
-        // Already there (the copier, or another run): fine, and never replaced.
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(Ok(())),
-        Err(e) => Err(e),
     }
 }
 
@@ -1063,23 +914,35 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
         };
         // `--stdin`: git reads the pack from our descriptor and writes it into the store
         // itself, as receive-pack does with a pushed pack. A few bytes of deltas can declare
-        // gigabytes of objects: its address space is bounded, and a pack past it is refused.
+        // gigabytes of objects: its address space and its CPU time are bounded (a pack past
+        // them is refused), and it dies with the supervisor.
         let mut cmd = Command::new(&git);
-        // Safety: setrlimit(2) is async-signal-safe; nothing else runs between fork and exec.
+        // Safety: setrlimit(2) and prctl(2) are async-signal-safe; nothing else runs between
+        // fork and exec.
         unsafe {
             cmd.pre_exec(|| {
-                let limit = libc::rlimit {
-                    rlim_cur: INDEX_PACK_MEMORY,
-                    rlim_max: INDEX_PACK_MEMORY,
-                };
-                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                for (resource, value) in [
+                    (libc::RLIMIT_AS, INDEX_PACK_MEMORY),
+                    (libc::RLIMIT_CPU, INDEX_PACK_CPU_SECONDS),
+                ] {
+                    let limit = libc::rlimit {
+                        rlim_cur: value,
+                        rlim_max: value,
+                    };
+                    if libc::setrlimit(resource, &limit) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                     return Err(io::Error::last_os_error());
                 }
                 Ok(())
             });
         }
         let run = cmd
-            .args(["index-pack", "--stdin", "--no-rev-index"])
+            // --fsck-objects: what git could not parse (a tree or commit that is not one)
+            // would make every later `git gc` fail.
+            .args(["index-pack", "--stdin", "--no-rev-index", "--fsck-objects"])
             .current_dir(common)
             .env("GIT_DIR", common)
             .env_remove("GIT_OBJECT_DIRECTORY")
@@ -1179,20 +1042,6 @@ mod tests {
         out
     }
 
-    /// Every file of the quarantine `dir` but `info/alternates` is a kept copy: recorded beside
-    /// it, and the object its name says.
-    fn assert_kept_only(dir: &Path) {
-        let kept = read_kept(dir.parent().unwrap()).expect("a record of kept copies");
-        for f in files(dir) {
-            if f == "info/alternates" {
-                continue;
-            }
-            let oid = f.replace('/', "");
-            assert!(kept.contains_key(&oid), "{f} is not recorded: {kept:?}");
-            assert!(verifies(&dir.join(&f), &oid, false), "{f} does not verify");
-        }
-    }
-
     /// A scratch directory holding an empty repository `repo` (branch `main`).
     fn new_repo() -> (tempfile::TempDir, PathBuf) {
         let tmp = tempfile::tempdir().unwrap();
@@ -1272,7 +1121,7 @@ mod tests {
         assert_eq!(m.rejected.len(), 1, "{m:?}");
         assert_eq!(m.rejected[0].0, forged);
         assert_eq!(m.moved, 3, "{m:?}");
-        assert_kept_only(&dir);
+        assert_eq!(files(&dir), ["info/alternates"]);
         for o in [&good, &other, &packed[0], &packed[1]] {
             git(&repo, &["cat-file", "-e", o]);
         }
@@ -1371,10 +1220,11 @@ mod tests {
     }
 
     /// An object the store already has, written again by the command (git cannot refresh the
-    /// store's copy), stays in the quarantine once verified; junk goes. Each worktree takes a
+    /// store's copy), goes like junk: a file the command made may be written later through a
+    /// descriptor another sandbox holds, so no later run may read it. Each worktree takes a
     /// quarantine of its own, and none lies in the repository.
     #[test]
-    fn objects_written_again_are_kept_verified_and_quarantines_stay_out_of_the_repository() {
+    fn objects_written_again_are_dropped_and_quarantines_stay_out_of_the_repository() {
         let (tmp, repo) = new_repo();
         let old = hash_object(&repo, "old", None);
         let common = repo.join(".git");
@@ -1396,14 +1246,7 @@ mod tests {
         let dir = q.dir.clone();
         let m = q.migrate();
         assert!(m.failed.is_empty() && m.rejected.is_empty(), "{m:?}");
-        assert_eq!(
-            files(&dir),
-            [
-                format!("{}/{}", &old[..2], &old[2..]),
-                "info/alternates".into()
-            ]
-        );
-        assert_kept_only(&dir);
+        assert_eq!(files(&dir), ["info/alternates"]);
         let (mine, _) = Quarantine::take_in(&state(&tmp), &common, false, "wt").unwrap();
         let (other, _) = Quarantine::take_in(&state(&tmp), &common, false, "wt-2").unwrap();
         assert_eq!(mine.dir, dir);
@@ -1470,7 +1313,7 @@ mod tests {
         let dir = q.dir.clone();
         let m = q.migrate();
         assert_eq!(m.moved, 1);
-        assert_kept_only(&dir);
+        assert_eq!(files(&dir), ["info/alternates"]);
         assert!(read_mark(dir.parent().unwrap()).is_some());
         // A second run takes it again, writes, and its supervisor dies: its descriptor, and
         // so its lock, goes; the mark stays as the first run left it.
@@ -1486,7 +1329,7 @@ mod tests {
             "{settled:?}"
         );
         assert!(dir.join(&first[..2]).is_dir());
-        assert_kept_only(&dir);
+        assert_eq!(files(&dir), ["info/alternates"]);
         git(&repo, &["cat-file", "-e", &oid]);
     }
 
@@ -1521,7 +1364,7 @@ mod tests {
             );
         }
         assert!(!dir.join(&existing[..2]).join(&existing[2..]).exists());
-        assert_kept_only(&dir);
+        assert_eq!(files(&dir), ["info/alternates"]);
         assert_eq!(
             std::fs::read(at(&common.join("objects"), &existing)).unwrap(),
             std::fs::read(at(&common.join("objects"), &existing)).unwrap()
@@ -1551,39 +1394,74 @@ mod tests {
         assert!(!entry.exists());
     }
 
-    /// A kept copy a later run of the worktree changed in place (its directory unchanged, so
-    /// not listed again) is verified again when that run ends, and removed: no later run reads
-    /// it.
+    /// A descriptor on a new object that outlives the run (passed to another sandbox over a
+    /// socket): writing through it after the migration changes nothing in the store, which got
+    /// a file of the supervisor's.
     #[test]
-    fn a_kept_copy_changed_in_place_is_removed() {
+    fn a_descriptor_kept_on_a_new_object_does_not_reach_the_store() {
+        use std::io::{Seek, Write};
         let (tmp, repo) = new_repo();
-        let old = hash_object(&repo, "old", None);
-        let other = hash_object(&repo, "other", None);
         let common = repo.join(".git");
         let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
             .unwrap()
             .0;
-        let again = Command::new("sh")
+        let new = hash_object(&repo, "new", Some(&q.dir));
+        let path = q.dir.join(&new[..2]).join(&new[2..]);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut held = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        assert_eq!(q.migrate().moved, 1);
+        held.set_len(0).unwrap();
+        held.rewind().unwrap();
+        held.write_all(b"forged after the run").unwrap();
+        drop(held);
+        git(&repo, &["cat-file", "-e", &new]);
+        git(&repo, &["fsck", "--strict"]);
+    }
+
+    /// A commit git cannot parse (`hello`, written with `--literally`), loose and in a pack: its
+    /// name is its hash and its header is git's, but `git gc` would fail on it for good: it is
+    /// rejected both ways.
+    #[test]
+    fn objects_git_cannot_parse_are_rejected_loose_and_packed() {
+        let (tmp, repo) = new_repo();
+        let common = repo.join(".git");
+        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
+            .unwrap()
+            .0;
+        let bogus = |what: &str| {
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg("printf %s \"$C\" | git hash-object -t commit --literally -w --stdin")
+                .env("C", what)
+                .env("GIT_OBJECT_DIRECTORY", &q.dir)
+                .current_dir(&repo)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let loose = bogus("hello");
+        let packed = bogus("hello again");
+        let out = Command::new("sh")
             .arg("-c")
-            .arg("echo old | git hash-object -w --stdin")
+            .arg("echo \"$A\" | git pack-objects -q \"$Q/pack/pack\"")
+            .env("A", &packed)
+            .env("Q", &q.dir)
             .env("GIT_OBJECT_DIRECTORY", &q.dir)
             .current_dir(&repo)
             .output()
             .unwrap();
-        assert!(again.status.success());
-        let dir = q.dir.clone();
-        assert!(q.migrate().failed.is_empty());
-        let copy = dir.join(&old[..2]).join(&old[2..]);
-        assert!(copy.is_file(), "not kept");
-        // The next run writes another object's bytes over it.
-        let (q, _) = Quarantine::take_in(&state(&tmp), &common, false, "wt").unwrap();
-        assert_eq!(q.dir, dir);
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let forged =
-            std::fs::read(common.join("objects").join(&other[..2]).join(&other[2..])).unwrap();
-        std::fs::write(&copy, forged).unwrap();
-        assert!(q.migrate().failed.is_empty());
-        assert!(!copy.exists(), "a changed copy was kept");
-        assert_kept_only(&dir);
+        assert!(out.status.success(), "{out:?}");
+        std::fs::remove_file(q.dir.join(&packed[..2]).join(&packed[2..])).unwrap();
+        let m = q.migrate();
+        assert_eq!(m.moved, 0, "{m:?}");
+        assert_eq!(m.rejected.len(), 2, "{m:?}");
+        for o in [&loose, &packed] {
+            let there = Command::new("git")
+                .args(["cat-file", "-e", o])
+                .current_dir(&repo)
+                .status()
+                .unwrap();
+            assert!(!there.success(), "{o} reached the store");
+        }
     }
 }
