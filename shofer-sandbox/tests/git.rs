@@ -1652,3 +1652,41 @@ fn concurrent_runs_keep_each_others_objects() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Without a state directory of its own (`$XDG_STATE_HOME`, `$HOME`) a run takes no object
+/// quarantine — never one in a shared directory such as `/var/tmp`, where another run given it
+/// as its temporary directory could plant one for a later run to adopt — says so, and its
+/// commit still reaches the store.
+#[test]
+fn without_a_state_directory_there_is_no_quarantine_and_nothing_in_var_tmp() {
+    let shared = || -> Vec<String> {
+        std::fs::read_dir("/var/tmp")
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("shofer-objects") || n.starts_with("shofer-git-guard"))
+            .collect()
+    };
+    let before = shared();
+    let mut failures = Vec::new();
+    for b in backends().into_iter().filter(|b| *b != "landlock") {
+        let l = Layout::new(None, &[]);
+        let script = "echo x >> f; git add f; git commit -qm x && git rev-parse HEAD";
+        let (mut cmd, _copy) = sandboxed(None, &l.wt, b, script);
+        cmd.env_remove("HOME")
+            .env_remove("XDG_STATE_HOME")
+            .stdin(Stdio::null());
+        let out = cmd.output().unwrap();
+        let head = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let said = String::from_utf8_lossy(&out.stderr).contains("no object quarantine");
+        if out.status.code() != Some(0) || head.len() != 40 || !said {
+            failures.push(format!("{b}: {}", show(&out)));
+            continue;
+        }
+        if let Some(why) = l.lacks(&head) {
+            failures.push(format!("{b}: the store lacks the commit\n{why}"));
+        }
+    }
+    assert_eq!(shared(), before, "made in /var/tmp");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
