@@ -332,15 +332,18 @@ impl Quarantine {
         Ok((q, out))
     }
 
-    /// Starts the [`Copier`] (call when the command starts).
+    /// Starts the [`Copier`] (call when the command starts); it first empties the entry's
+    /// trash (what earlier runs left there), off the exit path.
     ///
     /// # Errors
     /// The thread cannot be spawned.
     pub fn start_copier(&self) -> io::Result<Copier> {
         let (dir, objects, sha256) = (self.dir.clone(), self.objects.clone(), self.sha256);
+        let entry = self.entry.clone();
         let done = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&done);
         let thread = shofer_sys::process::spawn_signals_blocked("shofer-objects", move || {
+            empty_trash(&entry);
             let mut seen = HashSet::new();
             let mut listed = HashMap::new();
             loop {
@@ -482,6 +485,7 @@ fn sweep_in(roots: &[PathBuf], common: &Path, sha256: bool) -> Migrated {
             let Some((_lock, m)) = settle_idle(&entry, &objects, sha256) else {
                 continue;
             };
+            empty_trash(&entry);
             out.merge(m);
         }
     }
@@ -557,9 +561,8 @@ fn settle(entry: &Path, objects: &Path, sha256: bool) -> Migrated {
 }
 
 /// Takes `path` out of the quarantine of `entry`: renamed into `<entry>/trash/` (one rename,
-/// however deep a tree the command built), then removed from there as far as it can be;
-/// what cannot (a tree deeper than the descriptors it takes to walk it) stays in the trash,
-/// which no sandbox sees, and is tried again by the next settle.
+/// however deep a tree the command built there), which no sandbox sees; [`empty_trash`]
+/// removes it later, off the run's exit path.
 fn discard(entry: &Path, path: &Path) -> io::Result<()> {
     let trash = entry.join("trash");
     if subdir(entry, "trash").is_none() {
@@ -567,16 +570,21 @@ fn discard(entry: &Path, path: &Path) -> io::Result<()> {
         std::fs::DirBuilder::new().mode(0o700).create(&trash)?;
     }
     match std::fs::rename(path, trash.join(crate::gitguard::random_suffix())) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(_) => return remove_entry(path),
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(_) => remove_entry(path),
     }
-    if let Ok(rd) = std::fs::read_dir(&trash) {
+}
+
+/// Removes what `<entry>/trash/` holds, as far as it can be (what cannot, a tree deeper than
+/// the descriptors it takes to walk it, stays there and is tried again next time). Called by
+/// the [`Copier`] while the run lasts, so that no run waits for an earlier one's garbage.
+fn empty_trash(entry: &Path) {
+    if let Ok(rd) = std::fs::read_dir(entry.join("trash")) {
         for e in rd.flatten() {
             let _ = remove_entry(&e.path());
         }
     }
-    Ok(())
 }
 
 /// Sets the mode of the directory at `path` if it differs (the command may have taken its
