@@ -92,6 +92,7 @@ impl<'a> Steps<'a> {
                 sockets: true,
                 lockfiles: false,
                 renames: false,
+                freshen: false,
             },
         };
         match confinement {

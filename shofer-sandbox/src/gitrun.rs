@@ -41,6 +41,9 @@ pub struct GitRun {
     pub journal: Option<PathBuf>,
     /// Protected structurally (read-only binds) rather than by the guard.
     pub structural: bool,
+    /// Those binds can be undone by the command: bubblewrap keeps `CAP_SYS_ADMIN` for
+    /// `--keep-caps` (as root), and a remount makes a read-only bind writable.
+    pub remountable: bool,
     /// Why no journal could be written (reported).
     pub journal_missing: Option<String>,
     placeholders: Vec<Created>,
@@ -67,6 +70,7 @@ impl GitRun {
         keep_caps: bool,
     ) -> Result<GitRun, SetupError> {
         let structural = backend != Backend::Landlock;
+        let remountable = structural && keep_caps && backend == Backend::Bwrap;
         let placeholders = if structural {
             gitprotect::prepare(&opened.controls).map_err(|(path, why)| {
                 SetupError::Usage(format!("git control file '{}' {why}", path.display()))
@@ -98,7 +102,7 @@ impl GitRun {
         if let Some((common, name)) = common {
             let sha256 = gitprotect::uses_sha256(&common);
             let killed = "of a run that was killed";
-            if structural && keep_caps && backend == Backend::Bwrap {
+            if remountable {
                 // bubblewrap keeps CAP_SYS_ADMIN for --keep-caps as root: the command could
                 // remount the store's read-only bind read-write.
                 eprintln!(
@@ -169,6 +173,7 @@ impl GitRun {
             worktree: opened.policy.worktree.clone(),
             journal,
             structural,
+            remountable,
             journal_missing,
             placeholders,
             locations,

@@ -349,13 +349,24 @@ fn attempt(
         }
         _ => None,
     };
-    let traps = gate::filter::Traps {
-        sockets: facts.unix_gate_runs(choice.backend, choice.abi),
-        lockfiles: lockfiles.is_some(),
-        renames: config_renames.is_some(),
-    };
+    let (lockfile_traps, renames) = (lockfiles.is_some(), config_renames.is_some());
     let lockfiles = lockfiles.or(config_renames);
     let mut git_run = gitrun::GitRun::prepare(opened, choice.backend, args.keep_caps)?;
+    // git's freshen of an object in the quarantine's read-only store, performed by the gate
+    // (gate::freshen); without it git writes every object it finds there again.
+    let store = git_run.quarantine.as_ref().and_then(|q| {
+        facts.gate_runs_beside(choice.backend).then(|| {
+            gate::freshen::Store::open(&q.objects, q.sha256)
+                .map_err(|e| tell(format!("shofer-sandbox: note: git rewrites the objects it finds in the store ({}: {e})", q.objects.display())))
+                .ok()
+        })?
+    });
+    let traps = gate::filter::Traps {
+        sockets: facts.unix_gate_runs(choice.backend, choice.abi),
+        lockfiles: lockfile_traps,
+        renames,
+        freshen: store.is_some(),
+    };
     // From here every way out goes through `git_run.finish` (it removes the placeholders).
     let before = (|| -> Result<_, SetupError> {
         let mut report_file = None;
@@ -381,9 +392,18 @@ fn attempt(
             }
             report_file = Some(write_record(fd, &record)?);
         }
-        let gate = if traps.sockets || traps.lockfiles || traps.renames {
+        let gate = if traps.sockets || traps.lockfiles || traps.renames || traps.freshen {
             Some(gate_setup(
-                args, choice, opened, allow_unix, &exec, traps, lockfiles,
+                args,
+                choice,
+                opened,
+                allow_unix,
+                &exec,
+                traps,
+                gate::GitDirs {
+                    common: lockfiles,
+                    store,
+                },
             )?)
         } else {
             None
@@ -497,8 +517,9 @@ fn write_record(fd: i32, record: &serde_json::Value) -> Result<std::fs::File, Se
     Ok(file)
 }
 
-/// The gate's rules for this run: the worktree and the `--allow-unix` paths, and the common
-/// dir where it performs git's `packed-refs` lock protocol (`common`).
+/// The gate's rules for this run: the worktree and the `--allow-unix` paths, and where it acts
+/// for git (`git`: the common dir of git's `packed-refs` lock protocol, the store of the object
+/// quarantine where it performs git's freshen).
 fn gate_setup(
     args: &RunArgs,
     choice: &Choice,
@@ -506,7 +527,7 @@ fn gate_setup(
     allow_unix: &gate::AllowUnix,
     exec: &ExecSpec,
     traps: gate::filter::Traps,
-    common: Option<gate::packed_refs::CommonDir>,
+    git: gate::GitDirs,
 ) -> Result<gate::Setup, SetupError> {
     let worktree = opened
         .policy
@@ -525,7 +546,7 @@ fn gate_setup(
     // Then the gate keeps them and drops them per call of an unprivileged caller.
     let drop_caps =
         !args.keep_caps && choice.backend != Backend::Bwrap && exec.foreign_owner.is_none();
-    gate::Setup::new(worktree, allow_unix, tcp_denied, drop_caps, traps, common).map_err(|source| {
+    gate::Setup::new(worktree, allow_unix, tcp_denied, drop_caps, traps, git).map_err(|source| {
         SetupError::Syscall {
             op: "preparing the unix socket gate",
             source,

@@ -89,7 +89,8 @@ pub struct Quarantine {
     pub store_mount: PathBuf,
     /// The entry that holds it (`<state>/objects/<entry>`).
     entry: PathBuf,
-    sha256: bool,
+    /// The store's object format is SHA-256 (else SHA-1).
+    pub sha256: bool,
     /// The entry's descriptor, holding its `flock`.
     _lock: OwnedFd,
 }

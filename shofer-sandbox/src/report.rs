@@ -133,12 +133,16 @@ pub fn run(
     git["notes"] = json!(notes);
     git["objects"] = if let Some(q) = &git_run.quarantine {
         json!(format!("read-only: the store is bound read-only (a deletion or rewrite fails); the command's git writes new objects to a quarantine outside the repository, {}, bound over objects/ with the store as its alternate; when the run ends each new loose object is re-hashed (git's header, exact size) and copied into the store by the supervisor, each new pack written into the store by git index-pack --stdin --fsck-objects (its own index), and only what verifies enters the store (never over an existing object, never a file of the command's); while it runs, loose objects up to 4 MiB are copied into the store every 200 ms (verified copies), larger objects and packs are not visible to the host's git until it ends", q.dir.display()))
+    } else if git_run.remountable {
+        json!("existing packs: read-only bind mounts, which the command can remount read-write (bubblewrap keeps CAP_SYS_ADMIN for --keep-caps); loose objects: recorded before the run (inode, size, ctime) and re-hashed after it when touched; a deleted or rewritten object is named, on stderr and in a closing git_restore record, and the run exits 125")
     } else if git_run.structural {
         json!("existing packs: read-only bind mounts; loose objects: recorded before the run (inode, size, ctime) and re-hashed after it when touched; a deleted or rewritten object is named, on stderr and in a closing git_restore record, and the run exits 125")
     } else {
         json!("recorded before the run (loose objects: inode, size, ctime; packs: checksums, the old index kept open) and checked after it: a deleted or rewritten object is named, on stderr and in a closing git_restore record, and the run exits 125; not prevented while the command runs")
     };
-    git["guard"] = if git_run.structural {
+    git["guard"] = if git_run.remountable {
+        json!("read-only bind mounts, which the command can remount read-write (bubblewrap keeps CAP_SYS_ADMIN for --keep-caps): checked by the guard at exit only")
+    } else if git_run.structural {
         json!("read-only bind mounts: the command can neither write, replace, rename nor remove a protected path, during the run or after it; the guard still checks them at exit")
     } else {
         json!({
@@ -164,7 +168,9 @@ fn git_protected(
     packed_refs_by_gate: bool,
 ) -> Value {
     let c = &opened.controls;
-    let how_ro = if git_run.structural {
+    let how_ro = if git_run.remountable {
+        "read-only bind mount, remountable by the command (--keep-caps under bubblewrap); checked at exit"
+    } else if git_run.structural {
         "read-only bind mount"
     } else {
         "guard (restored at once)"
@@ -181,7 +187,7 @@ fn git_protected(
     match (&c.common, git_run.structural) {
         (Some(layer), true) => {
             for r in &layer.read_only {
-                out.push(json!({"path": r.path.to_string_lossy(), "what": r.what, "how": "read-only bind mount"}));
+                out.push(json!({"path": r.path.to_string_lossy(), "what": r.what, "how": how_ro}));
             }
             out.push(json!({"path": layer.common.join("packed-refs").to_string_lossy(), "what": "packed-refs",
                 "how": "writable: git deletes refs through packed-refs.lock (the common dir is bound writable, everything else in it read-only)"}));

@@ -1690,3 +1690,99 @@ fn without_a_state_directory_there_is_no_quarantine_and_nothing_in_var_tmp() {
     assert_eq!(shared(), before, "made in /var/tmp");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// git refreshes the time of an object it is about to write and finds in the store ("freshen",
+/// `utime`), on a loose object and on a pack: in the read-only store of a quarantine the gate
+/// performs it (else git wrote every recurring object again, README "Objects"); a file
+/// merely named like an object elsewhere gets the kernel's own `utime`, and the store's
+/// object of that name is left alone.
+#[test]
+fn objects_the_store_has_are_freshened_not_written_again() {
+    const OLD: &str = "2001-01-01";
+    let mtime = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).map(|m| m.mtime()).unwrap_or(0)
+    };
+    let fresh = |p: &Path| mtime(p) > 978_307_200 + 86_400;
+    let mut failures = Vec::new();
+    for uid in uids() {
+        for b in backends() {
+            let l = Layout::new(None, &[]);
+            let setup = format!(
+                "set -e; cd '{}'; \
+                 loose=$(printf 'loose content\\n' | git hash-object -w --stdin); \
+                 packed=$(printf 'packed content\\n' | git hash-object -w --stdin); \
+                 echo $packed | git pack-objects -q .git/objects/pack/pack >/dev/null; \
+                 git prune-packed; \
+                 mkdir -p ../wt/fake/${{loose%${{loose#??}}}}; \
+                 touch -d {OLD} .git/objects/pack/*.pack .git/objects/??/* ../wt/fake/??; \
+                 touch -d {OLD} .git/objects/${{loose%${{loose#??}}}}/${{loose#??}}; \
+                 touch -d {OLD} ../wt/fake/${{loose%${{loose#??}}}}/${{loose#??}}; \
+                 echo $loose",
+                l.repo.display()
+            );
+            let out = Command::new("bash")
+                .args(["-c", &setup])
+                .envs(git_env())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", show(&out));
+            let loose = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if let Some(u) = uid {
+                l.s.chown_all(u);
+            }
+            let objects = l.repo.join(".git/objects");
+            let stored = objects.join(&loose[..2]).join(&loose[2..]);
+            let fake = l.wt.join("fake").join(&loose[..2]).join(&loose[2..]);
+            let packs: Vec<PathBuf> = walk_files(&objects.join("pack"))
+                .into_iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "pack"))
+                .collect();
+            // The fake first: the store's object must keep its old time through it.
+            let script = format!(
+                "touch -c fake/{}/{} && [ \"$(stat -c %Y fake/{}/{})\" -gt 978393600 ] && \
+                 [ \"$(stat -c %Y \"$COMMON/objects/info/store/{}/{}\" 2>/dev/null || \
+                       stat -c %Y \"$COMMON/objects/{}/{}\")\" -lt 978393600 ] && \
+                 printf 'loose content\\n' | git hash-object -w --stdin && \
+                 printf 'packed content\\n' | git hash-object -w --stdin",
+                &loose[..2],
+                &loose[2..],
+                &loose[..2],
+                &loose[2..],
+                &loose[..2],
+                &loose[2..],
+                &loose[..2],
+                &loose[2..]
+            );
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, &script);
+            cmd.envs(l.vars()).stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            let who = format!("{b}, uid {uid:?}");
+            if out.status.code() != Some(0) {
+                failures.push(format!("{who}: the run failed\n{}", show(&out)));
+                continue;
+            }
+            if !fresh(&fake) {
+                failures.push(format!("{who}: touch -c left the worktree's file old"));
+            }
+            if !fresh(&stored) {
+                failures.push(format!("{who}: the loose object was not freshened"));
+            }
+            if packs.is_empty() || !packs.iter().all(|p| fresh(p)) {
+                failures.push(format!("{who}: the pack was not freshened: {packs:?}"));
+            }
+            // Not written again: a copy of the packed object would have been moved in loose.
+            let packed = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .unwrap_or("")
+                .to_string();
+            if packed.len() != 40 || objects.join(&packed[..2]).join(&packed[2..]).exists() {
+                failures.push(format!(
+                    "{who}: the packed object {packed:?} was written again"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

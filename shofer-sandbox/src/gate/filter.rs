@@ -18,7 +18,10 @@
 //! directory descriptor — `rm -r`, `shutil.rmtree`, `remove_dir_all` — and the 32-bit entry
 //! points run untouched: the gate would grant nothing there, so Landlock decides as before,
 //! and they cost no round trip. With [`Traps::renames`] (the namespace backends in a git
-//! worktree) only those `rename` calls trap.
+//! worktree) only those `rename` calls trap. With [`Traps::freshen`] (the namespace backends
+//! with an object quarantine, [`super::freshen`]) also `utimensat(AT_FDCWD, path, NULL, 0)`,
+//! what `utime(path, NULL)` makes: git's refresh of an object's time (a `touch` works on its
+//! descriptor, and calls with times never trap).
 //!
 //! Written by hand like [`crate::seccomp`], with symbolic jump labels resolved at build time.
 //! See seccomp(2) and seccomp_unotify(2).
@@ -33,6 +36,8 @@ const OFF_ARCH: u32 = 4;
 const OFF_ARG0_LO: u32 = 16;
 const OFF_ARG1_LO: u32 = 24;
 const OFF_ARG2_LO: u32 = 32;
+const OFF_ARG2_HI: u32 = 36;
+const OFF_ARG3_LO: u32 = 40;
 const OFF_ARG4_LO: u32 = 48;
 const OFF_ARG4_HI: u32 = 52;
 /// `AT_FDCWD` (-100) as the low half of an argument.
@@ -58,6 +63,7 @@ pub(super) const NR_OPENAT: u32 = 257;
 pub(super) const NR_UNLINKAT: u32 = 263;
 pub(super) const NR_RENAMEAT: u32 = 264;
 pub(super) const NR_RENAMEAT2: u32 = 316;
+pub(super) const NR_UTIMENSAT: u32 = 280;
 // x32-only numbers of sendmsg and sendmmsg.
 const NR_X32_SENDMSG: u32 = 518;
 const NR_X32_SENDMMSG: u32 = 538;
@@ -92,6 +98,7 @@ enum L {
     RenameatArgs,
     Renameat2Args,
     Renameat2Hi,
+    UtimensatArgs,
 }
 
 enum Ins {
@@ -150,6 +157,9 @@ pub struct Traps {
     /// Of those, the renames alone (the namespace backends in a git worktree, where the
     /// supervisor answers git's rewrite of an unchanged, read-only `config`).
     pub renames: bool,
+    /// `utimensat(AT_FDCWD, path, NULL, 0)`: git's freshen of an object in the read-only
+    /// store of an object quarantine ([`super::freshen`]).
+    pub freshen: bool,
 }
 
 /// The gate program for `traps` (see the module documentation).
@@ -189,7 +199,24 @@ pub fn program(traps: Traps) -> Vec<libc::sock_filter> {
             Jeq(NR_RENAMEAT2, L::Renameat2Args, L::Next),
         ]);
     }
+    if traps.freshen {
+        code.push(Jeq(NR_UTIMENSAT, L::UtimensatArgs, L::Next));
+    }
     code.push(Ret(libc::SECCOMP_RET_ALLOW));
+    if traps.freshen {
+        // The directory an int (low half); the times a pointer (both halves); flags an int.
+        code.extend([
+            Label(L::UtimensatArgs),
+            Ld(OFF_ARG0_LO),
+            Jeq(AT_FDCWD, L::Next, L::Allow),
+            Ld(OFF_ARG2_LO),
+            Jeq(0, L::Next, L::Allow),
+            Ld(OFF_ARG2_HI),
+            Jeq(0, L::Next, L::Allow),
+            Ld(OFF_ARG3_LO),
+            Jeq(0, L::Notify, L::Allow),
+        ]);
+    }
     if traps.sockets {
         code.extend([
             Label(L::SendtoArgs),
@@ -312,26 +339,36 @@ pub fn install(traps: Traps) -> io::Result<OwnedFd> {
 mod tests {
     use super::*;
 
-    const ALL: [Traps; 4] = [
+    const ALL: [Traps; 5] = [
         Traps {
             sockets: true,
             lockfiles: false,
             renames: false,
+            freshen: false,
         },
         Traps {
             sockets: false,
             lockfiles: true,
             renames: false,
+            freshen: false,
         },
         Traps {
             sockets: true,
             lockfiles: true,
             renames: false,
+            freshen: false,
         },
         Traps {
             sockets: true,
             lockfiles: false,
             renames: true,
+            freshen: false,
+        },
+        Traps {
+            sockets: false,
+            lockfiles: false,
+            renames: true,
+            freshen: true,
         },
     ];
 
@@ -444,5 +481,35 @@ mod tests {
             verdict(&on, x86, X32_SYSCALL_BIT | NR_RENAME, [0; 6]),
             allow
         );
+    }
+
+    #[test]
+    fn freshen_traps_catch_utime_of_a_path_without_times_only() {
+        let notify = libc::SECCOMP_RET_USER_NOTIF;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let x86 = AUDIT_ARCH_X86_64;
+        let cwd = libc::AT_FDCWD as i64 as u64;
+        let on = program(ALL[4]);
+        let cases = [
+            ([cwd, 0x1000, 0, 0, 0, 0], notify),
+            ([cwd & 0xffff_ffff, 0x1000, 0, 0, 0, 0], notify),
+            // futimens(fd, NULL) (touch), times given (tar, cp -p), a flag, a directory.
+            ([3, 0, 0, 0, 0, 0], allow),
+            ([cwd, 0x1000, 0x2000, 0, 0, 0], allow),
+            ([cwd, 0x1000, 1 << 32, 0, 0, 0], allow),
+            (
+                [cwd, 0x1000, 0, libc::AT_SYMLINK_NOFOLLOW as u64, 0, 0],
+                allow,
+            ),
+            ([5, 0x1000, 0, 0, 0, 0], allow),
+        ];
+        for (args, want) in cases {
+            assert_eq!(verdict(&on, x86, NR_UTIMENSAT, args), want, "{args:?}");
+            for other in &ALL[..4] {
+                assert_eq!(verdict(&program(*other), x86, NR_UTIMENSAT, args), allow);
+            }
+        }
+        assert_eq!(verdict(&on, x86, NR_RENAME, [0; 6]), notify);
+        assert_eq!(verdict(&on, x86, NR_CONNECT, [0; 6]), allow);
     }
 }

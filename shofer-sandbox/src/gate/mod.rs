@@ -22,7 +22,8 @@
 //! On the Landlock backend in a linked worktree the same listener also carries git's
 //! `packed-refs` lock protocol, which the supervisor performs for the command in the common
 //! dir that stays outside the writable set ([`packed_refs`]); at Landlock ABI 9 the gate then
-//! runs for that alone.
+//! runs for that alone. On the namespace backends with an object quarantine it also carries
+//! git's refresh of an object's time in the read-only store ([`freshen`]).
 //!
 //! Known limits: the peer of a connection made through the gate sees the supervisor's PID in
 //! `SO_PEERCRED` (same uid and gid); a unix stream connect to a listener whose backlog is full
@@ -31,6 +32,7 @@
 
 pub mod diag;
 pub mod filter;
+pub mod freshen;
 pub mod netns;
 mod notify;
 pub mod packed_refs;
@@ -101,6 +103,7 @@ pub fn available() -> Result<(), String> {
                 sockets: true,
                 lockfiles: false,
                 renames: false,
+                freshen: false,
             }) {
                 Ok(_) => 0,
                 Err(e) => e.raw_os_error().unwrap_or(1).clamp(1, 255),
@@ -181,6 +184,14 @@ impl AllowUnix {
     }
 }
 
+/// The repository directories where the gate acts for git.
+pub struct GitDirs {
+    /// The common dir, for git's `packed-refs` lock protocol ([`packed_refs`]).
+    pub common: Option<packed_refs::CommonDir>,
+    /// The read-only store of the run's object quarantine ([`freshen`]).
+    pub store: Option<freshen::Store>,
+}
+
 /// What the supervisor needs to run the gate for one command.
 pub struct Setup {
     /// What is reachable besides the run's own sockets, and the common dir for
@@ -193,16 +204,18 @@ pub struct Setup {
 }
 
 impl Setup {
-    /// The gate's rules for a run: the worktree and `allow` reachable; with `common`, git's
-    /// `packed-refs` lock protocol (with [`filter::Traps::lockfiles`]) and the rewrite of an
-    /// unchanged `config` answered in that directory ([`packed_refs`]).
+    /// The gate's rules for a run: the worktree and `allow` reachable; with `git.common`,
+    /// git's `packed-refs` lock protocol (with [`filter::Traps::lockfiles`]) and the rewrite of
+    /// an unchanged `config` answered in that directory ([`packed_refs`]); with `git.store`
+    /// (and [`filter::Traps::freshen`]), git's freshen of an object in the read-only store of
+    /// the run's object quarantine performed ([`freshen`]).
     pub fn new(
         worktree: &OwnedFd,
         allow: &AllowUnix,
         tcp_denied: bool,
         drop_caps: bool,
         traps: filter::Traps,
-        common: Option<packed_refs::CommonDir>,
+        git: GitDirs,
     ) -> std::io::Result<Setup> {
         let mut dirs =
             vec![resolve::ident(worktree.as_raw_fd()).map_err(std::io::Error::from_raw_os_error)?];
@@ -220,8 +233,9 @@ impl Setup {
                 files,
                 tcp_denied,
                 drop_caps,
-                packed_refs: common.filter(|_| traps.lockfiles || traps.renames),
+                packed_refs: git.common.filter(|_| traps.lockfiles || traps.renames),
                 lockfiles: traps.lockfiles,
+                freshen: git.store.filter(|_| traps.freshen),
             },
             traps,
             refused: Refused::default(),

@@ -27,7 +27,8 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::diag::{self, Lookup};
-use super::filter::{NR_BIND, NR_CONNECT, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO};
+use super::filter::{NR_BIND, NR_CONNECT, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO, NR_UTIMENSAT};
+use super::freshen;
 use super::notify::{self, AddFd, Notif};
 use super::packed_refs;
 use super::resolve::{self, Ident};
@@ -66,6 +67,9 @@ pub struct Rules {
     /// The whole `packed-refs` lock protocol is performed there (a linked worktree on the
     /// Landlock backend); else only the rename of an unchanged `config` is answered.
     pub lockfiles: bool,
+    /// The read-only store of the run's object quarantine, where git's freshen is performed
+    /// ([`freshen`]).
+    pub freshen: Option<freshen::Store>,
 }
 
 /// Paths the gate refused, in order, each once.
@@ -442,6 +446,7 @@ impl Gate {
             NR_SENDMMSG => self.sendmmsg(n),
             NR_BIND => return self.bind(n),
             nr if packed_refs::traps(nr) => return self.packed_refs(n),
+            NR_UTIMENSAT => return self.freshen(n),
             _ => Err(libc::ENOSYS),
         };
         match r {
@@ -753,6 +758,26 @@ impl Gate {
                 None => Reply::Later,
             },
             as_caller => self.later_answered(n.id, as_caller, perform),
+        }
+    }
+
+    /// A trapped `utimensat` ([`freshen`]): performed on the store's file when it is git's
+    /// freshen of an object of the quarantine's read-only store, else continued.
+    fn freshen(&mut self, n: &Notif) -> Reply {
+        let Some(target) = self
+            .rules
+            .freshen
+            .as_ref()
+            .and_then(|store| freshen::decide(n.pid, &n.args, store))
+        else {
+            return Reply::Continue;
+        };
+        if !self.valid(n) {
+            return Reply::Later; // /proc/PID may have named another process meanwhile
+        }
+        match self.needs_unprivileged(n.pid) {
+            None => Reply::Now(freshen::perform(&target)),
+            as_caller => self.later(n.id, as_caller, move || freshen::perform(&target)),
         }
     }
 
