@@ -72,9 +72,14 @@ pub const LIVE_INFLATED_MAX: u64 = 64 << 20;
 /// The address space `git index-pack` may use on a command's pack (bytes): what git needs for
 /// the largest object with its delta base, and a bound on a delta bomb.
 pub const INDEX_PACK_MEMORY: u64 = 8 << 30;
-/// The CPU time `git index-pack` may spend on a command's pack (seconds): a delta bomb within
-/// the memory bound still takes time in proportion to what its deltas declare.
+/// The CPU time `git index-pack` may spend on a run's packs, all of them together (seconds),
+/// plus one second per MiB of them ([`INDEX_PACK_CPU_PER_MIB`]): a delta bomb within the memory
+/// bound still takes time in proportion to what its deltas declare, a real fetch in proportion
+/// to its size.
 pub const INDEX_PACK_CPU_SECONDS: u64 = 300;
+/// The CPU seconds `git index-pack` may spend per MiB of a run's packs, beyond
+/// [`INDEX_PACK_CPU_SECONDS`].
+pub const INDEX_PACK_CPU_PER_MIB: u64 = 1;
 /// How often the [`Copier`] looks for new loose objects.
 pub const LIVE_PERIOD: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -774,6 +779,21 @@ fn rename_between(from_dir: &OwnedFd, from: &str, to_dir: &OwnedFd, to: &str) ->
     crate::paths::rename_noreplace_between(from_dir, from.as_ref(), to_dir, to.as_ref())
 }
 
+/// The CPU time (user and system) of this process's waited-for children (getrusage(2)
+/// `RUSAGE_CHILDREN`).
+fn children_cpu() -> std::time::Duration {
+    // Safety: getrusage fills the struct it is given.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| {
+        std::time::Duration::new(t.tv_sec as u64, (t.tv_usec as u32).saturating_mul(1000))
+    };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 /// Each `pack/pack-*.pack` of the quarantine, given to `git index-pack --stdin` in the
 /// repository (which hashes every object of the pack, compares it with any existing object of
 /// the same name, and writes the pack and an index of its own into `objects/pack`); the
@@ -802,6 +822,13 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
             return;
         }
     };
+    let bytes: u64 = packs
+        .iter()
+        .filter_map(|p| std::fs::symlink_metadata(pack_dir.join(p)).ok())
+        .map(|m| m.len())
+        .sum();
+    let mut cpu_left = INDEX_PACK_CPU_SECONDS + (bytes >> 20) * INDEX_PACK_CPU_PER_MIB;
+    let budget = cpu_left;
     for pack in packs {
         let base = pack.trim_end_matches(".pack");
         let shown = dir.join("pack").join(&pack);
@@ -814,14 +841,21 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
         // itself, as receive-pack does with a pushed pack. A few bytes of deltas can declare
         // gigabytes of objects: its address space and its CPU time are bounded (a pack past
         // them is refused), and it dies with the supervisor.
+        if cpu_left == 0 {
+            out.rejected.push((
+                pack.clone(),
+                format!("the run's packs took the CPU time git index-pack may spend on them ({budget} s)"),
+            ));
+            continue;
+        }
         let mut cmd = Command::new(&git);
         // Safety: setrlimit(2) and prctl(2) are async-signal-safe; nothing else runs between
         // fork and exec.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 for (resource, value) in [
                     (libc::RLIMIT_AS, INDEX_PACK_MEMORY),
-                    (libc::RLIMIT_CPU, INDEX_PACK_CPU_SECONDS),
+                    (libc::RLIMIT_CPU, cpu_left),
                 ] {
                     let limit = libc::rlimit {
                         rlim_cur: value,
@@ -837,6 +871,7 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
                 Ok(())
             });
         }
+        let cpu_before = children_cpu();
         let run = cmd
             // --fsck-objects: what git could not parse (a tree or commit that is not one)
             // would make every later `git gc` fail.
@@ -849,6 +884,8 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
             .stderr(Stdio::piped())
             .stdout(Stdio::piped())
             .output();
+        let spent = children_cpu().saturating_sub(cpu_before);
+        cpu_left = cpu_left.saturating_sub(spent.as_secs() + u64::from(spent.subsec_nanos() > 0));
         let hash = match run {
             Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
                 .split_whitespace()
