@@ -47,6 +47,13 @@ pub(super) fn cases() -> Vec<Case> {
             needs = need_git_sh
         ),
         case!(
+            "git-freshen",
+            "utime(NULL) every existing object and pack through objects/ and the alternate, and a worktree file named like an object; write a blob the store has (git freshens it instead): contents and modes unchanged, the store's blob refreshed",
+            None,
+            git_freshen,
+            needs = need_git_sh
+        ),
+        case!(
             "git-info",
             "write the common info/exclude and info/attributes",
             None,
@@ -518,6 +525,90 @@ fn git_commondir_host(c: &Ctx) -> Outcome {
 /// whose core.fsmonitor creates the payload), then the host's `git status`: the payload must
 /// not appear.
 /// What a [`git_host_script`] set-up that must succeed prints last.
+/// git's freshen of an object it finds in the store (`utime(path, NULL)`): on the namespace
+/// backends the gate performs it on the read-only store (README "Objects"), and nothing but
+/// the times of the store's files can change through it; on Landlock the store is writable.
+fn git_freshen(c: &Ctx) -> Outcome {
+    use std::os::unix::fs::MetadataExt;
+    let r = match make_repo(c) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
+    };
+    let objects = r.common.join("objects");
+    // Each existing object file (not info/): (bytes, mode, mtime), set to an old time first.
+    fn files(dir: &Path, rel: &str, m: &mut BTreeMap<String, (Vec<u8>, u32, i64)>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = format!("{rel}{}", e.file_name().to_string_lossy());
+            match e.metadata() {
+                Ok(_) if name == "info" => {}
+                Ok(md) if md.is_dir() => files(&e.path(), &format!("{name}/"), m),
+                Ok(md) => {
+                    let bytes = std::fs::read(e.path()).unwrap_or_default();
+                    m.insert(name, (bytes, md.mode(), md.mtime()));
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    const OLD: i64 = 1_000_000_000;
+    let mut before = BTreeMap::new();
+    files(&objects, "", &mut before);
+    for name in before.keys() {
+        let _ = crate::sys::utime(objects.join(name), OLD);
+    }
+    let blob = "ce013625030ba8dba906f756967f9e9ca394464a"; // "hello\n", the README
+    let fake = format!("fake/{}/{}", &blob[..2], &blob[2..]);
+    let script = format!(
+        "mkdir -p fake/{fan} && : > {fake} && touch -d @{OLD} {fake} && {SETUP_OK}; \
+         A=$(cat \"$COMMON/objects/info/alternates\" 2>/dev/null); \
+         for d in \"$COMMON/objects\" $A; do for f in $FILES; do touch -c \"$d/$f\"; done; done; \
+         touch -c {fake}; stat -c %Y {fake}; \
+         printf 'hello\\n' | git hash-object -w --stdin",
+        fan = &blob[..2]
+    );
+    let mut spec = Sb::new(Cmd::Shell(format!("{script}; true")));
+    spec.env = r.env.clone();
+    spec.env
+        .push(("COMMON".into(), r.common.display().to_string()));
+    let names: Vec<&str> = before.keys().map(String::as_str).collect();
+    spec.env.push(("FILES".into(), names.join(" ")));
+    let run = c.sb(spec);
+    if !run.stdout.contains("SHOFER-SETUP-OK") {
+        return Outcome::Broken(format!("setup failed: {}", run.how()));
+    }
+    let mut after = BTreeMap::new();
+    files(&objects, "", &mut after);
+    let changed: Vec<&String> = before
+        .iter()
+        .filter(|(k, (b, m, _))| after.get(*k).is_none_or(|(b2, m2, _)| b2 != b || m2 != m))
+        .map(|(k, _)| k)
+        .collect();
+    if !changed.is_empty() {
+        return Outcome::Escaped(format!(
+            "existing object files changed in content or mode: {}",
+            clip(&format!("{changed:?}"), 200)
+        ));
+    }
+    let fake_touched = run
+        .stdout
+        .lines()
+        .any(|l| l.trim().parse::<i64>().is_ok_and(|t| t > OLD + 86_400));
+    let stored = format!("{}/{}", &blob[..2], &blob[2..]);
+    let refreshed = after
+        .get(&stored)
+        .is_some_and(|(_, _, t)| *t > OLD + 86_400);
+    if !fake_touched || !refreshed {
+        return Outcome::Broken(format!(
+            "utime(NULL) not performed (worktree file: {fake_touched}, the store's blob: {refreshed}): {}",
+            run.how()
+        ));
+    }
+    Outcome::Blocked(format!(
+        "{} existing object files unchanged in content and mode; the store's blob freshened, the worktree's file touched",
+        before.len()
+    ))
+}
+
 const SETUP_OK: &str = "echo SHOFER-SETUP-OK";
 
 fn git_host_script(c: &Ctx, what: &str, script: &str) -> Outcome {
