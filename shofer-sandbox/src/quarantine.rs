@@ -349,7 +349,7 @@ impl Quarantine {
         let done = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&done);
         let thread = shofer_sys::process::spawn_signals_blocked("shofer-objects", move || {
-            empty_trash(&entry);
+            empty_trash(&entry, &|| stop.load(Ordering::Acquire));
             let mut seen = HashSet::new();
             let mut listed = HashMap::new();
             loop {
@@ -444,7 +444,20 @@ fn forget_gone(root: &Path) {
             continue;
         }
         if let Ok(_held) = lock(&entry) {
-            let _ = std::fs::remove_dir_all(&entry);
+            // A killed run's quarantine can hold any tree: taken apart without recursion.
+            if discard(&entry, &entry.join("q")).is_err() {
+                continue;
+            }
+            empty_trash(&entry, &|| false);
+            if std::fs::remove_dir(entry.join("trash"))
+                .is_err_and(|e| e.kind() != io::ErrorKind::NotFound)
+            {
+                continue;
+            }
+            for name in ["store", "mark"] {
+                let _ = std::fs::remove_file(entry.join(name));
+            }
+            let _ = std::fs::remove_dir(&entry);
         }
     }
 }
@@ -491,7 +504,7 @@ fn sweep_in(roots: &[PathBuf], common: &Path, sha256: bool) -> Migrated {
             let Some((_lock, m)) = settle_idle(&entry, &objects, sha256) else {
                 continue;
             };
-            empty_trash(&entry);
+            empty_trash(&entry, &|| false);
             out.merge(m);
         }
     }
@@ -576,21 +589,67 @@ fn discard(entry: &Path, path: &Path) -> io::Result<()> {
         std::fs::DirBuilder::new().mode(0o700).create(&trash)?;
     }
     match std::fs::rename(path, trash.join(crate::gitguard::random_suffix())) {
-        Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(_) => remove_entry(path),
+        other => other,
     }
 }
 
-/// Removes what `<entry>/trash/` holds, as far as it can be (what cannot, a tree deeper than
-/// the descriptors it takes to walk it, stays there and is tried again next time). Called by
-/// the [`Copier`] while the run lasts, so that no run waits for an earlier one's garbage.
-fn empty_trash(entry: &Path) {
-    if let Ok(rd) = std::fs::read_dir(entry.join("trash")) {
-        for e in rd.flatten() {
-            let _ = remove_entry(&e.path());
+/// The most files and directories one [`empty_trash`] removes or moves (a process that holds a
+/// descriptor on a directory in the trash can keep adding entries to it).
+const TRASH_BUDGET: usize = 1 << 20;
+
+/// Removes what `<entry>/trash/` holds, as far as it can (what is left is tried again next
+/// time), until `stop` says so. No recursion and two descriptors at most, however deep a tree
+/// the command built: each directory's files are removed and its subdirectories renamed up
+/// into the trash, then it is removed. Called by the [`Copier`] while the run lasts, so that no
+/// run waits for an earlier one's garbage.
+fn empty_trash(entry: &Path, stop: &dyn Fn() -> bool) {
+    let trash = entry.join("trash");
+    let mut budget = TRASH_BUDGET;
+    loop {
+        let Ok(rd) = std::fs::read_dir(&trash) else {
+            return;
+        };
+        let tops: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+        let mut progress = false;
+        for top in tops {
+            if stop() || budget == 0 {
+                return;
+            }
+            progress |= take_apart(&trash, &top, &mut budget);
+        }
+        if !progress {
+            return;
         }
     }
+}
+
+/// One level of `top` (in `trash`): a file removed; a directory's files removed, its
+/// subdirectories renamed into `trash`, then itself removed. Whether anything was done.
+fn take_apart(trash: &Path, top: &Path, budget: &mut usize) -> bool {
+    match std::fs::symlink_metadata(top) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return std::fs::remove_file(top).is_ok(),
+        Err(_) => return false,
+    }
+    // The command may have taken the permissions away.
+    let _ = std::fs::set_permissions(top, std::fs::Permissions::from_mode(0o700));
+    let mut progress = false;
+    if let Ok(rd) = std::fs::read_dir(top) {
+        for e in rd.flatten() {
+            if *budget == 0 {
+                return progress;
+            }
+            *budget -= 1;
+            let p = e.path();
+            progress |= if e.file_type().is_ok_and(|t| t.is_dir()) {
+                std::fs::rename(&p, trash.join(crate::gitguard::random_suffix())).is_ok()
+            } else {
+                std::fs::remove_file(&p).is_ok()
+            };
+        }
+    }
+    std::fs::remove_dir(top).is_ok() || progress
 }
 
 /// Sets the mode of the directory at `path` if it differs (the command may have taken its
@@ -1350,6 +1409,46 @@ mod tests {
         assert!(!dir.exists());
         assert_eq!(git(&repo, &["cat-file", "blob", &existing]), "existing");
         git(&repo, &["fsck", "--strict"]);
+    }
+
+    /// A tree deeper than any stack or descriptor table allows, left by a command in its
+    /// quarantine: emptied from the trash on a thread with a small stack, and a stop request
+    /// ends the work at once.
+    #[test]
+    fn a_deep_tree_in_the_trash_is_taken_apart_without_recursion() {
+        let tmp = tempfile::tempdir().unwrap();
+        let entry = tmp.path().join("entry");
+        let top = entry.join("trash").join("old-q");
+        std::fs::create_dir_all(&top).unwrap();
+        // 30,000 levels, made through descriptors (the path is far past PATH_MAX).
+        let mut fd = crate::paths::open_dir_at_path(&top).unwrap();
+        for _ in 0..30_000 {
+            let dir = std::fs::File::open(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap();
+            // Safety: a directory descriptor we hold and a NUL-terminated name.
+            assert_eq!(
+                unsafe { libc::mkdirat(dir.as_raw_fd(), c"d".as_ptr(), 0o755) },
+                0
+            );
+            std::fs::write(format!("/proc/self/fd/{}/f", dir.as_raw_fd()), b"x").unwrap();
+            fd = crate::paths::openat_path(&fd, Path::new("d")).unwrap();
+        }
+        drop(fd);
+        let stopped = entry.clone();
+        std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || empty_trash(&stopped, &|| true))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(top.exists(), "a stop request is honoured before any work");
+        let e = entry.clone();
+        std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || empty_trash(&e, &|| false))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(std::fs::read_dir(entry.join("trash")).unwrap().count(), 0);
     }
 
     /// A quarantine whose repository is gone is removed by the next take, of any repository.
