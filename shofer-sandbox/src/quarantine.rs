@@ -1425,10 +1425,8 @@ mod tests {
         for _ in 0..30_000 {
             let dir = std::fs::File::open(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap();
             // Safety: a directory descriptor we hold and a NUL-terminated name.
-            assert_eq!(
-                unsafe { libc::mkdirat(dir.as_raw_fd(), c"d".as_ptr(), 0o755) },
-                0
-            );
+            let made = unsafe { libc::mkdirat(dir.as_raw_fd(), c"d".as_ptr(), 0o755) };
+            assert_eq!(made, 0);
             std::fs::write(format!("/proc/self/fd/{}/f", dir.as_raw_fd()), b"x").unwrap();
             fd = crate::paths::openat_path(&fd, Path::new("d")).unwrap();
         }
