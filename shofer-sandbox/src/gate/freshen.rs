@@ -95,7 +95,8 @@ pub fn decide(pid: libc::pid_t, args: &[u64; 6], store: &Store) -> Option<Target
 }
 
 /// Sets the access and modification times of `target` to now (utimensat(2), times `NULL`,
-/// `AT_SYMLINK_NOFOLLOW`): the trapped call's result.
+/// `AT_SYMLINK_NOFOLLOW`): the trapped call's result. A refusal (a store the caller may not
+/// write) is `EROFS`, what the kernel answers first on the read-only bind the caller sees.
 pub fn perform(target: &Target) -> Result<i64, i32> {
     // Safety: a descriptor we hold and a NUL-terminated name; NULL times mean now.
     let r = unsafe {
@@ -106,10 +107,10 @@ pub fn perform(target: &Target) -> Result<i64, i32> {
             libc::AT_SYMLINK_NOFOLLOW,
         )
     };
-    if r == 0 {
-        Ok(0)
-    } else {
-        Err(shofer_sys::errno::last())
+    match (r, shofer_sys::errno::last()) {
+        (0, _) => Ok(0),
+        (_, libc::EACCES | libc::EPERM) => Err(libc::EROFS),
+        (_, e) => Err(e),
     }
 }
 
