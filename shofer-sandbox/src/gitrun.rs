@@ -299,12 +299,14 @@ impl GitRun {
                 || !all.quarantined.is_empty()
                 || !damage.is_empty()
                 || !migrated.rejected.is_empty()
+                || migrated.rejected_more > 0
                 || !migrated.failed.is_empty()
             {
                 let record = serde_json::json!({"git_restore": {
                     "moved": moved,
                     "objects_damaged": damage.iter().map(|d| serde_json::json!({"object": d.what, "how": d.how})).collect::<Vec<_>>(),
                     "objects_rejected": migrated.rejected.iter().map(|(o, why)| serde_json::json!({"object": o, "why": why})).collect::<Vec<_>>(),
+                    "objects_rejected_more": migrated.rejected_more,
                     "objects_not_moved": migrated.failed.iter().map(|(p, e)| serde_json::json!({"path": p, "error": e})).collect::<Vec<_>>(),
                     "restored": all.restored,
                     "quarantined": all.quarantined.iter().map(|q| serde_json::json!({"path": q.path, "moved_to": q.moved_to, "key": q.key})).collect::<Vec<_>>(),
@@ -336,11 +338,14 @@ impl GitRun {
 /// that started it and is stopped with everything else when the run ends — midway through
 /// rewriting refs, which leaves `*.lock` files that make every later git command on the
 /// repository fail. The host's next git command does the maintenance.
-const GIT_SETTINGS: [(&str, &str); 4] = [
+const GIT_SETTINGS: [(&str, &str); 5] = [
     ("maintenance.auto", "false"),
     ("gc.auto", "0"),
     ("maintenance.autoDetach", "false"),
     ("gc.autoDetach", "false"),
+    // `info/refs` (for dumb HTTP servers) is in the read-only common dir: a repack's update
+    // of it fails with an `error:` line. The host's next repack writes it.
+    ("repack.updateServerInfo", "false"),
 ];
 
 /// Adds [`GIT_SETTINGS`] to this process's environment, which the command inherits (the
@@ -358,6 +363,12 @@ fn announce_migrated(m: &Migrated, whose: &str, worktree: &Path) {
     for (o, why) in &m.rejected {
         eprintln!(
             "shofer-sandbox: warning: git object or pack {o} written by the command {whose} was not added to the repository: {why}"
+        );
+    }
+    if m.rejected_more > 0 {
+        eprintln!(
+            "shofer-sandbox: warning: {} more git objects or packs written by the command {whose} were not added to the repository",
+            m.rejected_more
         );
     }
     for (p, e) in &m.failed {

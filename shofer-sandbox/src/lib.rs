@@ -54,6 +54,7 @@ pub mod cli;
 mod devpts;
 mod error;
 mod exec;
+mod fsck;
 mod gate;
 mod git;
 mod gitguard;

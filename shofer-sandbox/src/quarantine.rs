@@ -224,17 +224,36 @@ fn copy_one(src: &Path, objects: &Path, fan: &str, name: &str, sha256: bool) -> 
 pub struct Migrated {
     /// Objects and packs moved into the store.
     pub moved: usize,
-    /// (object or pack, why) not moved because they did not verify; dropped.
+    /// (object or pack, why) not moved because they did not verify; dropped. The first
+    /// [`MAX_REJECTED_NAMED`]; the rest are counted in `rejected_more`.
     pub rejected: Vec<(String, String)>,
+    /// How many more were rejected than `rejected` names.
+    pub rejected_more: usize,
     /// (path, error) that could not be moved: the quarantine is kept for a later try.
     pub failed: Vec<(PathBuf, String)>,
 }
 
+/// Most rejected objects a [`Migrated`] names (a command can write any number of them: the
+/// rest are counted, not named on stderr or in the report).
+pub const MAX_REJECTED_NAMED: usize = 20;
+
 impl Migrated {
     fn merge(&mut self, other: Migrated) {
         self.moved += other.moved;
-        self.rejected.extend(other.rejected);
+        self.rejected_more += other.rejected_more;
+        for (what, why) in other.rejected {
+            self.reject(what, why);
+        }
         self.failed.extend(other.failed);
+    }
+
+    /// Records that `what` was not moved, for `why`.
+    fn reject(&mut self, what: String, why: String) {
+        if self.rejected.len() < MAX_REJECTED_NAMED {
+            self.rejected.push((what, why));
+        } else {
+            self.rejected_more += 1;
+        }
     }
 }
 
@@ -448,7 +467,7 @@ fn forget_gone(root: &Path) {
             if discard(&entry, &entry.join("q")).is_err() {
                 continue;
             }
-            empty_trash(&entry, &|| false);
+            empty_trash_briefly(&entry);
             if std::fs::remove_dir(entry.join("trash"))
                 .is_err_and(|e| e.kind() != io::ErrorKind::NotFound)
             {
@@ -504,7 +523,7 @@ fn sweep_in(roots: &[PathBuf], common: &Path, sha256: bool) -> Migrated {
             let Some((_lock, m)) = settle_idle(&entry, &objects, sha256) else {
                 continue;
             };
-            empty_trash(&entry, &|| false);
+            empty_trash_briefly(&entry);
             out.merge(m);
         }
     }
@@ -616,7 +635,7 @@ fn empty_trash(entry: &Path, stop: &dyn Fn() -> bool) {
             if stop() || budget == 0 {
                 return;
             }
-            progress |= take_apart(&trash, &top, &mut budget);
+            progress |= take_apart(&trash, &top, &mut budget, stop);
         }
         if !progress {
             return;
@@ -624,32 +643,68 @@ fn empty_trash(entry: &Path, stop: &dyn Fn() -> bool) {
     }
 }
 
+/// How long a run's start spends emptying the trash of entries it settles or forgets (the
+/// rest waits for a later run).
+const STARTUP_TRASH_TIME: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// [`empty_trash`] for at most [`STARTUP_TRASH_TIME`].
+fn empty_trash_briefly(entry: &Path) {
+    let until = std::time::Instant::now() + STARTUP_TRASH_TIME;
+    empty_trash(entry, &|| std::time::Instant::now() >= until);
+}
+
 /// One level of `top` (in `trash`): a file removed; a directory's files removed, its
 /// subdirectories renamed into `trash`, then itself removed. Whether anything was done.
-fn take_apart(trash: &Path, top: &Path, budget: &mut usize) -> bool {
+fn take_apart(trash: &Path, top: &Path, budget: &mut usize, stop: &dyn Fn() -> bool) -> bool {
     match std::fs::symlink_metadata(top) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => return std::fs::remove_file(top).is_ok(),
         Err(_) => return false,
     }
-    // The command may have taken the permissions away.
+    // The command may have taken the permissions away (`top` is ours to name: nothing can
+    // replace it in the trash).
     let _ = std::fs::set_permissions(top, std::fs::Permissions::from_mode(0o700));
     let mut progress = false;
     if let Ok(rd) = std::fs::read_dir(top) {
         for e in rd.flatten() {
-            if *budget == 0 {
+            if *budget == 0 || stop() {
                 return progress;
             }
             *budget -= 1;
             let p = e.path();
             progress |= if e.file_type().is_ok_and(|t| t.is_dir()) {
-                std::fs::rename(&p, trash.join(crate::gitguard::random_suffix())).is_ok()
+                move_up(&p, trash)
             } else {
                 std::fs::remove_file(&p).is_ok()
             };
         }
     }
     std::fs::remove_dir(top).is_ok() || progress
+}
+
+/// Renames the directory `dir` into `trash` under a new name. Moving a directory to another
+/// parent needs write permission on it (its `..` changes, rename(2)): without it (a command
+/// that ran as this uid set mode 000 or 0500) the mode is restored first, through an
+/// `O_PATH | O_NOFOLLOW` descriptor, so that a symlink put in its place (a process can still
+/// hold a descriptor on a directory in the trash) changes nothing it points to.
+fn move_up(dir: &Path, trash: &Path) -> bool {
+    let to = trash.join(crate::gitguard::random_suffix());
+    match std::fs::rename(dir, &to) {
+        Ok(()) => return true,
+        Err(e) if e.kind() != io::ErrorKind::PermissionDenied => return false,
+        Err(_) => {}
+    }
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(pinned) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY)
+        .open(dir)
+    else {
+        return false;
+    };
+    let at = format!("/proc/self/fd/{}", pinned.as_raw_fd());
+    std::fs::set_permissions(at, std::fs::Permissions::from_mode(0o700)).is_ok()
+        && std::fs::rename(dir, &to).is_ok()
 }
 
 /// Sets the mode of the directory at `path` if it differs (the command may have taken its
@@ -699,7 +754,7 @@ fn migrate_fanout(
         };
         match copy_verified(&from.join(&name), to, fan, &name, objects, sha256) {
             Ok(Ok(())) => out.moved += 1,
-            Ok(Err(why)) => out.rejected.push((oid, why)),
+            Ok(Err(why)) => out.reject(oid, why),
             Err(e) => out
                 .failed
                 .push((shown.join(fan).join(&name), e.to_string())),
@@ -901,10 +956,10 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
         // gigabytes of objects: its address space and its CPU time are bounded (a pack past
         // them is refused), and it dies with the supervisor.
         if cpu_left == 0 {
-            out.rejected.push((
+            out.reject(
                 pack.clone(),
                 format!("the run's packs took the CPU time git index-pack may spend on them ({budget} s)"),
-            ));
+            );
             continue;
         }
         let mut cmd = Command::new(&git);
@@ -952,13 +1007,13 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
                 .unwrap_or("")
                 .to_string(),
             Ok(o) => {
-                out.rejected.push((
+                out.reject(
                     pack.clone(),
                     format!(
                         "git index-pack refused it: {}",
                         String::from_utf8_lossy(&o.stderr).trim()
                     ),
-                ));
+                );
                 continue;
             }
             Err(e) => {
@@ -997,6 +1052,23 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command can write any number of objects that do not verify: the first few are named,
+    /// the rest counted (an attack pass got 102,000 warning lines on stderr), across merges.
+    #[test]
+    fn rejected_objects_are_named_up_to_a_limit_and_counted_after() {
+        let mut all = Migrated::default();
+        for round in 0..3 {
+            let mut m = Migrated::default();
+            for i in 0..MAX_REJECTED_NAMED {
+                m.reject(format!("{round}-{i}"), "bad".into());
+            }
+            all.merge(m);
+        }
+        assert_eq!(all.rejected.len(), MAX_REJECTED_NAMED);
+        assert_eq!(all.rejected_more, 2 * MAX_REJECTED_NAMED);
+        assert_eq!(all.rejected[0].0, "0-0");
+    }
 
     /// Writes `content` as a blob with git in `repo`, into `objects` when given (what the
     /// mounts give the command: that directory with the store as an alternate) or the

@@ -32,9 +32,8 @@ fn the_closing_child_holds_only_the_descriptor_and_not_our_command_line() {
     let child = children[0];
     // The child rewrites its command line and closes the rest right after fork: wait until it
     // has (fork(2) returns to us first; CI once read the line before the child ran).
-    let settled = |child: i32| {
-        std::fs::read_dir(format!("/proc/{child}/fd")).map_or(false, |d| d.count() == 2)
-    };
+    let settled =
+        |child: i32| std::fs::read_dir(format!("/proc/{child}/fd")).is_ok_and(|d| d.count() == 2);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !settled(child) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
