@@ -321,6 +321,36 @@ fn fs_snapshot_common(r: &Repo) -> BTreeMap<String, String> {
     m
 }
 
+/// An object file of a store: its bytes, mode and modification time (seconds).
+struct ObjectFile {
+    bytes: Vec<u8>,
+    mode: u32,
+    mtime: i64,
+}
+
+/// Each file of the store `objects` (not `info/`), by its path there.
+fn object_files(objects: &Path) -> BTreeMap<String, ObjectFile> {
+    use std::os::unix::fs::MetadataExt;
+    fn walk(dir: &Path, rel: &str, m: &mut BTreeMap<String, ObjectFile>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = format!("{rel}{}", e.file_name().to_string_lossy());
+            match std::fs::symlink_metadata(e.path()) {
+                Ok(_) if name == "info" => {}
+                Ok(md) if md.is_dir() => walk(&e.path(), &format!("{name}/"), m),
+                Ok(md) => {
+                    let bytes = std::fs::read(e.path()).unwrap_or_default();
+                    let (mode, mtime) = (md.mode(), md.mtime());
+                    m.insert(name, ObjectFile { bytes, mode, mtime });
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    let mut m = BTreeMap::new();
+    walk(objects, "", &mut m);
+    m
+}
+
 /// Existing objects: the namespace backends' store is read-only (the object quarantine), so
 /// every write fails and the command's new commit reaches the store when the run ends; on
 /// Landlock each destroyed object is named and the run fails (exit status 125).
@@ -330,23 +360,7 @@ fn git_objects(c: &Ctx) -> Outcome {
         Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
     };
     let objects = r.common.join("objects");
-    // Each existing object file (not info/) and its bytes.
-    fn files(dir: &Path, rel: &str, m: &mut BTreeMap<String, Vec<u8>>) {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let name = format!("{rel}{}", e.file_name().to_string_lossy());
-            if name == "info" {
-                continue;
-            }
-            match e.file_type() {
-                Ok(t) if t.is_dir() => files(&e.path(), &format!("{name}/"), m),
-                _ => {
-                    m.insert(name, std::fs::read(e.path()).unwrap_or_default());
-                }
-            }
-        }
-    }
-    let mut before = BTreeMap::new();
-    files(&objects, "", &mut before);
+    let before = object_files(&objects);
     // The attack reaches the store by its path and, under a quarantine, by the alternate:
     // each existing object file is appended to, made writable and removed.
     let old: Vec<&str> = before.keys().map(String::as_str).collect();
@@ -367,11 +381,10 @@ fn git_objects(c: &Ctx) -> Outcome {
         return Outcome::Broken(format!("git commit failed: {}", run.how()));
     }
     let new = run.stdout.lines().next().unwrap_or("").trim().to_string();
-    let mut after = BTreeMap::new();
-    files(&objects, "", &mut after);
+    let after = object_files(&objects);
     let changed: Vec<&String> = before
         .iter()
-        .filter(|(k, v)| after.get(*k) != Some(*v))
+        .filter(|(k, v)| after.get(*k).map(|a| &a.bytes) != Some(&v.bytes))
         .map(|(k, _)| k)
         .collect();
     let repo = r.common.parent().unwrap_or(&r.common);
@@ -529,30 +542,14 @@ fn git_commondir_host(c: &Ctx) -> Outcome {
 /// backends the gate performs it on the read-only store (README "Objects"), and nothing but
 /// the times of the store's files can change through it; on Landlock the store is writable.
 fn git_freshen(c: &Ctx) -> Outcome {
-    use std::os::unix::fs::MetadataExt;
     let r = match make_repo(c) {
         Ok(r) => r,
         Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
     };
     let objects = r.common.join("objects");
-    // Each existing object file (not info/): (bytes, mode, mtime), set to an old time first.
-    fn files(dir: &Path, rel: &str, m: &mut BTreeMap<String, (Vec<u8>, u32, i64)>) {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let name = format!("{rel}{}", e.file_name().to_string_lossy());
-            match e.metadata() {
-                Ok(_) if name == "info" => {}
-                Ok(md) if md.is_dir() => files(&e.path(), &format!("{name}/"), m),
-                Ok(md) => {
-                    let bytes = std::fs::read(e.path()).unwrap_or_default();
-                    m.insert(name, (bytes, md.mode(), md.mtime()));
-                }
-                Err(_) => {}
-            }
-        }
-    }
+    // Each existing object file, set to an old time first.
     const OLD: i64 = 1_000_000_000;
-    let mut before = BTreeMap::new();
-    files(&objects, "", &mut before);
+    let before = object_files(&objects);
     for name in before.keys() {
         let _ = crate::sys::utime(objects.join(name), OLD);
     }
@@ -576,11 +573,14 @@ fn git_freshen(c: &Ctx) -> Outcome {
     if !run.stdout.contains("SHOFER-SETUP-OK") {
         return Outcome::Broken(format!("setup failed: {}", run.how()));
     }
-    let mut after = BTreeMap::new();
-    files(&objects, "", &mut after);
+    let after = object_files(&objects);
     let changed: Vec<&String> = before
         .iter()
-        .filter(|(k, (b, m, _))| after.get(*k).is_none_or(|(b2, m2, _)| b2 != b || m2 != m))
+        .filter(|(k, b)| {
+            after
+                .get(*k)
+                .is_none_or(|a| a.bytes != b.bytes || a.mode != b.mode)
+        })
         .map(|(k, _)| k)
         .collect();
     if !changed.is_empty() {
@@ -594,9 +594,7 @@ fn git_freshen(c: &Ctx) -> Outcome {
         .lines()
         .any(|l| l.trim().parse::<i64>().is_ok_and(|t| t > OLD + 86_400));
     let stored = format!("{}/{}", &blob[..2], &blob[2..]);
-    let refreshed = after
-        .get(&stored)
-        .is_some_and(|(_, _, t)| *t > OLD + 86_400);
+    let refreshed = after.get(&stored).is_some_and(|a| a.mtime > OLD + 86_400);
     if !fake_touched || !refreshed {
         return Outcome::Broken(format!(
             "utime(NULL) not performed (worktree file: {fake_touched}, the store's blob: {refreshed}): {}",
