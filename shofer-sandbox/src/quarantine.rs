@@ -41,7 +41,7 @@
 //! uses a quarantine.
 //!
 //! While the run lasts, a thread of the supervisor ([`Copier`]) copies each new loose object of
-//! up to [`LIVE_MAX`] bytes into the store every [`LIVE_PERIOD`]: a copy, from bytes the
+//! up to [`LIVE_MAX`] bytes into the store at least every [`LIVE_PERIOD`]: a copy, from bytes the
 //! supervisor read and verified itself, never the command's file (a rename would let a
 //! command that holds a descriptor on it change the object in the store afterwards). So the
 //! host's git (an editor polling `git status`, `git log`) sees the command's commits within
@@ -80,8 +80,12 @@ pub const INDEX_PACK_CPU_SECONDS: u64 = 300;
 /// The CPU seconds `git index-pack` may spend per MiB of a run's packs, beyond
 /// [`INDEX_PACK_CPU_SECONDS`].
 pub const INDEX_PACK_CPU_PER_MIB: u64 = 1;
-/// How often the [`Copier`] looks for new loose objects.
+/// How often the [`Copier`] looks for new loose objects: every [`LIVE_PERIOD_BUSY`] while
+/// it finds some, the wait doubling up to this while it finds none.
 pub const LIVE_PERIOD: std::time::Duration = std::time::Duration::from_millis(200);
+/// The [`Copier`]'s wait after a look that found new objects (a commit loop's objects then
+/// reach the store while it runs, on another core, not at the exit).
+pub const LIVE_PERIOD_BUSY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// One run's quarantine, locked while the run lasts.
 #[derive(Debug)]
@@ -129,18 +133,20 @@ impl Copier {
 /// One pass of the [`Copier`]: each loose object of the quarantine not yet looked at (`seen`)
 /// and not in the store is copied in if it verifies. One look per object: what fails here
 /// (written slowly, too big, forged) is dealt with at the end. A fan-out directory is read
-/// again only when its ctime differs from the one it had when last read (`listed`).
+/// again only when its ctime differs from the one it had when last read (`listed`). Whether
+/// it found a new object.
 fn copy_new(
     dir: &Path,
     objects: &Path,
     sha256: bool,
     listed: &mut HashMap<String, Stamp>,
     seen: &mut HashSet<String>,
-) {
+) -> bool {
     let hexlen = if sha256 { 64 } else { 40 };
     let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
+        return false;
     };
+    let mut found = false;
     for fan in rd
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
@@ -169,9 +175,11 @@ fn copy_new(
             {
                 continue;
             }
+            found = true;
             let _ = copy_one(&from.join(&name), objects, &fan, &name, sha256);
         }
     }
+    found
 }
 
 /// Copies the loose object `src` (named `fan` + `name`) into the store if it is at most
@@ -371,13 +379,18 @@ impl Quarantine {
             empty_trash(&entry, &|| stop.load(Ordering::Acquire));
             let mut seen = HashSet::new();
             let mut listed = HashMap::new();
+            let mut wait = LIVE_PERIOD_BUSY;
             loop {
-                std::thread::park_timeout(LIVE_PERIOD);
+                std::thread::park_timeout(wait);
                 // Stopped: what is left moves when the run ends.
                 if stop.load(Ordering::Acquire) {
                     break;
                 }
-                copy_new(&dir, &objects, sha256, &mut listed, &mut seen);
+                wait = if copy_new(&dir, &objects, sha256, &mut listed, &mut seen) {
+                    LIVE_PERIOD_BUSY
+                } else {
+                    (wait * 2).min(LIVE_PERIOD)
+                };
             }
         })?;
         Ok(Copier { done, thread })

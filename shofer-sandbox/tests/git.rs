@@ -1840,3 +1840,65 @@ fn the_trash_is_emptied_whatever_modes_the_command_left() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// A submodule registered in the repository (`submodule.<name>.url` in the common config) is
+/// cloned and checked out by `git submodule update --init` in a linked worktree on every
+/// backend: its git dir is the worktree's own (`worktrees/<wt>/modules/<name>`), exit 0, no
+/// `error:` line, and the host's git sees it checked out afterwards.
+#[test]
+fn a_registered_submodule_is_updated_in_a_linked_worktree() {
+    let mut failures = Vec::new();
+    for b in backends() {
+        for uid in uids() {
+            let l = Layout::new(None, &[]);
+            let lib = l.s.path().join("lib");
+            std::fs::create_dir(&lib).unwrap();
+            git(&lib, &["init", "-q", "-b", "main"]);
+            git(&lib, &["commit", "-q", "--allow-empty", "-m", "lib"]);
+            let url = lib.to_str().unwrap();
+            let file = ["-c", "protocol.file.allow=always"];
+            git(
+                &l.repo,
+                &[&file[..], &["submodule", "add", "-q", url, "lib"]].concat(),
+            );
+            git(&l.repo, &["commit", "-qm", "lib"]);
+            git(&l.wt, &["merge", "-q", "main"]);
+            if let Some(u) = uid {
+                l.s.chown_all(u);
+            }
+            let script = "git -c protocol.file.allow=always submodule update --init && \
+                          git submodule status && git -C lib log -1 --oneline";
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, script);
+            cmd.envs(l.vars()).stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            let who = format!("{b}, uid {uid:?}");
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let errors = text
+                .lines()
+                .any(|l| l.starts_with("error:") || l.starts_with("fatal:"));
+            if out.status.code() != Some(0) || errors {
+                failures.push(format!("{who}: the update failed\n{}", show(&out)));
+                continue;
+            }
+            let mut status = Command::new("git");
+            status
+                .args(["submodule", "status"])
+                .current_dir(&l.wt)
+                .envs(git_env());
+            as_uid(&mut status, uid);
+            let status = status.output().unwrap();
+            let line = String::from_utf8_lossy(&status.stdout).to_string();
+            if !line.starts_with(' ') || !line.contains(" lib") {
+                failures.push(format!(
+                    "{who}: the host's git does not see it checked out: {line:?}\n{}",
+                    show(&status)
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
