@@ -1902,3 +1902,43 @@ fn a_registered_submodule_is_updated_in_a_linked_worktree() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Pushing into a repository outside the writable set (a bare `origin.git` beside the
+/// repository) fails on every backend with git's own reason — its receive-pack cannot create
+/// the incoming-objects directory there — and the remote is unchanged.
+#[test]
+fn a_push_into_a_repository_outside_fails_and_says_why() {
+    let mut failures = Vec::new();
+    for b in backends() {
+        for uid in uids() {
+            let l = repo_with_remote(uid);
+            let origin = l.s.path().join("origin.git");
+            let refs = || {
+                let out = Command::new("git")
+                    .args(["for-each-ref"])
+                    .current_dir(&origin)
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).to_string()
+            };
+            let before = refs();
+            let script =
+                "git commit -q --allow-empty -m pushed && git push origin HEAD:refs/heads/new";
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, script);
+            cmd.envs(l.vars()).stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            let who = format!("{b}, uid {uid:?}");
+            if out.status.success()
+                || !err.contains("unable to create temporary object directory")
+                || !err.contains("[remote rejected]")
+            {
+                failures.push(format!("{who}: the push\n{}", show(&out)));
+            }
+            if refs() != before {
+                failures.push(format!("{who}: the remote's refs changed"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
