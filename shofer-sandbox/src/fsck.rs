@@ -1,14 +1,22 @@
 //! What git's fsck finds wrong in a tree, commit or tag on its own, for the loose objects a
 //! run adds ([`crate::objects`]): an object git cannot parse makes every walk and `git gc`
-//! fail on the host ("unable to parse object"), and one its fsck calls an error makes every
-//! push to a server that checks (`receive.fsckObjects`) fail.
+//! fail on the host ("unable to parse object"), and a tree can check out into `.git` or
+//! carry a `.gitmodules` git refuses.
 //!
-//! Ported from git's fsck.c (`verify_headers`, `fsck_ident`, `fsck_commit`,
-//! `fsck_tag_standalone`, `fsck_tree`, `verify_ordered`) and path.c (`is_hfs_dotgit`,
-//! `is_ntfs_dotgit` and their `.gitmodules` forms); stricter where git only warns about a
-//! name that could reach `.git` (git's checkout refuses those names). Not checked, because
-//! it needs more than the object: that a named object exists and has the type it says, and
-//! the content of a blob named `.gitmodules` or `.gitattributes`.
+//! Ported from git's fsck.c (`verify_headers`, `fsck_commit`, `fsck_tag_standalone`,
+//! `fsck_tree`, `verify_ordered`), tag.c (`parse_tag_buffer`) and path.c (`is_hfs_dotgit`,
+//! `is_ntfs_dotgit` and their `.gitmodules` and `.gitattributes` forms); stricter where git
+//! only warns about a name that could reach `.git` (git's checkout refuses those names).
+//! Within one object, an id named both as a directory and as a file or symlink, or a commit
+//! whose parent is its own tree, is refused: one of the two is the wrong type, and `git gc`
+//! fails on it.
+//!
+//! Not checked: what an author, committer or tagger line holds (name, email, date, time
+//! zone). git's fsck calls a malformed one an error, but git itself fetches such commits
+//! (`fetch.fsckObjects` is off by default) and real histories hold them; refusing one here
+//! would leave the ref the fetch wrote pointing at a missing object. Nor what needs more than
+//! the object: that a named object exists and has the type it says, the content of a blob
+//! named `.gitmodules` or `.gitattributes`, the depth of a chain of trees.
 
 use std::collections::HashSet;
 use std::io;
@@ -29,12 +37,14 @@ pub(crate) fn check(kind: &[u8], content: &[u8], raw: usize) -> io::Result<()> {
 
 /// A tree: entries `<octal mode> <name>\0<id>`, sorted as git sorts them (a directory's name
 /// compared as if it ended in `/`), no name twice (even apart: `a`, `a-`, directory `a`),
-/// none empty, holding `/`, or naming `.`, `..` or `.git` (any case, and
-/// the forms HFS+ and NTFS read as `.git`, also after a `\`); no `.gitmodules` symlink.
+/// none empty, holding `/`, or naming `.`, `..` or `.git` (any case, and the forms HFS+ and
+/// NTFS read as `.git`, also after a `\`); `.gitmodules` only a file, `.gitattributes` a file
+/// or a symlink; no id both a directory's and a file's or symlink's.
 fn tree(content: &[u8], raw: usize) -> io::Result<()> {
     let mut rest = content;
     let mut previous: Option<(&[u8], bool)> = None;
     let mut names: HashSet<&[u8]> = HashSet::new();
+    let (mut dirs, mut files): (HashSet<&[u8]>, HashSet<&[u8]>) = Default::default();
     while !rest.is_empty() {
         let sp = rest.iter().position(|&b| b == b' ');
         let nul = rest.iter().position(|&b| b == 0);
@@ -55,25 +65,42 @@ fn tree(content: &[u8], raw: usize) -> io::Result<()> {
         if name.contains(&b'/') || name == b"." || name == b".." {
             return Err(invalid("a tree entry named '.' or '..' or holding a '/'"));
         }
+        let kind = mode & 0o170000;
         // Each `\`-separated part too: NTFS reads `\` as a separator (git's fsck_tree).
-        let mut parts = name.split(|&b| b == b'\\');
-        if let Some(first) = parts.next() {
-            if is_hfs_dot(first, b"git") || is_ntfs_dotgit(first) {
+        for (i, part) in name.split(|&b| b == b'\\').enumerate() {
+            let hfs = |needle: &[u8]| i == 0 && is_hfs_dot(part, needle);
+            if hfs(b"git") || is_ntfs_dotgit(part) {
                 return Err(invalid("a tree entry git would check out as '.git'"));
             }
-            if mode & 0o170000 == 0o120000 && is_gitmodules(first) {
-                return Err(invalid("a tree whose '.gitmodules' is a symbolic link"));
+            if kind != 0o100000
+                && (hfs(b"gitmodules") || is_ntfs_dot(part, b"gitmodules", b"gi7eba"))
+            {
+                return Err(invalid("a tree whose '.gitmodules' is not a file"));
+            }
+            let attributes =
+                hfs(b"gitattributes") || is_ntfs_dot(part, b"gitattributes", b"gi7d29");
+            if !matches!(kind, 0o100000 | 0o120000) && attributes {
+                return Err(invalid("a tree whose '.gitattributes' is not a file"));
             }
         }
-        for part in parts {
-            if is_ntfs_dotgit(part) {
-                return Err(invalid("a tree entry git would check out as '.git'"));
+        let dir = kind == 0o040000;
+        let id = &rest[nul + 1..nul + 1 + raw];
+        let clash = match kind {
+            0o040000 => {
+                dirs.insert(id);
+                files.contains(id)
             }
-            if mode & 0o170000 == 0o120000 && is_ntfs_dot(part, b"gitmodules", b"gi7eba") {
-                return Err(invalid("a tree whose '.gitmodules' is a symbolic link"));
+            0o100000 | 0o120000 => {
+                files.insert(id);
+                dirs.contains(id)
             }
+            _ => false,
+        };
+        if clash {
+            return Err(invalid(
+                "a tree that names one id as a directory and as a file",
+            ));
         }
-        let dir = mode & 0o170000 == 0o040000;
         if let Some((before, before_dir)) = previous {
             if sort_key(before, before_dir)
                 .cmp(sort_key(name, dir))
@@ -96,36 +123,40 @@ fn sort_key(name: &[u8], dir: bool) -> impl Iterator<Item = u8> + '_ {
     name.iter().copied().chain(dir.then_some(b'/'))
 }
 
-/// A commit: `tree <id>`, any `parent <id>` lines, one `author` and a `committer` line that
-/// [`ident`] accepts, in that order; headers as [`headers`] needs.
+/// A commit: `tree <id>`, any `parent <id>` lines (none its tree), `author` and `committer`
+/// lines, in that order; headers as [`headers`] needs.
 fn commit(content: &[u8], raw: usize) -> io::Result<()> {
     headers(content)?;
     let mut rest = id_line(content, b"tree ", raw)
         .ok_or_else(|| invalid("a commit that does not start with its tree"))?;
+    let tree = &content[5..5 + 2 * raw];
     while rest.starts_with(b"parent ") {
-        rest = id_line(rest, b"parent ", raw)
+        let after = id_line(rest, b"parent ", raw)
             .ok_or_else(|| invalid("a commit with a parent line git cannot parse"))?;
+        if rest[7..7 + 2 * raw].eq_ignore_ascii_case(tree) {
+            return Err(invalid("a commit whose parent is its own tree"));
+        }
+        rest = after;
     }
     let mut authors = 0;
     while let Some(person) = rest.strip_prefix(b"author ") {
         authors += 1;
-        rest = ident(person)?;
+        rest = after_line(person);
     }
-    if authors != 1 {
-        return Err(invalid(format!(
-            "a commit with {authors} author lines (one is needed)"
-        )));
+    if authors == 0 || !rest.starts_with(b"committer ") {
+        return Err(invalid("a commit without its author and committer lines"));
     }
-    let person = rest
-        .strip_prefix(b"committer ")
-        .ok_or_else(|| invalid("a commit without a committer line after its author"))?;
-    ident(person).map(drop)
+    Ok(())
 }
 
-/// A tag: `object <id>`, `type <blob|tree|commit|tag>`, `tag <name>`, then an optional
-/// `tagger` line that [`ident`] accepts; headers as [`headers`] needs.
+/// A tag: `object <id>`, `type <blob|tree|commit|tag>`, `tag <name>` lines, at least as long
+/// as git's `parse_tag_buffer` needs (the id's hex digits and 24 bytes); headers as
+/// [`headers`] needs.
 fn tag(content: &[u8], raw: usize) -> io::Result<()> {
     headers(content)?;
+    if content.len() < 2 * raw + 24 {
+        return Err(invalid("a tag shorter than git reads one"));
+    }
     let rest = id_line(content, b"object ", raw)
         .ok_or_else(|| invalid("a tag that does not start with its object"))?;
     let (kind, rest) =
@@ -133,12 +164,8 @@ fn tag(content: &[u8], raw: usize) -> io::Result<()> {
     if !matches!(kind, b"blob" | b"tree" | b"commit" | b"tag") {
         return Err(invalid("a tag of a type git does not know"));
     }
-    let (_, rest) =
-        value_line(rest, b"tag ").ok_or_else(|| invalid("a tag without its name line"))?;
-    match rest.strip_prefix(b"tagger ") {
-        Some(person) => ident(person).map(drop),
-        None => Ok(()),
-    }
+    value_line(rest, b"tag ").ok_or_else(|| invalid("a tag without its name line"))?;
+    Ok(())
 }
 
 /// git's `verify_headers`: no NUL before the blank line that ends the headers, and without
@@ -173,65 +200,11 @@ fn value_line<'a>(rest: &'a [u8], key: &[u8]) -> Option<(&'a [u8], &'a [u8])> {
     Some((&body[..nl], &body[nl + 1..]))
 }
 
-/// git's `fsck_ident` on what follows `author `, `committer ` or `tagger `: `<name> <<email>>
-/// <seconds> <+|-><hhmm>\n`, a name (possibly empty after its first byte) with no `<` or `>`,
-/// an email with neither, seconds in decimal without leading zero that fit a signed 64-bit
-/// time, a four-digit time zone. Stricter than git in one way: the seconds are digits only
-/// (git's `strtoumax` also skips blanks and takes a sign, which no git writes). Returns what
-/// follows the line.
-fn ident(line: &[u8]) -> io::Result<&[u8]> {
-    let bad = |what: &str| {
-        Err(invalid(format!(
-            "an author, committer or tagger line {what}"
-        )))
-    };
-    let nl = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
-    let (p, after) = (&line[..nl], line.get(nl + 1..).unwrap_or(&[]));
-    if p.first() == Some(&b'<') {
-        return bad("without a name before its email");
-    }
-    let Some(open) = p.iter().position(|&b| b == b'<' || b == b'>') else {
-        return bad("without an email");
-    };
-    if p[open] == b'>' {
-        return bad("whose name holds '>'");
-    }
-    if open == 0 || p[open - 1] != b' ' {
-        return bad("without a space before its email");
-    }
-    let email = &p[open + 1..];
-    let Some(close) = email.iter().position(|&b| b == b'<' || b == b'>') else {
-        return bad("whose email does not end");
-    };
-    if email[close] != b'>' {
-        return bad("whose email holds '<'");
-    }
-    let Some(date) = email[close + 1..].strip_prefix(b" ") else {
-        return bad("without a space before its date");
-    };
-    let digits = date.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits > 1 && date[0] == b'0' {
-        return bad("whose date has a leading zero");
-    }
-    let seconds = std::str::from_utf8(&date[..digits]).ok();
-    if digits > 0 && seconds.and_then(|s| s.parse::<i64>().ok()).is_none() {
-        return bad("whose date does not fit 64 bits");
-    }
-    let Some(zone) = date[digits..].strip_prefix(b" ").filter(|_| digits > 0) else {
-        return bad("without a date");
-    };
-    let zone_ok = zone.len() == 5
-        && matches!(zone[0], b'+' | b'-')
-        && zone[1..].iter().all(u8::is_ascii_digit);
-    if !zone_ok || nl == line.len() {
-        return bad("without a time zone +hhmm or -hhmm ending the line");
-    }
-    Ok(after)
-}
-
-/// Whether `name` is `.gitmodules` as git's checkout on HFS+ or NTFS would read it.
-fn is_gitmodules(name: &[u8]) -> bool {
-    is_hfs_dot(name, b"gitmodules") || is_ntfs_dot(name, b"gitmodules", b"gi7eba")
+/// What follows the first newline of `rest` (nothing without one).
+fn after_line(rest: &[u8]) -> &[u8] {
+    rest.iter()
+        .position(|&b| b == b'\n')
+        .map_or(&[][..], |nl| &rest[nl + 1..])
 }
 
 /// git's `is_hfs_dot_generic`: `name` is `.` and `needle` (lowercase ASCII) in any case, with
@@ -328,7 +301,20 @@ mod tests {
 
     const ID: [u8; 20] = [0x11; 20];
 
+    /// A tree of `entries`, each with its own id.
     fn tree_of(entries: &[(&str, &str)]) -> Vec<u8> {
+        let mut t = Vec::new();
+        for (i, (mode, name)) in entries.iter().enumerate() {
+            t.extend(format!("{mode} {name}\0").as_bytes());
+            let mut id = ID;
+            id[19] = i as u8;
+            t.extend(id);
+        }
+        t
+    }
+
+    /// A tree of `entries`, all with the same id.
+    fn tree_same_id(entries: &[(&str, &str)]) -> Vec<u8> {
         let mut t = Vec::new();
         for (mode, name) in entries {
             t.extend(format!("{mode} {name}\0").as_bytes());
@@ -378,9 +364,28 @@ mod tests {
             vec![("120000", "gi7eba~9")],
             vec![("120000", ".\u{feff}gitmodules")],
             vec![("120000", "x\\.gitmodules")],
+            // git's fsck: gitmodulesBlob, gitattributesBlob.
+            vec![("40000", ".gitmodules")],
+            vec![("160000", ".gitmodules")],
+            vec![("40000", ".gitattributes")],
+            vec![("160000", "GI7D29~1")],
         ];
         for t in bad {
             assert!(check(b"tree", &tree_of(&t), 20).is_err(), "{t:?}");
+        }
+        // One id as a file (or symlink) and as a directory: `git gc` fails on it.
+        for t in [
+            vec![("100644", "a"), ("40000", "b")],
+            vec![("40000", "a"), ("120000", "b")],
+        ] {
+            assert!(check(b"tree", &tree_same_id(&t), 20).is_err(), "{t:?}");
+        }
+        for t in [
+            vec![("100644", "a"), ("100755", "b"), ("120000", "c")],
+            vec![("40000", "a"), ("40000", "b"), ("160000", "c")],
+            vec![("120000", ".gitattributes")],
+        ] {
+            check(b"tree", &tree_same_id(&t), 20).unwrap_or_else(|e| panic!("{t:?}: {e}"));
         }
         let mut short = tree_of(&[("100644", "a")]);
         short.pop();
@@ -391,9 +396,9 @@ mod tests {
     /// what git writes passes.
     #[test]
     fn commits_and_tags_git_would_call_broken_are_refused() {
-        let hex = "1".repeat(40);
+        let (hex, other) = ("1".repeat(40), "2".repeat(40));
         let commit = |author: &str, committer: &str, rest: &str| {
-            format!("tree {hex}\nparent {hex}\nauthor {author}\ncommitter {committer}\n{rest}")
+            format!("tree {hex}\nparent {other}\nauthor {author}\ncommitter {committer}\n{rest}")
         };
         let good = "A U Thor <a@example.com> 1700000000 +0100";
         for c in [
@@ -401,36 +406,28 @@ mod tests {
             commit(good, good, ""),
             commit("a <> 0 -0000", good, "gpgsig x\n y\n\n"),
             commit(" <a> 9223372036854775807 +0000", good, "\n"),
+            format!("tree {hex}\nauthor {good}\nauthor {good}\ncommitter {good}\n"),
         ] {
             check(b"commit", c.as_bytes(), 20).unwrap_or_else(|e| panic!("{c}: {e}"));
         }
-        let bad_people = [
-            "<a@b> 1 +0000",                     // missingNameBeforeEmail
-            "a > <a@b> 1 +0000",                 // badName
-            "a a@b 1 +0000",                     // missingEmail
-            "a<a@b> 1 +0000",                    // missingSpaceBeforeEmail
-            "a <a@b 1 +0000",                    // badEmail
-            "a <a<b> 1 +0000",                   // badEmail
-            "a <a@b>1 +0000",                    // missingSpaceBeforeDate
-            "a <a@b> 01 +0000",                  // zeroPaddedDate
-            "a <a@b> x +0000",                   // badDate
-            "a <a@b>  +0000",                    // badDate
-            "a <a@b> 1+0000",                    // badDate
-            "a <a@b> 9223372036854775808 +0000", // badDateOverflow
-            "a <a@b> 1 0000",                    // badTimezone
-            "a <a@b> 1 +000",                    // badTimezone
-            "a <a@b> 1 +0000 ",                  // badTimezone
-        ];
-        for p in bad_people {
+        // What an identity line holds is not checked: git fetches such commits (an attack pass
+        // showed a refused one leaving the fetched ref pointing at a missing object).
+        for p in [
+            "<a@b> 1 +0000",
+            "a a@b 1 +0000",
+            "a <a@b> 01 +0000",
+            "a <a@b> 9223372036854775808 +0000",
+            "a <a@b> 1 +05",
+        ] {
             for c in [commit(p, good, "\n"), commit(good, p, "\n")] {
-                assert!(check(b"commit", c.as_bytes(), 20).is_err(), "{c}");
+                check(b"commit", c.as_bytes(), 20).unwrap_or_else(|e| panic!("{c}: {e}"));
             }
         }
         for c in [
             format!("tree {hex}\ncommitter {good}\n\nm\n"),
             format!("tree {hex}\nauthor {good}\n\nm\n"),
-            format!("tree {hex}\nauthor {good}\nauthor {good}\ncommitter {good}\n"),
             format!("parent {hex}\ntree {hex}\nauthor {good}\ncommitter {good}\n"),
+            format!("tree {hex}\nparent {other}\nparent {hex}\nauthor {good}\ncommitter {good}\n"),
             format!("tree {hex}\nauthor {good}\ncommitter {good}"), // unterminatedHeader
             format!("tree {hex}\nauthor {good}\ncommitter {good}\nx\0y\n\nm"), // nulInHeader
             "\nm\n".to_string(),
@@ -443,7 +440,8 @@ mod tests {
         let tag = |rest: &str| format!("object {hex}\ntype commit\n{rest}");
         for t in [
             tag(&format!("tag v1\ntagger {good}\n\nm\n")),
-            tag("tag v1\n"),
+            tag("tag v1\ntagger a <a@b> 01 +0000\n"),
+            tag("tag version-1\n"),
             tag("tag v1\n\nm\n"),
         ] {
             check(b"tag", t.as_bytes(), 20).unwrap_or_else(|e| panic!("{t}: {e}"));
@@ -451,11 +449,12 @@ mod tests {
         for t in [
             tag(&format!("tagger {good}\n\nm\n")),
             tag("tag v1"), // the name line does not end: git's parse_tag_buffer fails
-            tag("tag v1\ntagger a <a@b> 01 +0000\n"),
             format!("object {hex}\ntype commits\ntag v1\n"),
             format!("object {hex}\ntag v1\n"),
             format!("type commit\nobject {hex}\ntag v1\n"),
             tag("tag v\0\n"),
+            // Shorter than parse_tag_buffer reads (hex digits + 24 bytes): 63 bytes.
+            format!("object {hex}\ntype tag\ntag a\n"),
         ] {
             assert!(check(b"tag", t.as_bytes(), 20).is_err(), "{t:?}");
         }

@@ -1296,9 +1296,26 @@ fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> 
             // supervisor owns what the command created.
             let sub = match open_dir(dir, name) {
                 Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-                    // Safety: valid dirfd and name; AT_SYMLINK_NOFOLLOW is not supported by
-                    // fchmodat, but `name` was just found to be a directory (EISDIR/EPERM).
-                    unsafe { libc::fchmodat(dir.as_raw_fd(), c.as_ptr(), 0o700, 0) };
+                    // Through an `O_PATH | O_NOFOLLOW | O_DIRECTORY` descriptor: the command
+                    // can swap the name for a symlink at any moment, and fchmodat follows one.
+                    // Safety: valid dirfd, NUL-terminated name; the result is checked.
+                    let pinned = unsafe {
+                        libc::openat(
+                            dir.as_raw_fd(),
+                            c.as_ptr(),
+                            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                        )
+                    };
+                    if pinned < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // Safety: openat just returned this new descriptor.
+                    let pinned = unsafe { OwnedFd::from_raw_fd(pinned) };
+                    let at = format!("/proc/self/fd/{}", pinned.as_raw_fd());
+                    let _ = std::fs::set_permissions(
+                        &at,
+                        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+                    );
                     open_dir(dir, name)?
                 }
                 other => other?,

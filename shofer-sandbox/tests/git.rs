@@ -1942,3 +1942,59 @@ fn a_push_into_a_repository_outside_fails_and_says_why() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// A fetch of a history whose commit git's fsck calls broken only for what an identity line
+/// holds (`badTimezone`: real histories have them, and git fetches them) reaches the store,
+/// loose and as a pack, on every backend: an attack pass found the commit refused, the ref
+/// the fetch wrote pointing at a missing object and, for a pack, every object of it dropped.
+#[test]
+fn a_fetched_history_with_a_malformed_identity_reaches_the_store() {
+    let mut failures = Vec::new();
+    for b in backends() {
+        for unpack_limit in ["100", "1"] {
+            let l = Layout::new(None, &[]);
+            let remote = l.s.path().join("remote");
+            std::fs::create_dir(&remote).unwrap();
+            git(&remote, &["init", "-q", "-b", "main"]);
+            for i in 0..5 {
+                std::fs::write(remote.join(format!("f{i}")), format!("{i}\n")).unwrap();
+            }
+            git(&remote, &["add", "."]);
+            git(&remote, &["commit", "-qm", "files"]);
+            let script = "t=$(git rev-parse HEAD^{tree}); p=$(git rev-parse HEAD); \
+                printf 'tree %s\\nparent %s\\nauthor A <a@b> 1100000000 +05\\ncommitter A <a@b> 1100000000 +05\\n\\nold\\n' $t $p \
+                | git hash-object -t commit -w --literally --stdin | xargs git update-ref refs/heads/main";
+            let out = Command::new("sh")
+                .args(["-c", script])
+                .current_dir(&remote)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", show(&out));
+            let fetch = format!(
+                "git -c fetch.unpackLimit={unpack_limit} fetch -q {} main:refs/remotes/r/main",
+                remote.display()
+            );
+            let (mut cmd, _copy) = sandboxed(None, &l.wt, b, &fetch);
+            cmd.envs(l.vars()).stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            let who = format!("{b}, unpackLimit {unpack_limit}");
+            if !out.status.success() {
+                failures.push(format!("{who}: the fetch failed\n{}", show(&out)));
+                continue;
+            }
+            let log = Command::new("git")
+                .args(["log", "--oneline", "r/main"])
+                .current_dir(&l.repo)
+                .output()
+                .unwrap();
+            if !log.status.success() || String::from_utf8_lossy(&log.stdout).lines().count() != 2 {
+                failures.push(format!(
+                    "{who}: the host's git cannot read the fetched history\n{}\nsandbox: {}",
+                    show(&log),
+                    show(&out)
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
