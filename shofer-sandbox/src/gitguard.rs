@@ -1296,26 +1296,16 @@ fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> 
             // supervisor owns what the command created.
             let sub = match open_dir(dir, name) {
                 Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-                    // Through an `O_PATH | O_NOFOLLOW | O_DIRECTORY` descriptor: the command
+                    // Through an `O_PATH | O_NOFOLLOW` descriptor of the directory: the command
                     // can swap the name for a symlink at any moment, and fchmodat follows one.
-                    // Safety: valid dirfd, NUL-terminated name; the result is checked.
-                    let pinned = unsafe {
-                        libc::openat(
-                            dir.as_raw_fd(),
-                            c.as_ptr(),
-                            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                        )
-                    };
-                    if pinned < 0 {
-                        return Err(io::Error::last_os_error());
+                    let pinned = crate::paths::openat_path(dir, name.as_ref().as_ref())?;
+                    if crate::paths::kind(&pinned)? == crate::paths::Kind::Dir {
+                        let at = format!("/proc/self/fd/{}", pinned.as_raw_fd());
+                        let _ = std::fs::set_permissions(
+                            &at,
+                            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+                        );
                     }
-                    // Safety: openat just returned this new descriptor.
-                    let pinned = unsafe { OwnedFd::from_raw_fd(pinned) };
-                    let at = format!("/proc/self/fd/{}", pinned.as_raw_fd());
-                    let _ = std::fs::set_permissions(
-                        &at,
-                        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-                    );
                     open_dir(dir, name)?
                 }
                 other => other?,
