@@ -546,19 +546,39 @@ impl DotGitDir {
                 return Ok(());
             }
         }
+        // Where the original is now, reached through descriptors only: its parent is its own
+        // `..` and its name must still hold it. A path would be resolved again by the rename,
+        // and the command can swap any directory on the way for a symlink (an audit moved a
+        // root-owned host file into the worktree as `.git` that way).
         let cur = std::fs::read_link(format!("/proc/self/fd/{}", self.original.as_raw_fd()))?;
-        if !cur.starts_with(&self.worktree_path) || cur.to_string_lossy().ends_with(" (deleted)") {
-            return Err(io::Error::other(format!(
+        let gone = || {
+            io::Error::other(format!(
                 "the original .git directory is now at {} and is not put back from there",
                 cur.display()
-            )));
+            ))
+        };
+        if !cur.starts_with(&self.worktree_path) || cur.to_string_lossy().ends_with(" (deleted)") {
+            return Err(gone());
+        }
+        let name = cur.file_name().ok_or_else(gone)?;
+        let parent = paths::openat_dir_path(&self.original, Path::new(".."))?;
+        let found = paths::stat_at(&parent, &name.to_string_lossy())?;
+        if (found.st_dev, found.st_ino) != self.identity {
+            return Err(gone());
         }
         if here.is_ok() {
             let aside = format!(".git.shofer-moved-{}", random_suffix());
             rename_in(&self.worktree, ".git", &aside)?;
         }
-        let to = self.worktree_path.join(".git");
-        std::fs::rename(&cur, &to)
+        paths::rename_noreplace_between(&parent, name, &self.worktree, ".git".as_ref())?;
+        // Swapped between the look and the rename: what came is set aside, not kept as `.git`.
+        let now = paths::openat_path(&self.worktree, Path::new(".git"))?;
+        if identity(&now)? != self.identity {
+            let aside = format!(".git.shofer-moved-{}", random_suffix());
+            rename_in(&self.worktree, ".git", &aside)?;
+            return Err(gone());
+        }
+        Ok(())
     }
 }
 
@@ -1280,8 +1300,13 @@ fn list(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
         .collect()
 }
 
+/// Most entries one [`remove`] deletes or moves (a command that still runs can keep adding).
+const REMOVE_BUDGET: usize = 1 << 20;
+
 /// Removes `name` under `dir` whatever it is now (file, symlink, or directory tree), without
-/// following symlinks.
+/// following symlinks and without recursion: a directory's files are removed and the entries
+/// of its subdirectories moved up into it, level by level, with two descriptors open however
+/// deep the tree (an audit crashed the supervisor's stack with a tree 19,000 deep).
 fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> {
     let c = cname(name);
     // Safety: valid dirfd, NUL-terminated name.
@@ -1290,36 +1315,80 @@ fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> 
     }
     let err = io::Error::last_os_error();
     match err.raw_os_error() {
-        Some(libc::ENOENT) => Ok(()),
-        Some(libc::EISDIR) | Some(libc::EPERM) => {
-            // A directory the command made unreadable (chmod 000) is opened up first: the
-            // supervisor owns what the command created.
-            let sub = match open_dir(dir, name) {
-                Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-                    // Through an `O_PATH | O_NOFOLLOW` descriptor of the directory: the command
-                    // can swap the name for a symlink at any moment, and fchmodat follows one.
-                    let pinned = crate::paths::openat_path(dir, name.as_ref().as_ref())?;
-                    if crate::paths::kind(&pinned)? == crate::paths::Kind::Dir {
-                        let at = format!("/proc/self/fd/{}", pinned.as_raw_fd());
-                        let _ = std::fs::set_permissions(
-                            &at,
-                            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-                        );
-                    }
-                    open_dir(dir, name)?
-                }
-                other => other?,
-            };
-            for entry in list(&sub)? {
-                remove(&sub, &entry)?;
-            }
-            // Safety: as above.
-            if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
+        Some(libc::ENOENT) => return Ok(()),
+        Some(libc::EISDIR) | Some(libc::EPERM) => {}
+        _ => return Err(err),
+    }
+    let top = open_dir_opened_up(dir, name)?;
+    let mut budget = REMOVE_BUDGET;
+    loop {
+        let names = list(&top)?;
+        if names.is_empty() {
+            break;
         }
-        _ => Err(err),
+        for n in names {
+            budget = budget
+                .checked_sub(1)
+                .ok_or_else(|| io::Error::other("more entries than a removal takes"))?;
+            let cn = cname(&n);
+            // Safety: valid dirfd, NUL-terminated name.
+            if unsafe { libc::unlinkat(top.as_raw_fd(), cn.as_ptr(), 0) } == 0 {
+                continue;
+            }
+            let Ok(child) = open_dir_opened_up(&top, &n) else {
+                continue; // gone meanwhile, or not a directory any more: the next pass sees
+            };
+            for g in list(&child)? {
+                budget = budget
+                    .checked_sub(1)
+                    .ok_or_else(|| io::Error::other("more entries than a removal takes"))?;
+                let up = cname(&format!(".shofer-removing-{}", random_suffix()));
+                let cg = cname(&g);
+                let move_up = || {
+                    // Safety: valid dirfds, NUL-terminated names.
+                    unsafe {
+                        libc::renameat(child.as_raw_fd(), cg.as_ptr(), top.as_raw_fd(), up.as_ptr())
+                    }
+                };
+                // A directory moves to another parent only if writable (its `..` changes).
+                if move_up() != 0 && make_searchable(&child, &g) {
+                    move_up();
+                }
+            }
+            // Safety: as above; fails (and the next pass tries again) if something came in.
+            unsafe { libc::unlinkat(top.as_raw_fd(), cn.as_ptr(), libc::AT_REMOVEDIR) };
+        }
+    }
+    // Safety: as above.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Gives the directory `name` under `dir` mode 0700 through an `O_PATH | O_NOFOLLOW`
+/// descriptor (never what a symlink there names). Whether it did.
+fn make_searchable(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> bool {
+    let Ok(pinned) = crate::paths::openat_path(dir, name.as_ref().as_ref()) else {
+        return false;
+    };
+    if !crate::paths::kind(&pinned).is_ok_and(|k| k == crate::paths::Kind::Dir) {
+        return false;
+    }
+    let at = format!("/proc/self/fd/{}", pinned.as_raw_fd());
+    std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(0o700)).is_ok()
+}
+
+/// The directory `name` under `dir`, opened for listing; one the command made unreadable
+/// (chmod 000) gets mode 0700 first, set through an `O_PATH | O_NOFOLLOW` descriptor (the
+/// command can swap the name for a symlink at any moment, and `fchmodat` would follow it).
+fn open_dir_opened_up(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<OwnedFd> {
+    match open_dir(dir, name) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            make_searchable(dir, name);
+            open_dir(dir, name)
+        }
+        other => other,
     }
 }
 
@@ -1425,6 +1494,94 @@ fn put_back(dir: &OwnedFd, name: &str, original: &State, now: &State) -> io::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tree 20,000 directories deep (as many as the descriptors a process may hold here;
+    /// the command can build one in a guarded place, such as
+    /// `hooks/`) is removed without recursion: the old recursive removal ran out of
+    /// descriptors or overflowed the watcher thread's stack, and the supervisor died.
+    #[test]
+    fn a_very_deep_tree_is_removed_without_recursion() {
+        let s = tempfile::tempdir().unwrap();
+        let root = paths::open_dir_at_path(s.path()).unwrap();
+        std::fs::create_dir(s.path().join("top")).unwrap();
+        let mut at: std::fs::File = std::fs::File::open(s.path().join("top")).unwrap();
+        for _ in 0..20_000 {
+            // Safety: a live directory descriptor and a NUL-terminated name.
+            let made = unsafe { libc::mkdirat(at.as_raw_fd(), c"d".as_ptr(), 0o755) };
+            assert_eq!(made, 0);
+            // Safety: as above; checked.
+            let fd = unsafe {
+                libc::openat(
+                    at.as_raw_fd(),
+                    c"d".as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                )
+            };
+            assert!(fd >= 0);
+            // Safety: openat just returned it.
+            at = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        }
+        std::fs::write(format!("/proc/self/fd/{}/f", at.as_raw_fd()), "x").unwrap();
+        drop(at);
+        remove(&root, "top").unwrap();
+        assert!(!s.path().join("top").exists());
+    }
+
+    /// The command moves the worktree's `.git` into `d/x` and keeps exchanging `d` with a
+    /// symlink to a directory outside that holds a file `x`: the restore brings the real
+    /// `.git` back or fails, and never moves the outside file (an audit made a root
+    /// supervisor move a host file into the worktree that way; in-process the old restore
+    /// lost this race within a second).
+    #[test]
+    fn a_dot_git_restore_follows_no_symlink_swapped_in_on_the_way() {
+        let s = tempfile::tempdir().unwrap();
+        let (wt, outside) = (s.path().join("wt"), s.path().join("outside"));
+        for d in [wt.join(".git"), wt.join("d"), outside.clone()] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(outside.join("x"), "host file").unwrap();
+        std::os::unix::fs::symlink(&outside, wt.join("s")).unwrap();
+        let original = paths::open_nofollow(&wt.join(".git")).unwrap();
+        let dot = DotGitDir {
+            worktree: paths::open_nofollow(&wt).unwrap(),
+            worktree_path: wt.clone(),
+            identity: identity(&original).unwrap(),
+            original,
+        };
+        std::fs::rename(wt.join(".git"), wt.join("d/x")).unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let (stop, wt) = (Arc::clone(&stop), wt.clone());
+            std::thread::spawn(move || {
+                let dir = paths::open_nofollow(&wt).unwrap();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // Safety: a live descriptor and NUL-terminated names.
+                    unsafe {
+                        libc::renameat2(
+                            dir.as_raw_fd(),
+                            c"d".as_ptr(),
+                            dir.as_raw_fd(),
+                            c"s".as_ptr(),
+                            libc::RENAME_EXCHANGE,
+                        )
+                    };
+                }
+            })
+        };
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut moved_outside = false;
+        while std::time::Instant::now() < until && !moved_outside {
+            if dot.restore().is_ok() {
+                // Back: the command moves it away again (wherever `d` is now).
+                let _ = std::fs::rename(wt.join(".git"), wt.join("d/x"))
+                    .or_else(|_| std::fs::rename(wt.join(".git"), wt.join("s/x")));
+            }
+            moved_outside = !outside.join("x").is_file();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().unwrap();
+        assert!(outside.join("x").is_file(), "the outside file was moved");
+    }
 
     fn setup() -> (tempfile::TempDir, PathBuf, GitLayout) {
         let tmp = tempfile::tempdir().unwrap();

@@ -572,7 +572,12 @@ fn unquote(v: &str) -> String {
 /// A placeholder this run created, removed again after the run if still as created.
 #[derive(Debug)]
 pub struct Created {
-    path: PathBuf,
+    /// The directory it was made in (an `O_PATH` descriptor: its path can be swapped for a
+    /// symlink by whoever can write the common dir, and the removal must not follow one).
+    dir: std::os::fd::OwnedFd,
+    name: std::ffi::OsString,
+    /// (st_dev, st_ino) of the placeholder when made.
+    identity: (u64, u64),
     placeholder: Placeholder,
 }
 
@@ -591,7 +596,7 @@ pub fn prepare(set: &ControlSet) -> Result<Vec<Created>, (PathBuf, String)> {
         let name = c.path.file_name().unwrap_or_default();
         if c.placeholder.is_some() && !exists(parent) {
             // A branch known only from packed-refs: its loose ref's directory.
-            std::fs::create_dir_all(parent).map_err(|e| (c.path.clone(), e.to_string()))?;
+            make_dirs(parent).map_err(|e| (c.path.clone(), e.to_string()))?;
         }
         let dir = paths::open_nofollow(parent).map_err(|e| (c.path.clone(), e.to_string()))?;
         match paths::openat_path(&dir, Path::new(name)) {
@@ -610,8 +615,12 @@ pub fn prepare(set: &ControlSet) -> Result<Vec<Created>, (PathBuf, String)> {
                     continue;
                 };
                 create(&dir, name, &ph).map_err(|e| (c.path.clone(), e.to_string()))?;
+                let st = paths::stat_at(&dir, &name.to_string_lossy())
+                    .map_err(|e| (c.path.clone(), e.to_string()))?;
                 created.push(Created {
-                    path: c.path.clone(),
+                    dir,
+                    name: name.to_os_string(),
+                    identity: (st.st_dev, st.st_ino),
                     placeholder: ph,
                 });
             }
@@ -673,28 +682,108 @@ fn create(dir: &std::os::fd::OwnedFd, name: &std::ffi::OsStr, ph: &Placeholder) 
     Ok(())
 }
 
-/// After the run: removes each placeholder still as it was created (an empty directory, a
-/// file with the placeholder's content).
+/// After the run: removes each placeholder still as it was created (the same inode, in the
+/// directory it was made in: an empty directory, a file with the placeholder's content),
+/// through descriptors only (an audit had a root supervisor delete a host file through a
+/// ref directory swapped for a symlink).
 pub fn remove_placeholders(created: &[Created]) {
     for c in created {
-        match &c.placeholder {
-            Placeholder::EmptyDir => {
-                let _ = std::fs::remove_dir(&c.path); // fails unless empty
-            }
+        let name = c.name.to_string_lossy();
+        let Ok(st) = paths::stat_at(&c.dir, &name) else {
+            continue;
+        };
+        if (st.st_dev, st.st_ino) != c.identity {
+            continue;
+        }
+        let Ok(cname) =
+            std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(c.name.as_os_str()))
+        else {
+            continue;
+        };
+        let flags = match &c.placeholder {
+            Placeholder::EmptyDir => libc::AT_REMOVEDIR, // fails unless empty
             Placeholder::File(text) => {
-                let same = std::fs::symlink_metadata(&c.path).is_ok_and(|m| m.is_file())
-                    && paths::read_regular(&c.path, text.len()).is_ok_and(|d| d == text.as_bytes());
-                if same {
-                    let _ = std::fs::remove_file(&c.path);
+                let same = paths::read_small_file(&c.dir, &name, text.len())
+                    .is_ok_and(|d| d == text.as_bytes());
+                if !same {
+                    continue;
                 }
+                0
+            }
+        };
+        // Safety: a live directory descriptor and a NUL-terminated name.
+        unsafe { libc::unlinkat(c.dir.as_raw_fd(), cname.as_ptr(), flags) };
+    }
+}
+
+/// `path` and its missing parents made as directories, each with `mkdirat` in its parent
+/// opened without following a symlink (the common dir's `refs/` can be written by others;
+/// `create_dir_all` followed a symlink planted there).
+fn make_dirs(path: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = path;
+    let mut dir = loop {
+        match paths::open_nofollow(at) {
+            Ok(fd) => break fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                missing.push(at.file_name().ok_or(e)?.to_os_string());
+                at = at
+                    .parent()
+                    .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    for name in missing.iter().rev() {
+        let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str()))
+            .map_err(io::Error::other)?;
+        // Safety: a live directory descriptor and a NUL-terminated name; mkdirat never
+        // follows a symlink at the name.
+        if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(e);
             }
         }
+        dir = paths::openat_dir_path(&dir, Path::new(name))?;
     }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whoever can write the common dir swaps a placeholder's directory for a symlink to a
+    /// directory holding a file of the same name and content: that file stays, and the
+    /// placeholder, where it was moved, goes (an audit had a root supervisor delete a host
+    /// file this way, through the path).
+    #[test]
+    fn a_placeholder_is_removed_where_it_was_made_never_through_a_swapped_path() {
+        let s = tempfile::tempdir().unwrap();
+        let (x, target) = (s.path().join("x"), s.path().join("target"));
+        std::fs::create_dir(&x).unwrap();
+        std::fs::create_dir(&target).unwrap();
+        let dir = paths::open_nofollow(&x).unwrap();
+        let ph = Placeholder::File("1234\n".into());
+        create(&dir, "b".as_ref(), &ph).unwrap();
+        let st = paths::stat_at(&dir, "b").unwrap();
+        let made = Created {
+            dir,
+            name: "b".into(),
+            identity: (st.st_dev, st.st_ino),
+            placeholder: ph,
+        };
+        std::fs::write(target.join("b"), "1234\n").unwrap();
+        std::fs::rename(&x, s.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(&target, &x).unwrap();
+        remove_placeholders(&[made]);
+        assert!(
+            target.join("b").exists(),
+            "the file the symlink leads to was removed"
+        );
+        assert!(!s.path().join("moved/b").exists(), "the placeholder stays");
+    }
 
     #[test]
     fn config_keys_are_found_case_insensitively_with_the_last_value_winning() {

@@ -74,6 +74,16 @@ pub fn openat_path(dir: &OwnedFd, name: &Path) -> io::Result<OwnedFd> {
     )
 }
 
+/// Opens the directory `name` (one component, `..` too) under `dir` as an `O_PATH`
+/// descriptor, refusing a symlink (`ELOOP`/`ENOTDIR`).
+pub fn openat_dir_path(dir: &OwnedFd, name: &Path) -> io::Result<OwnedFd> {
+    openat_raw(
+        dir.as_raw_fd(),
+        name.as_os_str().as_bytes(),
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+    )
+}
+
 /// Opens the absolute, normalised path `path` as an `O_PATH` descriptor, refusing symlinks on
 /// every component (`ELOOP`) and `.`/`..` components (`EINVAL`).
 pub fn open_nofollow(path: &Path) -> io::Result<OwnedFd> {

@@ -221,8 +221,8 @@ fn copy_one(src: &Path, objects: &Path, fan: &str, name: &str, sha256: bool) -> 
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp_path)?;
         f.write_all(&bytes)?;
+        own_like_file(&f, objects)?;
         drop(f);
-        own_like(&tmp_path, objects)?;
         rename_between(&to, &tmp, &to, name)
     })();
     if written.is_err() {
@@ -845,6 +845,7 @@ fn copy_verified(
     };
     let id = loose_object_id_of(&mut tee, sha256, &Cell::new(u64::MAX));
     let failed = tee.failed.take();
+    let owned = own_like_file(&file, objects);
     drop(file);
     let verdict = match (failed, id) {
         (Some(e), _) => Err(e),
@@ -853,7 +854,7 @@ fn copy_verified(
         (None, Err(e)) => Ok(Err(format!("unreadable: {e}"))),
     };
     let placed = match verdict {
-        Ok(Ok(())) => own_like(&tmp_path, objects)
+        Ok(Ok(())) => owned
             .and_then(|()| rename_between(to, &tmp, to, name))
             .map(Ok),
         other => other,
@@ -879,6 +880,18 @@ fn subdir(dir: &Path, name: &str) -> Option<(OwnedFd, PathBuf)> {
     let fd = crate::paths::open_dir_at_path(&dir.join(name)).ok()?;
     let path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
     Some((fd, path))
+}
+
+/// As root, gives the open file `file` to the owner of the store `objects` (through its
+/// descriptor: a name could be swapped for a hard link to another file meanwhile).
+fn own_like_file(file: &std::fs::File, objects: &Path) -> io::Result<()> {
+    // Safety: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(());
+    }
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(objects)?;
+    std::os::unix::fs::fchown(file, Some(m.uid()), Some(m.gid()))
 }
 
 /// As root, gives `path` to the owner of the store (a root caller over a repository another
@@ -1008,6 +1021,22 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
         .sum();
     let mut cpu_left = INDEX_PACK_CPU_SECONDS + (bytes >> 20) * INDEX_PACK_CPU_PER_MIB;
     let budget = cpu_left;
+    // git writes the pack by path; a process that can write the store could swap
+    // `objects/pack` for a symlink and have a root supervisor's git write anywhere (an audit
+    // did). So git writes into a private object directory whose `pack` is a symlink to the
+    // pinned store directory's descriptor, and finds the store's objects through another.
+    let pinned = crate::paths::open_dir_at_path(objects)
+        .and_then(|store| Ok((fanout_dir(objects, "pack")?, store)))
+        .and_then(|(pack_fd, store)| Ok((index_pack_stage(dir, &pack_fd)?, pack_fd, store)));
+    let (stage, pack_fd, store) = match pinned {
+        Ok(p) => p,
+        Err(e) => {
+            out.failed
+                .push((dir.join("pack"), format!("the store's pack directory: {e}")));
+            return;
+        }
+    };
+    let (pack_raw, store_raw) = (pack_fd.as_raw_fd(), store.as_raw_fd());
     for pack in packs {
         let base = pack.trim_end_matches(".pack");
         let shown = dir.join("pack").join(&pack);
@@ -1046,6 +1075,12 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                     return Err(io::Error::last_os_error());
                 }
+                // The two descriptors the stage's paths name stay open across exec.
+                for fd in [pack_raw, store_raw] {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
                 Ok(())
             });
         }
@@ -1058,8 +1093,11 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
             .args(["index-pack", "--stdin", "--no-rev-index", IDENTITIES_WARN])
             .current_dir(common)
             .env("GIT_DIR", common)
-            .env_remove("GIT_OBJECT_DIRECTORY")
-            .env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES")
+            .env("GIT_OBJECT_DIRECTORY", &stage)
+            .env(
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+                format!("/proc/self/fd/{store_raw}"),
+            )
             .stdin(file)
             .stderr(Stdio::piped())
             .stdout(Stdio::piped())
@@ -1097,22 +1135,65 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
         out.moved += 1;
         let name = format!("pack-{hash}");
         for ext in ["pack", "idx"] {
-            let _ = own_like(&objects.join("pack").join(format!("{name}.{ext}")), objects);
+            let _ = own_like_at(&pack_fd, &format!("{name}.{ext}"), &store);
         }
         // A partial clone's marker (the pack's objects may lack what they refer to): git
         // only asks whether it exists, so the store gets an empty one of the supervisor's,
         // never the command's file.
         if crate::paths::open_regular(&pack_dir.join(format!("{base}.promisor"))).is_ok() {
-            let marker = objects.join("pack").join(format!("{name}.promisor"));
-            let made = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&marker);
-            if made.is_ok() {
-                let _ = own_like(&marker, objects);
+            let marker = format!("{name}.promisor");
+            let c = std::ffi::CString::new(marker.as_str()).unwrap_or_default();
+            let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+            // Safety: a live directory descriptor, a NUL-terminated name; checked below.
+            let fd = unsafe { libc::openat(pack_raw, c.as_ptr(), flags | libc::O_CLOEXEC, 0o444) };
+            if fd >= 0 {
+                // Safety: openat just returned this descriptor, closed once here.
+                unsafe { libc::close(fd) };
+                let _ = own_like_at(&pack_fd, &marker, &store);
             }
         }
     }
+    let _ = std::fs::remove_file(stage.join("pack"));
+    let _ = std::fs::remove_dir(&stage);
+}
+
+/// A private object directory for `git index-pack` beside the quarantine `q` (`dir`):
+/// `<entry>/index-pack/pack`, a symlink to `/proc/self/fd/N`, the pinned pack directory
+/// `pack_fd` of the store as the child sees its inherited descriptor.
+fn index_pack_stage(dir: &Path, pack_fd: &OwnedFd) -> io::Result<PathBuf> {
+    let stage = dir.with_file_name("index-pack");
+    remove_entry(&stage)?;
+    std::fs::DirBuilder::new().mode(0o700).create(&stage)?;
+    std::os::unix::fs::symlink(
+        format!("/proc/self/fd/{}", pack_fd.as_raw_fd()),
+        stage.join("pack"),
+    )?;
+    Ok(stage)
+}
+
+/// As root, gives `name` in the directory `dir` (not following a symlink there) to the owner
+/// of the store `store` (descriptors both).
+fn own_like_at(dir: &OwnedFd, name: &str, store: &OwnedFd) -> io::Result<()> {
+    // Safety: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(());
+    }
+    let st = fstat(store)?;
+    let c = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // Safety: a live descriptor and a NUL-terminated name.
+    let r = unsafe {
+        libc::fchownat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            st.st_uid,
+            st.st_gid,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1306,6 +1387,44 @@ mod tests {
             .status()
             .unwrap();
         assert!(!missing.success());
+    }
+
+    /// A process that can write the store (a sandbox whose writable set holds the repository)
+    /// replaces `objects/pack` with a symlink to another directory while a run lasts: the
+    /// run's pack is not written there (an audit had a root supervisor's `git index-pack`
+    /// write and chown pack files into a root-owned directory of its choosing).
+    #[test]
+    fn a_pack_is_never_written_through_a_symlinked_pack_directory() {
+        let (tmp, repo) = new_repo();
+        git(&repo, &["commit", "-q", "--allow-empty", "-m", "one"]);
+        let common = repo.join(".git");
+        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
+            .unwrap()
+            .0;
+        let packed = hash_object(&repo, "packed", Some(&q.dir));
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg("echo \"$A\" | git pack-objects -q \"$Q/pack/pack\"")
+            .env("A", &packed)
+            .env("Q", &q.dir)
+            .env("GIT_OBJECT_DIRECTORY", &q.dir)
+            .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", common.join("objects"))
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        std::fs::remove_file(q.dir.join(&packed[..2]).join(&packed[2..])).unwrap();
+        let target = tmp.path().join("target");
+        std::fs::create_dir(&target).unwrap();
+        let pack = common.join("objects/pack");
+        std::fs::rename(&pack, tmp.path().join("real-pack")).unwrap();
+        std::os::unix::fs::symlink(&target, &pack).unwrap();
+        let m = q.migrate();
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0, "{m:?}");
+        assert!(
+            !m.failed.is_empty(),
+            "the pack is kept for a later try: {m:?}"
+        );
     }
 
     /// What the command may leave in its quarantine besides objects: a fan-out directory
