@@ -1037,6 +1037,7 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
         }
     };
     let (pack_raw, store_raw) = (pack_fd.as_raw_fd(), store.as_raw_fd());
+    let fsck = fsck_option(&git);
     for pack in packs {
         let base = pack.trim_end_matches(".pack");
         let shown = dir.join("pack").join(&pack);
@@ -1090,7 +1091,7 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
             // would make every later `git gc` fail. What an identity line holds only warns,
             // as for loose objects (crate::fsck): git fetches such commits, and one refused
             // here would take the whole pack, and the fetched ref's history, with it.
-            .args(["index-pack", "--stdin", "--no-rev-index", IDENTITIES_WARN])
+            .args(["index-pack", "--stdin", "--no-rev-index", fsck])
             .current_dir(common)
             .env("GIT_DIR", common)
             .env("GIT_OBJECT_DIRECTORY", &stage)
@@ -1155,6 +1156,24 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
     }
     let _ = std::fs::remove_file(stage.join("pack"));
     let _ = std::fs::remove_dir(&stage);
+}
+
+/// [`IDENTITIES_WARN`] where `git` takes message ids after `--fsck-objects` (2.47 does, 2.39
+/// does not), else plain `--fsck-objects`: an older git refuses a pack with a malformed
+/// identity line (its `--strict=<ids>` would also refuse every shallow fetch's pack).
+fn fsck_option(git: &Path) -> &'static str {
+    let probe = Command::new(git)
+        .args(["index-pack", "--stdin", IDENTITIES_WARN])
+        .current_dir("/")
+        .env_remove("GIT_DIR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output();
+    match probe {
+        Ok(o) if o.stderr.starts_with(b"usage:") => "--fsck-objects",
+        _ => IDENTITIES_WARN,
+    }
 }
 
 /// A private object directory for `git index-pack` beside the quarantine `q` (`dir`):

@@ -1947,8 +1947,17 @@ fn a_push_into_a_repository_outside_fails_and_says_why() {
 /// holds (`badTimezone`: real histories have them, and git fetches them) reaches the store,
 /// loose and as a pack, on every backend: an attack pass found the commit refused, the ref
 /// the fetch wrote pointing at a missing object and, for a pack, every object of it dropped.
+/// A git whose `index-pack` takes no fsck message ids (2.39) still refuses such a pack, and
+/// the run names it (README "Objects").
 #[test]
 fn a_fetched_history_with_a_malformed_identity_reaches_the_store() {
+    let probe = Command::new("git")
+        .args(["index-pack", "--stdin", "--fsck-objects=badTimezone=warn"])
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let packs_take_ids = !probe.stderr.starts_with(b"usage:");
     let mut failures = Vec::new();
     for b in backends() {
         for unpack_limit in ["100", "1"] {
@@ -1980,6 +1989,16 @@ fn a_fetched_history_with_a_malformed_identity_reaches_the_store() {
             let who = format!("{b}, unpackLimit {unpack_limit}");
             if !out.status.success() {
                 failures.push(format!("{who}: the fetch failed\n{}", show(&out)));
+                continue;
+            }
+            // Landlock has no quarantine: git's own index-pack writes the store.
+            if unpack_limit == "1" && !packs_take_ids && b != "landlock" {
+                if !String::from_utf8_lossy(&out.stderr).contains("git index-pack refused it") {
+                    failures.push(format!(
+                        "{who}: the refused pack is not named\n{}",
+                        show(&out)
+                    ));
+                }
                 continue;
             }
             let log = Command::new("git")
