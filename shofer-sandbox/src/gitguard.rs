@@ -201,7 +201,7 @@ impl GitGuard {
                 if let (Ok(wt), Ok(orig)) =
                     (paths::open_nofollow(worktree), paths::open_nofollow(&dot))
                 {
-                    if let Ok(identity) = identity(&orig) {
+                    if let Ok(identity) = paths::identity(&orig) {
                         dot_git = Some(DotGitDir {
                             worktree: wt,
                             worktree_path: worktree.to_path_buf(),
@@ -423,9 +423,7 @@ impl GitGuard {
             // A directory made read-only (or opened up) by the command gets its mode back.
             if let Some(want) = g.dir_mode {
                 if mode_of(&g.dir).is_ok_and(|m| m != want) {
-                    let p = format!("/proc/self/fd/{}", g.dir.as_raw_fd());
-                    let perm = std::os::unix::fs::PermissionsExt::from_mode(want);
-                    match std::fs::set_permissions(&p, perm) {
+                    match paths::chmod_pinned(&g.dir, want) {
                         Ok(()) => out.restored.push(g.dir_path.clone()),
                         Err(e) => out.failed.push((g.dir_path.clone(), format!("chmod: {e}"))),
                     }
@@ -542,7 +540,7 @@ impl DotGitDir {
     fn restore(&self) -> io::Result<()> {
         let here = paths::openat_path(&self.worktree, Path::new(".git"));
         if let Ok(fd) = &here {
-            if identity(fd)? == self.identity {
+            if paths::identity(fd)? == self.identity {
                 return Ok(());
             }
         }
@@ -573,7 +571,7 @@ impl DotGitDir {
         paths::rename_noreplace_between(&parent, name, &self.worktree, ".git".as_ref())?;
         // Swapped between the look and the rename: what came is set aside, not kept as `.git`.
         let now = paths::openat_path(&self.worktree, Path::new(".git"))?;
-        if identity(&now)? != self.identity {
+        if paths::identity(&now)? != self.identity {
             let aside = format!(".git.shofer-moved-{}", random_suffix());
             rename_in(&self.worktree, ".git", &aside)?;
             return Err(gone());
@@ -604,24 +602,7 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
 
 /// The permission bits of a descriptor's object.
 fn mode_of(fd: &OwnedFd) -> io::Result<u32> {
-    // Safety: `st` is filled by fstat on success.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // Safety: live descriptor, writable buffer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st.st_mode & 0o7777)
-}
-
-/// (st_dev, st_ino) of a descriptor.
-fn identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
-    // Safety: `st` is filled by fstat on success.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // Safety: live descriptor, writable buffer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((st.st_dev, st.st_ino))
+    paths::fstat(fd).map(|st| st.st_mode & 0o7777)
 }
 
 /// 16 hex digits from getrandom(2), for temporary names the command cannot predict.
@@ -1375,8 +1356,7 @@ fn make_searchable(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> bool {
     if !crate::paths::kind(&pinned).is_ok_and(|k| k == crate::paths::Kind::Dir) {
         return false;
     }
-    let at = format!("/proc/self/fd/{}", pinned.as_raw_fd());
-    std::fs::set_permissions(&at, std::os::unix::fs::PermissionsExt::from_mode(0o700)).is_ok()
+    crate::paths::chmod_pinned(&pinned, 0o700).is_ok()
 }
 
 /// The directory `name` under `dir`, opened for listing; one the command made unreadable
@@ -1398,13 +1378,7 @@ fn open_dir_opened_up(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io:
 fn write_over(dir: &OwnedFd, name: &str, data: &[u8], mode: u32) -> io::Result<()> {
     match write_over_once(dir, name, data, mode) {
         Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
-            let p = format!("/proc/self/fd/{}", dir.as_raw_fd());
-            let m = std::fs::metadata(&p)?;
-            let cur = std::os::unix::fs::PermissionsExt::mode(&m.permissions());
-            std::fs::set_permissions(
-                &p,
-                std::os::unix::fs::PermissionsExt::from_mode((cur | 0o700) & 0o7777),
-            )?;
+            paths::chmod_pinned(dir, mode_of(dir)? | 0o700)?;
             write_over_once(dir, name, data, mode)
         }
         other => other,
@@ -1545,7 +1519,7 @@ mod tests {
         let dot = DotGitDir {
             worktree: paths::open_nofollow(&wt).unwrap(),
             worktree_path: wt.clone(),
-            identity: identity(&original).unwrap(),
+            identity: paths::identity(&original).unwrap(),
             original,
         };
         std::fs::rename(wt.join(".git"), wt.join("d/x")).unwrap();

@@ -47,7 +47,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::path::Path;
 use std::path::PathBuf;
 
@@ -206,17 +206,6 @@ fn standard_devices() -> Vec<(String, bool)> {
         .iter()
         .map(|(name, writable)| (name.to_string(), *writable))
         .collect()
-}
-
-/// (st_dev, st_ino) of a descriptor.
-fn identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
-    // Safety: `st` is filled by fstat on success.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // Safety: live descriptor, writable buffer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((st.st_dev, st.st_ino))
 }
 
 fn cstr(p: impl AsRef<[u8]>) -> io::Result<CString> {
@@ -386,7 +375,7 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         // Re-opened in this namespace without following symlinks, and checked to be the very
         // object opened before the clone: a swap in between fails closed.
         let fd = paths::open_nofollow(bind.path)?;
-        if identity(&fd)? != identity(&bind.fd.try_clone_to_owned()?)? {
+        if crate::paths::identity(&fd)? != crate::paths::identity(&bind.fd.try_clone_to_owned()?)? {
             eprintln!(
                 "shofer-sandbox: {} changed while the sandbox was set up",
                 bind.path.display()

@@ -36,14 +36,45 @@ pub fn dir_identity(path: &Path) -> Option<(u64, u64)> {
         .map(|m| (m.dev(), m.ino()))
 }
 
-/// The kind of object `fd` names (`fstat`).
-pub fn kind(fd: &OwnedFd) -> io::Result<Kind> {
+/// fstat(2) of `fd` (an `O_PATH` descriptor too).
+///
+/// # Errors
+/// fstat(2)'s: `EBADF` for a descriptor that is not open.
+pub fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
     // Safety: `st` is plain data that fstat fills on success.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // Safety: fd is a live descriptor and `st` is writable.
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(st)
+}
+
+/// (st_dev, st_ino) of what `fd` names.
+///
+/// # Errors
+/// As [`fstat`].
+pub fn identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
+    fstat(fd).map(|st| (st.st_dev, st.st_ino))
+}
+
+/// Sets the permission bits (`mode & 0o7777`) of what `fd` names, an `O_PATH` descriptor
+/// opened without following a symlink: `fchmod` refuses `O_PATH` descriptors (`EBADF`) and
+/// `fchmodat` on the name would follow a symlink swapped in there, so the mode is set through
+/// `/proc/self/fd/N`, which names the descriptor's own inode.
+///
+/// # Errors
+/// chmod(2)'s: `EPERM` when this process neither owns the inode nor has `CAP_FOWNER`;
+/// `ENOENT` without `/proc`.
+pub fn chmod_pinned(fd: &OwnedFd, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let at = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    std::fs::set_permissions(at, std::fs::Permissions::from_mode(mode & 0o7777))
+}
+
+/// The kind of object `fd` names (`fstat`).
+pub fn kind(fd: &OwnedFd) -> io::Result<Kind> {
+    let st = fstat(fd)?;
     Ok(match st.st_mode & libc::S_IFMT {
         libc::S_IFDIR => Kind::Dir,
         libc::S_IFREG => Kind::File,

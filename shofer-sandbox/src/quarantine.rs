@@ -734,9 +734,8 @@ fn move_up(dir: &Path, trash: &Path) -> bool {
     else {
         return false;
     };
-    let at = format!("/proc/self/fd/{}", pinned.as_raw_fd());
-    std::fs::set_permissions(at, std::fs::Permissions::from_mode(0o700)).is_ok()
-        && std::fs::rename(dir, &to).is_ok()
+    let pinned = OwnedFd::from(pinned);
+    crate::paths::chmod_pinned(&pinned, 0o700).is_ok() && std::fs::rename(dir, &to).is_ok()
 }
 
 /// Sets the mode of the directory at `path` if it differs (the command may have taken its
@@ -915,7 +914,7 @@ fn own_like(path: &Path, objects: &Path) -> io::Result<()> {
 /// pass made a root supervisor set a setuid mode on a file of its choosing that way).
 fn fanout_dir(objects: &Path, fan: &str) -> io::Result<OwnedFd> {
     let store = crate::paths::open_dir_at_path(objects)?;
-    let st = fstat(&store)?;
+    let st = crate::paths::fstat(&store)?;
     let name =
         std::ffi::CString::new(fan).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let mode = st.st_mode & 0o7777;
@@ -932,9 +931,8 @@ fn fanout_dir(objects: &Path, fan: &str) -> io::Result<OwnedFd> {
         ));
     }
     if made {
-        // The umask took bits away; an O_PATH descriptor takes no fchmod, its /proc path does.
-        let at = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode))?;
+        // The umask took bits away.
+        crate::paths::chmod_pinned(&fd, mode)?;
         // Safety: geteuid cannot fail.
         if unsafe { libc::geteuid() } == 0 {
             // Safety: a live descriptor, an empty path with AT_EMPTY_PATH.
@@ -953,17 +951,6 @@ fn fanout_dir(objects: &Path, fan: &str) -> io::Result<OwnedFd> {
         }
     }
     Ok(fd)
-}
-
-/// fstat(2) of `fd` (an `O_PATH` descriptor too).
-fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
-    // Safety: `st` is plain data that fstat fills on success.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // Safety: a live descriptor and a writable stat buffer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
 }
 
 /// renameat2(2) `RENAME_NOREPLACE` from `from_dir/from` to `to_dir/to`.
@@ -1197,7 +1184,7 @@ fn own_like_at(dir: &OwnedFd, name: &str, store: &OwnedFd) -> io::Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         return Ok(());
     }
-    let st = fstat(store)?;
+    let st = crate::paths::fstat(store)?;
     let c = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // Safety: a live descriptor and a NUL-terminated name.
     let r = unsafe {
