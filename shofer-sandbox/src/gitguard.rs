@@ -250,8 +250,8 @@ impl GitGuard {
         let index = nested.as_ref().map(|n| n.index.clone());
         // Unlisted, the names the command adds there could not be told: reported, not skipped.
         let common_names = controls.common.as_ref().and_then(|l| {
-            let listed =
-                paths::open_nofollow(&l.common).and_then(|fd| list(&fd).map(|names| (fd, names)));
+            let listed = paths::open_nofollow(&l.common)
+                .and_then(|fd| paths::list(&fd).map(|names| (fd, names)));
             match listed {
                 Ok((fd, names)) => Some((fd, l.common.clone(), names)),
                 Err(e) => {
@@ -392,7 +392,7 @@ impl GitGuard {
         let mut out = Restored::default();
         if let Some((fd, path, before)) = &self.common_names {
             // Names are bytes: one that is not UTF-8 is removed like any other new name.
-            let names = list(fd).unwrap_or_else(|e| {
+            let names = paths::list(fd).unwrap_or_else(|e| {
                 out.failed.push((
                     path.clone(),
                     format!("cannot be listed, the names the command added stay: {e}"),
@@ -441,7 +441,7 @@ impl GitGuard {
                 // A directory that cannot be listed counts as linked: it is put back (and a
                 // failure to do so is reported).
                 State::Dir(_) => open_dir(&g.dir, &g.name).is_ok_and(|sub| {
-                    list(&sub).map_or(true, |names| names.iter().any(|n| links(&sub, n) > 1))
+                    paths::list(&sub).map_or(true, |names| names.iter().any(|n| links(&sub, n) > 1))
                 }),
                 _ => false,
             };
@@ -1236,7 +1236,7 @@ fn read_state(dir: &OwnedFd, name: &str) -> State {
 fn read_dir_files(parent: &OwnedFd, name: &str) -> io::Result<Vec<(String, Vec<u8>, u32)>> {
     let dir = open_dir(parent, name)?;
     let mut out = Vec::new();
-    for entry in list(&dir)? {
+    for entry in paths::list(&dir)? {
         if out.len() >= MAX_ENTRIES {
             return Err(io::Error::other(format!("more than {MAX_ENTRIES} entries")));
         }
@@ -1272,15 +1272,6 @@ fn open_dir(parent: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The names in `dir`, as bytes: a name that is not UTF-8 is listed like any other (it was
-/// an error, and callers that took an error for "nothing new" skipped every new name).
-fn list(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
-    let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
-    std::fs::read_dir(path)?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect()
-}
-
 /// Most entries one [`remove`] deletes or moves (a command that still runs can keep adding).
 const REMOVE_BUDGET: usize = 1 << 20;
 
@@ -1303,7 +1294,7 @@ fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> 
     let top = open_dir_opened_up(dir, name)?;
     let mut budget = REMOVE_BUDGET;
     loop {
-        let names = list(&top)?;
+        let names = paths::list(&top)?;
         if names.is_empty() {
             break;
         }
@@ -1319,7 +1310,7 @@ fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> 
             let Ok(child) = open_dir_opened_up(&top, &n) else {
                 continue; // gone meanwhile, or not a directory any more: the next pass sees
             };
-            for g in list(&child)? {
+            for g in paths::list(&child)? {
                 budget = budget
                     .checked_sub(1)
                     .ok_or_else(|| io::Error::other("more entries than a removal takes"))?;
@@ -1445,7 +1436,7 @@ fn put_back(dir: &OwnedFd, name: &str, original: &State, now: &State) -> io::Res
             }
             let sub = open_dir(dir, name)?;
             let keep: Vec<&OsStr> = entries.iter().map(|(n, _, _)| n.as_ref()).collect();
-            for entry in list(&sub)? {
+            for entry in paths::list(&sub)? {
                 if !keep.contains(&entry.as_os_str()) {
                     remove(&sub, &entry)?;
                 }

@@ -72,6 +72,19 @@ pub fn chmod_pinned(fd: &OwnedFd, mode: u32) -> io::Result<()> {
     std::fs::set_permissions(at, std::fs::Permissions::from_mode(mode & 0o7777))
 }
 
+/// The names in the directory `dir` (an `O_PATH` descriptor too), as bytes: a name that is
+/// not UTF-8 is listed like any other (it was an error, and callers that took an error for
+/// "nothing new" skipped every new name).
+///
+/// # Errors
+/// Opening or reading the directory (`EACCES` for one without read permission).
+pub fn list(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
+    let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    std::fs::read_dir(path)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect()
+}
+
 /// The kind of object `fd` names (`fstat`).
 pub fn kind(fd: &OwnedFd) -> io::Result<Kind> {
     let st = fstat(fd)?;
@@ -288,6 +301,14 @@ fn open_regular_at(dir: RawFd, name: &Path) -> io::Result<std::fs::File> {
 /// open(2) or fstat(2) failures; `InvalidData` for anything but a regular file.
 pub fn open_regular(path: &Path) -> io::Result<std::fs::File> {
     open_regular_at(libc::AT_FDCWD, path)
+}
+
+/// [`open_regular`] for `name` (one component) in the directory `dir`.
+///
+/// # Errors
+/// As [`open_regular`].
+pub fn open_regular_in(dir: &OwnedFd, name: &str) -> io::Result<std::fs::File> {
+    open_regular_at(dir.as_raw_fd(), Path::new(name))
 }
 
 /// Reads the regular file `file` (from [`open_regular`]) into `buf`, which is cleared first

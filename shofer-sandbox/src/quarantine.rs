@@ -1073,6 +1073,8 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
             });
         }
         let cpu_before = children_cpu();
+        let tmp_before = tmp_packs(&pack_fd);
+        let head = pack_head(&file);
         let run = cmd
             // --fsck-objects: what git could not parse (a tree or commit that is not one)
             // would make every later `git gc` fail. What an identity line holds only warns,
@@ -1099,6 +1101,7 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
                 .unwrap_or("")
                 .to_string(),
             Ok(o) => {
+                remove_tmp_packs(&pack_fd, &tmp_before, &head);
                 out.reject(
                     pack.clone(),
                     format!(
@@ -1143,6 +1146,64 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
     }
     let _ = std::fs::remove_file(stage.join("pack"));
     let _ = std::fs::remove_dir(&stage);
+}
+
+/// How much of a pack [`remove_tmp_packs`] compares (bytes).
+const PACK_HEAD: usize = 4096;
+
+/// The first [`PACK_HEAD`] bytes of the pack `file` (fewer for a smaller one; none if it
+/// cannot be read), read without moving its offset.
+fn pack_head(file: &std::fs::File) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut head = vec![0u8; PACK_HEAD];
+    let mut got = 0;
+    while got < head.len() {
+        match file.read_at(&mut head[got..], got as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    head.truncate(got);
+    head
+}
+
+/// The temporary packs in the store's pack directory `pack_fd`: `git index-pack --stdin`
+/// copies its input to `pack/tmp_pack_XXXXXX` (index-pack.c, `odb_mkstemp`) and leaves it
+/// there when it dies.
+fn tmp_packs(pack_fd: &OwnedFd) -> HashSet<std::ffi::OsString> {
+    crate::paths::list(pack_fd)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n.as_bytes().starts_with(b"tmp_pack_"))
+        .collect()
+}
+
+/// Removes what a refused `git index-pack` left in the store's pack directory `pack_fd`: the
+/// temporary packs not there `before` that are regular files of this user and begin with the
+/// bytes of the refused pack (`head`, its first [`PACK_HEAD`] bytes). A host git fetching at
+/// the same time keeps its own: its file holds another pack. Without this, every refused pack
+/// would leave a copy of itself in the repository (a command could fill the disk outside its
+/// worktree with them).
+fn remove_tmp_packs(pack_fd: &OwnedFd, before: &HashSet<std::ffi::OsString>, head: &[u8]) {
+    for name in tmp_packs(pack_fd).difference(before) {
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let Ok(file) = crate::paths::open_regular_in(pack_fd, name) else {
+            continue;
+        };
+        // Safety: geteuid cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        let ours = file.metadata().is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.uid() == euid
+        });
+        if ours && head.starts_with(&pack_head(&file)) {
+            let c = std::ffi::CString::new(name).unwrap_or_default();
+            // Safety: a live directory descriptor and a NUL-terminated name.
+            unsafe { libc::unlinkat(pack_fd.as_raw_fd(), c.as_ptr(), 0) };
+        }
+    }
 }
 
 /// [`IDENTITIES_WARN`] where `git` takes message ids after `--fsck-objects` (2.47 does, 2.39
@@ -1835,6 +1896,10 @@ mod tests {
             .unwrap();
         assert!(out.status.success(), "{out:?}");
         std::fs::remove_file(q.dir.join(&packed[..2]).join(&packed[2..])).unwrap();
+        // A host git's fetch in progress: its temporary pack stays.
+        let store_packs = common.join("objects/pack");
+        std::fs::create_dir_all(&store_packs).unwrap();
+        std::fs::write(store_packs.join("tmp_pack_host01"), b"PACK host").unwrap();
         let m = q.migrate();
         assert_eq!(m.moved, 0, "{m:?}");
         assert_eq!(m.rejected.len(), 2, "{m:?}");
@@ -1846,5 +1911,13 @@ mod tests {
                 .unwrap();
             assert!(!there.success(), "{o} reached the store");
         }
+        // The refused pack left no copy of itself in the store (git index-pack's
+        // `tmp_pack_XXXXXX`, which it does not remove when it dies).
+        let mut left: Vec<_> = std::fs::read_dir(&store_packs)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["tmp_pack_host01"]);
     }
 }
