@@ -480,16 +480,37 @@ fn entries(root: &Path, prefix: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// How old an entry without a `store` file must be before [`forget_gone`] removes it: a run
+/// that makes an entry names its store right after.
+const UNNAMED_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether `entry` names no store (a supervisor killed between making it and writing
+/// `store`), holds no quarantine and is older than [`UNNAMED_AGE`]: nothing could be moved
+/// out of it, and without its store no later run could tell when its repository is gone.
+fn unnamed(entry: &Path) -> bool {
+    let no = |name: &str| {
+        std::fs::symlink_metadata(entry.join(name))
+            .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+    };
+    let old = std::fs::symlink_metadata(entry)
+        .ok()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age >= UNNAMED_AGE);
+    no("store") && no("q") && old
+}
+
 /// Removes the idle entries of `root` whose repository is gone (its common dir no longer
-/// exists): nothing could ever be moved out of them.
+/// exists), or which never named one ([`unnamed`]): nothing could ever be moved out of them.
 fn forget_gone(root: &Path) {
     for entry in entries(root, "") {
-        let gone = store_of(&entry).is_some_and(|objects| {
-            objects.parent().is_some_and(|common| {
+        let gone = match store_of(&entry) {
+            Some(objects) => objects.parent().is_some_and(|common| {
                 std::fs::symlink_metadata(common)
                     .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
-            })
-        });
+            }),
+            None => unnamed(&entry),
+        };
         if !gone {
             continue;
         }
@@ -1836,6 +1857,32 @@ mod tests {
         assert!(entry.is_dir());
         let _kept = Quarantine::take_in(&state(&tmp), &commons[1], false, "wt").unwrap();
         assert!(!entry.exists());
+    }
+
+    /// Entries left unnamed by supervisors killed right after making them (no run uses one
+    /// again): the next take forgets them once they are old, never while new.
+    #[test]
+    fn an_entry_without_its_store_is_forgotten_once_old() {
+        let (tmp, repo) = new_repo();
+        let common = repo.join(".git");
+        let root = state(&tmp);
+        let made = |wt: &str| {
+            let q = Quarantine::take_in(&root, &common, false, wt).unwrap().0;
+            let entry = q.entry.clone();
+            drop(q.migrate());
+            std::fs::remove_file(entry.join("store")).unwrap();
+            entry
+        };
+        let (old, new) = (made("a"), made("b"));
+        let long_ago = std::time::SystemTime::now() - 2 * UNNAMED_AGE;
+        std::fs::File::open(&old)
+            .unwrap()
+            .set_times(std::fs::FileTimes::new().set_modified(long_ago))
+            .unwrap();
+        let q = Quarantine::take_in(&root, &common, false, "a").unwrap().0;
+        assert_ne!(q.entry, old);
+        assert!(!old.exists(), "an old unnamed entry stayed");
+        assert!(new.is_dir(), "a new unnamed entry was removed");
     }
 
     /// A descriptor on a new object that outlives the run (passed to another sandbox over a
