@@ -21,9 +21,12 @@
 //! Why a loose object's ctime suffices: the kernel sets it to the current time on every change
 //! of the file (its data, mode, links; a new file under the name), and no system call sets it
 //! otherwise; only setting the clock back would (`CAP_SYS_TIME`, which the command never
-//! holds). File times come from a coarse clock and some filesystems keep them to 1 or 2 s, so
-//! "older" means older than 2 s before the snapshot: objects written in those seconds are
-//! hashed.
+//! holds). File times come from the kernel's coarse clock, at most a tick (10 ms at HZ=100)
+//! behind the time the snapshot reads, and some filesystems keep whole seconds (FAT 2 s, ext4
+//! with 128-byte inodes 1 s): "older" means older than [`FINE_MARGIN`] before the snapshot for
+//! a ctime with nanoseconds, [`COARSE_MARGIN`] for one of whole seconds. Objects written in that
+//! margin are hashed (a 2 s margin for every object hashed again each of an agent's back-to-back
+//! commands what the previous one wrote).
 //!
 //! Formats: git's Documentation/gitformat-pack.txt (index v2) and gitformat-loose.txt (a loose
 //! object is the zlib stream of `<type> <size>\0<content>`, named by its hash).
@@ -35,6 +38,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// How much older than the snapshot a ctime with nanoseconds must be to count as unchanged, on
+/// a local filesystem: a few ticks of the coarse clock file times come from (module
+/// documentation).
+const FINE_MARGIN: std::time::Duration = std::time::Duration::from_millis(50);
+/// The same for a ctime of whole seconds (FAT keeps 2 s), and on any filesystem not known to
+/// take its times from this kernel's clock (a network filesystem's server sets them).
+const COARSE_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// Most loose objects snapshotted; a bigger store is checked through its packs only.
 const MAX_LOOSE: usize = 200_000;
 /// Most damaged objects named one by one; the rest are counted.
@@ -91,8 +101,12 @@ pub struct ObjectStore {
     /// one recorded is hashed, and a symlink or file in its place is damage. (A directory gone,
     /// or made anew, is not damage by itself: git's `prune-packed` removes empty ones.)
     dirs: HashMap<String, (u64, u64)>,
-    /// Loose objects whose ctime is before this are as they were at the snapshot.
-    unchanged_before: SystemTime,
+    /// When the snapshot was taken: a loose object whose ctime is older by more than its
+    /// margin ([`ObjectStore::unchanged_since_snapshot`]) is as it was then.
+    taken: SystemTime,
+    /// The store is on a local filesystem whose file times come from this kernel's clock
+    /// ([`local_clock_fs`]): [`FINE_MARGIN`] applies.
+    local_times: bool,
     /// More loose objects than [`MAX_LOOSE`]: they were not recorded.
     loose_truncated: bool,
     packs: Vec<Pack>,
@@ -111,18 +125,18 @@ impl ObjectStore {
     /// Records `objects` (the repository's object directory). `sha256`: the repository's
     /// object format.
     pub fn snapshot(objects: &Path, sha256: bool) -> ObjectStore {
-        let since = SystemTime::now() - std::time::Duration::from_secs(2);
-        Self::snapshot_since(objects, sha256, since)
+        Self::snapshot_at(objects, sha256, SystemTime::now())
     }
 
-    /// [`Self::snapshot`], taking loose objects with a ctime before `since` as unchanged.
-    fn snapshot_since(objects: &Path, sha256: bool, since: SystemTime) -> ObjectStore {
+    /// [`Self::snapshot`], as if taken at `taken`.
+    fn snapshot_at(objects: &Path, sha256: bool, taken: SystemTime) -> ObjectStore {
         let mut store = ObjectStore {
             dir: objects.to_path_buf(),
             sha256,
             loose: Vec::new(),
             dirs: HashMap::new(),
-            unchanged_before: since,
+            taken,
+            local_times: local_clock_fs(objects),
             loose_truncated: false,
             packs: Vec::new(),
         };
@@ -228,7 +242,7 @@ impl ObjectStore {
             let path = self.dir.join(&oid[..2]).join(&oid[2..]);
             match now {
                 LooseNow::File(changed)
-                    if changed < self.unchanged_before
+                    if self.unchanged_since_snapshot(changed)
                         && !all_swapped
                         && !swapped.contains(&oid[..2]) => {}
                 LooseNow::Other => {
@@ -302,6 +316,21 @@ impl ObjectStore {
             });
         }
         damage
+    }
+
+    /// Whether a loose object whose ctime is `changed` was last changed before the snapshot:
+    /// older than it by more than [`FINE_MARGIN`], or [`COARSE_MARGIN`] for a ctime of whole
+    /// seconds (a filesystem that keeps no fraction; one in 10^9 of the others by chance).
+    fn unchanged_since_snapshot(&self, changed: SystemTime) -> bool {
+        let whole = changed
+            .duration_since(UNIX_EPOCH)
+            .map_or(true, |d| d.subsec_nanos() == 0);
+        let margin = if whole || !self.local_times {
+            COARSE_MARGIN
+        } else {
+            FINE_MARGIN
+        };
+        changed.checked_add(margin).is_some_and(|t| t < self.taken)
     }
 
     /// Whether the loose store was too big to record object by object.
@@ -400,6 +429,34 @@ impl Hasher {
             Hasher::Sha256(h) => h.finalize().to_vec(),
         }
     }
+}
+
+/// Whether `path` is on a local filesystem that stamps files with this kernel's clock
+/// (statfs(2) `f_type`: ext2/3/4, XFS, Btrfs, tmpfs, F2FS, overlayfs, bcachefs, ZFS). Anything
+/// else — NFS, CIFS, FUSE, unknown — gets [`COARSE_MARGIN`].
+fn local_clock_fs(path: &Path) -> bool {
+    const LOCAL: [i64; 8] = [
+        0xEF53,      // ext2/3/4
+        0x5846_5342, // XFS
+        0x9123_683E, // Btrfs
+        0x0102_1994, // tmpfs
+        0xF2F5_2010, // F2FS
+        0x794C_7630, // overlayfs
+        0xCA45_1A4E, // bcachefs
+        0x2FC1_2FC1, // ZFS
+    ];
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // Safety: `st` is plain data that statfs fills on success; `c` is NUL-terminated. No safe
+    // wrapper in our dependencies.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // Safety: as above.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type is i64 on x86-64, u32 elsewhere
+    LOCAL.contains(&(st.f_type as i64))
 }
 
 /// `(two-hex-digit fan-out dir, its (device, inode), the names in it)` of a loose object
@@ -992,6 +1049,27 @@ mod tests {
         assert_eq!(store.check(), vec![]);
     }
 
+    /// A ctime with nanoseconds counts as before the snapshot past a few ticks of the coarse
+    /// clock; one of whole seconds (a filesystem that keeps no fraction) only past 2 s.
+    #[test]
+    fn the_margin_before_the_snapshot_follows_the_ctime_s_precision() {
+        let dir = tempfile::tempdir().unwrap();
+        let taken = UNIX_EPOCH + std::time::Duration::new(1_000_000, 500_000_000);
+        let mut store = ObjectStore::snapshot_at(dir.path(), false, taken);
+        store.local_times = true;
+        let at = |secs: u64, nanos: u32| UNIX_EPOCH + std::time::Duration::new(secs, nanos);
+        assert!(store.unchanged_since_snapshot(at(1_000_000, 400_000_000)));
+        assert!(!store.unchanged_since_snapshot(at(1_000_000, 460_000_000)));
+        assert!(!store.unchanged_since_snapshot(at(1_000_000, 600_000_000)));
+        assert!(!store.unchanged_since_snapshot(at(1_000_000, 0)));
+        assert!(!store.unchanged_since_snapshot(at(999_999, 0)));
+        assert!(store.unchanged_since_snapshot(at(999_998, 0)));
+        // A network filesystem's times come from its server's clock: 2 s whatever they hold.
+        store.local_times = false;
+        assert!(!store.unchanged_since_snapshot(at(1_000_000, 400_000_000)));
+        assert!(store.unchanged_since_snapshot(at(999_998, 400_000_000)));
+    }
+
     /// A loose object changed before the snapshot is not this run's doing (and is not read);
     /// one rewritten in place after it, same size, same inode, is found.
     #[test]
@@ -1011,11 +1089,10 @@ mod tests {
         perm.set_readonly(false);
         std::fs::set_permissions(&path, perm).unwrap();
         spoil();
-        // File times come from a clock that lags by up to a tick (at most 10 ms): the
-        // snapshot's "before" is 30 ms before it, the change before it 100 ms before that.
+        // The change is 130 ms before the snapshot: past its margin for a ctime with
+        // nanoseconds (FINE_MARGIN, 50 ms).
         std::thread::sleep(std::time::Duration::from_millis(130));
-        let since = SystemTime::now() - std::time::Duration::from_millis(30);
-        let store = ObjectStore::snapshot_since(&objects, false, since);
+        let store = ObjectStore::snapshot_at(&objects, false, SystemTime::now());
         assert_eq!(store.check(), vec![]);
         spoil();
         let damage = store.check();
@@ -1033,8 +1110,7 @@ mod tests {
         let blob = git(&root, &["rev-parse", "HEAD:b"]);
         let path = objects.join(&blob[..2]).join(&blob[2..]);
         std::thread::sleep(std::time::Duration::from_millis(130));
-        let since = SystemTime::now() - std::time::Duration::from_millis(30);
-        let store = ObjectStore::snapshot_since(&objects, false, since);
+        let store = ObjectStore::snapshot_at(&objects, false, SystemTime::now());
         std::fs::remove_file(&path).unwrap();
         let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
         z.write_all(format!("blob {}\0", 4 << 20).as_bytes())
@@ -1091,8 +1167,7 @@ mod tests {
             .unwrap();
         assert!(hash.wait().unwrap().success());
         std::thread::sleep(std::time::Duration::from_millis(130));
-        let since = SystemTime::now() - std::time::Duration::from_millis(30);
-        let store = ObjectStore::snapshot_since(&objects, false, since);
+        let store = ObjectStore::snapshot_at(&objects, false, SystemTime::now());
         assert!(
             store.loose.len() > LOOSE_PER_THREAD,
             "{}",
@@ -1164,8 +1239,7 @@ mod tests {
         )
         .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(130));
-        let since = SystemTime::now() - std::time::Duration::from_millis(30);
-        let store = ObjectStore::snapshot_since(&objects, false, since);
+        let store = ObjectStore::snapshot_at(&objects, false, SystemTime::now());
         std::fs::rename(&fan, root.join("old")).unwrap();
         std::fs::rename(&forged, &fan).unwrap();
         let damage = store.check();
