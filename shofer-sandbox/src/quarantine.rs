@@ -1031,12 +1031,14 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
     let budget = cpu_left;
     // git writes the pack by path; a process that can write the store could swap
     // `objects/pack` for a symlink and have a root supervisor's git write anywhere (an audit
-    // did). So git writes into a private object directory whose `pack` is a symlink to the
-    // pinned store directory's descriptor, and finds the store's objects through another.
+    // did), and a refused pack leaves git's temporary copy where it was written. So git
+    // writes into a private object directory beside the quarantine, finds the store's objects
+    // through the store's pinned descriptor, and what it made is placed into the store's
+    // pinned `pack/` by descriptor ([`place_pack`]); a refused pack's leftovers stay private.
     let pinned = crate::paths::open_dir_at_path(objects)
         .and_then(|store| Ok((fanout_dir(objects, "pack")?, store)))
-        .and_then(|(pack_fd, store)| Ok((index_pack_stage(dir, &pack_fd)?, pack_fd, store)));
-    let (stage, pack_fd, store) = match pinned {
+        .and_then(|(pack_fd, store)| Ok((index_pack_stage(dir)?, pack_fd, store)));
+    let ((stage, stage_pack), pack_fd, store) = match pinned {
         Ok(p) => p,
         Err(e) => {
             out.failed
@@ -1053,8 +1055,8 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
             out.reject(pack.clone(), "not a regular file".into());
             continue;
         };
-        // `--stdin`: git reads the pack from our descriptor and writes it into the store
-        // itself, as receive-pack does with a pushed pack. A few bytes of deltas can declare
+        // `--stdin`: git reads the pack from our descriptor and writes it, with its index,
+        // into the private stage, as receive-pack does with a pushed pack. A few bytes of deltas can declare
         // gigabytes of objects: its address space and its CPU time are bounded (a pack past
         // them is refused), and it dies with the supervisor.
         if cpu_left == 0 {
@@ -1084,18 +1086,14 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                     return Err(io::Error::last_os_error());
                 }
-                // The two descriptors the stage's paths name stay open across exec.
-                for fd in [pack_raw, store_raw] {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
+                // The descriptor the alternate's path names stays open across exec.
+                if libc::fcntl(store_raw, libc::F_SETFD, 0) != 0 {
+                    return Err(io::Error::last_os_error());
                 }
                 Ok(())
             });
         }
         let cpu_before = children_cpu();
-        let tmp_before = tmp_packs(&pack_fd);
-        let head = pack_head(&file);
         let run = cmd
             // --fsck-objects: what git could not parse (a tree or commit that is not one)
             // would make every later `git gc` fail. What an identity line holds only warns,
@@ -1122,7 +1120,7 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
                 .unwrap_or("")
                 .to_string(),
             Ok(o) => {
-                remove_tmp_packs(&pack_fd, &tmp_before, &head);
+                empty_dir(&stage_pack);
                 out.reject(
                     pack.clone(),
                     format!(
@@ -1144,11 +1142,20 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
             ));
             continue;
         }
-        out.moved += 1;
         let name = format!("pack-{hash}");
-        for ext in ["pack", "idx"] {
-            let _ = own_like_at(&pack_fd, &format!("{name}.{ext}"), &store);
+        // The pack before its index: git finds a pack by its index.
+        let placed = ["pack", "idx"].iter().try_for_each(|ext| {
+            let file = format!("{name}.{ext}");
+            place_pack(&stage_pack, &file, &pack_fd)?;
+            own_like_at(&pack_fd, &file, &store)
+        });
+        empty_dir(&stage_pack);
+        if let Err(e) = placed {
+            out.failed
+                .push((shown, format!("placing it in the store: {e}")));
+            continue;
         }
+        out.moved += 1;
         // A partial clone's marker (the pack's objects may lack what they refer to): git
         // only asks whether it exists, so the store gets an empty one of the supervisor's,
         // never the command's file.
@@ -1165,65 +1172,57 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
             }
         }
     }
-    let _ = std::fs::remove_file(stage.join("pack"));
-    let _ = std::fs::remove_dir(&stage);
+    drop(stage_pack);
+    let _ = remove_entry(&stage);
 }
 
-/// How much of a pack [`remove_tmp_packs`] compares (bytes).
-const PACK_HEAD: usize = 4096;
-
-/// The first [`PACK_HEAD`] bytes of the pack `file` (fewer for a smaller one; none if it
-/// cannot be read), read without moving its offset.
-fn pack_head(file: &std::fs::File) -> Vec<u8> {
-    use std::os::unix::fs::FileExt;
-    let mut head = vec![0u8; PACK_HEAD];
-    let mut got = 0;
-    while got < head.len() {
-        match file.read_at(&mut head[got..], got as u64) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got += n,
-        }
+/// Moves `name` from the private directory `stage` into the store's pack directory `pack_fd`
+/// (descriptors both, never a path the store's writers can swap): a rename where both are on
+/// one filesystem, else a copy to a new temporary name renamed into place; neither replaces
+/// a file of that name already there (the same pack: its name is its checksum), and then ours
+/// is dropped.
+///
+/// # Errors
+/// Reading `name`, writing or renaming in `pack_fd`.
+fn place_pack(stage: &OwnedFd, name: &str, pack_fd: &OwnedFd) -> io::Result<()> {
+    match crate::paths::rename_noreplace_between(stage, name.as_ref(), pack_fd, name.as_ref()) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => return Ok(()),
+        other => return other,
     }
-    head.truncate(got);
-    head
-}
-
-/// The temporary packs in the store's pack directory `pack_fd`: `git index-pack --stdin`
-/// copies its input to `pack/tmp_pack_XXXXXX` (index-pack.c, `odb_mkstemp`) and leaves it
-/// there when it dies.
-fn tmp_packs(pack_fd: &OwnedFd) -> HashSet<std::ffi::OsString> {
-    crate::paths::list(pack_fd)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|n| n.as_bytes().starts_with(b"tmp_pack_"))
-        .collect()
-}
-
-/// Removes what a refused `git index-pack` left in the store's pack directory `pack_fd`: the
-/// temporary packs not there `before` that are regular files of this user and begin with the
-/// bytes of the refused pack (`head`, its first [`PACK_HEAD`] bytes). A host git fetching at
-/// the same time keeps its own: its file holds another pack. Without this, every refused pack
-/// would leave a copy of itself in the repository (a command could fill the disk outside its
-/// worktree with them).
-fn remove_tmp_packs(pack_fd: &OwnedFd, before: &HashSet<std::ffi::OsString>, head: &[u8]) {
-    for name in tmp_packs(pack_fd).difference(before) {
-        let Some(name) = name.to_str() else {
-            continue;
-        };
-        let Ok(file) = crate::paths::open_regular_in(pack_fd, name) else {
-            continue;
-        };
-        // Safety: geteuid cannot fail.
-        let euid = unsafe { libc::geteuid() };
-        let ours = file.metadata().is_ok_and(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.uid() == euid
-        });
-        if ours && head.starts_with(&pack_head(&file)) {
-            let c = std::ffi::CString::new(name).unwrap_or_default();
-            // Safety: a live directory descriptor and a NUL-terminated name.
-            unsafe { libc::unlinkat(pack_fd.as_raw_fd(), c.as_ptr(), 0) };
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut from = crate::paths::open_regular_in(stage, name)?;
+    let tmp = format!("tmp_shofer_pack_{}", crate::gitguard::random_suffix());
+    let mut to = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(format!("/proc/self/fd/{}/{tmp}", pack_fd.as_raw_fd()))?;
+    let copied = std::io::copy(&mut from, &mut to).and_then(|_| to.sync_all());
+    drop(to);
+    let placed = copied.and_then(|()| {
+        match crate::paths::rename_noreplace_between(pack_fd, tmp.as_ref(), pack_fd, name.as_ref())
+        {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+            other => other,
         }
+    });
+    let c = std::ffi::CString::new(tmp).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // Safety: a live directory descriptor and a NUL-terminated name; gone already when the
+    // rename took it.
+    unsafe { libc::unlinkat(pack_fd.as_raw_fd(), c.as_ptr(), 0) };
+    placed
+}
+
+/// Removes the files of the private directory `dir` (what `git index-pack` left there).
+fn empty_dir(dir: &OwnedFd) {
+    for name in crate::paths::list(dir).unwrap_or_default() {
+        let Ok(c) = std::ffi::CString::new(name.as_bytes()) else {
+            continue;
+        };
+        // Safety: a live directory descriptor and a NUL-terminated name.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) };
     }
 }
 
@@ -1246,17 +1245,16 @@ fn fsck_option(git: &Path) -> &'static str {
 }
 
 /// A private object directory for `git index-pack` beside the quarantine `q` (`dir`):
-/// `<entry>/index-pack/pack`, a symlink to `/proc/self/fd/N`, the pinned pack directory
-/// `pack_fd` of the store as the child sees its inherited descriptor.
-fn index_pack_stage(dir: &Path, pack_fd: &OwnedFd) -> io::Result<PathBuf> {
+/// `<entry>/index-pack/` with an empty `pack/`, made anew. Returns its path and `pack/`'s
+/// descriptor.
+fn index_pack_stage(dir: &Path) -> io::Result<(PathBuf, OwnedFd)> {
     let stage = dir.with_file_name("index-pack");
     remove_entry(&stage)?;
-    std::fs::DirBuilder::new().mode(0o700).create(&stage)?;
-    std::os::unix::fs::symlink(
-        format!("/proc/self/fd/{}", pack_fd.as_raw_fd()),
-        stage.join("pack"),
-    )?;
-    Ok(stage)
+    for d in [stage.clone(), stage.join("pack")] {
+        std::fs::DirBuilder::new().mode(0o700).create(&d)?;
+    }
+    let pack = crate::paths::open_dir_at_path(&stage.join("pack"))?;
+    Ok((stage, pack))
 }
 
 /// As root, gives `name` in the directory `dir` (not following a symlink there) to the owner
@@ -1857,6 +1855,38 @@ mod tests {
         assert!(entry.is_dir());
         let _kept = Quarantine::take_in(&state(&tmp), &commons[1], false, "wt").unwrap();
         assert!(!entry.exists());
+    }
+
+    /// A verified pack reaches the store from a stage on another filesystem (the state
+    /// directory under `$HOME`, the repository elsewhere): copied under a temporary name and
+    /// renamed into place; a pack of that name already there is kept as it is.
+    #[test]
+    fn a_pack_is_placed_across_filesystems_without_replacing_one_there() {
+        let stage_dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let store_dir = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let dev = |p: &Path| std::fs::metadata(p).unwrap().dev();
+        assert_ne!(
+            dev(stage_dir.path()),
+            dev(store_dir.path()),
+            "/dev/shm and the temporary directory must be two filesystems for this test"
+        );
+        let stage = crate::paths::open_dir_at_path(stage_dir.path()).unwrap();
+        let packs = crate::paths::open_dir_at_path(store_dir.path()).unwrap();
+        std::fs::write(stage_dir.path().join("pack-1.pack"), b"PACK one").unwrap();
+        place_pack(&stage, "pack-1.pack", &packs).unwrap();
+        std::fs::write(stage_dir.path().join("pack-2.pack"), b"PACK new").unwrap();
+        std::fs::write(store_dir.path().join("pack-2.pack"), b"PACK old").unwrap();
+        place_pack(&stage, "pack-2.pack", &packs).unwrap();
+        let read = |n: &str| std::fs::read(store_dir.path().join(n)).unwrap();
+        assert_eq!(read("pack-1.pack"), b"PACK one");
+        assert_eq!(read("pack-2.pack"), b"PACK old");
+        let mut names: Vec<_> = std::fs::read_dir(store_dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["pack-1.pack", "pack-2.pack"]);
     }
 
     /// Entries left unnamed by supervisors killed right after making them (no run uses one
