@@ -431,18 +431,18 @@ impl Hasher {
     }
 }
 
-/// Whether `path` is on a local filesystem that stamps files with this kernel's clock
-/// (statfs(2) `f_type`: ext2/3/4, XFS, Btrfs, tmpfs, F2FS, overlayfs, bcachefs, ZFS). Anything
-/// else — NFS, CIFS, FUSE, unknown — gets [`COARSE_MARGIN`].
+/// Whether `path` is on a local filesystem that stamps files with this kernel's clock to the
+/// nanosecond or to the second (statfs(2) `f_type`: ext2/3/4, XFS, Btrfs, tmpfs, F2FS, ZFS).
+/// Anything else gets [`COARSE_MARGIN`]: NFS, CIFS and FUSE (a server's clock), bcachefs (its
+/// `time_precision` can truncate a ctime by up to a second and still leave nanoseconds),
+/// overlayfs (its upper filesystem's times), unknown types.
 fn local_clock_fs(path: &Path) -> bool {
-    const LOCAL: [i64; 8] = [
+    const LOCAL: [i64; 6] = [
         0xEF53,      // ext2/3/4
         0x5846_5342, // XFS
         0x9123_683E, // Btrfs
         0x0102_1994, // tmpfs
         0xF2F5_2010, // F2FS
-        0x794C_7630, // overlayfs
-        0xCA45_1A4E, // bcachefs
         0x2FC1_2FC1, // ZFS
     ];
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {

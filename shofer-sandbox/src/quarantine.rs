@@ -952,6 +952,18 @@ fn fanout_dir(objects: &Path, fan: &str) -> io::Result<OwnedFd> {
         ));
     }
     if made {
+        // What a writer of the store renamed into place between mkdirat and the open is not
+        // ours to give mode and owner to.
+        // Safety: geteuid cannot fail.
+        if crate::paths::fstat(&fd)?.st_uid != unsafe { libc::geteuid() } {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} was replaced while it was made",
+                    objects.join(fan).display()
+                ),
+            ));
+        }
         // The umask took bits away.
         crate::paths::chmod_pinned(&fd, mode)?;
         // Safety: geteuid cannot fail.
