@@ -1039,8 +1039,10 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
         .filter_map(|p| std::fs::symlink_metadata(pack_dir.join(p)).ok())
         .map(|m| m.len())
         .sum();
-    let mut cpu_left = INDEX_PACK_CPU_SECONDS + (bytes >> 20) * INDEX_PACK_CPU_PER_MIB;
-    let budget = cpu_left;
+    let budget = INDEX_PACK_CPU_SECONDS + (bytes >> 20) * INDEX_PACK_CPU_PER_MIB;
+    // Charged what each run really used: a whole second each (RLIMIT_CPU's unit) ran a run of
+    // 300 small packs out of budget and dropped the last ones, whose commits the refs named.
+    let mut cpu_left = std::time::Duration::from_secs(budget);
     // git writes the pack by path; a process that can write the store could swap
     // `objects/pack` for a symlink and have a root supervisor's git write anywhere (an audit
     // did), and a refused pack leaves git's temporary copy where it was written. So git
@@ -1068,16 +1070,18 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
             continue;
         };
         // `--stdin`: git reads the pack from our descriptor and writes it, with its index,
-        // into the private stage, as receive-pack does with a pushed pack. A few bytes of deltas can declare
-        // gigabytes of objects: its address space and its CPU time are bounded (a pack past
-        // them is refused), and it dies with the supervisor.
-        if cpu_left == 0 {
+        // into the private stage, as receive-pack does with a pushed pack. A few bytes of
+        // deltas can declare gigabytes of objects: its address space and its CPU time are
+        // bounded (a pack past them is refused), and it dies with the supervisor.
+        if cpu_left.is_zero() {
             out.reject(
                 pack.clone(),
                 format!("the run's packs took the CPU time git index-pack may spend on them ({budget} s)"),
             );
             continue;
         }
+        // RLIMIT_CPU counts whole seconds: what is left, rounded up.
+        let cpu_limit = cpu_left.as_secs() + u64::from(cpu_left.subsec_nanos() > 0);
         let mut cmd = Command::new(&git);
         // Safety: setrlimit(2) and prctl(2) are async-signal-safe; nothing else runs between
         // fork and exec.
@@ -1085,7 +1089,7 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
             cmd.pre_exec(move || {
                 for (resource, value) in [
                     (libc::RLIMIT_AS, INDEX_PACK_MEMORY),
-                    (libc::RLIMIT_CPU, cpu_left),
+                    (libc::RLIMIT_CPU, cpu_limit),
                 ] {
                     let limit = libc::rlimit {
                         rlim_cur: value,
@@ -1124,7 +1128,7 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
             .stdout(Stdio::piped())
             .output();
         let spent = children_cpu().saturating_sub(cpu_before);
-        cpu_left = cpu_left.saturating_sub(spent.as_secs() + u64::from(spent.subsec_nanos() > 0));
+        cpu_left = cpu_left.saturating_sub(spent);
         let hash = match run {
             Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
                 .split_whitespace()
@@ -1156,22 +1160,29 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
         }
         let name = format!("pack-{hash}");
         // The pack before its index: git finds a pack by its index.
-        let placed = ["pack", "idx"].iter().try_for_each(|ext| {
+        let placed = ["pack", "idx"].iter().try_fold(false, |new, ext| {
             let file = format!("{name}.{ext}");
-            place_pack(&stage_pack, &file, &pack_fd)?;
-            own_like_at(&pack_fd, &file, &store)
+            let placed = place_pack(&stage_pack, &file, &pack_fd)?;
+            if placed {
+                own_like_at(&pack_fd, &file, &store)?;
+            }
+            Ok::<_, io::Error>(new || (*ext == "pack" && placed))
         });
         empty_dir(&stage_pack);
-        if let Err(e) = placed {
-            out.failed
-                .push((shown, format!("placing it in the store: {e}")));
-            continue;
-        }
+        let new = match placed {
+            Ok(new) => new,
+            Err(e) => {
+                out.failed
+                    .push((shown, format!("placing it in the store: {e}")));
+                continue;
+            }
+        };
         out.moved += 1;
         // A partial clone's marker (the pack's objects may lack what they refer to): git
         // only asks whether it exists, so the store gets an empty one of the supervisor's,
         // never the command's file.
-        if crate::paths::open_regular(&pack_dir.join(format!("{base}.promisor"))).is_ok() {
+        // Only for a pack new to the store: a copy of one the store has would mark the host's.
+        if new && crate::paths::open_regular(&pack_dir.join(format!("{base}.promisor"))).is_ok() {
             let marker = format!("{name}.promisor");
             let c = std::ffi::CString::new(marker.as_str()).unwrap_or_default();
             let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
@@ -1192,15 +1203,15 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
 /// (descriptors both, never a path the store's writers can swap): a rename where both are on
 /// one filesystem, else a copy to a new temporary name renamed into place; neither replaces
 /// a file of that name already there (the same pack: its name is its checksum), and then ours
-/// is dropped.
+/// is dropped. Whether it placed one (false: the store had it).
 ///
 /// # Errors
 /// Reading `name`, writing or renaming in `pack_fd`.
-fn place_pack(stage: &OwnedFd, name: &str, pack_fd: &OwnedFd) -> io::Result<()> {
+fn place_pack(stage: &OwnedFd, name: &str, pack_fd: &OwnedFd) -> io::Result<bool> {
     match crate::paths::rename_noreplace_between(stage, name.as_ref(), pack_fd, name.as_ref()) {
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => return Ok(()),
-        other => return other,
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => return Ok(false),
+        other => return other.map(|()| true),
     }
     use std::os::unix::fs::OpenOptionsExt;
     let mut from = crate::paths::open_regular_in(stage, name)?;
@@ -1216,8 +1227,8 @@ fn place_pack(stage: &OwnedFd, name: &str, pack_fd: &OwnedFd) -> io::Result<()> 
     let placed = copied.and_then(|()| {
         match crate::paths::rename_noreplace_between(pack_fd, tmp.as_ref(), pack_fd, name.as_ref())
         {
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
-            other => other,
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+            other => other.map(|()| true),
         }
     });
     let c = std::ffi::CString::new(tmp).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -1886,10 +1897,10 @@ mod tests {
         let stage = crate::paths::open_dir_at_path(stage_dir.path()).unwrap();
         let packs = crate::paths::open_dir_at_path(store_dir.path()).unwrap();
         std::fs::write(stage_dir.path().join("pack-1.pack"), b"PACK one").unwrap();
-        place_pack(&stage, "pack-1.pack", &packs).unwrap();
+        assert!(place_pack(&stage, "pack-1.pack", &packs).unwrap());
         std::fs::write(stage_dir.path().join("pack-2.pack"), b"PACK new").unwrap();
         std::fs::write(store_dir.path().join("pack-2.pack"), b"PACK old").unwrap();
-        place_pack(&stage, "pack-2.pack", &packs).unwrap();
+        assert!(!place_pack(&stage, "pack-2.pack", &packs).unwrap());
         let read = |n: &str| std::fs::read(store_dir.path().join(n)).unwrap();
         assert_eq!(read("pack-1.pack"), b"PACK one");
         assert_eq!(read("pack-2.pack"), b"PACK old");
@@ -1899,6 +1910,79 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["pack-1.pack", "pack-2.pack"]);
+    }
+
+    /// A command's copy of a pack the store has, with a `.promisor` beside it: the store's
+    /// pack stays as it was, and gets no marker (it would make a host `git repack` treat the
+    /// host's own objects as a partial clone's).
+    #[test]
+    fn a_copy_of_a_store_pack_marks_nothing_in_the_store() {
+        let (tmp, repo) = new_repo();
+        git(&repo, &["commit", "-q", "--allow-empty", "-m", "one"]);
+        git(&repo, &["gc", "-q"]);
+        let common = repo.join(".git");
+        let store_packs = common.join("objects/pack");
+        let names = |dir: &Path| -> Vec<String> {
+            let mut n: Vec<_> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            n.sort();
+            n
+        };
+        let before = names(&store_packs);
+        let pack = before
+            .iter()
+            .find(|n| n.ends_with(".pack"))
+            .unwrap()
+            .clone();
+        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
+            .unwrap()
+            .0;
+        std::fs::create_dir_all(q.dir.join("pack")).unwrap();
+        std::fs::copy(store_packs.join(&pack), q.dir.join("pack/pack-ffff.pack")).unwrap();
+        std::fs::write(q.dir.join("pack/pack-ffff.promisor"), b"").unwrap();
+        let m = q.migrate();
+        assert!(m.failed.is_empty() && m.rejected.is_empty(), "{m:?}");
+        assert_eq!(names(&store_packs), before);
+    }
+
+    /// Hundreds of small packs (a command that repacks after every commit) all reach the
+    /// store: each `git index-pack` is charged the CPU time it used, not a whole second.
+    #[test]
+    fn many_small_packs_all_reach_the_store() {
+        let (tmp, repo) = new_repo();
+        let common = repo.join(".git");
+        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
+            .unwrap()
+            .0;
+        let n = INDEX_PACK_CPU_SECONDS as usize + 10;
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(
+                "for i in $(seq \"$N\"); do echo \"blob $i\" | git hash-object -w --stdin \
+                 | git pack-objects -q \"$Q/pack/pack\" >/dev/null || exit 1; done",
+            )
+            .env("N", n.to_string())
+            .env("Q", &q.dir)
+            .env("GIT_OBJECT_DIRECTORY", &q.dir)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let m = q.migrate();
+        assert!(m.failed.is_empty() && m.rejected.is_empty(), "{m:?}");
+        for i in [1, n] {
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg("echo \"$C\" | git hash-object --stdin")
+                .env("C", format!("blob {i}"))
+                .current_dir(&repo)
+                .output()
+                .unwrap();
+            let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            git(&repo, &["cat-file", "-e", &id]);
+        }
     }
 
     /// Entries left unnamed by supervisors killed right after making them (no run uses one
