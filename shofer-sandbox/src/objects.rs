@@ -1049,6 +1049,14 @@ mod tests {
         assert_eq!(store.check(), vec![]);
     }
 
+    /// A snapshot taken now with the 50 ms margin whatever filesystem the test directory is on
+    /// (a container's overlayfs would get 2 s: these tests change objects 130 ms before it).
+    fn snapshot_now(objects: &Path) -> ObjectStore {
+        let mut store = ObjectStore::snapshot_at(objects, false, SystemTime::now());
+        store.local_times = true;
+        store
+    }
+
     /// A ctime with nanoseconds counts as before the snapshot past a few ticks of the coarse
     /// clock; one of whole seconds (a filesystem that keeps no fraction) only past 2 s.
     #[test]
@@ -1092,7 +1100,7 @@ mod tests {
         // The change is 130 ms before the snapshot: past its margin for a ctime with
         // nanoseconds (FINE_MARGIN, 50 ms).
         std::thread::sleep(std::time::Duration::from_millis(130));
-        let store = ObjectStore::snapshot_at(&objects, false, SystemTime::now());
+        let store = snapshot_now(&objects);
         assert_eq!(store.check(), vec![]);
         spoil();
         let damage = store.check();
@@ -1110,7 +1118,7 @@ mod tests {
         let blob = git(&root, &["rev-parse", "HEAD:b"]);
         let path = objects.join(&blob[..2]).join(&blob[2..]);
         std::thread::sleep(std::time::Duration::from_millis(130));
-        let store = ObjectStore::snapshot_at(&objects, false, SystemTime::now());
+        let store = snapshot_now(&objects);
         std::fs::remove_file(&path).unwrap();
         let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
         z.write_all(format!("blob {}\0", 4 << 20).as_bytes())
@@ -1167,7 +1175,7 @@ mod tests {
             .unwrap();
         assert!(hash.wait().unwrap().success());
         std::thread::sleep(std::time::Duration::from_millis(130));
-        let store = ObjectStore::snapshot_at(&objects, false, SystemTime::now());
+        let store = snapshot_now(&objects);
         assert!(
             store.loose.len() > LOOSE_PER_THREAD,
             "{}",
@@ -1239,7 +1247,7 @@ mod tests {
         )
         .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(130));
-        let store = ObjectStore::snapshot_at(&objects, false, SystemTime::now());
+        let store = snapshot_now(&objects);
         std::fs::rename(&fan, root.join("old")).unwrap();
         std::fs::rename(&forged, &fan).unwrap();
         let damage = store.check();
