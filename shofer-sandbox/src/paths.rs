@@ -85,6 +85,21 @@ pub fn list(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
         .collect()
 }
 
+/// Gives what `fd` names (an `O_PATH` descriptor too) to `uid`:`gid`: `fchownat(fd, "",
+/// AT_EMPTY_PATH)`, the inode the descriptor holds whatever its name is now.
+///
+/// # Errors
+/// chown(2)'s: `EPERM` without `CAP_CHOWN`.
+pub fn chown_pinned(fd: &OwnedFd, uid: u32, gid: u32) -> io::Result<()> {
+    // Safety: a live descriptor and an empty path with AT_EMPTY_PATH; rustix and std have no
+    // AT_EMPTY_PATH chown.
+    let r = unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The kind of object `fd` names (`fstat`).
 pub fn kind(fd: &OwnedFd) -> io::Result<Kind> {
     let st = fstat(fd)?;

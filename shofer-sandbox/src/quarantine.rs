@@ -194,7 +194,6 @@ fn copy_new(
 /// written to a new file of the supervisor's, renamed into place without replacing anything.
 fn copy_one(src: &Path, objects: &Path, fan: &str, name: &str, sha256: bool) -> io::Result<()> {
     use std::io::{Read, Write};
-    use std::os::unix::fs::OpenOptionsExt;
     let mut bytes = Vec::new();
     crate::paths::open_regular(src)?
         .take(LIVE_MAX + 1)
@@ -211,27 +210,51 @@ fn copy_one(src: &Path, objects: &Path, fan: &str, name: &str, sha256: bool) -> 
         return Ok(());
     }
     let to = fanout_dir(objects, fan)?;
-    let tmp = format!("tmp_shofer_obj_{}", crate::gitguard::random_suffix());
-    let tmp_path = PathBuf::from(format!("/proc/self/fd/{}/{tmp}", to.as_raw_fd()));
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o444)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp_path)?;
+    write_new(&to, name, "obj", |f| {
         f.write_all(&bytes)?;
-        own_like_file(&f, objects)?;
-        drop(f);
-        rename_between(&to, &tmp, &to, name)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp_path);
-    }
-    match written {
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
-        other => other,
-    }
+        own_like_file(f, objects)?;
+        Ok(Ok(()))
+    })
+    .map(|_| ())
+}
+
+/// Makes `name` in the pinned directory `dir` a new file of the supervisor's: written under a
+/// fresh unpredictable name (`tmp_shofer_<what>_<random>`, mode 0444, `O_EXCL | O_NOFOLLOW`,
+/// through the descriptor's `/proc/self/fd` path) by `fill`, then renamed to `name` with
+/// `RENAME_NOREPLACE` if `fill` accepts what it wrote. The temporary name never stays.
+/// `Ok(Ok(true))`: placed; `Ok(Ok(false))`: `name` was there already (never replaced);
+/// `Ok(Err(why))`: `fill` refused it.
+///
+/// # Errors
+/// Creating, writing or renaming in `dir`, and `fill`'s own.
+fn write_new(
+    dir: &OwnedFd,
+    name: &str,
+    what: &str,
+    fill: impl FnOnce(&mut std::fs::File) -> io::Result<Result<(), String>>,
+) -> io::Result<Result<bool, String>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = format!("tmp_shofer_{what}_{}", crate::gitguard::random_suffix());
+    let tmp_path = PathBuf::from(format!("/proc/self/fd/{}/{tmp}", dir.as_raw_fd()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp_path)?;
+    let filled = fill(&mut file);
+    drop(file);
+    let placed = match filled {
+        Ok(Ok(())) => match rename_between(dir, &tmp, dir, name) {
+            Ok(()) => return Ok(Ok(true)),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(Ok(false)),
+            Err(e) => Err(e),
+        },
+        Ok(Err(why)) => Ok(Err(why)),
+        Err(e) => Err(e),
+    };
+    let _ = std::fs::remove_file(&tmp_path);
+    placed
 }
 
 /// What a migration did.
@@ -828,7 +851,6 @@ fn copy_verified(
     sha256: bool,
 ) -> io::Result<Result<(), String>> {
     use std::io::{Read, Write};
-    use std::os::unix::fs::OpenOptionsExt;
     /// Reads from `from` and writes what it read to `to`, keeping the first write error.
     struct Tee<'a> {
         from: std::fs::File,
@@ -850,47 +872,28 @@ fn copy_verified(
         Ok(f) => f,
         Err(e) => return Ok(Err(format!("unreadable: {e}"))),
     };
-    let tmp = format!("tmp_shofer_obj_{}", crate::gitguard::random_suffix());
-    let tmp_path = PathBuf::from(format!("/proc/self/fd/{}/{tmp}", to.as_raw_fd()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o444)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp_path)?;
-    let mut tee = Tee {
-        from,
-        to: &mut file,
-        failed: None,
-    };
-    let id = loose_object_id_of(&mut tee, sha256, &Cell::new(u64::MAX));
-    let failed = tee.failed.take();
-    let owned = own_like_file(&file, objects);
-    drop(file);
-    let verdict = match (failed, id) {
-        (Some(e), _) => Err(e),
-        (None, Ok(id)) if hex(&id) == format!("{fan}{name}") => Ok(Ok(())),
-        (None, Ok(_)) => Ok(Err("its content does not hash to its name".to_string())),
-        (None, Err(e)) => Ok(Err(format!("unreadable: {e}"))),
-    };
-    let placed = match verdict {
-        Ok(Ok(())) => owned
-            .and_then(|()| rename_between(to, &tmp, to, name))
-            .map(Ok),
-        other => other,
-    };
-    match placed {
-        Ok(Ok(())) => Ok(Ok(())),
-        // Already there (the copier, or another run): fine, and never replaced.
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-            let _ = std::fs::remove_file(&tmp_path);
-            Ok(Ok(()))
+    // Already there (the copier, or another run): fine, and never replaced.
+    write_new(to, name, "obj", |file| {
+        let mut tee = Tee {
+            from,
+            to: file,
+            failed: None,
+        };
+        let id = loose_object_id_of(&mut tee, sha256, &Cell::new(u64::MAX));
+        if let Some(e) = tee.failed.take() {
+            return Err(e);
         }
-        other => {
-            let _ = std::fs::remove_file(&tmp_path);
-            other
+        let verdict = match id {
+            Ok(id) if hex(&id) == format!("{fan}{name}") => Ok(()),
+            Ok(_) => Err("its content does not hash to its name".to_string()),
+            Err(e) => Err(format!("unreadable: {e}")),
+        };
+        if verdict.is_ok() {
+            own_like_file(file, objects)?;
         }
-    }
+        Ok(verdict)
+    })
+    .map(|r| r.map(|_| ()))
 }
 
 /// `dir/name` as a directory descriptor (a symlink at `name` is not followed: `dir` is the
@@ -968,19 +971,7 @@ fn fanout_dir(objects: &Path, fan: &str) -> io::Result<OwnedFd> {
         crate::paths::chmod_pinned(&fd, mode)?;
         // Safety: geteuid cannot fail.
         if unsafe { libc::geteuid() } == 0 {
-            // Safety: a live descriptor, an empty path with AT_EMPTY_PATH.
-            let r = unsafe {
-                libc::fchownat(
-                    fd.as_raw_fd(),
-                    c"".as_ptr(),
-                    st.st_uid,
-                    st.st_gid,
-                    libc::AT_EMPTY_PATH,
-                )
-            };
-            if r != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            crate::paths::chown_pinned(&fd, st.st_uid, st.st_gid)?;
         }
     }
     Ok(fd)
@@ -1213,29 +1204,13 @@ fn place_pack(stage: &OwnedFd, name: &str, pack_fd: &OwnedFd) -> io::Result<bool
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => return Ok(false),
         other => return other.map(|()| true),
     }
-    use std::os::unix::fs::OpenOptionsExt;
     let mut from = crate::paths::open_regular_in(stage, name)?;
-    let tmp = format!("tmp_shofer_pack_{}", crate::gitguard::random_suffix());
-    let mut to = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o444)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(format!("/proc/self/fd/{}/{tmp}", pack_fd.as_raw_fd()))?;
-    let copied = std::io::copy(&mut from, &mut to).and_then(|_| to.sync_all());
-    drop(to);
-    let placed = copied.and_then(|()| {
-        match crate::paths::rename_noreplace_between(pack_fd, tmp.as_ref(), pack_fd, name.as_ref())
-        {
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
-            other => other.map(|()| true),
-        }
-    });
-    let c = std::ffi::CString::new(tmp).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // Safety: a live directory descriptor and a NUL-terminated name; gone already when the
-    // rename took it.
-    unsafe { libc::unlinkat(pack_fd.as_raw_fd(), c.as_ptr(), 0) };
-    placed
+    let placed = write_new(pack_fd, name, "pack", |to| {
+        std::io::copy(&mut from, to)?;
+        to.sync_all()?;
+        Ok(Ok(()))
+    })?;
+    Ok(placed.unwrap_or(false))
 }
 
 /// Removes the files of the private directory `dir` (what `git index-pack` left there).
@@ -1288,21 +1263,8 @@ fn own_like_at(dir: &OwnedFd, name: &str, store: &OwnedFd) -> io::Result<()> {
         return Ok(());
     }
     let st = crate::paths::fstat(store)?;
-    let c = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // Safety: a live descriptor and a NUL-terminated name.
-    let r = unsafe {
-        libc::fchownat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            st.st_uid,
-            st.st_gid,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    let file = crate::paths::openat_path(dir, name.as_ref())?;
+    crate::paths::chown_pinned(&file, st.st_uid, st.st_gid)
 }
 
 #[cfg(test)]
@@ -1423,6 +1385,39 @@ mod tests {
         dir
     }
 
+    /// A run's quarantine of the repository whose common dir is `common`, in `tmp`'s state
+    /// directory.
+    fn taken(tmp: &tempfile::TempDir, common: &Path) -> Quarantine {
+        Quarantine::take_in(&state(tmp), common, false, "wt")
+            .unwrap()
+            .0
+    }
+
+    /// Packs the quarantine's objects `ids` into `q/pack/pack-*.pack`, as a command's
+    /// `git repack` would, and removes their loose copies.
+    fn pack_in_quarantine(repo: &Path, q: &Path, ids: &[&str]) {
+        let mut child = Command::new("git")
+            .args(["pack-objects", "-q"])
+            .arg(q.join("pack/pack"))
+            .env("GIT_OBJECT_DIRECTORY", q)
+            .env(
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+                repo.join(".git/objects"),
+            )
+            .current_dir(repo)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut stdin, format!("{}\n", ids.join("\n")).as_bytes()).unwrap();
+        drop(stdin);
+        assert!(child.wait().unwrap().success());
+        for o in ids {
+            std::fs::remove_file(q.join(&o[..2]).join(&o[2..])).unwrap();
+        }
+    }
+
     fn git(dir: &Path, args: &[&str]) -> String {
         let out = Command::new("git")
             .args(args)
@@ -1444,9 +1439,7 @@ mod tests {
         let (tmp, repo) = new_repo();
         git(&repo, &["commit", "-q", "--allow-empty", "-m", "one"]);
         let common = repo.join(".git");
-        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let q = taken(&tmp, &common);
         let alternates = std::fs::read_to_string(q.dir.join("info/alternates")).unwrap();
         assert_eq!(alternates, "info/store\n");
         // Locked while the run lasts: a sweep leaves it alone.
@@ -1465,21 +1458,7 @@ mod tests {
         std::fs::copy(&other_path, &forged_path).unwrap();
         // A pack of two more objects, written the same way.
         let packed = [write("packed one"), write("packed two")];
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg("printf '%s\\n' \"$A\" \"$B\" | git pack-objects -q \"$Q/pack/pack\"")
-            .env("A", &packed[0])
-            .env("B", &packed[1])
-            .env("Q", &q.dir)
-            .env("GIT_OBJECT_DIRECTORY", &q.dir)
-            .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", common.join("objects"))
-            .current_dir(&repo)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        for o in &packed {
-            std::fs::remove_file(q.dir.join(&o[..2]).join(&o[2..])).unwrap();
-        }
+        pack_in_quarantine(&repo, &q.dir, &[&packed[0], &packed[1]]);
         let dir = q.dir.clone();
         let m = q.migrate();
         assert!(m.failed.is_empty(), "{m:?}");
@@ -1507,22 +1486,9 @@ mod tests {
         let (tmp, repo) = new_repo();
         git(&repo, &["commit", "-q", "--allow-empty", "-m", "one"]);
         let common = repo.join(".git");
-        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let q = taken(&tmp, &common);
         let packed = hash_object(&repo, "packed", Some(&q.dir));
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg("echo \"$A\" | git pack-objects -q \"$Q/pack/pack\"")
-            .env("A", &packed)
-            .env("Q", &q.dir)
-            .env("GIT_OBJECT_DIRECTORY", &q.dir)
-            .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", common.join("objects"))
-            .current_dir(&repo)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        std::fs::remove_file(q.dir.join(&packed[..2]).join(&packed[2..])).unwrap();
+        pack_in_quarantine(&repo, &q.dir, &[&packed]);
         let target = tmp.path().join("target");
         std::fs::create_dir(&target).unwrap();
         let pack = common.join("objects/pack");
@@ -1544,9 +1510,7 @@ mod tests {
         let common = repo.join(".git");
         let elsewhere = tmp.path().join("elsewhere");
         std::fs::create_dir_all(elsewhere.join("pack")).unwrap();
-        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let q = taken(&tmp, &common);
         std::os::unix::fs::symlink(&elsewhere, q.dir.join("ab")).unwrap();
         std::os::unix::fs::symlink(elsewhere.join("pack"), q.dir.join("pack")).unwrap();
         std::fs::create_dir(q.dir.join("cd")).unwrap();
@@ -1632,9 +1596,7 @@ mod tests {
         let old = hash_object(&repo, "old", None);
         let common = repo.join(".git");
         let before = files(&common);
-        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let q = taken(&tmp, &common);
         assert_eq!(files(&common), before);
         // Written again without the alternate: what git does when it cannot freshen.
         let again = Command::new("sh")
@@ -1662,9 +1624,7 @@ mod tests {
     fn the_copier_copies_verified_objects_while_the_run_lasts() {
         let (tmp, repo) = new_repo();
         let common = repo.join(".git");
-        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let q = taken(&tmp, &common);
         let copier = q.start_copier().unwrap();
         let write = |content: &str| hash_object(&repo, content, Some(&q.dir));
         let other = write("something else");
@@ -1709,9 +1669,7 @@ mod tests {
         let common = repo.join(".git");
         let write = |q: &Quarantine, content: &str| hash_object(&repo, content, Some(&q.dir));
         // A first run ends normally: its object moves, its quarantine goes.
-        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let q = taken(&tmp, &common);
         write(&q, "first");
         let dir = q.dir.clone();
         let m = q.migrate();
@@ -1741,9 +1699,7 @@ mod tests {
     fn a_descriptor_on_an_earlier_quarantine_reaches_no_later_run() {
         let (tmp, repo) = new_repo();
         let common = repo.join(".git");
-        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let q = taken(&tmp, &common);
         let oid = hash_object(&repo, "first", Some(&q.dir));
         let held_q = crate::paths::open_dir_at_path(&q.dir).unwrap();
         let held_fan = crate::paths::open_dir_at_path(&q.dir.join(&oid[..2])).unwrap();
@@ -1755,9 +1711,7 @@ mod tests {
             let _ = std::fs::create_dir(at.join(&forged[..2]));
             let _ = std::fs::write(at.join(name), b"not an object");
         };
-        let later = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let later = taken(&tmp, &common);
         assert_eq!(later.dir, dir);
         plant(&held_q, &format!("{}/{}", &forged[..2], &forged[2..]));
         plant(&held_fan, &forged[2..]);
@@ -1801,9 +1755,7 @@ mod tests {
         let (tmp, repo) = new_repo();
         let existing = hash_object(&repo, "existing", None);
         let common = repo.join(".git");
-        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let q = taken(&tmp, &common);
         let new = hash_object(&repo, "new", Some(&q.dir));
         let at = |dir: &Path, o: &str| dir.join(&o[..2]).join(&o[2..]);
         std::fs::create_dir_all(q.dir.join(&existing[..2])).unwrap();
@@ -1936,9 +1888,7 @@ mod tests {
             .find(|n| n.ends_with(".pack"))
             .unwrap()
             .clone();
-        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let q = taken(&tmp, &common);
         std::fs::create_dir_all(q.dir.join("pack")).unwrap();
         std::fs::copy(store_packs.join(&pack), q.dir.join("pack/pack-ffff.pack")).unwrap();
         std::fs::write(q.dir.join("pack/pack-ffff.promisor"), b"").unwrap();
@@ -1953,9 +1903,7 @@ mod tests {
     fn many_small_packs_all_reach_the_store() {
         let (tmp, repo) = new_repo();
         let common = repo.join(".git");
-        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let q = taken(&tmp, &common);
         let n = INDEX_PACK_CPU_SECONDS as usize + 10;
         let out = Command::new("sh")
             .arg("-c")
@@ -2019,9 +1967,7 @@ mod tests {
         use std::io::{Seek, Write};
         let (tmp, repo) = new_repo();
         let common = repo.join(".git");
-        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let q = taken(&tmp, &common);
         let new = hash_object(&repo, "new", Some(&q.dir));
         let path = q.dir.join(&new[..2]).join(&new[2..]);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -2042,9 +1988,7 @@ mod tests {
     fn objects_git_cannot_parse_are_rejected_loose_and_packed() {
         let (tmp, repo) = new_repo();
         let common = repo.join(".git");
-        let q = Quarantine::take_in(&state(&tmp), &common, false, "wt")
-            .unwrap()
-            .0;
+        let q = taken(&tmp, &common);
         let bogus = |what: &str| {
             let out = Command::new("sh")
                 .arg("-c")
@@ -2058,17 +2002,7 @@ mod tests {
         };
         let loose = bogus("hello");
         let packed = bogus("hello again");
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg("echo \"$A\" | git pack-objects -q \"$Q/pack/pack\"")
-            .env("A", &packed)
-            .env("Q", &q.dir)
-            .env("GIT_OBJECT_DIRECTORY", &q.dir)
-            .current_dir(&repo)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        std::fs::remove_file(q.dir.join(&packed[..2]).join(&packed[2..])).unwrap();
+        pack_in_quarantine(&repo, &q.dir, &[&packed]);
         // A host git's fetch in progress: its temporary pack stays.
         let store_packs = common.join("objects/pack");
         std::fs::create_dir_all(&store_packs).unwrap();
