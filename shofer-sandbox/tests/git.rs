@@ -15,6 +15,21 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// The lines of `out` (stdout, then stderr) that git prints for a failure: `error:` or
+/// `fatal:` at the start.
+fn git_failures(out: &std::process::Output) -> Vec<String> {
+    [&out.stdout, &out.stderr]
+        .iter()
+        .flat_map(|b| {
+            String::from_utf8_lossy(b)
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter(|l| l.starts_with("error:") || l.starts_with("fatal:"))
+        .collect()
+}
+
 /// A repository with a main worktree `repo/`, linked worktrees `wt/` (attacked) and `wt2/`,
 /// and the program an attacker would plant (`evil.sh`, which creates `ran`).
 struct Layout {
@@ -724,10 +739,7 @@ fn every_git_command_works_in_a_linked_worktree_on_every_backend() {
                 String::from_utf8_lossy(&out.stderr)
             );
             let common = l.repo.join(".git");
-            let errors: Vec<&str> = text
-                .lines()
-                .filter(|l| l.starts_with("error:") || l.starts_with("fatal:"))
-                .collect();
+            let errors = git_failures(&out);
             if out.status.code() != Some(0) || !errors.is_empty() || !text.contains("ALL-OK") {
                 failures.push(format!("{b} / uid {uid:?}: {errors:?}\n{}", show(&out)));
             }
@@ -1515,9 +1527,7 @@ fn automatic_maintenance_is_left_to_the_host_and_leaves_no_lock() {
                 .stdin(Stdio::null());
             let out = cmd.output().unwrap();
             let text = show(&out);
-            let errors = text
-                .lines()
-                .any(|l| l.starts_with("error:") || l.starts_with("fatal:"));
+            let errors = !git_failures(&out).is_empty();
             if out.status.code() != Some(0) || !text.contains("COMMITTED") || errors {
                 failures.push(format!("{b} / uid {uid:?}: the commit failed\n{text}"));
             }
@@ -1872,15 +1882,7 @@ fn a_registered_submodule_is_updated_in_a_linked_worktree() {
             cmd.envs(l.vars()).stdin(Stdio::null());
             let out = cmd.output().unwrap();
             let who = format!("{b}, uid {uid:?}");
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let errors = text
-                .lines()
-                .any(|l| l.starts_with("error:") || l.starts_with("fatal:"));
-            if out.status.code() != Some(0) || errors {
+            if out.status.code() != Some(0) || !git_failures(&out).is_empty() {
                 failures.push(format!("{who}: the update failed\n{}", show(&out)));
                 continue;
             }
