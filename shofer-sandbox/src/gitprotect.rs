@@ -614,13 +614,13 @@ pub fn prepare(set: &ControlSet) -> Result<Vec<Created>, (PathBuf, String)> {
                 let Some(ph) = c.placeholder.clone() else {
                     continue;
                 };
-                create(&dir, name, &ph).map_err(|e| (c.path.clone(), e.to_string()))?;
-                let st = paths::stat_at(&dir, &name.to_string_lossy())
+                let identity = create(&dir, name, &ph)
+                    .and_then(|made| paths::identity(&made))
                     .map_err(|e| (c.path.clone(), e.to_string()))?;
                 created.push(Created {
                     dir,
                     name: name.to_os_string(),
-                    identity: (st.st_dev, st.st_ino),
+                    identity,
                     placeholder: ph,
                 });
             }
@@ -630,19 +630,26 @@ pub fn prepare(set: &ControlSet) -> Result<Vec<Created>, (PathBuf, String)> {
     Ok(created)
 }
 
-fn create(dir: &std::os::fd::OwnedFd, name: &std::ffi::OsStr, ph: &Placeholder) -> io::Result<()> {
+/// Makes the placeholder `ph` as `name` in `dir` and returns a descriptor of what it made
+/// (`O_PATH` for a directory): its owner and identity are taken through it, never by name.
+fn create(
+    dir: &std::os::fd::OwnedFd,
+    name: &std::ffi::OsStr,
+    ph: &Placeholder,
+) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(name.as_bytes()).map_err(io::Error::other)?;
     // The directory is reached through its O_PATH descriptor's /proc path (the `*at` calls
     // below need a real directory descriptor).
     let real = std::fs::File::open(format!("/proc/self/fd/{}", dir.as_raw_fd()))?;
     let d = real.as_raw_fd();
-    match ph {
+    let made = match ph {
         Placeholder::EmptyDir => {
             // Safety: valid dirfd and NUL-terminated name; mkdirat never follows a symlink.
             if unsafe { libc::mkdirat(d, c.as_ptr(), 0o755) } != 0 {
                 return Err(io::Error::last_os_error());
             }
+            paths::openat_dir_path(dir, Path::new(name))?
         }
         Placeholder::File(text) => {
             // Safety: valid dirfd and name; O_EXCL|O_NOFOLLOW only ever creates a new file.
@@ -664,22 +671,19 @@ fn create(dir: &std::os::fd::OwnedFd, name: &std::ffi::OsStr, ph: &Placeholder) 
             // Safety: openat just returned it.
             let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
             io::Write::write_all(&mut f, text.as_bytes())?;
+            std::os::fd::OwnedFd::from(f)
         }
-    }
-    // A root caller over another user's checkout: the placeholder belongs to the directory's
-    // owner, like the rest of it.
-    let meta = real.metadata()?;
-    // Safety: valid dirfd and name; AT_SYMLINK_NOFOLLOW.
-    unsafe {
-        libc::fchownat(
-            d,
-            c.as_ptr(),
-            std::os::unix::fs::MetadataExt::uid(&meta),
-            std::os::unix::fs::MetadataExt::gid(&meta),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
     };
-    Ok(())
+    // A root caller over another user's checkout: the placeholder belongs to the directory's
+    // owner, like the rest of it (an unprivileged caller owns it already: EPERM changes
+    // nothing).
+    let meta = real.metadata()?;
+    let _ = paths::chown_pinned(
+        &made,
+        std::os::unix::fs::MetadataExt::uid(&meta),
+        std::os::unix::fs::MetadataExt::gid(&meta),
+    );
+    Ok(made)
 }
 
 /// After the run: removes each placeholder still as it was created (the same inode, in the
@@ -766,12 +770,11 @@ mod tests {
         std::fs::create_dir(&target).unwrap();
         let dir = paths::open_nofollow(&x).unwrap();
         let ph = Placeholder::File("1234\n".into());
-        create(&dir, "b".as_ref(), &ph).unwrap();
-        let st = paths::stat_at(&dir, "b").unwrap();
+        let identity = paths::identity(&create(&dir, "b".as_ref(), &ph).unwrap()).unwrap();
         let made = Created {
             dir,
             name: "b".into(),
-            identity: (st.st_dev, st.st_ino),
+            identity,
             placeholder: ph,
         };
         std::fs::write(target.join("b"), "1234\n").unwrap();
@@ -783,6 +786,34 @@ mod tests {
             "the file the symlink leads to was removed"
         );
         assert!(!s.path().join("moved/b").exists(), "the placeholder stays");
+    }
+
+    /// Root over another user's checkout: each kind of placeholder belongs to the owner of
+    /// the directory it is made in, and the identity `create` returns is the one made there.
+    #[test]
+    fn a_placeholder_belongs_to_its_directory_s_owner() {
+        // Safety: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "CI runs as root"
+            );
+            eprintln!("SKIP a_placeholder_belongs_to…: needs root (chown)");
+            return;
+        }
+        let s = tempfile::tempdir().unwrap();
+        std::os::unix::fs::chown(s.path(), Some(65534), Some(65534)).unwrap();
+        let dir = paths::open_nofollow(s.path()).unwrap();
+        for (name, ph) in [
+            ("d", Placeholder::EmptyDir),
+            ("f", Placeholder::File("x\n".into())),
+        ] {
+            let made = create(&dir, name.as_ref(), &ph).unwrap();
+            let st = paths::stat_at(&dir, name).unwrap();
+            assert_eq!((st.st_uid, st.st_gid), (65534, 65534), "{name}");
+            assert_eq!(paths::identity(&made).unwrap(), (st.st_dev, st.st_ino));
+        }
     }
 
     #[test]
