@@ -1275,91 +1275,16 @@ fn open_dir(parent: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result
 /// Most entries one [`remove`] deletes or moves (a command that still runs can keep adding).
 const REMOVE_BUDGET: usize = 1 << 20;
 
-/// Removes `name` under `dir` whatever it is now (file, symlink, or directory tree), without
-/// following symlinks and without recursion: a directory's files are removed and the entries
-/// of its subdirectories moved up into it, level by level, with two descriptors open however
-/// deep the tree (an audit crashed the supervisor's stack with a tree 19,000 deep).
+/// Removes `name` under `dir` whatever it is now (file, symlink, or directory tree): the
+/// one remover ([`crate::remove::take_apart`]), with no stop and a budget that a removal
+/// never spends but for a command that keeps filling the tree.
 fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> {
-    let c = cname(name);
-    // Safety: valid dirfd, NUL-terminated name.
-    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) } == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::ENOENT) => return Ok(()),
-        Some(libc::EISDIR) | Some(libc::EPERM) => {}
-        _ => return Err(err),
-    }
-    let top = open_dir_opened_up(dir, name)?;
     let mut budget = REMOVE_BUDGET;
-    loop {
-        let names = paths::list(&top)?;
-        if names.is_empty() {
-            break;
+    match crate::remove::take_apart(dir, name.as_ref(), &mut budget, &|| false)? {
+        crate::remove::Removal::Gone => Ok(()),
+        crate::remove::Removal::Unfinished => {
+            Err(io::Error::other("more entries than a removal takes"))
         }
-        for n in names {
-            budget = budget
-                .checked_sub(1)
-                .ok_or_else(|| io::Error::other("more entries than a removal takes"))?;
-            let cn = cname(&n);
-            // Safety: valid dirfd, NUL-terminated name.
-            if unsafe { libc::unlinkat(top.as_raw_fd(), cn.as_ptr(), 0) } == 0 {
-                continue;
-            }
-            let Ok(child) = open_dir_opened_up(&top, &n) else {
-                continue; // gone meanwhile, or not a directory any more: the next pass sees
-            };
-            for g in paths::list(&child)? {
-                budget = budget
-                    .checked_sub(1)
-                    .ok_or_else(|| io::Error::other("more entries than a removal takes"))?;
-                let up = cname(&format!(".shofer-removing-{}", random_suffix()));
-                let cg = cname(&g);
-                let move_up = || {
-                    // Safety: valid dirfds, NUL-terminated names.
-                    unsafe {
-                        libc::renameat(child.as_raw_fd(), cg.as_ptr(), top.as_raw_fd(), up.as_ptr())
-                    }
-                };
-                // A directory moves to another parent only if writable (its `..` changes).
-                if move_up() != 0 && make_searchable(&child, &g) {
-                    move_up();
-                }
-            }
-            // Safety: as above; fails (and the next pass tries again) if something came in.
-            unsafe { libc::unlinkat(top.as_raw_fd(), cn.as_ptr(), libc::AT_REMOVEDIR) };
-        }
-    }
-    // Safety: as above.
-    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Gives the directory `name` under `dir` mode 0700 through an `O_PATH | O_NOFOLLOW`
-/// descriptor (never what a symlink there names). Whether it did.
-fn make_searchable(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> bool {
-    let Ok(pinned) = crate::paths::openat_path(dir, name.as_ref().as_ref()) else {
-        return false;
-    };
-    if !crate::paths::kind(&pinned).is_ok_and(|k| k == crate::paths::Kind::Dir) {
-        return false;
-    }
-    crate::paths::chmod_pinned(&pinned, 0o700).is_ok()
-}
-
-/// The directory `name` under `dir`, opened for listing; one the command made unreadable
-/// (chmod 000) gets mode 0700 first, set through an `O_PATH | O_NOFOLLOW` descriptor (the
-/// command can swap the name for a symlink at any moment, and `fchmodat` would follow it).
-fn open_dir_opened_up(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<OwnedFd> {
-    match open_dir(dir, name) {
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-            make_searchable(dir, name);
-            open_dir(dir, name)
-        }
-        other => other,
     }
 }
 
@@ -1490,6 +1415,73 @@ mod tests {
         drop(at);
         remove(&root, "top").unwrap();
         assert!(!s.path().join("top").exists());
+    }
+
+    /// A tree the command made with directories it cannot write (mode 0500: nothing can be
+    /// moved out of them, not even by their owner, until the mode is restored) is removed as
+    /// its owner, not only as root (as uid 65534 the restore gave up after a million passes,
+    /// 18 s). A tree holding a directory of another owner fails at once. Root runs it again
+    /// as uid 65534, from a copy of this test binary that uid can execute.
+    #[test]
+    fn a_tree_of_unwritable_directories_is_removed_as_their_owner() {
+        const AS_NOBODY: &str = "SHOFER_TEST_REMOVE_AS_NOBODY";
+        // Safety: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 && std::env::var_os(AS_NOBODY).is_none() {
+            use std::os::unix::fs::PermissionsExt;
+            use std::os::unix::process::CommandExt;
+            let s = tempfile::tempdir().unwrap();
+            std::fs::set_permissions(s.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            let foreign = s.path().join("foreign");
+            std::fs::create_dir_all(foreign.join("top/root-owned")).unwrap();
+            std::fs::write(foreign.join("top/root-owned/f"), "x").unwrap();
+            std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+            std::os::unix::fs::chown(foreign.join("top"), Some(65534), Some(65534)).unwrap();
+            let exe = s.path().join("test");
+            std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+            let out = std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "gitguard::tests::a_tree_of_unwritable_directories_is_removed_as_their_owner",
+                    "--nocapture",
+                ])
+                .env(AS_NOBODY, &foreign)
+                .current_dir("/")
+                .uid(65534)
+                .gid(65534)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && text.contains("1 passed"), "{text}");
+            return;
+        }
+        let s = tempfile::tempdir().unwrap();
+        let top = s.path().join("top");
+        std::fs::create_dir_all(top.join("a/b/c/d")).unwrap();
+        std::fs::write(top.join("a/b/f"), "x").unwrap();
+        std::fs::create_dir_all(top.join("e/g")).unwrap();
+        for (d, mode) in [("a/b/c", 0o500), ("a/b", 0o500), ("a", 0o500), ("e", 0o000)] {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(top.join(d), std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let root = paths::open_dir_at_path(s.path()).unwrap();
+        let began = std::time::Instant::now();
+        let removed = remove(&root, "top");
+        assert!(removed.is_ok(), "{removed:?} after {:?}", began.elapsed());
+        assert!(!top.exists());
+        // Safety: geteuid cannot fail.
+        let root_now = unsafe { libc::geteuid() } == 0;
+        if let (Some(foreign), false) = (std::env::var_os(AS_NOBODY), root_now) {
+            let dir = paths::open_dir_at_path(Path::new(&foreign)).unwrap();
+            let began = std::time::Instant::now();
+            let removed = remove(&dir, "top");
+            assert!(removed.is_err(), "root's directory went");
+            assert!(
+                began.elapsed() < std::time::Duration::from_secs(2),
+                "{:?}",
+                began.elapsed()
+            );
+        }
     }
 
     /// The command moves the worktree's `.git` into `d/x` and keeps exchanging `d` with a

@@ -69,6 +69,7 @@ pub mod path_search;
 mod paths;
 mod plan;
 mod quarantine;
+mod remove;
 mod report;
 mod ruleset;
 mod seccomp;

@@ -691,26 +691,25 @@ fn discard(entry: &Path, path: &Path) -> io::Result<()> {
 const TRASH_BUDGET: usize = 1 << 20;
 
 /// Removes what `<entry>/trash/` holds, as far as it can (what is left is tried again next
-/// time), until `stop` says so. No recursion and two descriptors at most, however deep a tree
-/// the command built: each directory's files are removed and its subdirectories renamed up
-/// into the trash, then it is removed. Called by the [`Copier`] while the run lasts, so that no
-/// run waits for an earlier one's garbage.
+/// time), until `stop` says so: the one remover ([`crate::remove::take_apart`]), without
+/// recursion, whatever depth and modes the command left. Called by the [`Copier`] while the
+/// run lasts, so that no run waits for an earlier one's garbage.
 fn empty_trash(entry: &Path, stop: &dyn Fn() -> bool) {
-    let trash = entry.join("trash");
+    let Some((trash, _)) = subdir(entry, "trash") else {
+        return;
+    };
+    let Ok(names) = crate::paths::list(&trash) else {
+        return;
+    };
     let mut budget = TRASH_BUDGET;
-    loop {
-        let Ok(rd) = std::fs::read_dir(&trash) else {
+    for name in names {
+        if stop() {
             return;
-        };
-        let tops: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
-        let mut progress = false;
-        for top in tops {
-            if stop() || budget == 0 {
-                return;
-            }
-            progress |= take_apart(&trash, &top, &mut budget, stop);
         }
-        if !progress {
+        // An error leaves that entry for a later time; the others go on.
+        if let Ok(crate::remove::Removal::Unfinished) =
+            crate::remove::take_apart(&trash, &name, &mut budget, stop)
+        {
             return;
         }
     }
@@ -727,59 +726,6 @@ const STARTUP_TRASH_TIME: std::time::Duration = std::time::Duration::from_millis
 fn empty_trash_briefly(entry: &Path) {
     let until = std::time::Instant::now() + STARTUP_TRASH_TIME;
     empty_trash(entry, &|| std::time::Instant::now() >= until);
-}
-
-/// One level of `top` (in `trash`): a file removed; a directory's files removed, its
-/// subdirectories renamed into `trash`, then itself removed. Whether anything was done.
-fn take_apart(trash: &Path, top: &Path, budget: &mut usize, stop: &dyn Fn() -> bool) -> bool {
-    match std::fs::symlink_metadata(top) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return std::fs::remove_file(top).is_ok(),
-        Err(_) => return false,
-    }
-    // The command may have taken the permissions away (`top` is ours to name: nothing can
-    // replace it in the trash).
-    let _ = std::fs::set_permissions(top, std::fs::Permissions::from_mode(0o700));
-    let mut progress = false;
-    if let Ok(rd) = std::fs::read_dir(top) {
-        for e in rd.flatten() {
-            if *budget == 0 || stop() {
-                return progress;
-            }
-            *budget -= 1;
-            let p = e.path();
-            progress |= if e.file_type().is_ok_and(|t| t.is_dir()) {
-                move_up(&p, trash)
-            } else {
-                std::fs::remove_file(&p).is_ok()
-            };
-        }
-    }
-    std::fs::remove_dir(top).is_ok() || progress
-}
-
-/// Renames the directory `dir` into `trash` under a new name. Moving a directory to another
-/// parent needs write permission on it (its `..` changes, rename(2)): without it (a command
-/// that ran as this uid set mode 000 or 0500) the mode is restored first, through an
-/// `O_PATH | O_NOFOLLOW` descriptor, so that a symlink put in its place (a process can still
-/// hold a descriptor on a directory in the trash) changes nothing it points to.
-fn move_up(dir: &Path, trash: &Path) -> bool {
-    let to = trash.join(crate::gitguard::random_suffix());
-    match std::fs::rename(dir, &to) {
-        Ok(()) => return true,
-        Err(e) if e.kind() != io::ErrorKind::PermissionDenied => return false,
-        Err(_) => {}
-    }
-    use std::os::unix::fs::OpenOptionsExt;
-    let Ok(pinned) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY)
-        .open(dir)
-    else {
-        return false;
-    };
-    let pinned = OwnedFd::from(pinned);
-    crate::paths::chmod_pinned(&pinned, 0o700).is_ok() && std::fs::rename(dir, &to).is_ok()
 }
 
 /// Sets the mode of the directory at `path` if it differs (the command may have taken its
