@@ -290,6 +290,16 @@ fn attacks() -> Vec<Attack> {
             script: "mkdir -p .git/hooks && printf '#!/bin/sh\\n%s\\n' \"$EVIL\" > .git/hooks/post-commit && chmod +x .git/hooks/post-commit",
         },
         Attack {
+            // Directories of mode 0500 keep even their owner from moving anything out of them:
+            // as uid 65534 the restore spent 18 s on them, then gave up with the hook in place.
+            name: "main worktree hooks/, behind directories the restore cannot empty",
+            setup: &[],
+            in_main: true,
+            // The tree arrives in one exchange (renameat2 RENAME_EXCHANGE): no restore can
+            // come between its parts.
+            script: "mkdir -p t/h/x/y/z && printf '#!/bin/sh\\n%s\\n' \"$EVIL\" > t/h/post-commit && chmod +x t/h/post-commit && chmod 500 t/h/x/y t/h/x && /usr/bin/python3 -c 'import ctypes, os; c = ctypes.CDLL(None, use_errno=True); assert c.renameat2(-100, b\"t/h\", -100, b\".git/hooks\", 2) == 0, os.strerror(ctypes.get_errno())'",
+        },
+        Attack {
             name: "main worktree: another worktree's commondir",
             setup: &[],
             in_main: true,
