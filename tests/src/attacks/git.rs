@@ -75,3 +75,35 @@ pub(crate) fn git_fake_layout(a: &[String]) -> Seen {
         Seen::Broken(bad.join("; "))
     }
 }
+
+/// `git-swap-unwritable <beside> <dir>`: builds, in the writable `<beside>`, a directory holding
+/// a `post-checkout` hook and a tree of directories of mode 0500 (nothing can be moved out of
+/// them, not even by their owner, until the mode is restored), then swaps it with `<dir>` (a
+/// main worktree's `.git/hooks`) in one `renameat2(RENAME_EXCHANGE)`: no restore can come
+/// between the parts. `ok` when the swap happened (the guard must then put `<dir>` back).
+pub(crate) fn git_swap_unwritable(a: &[String]) -> Seen {
+    use std::os::unix::fs::PermissionsExt;
+    let planted = Path::new(arg(a, 0)).join("planted-hooks");
+    let build = || -> std::io::Result<()> {
+        std::fs::create_dir_all(planted.join("x/y/z"))?;
+        std::fs::write(
+            planted.join("post-checkout"),
+            "#!/bin/sh\ntouch /dev/null\n",
+        )?;
+        std::fs::set_permissions(
+            planted.join("post-checkout"),
+            std::fs::Permissions::from_mode(0o755),
+        )?;
+        for d in ["x/y", "x"] {
+            std::fs::set_permissions(planted.join(d), std::fs::Permissions::from_mode(0o500))?;
+        }
+        Ok(())
+    };
+    if let Err(e) = build() {
+        return Seen::Broken(format!("building {} -> {e}", planted.display()));
+    }
+    match sys::renameat2(&planted, arg(a, 1), libc::RENAME_EXCHANGE) {
+        Ok(()) => Seen::Ok(format!("{} swapped in", arg(a, 1))),
+        Err(e) => Seen::Blocked(format!("renameat2(RENAME_EXCHANGE, {}) -> {e}", arg(a, 1))),
+    }
+}

@@ -175,6 +175,7 @@ attacks! {
     SysWrite = "sys-write" => fs::sys_write,
     PlantSymlink = "plant-symlink" => fs::plant_symlink,
     Put = "put" => fs::put,
+    GitSwapUnwritable = "git-swap-unwritable" => git::git_swap_unwritable,
     WriteFile = "write-file" => fs::write_file,
     DenyWrite = "deny-write" => fs::deny_write,
     // --- processes and /proc

@@ -84,6 +84,7 @@ pub(super) fn cases() -> Vec<Case> {
         case!("git-tampered-gitfile-sibling-next-run", "point wt/.git at a sibling linked worktree's gitdir, then write into it on the next run", None, |c| git_tamper(c, Tamper::Sibling), needs = need_git),
         case!("git-commondir-redirect-host", "rewrite <gitdir>/commondir to a common dir inside wt with core.fsmonitor; the host's next git status runs it", None, git_commondir_host, needs = need_git_sh),
         case!("git-main-worktree-hooks", "a main worktree (.git is a directory inside wt): write .git/config core.fsmonitor; the host's next git status runs it", None, git_main_worktree, needs = need_git_sh),
+        case!("git-main-worktree-hooks-unwritable", "a main worktree: swap .git/hooks for a directory holding a hook and directories of mode 0500 (nothing moves out of them until their mode is restored); the guard must still put hooks/ back", None, git_main_worktree_unwritable, needs = need_git_sh),
         case!(
             "git-pointer-redirect-host",
             "rewrite wt/.git to `gitdir: .evil`, a repo inside wt whose config sets core.fsmonitor; the host's git status runs it",
@@ -812,6 +813,59 @@ fn git_main_worktree(c: &Ctx) -> Outcome {
             "written during the run, restored by the supervisor's git guard when it ended".into(),
         ),
         (a, _) => Outcome::Blocked(describe(&a)),
+    }
+}
+
+/// `git-main-worktree-hooks-unwritable`: the guard's restore of a main worktree's `.git/hooks`
+/// when the command swapped in a tree it made hard to remove. As the tree's owner (uid 65534)
+/// the restore once spent 18 s on it and gave up, the hook in place (exit 125). The namespace
+/// backends keep `.git/hooks` read-only: the swap is refused.
+fn git_main_worktree_unwritable(c: &Ctx) -> Outcome {
+    let env = git_env(&c.dir);
+    let _ = std::fs::create_dir_all(c.dir.join("home"));
+    if let Err(e) = git(c.w, &env, &c.wt, &["init", "-q", "-b", "main"]) {
+        return Outcome::Error(format!("harness: {e}"));
+    }
+    let (u, g) = c.cell.user.ids();
+    chown_all(&c.dir, u, g);
+    let hooks = c.wt.join(".git/hooks");
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let before = names(&hooks);
+    let mut spec = Sb::new(Cmd::AttackRaw(
+        Attack::GitSwapUnwritable,
+        vec![c.wt.display().to_string(), hooks.display().to_string()],
+    ));
+    spec.env = env;
+    let run = c.sb(spec);
+    let after = names(&hooks);
+    if after != before {
+        return Outcome::Escaped(format!(
+            "a main worktree's .git/hooks stayed changed after the run: {:?} (exit {:?})",
+            after
+                .iter()
+                .filter(|n| !before.contains(n))
+                .collect::<Vec<_>>(),
+            run.code
+        ));
+    }
+    match run.outcome() {
+        Outcome::Works(_) if run.code == Some(0) => Outcome::Blocked(
+            "swapped in during the run, put back by the supervisor's git guard".into(),
+        ),
+        Outcome::Works(_) => {
+            Outcome::Escaped(format!("hooks/ is back, but the run failed: {}", run.how()))
+        }
+        other => other,
     }
 }
 
