@@ -1256,20 +1256,7 @@ fn read_dir_files(parent: &OwnedFd, name: &str) -> io::Result<Vec<(String, Vec<u
 }
 
 fn open_dir(parent: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<OwnedFd> {
-    let c = cname(name);
-    // Safety: valid dirfd and NUL-terminated name; the result is checked.
-    let fd = unsafe {
-        libc::openat(
-            parent.as_raw_fd(),
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // Safety: openat just returned this descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    paths::openat_dir(parent, Path::new(name.as_ref()))
 }
 
 /// Most entries one [`remove`] deletes or moves (a command that still runs can keep adding).

@@ -143,6 +143,19 @@ pub fn openat_dir_path(dir: &OwnedFd, name: &Path) -> io::Result<OwnedFd> {
     )
 }
 
+/// Opens the directory `name` (one component) under `dir` for reading its entries, refusing
+/// a symlink (`ELOOP`/`ENOTDIR`).
+///
+/// # Errors
+/// open(2) failures: `EACCES` for a directory the caller may not read.
+pub fn openat_dir(dir: &OwnedFd, name: &Path) -> io::Result<OwnedFd> {
+    openat_raw(
+        dir.as_raw_fd(),
+        name.as_os_str().as_bytes(),
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+    )
+}
+
 /// Opens the absolute, normalised path `path` as an `O_PATH` descriptor, refusing symlinks on
 /// every component (`ELOOP`) and `.`/`..` components (`EINVAL`).
 pub fn open_nofollow(path: &Path) -> io::Result<OwnedFd> {

@@ -13,7 +13,7 @@
 
 use std::ffi::{CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -156,22 +156,7 @@ fn rename(from: &OwnedFd, name: &OsStr, to: &OwnedFd, new: &OsStr) -> io::Result
 /// The directory `name` under `dir`, opened for listing without following a symlink; one its
 /// owner made unreadable (000) gets its owner's bits back first ([`owner_bits`]).
 fn open_listable(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
-    let open = || -> io::Result<OwnedFd> {
-        let c = cname(name)?;
-        // Safety: a live directory descriptor and a NUL-terminated name; checked.
-        let fd = unsafe {
-            libc::openat(
-                dir.as_raw_fd(),
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // Safety: openat just returned it.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    };
+    let open = || paths::openat_dir(dir, Path::new(name));
     match open() {
         Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
             owner_bits(dir, name);

@@ -769,14 +769,24 @@ fn git_index_not_a_file(c: &Ctx) -> Outcome {
     Outcome::Blocked(seen.join("; "))
 }
 
-fn git_main_worktree(c: &Ctx) -> Outcome {
+/// A main worktree at the cell's `wt` (`.git` a directory inside it), owned by the cell's
+/// user; its git environment.
+fn main_worktree(c: &Ctx) -> Result<Vec<(String, String)>, Outcome> {
     let env = git_env(&c.dir);
     let _ = std::fs::create_dir_all(c.dir.join("home"));
     if let Err(e) = git(c.w, &env, &c.wt, &["init", "-q", "-b", "main"]) {
-        return Outcome::Error(format!("harness: {e}"));
+        return Err(Outcome::Error(format!("harness: {e}")));
     }
     let (u, g) = c.cell.user.ids();
     chown_all(&c.dir, u, g);
+    Ok(env)
+}
+
+fn git_main_worktree(c: &Ctx) -> Outcome {
+    let env = match main_worktree(c) {
+        Ok(env) => env,
+        Err(o) => return o,
+    };
     let payload = c.out.join("pwned-by-main-worktree");
     let r = Repo {
         common: c.wt.join(".git"),
@@ -821,13 +831,10 @@ fn git_main_worktree(c: &Ctx) -> Outcome {
 /// the restore once spent 18 s on it and gave up, the hook in place (exit 125). The namespace
 /// backends keep `.git/hooks` read-only: the swap is refused.
 fn git_main_worktree_unwritable(c: &Ctx) -> Outcome {
-    let env = git_env(&c.dir);
-    let _ = std::fs::create_dir_all(c.dir.join("home"));
-    if let Err(e) = git(c.w, &env, &c.wt, &["init", "-q", "-b", "main"]) {
-        return Outcome::Error(format!("harness: {e}"));
-    }
-    let (u, g) = c.cell.user.ids();
-    chown_all(&c.dir, u, g);
+    let env = match main_worktree(c) {
+        Ok(env) => env,
+        Err(o) => return o,
+    };
     let hooks = c.wt.join(".git/hooks");
     let names = |d: &Path| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(d)
