@@ -36,7 +36,7 @@ pub enum Removal {
 /// `stop()` says so, checked before each entry.
 ///
 /// # Errors
-/// `unlinkat(2)`, `openat(2)` or listing errors other than the ones the module handles (for
+/// `unlinkat(2)`, `openat(2)` or listing errors other than the ones the module handles (for example
 /// `EROFS`, `EBUSY` on a mount point, `ENOTDIR` when `dir` is not a directory).
 pub fn take_apart(
     dir: &OwnedFd,
