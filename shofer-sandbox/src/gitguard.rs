@@ -1259,14 +1259,12 @@ fn open_dir(parent: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result
     paths::openat_dir(parent, Path::new(name.as_ref()))
 }
 
-/// Most entries one [`remove`] deletes or moves (a command that still runs can keep adding).
-const REMOVE_BUDGET: usize = 1 << 20;
-
 /// Removes `name` under `dir` whatever it is now (file, symlink, or directory tree): the
-/// one remover ([`crate::remove::take_apart`]), with no stop and a budget that a removal
-/// never spends but for a command that keeps filling the tree.
+/// one remover ([`crate::remove::take_apart`]), with no stop and its budget
+/// ([`crate::remove::BUDGET`]), which a removal never spends but for a command that keeps
+/// filling the tree.
 fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> {
-    let mut budget = REMOVE_BUDGET;
+    let mut budget = crate::remove::BUDGET;
     match crate::remove::take_apart(dir, name.as_ref(), &mut budget, &|| false)? {
         crate::remove::Removal::Gone => Ok(()),
         crate::remove::Removal::Unfinished => {

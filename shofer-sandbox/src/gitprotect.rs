@@ -699,11 +699,6 @@ pub fn remove_placeholders(created: &[Created]) {
         if (st.st_dev, st.st_ino) != c.identity {
             continue;
         }
-        let Ok(cname) =
-            std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(c.name.as_os_str()))
-        else {
-            continue;
-        };
         let flags = match &c.placeholder {
             Placeholder::EmptyDir => libc::AT_REMOVEDIR, // fails unless empty
             Placeholder::File(text) => {
@@ -715,8 +710,7 @@ pub fn remove_placeholders(created: &[Created]) {
                 0
             }
         };
-        // Safety: a live directory descriptor and a NUL-terminated name.
-        unsafe { libc::unlinkat(c.dir.as_raw_fd(), cname.as_ptr(), flags) };
+        let _ = paths::unlink_at(&c.dir, &c.name, flags);
     }
 }
 

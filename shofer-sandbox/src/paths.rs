@@ -468,6 +468,22 @@ fn walk_through_proc_or_dev(path: &Path) -> bool {
     false
 }
 
+/// Removes `name` in the directory `dir` (unlinkat(2): `flags` 0 for a file or symlink, never
+/// what it names; `AT_REMOVEDIR` for an empty directory).
+///
+/// # Errors
+/// unlinkat(2) failures (`ENOENT`, `EISDIR`, `ENOTEMPTY`, `EACCES`); `InvalidInput` for a name
+/// with a NUL.
+pub fn unlink_at(dir: &OwnedFd, name: &std::ffi::OsStr, flags: libc::c_int) -> io::Result<()> {
+    let c = CString::new(name.as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // Safety: a live directory descriptor and a NUL-terminated name.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Renames `from` to `to`, both names in the directory `dir`, unless something is at `to`
 /// (renameat2(2) `RENAME_NOREPLACE`): relative to a descriptor, a directory the command
 /// swaps for a symlink after it was opened cannot redirect the rename.

@@ -686,10 +686,6 @@ fn discard(entry: &Path, path: &Path) -> io::Result<()> {
     }
 }
 
-/// The most files and directories one [`empty_trash`] removes or moves (a process that holds a
-/// descriptor on a directory in the trash can keep adding entries to it).
-const TRASH_BUDGET: usize = 1 << 20;
-
 /// Removes what `<entry>/trash/` holds, as far as it can (what is left is tried again next
 /// time), until `stop` says so: the one remover ([`crate::remove::take_apart`]), without
 /// recursion, whatever depth and modes the command left. Called by the [`Copier`] while the
@@ -701,7 +697,7 @@ fn empty_trash(entry: &Path, stop: &dyn Fn() -> bool) {
     let Ok(names) = crate::paths::list(&trash) else {
         return;
     };
-    let mut budget = TRASH_BUDGET;
+    let mut budget = crate::remove::BUDGET;
     for name in names {
         if stop() {
             return;
@@ -1162,11 +1158,7 @@ fn place_pack(stage: &OwnedFd, name: &str, pack_fd: &OwnedFd) -> io::Result<bool
 /// Removes the files of the private directory `dir` (what `git index-pack` left there).
 fn empty_dir(dir: &OwnedFd) {
     for name in crate::paths::list(dir).unwrap_or_default() {
-        let Ok(c) = std::ffi::CString::new(name.as_bytes()) else {
-            continue;
-        };
-        // Safety: a live directory descriptor and a NUL-terminated name.
-        unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) };
+        let _ = crate::paths::unlink_at(dir, &name, 0);
     }
 }
 

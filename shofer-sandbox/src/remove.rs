@@ -6,18 +6,22 @@
 //! (cannot be listed) or 0500 (nothing can be moved or removed out of it, and a directory
 //! that is not writable cannot move to another parent, its `..` changes: rename(2)). So there
 //! is no recursion and no path: a directory's files are removed and the entries of its
-//! subdirectories moved up into it under unpredictable names, level by level, with three
-//! descriptors open however deep the tree; a directory the caller may not list or change gets
-//! its owner's bits (0700) back first, through a descriptor opened without following a
-//! symlink. The same work as root or as the tree's owner (uid 65534 in the tests).
+//! subdirectories moved up into it under unpredictable names (never replacing an entry),
+//! level by level, with three descriptors open however deep the tree; a directory the caller
+//! may not list or change gets its owner's bits (0700) back first, through a descriptor opened
+//! without following a symlink. The same work as root or as the tree's owner (uid 65534 in
+//! the tests).
 
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use crate::paths;
+
+/// The most entries one removal takes by default (a process that holds a descriptor on a
+/// directory in the tree can keep adding entries to it): the guard's restore and the trash.
+pub const BUDGET: usize = 1 << 20;
 
 /// How far [`take_apart`] got.
 #[derive(Debug, PartialEq, Eq)]
@@ -44,7 +48,7 @@ pub fn take_apart(
     budget: &mut usize,
     stop: &dyn Fn() -> bool,
 ) -> io::Result<Removal> {
-    match unlink(dir, name, 0) {
+    match paths::unlink_at(dir, name, 0) {
         Ok(()) => return Ok(Removal::Gone),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(Removal::Gone),
         Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR | libc::EPERM)) => {}
@@ -69,7 +73,7 @@ pub fn take_apart(
             if !spend(budget, stop) {
                 return Ok(Removal::Unfinished);
             }
-            match unlink(&top, &n, 0) {
+            match paths::unlink_at(&top, &n, 0) {
                 Ok(()) => {
                     progress = true;
                     continue;
@@ -93,13 +97,13 @@ pub fn take_apart(
                     return Ok(Removal::Unfinished);
                 }
                 let up = format!(".shofer-removing-{}", crate::gitguard::random_suffix());
-                let mut moved = rename(&child, &g, &top, up.as_ref());
+                let mut moved = paths::rename_noreplace_between(&child, &g, &top, up.as_ref());
                 if moved
                     .as_ref()
                     .is_err_and(|e| e.raw_os_error() == Some(libc::EACCES))
                 {
                     owner_bits(&child, &g);
-                    moved = rename(&child, &g, &top, up.as_ref());
+                    moved = paths::rename_noreplace_between(&child, &g, &top, up.as_ref());
                 }
                 match moved {
                     Ok(()) => progress = true,
@@ -107,7 +111,7 @@ pub fn take_apart(
                 }
             }
             // Fails (and the next pass tries again) if something came in meanwhile.
-            match unlink(&top, &n, libc::AT_REMOVEDIR) {
+            match paths::unlink_at(&top, &n, libc::AT_REMOVEDIR) {
                 Ok(()) => progress = true,
                 Err(e) => last = Some(e),
             }
@@ -116,7 +120,7 @@ pub fn take_apart(
             return Err(last.unwrap_or_else(|| io::Error::from_raw_os_error(libc::ENOTEMPTY)));
         }
     }
-    match unlink(dir, name, libc::AT_REMOVEDIR) {
+    match paths::unlink_at(dir, name, libc::AT_REMOVEDIR) {
         Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(e),
         _ => Ok(Removal::Gone),
     }
@@ -129,28 +133,6 @@ fn spend(budget: &mut usize, stop: &dyn Fn() -> bool) -> bool {
     }
     *budget -= 1;
     true
-}
-
-fn cname(name: &OsStr) -> io::Result<CString> {
-    CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
-
-fn unlink(dir: &OwnedFd, name: &OsStr, flags: libc::c_int) -> io::Result<()> {
-    let c = cname(name)?;
-    // Safety: a live directory descriptor and a NUL-terminated name.
-    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn rename(from: &OwnedFd, name: &OsStr, to: &OwnedFd, new: &OsStr) -> io::Result<()> {
-    let (a, b) = (cname(name)?, cname(new)?);
-    // Safety: live directory descriptors and NUL-terminated names.
-    if unsafe { libc::renameat(from.as_raw_fd(), a.as_ptr(), to.as_raw_fd(), b.as_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// The directory `name` under `dir`, opened for listing without following a symlink; one its
