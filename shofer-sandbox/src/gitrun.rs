@@ -415,10 +415,25 @@ pub fn repair_before_run(worktree: &Path) -> Result<(), SetupError> {
     Ok(())
 }
 
-/// `shofer-sandbox --repair WT`: finishes pending restores. Exit status 0 when nothing is
-/// left to restore, 1 when a restore failed.
+/// `shofer-sandbox --repair WT`: finishes pending restores and moves the objects of killed
+/// runs' quarantines into the store. Exit status 0 when nothing is left to do, 1 when a
+/// restore or a move failed, 125 when `WT` cannot be resolved (ARCHITECTURE §2.6: a bad
+/// worktree).
 pub fn repair_command(worktree: &Path) -> i32 {
+    // The quarantines are found by the store's canonical path: `--repair .` must find them.
+    let worktree = match std::fs::canonicalize(worktree) {
+        Ok(wt) => wt,
+        Err(e) => {
+            eprintln!(
+                "shofer-sandbox: --repair {}: {e} (expected a worktree's path)",
+                worktree.display()
+            );
+            return 125;
+        }
+    };
+    let worktree = worktree.as_path();
     let mut r = repair(worktree).unwrap_or_default();
+    let mut moved = 0;
     if let Some(common) = paths::open_nofollow(worktree).ok().and_then(|fd| {
         match crate::git::discover(worktree, &fd) {
             GitLayout::Linked { common, .. } => Some(common),
@@ -429,17 +444,16 @@ pub fn repair_command(worktree: &Path) -> i32 {
         let m = quarantine::sweep(&common, gitprotect::uses_sha256(&common));
         announce_migrated(&m, "of a run that was killed", worktree);
         r.failed.extend(m.failed);
-        if m.moved > 0 {
+        moved = m.moved;
+        if moved > 0 {
             eprintln!(
-                "shofer-sandbox: moved {} new git objects or packs of a killed run into the repository",
-                m.moved
+                "shofer-sandbox: moved {moved} new git objects or packs of a killed run into the repository"
             );
-            r.restored.push(common.join("objects"));
         }
     }
     gitguard::announce(&r, "restored from the journal of a run that was killed");
     if r.failed.is_empty() {
-        if r.restored.is_empty() {
+        if r.restored.is_empty() && moved == 0 {
             eprintln!("shofer-sandbox: {}: nothing to repair", worktree.display());
         }
         0

@@ -123,7 +123,8 @@ pub fn probe(json: bool, backend: cli::BackendChoice, max_abi: Option<u32>, net:
 
 /// `--repair WORKTREE`: finishes the git control-file restores a killed run left and moves its
 /// quarantined objects into the repository (see `gitrun`, `quarantine`). Returns the exit
-/// status: 0 when nothing is left to restore, 1 otherwise.
+/// status: 0 when nothing is left to do, 1 when something could not be done, 125 when the
+/// worktree's path cannot be resolved.
 pub fn repair(worktree: &std::path::Path) -> i32 {
     gitrun::repair_command(worktree)
 }

@@ -489,11 +489,40 @@ fn loose_dirs(objects: &Path) -> Vec<(String, (u64, u64), Vec<String>)> {
     out
 }
 
-/// Most bytes one exit check hashes (inflated loose objects and touched packs together):
-/// a loose object is the command's to write, and a 20 MB zlib bomb inflates to 21 GB —
-/// hard-linked over every recorded object, it kept a supervisor hashing for hours. What is
-/// left when this is spent is named as not verified (and fails the run).
-const HASH_BUDGET: u64 = 4 << 30;
+/// Most bytes one exit check hashes (inflated loose objects and touched packs together), and
+/// one migration of the object quarantine inflates ([`crate::quarantine`]): a loose object
+/// is the command's to write, and a 20 MB zlib bomb inflates to 21 GB — hard-linked over
+/// every recorded object, it kept a supervisor hashing for hours. What is left when this is
+/// spent is named as not verified (and fails the run).
+pub(crate) const HASH_BUDGET: u64 = 4 << 30;
+
+/// The error (kind `QuotaExceeded`) of [`loose_object_id_of`] for an object whose header
+/// declares more bytes than are left of the budget: nothing of it was inflated.
+#[derive(Debug)]
+pub(crate) struct OverBudget {
+    /// The bytes the object inflates to, header included, as its header declares.
+    pub(crate) declared: u64,
+}
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "not verified: it inflates to {} bytes, more than is left of the {} MiB one check hashes",
+            self.declared,
+            HASH_BUDGET >> 20
+        )
+    }
+}
+
+impl std::error::Error for OverBudget {}
+
+impl OverBudget {
+    /// The [`OverBudget`] `e` carries, if it is one.
+    pub(crate) fn of(e: &io::Error) -> Option<&OverBudget> {
+        e.get_ref()?.downcast_ref()
+    }
+}
 
 /// Takes `n` bytes from `budget`; an error once it is spent.
 fn spend(budget: &std::cell::Cell<u64>, n: usize) -> io::Result<()> {
@@ -657,7 +686,8 @@ pub(crate) fn loose_object_id(
 /// one `git fsck` accepts as a loose file.
 ///
 /// # Errors
-/// Reading or inflating it, `InvalidData` for any of the above, or `budget` spent.
+/// Reading or inflating it, `InvalidData` for any of the above, or [`OverBudget`] when its
+/// header declares more than `budget` holds (nothing is taken from it then).
 pub(crate) fn loose_object_id_of(
     raw: impl Read,
     sha256: bool,
@@ -679,6 +709,14 @@ pub(crate) fn loose_object_id_of(
     let mut seen = head.len() as u64;
     if seen > limit {
         return Err(past());
+    }
+    // The declared size bounds the work below: an object the budget cannot cover whole is
+    // not begun (its spent part would buy nothing).
+    if limit > budget.get() {
+        return Err(io::Error::new(
+            io::ErrorKind::QuotaExceeded,
+            OverBudget { declared: limit },
+        ));
     }
     spend(budget, head.len())?;
     h.update(&head);

@@ -55,7 +55,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::objects::{hex, loose_object_id_of, loose_object_size};
+use crate::objects::{hex, loose_object_id_of, loose_object_size, OverBudget, HASH_BUDGET};
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -359,8 +359,9 @@ impl Quarantine {
         let mut out = Migrated::default();
         let mut mine = None;
         let prefix = owned_prefix(&objects, worktree);
+        let budget = Cell::new(HASH_BUDGET);
         for entry in entries(root, &prefix) {
-            let Some((lock, m)) = settle_idle(&entry, &objects, sha256) else {
+            let Some((lock, m)) = settle_idle(&entry, &objects, sha256, &budget) else {
                 continue;
             };
             let clean = m.failed.is_empty();
@@ -441,7 +442,12 @@ impl Quarantine {
     /// something could not be moved, for a later try). Call once every process of the
     /// sandbox is gone.
     pub fn migrate(self) -> Migrated {
-        settle(&self.entry, &self.objects, self.sha256)
+        settle(
+            &self.entry,
+            &self.objects,
+            self.sha256,
+            &Cell::new(HASH_BUDGET),
+        )
     }
 }
 
@@ -573,12 +579,17 @@ fn roots() -> Vec<PathBuf> {
 
 /// Locks the entry `entry` of the store `objects` and settles its quarantine. `None` when a
 /// running supervisor holds it, or it belongs to another store.
-fn settle_idle(entry: &Path, objects: &Path, sha256: bool) -> Option<(OwnedFd, Migrated)> {
+fn settle_idle(
+    entry: &Path,
+    objects: &Path,
+    sha256: bool,
+    budget: &Cell<u64>,
+) -> Option<(OwnedFd, Migrated)> {
     let held = lock(entry).ok()?;
     if store_of(entry).as_deref() != Some(objects) {
         return None;
     }
-    let m = settle(entry, objects, sha256);
+    let m = settle(entry, objects, sha256, budget);
     Some((held, m))
 }
 
@@ -593,9 +604,10 @@ fn sweep_in(roots: &[PathBuf], common: &Path, sha256: bool) -> Migrated {
     let mut out = Migrated::default();
     let objects = common.join("objects");
     let prefix = repo_prefix(&objects);
+    let budget = Cell::new(HASH_BUDGET);
     for root in roots {
         for entry in entries(root, &prefix) {
-            let Some((_lock, m)) = settle_idle(&entry, &objects, sha256) else {
+            let Some((_lock, m)) = settle_idle(&entry, &objects, sha256, &budget) else {
                 continue;
             };
             empty_trash_briefly(&entry);
@@ -623,8 +635,11 @@ fn remove_entry(path: &Path) -> io::Result<()> {
 /// `objects`, then removes the quarantine ([`discard`]: one rename out of it first, so that
 /// nothing the command left there can keep it from going). If something could not be moved,
 /// the quarantine stays as it is, for a later try. Everything is read through descriptors
-/// opened without following symlinks.
-fn settle(entry: &Path, objects: &Path, sha256: bool) -> Migrated {
+/// opened without following symlinks. Loose objects are inflated within `budget` (bytes,
+/// shared by the settles of one exit, take or sweep): what it cannot cover stays for the
+/// next one, so that no exit or start waits on zlib bombs for longer than
+/// [`HASH_BUDGET`] bytes take.
+fn settle(entry: &Path, objects: &Path, sha256: bool, budget: &Cell<u64>) -> Migrated {
     let mut out = Migrated::default();
     let shown = entry.join("q");
     let Some((_q, dir)) = subdir(entry, "q") else {
@@ -657,7 +672,7 @@ fn settle(entry: &Path, objects: &Path, sha256: bool) -> Migrated {
         match subdir(&dir, name) {
             Some((_fd, from)) if fanout => {
                 let _ = set_mode(&from, 0o755);
-                migrate_fanout(&shown, name, &from, objects, sha256, &mut out);
+                migrate_fanout(&shown, name, &from, objects, sha256, budget, &mut out);
             }
             Some((_fd, from)) => migrate_packs(&shown, &from, objects, &mut out),
             None => out.reject(name.to_string(), "not a directory".into()),
@@ -743,6 +758,7 @@ fn migrate_fanout(
     from: &Path,
     objects: &Path,
     sha256: bool,
+    budget: &Cell<u64>,
     out: &mut Migrated,
 ) {
     let hexlen = if sha256 { 64 } else { 40 };
@@ -769,12 +785,30 @@ fn migrate_fanout(
                 }
             },
         };
-        match copy_verified(&from.join(&name), to, fan, &name, objects, sha256) {
+        match copy_verified(&from.join(&name), to, fan, &name, objects, sha256, budget) {
             Ok(Ok(())) => out.moved += 1,
             Ok(Err(why)) => out.reject(oid, why),
-            Err(e) => out
-                .failed
-                .push((shown.join(fan).join(&name), e.to_string())),
+            Err(e) => match OverBudget::of(&e) {
+                // git writes an object this large into a pack (core.bigFileThreshold).
+                Some(o) if o.declared > HASH_BUDGET => out.reject(
+                    oid,
+                    format!(
+                        "a loose object of {} bytes, more than one migration inflates ({} MiB)",
+                        o.declared,
+                        HASH_BUDGET >> 20
+                    ),
+                ),
+                Some(_) => out.failed.push((
+                    shown.join(fan).join(&name),
+                    format!(
+                        "not verified yet: one migration inflates at most {} MiB of loose objects",
+                        HASH_BUDGET >> 20
+                    ),
+                )),
+                None => out
+                    .failed
+                    .push((shown.join(fan).join(&name), e.to_string())),
+            },
         }
     }
 }
@@ -783,7 +817,8 @@ fn migrate_fanout(
 /// object `fan` + `name`) if its
 /// content hashes to its name: read once, each block written to a new file of the
 /// supervisor's as it is hashed, which is renamed into place (`RENAME_NOREPLACE`) only if it
-/// verifies. `Ok(Err(why))`: it does not verify (nothing is written); `Err`: writing failed.
+/// verifies. `Ok(Err(why))`: it does not verify (nothing is written); `Err`: writing failed,
+/// or [`OverBudget`]: its header declares more bytes than `budget` has left.
 fn copy_verified(
     src: &Path,
     to: &OwnedFd,
@@ -791,6 +826,7 @@ fn copy_verified(
     name: &str,
     objects: &Path,
     sha256: bool,
+    budget: &Cell<u64>,
 ) -> io::Result<Result<(), String>> {
     use std::io::{Read, Write};
     /// Reads from `from` and writes what it read to `to`, keeping the first write error.
@@ -821,11 +857,12 @@ fn copy_verified(
             to: file,
             failed: None,
         };
-        let id = loose_object_id_of(&mut tee, sha256, &Cell::new(u64::MAX));
+        let id = loose_object_id_of(&mut tee, sha256, budget);
         if let Some(e) = tee.failed.take() {
             return Err(e);
         }
         let verdict = match id {
+            Err(e) if OverBudget::of(&e).is_some() => return Err(e),
             Ok(id) if hex(&id) == format!("{fan}{name}") => Ok(()),
             Ok(_) => Err("its content does not hash to its name".to_string()),
             Err(e) => Err(format!("unreadable: {e}")),
@@ -1522,6 +1559,51 @@ mod tests {
                 .contains("past the size its header declares"),
             "{m:?}"
         );
+    }
+
+    /// Loose objects inflate within a budget per migration (zlib bombs once kept an exit
+    /// inflating for as long as the command liked): one whose header declares more than a
+    /// whole budget is dropped unread; those the budget left cannot cover stay in the
+    /// quarantine, named as not moved, and the next migration moves them.
+    #[test]
+    fn loose_objects_are_inflated_within_a_budget_and_the_rest_waits() {
+        use std::io::Write;
+        let (tmp, repo) = new_repo();
+        let common = repo.join(".git");
+        let q = taken(&tmp, &common);
+        let n = 100_000;
+        let ids: Vec<String> = ["a", "b", "c"]
+            .iter()
+            .map(|c| hash_object(&repo, &c.repeat(n), Some(&q.dir)))
+            .collect();
+        // Each inflates to `blob 100001\0` and the content with echo's newline.
+        let each = (format!("blob {}\0", n + 1).len() + n + 1) as u64;
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(format!("blob {}\0x", HASH_BUDGET * 2).as_bytes())
+            .unwrap();
+        std::fs::create_dir_all(q.dir.join("ee")).unwrap();
+        std::fs::write(q.dir.join("ee").join("e".repeat(38)), z.finish().unwrap()).unwrap();
+        let (entry, objects, dir) = (q.entry.clone(), q.objects.clone(), q.dir.clone());
+
+        let m = settle(&entry, &objects, false, &Cell::new(each * 5 / 2));
+        assert_eq!(m.moved, 2, "{m:?}");
+        assert_eq!(m.rejected.len(), 1, "{m:?}");
+        assert_eq!(m.rejected[0].0, "e".repeat(40));
+        assert!(
+            m.rejected[0].1.contains("more than one migration inflates"),
+            "{m:?}"
+        );
+        assert_eq!(m.failed.len(), 1, "{m:?}");
+        assert!(m.failed[0].1.contains("not verified yet"), "{m:?}");
+        assert!(dir.is_dir(), "the quarantine waits for the next migration");
+
+        let m = settle(&entry, &objects, false, &Cell::new(HASH_BUDGET));
+        assert_eq!((m.moved, m.failed.len()), (1, 0), "{m:?}");
+        assert!(!dir.exists());
+        for id in &ids {
+            git(&repo, &["cat-file", "-e", id]);
+        }
+        drop(q);
     }
 
     /// An object the store already has, written again by the command (git cannot refresh the

@@ -95,14 +95,14 @@ impl Layout {
         self.s.path().join("ran").exists()
     }
 
-    /// The environment an attack script sees.
-    /// Why the store does not hold `commit` and everything it reaches (`git fsck`), if so.
+    /// Why the store does not hold `commit` and everything it reaches (`git fsck`, as the
+    /// repository's owner), if so.
     fn lacks(&self, commit: &str) -> Option<String> {
-        let fsck = Command::new("git")
-            .args(["fsck", "--no-dangling", commit])
-            .current_dir(&self.repo)
-            .output()
-            .unwrap();
+        let mut cmd = Command::new("git");
+        cmd.args(["fsck", "--no-dangling", commit])
+            .current_dir(&self.repo);
+        as_uid(&mut cmd, self.uid);
+        let fsck = cmd.output().unwrap();
         (!fsck.status.success()).then(|| show(&fsck))
     }
 
@@ -123,6 +123,7 @@ impl Layout {
             .unwrap_or_default()
     }
 
+    /// The environment an attack script sees.
     fn vars(&self) -> Vec<(String, String)> {
         let d = |p: &Path| p.display().to_string();
         vec![
@@ -510,6 +511,62 @@ fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_r
             assert!(left.is_empty(), "{left:?}");
         }
     }
+}
+
+/// Namespace backends: a run killed with SIGKILL leaves its new objects in its quarantine;
+/// `shofer-sandbox --repair .` in the worktree moves them into the store (it once looked the
+/// quarantine up by the relative path, found nothing and said "nothing to repair").
+#[test]
+fn a_killed_runs_objects_are_moved_by_repair_given_a_relative_path() {
+    let mut failures = Vec::new();
+    for b in backends().into_iter().filter(|b| *b != "landlock") {
+        for uid in uids() {
+            let l = Layout::new(uid, &[]);
+            let ready = std::env::temp_dir().join(format!(
+                "shofer-git-repair-{}-{}",
+                std::process::id(),
+                l.s.path().file_name().unwrap().to_string_lossy()
+            ));
+            // More than the copier takes while the run lasts (quarantine::LIVE_MAX).
+            let script = format!(
+                "X=$(head -c 5000000 /dev/urandom | git hash-object -w --stdin); \
+                 echo $X > {r}.new; mv {r}.new {r}; sleep 60",
+                r = ready.display()
+            );
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, &script);
+            cmd.envs(l.vars())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let mut child = cmd.spawn().unwrap();
+            let started = wait_for(&ready, &mut child);
+            let id = std::fs::read_to_string(&ready).unwrap_or_default();
+            let _ = std::fs::remove_file(&ready);
+            child.kill().unwrap(); // SIGKILL: no migration
+            child.wait().unwrap();
+            let cell = format!("{b} / uid {uid:?}");
+            if !started || id.trim().len() != 40 {
+                failures.push(format!("{cell}: the command did not write its object"));
+                continue;
+            }
+            let copy = uid.map(|u| ReachableCopy::new(Path::new(SANDBOX), u));
+            let mut cmd = Command::new(copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path()));
+            cmd.args(["--repair", "."])
+                .env("XDG_STATE_HOME", l.s.path().join("state"))
+                .current_dir(&l.wt)
+                .stdin(Stdio::null());
+            as_uid(&mut cmd, uid);
+            let out = cmd.output().unwrap();
+            let moved = String::from_utf8_lossy(&out.stderr).contains("moved 1 new git objects");
+            if out.status.code() != Some(0) || !moved {
+                failures.push(format!("{cell}: --repair .\n{}", show(&out)));
+            }
+            if l.lacks(id.trim()).is_some() {
+                failures.push(format!("{cell}: object {} not in the store", id.trim()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 /// Landlock, full disk: the restore cannot write its copy, so the command's file is removed
