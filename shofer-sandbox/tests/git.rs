@@ -123,6 +123,16 @@ impl Layout {
             .unwrap_or_default()
     }
 
+    /// A file in `/tmp` (writable in every sandbox) through which a sandboxed command
+    /// signals this layout's test (`shofer-git-<what>-<pid>-<scratch>`).
+    fn signal_file(&self, what: &str) -> PathBuf {
+        std::env::temp_dir().join(format!(
+            "shofer-git-{what}-{}-{}",
+            std::process::id(),
+            self.s.path().file_name().unwrap().to_string_lossy()
+        ))
+    }
+
     /// The environment an attack script sees.
     fn vars(&self) -> Vec<(String, String)> {
         let d = |p: &Path| p.display().to_string();
@@ -344,11 +354,7 @@ fn attack_works_unsandboxed(a: &Attack) {
 /// waits for `go` (outside the writable set: only the test can create it).
 fn start(l: &Layout, backend: &str, a: &Attack) -> (Child, PathBuf, PathBuf) {
     let go = l.s.path().join("go");
-    let ready = std::env::temp_dir().join(format!(
-        "shofer-git-test-{}-{}",
-        std::process::id(),
-        l.s.path().file_name().unwrap().to_string_lossy()
-    ));
+    let ready = l.signal_file("test");
     let script = format!(
         "{} ; touch '{r}'; while [ ! -e '{g}' ]; do sleep 0.02; done",
         script_of(a),
@@ -453,11 +459,7 @@ fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_r
         for finish_by_next_run in [false, true] {
             let l = Layout::new(uid, &[]);
             let go = l.s.path().join("go");
-            let ready = std::env::temp_dir().join(format!(
-                "shofer-git-kill-{}-{}",
-                std::process::id(),
-                l.s.path().file_name().unwrap().to_string_lossy()
-            ));
+            let ready = l.signal_file("kill");
             let script = format!(
                 "{EVIL_COMMON}; setsid sh -c 'while [ ! -e {g} ]; do sleep 0.02; done; echo \"$PWD/.evilc\" > \"$GITDIR/commondir\"' </dev/null >/dev/null 2>&1 & \
                  trap '' TERM; touch {r}; sleep 60",
@@ -522,11 +524,7 @@ fn a_killed_runs_objects_are_moved_by_repair_given_a_relative_path() {
     for b in backends().into_iter().filter(|b| *b != "landlock") {
         for uid in uids() {
             let l = Layout::new(uid, &[]);
-            let ready = std::env::temp_dir().join(format!(
-                "shofer-git-repair-{}-{}",
-                std::process::id(),
-                l.s.path().file_name().unwrap().to_string_lossy()
-            ));
+            let ready = l.signal_file("repair");
             // More than the copier takes while the run lasts (quarantine::LIVE_MAX).
             let script = format!(
                 "X=$(head -c 5000000 /dev/urandom | git hash-object -w --stdin); \
