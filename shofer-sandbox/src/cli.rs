@@ -141,8 +141,9 @@ Options:
   -V, --version            print the version
 
 Exit status: 125 the sandbox could not be set up, or a git control file the command changed
-could not be restored; 126 the command is not executable;
-127 the command was not found; otherwise the command's status (signal N: 128+N).
+could not be restored, or its new git objects could not all be moved into the repository;
+126 the command is not executable; 127 the command was not found; otherwise the command's
+status (signal N: 128+N). --repair: 0 nothing is left to do, 1 something still is.
 ";
 
 fn usage(msg: impl Into<String>) -> SetupError {
