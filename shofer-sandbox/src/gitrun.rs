@@ -101,7 +101,8 @@ impl GitRun {
         let mut object_quarantine = None;
         if let Some((common, name)) = common {
             let sha256 = gitprotect::uses_sha256(&common);
-            let killed = "of a run that was killed";
+            // A killed run's, or what a run's migration had no budget left for.
+            let earlier = "of an earlier run";
             if remountable {
                 // bubblewrap keeps CAP_SYS_ADMIN for --keep-caps as root: the command could
                 // remount the store's read-only bind read-write.
@@ -111,7 +112,7 @@ impl GitRun {
             } else if structural {
                 match Quarantine::take(&common, sha256, &name, &writable) {
                     Ok((q, settled)) => {
-                        announce_migrated(&settled, killed, &opened.policy.worktree);
+                        announce_migrated(&settled, earlier, &opened.policy.worktree);
                         object_quarantine = Some(q);
                     }
                     Err(e) => eprintln!(
@@ -121,7 +122,7 @@ impl GitRun {
                 }
             } else {
                 let settled = quarantine::sweep(&common, sha256);
-                announce_migrated(&settled, killed, &opened.policy.worktree);
+                announce_migrated(&settled, earlier, &opened.policy.worktree);
             }
             if object_quarantine.is_none() {
                 objects = Some(ObjectStore::snapshot(&common.join("objects"), sha256));
@@ -415,8 +416,8 @@ pub fn repair_before_run(worktree: &Path) -> Result<(), SetupError> {
     Ok(())
 }
 
-/// `shofer-sandbox --repair WT`: finishes pending restores and moves the objects of killed
-/// runs' quarantines into the store. Exit status 0 when nothing is left to do, 1 when a
+/// `shofer-sandbox --repair WT`: finishes pending restores and moves what earlier runs left
+/// in their quarantines (killed, or past a migration's budget) into the store. Exit status 0 when nothing is left to do, 1 when a
 /// restore or a move failed, 125 when `WT` cannot be resolved (ARCHITECTURE §2.6: a bad
 /// worktree).
 pub fn repair_command(worktree: &Path) -> i32 {
@@ -442,12 +443,12 @@ pub fn repair_command(worktree: &Path) -> i32 {
         }
     }) {
         let m = quarantine::sweep(&common, gitprotect::uses_sha256(&common));
-        announce_migrated(&m, "of a run that was killed", worktree);
+        announce_migrated(&m, "of an earlier run", worktree);
         r.failed.extend(m.failed);
         moved = m.moved;
         if moved > 0 {
             eprintln!(
-                "shofer-sandbox: moved {moved} new git objects or packs of a killed run into the repository"
+                "shofer-sandbox: moved {moved} new git objects or packs of earlier runs into the repository"
             );
         }
     }
