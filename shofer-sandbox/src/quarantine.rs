@@ -50,7 +50,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -664,6 +664,7 @@ fn settle(entry: &Path, objects: &Path, sha256: bool, budget: &Cell<u64>) -> Mig
     // Sorted: the fan-out directories before `pack/`, whose objects may refer to theirs.
     names.sort();
     let mut waiting = 0;
+    let mut linked = HashMap::new();
     for raw in names {
         let name = raw.to_str().unwrap_or("");
         let fanout = name.len() == 2 && is_hex(name);
@@ -676,6 +677,7 @@ fn settle(entry: &Path, objects: &Path, sha256: bool, budget: &Cell<u64>) -> Mig
                 let to = Budgeted {
                     budget,
                     waiting: &mut waiting,
+                    linked: &mut linked,
                 };
                 migrate_fanout(&shown, name, &from, objects, sha256, to, &mut out);
             }
@@ -776,7 +778,11 @@ fn migrate_fanout(
     to_verify: Budgeted,
     out: &mut Migrated,
 ) {
-    let Budgeted { budget, waiting } = to_verify;
+    let Budgeted {
+        budget,
+        waiting,
+        linked,
+    } = to_verify;
     let hexlen = if sha256 { 64 } else { 40 };
     let Ok(rd) = std::fs::read_dir(from) else {
         return;
@@ -790,6 +796,24 @@ fn migrate_fanout(
         let oid = format!("{fan}{name}");
         if std::fs::symlink_metadata(objects.join(fan).join(&name)).is_ok() {
             continue;
+        }
+        // Moved or rejected, an object leaves the quarantine at once: one kept for what still
+        // waits must not be verified again by every later migration (two bombs, the first
+        // rejected and the second waiting, made a quarantine no migration could finish).
+        let handled = || drop_handled(from, &name);
+        // Looked up whatever its links now: the other names may be gone already.
+        let meta = std::fs::symlink_metadata(from.join(&name)).ok();
+        let inode = meta.as_ref().map(|m| (m.dev(), m.ino()));
+        let many_links = meta.is_some_and(|m| m.nlink() > 1);
+        if let Some(hashed) = inode.and_then(|i| linked.get(&i)) {
+            if *hashed != oid {
+                out.reject(
+                    oid,
+                    format!("another name of a file holding object {hashed}"),
+                );
+                handled();
+                continue;
+            }
         }
         // The budget is spent: the rest waits, unread (no file made and removed for each).
         if budget.get() == 0 {
@@ -806,19 +830,41 @@ fn migrate_fanout(
                 }
             },
         };
-        match copy_verified(&from.join(&name), to, fan, &name, objects, sha256, budget) {
-            Ok(Ok(())) => out.moved += 1,
-            Ok(Err(why)) => out.reject(oid, why),
+        let mut hashed = None;
+        let copied = copy_verified(
+            &from.join(&name),
+            to,
+            (fan, &name),
+            objects,
+            sha256,
+            budget,
+            &mut hashed,
+        );
+        if let (Some(i), Some(h), true) = (inode, hashed, many_links) {
+            linked.insert(i, h);
+        }
+        match copied {
+            Ok(Ok(())) => {
+                out.moved += 1;
+                handled();
+            }
+            Ok(Err(why)) => {
+                out.reject(oid, why);
+                handled();
+            }
             Err(e) => match OverBudget::of(&e) {
                 // git writes an object this large into a pack (core.bigFileThreshold).
-                Some(o) if o.declared > HASH_BUDGET => out.reject(
-                    oid,
-                    format!(
-                        "a loose object of {} bytes, more than one migration inflates ({} MiB)",
-                        o.declared,
-                        HASH_BUDGET >> 20
-                    ),
-                ),
+                Some(o) if o.declared > HASH_BUDGET => {
+                    out.reject(
+                        oid,
+                        format!(
+                            "a loose object of {} bytes, more than one migration inflates ({} MiB)",
+                            o.declared,
+                            HASH_BUDGET >> 20
+                        ),
+                    );
+                    handled();
+                }
                 Some(_) => {
                     budget.set(0);
                     *waiting += 1;
@@ -831,11 +877,21 @@ fn migrate_fanout(
     }
 }
 
+/// Removes `name` (a file the command wrote, never followed) from the quarantine's directory
+/// `dir` once it is moved or rejected; a failure leaves it to be handled again.
+fn drop_handled(dir: &Path, name: &str) {
+    let _ = std::fs::remove_file(dir.join(name));
+}
+
 /// The inflation budget of one migration ([`settle`]) and the count of loose objects left for
 /// the next one.
 struct Budgeted<'a> {
     budget: &'a Cell<u64>,
     waiting: &'a mut usize,
+    /// (device, inode) of each file with more than one link inflated so far → the object its
+    /// content hashed to: another name of it is decided unread (one bomb linked under
+    /// many names would otherwise cost a whole budget per name).
+    linked: &'a mut HashMap<(u64, u64), String>,
 }
 
 /// Copies the loose object `src` into the store's fan-out directory `to` as `name` (the
@@ -843,15 +899,16 @@ struct Budgeted<'a> {
 /// content hashes to its name: read once, each block written to a new file of the
 /// supervisor's as it is hashed, which is renamed into place (`RENAME_NOREPLACE`) only if it
 /// verifies. `Ok(Err(why))`: it does not verify (nothing is written); `Err`: writing failed,
-/// or [`OverBudget`]: its header declares more bytes than `budget` has left.
+/// or [`OverBudget`]: its header declares more bytes than `budget` has left. `hashed` gets
+/// the object its content hashed to, if it was read whole.
 fn copy_verified(
     src: &Path,
     to: &OwnedFd,
-    fan: &str,
-    name: &str,
+    (fan, name): (&str, &str),
     objects: &Path,
     sha256: bool,
     budget: &Cell<u64>,
+    hashed: &mut Option<String>,
 ) -> io::Result<Result<(), String>> {
     use std::io::{Read, Write};
     /// Reads from `from` and writes what it read to `to`, keeping the first write error.
@@ -885,6 +942,9 @@ fn copy_verified(
         let id = loose_object_id_of(&mut tee, sha256, budget);
         if let Some(e) = tee.failed.take() {
             return Err(e);
+        }
+        if let Ok(id) = &id {
+            *hashed = Some(hex(id));
         }
         let verdict = match id {
             Err(e) if OverBudget::of(&e).is_some() => return Err(e),
@@ -1062,6 +1122,7 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
         let shown = dir.join("pack").join(&pack);
         let Ok(file) = crate::paths::open_regular(&pack_dir.join(&pack)) else {
             out.reject(pack.clone(), "not a regular file".into());
+            drop_handled(pack_dir, &pack);
             continue;
         };
         // `--stdin`: git reads the pack from our descriptor and writes it, with its index,
@@ -1073,6 +1134,7 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
                 pack.clone(),
                 format!("the run's packs took the CPU time git index-pack may spend on them ({budget} s)"),
             );
+            drop_handled(pack_dir, &pack);
             continue;
         }
         // RLIMIT_CPU counts whole seconds: what is left, rounded up.
@@ -1139,6 +1201,7 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
                         String::from_utf8_lossy(&o.stderr).trim()
                     ),
                 );
+                drop_handled(pack_dir, &pack);
                 continue;
             }
             Err(e) => {
@@ -1189,6 +1252,8 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
                 let _ = own_like_at(&pack_fd, &marker, &store);
             }
         }
+        // Not indexed again by a later migration of a quarantine kept for something else.
+        drop_handled(pack_dir, &pack);
     }
     drop(stage_pack);
     let _ = remove_entry(&stage);
@@ -1635,6 +1700,75 @@ mod tests {
             git(&repo, &["cat-file", "-e", id]);
         }
         drop(q);
+    }
+
+    /// A decided object leaves the quarantine, so a kept quarantine does not cost every later
+    /// migration the same work: two forged objects that each take nearly a whole budget once
+    /// made a quarantine no migration could finish (the first was inflated and rejected
+    /// again each time, the second waited). Other names of one file (hard links) are
+    /// decided from the first one inflated, unread.
+    #[test]
+    fn decided_objects_leave_the_quarantine_and_hard_links_are_read_once() {
+        use std::io::Write;
+        let (tmp, repo) = new_repo();
+        let q = taken(&tmp, &repo.join(".git"));
+        let budget = 1u64 << 20;
+        let forged = |q: &Path, fan: &str| {
+            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+            let size = budget - 100;
+            z.write_all(format!("blob {size}\0").as_bytes()).unwrap();
+            z.write_all(&vec![0u8; size as usize]).unwrap();
+            std::fs::create_dir_all(q.join(fan)).unwrap();
+            let path = q.join(fan).join("1".repeat(38));
+            std::fs::write(&path, z.finish().unwrap()).unwrap();
+            path
+        };
+        forged(&q.dir, "0a");
+        forged(&q.dir, "0b");
+        let (entry, objects, dir) = (q.entry.clone(), q.objects.clone(), q.dir.clone());
+        let m = settle(&entry, &objects, false, &Cell::new(budget));
+        assert_eq!((m.rejected.len(), m.failed.len()), (1, 1), "{m:?}");
+        let m = settle(&entry, &objects, false, &Cell::new(budget));
+        assert_eq!((m.rejected.len(), m.failed.len()), (1, 0), "{m:?}");
+        assert!(!dir.exists());
+
+        let q = taken(&tmp, &repo.join(".git"));
+        let first = forged(&q.dir, "0c");
+        for fan in ["0d", "0e", "0f", "10"] {
+            std::fs::create_dir_all(q.dir.join(fan)).unwrap();
+            std::fs::hard_link(&first, q.dir.join(fan).join("1".repeat(38))).unwrap();
+        }
+        let dir = q.dir.clone();
+        let m = settle(&q.entry, &q.objects, false, &Cell::new(budget));
+        assert_eq!((m.rejected.len(), m.failed.len()), (5, 0), "{m:?}");
+        assert!(
+            m.rejected[1]
+                .1
+                .starts_with("another name of a file holding object"),
+            "{m:?}"
+        );
+        assert!(!dir.exists());
+        drop(q);
+    }
+
+    /// A pack moved into the store leaves a quarantine kept for a loose object that waits:
+    /// `git index-pack` does not run on it again at every later migration.
+    #[test]
+    fn a_moved_pack_leaves_a_kept_quarantine() {
+        let (tmp, repo) = new_repo();
+        let q = taken(&tmp, &repo.join(".git"));
+        let packed = hash_object(&repo, "packed", Some(&q.dir));
+        pack_in_quarantine(&repo, &q.dir, &[&packed]);
+        let waiting = hash_object(&repo, "waits", Some(&q.dir));
+        let m = settle(&q.entry, &q.objects, false, &Cell::new(4));
+        assert_eq!((m.moved, m.failed.len()), (1, 1), "{m:?}");
+        let left: Vec<String> = files(&q.dir)
+            .into_iter()
+            .filter(|f| f.ends_with(".pack"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert!(q.dir.join(&waiting[..2]).join(&waiting[2..]).exists());
+        git(&repo, &["cat-file", "-e", &packed]);
     }
 
     /// An object the store already has, written again by the command (git cannot refresh the
