@@ -27,9 +27,13 @@ use crate::paths::{self, Kind};
 pub enum Placeholder {
     /// An empty directory (`hooks/`, `info/`, an in-tree hooks directory).
     EmptyDir,
-    /// A file with this content (`""` for `config.worktree`, `".\n"` for `commondir`, the
-    /// object name of a packed branch for its loose ref).
+    /// A file with this content (`""` for `config.worktree`, `".\n"` for `commondir`).
     File(String),
+    /// The loose ref of a packed branch another worktree has checked out, holding the object
+    /// name `packed-refs` records for it. Kept after the run: a loose ref shadows
+    /// `packed-refs`, which the command can rewrite (removed, it let a rewritten line move
+    /// the branch once the run had ended).
+    Ref(String),
 }
 
 /// One protected path.
@@ -201,7 +205,7 @@ fn common_layer(
             None
         } else {
             match packed_oid(&packed, refname) {
-                Some(oid) => Some(Placeholder::File(format!("{oid}\n"))),
+                Some(oid) => Some(Placeholder::Ref(format!("{oid}\n"))),
                 None => continue, // unborn
             }
         };
@@ -651,7 +655,7 @@ fn create(
             }
             paths::openat_dir_path(dir, Path::new(name))?
         }
-        Placeholder::File(text) => {
+        Placeholder::File(text) | Placeholder::Ref(text) => {
             // Safety: valid dirfd and name; O_EXCL|O_NOFOLLOW only ever creates a new file.
             let fd = unsafe {
                 libc::openat(
@@ -686,8 +690,9 @@ fn create(
     Ok(made)
 }
 
-/// After the run: removes each placeholder still as it was created (the same inode, in the
-/// directory it was made in: an empty directory, a file with the placeholder's content),
+/// After the run: removes each placeholder but a [`Placeholder::Ref`] still as it was
+/// created (the same inode, in the directory it was made in: an empty directory, a file with
+/// the placeholder's content),
 /// through descriptors only (an audit had a root supervisor delete a host file through a
 /// ref directory swapped for a symlink).
 pub fn remove_placeholders(created: &[Created]) {
@@ -700,6 +705,7 @@ pub fn remove_placeholders(created: &[Created]) {
             continue;
         }
         let flags = match &c.placeholder {
+            Placeholder::Ref(_) => continue,
             Placeholder::EmptyDir => libc::AT_REMOVEDIR, // fails unless empty
             Placeholder::File(text) => {
                 let same = paths::read_small_file(&c.dir, &name, text.len())

@@ -1247,8 +1247,9 @@ fn the_supervisors_packed_refs_operations_reach_nothing_else_on_landlock() {
 }
 
 /// Branches checked out in other worktrees (and their reflogs), the main worktree's HEAD and
-/// index: the command cannot change them on the namespace backends; a name it adds to the
-/// common dir (a `MERGE_HEAD` for the main worktree) is removed when it ends.
+/// index: the command cannot change them on the namespace backends, also by rewriting their
+/// lines in `packed-refs` in place (once the run had ended, a packed branch moved); a name it
+/// adds to the common dir (a `MERGE_HEAD` for the main worktree) is removed when it ends.
 #[test]
 fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
     let mut failures = Vec::new();
@@ -1257,8 +1258,6 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
             let l = repo_with_remote(uid);
             let common = l.repo.join(".git");
             let watched = [
-                "refs/heads/main",
-                "refs/heads/wt2",
                 "logs/refs/heads/main",
                 "logs/refs/heads/wt2",
                 "logs/HEAD",
@@ -1271,6 +1270,17 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
                 .iter()
                 .map(|p| std::fs::read(common.join(p)).ok())
                 .collect();
+            let rev = |what: &str| {
+                let mut cmd = Command::new("git");
+                cmd.args(["rev-parse", "--verify", "-q", what])
+                    .current_dir(&l.repo);
+                as_uid(&mut cmd, uid);
+                String::from_utf8_lossy(&cmd.output().unwrap().stdout)
+                    .trim()
+                    .to_string()
+            };
+            let branches = ["refs/heads/main", "refs/heads/wt2"];
+            let branches_before: Vec<String> = branches.iter().map(|b| rev(b)).collect();
             let script = "git update-ref refs/heads/main HEAD~0 2>&1; \
                  git update-ref refs/heads/wt2 HEAD 2>&1; \
                  echo 0000000000000000000000000000000000000000 > \"$COMMON/refs/heads/wt2\"; \
@@ -1278,6 +1288,9 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
                  echo 'ref: refs/heads/wt' > \"$COMMON/HEAD\"; \
                  echo 'ref: refs/heads/wt' > \"$COMMON/worktrees/wt2/HEAD\"; \
                  sed -i s/main/wt/ \"$COMMON/packed-refs\"; \
+                 git commit -q --allow-empty -m evil; E=$(git rev-parse HEAD); \
+                 sed -E \"s#^[0-9a-f]{40} refs/heads/(main|wt2)\\$#$E refs/heads/\\1#\" \"$COMMON/packed-refs\" > /tmp/pr.$$ \
+                   && cat /tmp/pr.$$ > \"$COMMON/packed-refs\"; rm -f /tmp/pr.$$; \
                  git rev-parse HEAD > \"$COMMON/MERGE_HEAD\"; \
                  git reflog expire --expire=now --all; true";
             let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, script);
@@ -1287,6 +1300,11 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
                 let now = std::fs::read(common.join(p)).ok();
                 if &now != was {
                     failures.push(format!("{b} / uid {uid:?}: {p} changed\n{}", show(&out)));
+                }
+            }
+            for (branch, was) in branches.iter().zip(&branches_before) {
+                if rev(branch) != *was {
+                    failures.push(format!("{b} / uid {uid:?}: {branch} moved\n{}", show(&out)));
                 }
             }
             let head = |dir: &Path| {
