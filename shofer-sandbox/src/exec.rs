@@ -93,6 +93,7 @@ impl<'a> Steps<'a> {
                 lockfiles: false,
                 renames: false,
                 freshen: false,
+                chmods: false,
             },
         };
         match confinement {

@@ -85,10 +85,15 @@ pub struct GitGuard {
     nested: Option<Arc<Mutex<NestedScan>>>,
     /// The index the nested check reads (watched for changes).
     index: Option<PathBuf>,
-    /// A linked worktree's common dir (writable on the namespace backends, for
-    /// `packed-refs`) and the names in it before the run: a name the command adds there
-    /// (`MERGE_HEAD` of the main worktree, `shallow`, …) is removed when it ends.
+    /// A linked worktree's common dir and the names in it before the run: git's transient
+    /// names the command left there ([`COMMON_TRANSIENT`]) are removed when it ends.
     common_names: Option<(OwnedFd, PathBuf, Vec<OsString>)>,
+    /// Whether the command can add names to the common dir's top level (Landlock with the
+    /// common dir beneath a writable root, bubblewrap with `--keep-caps`): then every name it
+    /// adds there (`MERGE_HEAD` of the main worktree, `shallow`, …) is removed. Elsewhere only
+    /// the transient ones are: a name that appears there is the host's own (a merge or rebase
+    /// in progress in the main worktree), which removing them all once destroyed.
+    common_top_writable: bool,
     /// What could not be guarded beyond [`Self::entries`] (a common dir that could not be
     /// listed, a control path whose name is not UTF-8), for [`Self::unguarded`].
     notes: Vec<String>,
@@ -270,8 +275,15 @@ impl GitGuard {
             nested: nested.map(|n| Arc::new(Mutex::new(n))),
             index,
             common_names,
+            common_top_writable: true,
             notes,
         }
+    }
+
+    /// Says whether the command can add names to the common dir's top level
+    /// ([`Self::common_top_writable`]; true unless said otherwise).
+    pub fn set_common_top_writable(&mut self, writable: bool) {
+        self.common_top_writable = writable;
     }
 
     /// Quarantines program-naming configs of gitlinked repositories inside the worktree
@@ -401,9 +413,11 @@ impl GitGuard {
             });
             for name in names {
                 let text = name.to_str();
+                let transient = text.is_some_and(|n| COMMON_TRANSIENT.contains(&n));
                 if before.contains(&name)
                     || text.is_some_and(|n| COMMON_NEW_ALLOWED.contains(&n))
-                    || (live && text.is_some_and(|n| COMMON_TRANSIENT.contains(&n)))
+                    || (live && transient)
+                    || !(self.common_top_writable || transient)
                 {
                     continue;
                 }
@@ -804,6 +818,7 @@ pub fn repair(dir: &Path, worktree: &Path) -> Restored {
             nested: None,
             index: None,
             common_names: None,
+            common_top_writable: true,
             notes: Vec::new(),
         };
         let r = guard.restore();

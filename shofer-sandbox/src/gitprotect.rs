@@ -112,68 +112,42 @@ fn pack_files(objects: &Path) -> Vec<PathBuf> {
 }
 
 /// The namespace backends' layout of a linked worktree's common dir: the directory itself
-/// read-write, then read-only binds over everything in it except `objects/`, `refs/`, `logs/`
-/// and `packed-refs` (with placeholders for the names git reads as configuration or hooks),
-/// over the branches other worktrees have checked out and their reflogs, then the worktree's
-/// own gitdir read-write again (it lies under the read-only `worktrees/`).
+/// read-only (so nothing can be created, renamed or removed at its top level: `config`,
+/// `hooks/`, the main worktree's `HEAD`, `index`, `MERGE_HEAD`, …), its `objects/`, `refs/`
+/// and `logs/` read-write again, read-only binds over the branches other worktrees have
+/// checked out and their reflogs, then the worktree's own gitdir read-write (it lies under
+/// the read-only `worktrees/`). `packed-refs` is replaced, and an unchanged `config` kept,
+/// through git's lock protocol performed by the supervisor (`gate::packed_refs`), as on
+/// Landlock: a writable top level let the command plant names there, and removing the new
+/// names at exit removed the host's own (a merge or rebase in progress in the main
+/// worktree).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CommonLayer {
     /// The common dir.
     pub common: PathBuf,
+    /// Its subdirectories bound read-write again ([`COMMON_WRITABLE`]; an absent one gets an
+    /// empty directory first, since the top level cannot take a new one during the run).
+    pub writable: Vec<Control>,
     /// Bound read-only over themselves, in order.
     pub read_only: Vec<Control>,
     /// The worktree's gitdir, bound read-write after them.
     pub gitdir: PathBuf,
 }
 
-/// Entries of the common dir that stay writable on the namespace backends.
-const COMMON_WRITABLE: [&str; 4] = ["objects", "refs", "logs", "packed-refs"];
+/// Subdirectories of the common dir that stay writable on the namespace backends.
+const COMMON_WRITABLE: [&str; 3] = ["objects", "refs", "logs"];
 
-/// The common-dir layer for a linked worktree whose gitdir is `gitdir`, and the error when
-/// the common dir cannot be listed (its entries are then not in the layer: reported).
-fn common_layer(
-    common: &Path,
-    gitdir: &Path,
-    worktree_config: bool,
-) -> (CommonLayer, Option<io::Error>) {
+/// The common-dir layer for a linked worktree whose gitdir is `gitdir`.
+fn common_layer(common: &Path, gitdir: &Path) -> CommonLayer {
+    let writable = COMMON_WRITABLE
+        .iter()
+        .map(|n| Control {
+            path: common.join(n),
+            what: "where git writes objects, refs and reflogs",
+            placeholder: Some(Placeholder::EmptyDir),
+        })
+        .collect();
     let mut ro = Vec::new();
-    // Names are bytes: one that is not UTF-8 is bound read-only like any other.
-    let listed: io::Result<Vec<std::ffi::OsString>> =
-        std::fs::read_dir(common).and_then(|rd| rd.map(|e| e.map(|e| e.file_name())).collect());
-    let (mut names, unlisted) = match listed {
-        Ok(names) => (names, None),
-        Err(e) => (Vec::new(), Some(e)),
-    };
-    names.sort();
-    for name in names {
-        let text = name.to_str();
-        if text.is_some_and(|n| COMMON_WRITABLE.contains(&n) || n.starts_with("packed-refs.")) {
-            continue;
-        }
-        ro.push(Control {
-            path: common.join(&name),
-            what: "the common dir's files (the main worktree's HEAD and index, config, hooks, other worktrees)",
-            placeholder: None,
-        });
-    }
-    // Absent names the host's git would read as configuration or hooks in the main worktree.
-    let mut absent = vec![
-        ("commondir", Placeholder::File(".\n".into())),
-        ("hooks", Placeholder::EmptyDir),
-        ("info", Placeholder::EmptyDir),
-    ];
-    if worktree_config {
-        absent.push(("config.worktree", Placeholder::File(String::new())));
-    }
-    for (name, ph) in absent {
-        if !exists(&common.join(name)) {
-            ro.push(Control {
-                path: common.join(name),
-                what: "a name the main worktree's git would read as configuration or hooks",
-                placeholder: Some(ph),
-            });
-        }
-    }
     // Branches checked out in other worktrees, and their reflogs.
     let mut heads = vec![common.join("HEAD")];
     if let Ok(rd) = std::fs::read_dir(common.join("worktrees")) {
@@ -230,12 +204,12 @@ fn common_layer(
             placeholder: None,
         });
     }
-    let layer = CommonLayer {
+    CommonLayer {
         common: common.to_path_buf(),
+        writable,
         read_only: ro,
         gitdir: gitdir.to_path_buf(),
-    };
-    (layer, unlisted)
+    }
 }
 
 /// The object name `packed-refs` records for `refname`.
@@ -255,7 +229,8 @@ impl ControlSet {
     pub fn layers(&self) -> Vec<(PathBuf, bool)> {
         let mut out: Vec<(PathBuf, bool)> = self.pinned.iter().map(|p| (p.clone(), true)).collect();
         if let Some(l) = &self.common {
-            out.push((l.common.clone(), true));
+            out.push((l.common.clone(), false));
+            out.extend(l.writable.iter().map(|c| (c.path.clone(), true)));
             out.extend(l.read_only.iter().map(|c| (c.path.clone(), false)));
             out.push((l.gitdir.clone(), true));
         }
@@ -316,14 +291,7 @@ pub fn control_set(layout: &GitLayout, worktree: &Path) -> ControlSet {
                 "gitdir (the back-link to this worktree)",
                 None,
             );
-            let (layer, unlisted) = common_layer(&common, &gitdir, worktree_config);
-            if let Some(e) = unlisted {
-                set.notes.push(format!(
-                    "{}: cannot be listed ({e}): its entries are not bound read-only",
-                    common.display()
-                ));
-            }
-            set.common = Some(layer);
+            set.common = Some(common_layer(&common, &gitdir));
             for (name, what) in [
                 ("config", "config (the repository's configuration)"),
                 ("hooks", "hooks/"),
@@ -594,7 +562,10 @@ pub struct Created {
 /// it safely: the run is refused) or a placeholder cannot be created.
 pub fn prepare(set: &ControlSet) -> Result<Vec<Created>, (PathBuf, String)> {
     let mut created = Vec::new();
-    let layer = set.common.iter().flat_map(|l| l.read_only.iter());
+    let layer = set
+        .common
+        .iter()
+        .flat_map(|l| l.writable.iter().chain(&l.read_only));
     for c in layer.chain(&set.read_only) {
         let parent = c.path.parent().unwrap_or(Path::new("/"));
         let name = c.path.file_name().unwrap_or_default();
@@ -839,23 +810,41 @@ mod tests {
         assert_eq!(in_tree(".", wt), None);
     }
 
-    /// A name in a linked worktree's common dir that is not UTF-8 is bound read-only like any
-    /// other (it was skipped, leaving it writable on the namespace backends).
+    /// A linked worktree's common dir is bound read-only, `objects/`, `refs/` and `logs/`
+    /// writable beneath it (made if absent), then the other worktrees' branches read-only,
+    /// then this worktree's gitdir writable: a top level the command could add names to had
+    /// them removed at exit, the host's own among them.
     #[test]
-    fn a_common_dir_name_that_is_not_utf8_is_in_the_layer() {
-        use std::os::unix::ffi::OsStrExt;
+    fn a_common_dir_is_read_only_but_for_objects_refs_and_logs() {
         let tmp = tempfile::tempdir().unwrap();
         let common = std::fs::canonicalize(tmp.path()).unwrap();
-        let odd = common.join(std::ffi::OsStr::from_bytes(b"HOOK\xff"));
-        std::fs::write(&odd, "x").unwrap();
-        std::fs::create_dir(common.join("refs")).unwrap();
-        let (layer, unlisted) = common_layer(&common, &common.join("worktrees/wt"), false);
-        assert!(unlisted.is_none());
-        let paths: Vec<&Path> = layer.read_only.iter().map(|c| c.path.as_path()).collect();
-        assert!(paths.contains(&odd.as_path()), "{paths:?}");
-        assert!(!paths.contains(&common.join("refs").as_path()), "{paths:?}");
-        let (_, unlisted) = common_layer(&common.join("absent"), &common, false);
-        assert!(unlisted.is_some());
+        std::fs::create_dir_all(common.join("refs/heads")).unwrap();
+        std::fs::write(common.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(
+            common.join("refs/heads/main"),
+            format!("{}\n", "1".repeat(40)),
+        )
+        .unwrap();
+        let gitdir = common.join("worktrees/wt");
+        let set = ControlSet {
+            common: Some(common_layer(&common, &gitdir)),
+            ..Default::default()
+        };
+        let layers = set.layers();
+        let at = |p: &Path| layers.iter().position(|(l, _)| l == p).unwrap();
+        assert_eq!(layers[at(&common)], (common.clone(), false));
+        for sub in ["objects", "refs", "logs"] {
+            assert!(layers[at(&common.join(sub))].1, "{sub}: {layers:?}");
+            assert!(at(&common.join(sub)) > at(&common));
+        }
+        let branch = common.join("refs/heads/main");
+        assert!(!layers[at(&branch)].1);
+        assert!(at(&branch) > at(&common.join("refs")));
+        assert_eq!(layers.last(), Some(&(gitdir, true)));
+        let absent = &set.common.as_ref().unwrap().writable;
+        assert!(absent
+            .iter()
+            .all(|c| c.placeholder == Some(Placeholder::EmptyDir)));
     }
 
     #[test]

@@ -134,6 +134,11 @@ impl GitRun {
             &opened.controls,
             &writable,
         );
+        // The namespace backends bind the common dir read-only (gitprotect::CommonLayer) and
+        // Landlock keeps it outside the writable set, unless it lies beneath a writable root.
+        guard.set_common_top_writable(
+            remountable || (!structural && opened.controls.common_beneath.is_some()),
+        );
         let mut journal = None;
         let mut journal_missing = None;
         let has_entries = !guard.paths().is_empty();

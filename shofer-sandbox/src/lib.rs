@@ -317,41 +317,44 @@ fn attempt(
             Backend::Bwrap => format!("shofer-sandbox: note: the worktree belongs to uid {uid}: bubblewrap drops every capability; use --keep-caps or another backend to write in it"),
         });
     }
-    // Landlock cannot grant the common dir's packed-refs without its config and hooks: the
-    // gate performs git's lock protocol there instead (gate::packed_refs) — unless the common
-    // dir lies inside a writable root anyway (a repository under /tmp), where git needs no help.
-    // The namespace backends bind `config` read-only in a writable common dir: the gate answers
+    // A linked worktree's common dir is outside what the command may change at its top level
+    // (Landlock: outside the writable set; the namespace backends: a read-only bind,
+    // gitprotect::CommonLayer): the gate performs git's lock protocol on `packed-refs` there
+    // (gate::packed_refs) — unless, on Landlock, the common dir lies inside a writable root
+    // anyway (a repository under /tmp), where git needs no help. A main worktree's `.git` is
+    // the command's, but the namespace backends bind its `config` read-only: the gate answers
     // git's rename of an unchanged `config.lock` onto it (`git branch -d` rewrites it always).
-    let common_dir = match &opened.git {
-        git::GitLayout::Linked { common, .. } => Some(common.clone()),
-        git::GitLayout::MainWorktree => Some(args.worktree.join(".git")),
-        _ => None,
-    };
-    let lockfiles = match (&opened.git, choice.backend) {
-        (git::GitLayout::Linked { common, .. }, Backend::Landlock)
-            if opened.controls.common_beneath.is_none() =>
-        {
-            Some(facts.lockfile_gate().clone().and_then(|()| {
-                gate::packed_refs::CommonDir::open(common)
-                    .map_err(|e| format!("{}: {e}", common.display()))
-            }))
+    let gate = || match facts.lockfile_gate() {
+        Err(why) => Err(why.clone()),
+        Ok(()) if !facts.gate_runs_beside(choice.backend) => {
+            Err("a setuid bubblewrap cannot run under the gate's no_new_privs".to_string())
         }
-        _ => None,
+        Ok(()) => Ok(()),
+    };
+    let open = |common: &std::path::Path| {
+        gate::packed_refs::CommonDir::open(common).map_err(|e| format!("{}: {e}", common.display()))
+    };
+    let (lockfiles, config_renames) = match (&opened.git, choice.backend) {
+        (git::GitLayout::Linked { .. }, Backend::Landlock)
+            if opened.controls.common_beneath.is_some() =>
+        {
+            (None, None)
+        }
+        (git::GitLayout::Linked { common, .. }, _) => {
+            (Some(gate().and_then(|()| open(common))), None)
+        }
+        (git::GitLayout::MainWorktree, Backend::Userns | Backend::Layered | Backend::Bwrap) => (
+            None,
+            gate().and_then(|()| open(&args.worktree.join(".git"))).ok(),
+        ),
+        _ => (None, None),
     };
     if let Some(Err(why)) = &lockfiles {
         tell(format!(
-            "shofer-sandbox: note: git cannot delete refs here (packed-refs.lock stays outside the writable set; the supervisor cannot create it for the command: {why})"
+            "shofer-sandbox: note: git cannot delete refs here (packed-refs.lock cannot be made in the common dir; the supervisor cannot create it for the command: {why})"
         ));
     }
     let lockfiles = lockfiles.and_then(Result::ok);
-    let config_renames = match (&common_dir, choice.backend) {
-        (Some(common), Backend::Userns | Backend::Layered | Backend::Bwrap)
-            if facts.gate_runs_beside(choice.backend) =>
-        {
-            gate::packed_refs::CommonDir::open(common).ok()
-        }
-        _ => None,
-    };
     let (lockfile_traps, renames) = (lockfiles.is_some(), config_renames.is_some());
     let lockfiles = lockfiles.or(config_renames);
     let mut git_run = gitrun::GitRun::prepare(opened, choice.backend, args.keep_caps)?;
@@ -369,6 +372,9 @@ fn attempt(
         lockfiles: lockfile_traps,
         renames,
         freshen: store.is_some(),
+        // The namespace backends' common dir is a read-only bind: git's `chmod` of the
+        // `config.lock` the gate made there would fail with EROFS.
+        chmods: lockfile_traps && choice.backend != Backend::Landlock,
     };
     // From here every way out goes through `git_run.finish` (it removes the placeholders).
     let before = (|| -> Result<_, SetupError> {

@@ -189,8 +189,10 @@ fn git_protected(
             for r in &layer.read_only {
                 out.push(json!({"path": r.path.to_string_lossy(), "what": r.what, "how": how_ro}));
             }
+            out.push(json!({"path": layer.common.to_string_lossy(), "what": "the common dir's top level (config, hooks/, info/, the main worktree's HEAD, index and merge state, other worktrees' files)",
+                "how": format!("{how_ro} (objects/, refs/ and logs/ writable beneath it)")}));
             out.push(json!({"path": layer.common.join("packed-refs").to_string_lossy(), "what": "packed-refs",
-                "how": "writable: git deletes refs through packed-refs.lock (the common dir is bound writable, everything else in it read-only)"}));
+                "how": "replaced only through git's lock protocol, which the supervisor performs (packed-refs.lock, packed-refs.new; an unchanged config.lock onto config)"}));
         }
         (_, false) if c.common_beneath.is_some() => {
             let root = c

@@ -1328,6 +1328,65 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// A merge the host starts in the main worktree while a run in a linked worktree lasts is
+/// the host's: it survives the run on every backend (removing every name added to the common
+/// dir once deleted `MERGE_HEAD`, and a rebase's state, at the run's end or at once).
+#[test]
+fn a_merge_the_host_starts_during_a_run_survives_it() {
+    let mut failures = Vec::new();
+    for b in backends() {
+        for uid in uids() {
+            let l = Layout::new(uid, &[]);
+            let host_git = |args: &[&str]| {
+                let mut cmd = Command::new("git");
+                cmd.args(args).current_dir(&l.repo).envs(git_env());
+                as_uid(&mut cmd, uid);
+                cmd.output().unwrap()
+            };
+            for args in [
+                &["checkout", "-q", "-b", "side"][..],
+                &["commit", "-q", "--allow-empty", "-m", "side"],
+                &["checkout", "-q", "-"],
+            ] {
+                let out = host_git(args);
+                assert!(out.status.success(), "{}", show(&out));
+            }
+            let ready = l.signal_file("merge");
+            let go = l.s.path().join("go");
+            let script = format!(
+                "touch {r}; while [ ! -e {g} ]; do sleep 0.02; done",
+                r = ready.display(),
+                g = go.display()
+            );
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, &script);
+            cmd.envs(l.vars())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            let mut child = cmd.spawn().unwrap();
+            let started = wait_for(&ready, &mut child);
+            let _ = std::fs::remove_file(&ready);
+            let merge = host_git(&["merge", "-q", "--no-ff", "--no-commit", "side"]);
+            // Long enough for the Landlock guard's watcher to act, had it anything to do.
+            std::thread::sleep(Duration::from_millis(300));
+            std::fs::write(&go, "").unwrap();
+            let out = child.wait_with_output().unwrap();
+            let cell = format!("{b} / uid {uid:?}");
+            if !started || !merge.status.success() {
+                failures.push(format!("{cell}: no run or no merge\n{}", show(&merge)));
+                continue;
+            }
+            if !l.repo.join(".git/MERGE_HEAD").exists() {
+                failures.push(format!(
+                    "{cell}: the host's MERGE_HEAD is gone\n{}",
+                    show(&out)
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 /// Existing objects: on the namespace backends the store is read-only under the object
 /// quarantine (a deletion or rewrite fails, new objects reach the store when the run ends); on
 /// Landlock a loose object rewritten under its name, or deleted, and a deleted pack are named

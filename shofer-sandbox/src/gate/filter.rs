@@ -64,6 +64,9 @@ pub(super) const NR_UNLINKAT: u32 = 263;
 pub(super) const NR_RENAMEAT: u32 = 264;
 pub(super) const NR_RENAMEAT2: u32 = 316;
 pub(super) const NR_UTIMENSAT: u32 = 280;
+pub(super) const NR_CHMOD: u32 = 90;
+pub(super) const NR_FCHMODAT: u32 = 268;
+pub(super) const NR_FCHMODAT2: u32 = 452;
 // x32-only numbers of sendmsg and sendmmsg.
 const NR_X32_SENDMSG: u32 = 518;
 const NR_X32_SENDMMSG: u32 = 538;
@@ -99,6 +102,7 @@ enum L {
     Renameat2Args,
     Renameat2Hi,
     UtimensatArgs,
+    FchmodatArgs,
 }
 
 enum Ins {
@@ -160,6 +164,9 @@ pub struct Traps {
     /// `utimensat(AT_FDCWD, path, NULL, 0)`: git's freshen of an object in the read-only
     /// store of an object quarantine ([`super::freshen`]).
     pub freshen: bool,
+    /// `chmod(path)` and `fchmodat(AT_FDCWD, path)`: git's `chmod` of `config.lock`, made by
+    /// the gate in a common dir the namespace backends bind read-only ([`super::packed_refs`]).
+    pub chmods: bool,
 }
 
 /// The gate program for `traps` (see the module documentation).
@@ -202,7 +209,21 @@ pub fn program(traps: Traps) -> Vec<libc::sock_filter> {
     if traps.freshen {
         code.push(Jeq(NR_UTIMENSAT, L::UtimensatArgs, L::Next));
     }
+    if traps.chmods {
+        code.extend([
+            Jeq(NR_CHMOD, L::Notify, L::Next),
+            Jeq(NR_FCHMODAT, L::FchmodatArgs, L::Next),
+            Jeq(NR_FCHMODAT2, L::FchmodatArgs, L::Next),
+        ]);
+    }
     code.push(Ret(libc::SECCOMP_RET_ALLOW));
+    if traps.chmods {
+        code.extend([
+            Label(L::FchmodatArgs),
+            Ld(OFF_ARG0_LO),
+            Jeq(AT_FDCWD, L::Notify, L::Allow),
+        ]);
+    }
     if traps.freshen {
         // The directory an int (low half); the times a pointer (both halves); flags an int.
         code.extend([
@@ -345,30 +366,35 @@ mod tests {
             lockfiles: false,
             renames: false,
             freshen: false,
+            chmods: false,
         },
         Traps {
             sockets: false,
             lockfiles: true,
             renames: false,
             freshen: false,
+            chmods: false,
         },
         Traps {
             sockets: true,
             lockfiles: true,
             renames: false,
             freshen: false,
+            chmods: false,
         },
         Traps {
             sockets: true,
             lockfiles: false,
             renames: true,
             freshen: false,
+            chmods: false,
         },
         Traps {
             sockets: false,
             lockfiles: false,
             renames: true,
             freshen: true,
+            chmods: false,
         },
     ];
 

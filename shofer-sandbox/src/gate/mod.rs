@@ -104,6 +104,7 @@ pub fn available() -> Result<(), String> {
                 lockfiles: false,
                 renames: false,
                 freshen: false,
+                chmods: false,
             }) {
                 Ok(_) => 0,
                 Err(e) => e.raw_os_error().unwrap_or(1).clamp(1, 255),

@@ -41,7 +41,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use super::filter::{
-    NR_OPEN, NR_OPENAT, NR_RENAME, NR_RENAMEAT, NR_RENAMEAT2, NR_UNLINK, NR_UNLINKAT,
+    NR_CHMOD, NR_FCHMODAT, NR_FCHMODAT2, NR_OPEN, NR_OPENAT, NR_RENAME, NR_RENAMEAT, NR_RENAMEAT2,
+    NR_UNLINK, NR_UNLINKAT,
 };
 use super::resolve::{self, Ident};
 
@@ -77,7 +78,16 @@ const PASSED_FLAGS: i32 = libc::O_ACCMODE
 pub fn traps(nr: u32) -> bool {
     matches!(
         nr,
-        NR_OPEN | NR_OPENAT | NR_RENAME | NR_RENAMEAT | NR_RENAMEAT2 | NR_UNLINK | NR_UNLINKAT
+        NR_OPEN
+            | NR_OPENAT
+            | NR_RENAME
+            | NR_RENAMEAT
+            | NR_RENAMEAT2
+            | NR_UNLINK
+            | NR_UNLINKAT
+            | NR_CHMOD
+            | NR_FCHMODAT
+            | NR_FCHMODAT2
     )
 }
 
@@ -116,6 +126,9 @@ pub enum Op {
     KeepConfig,
     /// `unlink(name)`.
     Unlink { name: &'static [u8] },
+    /// `chmod(name, mode)` (git copies `config`'s mode to `config.lock`), permission bits
+    /// only.
+    Chmod { name: &'static [u8], mode: u32 },
 }
 
 fn last_component(path: &[u8]) -> Option<&[u8]> {
@@ -220,6 +233,23 @@ pub fn decide(
             here(dir, &path, dirfd)?;
             Some(Op::Unlink { name })
         }
+        NR_CHMOD | NR_FCHMODAT | NR_FCHMODAT2 => {
+            let (dir, path, mode) = if nr == NR_CHMOD {
+                (libc::AT_FDCWD as u64, args[0], args[1])
+            } else {
+                if nr == NR_FCHMODAT2 && args[3] as u32 != 0 {
+                    return None; // AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH: not git's
+                }
+                (args[0], args[1], args[2])
+            };
+            let path = path_at(path)?;
+            let name = creatable(&path)?;
+            here(dir, &path, dirfd)?;
+            Some(Op::Chmod {
+                name,
+                mode: mode as u32 & 0o777,
+            })
+        }
         _ => None,
     }
 }
@@ -273,6 +303,29 @@ pub fn create(dir: RawFd, name: &[u8], flags: i32, mode: u32, umask: u32) -> Res
     }
     // Safety: the kernel just returned this descriptor.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Performs [`Op::Chmod`] in `dir`: on a regular file only, never through a symlink.
+///
+/// # Errors
+/// `EACCES` for anything but a regular file, else the `openat`/`chmod` errno.
+pub fn chmod(dir: RawFd, name: &[u8], mode: u32) -> Result<i64, i32> {
+    let c = cname(name);
+    let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // Safety: a NUL-terminated name relative to a directory descriptor we hold.
+    let fd = unsafe { libc::openat(dir, c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // Safety: the kernel just returned this descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    match crate::paths::kind(&fd) {
+        Ok(crate::paths::Kind::File) => {}
+        _ => return Err(libc::EACCES),
+    }
+    crate::paths::chmod_pinned(&fd, mode)
+        .map(|()| 0)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// Removes `name` from `dir` (a created file the caller could not be given).

@@ -694,7 +694,7 @@ impl Gate {
         }
     }
 
-    /// A trapped `open`/`rename`/`unlink` ([`packed_refs`]): performed here when it is exactly
+    /// A trapped `open`/`rename`/`unlink`/`chmod` ([`packed_refs`]): performed here when it is exactly
     /// a step of git's `packed-refs` lock protocol in the common dir (or the rename of an
     /// unchanged `config`), else continued (the kernel runs it under the command's Landlock
     /// domain or mount namespace; nothing is granted by that).
@@ -750,6 +750,7 @@ impl Gate {
                 packed_refs::Op::Rename { from } => packed_refs::rename(d, from),
                 packed_refs::Op::KeepConfig => packed_refs::keep_config(d),
                 packed_refs::Op::Unlink { name } => packed_refs::remove(d, name),
+                packed_refs::Op::Chmod { name, mode } => packed_refs::chmod(d, name, mode),
             })
         };
         match self.needs_unprivileged(pid) {
