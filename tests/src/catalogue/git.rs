@@ -34,7 +34,7 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         case!(
             "git-packed-refs",
-            "write packed-refs, rename a file over it from objects/ (refused on Landlock), git pack-refs (nothing else of the common dir changes)",
+            "write packed-refs, rename a file over it from objects/ (refused), git pack-refs through the supervisor (nothing else of the common dir changes)",
             None,
             git_packed_refs,
             needs = need_git
@@ -644,9 +644,9 @@ fn git_host_script(c: &Ctx, what: &str, script: &str) -> Outcome {
     ))
 }
 
-/// Ref deletion goes through `<common>/packed-refs.lock`: on the namespace backends the
-/// common dir is writable for it; on Landlock the supervisor performs git's lock protocol for
-/// the command (README, "Landlock limits").
+/// Ref deletion goes through `<common>/packed-refs.lock`, which the command cannot make in the
+/// common dir on any backend: the supervisor performs git's lock protocol for it (README,
+/// "Git").
 fn git_ref_deletion(c: &Ctx) -> Outcome {
     let r = match make_repo(c) {
         Ok(r) => r,
@@ -961,11 +961,11 @@ fn git_packed_refs(c: &Ctx) -> Outcome {
         Ok(r) => r,
         Err(e) => return Outcome::Error(format!("harness: git setup: {e}")),
     };
-    // The namespace backends make packed-refs writable (git deletes refs through
-    // packed-refs.lock), with everything else of the common dir read-only on top. On Landlock
-    // the supervisor performs git's own lock protocol for the command and nothing else: a
-    // direct write and a rename from objects/ stay refused.
-    if c.cell.backend == "landlock" {
+    // The common dir's top level is outside the command's reach (Landlock: outside the
+    // writable set; the namespace backends: a read-only bind): the supervisor performs git's
+    // own lock protocol on packed-refs for the command and nothing else, so a direct write and
+    // a rename from objects/ stay refused.
+    {
         let packed = r.common.join("packed-refs");
         let before = std::fs::read(&packed).ok();
         let run1 = deny(c, &r.env, None, std::slice::from_ref(&packed));
@@ -992,8 +992,8 @@ fn git_packed_refs(c: &Ctx) -> Outcome {
     git_packed_refs_writable(c, &r)
 }
 
-/// packed-refs may be replaced (by design: read-only binds, or the supervisor's lock protocol
-/// on Landlock), nothing else of the common dir may change, and `git pack-refs` works.
+/// packed-refs may be replaced through the supervisor's lock protocol, nothing else of the
+/// common dir may change, and `git pack-refs` works.
 fn git_packed_refs_writable(c: &Ctx, r: &Repo) -> Outcome {
     let packed = r.common.join("packed-refs").display().to_string();
     let without_packed = |m: BTreeMap<String, String>| -> BTreeMap<String, String> {
@@ -1017,11 +1017,9 @@ fn git_packed_refs_writable(c: &Ctx, r: &Repo) -> Outcome {
     if run.code != Some(0) {
         return Outcome::Broken(format!("git pack-refs failed: {}", run.how()));
     }
-    Outcome::Blocked(if c.cell.backend == "landlock" {
-        "a direct write and a rename from objects/ refused; git pack-refs worked through the supervisor's packed-refs.lock protocol, nothing else of the common dir changed".into()
-    } else {
-        "packed-refs writable by design (read-only binds keep config, hooks, info and the rest of the common dir); git pack-refs worked".into()
-    })
+    Outcome::Blocked(
+        "a direct write and a rename from objects/ refused; git pack-refs worked through the supervisor's packed-refs.lock protocol, nothing else of the common dir changed".into(),
+    )
 }
 
 fn git_worktree_config(c: &Ctx) -> Outcome {
