@@ -148,8 +148,9 @@ pub(crate) fn plan<'a>(
     }
     let landlock = if abi > 0 {
         let mut ruleset = crate::ruleset::create(opened, unix, abi)?;
-        // A linked worktree's common dir is bound writable with read-only binds on top
-        // (gitprotect): Landlock must allow what the mounts allow.
+        // A linked worktree's common dir: the mounts decide what of it is writable
+        // (gitprotect::CommonLayer: `objects/` is the quarantine's bind, another hierarchy);
+        // Landlock must allow what they allow.
         if let Some(layer) = &opened.controls.common {
             ruleset = crate::ruleset::add_dir(ruleset, &layer.common, abi)?;
         }

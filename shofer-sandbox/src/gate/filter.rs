@@ -9,7 +9,7 @@
 //! - The i386 and x32 entry points of all of these (and i386 `socketcall`): `ENOSYS`; the gate
 //!   reads 64-bit argument layouts only.
 //!
-//! With [`Traps::lockfiles`] (the Landlock backend in a linked worktree, see
+//! With [`Traps::lockfiles`] (every backend in a linked worktree, see
 //! [`super::packed_refs`]) also the calls git makes for a lock file (x86-64 glibc and musl:
 //! `openat`/`open`, `rename`, `unlink`): `open`, and `openat` from `AT_FDCWD`, whose flags
 //! hold both `O_CREAT` and `O_EXCL` (every other open never traps); `rename` and `unlink`;
@@ -17,8 +17,10 @@
 //! `unlinkat` from `AT_FDCWD` without `AT_REMOVEDIR` (Go's `os.Remove`). Calls relative to a
 //! directory descriptor — `rm -r`, `shutil.rmtree`, `remove_dir_all` — and the 32-bit entry
 //! points run untouched: the gate would grant nothing there, so Landlock decides as before,
-//! and they cost no round trip. With [`Traps::renames`] (the namespace backends in a git
-//! worktree) only those `rename` calls trap. With [`Traps::freshen`] (the namespace backends
+//! and they cost no round trip. With [`Traps::renames`] (the namespace backends in a main
+//! worktree) only those `rename` calls trap. With [`Traps::chmods`] (the namespace backends
+//! in a linked worktree) also `chmod(path)` and `fchmodat`/`fchmodat2` from `AT_FDCWD`: git
+//! `chmod`s the `config.lock` the gate made in the read-only common dir. With [`Traps::freshen`] (the namespace backends
 //! with an object quarantine, [`super::freshen`]) also `utimensat(AT_FDCWD, path, NULL, 0)`,
 //! what `utime(path, NULL)` makes: git's refresh of an object's time (a `touch` works on its
 //! descriptor, and calls with times never trap).
@@ -158,7 +160,7 @@ pub struct Traps {
     pub sockets: bool,
     /// The lock-file calls git makes on `packed-refs` ([`super::packed_refs`]).
     pub lockfiles: bool,
-    /// Of those, the renames alone (the namespace backends in a git worktree, where the
+    /// Of those, the renames alone (the namespace backends in a main worktree, where the
     /// supervisor answers git's rewrite of an unchanged, read-only `config`).
     pub renames: bool,
     /// `utimensat(AT_FDCWD, path, NULL, 0)`: git's freshen of an object in the read-only
@@ -360,7 +362,7 @@ pub fn install(traps: Traps) -> io::Result<OwnedFd> {
 mod tests {
     use super::*;
 
-    const ALL: [Traps; 5] = [
+    const ALL: [Traps; 6] = [
         Traps {
             sockets: true,
             lockfiles: false,
@@ -396,7 +398,36 @@ mod tests {
             freshen: true,
             chmods: false,
         },
+        Traps {
+            sockets: true,
+            lockfiles: true,
+            renames: false,
+            freshen: true,
+            chmods: true,
+        },
     ];
+
+    /// `chmod(path)` and `fchmodat`/`fchmodat2` from `AT_FDCWD` trap with `chmods` only; from
+    /// a directory descriptor they never do.
+    #[test]
+    fn chmods_trap_path_calls_from_the_working_directory_only() {
+        let x86 = AUDIT_ARCH_X86_64;
+        let notify = libc::SECCOMP_RET_USER_NOTIF;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let cwd = libc::AT_FDCWD as u32 as u64;
+        let with = program(ALL[5]);
+        let without = program(ALL[2]);
+        for (nr, args, want) in [
+            (NR_CHMOD, [0, 0o644, 0, 0, 0, 0], notify),
+            (NR_FCHMODAT, [cwd, 0, 0o644, 0, 0, 0], notify),
+            (NR_FCHMODAT2, [cwd, 0, 0o644, 0, 0, 0], notify),
+            (NR_FCHMODAT, [3, 0, 0o644, 0, 0, 0], allow),
+            (NR_FCHMODAT2, [3, 0, 0o644, 0, 0, 0], allow),
+        ] {
+            assert_eq!(verdict(&with, x86, nr, args), want, "nr {nr} {args:?}");
+            assert_eq!(verdict(&without, x86, nr, args), allow, "nr {nr} {args:?}");
+        }
+    }
 
     #[test]
     fn every_jump_lands_inside_the_program_and_it_ends_in_returns() {

@@ -1,11 +1,13 @@
-//! The one write into a linked worktree's common dir that the Landlock backend performs for the
+//! The one write into a linked worktree's common dir that the supervisor performs for the
 //! command: git's `packed-refs` lock protocol (docs/ARCHITECTURE.md, "Linked git worktrees").
 //!
 //! Git deletes a ref (and rewrites `packed-refs`) by creating `packed-refs.lock` with
 //! `O_CREAT | O_EXCL`, writing the new list to `packed-refs.new` (also `O_CREAT | O_EXCL`),
 //! renaming that onto `packed-refs`, and unlinking the lock (`refs/packed-backend.c`,
 //! `lockfile.c`, `tempfile.c`). Landlock can only grant the whole common dir, with its
-//! `config` and `hooks/`, so the directory stays outside the writable set and the gate
+//! `config` and `hooks/`, so the directory stays outside the writable set, and the namespace
+//! backends bind it read-only (a writable top level let the command add any name there); the
+//! gate
 //! ([`super::filter::Traps::lockfiles`]) traps these calls instead. For each one this module
 //! decides, from the caller's own view of the path ([`super::resolve`]), whether it is exactly
 //! one of:
@@ -30,9 +32,9 @@
 //! One more step is answered, on every backend: git rewrites the read-only `config` even when
 //! nothing in it changes (`git branch -d` always drops the branch's section,
 //! `repo_config_copy_or_rename_section_in_file` in `config.c`): it creates `config.lock`
-//! (`O_CREAT | O_EXCL`, created here like the names above on Landlock; the kernel creates it
-//! in the writable common dir of the namespace backends), writes it, and renames it onto
-//! `config`. That rename is [`Op::KeepConfig`]: when `config.lock` holds exactly the bytes of
+//! (`O_CREAT | O_EXCL`, created here like the names above; the kernel creates it in a main
+//! worktree's `.git`), `chmod`s it like `config` ([`Op::Chmod`], performed here in the
+//! namespace backends' read-only bind), writes it, and renames it onto `config`. That rename is [`Op::KeepConfig`]: when `config.lock` holds exactly the bytes of
 //! `config`, the lock is removed and the rename reported done ([`keep_config`]); else it
 //! fails with `EACCES`, and `config` is never replaced.
 
