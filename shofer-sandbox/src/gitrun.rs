@@ -438,8 +438,8 @@ pub fn repair_command(worktree: &Path) -> i32 {
         }
     };
     let worktree = worktree.as_path();
-    let mut r = repair(worktree).unwrap_or_default();
-    let mut moved = 0;
+    let r = repair(worktree).unwrap_or_default();
+    let (mut moved, mut not_moved) = (0, false);
     if let Some(common) = paths::open_nofollow(worktree).ok().and_then(|fd| {
         match crate::git::discover(worktree, &fd) {
             GitLayout::Linked { common, .. } => Some(common),
@@ -448,8 +448,9 @@ pub fn repair_command(worktree: &Path) -> i32 {
         }
     }) {
         let m = quarantine::sweep(&common, gitprotect::uses_sha256(&common));
+        // Said once, by announce_migrated: they are objects, not control files.
         announce_migrated(&m, "of an earlier run", worktree);
-        r.failed.extend(m.failed);
+        not_moved = !m.failed.is_empty();
         moved = m.moved;
         if moved > 0 {
             eprintln!(
@@ -458,7 +459,7 @@ pub fn repair_command(worktree: &Path) -> i32 {
         }
     }
     gitguard::announce(&r, "restored from the journal of a run that was killed");
-    if r.failed.is_empty() {
+    if r.failed.is_empty() && !not_moved {
         if r.restored.is_empty() && moved == 0 {
             eprintln!("shofer-sandbox: {}: nothing to repair", worktree.display());
         }
