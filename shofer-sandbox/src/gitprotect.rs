@@ -128,6 +128,11 @@ pub struct CommonLayer {
     /// Its subdirectories bound read-write again ([`COMMON_WRITABLE`]; an absent one gets an
     /// empty directory first, since the top level cannot take a new one during the run).
     pub writable: Vec<Control>,
+    /// The directories between `refs/` or `logs/` and each of [`Self::read_only`], shallowest
+    /// first, bound over themselves read-write: a mount point cannot be renamed, so a
+    /// protected ref cannot be moved away with its directory (`mv refs/heads refs/x` and a new
+    /// `refs/heads/main` moved the branch the main worktree has checked out).
+    pub pinned: Vec<PathBuf>,
     /// Bound read-only over themselves, in order.
     pub read_only: Vec<Control>,
     /// The worktree's gitdir, bound read-write after them.
@@ -204,9 +209,34 @@ fn common_layer(common: &Path, gitdir: &Path) -> CommonLayer {
             placeholder: None,
         });
     }
+    let mut pinned: Vec<PathBuf> = Vec::new();
+    for c in &ro {
+        let Some(top) = COMMON_WRITABLE
+            .iter()
+            .map(|n| common.join(n))
+            .find(|top| c.path.starts_with(top))
+        else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = c
+            .path
+            .ancestors()
+            .skip(1)
+            .take_while(|d| *d != top)
+            .map(Path::to_path_buf)
+            .collect();
+        dirs.reverse();
+        for d in dirs {
+            if !pinned.contains(&d) {
+                pinned.push(d);
+            }
+        }
+    }
+    pinned.sort_by_key(|d| d.components().count());
     CommonLayer {
         common: common.to_path_buf(),
         writable,
+        pinned,
         read_only: ro,
         gitdir: gitdir.to_path_buf(),
     }
@@ -231,6 +261,7 @@ impl ControlSet {
         if let Some(l) = &self.common {
             out.push((l.common.clone(), false));
             out.extend(l.writable.iter().map(|c| (c.path.clone(), true)));
+            out.extend(l.pinned.iter().map(|p| (p.clone(), true)));
             out.extend(l.read_only.iter().map(|c| (c.path.clone(), false)));
             out.push((l.gitdir.clone(), true));
         }
@@ -840,6 +871,10 @@ mod tests {
         let branch = common.join("refs/heads/main");
         assert!(!layers[at(&branch)].1);
         assert!(at(&branch) > at(&common.join("refs")));
+        // Its directory is a mount point too (it cannot be renamed away with the branch).
+        let heads = common.join("refs/heads");
+        assert!(layers[at(&heads)].1);
+        assert!(at(&common.join("refs")) < at(&heads) && at(&heads) < at(&branch));
         assert_eq!(layers.last(), Some(&(gitdir, true)));
         let absent = &set.common.as_ref().unwrap().writable;
         assert!(absent

@@ -1257,8 +1257,9 @@ fn the_supervisors_packed_refs_operations_reach_nothing_else() {
 
 /// Branches checked out in other worktrees (and their reflogs), the main worktree's HEAD and
 /// index: the command cannot change them on the namespace backends, also by rewriting their
-/// lines in `packed-refs` in place (once the run had ended, a packed branch moved); a name it
-/// adds to the common dir (a `MERGE_HEAD` for the main worktree) is removed when it ends.
+/// lines in `packed-refs` in place (once the run had ended, a packed branch moved) or by
+/// moving their directory away (`mv refs/heads refs/x` and new files in a new `refs/heads`
+/// moved them all), nor add a name to the common dir (a `MERGE_HEAD` for the main worktree).
 #[test]
 fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
     let mut failures = Vec::new();
@@ -1300,6 +1301,9 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
                  git commit -q --allow-empty -m evil; E=$(git rev-parse HEAD); \
                  sed -E \"s#^[0-9a-f]{40} refs/heads/(main|wt2)\\$#$E refs/heads/\\1#\" \"$COMMON/packed-refs\" > /tmp/pr.$$ \
                    && cat /tmp/pr.$$ > \"$COMMON/packed-refs\"; rm -f /tmp/pr.$$; \
+                 mv \"$COMMON/refs/heads\" \"$COMMON/refs/hx\" && mkdir \"$COMMON/refs/heads\" \
+                   && echo $E > \"$COMMON/refs/heads/main\" && echo $E > \"$COMMON/refs/heads/wt2\"; \
+                 mv \"$COMMON/logs/refs/heads\" \"$COMMON/logs/refs/hx\"; \
                  git rev-parse HEAD > \"$COMMON/MERGE_HEAD\"; \
                  git reflog expire --expire=now --all; true";
             let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, script);
