@@ -692,6 +692,50 @@ fn create(
     Ok(made)
 }
 
+/// The locks git would take on the branches other worktrees have checked out
+/// (`refs/heads/<branch>.lock`) that do not exist before the run: one the command leaves
+/// stops the host's git from moving that branch ("cannot lock ref") until it is removed by
+/// hand, so [`remove_ref_locks`] removes it after the run.
+pub fn absent_ref_locks(set: &ControlSet) -> Vec<PathBuf> {
+    let Some(l) = &set.common else {
+        return Vec::new();
+    };
+    let refs = l.common.join("refs");
+    l.read_only
+        .iter()
+        .filter(|c| c.path.starts_with(&refs))
+        .map(|c| {
+            let mut lock = c.path.clone().into_os_string();
+            lock.push(".lock");
+            PathBuf::from(lock)
+        })
+        .filter(|p| std::fs::symlink_metadata(p).is_err())
+        .collect()
+}
+
+/// After the run: removes each of `locks` ([`absent_ref_locks`]) that is there now, when it
+/// is a file or a symlink (never followed), through a descriptor of its directory; returns
+/// those removed. A host git holding one at that very moment fails its update with an error
+/// (its commit is kept; nothing is lost).
+pub fn remove_ref_locks(locks: &[PathBuf]) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    for lock in locks {
+        let (Some(dir), Some(name)) = (lock.parent(), lock.file_name()) else {
+            continue;
+        };
+        let Ok(dir) = paths::open_nofollow(dir) else {
+            continue;
+        };
+        let is_file = paths::openat_path(&dir, Path::new(name))
+            .and_then(|fd| paths::kind(&fd))
+            .is_ok_and(|k| k != Kind::Dir);
+        if is_file && paths::unlink_at(&dir, name, 0).is_ok() {
+            removed.push(lock.clone());
+        }
+    }
+    removed
+}
+
 /// After the run: removes each placeholder but a [`Placeholder::Ref`] still as it was
 /// created (the same inode, in the directory it was made in: an empty directory, a file with
 /// the placeholder's content),

@@ -47,6 +47,9 @@ pub struct GitRun {
     /// Why no journal could be written (reported).
     pub journal_missing: Option<String>,
     placeholders: Vec<Created>,
+    /// Locks on branches other worktrees have checked out that were absent before the run
+    /// ([`gitprotect::absent_ref_locks`]).
+    ref_locks: Vec<PathBuf>,
     /// The worktree's and the common dir's paths and identities before the run, when the
     /// Landlock backend cannot keep them from being moved ([`GitRun::moved`]).
     locations: Vec<(PathBuf, Option<(u64, u64)>)>,
@@ -182,6 +185,7 @@ impl GitRun {
             remountable,
             journal_missing,
             placeholders,
+            ref_locks: gitprotect::absent_ref_locks(&opened.controls),
             locations,
             watcher: None,
             watch: has_entries,
@@ -332,6 +336,12 @@ impl GitRun {
             );
         }
         gitprotect::remove_placeholders(&self.placeholders);
+        for lock in gitprotect::remove_ref_locks(&self.ref_locks) {
+            eprintln!(
+                "shofer-sandbox: warning: removed {}, which the command left: a lock on a branch another worktree has checked out stops the host's git from moving it",
+                lock.display()
+            );
+        }
         failed
     }
 }

@@ -1259,7 +1259,8 @@ fn the_supervisors_packed_refs_operations_reach_nothing_else() {
 /// index: the command cannot change them on the namespace backends, also by rewriting their
 /// lines in `packed-refs` in place (once the run had ended, a packed branch moved) or by
 /// moving their directory away (`mv refs/heads refs/x` and new files in a new `refs/heads`
-/// moved them all), nor add a name to the common dir (a `MERGE_HEAD` for the main worktree).
+/// moved them all), nor add a name to the common dir (a `MERGE_HEAD` for the main worktree);
+/// a lock it leaves on them (`refs/heads/main.lock`) is removed when it ends.
 #[test]
 fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
     let mut failures = Vec::new();
@@ -1304,6 +1305,7 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
                  mv \"$COMMON/refs/heads\" \"$COMMON/refs/hx\" && mkdir \"$COMMON/refs/heads\" \
                    && echo $E > \"$COMMON/refs/heads/main\" && echo $E > \"$COMMON/refs/heads/wt2\"; \
                  mv \"$COMMON/logs/refs/heads\" \"$COMMON/logs/refs/hx\"; \
+                 : > \"$COMMON/refs/heads/main.lock\"; : > \"$COMMON/refs/heads/wt2.lock\"; \
                  git rev-parse HEAD > \"$COMMON/MERGE_HEAD\"; \
                  git reflog expire --expire=now --all; true";
             let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, script);
@@ -1327,6 +1329,12 @@ fn other_worktrees_branches_head_index_and_reflogs_are_untouched() {
                 let out = cmd.output().unwrap();
                 String::from_utf8_lossy(&out.stdout).trim().to_string()
             };
+            // Locks on their branches would stop the host's git from moving them.
+            for lock in ["refs/heads/main.lock", "refs/heads/wt2.lock"] {
+                if common.join(lock).exists() {
+                    failures.push(format!("{b} / uid {uid:?}: {lock} left\n{}", show(&out)));
+                }
+            }
             // A merge the main worktree never started.
             if common.join("MERGE_HEAD").exists() {
                 failures.push(format!(
