@@ -1255,6 +1255,57 @@ fn the_supervisors_packed_refs_operations_reach_nothing_else() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// Locks the host's own git holds in the common dir (a concurrent `git pack-refs`, `git
+/// config`): the gate performs git's lock protocol only on the files it made for the command,
+/// so the command can neither remove, replace nor (namespace backends) `chmod` the host's.
+#[test]
+fn the_hosts_own_locks_in_the_common_dir_are_out_of_reach() {
+    let mut failures = Vec::new();
+    for b in backends() {
+        for uid in uids() {
+            let l = Layout::new(uid, &[]);
+            let common = l.repo.join(".git");
+            let locks = ["packed-refs.lock", "config.lock"];
+            for lock in locks {
+                std::fs::write(common.join(lock), "host\n").unwrap();
+                std::fs::set_permissions(
+                    common.join(lock),
+                    std::os::unix::fs::PermissionsExt::from_mode(0o600),
+                )
+                .unwrap();
+            }
+            if let Some(u) = uid {
+                l.s.chown_all(u);
+            }
+            let chmod = if b == "landlock" {
+                "" // Landlock does not mediate chmod (README, "Landlock limits")
+            } else {
+                "chmod 777 \"$COMMON/config.lock\" \"$COMMON/packed-refs.lock\"; "
+            };
+            let script = format!(
+                "{chmod}rm -f \"$COMMON/config.lock\" \"$COMMON/packed-refs.lock\"; \
+                 mv \"$COMMON/packed-refs.lock\" \"$COMMON/packed-refs\"; \
+                 mv \"$COMMON/config.lock\" \"$COMMON/config\"; true"
+            );
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, &script);
+            cmd.envs(l.vars()).stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            for lock in locks {
+                let meta = std::fs::metadata(common.join(lock));
+                let mode =
+                    meta.map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
+                if mode.as_ref().ok() != Some(&0o600) {
+                    failures.push(format!(
+                        "{b} / uid {uid:?}: the host's {lock}: {mode:?}\n{}",
+                        show(&out)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 /// Branches checked out in other worktrees (and their reflogs), the main worktree's HEAD and
 /// index: the command cannot change them on the namespace backends, also by rewriting their
 /// lines in `packed-refs` in place (once the run had ended, a packed branch moved) or by

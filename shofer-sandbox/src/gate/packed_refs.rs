@@ -99,6 +99,26 @@ pub struct CommonDir {
     pub fd: OwnedFd,
     /// Its (device, inode).
     pub id: Ident,
+    /// The files [`create`] made for the command in this run: only those may it rename,
+    /// unlink or `chmod` through the gate ([`made_here`]), never a lock the host's own git
+    /// holds there (a concurrent `git pack-refs`, `git config`).
+    pub made: Made,
+}
+
+/// (device, inode) of the files the gate made, shared with the threads that perform calls.
+pub type Made = std::sync::Arc<std::sync::Mutex<std::collections::HashSet<Ident>>>;
+
+/// Whether `name` in `dir` is one of the files the gate made (`made`), not followed.
+pub fn made_here(dir: RawFd, name: &[u8], made: &Made) -> bool {
+    let c = cname(name);
+    // Safety: `st` is filled by fstatat on success; NOFOLLOW: the name itself.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // Safety: valid dirfd, NUL-terminated name, writable stat buffer.
+    if unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        return false;
+    }
+    made.lock()
+        .is_ok_and(|m| m.contains(&(st.st_dev, st.st_ino)))
 }
 
 impl CommonDir {
@@ -109,7 +129,11 @@ impl CommonDir {
     pub fn open(path: &Path) -> std::io::Result<CommonDir> {
         let fd = crate::paths::open_nofollow(path)?;
         let id = resolve::ident(fd.as_raw_fd()).map_err(std::io::Error::from_raw_os_error)?;
-        Ok(CommonDir { fd, id })
+        Ok(CommonDir {
+            fd,
+            id,
+            made: Made::default(),
+        })
     }
 }
 

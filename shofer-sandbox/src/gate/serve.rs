@@ -707,6 +707,7 @@ impl Gate {
             self.socket_of(pid, fd)
         });
         let dir = common.fd.try_clone();
+        let made = Arc::clone(&common.made);
         self.rules.packed_refs = Some(common);
         let Some(op) = op else {
             return Reply::Continue;
@@ -729,14 +730,34 @@ impl Gate {
             return Reply::Now(Err(libc::EMFILE));
         };
         let (listener, id, how) = (self.listener.clone(), n.id, self.addfd);
+        // With the whole protocol performed here, the command's names are the ones made here;
+        // a main worktree's config.lock is the command's own (the kernel made it).
+        let only_made = self.rules.lockfiles;
         let perform = move || -> Option<Result<i64, i32>> {
             let d = dir.as_raw_fd();
+            let theirs = match &op {
+                packed_refs::Op::Rename { from: name }
+                | packed_refs::Op::Unlink { name }
+                | packed_refs::Op::Chmod { name, .. } => Some(*name),
+                packed_refs::Op::KeepConfig => Some(packed_refs::CONFIG_LOCK),
+                packed_refs::Op::Create { .. } => None,
+            };
+            if let Some(name) = theirs.filter(|_| only_made) {
+                if !packed_refs::made_here(d, name, &made) {
+                    return Some(Err(libc::EACCES));
+                }
+            }
             Some(match op {
                 packed_refs::Op::Create { name, flags, mode } => {
                     let fd = match packed_refs::create(d, name, flags, mode, umask) {
                         Ok(fd) => fd,
                         Err(e) => return Some(Err(e)),
                     };
+                    if let (Ok(ident), Ok(mut m)) =
+                        (super::resolve::ident(fd.as_raw_fd()), made.lock())
+                    {
+                        m.insert(ident);
+                    }
                     let cloexec = flags & libc::O_CLOEXEC != 0;
                     match notify::addfd(listener.as_raw_fd(), id, fd.as_raw_fd(), cloexec, how) {
                         Ok(_) => return None, // answered with the caller's descriptor number
