@@ -431,10 +431,10 @@ pub fn repair_before_run(worktree: &Path) -> Result<(), SetupError> {
     Ok(())
 }
 
-/// `shofer-sandbox --repair WT`: finishes pending restores and moves what earlier runs left
-/// in their quarantines (killed, or past a migration's budget) into the store. Exit status 0 when nothing is left to do, 1 when a
-/// restore or a move failed, 125 when `WT` cannot be resolved (ARCHITECTURE §2.6: a bad
-/// worktree).
+/// `shofer-sandbox --repair WT`: finishes pending restores and moves what earlier runs left in
+/// their quarantines (killed, or past a migration's budget) into the store. Exit status 0 when
+/// nothing is left to do, 1 when a restore or a move failed, 125 when `WT` cannot be resolved
+/// (ARCHITECTURE §2.6: a bad worktree).
 pub fn repair_command(worktree: &Path) -> i32 {
     // The quarantines are found by the store's canonical path: `--repair .` must find them.
     let worktree = match std::fs::canonicalize(worktree) {

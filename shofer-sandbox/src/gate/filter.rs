@@ -9,21 +9,21 @@
 //! - The i386 and x32 entry points of all of these (and i386 `socketcall`): `ENOSYS`; the gate
 //!   reads 64-bit argument layouts only.
 //!
-//! With [`Traps::lockfiles`] (every backend in a linked worktree, see
-//! [`super::packed_refs`]) also the calls git makes for a lock file (x86-64 glibc and musl:
-//! `openat`/`open`, `rename`, `unlink`): `open`, and `openat` from `AT_FDCWD`, whose flags
-//! hold both `O_CREAT` and `O_EXCL` (every other open never traps); `rename` and `unlink`;
-//! `renameat`/`renameat2` with both directories `AT_FDCWD` (and no `renameat2` flags) and
-//! `unlinkat` from `AT_FDCWD` without `AT_REMOVEDIR` (Go's `os.Remove`). Calls relative to a
-//! directory descriptor — `rm -r`, `shutil.rmtree`, `remove_dir_all` — and the 32-bit entry
-//! points run untouched: the gate would grant nothing there, so Landlock decides as before,
-//! and they cost no round trip. With [`Traps::renames`] (the namespace backends in a main
-//! worktree) only those `rename` calls trap. With [`Traps::chmods`] (the namespace backends
-//! in a linked worktree) also `chmod(path)` and `fchmodat`/`fchmodat2` from `AT_FDCWD`: git
-//! `chmod`s the `config.lock` the gate made in the read-only common dir. With [`Traps::freshen`] (the namespace backends
-//! with an object quarantine, [`super::freshen`]) also `utimensat(AT_FDCWD, path, NULL, 0)`,
-//! what `utime(path, NULL)` makes: git's refresh of an object's time (a `touch` works on its
-//! descriptor, and calls with times never trap).
+//! With [`Traps::lockfiles`] (every backend in a linked worktree, see [`super::packed_refs`]) also
+//! the calls git makes for a lock file (x86-64 glibc and musl: `openat`/`open`, `rename`,
+//! `unlink`): `open`, and `openat` from `AT_FDCWD`, whose flags hold both `O_CREAT` and `O_EXCL`
+//! (every other open never traps); `rename` and `unlink`; `renameat`/`renameat2` with both
+//! directories `AT_FDCWD` (and no `renameat2` flags) and `unlinkat` from `AT_FDCWD` without
+//! `AT_REMOVEDIR` (Go's `os.Remove`). Calls relative to a directory descriptor — `rm -r`,
+//! `shutil.rmtree`, `remove_dir_all` — and the 32-bit entry points run untouched: the gate would
+//! grant nothing there, so Landlock decides as before, and they cost no round trip. With
+//! [`Traps::renames`] (the namespace backends in a main worktree) only those `rename` calls trap.
+//! With [`Traps::chmods`] (the namespace backends in a linked worktree) also `chmod(path)` and
+//! `fchmodat`/`fchmodat2` from `AT_FDCWD`: git `chmod`s the `config.lock` the gate made in the
+//! read-only common dir. With [`Traps::freshen`] (the namespace backends with an object quarantine,
+//! [`super::freshen`]) also `utimensat(AT_FDCWD, path, NULL, 0)`, what `utime(path, NULL)` makes:
+//! git's refresh of an object's time (a `touch` works on its descriptor, and calls with times never
+//! trap).
 //!
 //! Written by hand like [`crate::seccomp`], with symbolic jump labels resolved at build time.
 //! See seccomp(2) and seccomp_unotify(2).

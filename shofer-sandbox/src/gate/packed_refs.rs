@@ -31,12 +31,12 @@
 //!
 //! One more step is answered, on every backend: git rewrites the read-only `config` even when
 //! nothing in it changes (`git branch -d` always drops the branch's section,
-//! `repo_config_copy_or_rename_section_in_file` in `config.c`): it creates `config.lock`
-//! (`O_CREAT | O_EXCL`, created here like the names above; the kernel creates it in a main
-//! worktree's `.git`), `chmod`s it like `config` ([`Op::Chmod`], performed here in the
-//! namespace backends' read-only bind), writes it, and renames it onto `config`. That rename is [`Op::KeepConfig`]: when `config.lock` holds exactly the bytes of
-//! `config`, the lock is removed and the rename reported done ([`keep_config`]); else it
-//! fails with `EACCES`, and `config` is never replaced.
+//! `repo_config_copy_or_rename_section_in_file` in `config.c`): it creates `config.lock` (`O_CREAT
+//! | O_EXCL`, created here like the names above; the kernel creates it in a main worktree's
+//! `.git`), `chmod`s it like `config` ([`Op::Chmod`], performed here in the namespace backends'
+//! read-only bind), writes it, and renames it onto `config`. That rename is [`Op::KeepConfig`]:
+//! when `config.lock` holds exactly the bytes of `config`, the lock is removed and the rename
+//! reported done ([`keep_config`]); else it fails with `EACCES`, and `config` is never replaced.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -694,10 +694,10 @@ impl Gate {
         }
     }
 
-    /// A trapped `open`/`rename`/`unlink`/`chmod` ([`packed_refs`]): performed here when it is exactly
-    /// a step of git's `packed-refs` lock protocol in the common dir (or the rename of an
-    /// unchanged `config`), else continued (the kernel runs it under the command's Landlock
-    /// domain or mount namespace; nothing is granted by that).
+    /// A trapped `open`/`rename`/`unlink`/`chmod` ([`packed_refs`]): performed here when it is
+    /// exactly a step of git's `packed-refs` lock protocol in the common dir (or the rename of an
+    /// unchanged `config`), else continued (the kernel runs it under the command's Landlock domain
+    /// or mount namespace; nothing is granted by that).
     fn packed_refs(&mut self, n: &Notif) -> Reply {
         let Some(common) = self.rules.packed_refs.take() else {
             return Reply::Continue;
