@@ -72,10 +72,10 @@ pub const LIVE_INFLATED_MAX: u64 = 64 << 20;
 /// The address space `git index-pack` may use on a command's pack (bytes): what git needs for
 /// the largest object with its delta base, and a bound on a delta bomb.
 pub const INDEX_PACK_MEMORY: u64 = 8 << 30;
-/// The CPU time `git index-pack` may spend on a run's packs, all of them together (seconds),
-/// plus one second per MiB of them ([`INDEX_PACK_CPU_PER_MIB`]): a delta bomb within the memory
-/// bound still takes time in proportion to what its deltas declare, a real fetch in proportion
-/// to its size.
+/// The CPU time `git index-pack` may spend on the packs of one migration (a run's end, a
+/// start, a sweep: of all the quarantines it settles together; seconds), plus one second per
+/// MiB of them ([`INDEX_PACK_CPU_PER_MIB`]): a delta bomb within the memory bound still takes
+/// time in proportion to what its deltas declare, a real fetch in proportion to its size.
 pub const INDEX_PACK_CPU_SECONDS: u64 = 300;
 /// The CPU seconds `git index-pack` may spend per MiB of a run's packs, beyond
 /// [`INDEX_PACK_CPU_SECONDS`].
@@ -257,6 +257,28 @@ fn write_new(
     placed
 }
 
+/// What one migration may spend: the bytes it inflates to verify loose objects, and the CPU
+/// time `git index-pack` may take beyond one second per MiB of packs.
+struct Budget {
+    inflate: Cell<u64>,
+    index_pack: Cell<std::time::Duration>,
+}
+
+impl Budget {
+    /// A whole budget: [`HASH_BUDGET`] bytes, [`INDEX_PACK_CPU_SECONDS`].
+    fn new() -> Budget {
+        Budget::inflating(HASH_BUDGET)
+    }
+
+    /// `bytes` to inflate, [`INDEX_PACK_CPU_SECONDS`].
+    fn inflating(bytes: u64) -> Budget {
+        Budget {
+            inflate: Cell::new(bytes),
+            index_pack: Cell::new(std::time::Duration::from_secs(INDEX_PACK_CPU_SECONDS)),
+        }
+    }
+}
+
 /// What a migration did.
 #[derive(Debug, Default)]
 pub struct Migrated {
@@ -359,7 +381,7 @@ impl Quarantine {
         let mut out = Migrated::default();
         let mut mine = None;
         let prefix = owned_prefix(&objects, worktree);
-        let budget = Cell::new(HASH_BUDGET);
+        let budget = Budget::new();
         for entry in entries(root, &prefix) {
             let Some((lock, m)) = settle_idle(&entry, &objects, sha256, &budget) else {
                 continue;
@@ -442,12 +464,7 @@ impl Quarantine {
     /// something could not be moved, for a later try). Call once every process of the
     /// sandbox is gone.
     pub fn migrate(self) -> Migrated {
-        settle(
-            &self.entry,
-            &self.objects,
-            self.sha256,
-            &Cell::new(HASH_BUDGET),
-        )
+        settle(&self.entry, &self.objects, self.sha256, &Budget::new())
     }
 }
 
@@ -583,7 +600,7 @@ fn settle_idle(
     entry: &Path,
     objects: &Path,
     sha256: bool,
-    budget: &Cell<u64>,
+    budget: &Budget,
 ) -> Option<(OwnedFd, Migrated)> {
     let held = lock(entry).ok()?;
     if store_of(entry).as_deref() != Some(objects) {
@@ -604,7 +621,7 @@ fn sweep_in(roots: &[PathBuf], common: &Path, sha256: bool) -> Migrated {
     let mut out = Migrated::default();
     let objects = common.join("objects");
     let prefix = repo_prefix(&objects);
-    let budget = Cell::new(HASH_BUDGET);
+    let budget = Budget::new();
     for root in roots {
         for entry in entries(root, &prefix) {
             let Some((_lock, m)) = settle_idle(&entry, &objects, sha256, &budget) else {
@@ -635,11 +652,11 @@ fn remove_entry(path: &Path) -> io::Result<()> {
 /// `objects`, then removes the quarantine ([`discard`]: one rename out of it first, so that
 /// nothing the command left there can keep it from going). If something could not be moved,
 /// the quarantine stays as it is, for a later try. Everything is read through descriptors
-/// opened without following symlinks. Loose objects are inflated within `budget` (bytes,
-/// shared by the settles of one exit, take or sweep): what it cannot cover stays for the
-/// next one, so that no exit or start waits on zlib bombs for longer than
-/// [`HASH_BUDGET`] bytes take.
-fn settle(entry: &Path, objects: &Path, sha256: bool, budget: &Cell<u64>) -> Migrated {
+/// opened without following symlinks. Loose objects are inflated, and packs indexed, within
+/// `budget` (shared by the settles of one exit, take or sweep): loose objects it cannot cover
+/// stay for the next one, so that no exit or start waits on zlib bombs for longer than
+/// [`HASH_BUDGET`] bytes take, nor on delta bombs for longer than the packs' CPU time.
+fn settle(entry: &Path, objects: &Path, sha256: bool, budget: &Budget) -> Migrated {
     let mut out = Migrated::default();
     let shown = entry.join("q");
     let Some((_q, dir)) = subdir(entry, "q") else {
@@ -675,13 +692,15 @@ fn settle(entry: &Path, objects: &Path, sha256: bool, budget: &Cell<u64>) -> Mig
             Some((_fd, from)) if fanout => {
                 let _ = set_mode(&from, 0o755);
                 let to = Budgeted {
-                    budget,
+                    budget: &budget.inflate,
                     waiting: &mut waiting,
                     linked: &mut linked,
                 };
                 migrate_fanout(&shown, name, &from, objects, sha256, to, &mut out);
             }
-            Some((_fd, from)) => migrate_packs(&shown, &from, objects, &mut out),
+            Some((_fd, from)) => {
+                migrate_packs(&shown, &from, objects, &budget.index_pack, &mut out)
+            }
             None => out.reject(name.to_string(), "not a directory".into()),
         }
     }
@@ -1065,7 +1084,13 @@ fn children_cpu() -> std::time::Duration {
 /// repository (which hashes every object of the pack, compares it with any existing object of
 /// the same name, and writes the pack and an index of its own into `objects/pack`); the
 /// command's own index is never used.
-fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated) {
+fn migrate_packs(
+    dir: &Path,
+    pack_dir: &Path,
+    objects: &Path,
+    base: &Cell<std::time::Duration>,
+    out: &mut Migrated,
+) {
     let Ok(rd) = std::fs::read_dir(pack_dir) else {
         return;
     };
@@ -1094,10 +1119,12 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
         .filter_map(|p| std::fs::symlink_metadata(pack_dir.join(p)).ok())
         .map(|m| m.len())
         .sum();
-    let budget = INDEX_PACK_CPU_SECONDS + (bytes >> 20) * INDEX_PACK_CPU_PER_MIB;
     // Charged what each run really used: a whole second each (RLIMIT_CPU's unit) ran a run of
     // 300 small packs out of budget and dropped the last ones, whose commits the refs named.
-    let mut cpu_left = std::time::Duration::from_secs(budget);
+    // The base is the migration's, shared with the other quarantines it settles.
+    let mut cpu_left =
+        base.get() + std::time::Duration::from_secs((bytes >> 20) * INDEX_PACK_CPU_PER_MIB);
+    let budget = cpu_left.as_secs();
     // git writes the pack by path; a process that can write the store could swap
     // `objects/pack` for a symlink and have a root supervisor's git write anywhere (an audit
     // did), and a refused pack leaves git's temporary copy where it was written. So git
@@ -1255,6 +1282,8 @@ fn migrate_packs(dir: &Path, pack_dir: &Path, objects: &Path, out: &mut Migrated
         // Not indexed again by a later migration of a quarantine kept for something else.
         drop_handled(pack_dir, &pack);
     }
+    // What the packs took beyond their own seconds comes out of the shared base.
+    base.set(cpu_left.min(base.get()));
     drop(stage_pack);
     let _ = remove_entry(&stage);
 }
@@ -1676,7 +1705,7 @@ mod tests {
         std::fs::write(q.dir.join("00").join("0".repeat(38)), z.finish().unwrap()).unwrap();
         let (entry, objects, dir) = (q.entry.clone(), q.objects.clone(), q.dir.clone());
 
-        let m = settle(&entry, &objects, false, &Cell::new(each * 5 / 2));
+        let m = settle(&entry, &objects, false, &Budget::inflating(each * 5 / 2));
         assert_eq!(m.moved, 2, "{m:?}");
         assert_eq!(m.rejected.len(), 1, "{m:?}");
         assert_eq!(m.rejected[0].0, "0".repeat(40));
@@ -1693,7 +1722,7 @@ mod tests {
         );
         assert!(dir.is_dir(), "the quarantine waits for the next migration");
 
-        let m = settle(&entry, &objects, false, &Cell::new(HASH_BUDGET));
+        let m = settle(&entry, &objects, false, &Budget::inflating(HASH_BUDGET));
         assert_eq!((m.moved, m.failed.len()), (2, 0), "{m:?}");
         assert!(!dir.exists());
         for id in &ids {
@@ -1726,9 +1755,9 @@ mod tests {
         forged(&q.dir, "0a");
         forged(&q.dir, "0b");
         let (entry, objects, dir) = (q.entry.clone(), q.objects.clone(), q.dir.clone());
-        let m = settle(&entry, &objects, false, &Cell::new(budget));
+        let m = settle(&entry, &objects, false, &Budget::inflating(budget));
         assert_eq!((m.rejected.len(), m.failed.len()), (1, 1), "{m:?}");
-        let m = settle(&entry, &objects, false, &Cell::new(budget));
+        let m = settle(&entry, &objects, false, &Budget::inflating(budget));
         assert_eq!((m.rejected.len(), m.failed.len()), (1, 0), "{m:?}");
         assert!(!dir.exists());
 
@@ -1739,7 +1768,7 @@ mod tests {
             std::fs::hard_link(&first, q.dir.join(fan).join("1".repeat(38))).unwrap();
         }
         let dir = q.dir.clone();
-        let m = settle(&q.entry, &q.objects, false, &Cell::new(budget));
+        let m = settle(&q.entry, &q.objects, false, &Budget::inflating(budget));
         assert_eq!((m.rejected.len(), m.failed.len()), (5, 0), "{m:?}");
         assert!(
             m.rejected[1]
@@ -1760,7 +1789,7 @@ mod tests {
         let packed = hash_object(&repo, "packed", Some(&q.dir));
         pack_in_quarantine(&repo, &q.dir, &[&packed]);
         let waiting = hash_object(&repo, "waits", Some(&q.dir));
-        let m = settle(&q.entry, &q.objects, false, &Cell::new(4));
+        let m = settle(&q.entry, &q.objects, false, &Budget::inflating(4));
         assert_eq!((m.moved, m.failed.len()), (1, 1), "{m:?}");
         let left: Vec<String> = files(&q.dir)
             .into_iter()
@@ -1769,6 +1798,31 @@ mod tests {
         assert!(left.is_empty(), "{left:?}");
         assert!(q.dir.join(&waiting[..2]).join(&waiting[2..]).exists());
         git(&repo, &["cat-file", "-e", &packed]);
+    }
+
+    /// The CPU time `git index-pack` may take beyond the packs' own seconds is one budget for
+    /// all the quarantines a take or sweep settles (each had its own: killed runs that each
+    /// left a delta bomb held a start for 300 s apiece).
+    #[test]
+    fn quarantines_settled_together_share_index_pack_time() {
+        let (tmp, repo) = new_repo();
+        let common = repo.join(".git");
+        let budget = Budget {
+            inflate: Cell::new(HASH_BUDGET),
+            index_pack: Cell::new(std::time::Duration::from_millis(1)),
+        };
+        let mut rejected = Vec::new();
+        for content in ["first", "second"] {
+            let q = taken(&tmp, &common);
+            let id = hash_object(&repo, content, Some(&q.dir));
+            pack_in_quarantine(&repo, &q.dir, &[&id]);
+            let m = settle(&q.entry, &q.objects, false, &budget);
+            rejected.push(m.rejected.len());
+            if let Some((_, why)) = m.rejected.first() {
+                assert!(why.contains("took the CPU time"), "{m:?}");
+            }
+        }
+        assert_eq!(rejected, [0, 1]);
     }
 
     /// An object the store already has, written again by the command (git cannot refresh the
