@@ -449,7 +449,7 @@ pub fn repair_command(worktree: &Path) -> i32 {
     };
     let worktree = worktree.as_path();
     let r = repair(worktree).unwrap_or_default();
-    let (mut moved, mut not_moved) = (0, false);
+    let (mut moved, mut not_moved, mut busy) = (0, false, 0);
     if let Some(common) = paths::open_nofollow(worktree).ok().and_then(|fd| {
         match crate::git::discover(worktree, &fd) {
             GitLayout::Linked { common, .. } => Some(common),
@@ -461,7 +461,14 @@ pub fn repair_command(worktree: &Path) -> i32 {
         // Said once, by announce_migrated: they are objects, not control files.
         announce_migrated(&m, "of an earlier run", worktree);
         not_moved = !m.failed.is_empty();
+        busy = m.busy;
         moved = m.moved;
+        if m.busy > 0 {
+            eprintln!(
+                "shofer-sandbox: {} object quarantines of this repository are in use by a sandbox that is running or still exiting: their objects move when it ends (or run --repair again then)",
+                m.busy
+            );
+        }
         if moved > 0 {
             eprintln!(
                 "shofer-sandbox: moved {moved} new git objects or packs of earlier runs into the repository"
@@ -470,7 +477,7 @@ pub fn repair_command(worktree: &Path) -> i32 {
     }
     gitguard::announce(&r, "restored from the journal of a run that was killed");
     if r.failed.is_empty() && !not_moved {
-        if r.restored.is_empty() && moved == 0 {
+        if r.restored.is_empty() && moved == 0 && busy == 0 {
             eprintln!("shofer-sandbox: {}: nothing to repair", worktree.display());
         }
         0

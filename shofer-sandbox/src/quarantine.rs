@@ -291,6 +291,10 @@ pub struct Migrated {
     pub rejected_more: usize,
     /// (path, error) that could not be moved: the quarantine is kept for a later try.
     pub failed: Vec<(PathBuf, String)>,
+    /// Quarantines of the repository a sweep left alone because a supervisor holds them: a
+    /// running sandbox's, or one still exiting (its PID 1 lets go of the lock a moment after
+    /// the supervisor was killed).
+    pub busy: usize,
 }
 
 /// Most rejected objects a [`Migrated`] names (a command can write any number of them: the
@@ -305,6 +309,7 @@ impl Migrated {
             self.reject(what, why);
         }
         self.failed.extend(other.failed);
+        self.busy += other.busy;
     }
 
     /// Records that `what` was not moved, for `why`.
@@ -625,6 +630,7 @@ fn sweep_in(roots: &[PathBuf], common: &Path, sha256: bool) -> Migrated {
     for root in roots {
         for entry in entries(root, &prefix) {
             let Some((_lock, m)) = settle_idle(&entry, &objects, sha256, &budget) else {
+                out.busy += usize::from(store_of(&entry).as_deref() == Some(objects.as_path()));
                 continue;
             };
             empty_trash_briefly(&entry);

@@ -548,13 +548,25 @@ fn a_killed_runs_objects_are_moved_by_repair_given_a_relative_path() {
                 continue;
             }
             let copy = uid.map(|u| ReachableCopy::new(Path::new(SANDBOX), u));
-            let mut cmd = Command::new(copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path()));
-            cmd.args(["--repair", "."])
-                .env("XDG_STATE_HOME", l.s.path().join("state"))
-                .current_dir(&l.wt)
-                .stdin(Stdio::null());
-            as_uid(&mut cmd, uid);
-            let out = cmd.output().unwrap();
+            let repair = || {
+                let mut cmd = Command::new(copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path()));
+                cmd.args(["--repair", "."])
+                    .env("XDG_STATE_HOME", l.s.path().join("state"))
+                    .current_dir(&l.wt)
+                    .stdin(Stdio::null());
+                as_uid(&mut cmd, uid);
+                cmd.output().unwrap()
+            };
+            // The namespace's PID 1 holds the quarantine's lock until it has died too, a
+            // moment after the supervisor: until then --repair says the quarantine is in use.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut out = repair();
+            while String::from_utf8_lossy(&out.stderr).contains("in use")
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(50));
+                out = repair();
+            }
             let moved = String::from_utf8_lossy(&out.stderr).contains("moved 1 new git objects");
             if out.status.code() != Some(0) || !moved {
                 failures.push(format!("{cell}: --repair .\n{}", show(&out)));
