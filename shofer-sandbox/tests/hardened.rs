@@ -441,7 +441,19 @@ fn metadata_changes_outside_are_refused_by_default() {
 /// Runs `inner` (a bash script) under a pty from `script(1)`; `keys` is written to the
 /// terminal after `delay` (e.g. "\x03" for Ctrl-C). Returns the transcript.
 fn under_pty(inner: &str, keys: &str, delay: Duration) -> String {
-    let mut child = Command::new("script")
+    let mut cmd = Command::new("script");
+    // A test run started in the background by a non-interactive shell inherits SIGINT
+    // ignored, and bash cannot undo that: it then never sees the Ctrl-C and goes on with its
+    // loop. The terminal's shell starts with the default action, as a user's does.
+    // Safety: signal(2) is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd
         .args([
             "-qec",
             &format!("bash -c '{}'", inner.replace('\'', "'\\''")),
