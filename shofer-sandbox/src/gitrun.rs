@@ -338,7 +338,7 @@ impl GitRun {
         gitprotect::remove_placeholders(&self.placeholders);
         for lock in gitprotect::remove_ref_locks(&self.ref_locks) {
             eprintln!(
-                "shofer-sandbox: warning: removed {}, which the command left: a lock on a branch another worktree has checked out stops the host's git from moving it",
+                "shofer-sandbox: warning: removed {}, a lock the command left on a branch another worktree has checked out",
                 lock.display()
             );
         }
@@ -465,7 +465,7 @@ pub fn repair_command(worktree: &Path) -> i32 {
         moved = m.moved;
         if m.busy > 0 {
             eprintln!(
-                "shofer-sandbox: {} object quarantines of this repository are in use by a sandbox that is running or still exiting: their objects move when it ends (or run --repair again then)",
+                "shofer-sandbox: {} object quarantines of this repository are in use (a sandbox running or exiting): run --repair again when it has ended",
                 m.busy
             );
         }

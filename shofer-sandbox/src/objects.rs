@@ -508,7 +508,7 @@ impl std::fmt::Display for OverBudget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "not verified: it inflates to {} bytes, more than is left of the {} MiB one check hashes",
+            "not verified: it inflates to {} bytes, past the {} MiB budget",
             self.declared,
             HASH_BUDGET >> 20
         )

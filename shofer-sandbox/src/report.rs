@@ -189,10 +189,10 @@ fn git_protected(
             for r in &layer.read_only {
                 out.push(json!({"path": r.path.to_string_lossy(), "what": r.what, "how": how_ro}));
             }
-            out.push(json!({"path": layer.common.to_string_lossy(), "what": "the common dir's top level (config, hooks/, info/, the main worktree's HEAD, index and merge state, other worktrees' files)",
+            out.push(json!({"path": layer.common.to_string_lossy(), "what": "the common dir's top level (config, hooks/, info/, the main worktree's state)",
                 "how": format!("{how_ro} (objects/, refs/ and logs/ writable beneath it)")}));
             out.push(json!({"path": layer.common.join("packed-refs").to_string_lossy(), "what": "packed-refs",
-                "how": "replaced only through git's lock protocol, which the supervisor performs (packed-refs.lock, packed-refs.new; an unchanged config.lock onto config)"}));
+                "how": "replaced only through git's lock protocol, performed by the supervisor"}));
         }
         (_, false) if c.common_beneath.is_some() => {
             let root = c

@@ -105,20 +105,22 @@ pub struct CommonDir {
     pub made: Made,
 }
 
-/// (device, inode) of the files the gate made, shared with the threads that perform calls.
-pub type Made = std::sync::Arc<std::sync::Mutex<std::collections::HashSet<Ident>>>;
+/// (device, inode) of the files the gate made, shared with the threads that perform calls (a
+/// few a run: a list).
+pub type Made = std::sync::Arc<std::sync::Mutex<Vec<Ident>>>;
 
-/// Whether `name` in `dir` is one of the files the gate made (`made`), not followed.
-pub fn made_here(dir: RawFd, name: &[u8], made: &Made) -> bool {
+/// The identity of `name` in `dir` (not followed) if it is one of the files the gate made
+/// (`made`).
+pub fn made_here(dir: RawFd, name: &[u8], made: &Made) -> Option<Ident> {
     let c = cname(name);
     // Safety: `st` is filled by fstatat on success; NOFOLLOW: the name itself.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // Safety: valid dirfd, NUL-terminated name, writable stat buffer.
     if unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
-        return false;
+        return None;
     }
-    made.lock()
-        .is_ok_and(|m| m.contains(&(st.st_dev, st.st_ino)))
+    let ident = (st.st_dev, st.st_ino);
+    made.lock().ok()?.contains(&ident).then_some(ident)
 }
 
 impl CommonDir {

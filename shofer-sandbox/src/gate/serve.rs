@@ -742,12 +742,20 @@ impl Gate {
                 packed_refs::Op::KeepConfig => Some(packed_refs::CONFIG_LOCK),
                 packed_refs::Op::Create { .. } => None,
             };
-            if let Some(name) = theirs.filter(|_| only_made) {
-                if !packed_refs::made_here(d, name, &made) {
-                    return Some(Err(libc::EACCES));
-                }
-            }
-            Some(match op {
+            let ident = match theirs.filter(|_| only_made) {
+                Some(name) => match packed_refs::made_here(d, name, &made) {
+                    Some(ident) => Some(ident),
+                    None => return Some(Err(libc::EACCES)),
+                },
+                None => None,
+            };
+            // Once gone from the lock names (removed, or renamed onto packed-refs or config),
+            // it leaves the list, which so holds what is there now, a few files at most.
+            let leaves = !matches!(
+                op,
+                packed_refs::Op::Create { .. } | packed_refs::Op::Chmod { .. }
+            );
+            let done = match op {
                 packed_refs::Op::Create { name, flags, mode } => {
                     let fd = match packed_refs::create(d, name, flags, mode, umask) {
                         Ok(fd) => fd,
@@ -756,7 +764,7 @@ impl Gate {
                     if let (Ok(ident), Ok(mut m)) =
                         (super::resolve::ident(fd.as_raw_fd()), made.lock())
                     {
-                        m.insert(ident);
+                        m.push(ident);
                     }
                     let cloexec = flags & libc::O_CLOEXEC != 0;
                     match notify::addfd(listener.as_raw_fd(), id, fd.as_raw_fd(), cloexec, how) {
@@ -772,7 +780,11 @@ impl Gate {
                 packed_refs::Op::KeepConfig => packed_refs::keep_config(d),
                 packed_refs::Op::Unlink { name } => packed_refs::remove(d, name),
                 packed_refs::Op::Chmod { name, mode } => packed_refs::chmod(d, name, mode),
-            })
+            };
+            if let (Some(ident), true, Ok(mut m)) = (ident, leaves && done.is_ok(), made.lock()) {
+                m.retain(|i| *i != ident);
+            }
+            Some(done)
         };
         match self.needs_unprivileged(pid) {
             None => match perform() {
