@@ -218,17 +218,9 @@ fn common_layer(common: &Path, gitdir: &Path) -> CommonLayer {
         else {
             continue;
         };
-        let mut dirs: Vec<PathBuf> = c
-            .path
-            .ancestors()
-            .skip(1)
-            .take_while(|d| *d != top)
-            .map(Path::to_path_buf)
-            .collect();
-        dirs.reverse();
-        for d in dirs {
-            if !pinned.contains(&d) {
-                pinned.push(d);
+        for d in paths::dirs_between(&top, &c.path) {
+            if !pinned.iter().any(|p| p == d) {
+                pinned.push(d.to_path_buf());
             }
         }
     }

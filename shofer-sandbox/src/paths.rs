@@ -530,6 +530,14 @@ pub fn rename_noreplace_between(
     Ok(())
 }
 
+/// The directories strictly between `root` and `path` (neither of them), deepest first:
+/// those a command that can write `root` could rename away with `path` in them.
+pub fn dirs_between<'a>(root: &'a Path, path: &'a Path) -> impl Iterator<Item = &'a Path> {
+    path.ancestors()
+        .skip(1)
+        .take_while(move |d| d.starts_with(root) && *d != root)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

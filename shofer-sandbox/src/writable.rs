@@ -175,12 +175,10 @@ fn writable_ancestors(anchors: &[&Path], rules: &[WritableRule]) -> Vec<(PathBuf
     let mut out: Vec<(PathBuf, PathBuf)> = Vec::new();
     for rule in rules.iter().filter(|r| may_hold_a_repository(r.origin)) {
         for anchor in anchors {
-            let mut dir = anchor.parent();
-            while let Some(d) = dir.filter(|d| d.starts_with(&rule.path) && *d != rule.path) {
+            for d in crate::paths::dirs_between(&rule.path, anchor) {
                 if !out.iter().any(|(p, _)| p == d) {
                     out.push((d.to_path_buf(), rule.path.clone()));
                 }
-                dir = d.parent();
             }
         }
     }
