@@ -449,35 +449,33 @@ pub fn repair_command(worktree: &Path) -> i32 {
     };
     let worktree = worktree.as_path();
     let r = repair(worktree).unwrap_or_default();
-    let (mut moved, mut not_moved, mut busy) = (0, false, 0);
-    if let Some(common) = paths::open_nofollow(worktree).ok().and_then(|fd| {
+    let common = paths::open_nofollow(worktree).ok().and_then(|fd| {
         match crate::git::discover(worktree, &fd) {
             GitLayout::Linked { common, .. } => Some(common),
             GitLayout::MainWorktree => Some(worktree.join(".git")),
             _ => None,
         }
-    }) {
-        let m = quarantine::sweep(&common, gitprotect::uses_sha256(&common));
-        // Said once, by announce_migrated: they are objects, not control files.
-        announce_migrated(&m, "of an earlier run", worktree);
-        not_moved = !m.failed.is_empty();
-        busy = m.busy;
-        moved = m.moved;
-        if m.busy > 0 {
-            eprintln!(
-                "shofer-sandbox: {} object quarantines of this repository are in use (a sandbox running or exiting): run --repair again when it has ended",
-                m.busy
-            );
-        }
-        if moved > 0 {
-            eprintln!(
-                "shofer-sandbox: moved {moved} new git objects or packs of earlier runs into the repository"
-            );
-        }
+    });
+    let m = common
+        .map(|c| quarantine::sweep(&c, gitprotect::uses_sha256(&c)))
+        .unwrap_or_default();
+    // Said once, by announce_migrated: they are objects, not control files.
+    announce_migrated(&m, "of an earlier run", worktree);
+    if m.busy > 0 {
+        eprintln!(
+            "shofer-sandbox: {} object quarantines of this repository are in use (a sandbox running or exiting): run --repair again when it has ended",
+            m.busy
+        );
+    }
+    if m.moved > 0 {
+        eprintln!(
+            "shofer-sandbox: moved {} new git objects or packs of earlier runs into the repository",
+            m.moved
+        );
     }
     gitguard::announce(&r, "restored from the journal of a run that was killed");
-    if r.failed.is_empty() && !not_moved {
-        if r.restored.is_empty() && moved == 0 && busy == 0 {
+    if r.failed.is_empty() && m.failed.is_empty() {
+        if r.restored.is_empty() && m.moved == 0 && m.busy == 0 {
             eprintln!("shofer-sandbox: {}: nothing to repair", worktree.display());
         }
         0
