@@ -11,11 +11,9 @@
 //!   `EINVAL` for an id outside the map (credentials(7)), which programs read as a bug rather
 //!   than as "not permitted".
 //!
-//! x86-64 only, with its x32 entry points (the same numbers with bit 30 set), as the
-//! terminal-injection filter; i386 entry points are left to the kernel (a 32-bit program
-//! gets the kernel's own answers: `EPERM`, or `EINVAL` for an unmapped id in a namespace, and
-//! its keyring calls are not refused).
-
+//! x86-64 only. It starts with [`crate::seccomp::NATIVE_ONLY`], as every filter of this
+//! crate: an i386 call (`int $0x80`) kills the process and an x32 call fails with `ENOSYS`,
+//! so the numbers below are the only ones that reach these calls.
 //!
 //! Installed wherever the terminal-injection filter is ([`crate::seccomp::FILTER_AVAILABLE`]).
 
@@ -26,16 +24,12 @@ pub use x86_64::install;
 mod x86_64 {
     use std::io;
 
-    const OFF_NR: u32 = 0;
-    const OFF_ARCH: u32 = 4;
     /// Offset of `args[i]`'s low 32 bits (little-endian): uid_t and gid_t are 32 bits and the
     /// kernel truncates the argument to them.
     const fn off_arg_lo(i: u32) -> u32 {
         16 + 8 * i
     }
 
-    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
     const NR_ADD_KEY: u32 = 248;
     const NR_REQUEST_KEY: u32 = 249;
     const NR_KEYCTL: u32 = 250;
@@ -53,8 +47,6 @@ mod x86_64 {
     /// One instruction with symbolic jump targets, resolved by [`assemble`].
     enum Insn {
         Load(u32),
-        /// `nr &= !X32_SYSCALL_BIT`: x32 calls share the x86-64 numbers.
-        ClearX32,
         /// if A == k goto then else goto otherwise (labels; `None` = the next instruction).
         Jeq(u32, Option<usize>, Option<usize>),
         Ret(u32),
@@ -93,12 +85,6 @@ mod x86_64 {
                     jf: 0,
                     k: *off,
                 },
-                Insn::ClearX32 => libc::sock_filter {
-                    code: (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16,
-                    jt: 0,
-                    jf: 0,
-                    k: !X32_SYSCALL_BIT,
-                },
                 Insn::Jeq(k, then, otherwise) => libc::sock_filter {
                     code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
                     jt: rel(*then),
@@ -117,15 +103,18 @@ mod x86_64 {
         out
     }
 
-    /// The program: keyrings refused, and with `ids = Some((uid, gid))` identity changes to
-    /// other ids too.
+    /// The program: [`crate::seccomp::NATIVE_ONLY`] (which leaves the syscall number
+    /// loaded), keyrings refused, and with `ids = Some((uid, gid))` identity changes to other
+    /// ids too.
     pub(super) fn program(ids: Option<(u32, u32)>) -> Vec<libc::sock_filter> {
+        let mut out = crate::seccomp::NATIVE_ONLY.to_vec();
+        out.extend(body(ids));
+        out
+    }
+
+    fn body(ids: Option<(u32, u32)>) -> Vec<libc::sock_filter> {
         use Insn::*;
         let mut p = vec![
-            Load(OFF_ARCH),
-            Jeq(AUDIT_ARCH_X86_64, None, Some(ALLOW)),
-            Load(OFF_NR),
-            ClearX32,
             Jeq(NR_ADD_KEY, Some(DENY), None),
             Jeq(NR_REQUEST_KEY, Some(DENY), None),
             Jeq(NR_KEYCTL, Some(DENY), None),
@@ -179,65 +168,59 @@ mod x86_64 {
     mod tests {
         use super::*;
 
-        /// A tiny interpreter of the instructions `program` uses, to check its decisions
-        /// without installing it.
-        fn decide(prog: &[libc::sock_filter], data: &[u32; 16]) -> u32 {
-            let mut pc = 0;
-            let mut a = 0u32;
-            loop {
-                let f = prog[pc];
-                match f.code as u32 {
-                    c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
-                        a = data[(f.k / 4) as usize]
-                    }
-                    c if c == libc::BPF_ALU | libc::BPF_AND | libc::BPF_K => a &= f.k,
-                    c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => {
-                        pc += usize::from(if a == f.k { f.jt } else { f.jf });
-                    }
-                    c if c == libc::BPF_RET | libc::BPF_K => return f.k,
-                    c => panic!("unexpected opcode {c:#x}"),
-                }
-                pc += 1;
+        use crate::seccomp::verdict;
+
+        const X86: u32 = 0xC000_003E;
+        const I386: u32 = 0x4000_0003;
+        const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+        fn decide(prog: &[libc::sock_filter], arch: u32, nr: u32, ids: &[u32]) -> u32 {
+            let mut args = [0u64; 6];
+            for (a, v) in args.iter_mut().zip(ids) {
+                *a = u64::from(*v);
             }
+            verdict(prog, arch, nr, args)
         }
 
-        fn call(nr: u32, args: &[u32]) -> [u32; 16] {
-            let mut d = [0u32; 16];
-            d[0] = nr;
-            d[1] = AUDIT_ARCH_X86_64;
-            for (i, v) in args.iter().enumerate() {
-                d[4 + 2 * i] = *v;
-            }
-            d
+        fn call(prog: &[libc::sock_filter], nr: u32, ids: &[u32]) -> u32 {
+            decide(prog, X86, nr, ids)
         }
 
         const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
         const OK: u32 = libc::SECCOMP_RET_ALLOW;
 
         #[test]
-        fn keyring_calls_are_refused_on_both_entry_points() {
+        fn keyring_calls_are_refused_and_no_other_abi_reaches_them() {
             let p = program(None);
             for nr in [NR_ADD_KEY, NR_REQUEST_KEY, NR_KEYCTL] {
-                assert_eq!(decide(&p, &call(nr, &[])), EPERM);
-                assert_eq!(decide(&p, &call(nr | X32_SYSCALL_BIT, &[])), EPERM);
+                assert_eq!(call(&p, nr, &[]), EPERM);
+                assert_eq!(
+                    call(&p, nr | X32_SYSCALL_BIT, &[]),
+                    libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+                );
             }
-            assert_eq!(decide(&p, &call(0, &[])), OK); // read
+            // i386 keyctl (288) and add_key (286), as `int $0x80` from a 64-bit program.
+            for nr in [286, 287, 288] {
+                assert_eq!(decide(&p, I386, nr, &[]), libc::SECCOMP_RET_KILL_PROCESS);
+            }
+            assert_eq!(call(&p, 0, &[]), OK); // read
         }
 
         #[test]
         fn only_own_or_unchanged_ids_pass() {
             let p = program(Some((1000, 100)));
-            assert_eq!(decide(&p, &call(105, &[1000])), OK);
-            assert_eq!(decide(&p, &call(105, &[0])), EPERM);
-            assert_eq!(decide(&p, &call(106, &[100])), OK);
-            assert_eq!(decide(&p, &call(106, &[1000])), EPERM);
-            assert_eq!(decide(&p, &call(117, &[UNCHANGED, 1000, UNCHANGED])), OK);
-            assert_eq!(decide(&p, &call(117, &[UNCHANGED, 1000, 5])), EPERM);
-            assert_eq!(decide(&p, &call(113, &[5, UNCHANGED])), EPERM);
-            assert_eq!(decide(&p, &call(119, &[100, 100, 100])), OK);
-            let mut other_arch = call(NR_KEYCTL, &[]);
-            other_arch[1] = 0x4000_0003; // i386: left to the kernel
-            assert_eq!(decide(&p, &other_arch), OK);
+            assert_eq!(call(&p, 105, &[1000]), OK);
+            assert_eq!(call(&p, 105, &[0]), EPERM);
+            assert_eq!(call(&p, 106, &[100]), OK);
+            assert_eq!(call(&p, 106, &[1000]), EPERM);
+            assert_eq!(call(&p, 117, &[UNCHANGED, 1000, UNCHANGED]), OK);
+            assert_eq!(call(&p, 117, &[UNCHANGED, 1000, 5]), EPERM);
+            assert_eq!(call(&p, 113, &[5, UNCHANGED]), EPERM);
+            assert_eq!(call(&p, 119, &[100, 100, 100]), OK);
+            assert_eq!(
+                decide(&p, I386, 213, &[0]), // i386 setuid32
+                libc::SECCOMP_RET_KILL_PROCESS
+            );
         }
     }
 }

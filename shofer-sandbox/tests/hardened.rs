@@ -864,3 +864,89 @@ fn a_thousand_allow_write_paths_fit_a_soft_limit_of_1024_and_the_command_keeps_i
         std::fs::remove_file(s.path().join("d999/f")).unwrap();
     }
 }
+
+/// A 64-bit program that reads a key of its session keyring and replaces it through the i386
+/// entry point (`int $0x80`, keyctl = 288), with buffers below 4 GiB (`MAP_32BIT`).
+const I386_KEYCTL: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+static long sys32(long nr, long a, long b, long c, long d) {
+    long ret;
+    __asm__ volatile("int $0x80" : "=a"(ret) : "a"(nr), "b"(a), "c"(b), "d"(c), "S"(d) : "memory");
+    return ret;
+}
+int main(int argc, char **argv) {
+    long id = strtol(argv[1], 0, 10);
+    char *buf = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_32BIT, -1, 0);
+    long n = sys32(288, 11 /* KEYCTL_READ */, id, (long)buf, 100);
+    if (n < 0) { printf("read failed %ld\n", n); return 3; }
+    printf("read %.*s\n", (int)n, buf);
+    strcpy(buf, "after");
+    long r = sys32(288, 2 /* KEYCTL_UPDATE */, id, (long)buf, 5);
+    printf("update %ld\n", r);
+    return r == 0 ? 0 : 4;
+}
+"#;
+
+/// Issue 29 F6: no protection depends on one ABI's syscall numbers. Every seccomp filter
+/// starts with the native-ABI check, so a 64-bit program's `int $0x80` keyctl is killed
+/// (SIGSYS) on every backend, as root and as uid 65534, and the key stays as it was; the same
+/// program unsandboxed replaces it (the attack is real).
+#[test]
+fn an_i386_keyctl_from_a_64_bit_program_is_killed_on_every_backend() {
+    if !need("/usr/bin/keyctl") || !need("/usr/bin/gcc") {
+        return;
+    }
+    for uid in uids() {
+        let s = scratch_for(uid);
+        let src = s.path().join("keyctl32.c");
+        std::fs::write(&src, I386_KEYCTL).unwrap();
+        let prog = s.path().join("keyctl32");
+        let cc = Command::new("gcc")
+            .args(["-static", "-O1", "-o"])
+            .arg(&prog)
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(cc.status.success(), "{}", show(&cc));
+        if let Some(u) = uid {
+            s.chown_all(u);
+        }
+        let copy = uid.map(|u| ReachableCopy::new(Path::new(SANDBOX), u));
+        let sandbox = copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path());
+        let in_session = |inner: &str| {
+            let script = format!(
+                "id=$(keyctl add user shofer-i386-key before @s) || exit 97; {inner}; \
+                 echo \"rc=$?\"; echo \"key=$(keyctl print $id)\""
+            );
+            let mut cmd = Command::new("keyctl");
+            cmd.args(["session", "-", "sh", "-c", &script])
+                .current_dir(s.path())
+                .stdin(Stdio::null());
+            as_uid(cmd, uid).output().unwrap()
+        };
+        let bare = in_session(&format!("'{}' $id", prog.display()));
+        let text = String::from_utf8_lossy(&bare.stdout);
+        assert!(
+            text.contains("rc=0") && text.contains("key=after"),
+            "uid {uid:?}: the attack does not work unsandboxed here: {}",
+            show(&bare)
+        );
+        for b in backends() {
+            let out = in_session(&format!(
+                "'{}' --backend {b} '{}' -- '{}' $id",
+                sandbox.display(),
+                s.path().display(),
+                prog.display()
+            ));
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                text.contains("rc=159") && text.contains("key=before") && !text.contains("read "),
+                "{b}, uid {uid:?}: {}",
+                show(&out)
+            );
+        }
+    }
+}

@@ -6,8 +6,9 @@
 //! - `sendto`: notified only when `dest_addr` (argument 4) is not NULL; `send()` and
 //!   `sendto(…, NULL, 0)` run untouched, so a connected socket costs nothing.
 //! - `io_uring_setup`: `ENOSYS` (`IORING_OP_CONNECT` would bypass a syscall-level gate).
-//! - The i386 and x32 entry points of all of these (and i386 `socketcall`): `ENOSYS`; the gate
-//!   reads 64-bit argument layouts only.
+//! - Before all of these, [`crate::seccomp::NATIVE_ONLY`], as in every filter of this crate:
+//!   an i386 call kills the process, an x32 call fails with `ENOSYS` (the gate reads 64-bit
+//!   argument layouts only, and no rule depends on another ABI's numbers).
 //!
 //! With [`Traps::lockfiles`] (every backend in a linked worktree, see [`super::packed_refs`]) also
 //! the calls git makes for a lock file (x86-64 glibc and musl: `openat`/`open`, `rename`,
@@ -15,8 +16,8 @@
 //! (every other open never traps); `rename` and `unlink`; `renameat`/`renameat2` with both
 //! directories `AT_FDCWD` (and no `renameat2` flags) and `unlinkat` from `AT_FDCWD` without
 //! `AT_REMOVEDIR` (Go's `os.Remove`). Calls relative to a directory descriptor — `rm -r`,
-//! `shutil.rmtree`, `remove_dir_all` — and the 32-bit entry points run untouched: the gate would
-//! grant nothing there, so Landlock decides as before, and they cost no round trip. With
+//! `shutil.rmtree`, `remove_dir_all` — run untouched: the gate would grant nothing there, so
+//! Landlock decides as before, and they cost no round trip. With
 //! [`Traps::renames`] (the namespace backends in a main worktree) only those `rename` calls trap.
 //! With [`Traps::chmods`] (the namespace backends in a linked worktree) also `chmod(path)` and
 //! `fchmodat`/`fchmodat2` from `AT_FDCWD`: git `chmod`s the `config.lock` the gate made in the
@@ -31,8 +32,6 @@
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 
-const OFF_NR: u32 = 0;
-const OFF_ARCH: u32 = 4;
 /// `args[N]` of `struct seccomp_data` (offset 16 + N·8), low and high halves (little-endian).
 /// An `int` argument is its low half (the kernel truncates the register).
 const OFF_ARG0_LO: u32 = 16;
@@ -44,10 +43,6 @@ const OFF_ARG4_LO: u32 = 48;
 const OFF_ARG4_HI: u32 = 52;
 /// `AT_FDCWD` (-100) as the low half of an argument.
 const AT_FDCWD: u32 = libc::AT_FDCWD as u32;
-
-const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-const AUDIT_ARCH_I386: u32 = 0x4000_0003;
-const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
 // x86_64 (arch/x86/entry/syscalls/syscall_64.tbl).
 /// x86-64 syscall numbers: the ones the gate traps are shared with [`super::serve`] and
@@ -69,17 +64,6 @@ pub(super) const NR_UTIMENSAT: u32 = 280;
 pub(super) const NR_CHMOD: u32 = 90;
 pub(super) const NR_FCHMODAT: u32 = 268;
 pub(super) const NR_FCHMODAT2: u32 = 452;
-// x32-only numbers of sendmsg and sendmmsg.
-const NR_X32_SENDMSG: u32 = 518;
-const NR_X32_SENDMMSG: u32 = 538;
-// i386 (syscall_32.tbl).
-const NR_I386_SOCKETCALL: u32 = 102;
-const NR_I386_SENDMMSG: u32 = 345;
-const NR_I386_BIND: u32 = 361;
-const NR_I386_CONNECT: u32 = 362;
-const NR_I386_SENDTO: u32 = 369;
-const NR_I386_SENDMSG: u32 = 370;
-const NR_I386_IO_URING_SETUP: u32 = 425;
 
 const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
@@ -92,8 +76,6 @@ enum L {
     Notify,
     Allow,
     NoSys,
-    X32,
-    I386,
     SendtoArgs,
     SendtoHi,
     OpenatArgs,
@@ -171,17 +153,18 @@ pub struct Traps {
     pub chmods: bool,
 }
 
-/// The gate program for `traps` (see the module documentation).
+/// The gate program for `traps` (see the module documentation): the native-ABI prelude,
+/// which leaves the syscall number loaded, then the traps.
 pub fn program(traps: Traps) -> Vec<libc::sock_filter> {
+    let mut out = crate::seccomp::NATIVE_ONLY.to_vec();
+    out.extend(body(traps));
+    out
+}
+
+fn body(traps: Traps) -> Vec<libc::sock_filter> {
     use Ins::*;
     let nosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
-    let mut code = vec![
-        Ld(OFF_ARCH),
-        Jeq(AUDIT_ARCH_I386, L::I386, L::Next),
-        Jeq(AUDIT_ARCH_X86_64, L::Next, L::NoSys),
-        Ld(OFF_NR),
-        Jset(X32_SYSCALL_BIT, L::X32, L::Next),
-    ];
+    let mut code = Vec::new();
     if traps.sockets {
         code.extend([
             Jeq(NR_CONNECT, L::Notify, L::Next),
@@ -284,37 +267,6 @@ pub fn program(traps: Traps) -> Vec<libc::sock_filter> {
             Ld(OFF_ARG2_LO),
             Jeq(AT_FDCWD, L::Notify, L::Allow),
         ]);
-    }
-    code.push(Label(L::X32));
-    if traps.sockets {
-        for nr in [
-            NR_CONNECT,
-            NR_SENDTO,
-            NR_BIND,
-            NR_IO_URING_SETUP,
-            NR_X32_SENDMSG,
-            NR_X32_SENDMMSG,
-            NR_SENDMSG,
-            NR_SENDMMSG,
-        ] {
-            code.push(Jeq(X32_SYSCALL_BIT | nr, L::NoSys, L::Next));
-        }
-    }
-    code.push(Ret(libc::SECCOMP_RET_ALLOW));
-    code.push(Label(L::I386));
-    if traps.sockets {
-        code.push(Ld(OFF_NR));
-        for nr in [
-            NR_I386_SOCKETCALL,
-            NR_I386_SENDMMSG,
-            NR_I386_BIND,
-            NR_I386_CONNECT,
-            NR_I386_SENDTO,
-            NR_I386_SENDMSG,
-            NR_I386_IO_URING_SETUP,
-        ] {
-            code.push(Jeq(nr, L::NoSys, L::Next));
-        }
     }
     code.extend([
         Label(L::Allow),
@@ -444,38 +396,11 @@ mod tests {
         }
     }
 
-    /// Runs the program on one `seccomp_data` (the instructions it uses: LD|W|ABS, JEQ,
-    /// JSET, RET).
-    fn verdict(p: &[libc::sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
-        let mut data = Vec::new();
-        data.extend(nr.to_ne_bytes());
-        data.extend(arch.to_ne_bytes());
-        data.extend(0u64.to_ne_bytes());
-        for a in args {
-            data.extend(a.to_ne_bytes());
-        }
-        let (mut pc, mut acc) = (0usize, 0u32);
-        loop {
-            let i = p[pc];
-            pc += 1;
-            match i.code {
-                LD_W_ABS => {
-                    let k = i.k as usize;
-                    acc = u32::from_ne_bytes(data[k..k + 4].try_into().unwrap());
-                }
-                JEQ_K | JSET_K => {
-                    let hit = if i.code == JEQ_K {
-                        acc == i.k
-                    } else {
-                        acc & i.k != 0
-                    };
-                    pc += if hit { i.jt } else { i.jf } as usize;
-                }
-                RET_K => return i.k,
-                c => panic!("unexpected instruction {c:#x}"),
-            }
-        }
-    }
+    use crate::seccomp::verdict;
+
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
     #[test]
     fn lockfile_traps_catch_exclusive_creates_renames_and_file_unlinks_only() {
@@ -532,12 +457,18 @@ mod tests {
         assert_eq!(verdict(&on, x86, NR_CONNECT, [0; 6]), allow);
         assert_eq!(verdict(&program(ALL[2]), x86, NR_CONNECT, [0; 6]), notify);
         assert_eq!(verdict(&program(ALL[2]), x86, NR_RENAME, [0; 6]), notify);
-        // 32-bit entry points of the lock-file calls run untouched (Landlock decides).
-        assert_eq!(verdict(&on, AUDIT_ARCH_I386, 38, [0; 6]), allow);
-        assert_eq!(
-            verdict(&on, x86, X32_SYSCALL_BIT | NR_RENAME, [0; 6]),
-            allow
-        );
+        // No other ABI gets past the prelude: i386 is killed, x32 has no such calls.
+        for traps in ALL {
+            let p = program(traps);
+            for nr in [38, 102, 362, 288] {
+                let kill = libc::SECCOMP_RET_KILL_PROCESS;
+                assert_eq!(verdict(&p, AUDIT_ARCH_I386, nr, [0; 6]), kill);
+            }
+            let nosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+            for nr in [NR_RENAME, NR_CONNECT, 518, 538] {
+                assert_eq!(verdict(&p, x86, X32_SYSCALL_BIT | nr, [0; 6]), nosys);
+            }
+        }
     }
 
     #[test]

@@ -27,8 +27,8 @@
 //!
 //! Known limits: the peer of a connection made through the gate sees the supervisor's PID in
 //! `SO_PEERCRED` (same uid and gid); a unix stream connect to a listener whose backlog is full
-//! holds up the run's other gated calls until it is accepted; 32-bit (i386, x32) socket calls
-//! fail with `ENOSYS`; x86_64 only.
+//! holds up the run's other gated calls until it is accepted; x86_64 only, and only its native
+//! entry point ([`crate::seccomp::NATIVE_ONLY`]).
 
 pub mod diag;
 pub mod filter;
