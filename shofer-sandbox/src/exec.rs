@@ -12,23 +12,26 @@
 //!    worktree's owner, for a root caller over someone else's worktree);
 //! 7. the [`seccomp`] filter against terminal injection, and [`hostfilter`] (keyrings,
 //!    set*id to other ids);
-//! 8. **the seccomp user-notification gate's place** (see below);
-//! 9. the Landlock ruleset, last: after it this process can no longer write its own setup;
-//! 10. `execve` through the `$PATH` search of [`path_search::exec`].
+//! 8. the Landlock ruleset;
+//! 9. the gate's helper ([`crate::gate::helper`]), forked into that very domain, then one
+//!    more Landlock layer for the command alone;
+//! 10. **the seccomp user-notification gate's filter** (see below);
+//! 11. `execve` through the `$PATH` search of [`path_search::exec`].
 //!
 //! # Where a seccomp user-notification gate plugs in
 //! A gate (issue 10: mediate `connect()` to pathname unix sockets below Landlock ABI 9) needs
 //! two pieces, and both places are marked `HOOK(seccomp-notify)` in the code:
-//! - **child side**, step 8 in [`run`]: after `no_new_privs` and the TIOCSTI filter, before
-//!   Landlock, install a filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER`; the listener stays
-//!   in the descriptor table this child shares with the supervisor until `execve`
-//!   (`CLONE_FILES`; an `SCM_RIGHTS` send would itself be trapped, with nobody to answer it
-//!   yet). A failure is [`Stage::Seccomp`].
+//! - **child side**, step 10 in [`run`]: after Landlock and the helper (which must not be
+//!   under it: its calls would trap), install a filter with
+//!   `SECCOMP_FILTER_FLAG_NEW_LISTENER`; the listener stays in the descriptor table this child
+//!   shares with the supervisor until `execve` (`CLONE_FILES`; an `SCM_RIGHTS` send would
+//!   itself be trapped, with nobody to answer it yet). A failure is [`Stage::Seccomp`].
 //! - **supervisor side**, in [`crate::spawn`] right after the spawn succeeded
 //!   ([`crate::gate::take_listener`]), then served on a thread ([`crate::gate::Setup::start`]).
 //!
-//! For the namespace backends process A installs it before forking the command (so A's
-//! whole namespace is under it), and the supervisor takes it from A with `pidfd_getfd`.
+//! For the namespace backends the command's first process installs it the same way in the
+//! table it shares with process A, which passes its number on; the supervisor takes it from A
+//! with `pidfd_getfd`.
 
 use std::ffi::CString;
 use std::io;
@@ -63,10 +66,15 @@ pub(crate) struct Steps<'a> {
     pub refuse_id_changes: bool,
     /// Install the TIOCSTI/TIOCLINUX filter (needs `no_new_privs` unless privileged).
     pub seccomp: bool,
-    /// The Landlock ruleset to apply last.
+    /// The Landlock ruleset, and the ABI it is made for.
     pub landlock: Option<&'a RulesetCreated>,
-    /// Install the unix-socket gate ([`crate::gate`]) here: `Some(-1)` in the `CLONE_FILES`
-    /// child. The namespace backends install it in process A instead (`None` here).
+    pub landlock_abi: u32,
+    /// The gate's helper to start after Landlock, before the gate's filter
+    /// ([`crate::gate::helper`]).
+    pub gate_helper: Option<&'a crate::gate::helper::Spawn>,
+    /// Install the unix-socket gate ([`crate::gate`]) here: `Some(-1)`, the listener left in
+    /// the descriptor table this `CLONE_FILES` child shares with the supervisor (or with the
+    /// namespaces' process A, which passes it on).
     pub gate: Option<RawFd>,
     /// What the gate's filter traps (wherever it is installed).
     pub gate_traps: crate::gate::filter::Traps,
@@ -87,6 +95,8 @@ impl<'a> Steps<'a> {
             refuse_id_changes: drop,
             seccomp: seccomp::FILTER_AVAILABLE,
             landlock: None,
+            landlock_abi: 0,
+            gate_helper: None,
             gate: None,
             gate_traps: crate::gate::filter::Traps {
                 sockets: true,
@@ -100,6 +110,7 @@ impl<'a> Steps<'a> {
             Confinement::Landlock(l) => {
                 steps.drop_caps = drop && l.caller_privileged;
                 steps.landlock = Some(&l.ruleset);
+                steps.landlock_abi = l.abi;
                 // Landlock alone has no read-only root to keep CAP_FOWNER or CAP_CHOWN from
                 // reaching files outside: the command becomes the worktree's owner instead.
                 steps.run_as = spec.foreign_owner.filter(|_| steps.drop_caps);
@@ -108,6 +119,7 @@ impl<'a> Steps<'a> {
             // whoever the caller is.
             Confinement::Namespaces(ns) => {
                 steps.landlock = ns.landlock.as_ref().map(|l| &l.ruleset);
+                steps.landlock_abi = ns.landlock.as_ref().map_or(0, |l| l.abi);
                 if ns.full_map && drop {
                     steps.kept_caps = &capabilities::FOREIGN_WORKTREE;
                 }
@@ -205,12 +217,6 @@ pub(crate) fn run(
             fail(Stage::Seccomp, e);
         }
     }
-    // The unix-socket gate (crate::gate): the listener goes back through the shared table.
-    if let Some(pipe) = steps.gate {
-        if let Err(e) = crate::gate::install_in_child(pipe, steps.gate_traps) {
-            fail(Stage::Seccomp, e);
-        }
-    }
     if let Some(ruleset) = steps.landlock {
         // A duplicate of the descriptor: the plan stays the supervisor's, in its memory.
         let applied = ruleset
@@ -227,6 +233,25 @@ pub(crate) fn run(
                 io::Error::from_raw_os_error(libc::EOPNOTSUPP),
             ),
             Err(e) => fail(Stage::Landlock, e),
+        }
+    }
+    // The gate's helper, in this very Landlock domain; then one more layer for the command,
+    // which keeps it from ptracing (and from ABI 6 signalling) the helper.
+    if let Some(helper) = steps.gate_helper {
+        if let Err(e) = crate::gate::helper::start_in_child(helper, &steps.keep_fds) {
+            fail(Stage::Seccomp, e);
+        }
+        if steps.landlock.is_some() {
+            if let Err(e) = crate::gate::helper::restrict_further(steps.landlock_abi) {
+                fail(Stage::Landlock, e);
+            }
+        }
+    }
+    // The unix-socket gate (crate::gate), after Landlock and the helper: the listener goes
+    // back through the shared table.
+    if steps.gate.is_some() {
+        if let Err(e) = crate::gate::install_in_child(steps.gate_traps) {
+            fail(Stage::Seccomp, e);
         }
     }
     // Last: the steps above may still open descriptors (Landlock duplicates its ruleset).
@@ -301,6 +326,7 @@ mod tests {
             let ll = Confinement::Landlock(LandlockPlan {
                 ruleset: ruleset::create(&opened, &crate::gate::AllowUnix::none(), abi).unwrap(),
                 caller_privileged: privileged,
+                abi,
             });
             let drop = spec(CapPolicy::Drop, "true");
             let s = Steps::of(&drop, &ll);

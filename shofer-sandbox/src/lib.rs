@@ -56,6 +56,15 @@ mod error;
 mod exec;
 mod fsck;
 mod gate;
+
+/// The first argument that makes `shofer-sandbox` the unix-socket gate's helper process
+/// (started by the sandbox itself, never by a user: see `gate::helper`).
+pub const GATE_HELPER_ARG: &str = gate::helper::ARG;
+
+/// The gate helper's process: never returns.
+pub fn gate_helper_main(args: &[std::ffi::OsString]) -> ! {
+    gate::helper::main(args)
+}
 mod git;
 mod gitguard;
 mod gitprotect;
@@ -546,16 +555,13 @@ fn gate_setup(
         .find(|(r, _)| r.origin == shofer_core::policy::RuleOrigin::Worktree)
         .map(|(_, fd)| fd)
         .expect("the writable set holds the worktree");
-    // The gate connects on the command's behalf: where Landlock handles TCP it refuses too.
-    let tcp_denied =
-        args.net == NetPolicy::Deny && choice.abi >= 4 && choice.backend != Backend::Bwrap;
     // The gate thread drops its capabilities when the command has none, except: bubblewrap
     // needs its privileges for its own set-up (loopback, mounts), which goes through the gate
     // too; a command switched to the worktree's owner is reached only with CAP_SYS_PTRACE.
     // Then the gate keeps them and drops them per call of an unprivileged caller.
     let drop_caps =
         !args.keep_caps && choice.backend != Backend::Bwrap && exec.foreign_owner.is_none();
-    gate::Setup::new(worktree, allow_unix, tcp_denied, drop_caps, traps, git).map_err(|source| {
+    gate::Setup::new(worktree, allow_unix, drop_caps, traps, git).map_err(|source| {
         SetupError::Syscall {
             op: "preparing the unix socket gate",
             source,
@@ -600,7 +606,8 @@ fn supervised(
     status: Option<StatusFd>,
     gate: Option<gate::Setup>,
 ) -> Result<Outcome, SetupError> {
-    match spawn::spawn(&plan, gate.as_ref().map(|g| g.traps))? {
+    let mut gate = gate;
+    match spawn::spawn(&plan, gate.as_mut())? {
         Spawn::NotExecuted(code, msg) => Ok(Outcome::NotExecuted(code, msg)),
         Spawn::Running(mut running) => {
             if let (Some(setup), Some((listener, diag))) = (gate, running.gate.take()) {

@@ -15,7 +15,14 @@ extern "C" fn main(
     _argc: std::ffi::c_int,
     _argv: *const *const std::ffi::c_char,
 ) -> std::ffi::c_int {
-    let code = match cli::parse(std::env::args_os().skip(1)) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args
+        .first()
+        .is_some_and(|a| a == shofer_sandbox::GATE_HELPER_ARG)
+    {
+        shofer_sandbox::gate_helper_main(&args[1..]);
+    }
+    let code = match cli::parse(args) {
         Ok(Invocation::Help) => {
             print!("{}", cli::HELP);
             0

@@ -674,13 +674,6 @@ pub(crate) fn init(
     if extended.is_some() {
         steps.landlock = extended.as_ref();
     }
-    // The unix-socket gate (crate::gate) goes on A itself, before the command is forked: A
-    // makes no gated call, and A (alive the whole run) holds the listener for the supervisor.
-    if let Some(pipe) = args.gate_pipe {
-        if let Err(e) = crate::gate::install_in_child(pipe, steps.gate_traps) {
-            fail(Stage::Seccomp, e);
-        }
-    }
     let interactive = steps.interactive;
     let mut command_status = None;
     // The command starts as the supervisor's child does (no page tables copied); A is
@@ -691,6 +684,7 @@ pub(crate) fn init(
         old_mask: args.old_mask,
         err,
         gate_pipe: None,
+        helper_fds: [None, None],
     };
     let command = match crate::spawn::spawn_child(&child) {
         Ok(pid) => pid,
@@ -698,6 +692,19 @@ pub(crate) fn init(
     };
     // Safety: closing our copy of the error pipe, so the supervisor sees EOF at exec.
     unsafe { libc::close(err) };
+    // The unix-socket gate (crate::gate): the command installed it in the table we share
+    // until its exec; we hold the listener for the supervisor as long as the run lasts. Our
+    // copies of both ends of the helper's link go: the helper reads EOF when the supervisor
+    // lets go, and the supervisor when the helper ends.
+    if let Some(pipe) = args.gate_pipe {
+        if let Err(e) = crate::gate::relay_listener(pipe) {
+            fail(Stage::Seccomp, e);
+        }
+    }
+    for fd in args.helper_fds.iter().flatten() {
+        // Safety: closing our copies of the supervisor's descriptors.
+        unsafe { libc::close(*fd) };
+    }
 
     let mut handled = vec![libc::SIGCHLD, libc::SIGTERM];
     handled.extend(FORWARDED);

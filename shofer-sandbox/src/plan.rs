@@ -62,6 +62,8 @@ pub(crate) struct LandlockPlan {
     /// The caller holds capabilities (root, or file capabilities): only then is there
     /// anything to drop (and the right to drop it).
     pub caller_privileged: bool,
+    /// The ABI the ruleset is made for.
+    pub abi: u32,
 }
 
 /// A run's plan: built by the chosen backend, consumed by spawning and supervising.

@@ -98,6 +98,7 @@ pub(crate) fn plan(
     Ok(LandlockPlan {
         ruleset: create(opened, unix, abi)?,
         caller_privileged: root || capabilities::holds_any(),
+        abi,
     })
 }
 

@@ -107,7 +107,7 @@ pub(crate) enum Spawn {
 /// child-side step before `execve` fails; the command has then not run.
 pub(crate) fn spawn(
     plan: &Plan<'_>,
-    gate: Option<crate::gate::filter::Traps>,
+    gate: Option<&mut crate::gate::Setup>,
 ) -> Result<Spawn, SetupError> {
     // Safety: prctl with integer arguments only changes this process's attributes.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
@@ -159,12 +159,39 @@ pub(crate) fn spawn(
     } else {
         None
     };
-    let mut steps = Steps::of(&plan.exec, &plan.confinement);
-    if let Some(traps) = gate {
-        steps.gate_traps = traps;
-        if !namespaced {
-            steps.gate = Some(-1);
+    // The gate's helper: started by the command's first process in its Landlock domain. It
+    // waits to be non-dumpable before the command runs only where no Landlock layer keeps the
+    // command from ptracing it and it shares the command's PID namespace.
+    let mut gate = gate;
+    let helper = match gate.as_mut().and_then(|g| g.helper_end.take()) {
+        Some(end) => {
+            let wait_ready = match &plan.confinement {
+                Confinement::Namespaces(ns) => ns.landlock.is_none(),
+                _ => false,
+            };
+            Some(
+                crate::gate::helper::Spawn::new(end, wait_ready).map_err(|source| {
+                    SetupError::Syscall {
+                        op: "preparing the gate's helper",
+                        source,
+                    }
+                })?,
+            )
         }
+        None => None,
+    };
+    let mut steps = Steps::of(&plan.exec, &plan.confinement);
+    let helper_fds = match gate.as_ref() {
+        Some(g) => [
+            g.helper.as_ref().map(|f| f.as_raw_fd()),
+            helper.as_ref().map(|h| h.sock.as_raw_fd()),
+        ],
+        None => [None, None],
+    };
+    if let Some(g) = &gate {
+        steps.gate_traps = g.traps;
+        steps.gate = Some(-1);
+        steps.gate_helper = helper.as_ref();
     }
     let args = ChildArgs {
         steps: &steps,
@@ -173,6 +200,7 @@ pub(crate) fn spawn(
         old_mask,
         err: err_write.as_raw_fd(),
         gate_pipe: gate_pipe.as_ref().map(|(_, w)| w.as_raw_fd()),
+        helper_fds,
     };
     let main = match &plan.confinement {
         Confinement::Namespaces(setup) => {
@@ -297,8 +325,10 @@ pub(crate) struct ChildArgs<'a> {
     pub old_mask: libc::sigset_t,
     /// The failure pipe's write end.
     pub err: RawFd,
-    /// Process A installs the unix-socket gate and writes its listener's number here.
+    /// Process A writes the number of the unix-socket gate's listener here.
     pub gate_pipe: Option<RawFd>,
+    /// Both ends of the gate helper's link, for process A to close once the command runs.
+    pub helper_fds: [Option<RawFd>; 2],
 }
 
 /// Size of the child's own stack while it shares our memory (bytes).

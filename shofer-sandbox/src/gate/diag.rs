@@ -110,3 +110,100 @@ pub fn kernel_dev(st_dev: u64) -> u32 {
     let minor = libc::minor(st_dev);
     (major << 20) | minor
 }
+
+/// The path a listener recorded when it bound the socket file `vfs` (kernel `dev_t`,
+/// inode), from a dump of this network namespace's unix sockets: where the socket's own
+/// process put it, which a link or rename of the file does not change. `None` when no
+/// socket here is bound to that file, or the kernel does not answer.
+pub fn bound_name_of(diag: &OwnedFd, vfs: (u32, u32)) -> Option<Vec<u8>> {
+    const NLM_F_DUMP: u16 = 0x300;
+    const NLMSG_DONE: u16 = 3;
+    let mut req = Vec::with_capacity(40);
+    req.extend_from_slice(&40u32.to_ne_bytes()); // nlmsg_len
+    req.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    req.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    req.extend_from_slice(&2u32.to_ne_bytes()); // seq
+    req.extend_from_slice(&0u32.to_ne_bytes()); // pid
+    req.push(libc::AF_UNIX as u8);
+    req.push(0);
+    req.extend_from_slice(&[0, 0]);
+    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // every state
+    req.extend_from_slice(&0u32.to_ne_bytes()); // any inode
+    req.extend_from_slice(&(UDIAG_SHOW_VFS | UDIAG_SHOW_NAME).to_ne_bytes());
+    req.extend_from_slice(&u32::MAX.to_ne_bytes());
+    req.extend_from_slice(&u32::MAX.to_ne_bytes());
+    // Safety: sending our buffer on our netlink socket.
+    if unsafe { libc::send(diag.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) } < 0 {
+        return None;
+    }
+    let mut buf = vec![0u8; 32 << 10];
+    let mut found = None;
+    // A dump ends with NLMSG_DONE; a bound on the parts read keeps a misbehaving answer finite.
+    for _ in 0..100_000 {
+        // Safety: receiving into our buffer.
+        let n = unsafe { libc::recv(diag.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let Ok(n) = usize::try_from(n) else {
+            return None;
+        };
+        let mut msgs = &buf[..n];
+        while let Some((ty, body, rest)) = netlink_message(msgs) {
+            msgs = rest;
+            match ty {
+                NLMSG_DONE => return found,
+                NLMSG_ERROR => return None,
+                SOCK_DIAG_BY_FAMILY if found.is_none() => {
+                    let (v, name) = unix_attributes(body);
+                    if v == Some(vfs) {
+                        found = name;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if n == 0 {
+            return found;
+        }
+    }
+    None
+}
+
+/// The first netlink message of `b`: its type, its body after the 16-byte header, and the
+/// rest (4-aligned); `None` when `b` holds no whole message.
+fn netlink_message(b: &[u8]) -> Option<(u16, &[u8], &[u8])> {
+    let len = u32::from_ne_bytes(b.get(0..4)?.try_into().ok()?) as usize;
+    let ty = u16::from_ne_bytes(b.get(4..6)?.try_into().ok()?);
+    let body = b.get(16..len)?;
+    let next = len.checked_add(3)? & !3;
+    Some((ty, body, b.get(next..).unwrap_or(&[])))
+}
+
+/// The socket file and name attributes of a `unix_diag_msg` body (16 bytes, then
+/// 4-aligned attributes).
+fn unix_attributes(body: &[u8]) -> (Option<(u32, u32)>, Option<Vec<u8>>) {
+    let (mut vfs, mut name) = (None, None);
+    let mut attrs = body.get(16..).unwrap_or(&[]);
+    while let Some(head) = attrs.get(0..4) {
+        let alen = u16::from_ne_bytes([head[0], head[1]]) as usize;
+        let atype = u16::from_ne_bytes([head[2], head[3]]);
+        let Some(value) = attrs.get(4..alen.max(4)) else {
+            break;
+        };
+        let word = |o: usize| {
+            value
+                .get(o..o + 4)
+                .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
+        };
+        if atype == UNIX_DIAG_VFS {
+            if let (Some(ino), Some(dev)) = (word(0), word(4)) {
+                vfs = Some((dev, ino));
+            }
+        } else if atype == UNIX_DIAG_NAME {
+            name = Some(value.to_vec());
+        }
+        if alen < 4 {
+            break;
+        }
+        attrs = attrs.get((alen + 3) & !3..).unwrap_or(&[]);
+    }
+    (vfs, name)
+}

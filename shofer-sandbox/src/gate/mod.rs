@@ -10,13 +10,15 @@
 //!    `sendmmsg` and `sendto` with an address to the supervisor, and fails `io_uring_setup`
 //!    with `ENOSYS`. The listener cannot travel by `SCM_RIGHTS` (the `sendmsg` would itself
 //!    be trapped, with nobody yet to answer it): the `CLONE_VFORK` child shares the
-//!    supervisor's descriptor table until exec (`CLONE_FILES`, [`install_in_child`]), and the
-//!    namespaces' init, which installs it before forking the command and lives as long as the
-//!    run, gives its number to the supervisor, which takes it with `pidfd_getfd`
-//!    ([`take_listener`]).
+//!    supervisor's descriptor table until exec (`CLONE_FILES`, [`install_in_child`]); on the
+//!    namespace backends it shares process A's, and A, which lives as long as the run, gives
+//!    its number to the supervisor ([`relay_listener`]), which takes it with `pidfd_getfd`
+//!    ([`take_listener`]). Just before, the same process forks the gate's [`helper`] into its
+//!    Landlock domain.
 //! 2. [`serve`]: a supervisor thread reads each call's arguments, resolves the path in the
-//!    caller's view ([`resolve`]), pins the inode, decides, and performs the call itself on the
-//!    caller's socket against the pinned inode; the result is the syscall's result.
+//!    caller's view ([`resolve`]), pins the inode and decides; the [`helper`], inside the
+//!    command's confinement, performs the call on the caller's socket against the pinned
+//!    inode; its result is the syscall's result.
 //! 3. [`diag`]: which sockets of the run are bound to what, from the kernel.
 //!
 //! On the Landlock backend in a linked worktree the same listener also carries git's
@@ -33,6 +35,7 @@
 pub mod diag;
 pub mod filter;
 pub mod freshen;
+pub mod helper;
 pub mod netns;
 mod notify;
 pub mod packed_refs;
@@ -202,6 +205,11 @@ pub struct Setup {
     pub traps: filter::Traps,
     /// Filled with refused paths while the run lasts.
     pub refused: Refused,
+    /// The supervisor's end of the socket pair to the gate's [`helper`], when the socket
+    /// calls are trapped.
+    pub helper: Option<OwnedFd>,
+    /// The helper's end, until the command's first process has started it.
+    pub helper_end: Option<OwnedFd>,
 }
 
 impl Setup {
@@ -213,26 +221,35 @@ impl Setup {
     pub fn new(
         worktree: &OwnedFd,
         allow: &AllowUnix,
-        tcp_denied: bool,
         drop_caps: bool,
         traps: filter::Traps,
         git: GitDirs,
     ) -> std::io::Result<Setup> {
+        use std::os::unix::ffi::OsStrExt;
         let mut dirs =
             vec![resolve::ident(worktree.as_raw_fd()).map_err(std::io::Error::from_raw_os_error)?];
+        let worktree_path = std::fs::read_link(format!("/proc/self/fd/{}", worktree.as_raw_fd()))?;
+        let mut dir_paths = vec![worktree_path.as_os_str().as_bytes().to_vec()];
         let mut files = Vec::new();
-        for (id, dir) in &allow.ids {
+        for ((id, dir), path) in allow.ids.iter().zip(&allow.paths) {
             if *dir {
                 dirs.push(*id);
+                dir_paths.push(path.as_os_str().as_bytes().to_vec());
             } else {
                 files.push(*id);
             }
         }
+        let (helper, helper_end) = if traps.sockets {
+            let (ours, theirs) = helper::pair()?;
+            (Some(ours), Some(theirs))
+        } else {
+            (None, None)
+        };
         Ok(Setup {
             rules: serve::Rules {
                 dirs,
+                dir_paths,
                 files,
-                tcp_denied,
                 drop_caps,
                 packed_refs: git.common.filter(|_| traps.lockfiles || traps.renames),
                 lockfiles: traps.lockfiles,
@@ -240,6 +257,8 @@ impl Setup {
             },
             traps,
             refused: Refused::default(),
+            helper,
+            helper_end,
         })
     }
 
@@ -252,7 +271,7 @@ impl Setup {
     pub fn start(self, listener: OwnedFd, extra_diag: Option<OwnedFd>) -> std::io::Result<()> {
         let mut diags: Vec<OwnedFd> = diag::open().into_iter().collect();
         diags.extend(extra_diag);
-        serve::spawn(listener, self.rules, diags, self.refused)
+        serve::spawn(listener, self.helper, self.rules, diags, self.refused)
     }
 }
 
@@ -260,16 +279,28 @@ impl Setup {
 /// descriptor table until exec, so the number it stores here is valid for us.
 static SHARED_LISTENER: AtomicI32 = AtomicI32::new(-1);
 
-/// Child side: installs the gate filter and hands the listener over, through the shared
-/// table (`pipe` < 0: the `CLONE_FILES` child) or by writing its number and a sock_diag
-/// socket of this network namespace to `pipe` (the namespaces' init, which stays alive).
+/// Child side, in the command's first process: installs the gate filter and leaves the
+/// listener in the descriptor table it shares (`CLONE_FILES`, and `CLONE_VM` for this number)
+/// with the supervisor or with the namespaces' process A.
 ///
 /// # Errors
-/// The `seccomp(2)` or `write(2)` error.
-pub(crate) fn install_in_child(pipe: RawFd, traps: filter::Traps) -> std::io::Result<()> {
+/// The `seccomp(2)` error.
+pub(crate) fn install_in_child(traps: filter::Traps) -> std::io::Result<()> {
     let listener = filter::install(traps)?.into_raw_fd();
-    if pipe < 0 {
-        SHARED_LISTENER.store(listener, Ordering::SeqCst);
+    SHARED_LISTENER.store(listener, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Process A of the namespace backends, once the command has exec'd: writes the number of
+/// the listener the command's first process left in their shared table, and a sock_diag
+/// socket of this network namespace, to `pipe` for the supervisor. Nothing when the command
+/// failed before installing it (the supervisor reads EOF).
+///
+/// # Errors
+/// The `write(2)` error.
+pub(crate) fn relay_listener(pipe: RawFd) -> std::io::Result<()> {
+    let listener = SHARED_LISTENER.swap(-1, Ordering::SeqCst);
+    if listener < 0 {
         return Ok(());
     }
     let diag = diag::open().map_or(-1, IntoRawFd::into_raw_fd);

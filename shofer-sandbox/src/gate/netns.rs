@@ -107,8 +107,8 @@ pub fn diag_of(pid: libc::pid_t) -> Option<OwnedFd> {
     unsafe { libc::waitpid(child, &mut status, 0) };
     let got = got?;
     let fd = got.as_raw_fd();
-    (super::serve::sockopt(fd, libc::SO_DOMAIN) == libc::AF_NETLINK
-        && super::serve::sockopt(fd, libc::SO_PROTOCOL) == libc::NETLINK_SOCK_DIAG)
+    (super::helper::sockopt(fd, libc::SO_DOMAIN) == libc::AF_NETLINK
+        && super::helper::sockopt(fd, libc::SO_PROTOCOL) == libc::NETLINK_SOCK_DIAG)
         .then_some(got)
 }
 

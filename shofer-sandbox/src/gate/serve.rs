@@ -2,11 +2,23 @@
 //!
 //! For `connect`, `sendto` with an address, `sendmsg` and `sendmmsg` the thread reads the
 //! caller's arguments (`process_vm_readv`), takes its socket (`pidfd_getfd`), checks with
-//! `SECCOMP_IOCTL_NOTIF_ID_VALID` that the caller is still the one waiting, decides, and
-//! performs the call itself on the caller's socket, returning its result. A pathname unix
-//! address is resolved in the caller's view and pinned ([`super::resolve`]); the call goes to
-//! `/proc/self/fd/<pin>`, so what was checked is what is reached. No socket call is ever
-//! answered with `SECCOMP_USER_NOTIF_FLAG_CONTINUE` after reading the caller's memory.
+//! `SECCOMP_IOCTL_NOTIF_ID_VALID` that the caller is still the one waiting, and decides; the
+//! call is then performed on the caller's socket by the gate's [`helper`], a process inside
+//! the command's own confinement (its Landlock domain, namespaces and credentials), whose
+//! result answers the call. The gate itself never performs a socket call: the kernel checks
+//! the helper's call as it would have checked the command's, and the gate only narrows that.
+//! A pathname unix address is resolved in the caller's view and pinned ([`super::resolve`]);
+//! the call goes to `/proc/self/fd/<pin>`, so what was checked is what is reached. No socket
+//! call is ever answered with `SECCOMP_USER_NOTIF_FLAG_CONTINUE` after reading the caller's
+//! memory.
+//!
+//! What is reachable is decided on the object the kernel would reach, never on a name the
+//! command can re-point: a pathname socket when it is an `--allow-unix` socket file (its
+//! inode), when a socket of this run is bound to it, or when it lies beneath the worktree or
+//! an `--allow-unix` directory *and* its listener bound it there (the kernel's record of the
+//! listener's own `bind`, which a link or rename of the socket file into the directory does
+//! not change); an abstract name when a socket of this run bound it in the network namespace
+//! of the socket that connects.
 //!
 //! The lock-file calls of [`packed_refs`] are: one that is not exactly a step of git's
 //! `packed-refs` protocol continues, which is safe because continuing grants nothing — the
@@ -17,10 +29,9 @@
 //! socket (its socket inode) so that a later connect to the file it gets bound to is allowed
 //! (rule (a), "created by this run"), which [`super::diag`] confirms with the kernel.
 //!
-//! Calls that may block (a blocking socket's TCP connect, a send into a full buffer) are
-//! finished on a short-lived thread so one slow peer does not stall the whole run. The thread
-//! carries no capabilities when the command carries none, so the kernel's own permission
-//! checks on these calls see what they would have seen for the command.
+//! The helper finishes calls that may block (a blocking socket's TCP connect, a send into a
+//! full buffer) on a thread of its own, so one slow peer does not stall the whole run; a
+//! caller without effective capabilities has its call made without any.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -29,6 +40,7 @@ use std::sync::{Arc, Mutex};
 use super::diag::{self, Lookup};
 use super::filter::{NR_BIND, NR_CONNECT, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO, NR_UTIMENSAT};
 use super::freshen;
+use super::helper::{self, sockopt, Link, Msg, Pending, Request};
 use super::notify::{self, AddFd, Notif};
 use super::packed_refs;
 use super::resolve::{self, Ident};
@@ -52,11 +64,11 @@ pub struct Rules {
     /// Directories (device, inode) beneath which any socket may be reached: the worktree and
     /// every `--allow-unix` directory.
     pub dirs: Vec<Ident>,
+    /// The same directories' canonical paths, in the same order: a listener's own record of
+    /// where it bound must lie beneath one of them.
+    pub dir_paths: Vec<Vec<u8>>,
     /// Socket files given to `--allow-unix` itself.
     pub files: Vec<Ident>,
-    /// Landlock handles TCP connect/bind with no port allowed (`--net deny`, ABI ≥ 4): the
-    /// gate refuses them too, as it performs connects itself.
-    pub tcp_denied: bool,
     /// The command runs without capabilities: the gate's thread drops its own. When false
     /// (bubblewrap, which needs its privileges for its own set-up; a command switched to the
     /// worktree's owner; `--keep-caps`), calls of a caller without effective capabilities are
@@ -75,6 +87,14 @@ pub struct Rules {
 /// Paths the gate refused, in order, each once.
 pub type Refused = Arc<Mutex<Vec<String>>>;
 
+/// A socket call for the helper, with the caller's send flags.
+#[derive(Clone, Copy)]
+enum Call {
+    Connect,
+    Send(i32),
+    SendMany(i32),
+}
+
 enum Reply {
     Now(Result<i64, i32>),
     Continue,
@@ -83,8 +103,8 @@ enum Reply {
 }
 
 /// What a socket is bound to: its socket file (kernel `dev_t`, inode) for a pathname socket,
-/// and its address bytes.
-type Binding = (Option<(u32, u32)>, Option<Vec<u8>>);
+/// its address bytes, and which of the gate's sock_diag sockets (network namespaces) found it.
+type Binding = (Option<(u32, u32)>, Option<Vec<u8>>, usize);
 
 /// A socket bound by this run, as far as the gate knows it.
 struct Own {
@@ -96,11 +116,14 @@ struct Own {
 
 struct Gate {
     listener: Arc<OwnedFd>,
+    /// The process that performs the socket calls the gate lets through.
+    helper: Option<Link>,
     rules: Rules,
     diag: Vec<OwnedFd>,
     pidfds: HashMap<libc::pid_t, OwnedFd>,
     own: Own,
-    /// Socket files known to be bound by this run, held open: (device, inode) → `O_PATH`.
+    /// Socket files known to be reachable (bound by this run, or bound by their listener
+    /// beneath a granted directory), held open: (device, inode) → `O_PATH`.
     own_files: HashMap<Ident, OwnedFd>,
     refused: Refused,
     shown: HashSet<String>,
@@ -112,20 +135,28 @@ struct Gate {
     netns_tried: HashSet<u64>,
 }
 
-/// Starts the gate thread on `listener`. `diag` are `NETLINK_SOCK_DIAG` sockets, one per
-/// network namespace the run's sockets may live in; `refused` is filled with refused paths
-/// while the run lasts.
+/// Starts the gate thread on `listener`, with `helper` (the supervisor's end of the socket
+/// pair of the gate's [`helper`] process) when the socket calls are trapped. `diag` are
+/// `NETLINK_SOCK_DIAG` sockets, one per network namespace the run's sockets may live in;
+/// `refused` is filled with refused paths while the run lasts.
 ///
 /// # Errors
 /// Thread creation failure.
 pub fn spawn(
     listener: OwnedFd,
+    helper: Option<OwnedFd>,
     rules: Rules,
     diag: Vec<OwnedFd>,
     refused: Refused,
 ) -> std::io::Result<()> {
+    let listener = Arc::new(listener);
+    let helper = match helper {
+        Some(sock) => Some(Link::start(sock, listener.clone())?),
+        None => None,
+    };
     let mut gate = Gate {
-        listener: Arc::new(listener),
+        listener,
+        helper,
         rules,
         diag,
         pidfds: HashMap::new(),
@@ -145,18 +176,6 @@ pub fn spawn(
         .stack_size(256 * 1024)
         .spawn(move || gate.serve())?;
     Ok(())
-}
-
-/// Drops every capability of the calling thread (capabilities are per thread).
-fn drop_thread_caps() -> bool {
-    [
-        caps::CapSet::Ambient,
-        caps::CapSet::Inheritable,
-        caps::CapSet::Effective,
-        caps::CapSet::Permitted,
-    ]
-    .into_iter()
-    .all(|set| caps::clear(None, set).is_ok())
 }
 
 /// Who a caller without capabilities is, to act as it: effective uid and gid and the
@@ -197,7 +216,7 @@ fn unprivileged_caller(pid: libc::pid_t) -> Option<Caller> {
 fn become_caller(caller: &Caller) -> bool {
     // Safety: geteuid/getegid cannot fail.
     if unsafe { (libc::geteuid(), libc::getegid()) } == (caller.uid, caller.gid) {
-        return drop_thread_caps(); // the same user: only the capabilities differ
+        return helper::drop_thread_caps(); // the same user: only the capabilities differ
     }
     // Safety: setgroups/setresgid/setresuid with our own buffer and integers; they change
     // only this thread's credentials.
@@ -210,7 +229,7 @@ fn become_caller(caller: &Caller) -> bool {
             && libc::syscall(libc::SYS_setresgid, caller.gid, caller.gid, caller.gid) == 0
             && libc::syscall(libc::SYS_setresuid, caller.uid, caller.uid, caller.uid) == 0
     };
-    ok && drop_thread_caps()
+    ok && helper::drop_thread_caps()
 }
 
 /// A pidfd for the calling *thread* `tid` (notifications name threads): `PIDFD_THREAD`
@@ -252,13 +271,11 @@ fn tgid_of(tid: libc::pid_t) -> Option<libc::pid_t> {
 }
 
 /// The kernel raises SIGPIPE in the sending thread on `EPIPE` unless `MSG_NOSIGNAL`: done for
-/// the caller, as the gate sends with `MSG_NOSIGNAL` (the supervisor must not get it).
-fn raise_sigpipe(result: &Result<i64, i32>, flags: i32, tid: libc::pid_t) {
-    if *result == Err(libc::EPIPE) && flags & libc::MSG_NOSIGNAL == 0 {
-        if let Some(tgid) = tgid_of(tid) {
-            // Safety: tgkill with integers, to a thread of the sandboxed run.
-            unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, libc::SIGPIPE) };
-        }
+/// the caller `tid`, as the helper sends with `MSG_NOSIGNAL`.
+pub(super) fn raise_sigpipe(tid: libc::pid_t) {
+    if let Some(tgid) = tgid_of(tid) {
+        // Safety: tgkill with integers, to a thread of the sandboxed run.
+        unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, libc::SIGPIPE) };
     }
 }
 
@@ -266,7 +283,7 @@ fn raise_sigpipe(result: &Result<i64, i32>, flags: i32, tid: libc::pid_t) {
 /// was interrupted by a signal on a kernel without `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV`
 /// ([`super::filter::install`]; or its caller died): the kernel restarts it and the command
 /// performs it again. Said once per run, as it happens.
-fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) {
+pub(super) fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !notify::answer(listener, id, result)
         && result.is_ok()
@@ -277,78 +294,14 @@ fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) {
     }
 }
 
-fn ret(r: isize) -> Result<i64, i32> {
-    if r < 0 {
-        Err(errno())
-    } else {
-        Ok(r as i64)
-    }
-}
-
-/// An int-sized `SOL_SOCKET` option of `fd` (-1 when it cannot be read).
-pub(super) fn sockopt(fd: RawFd, opt: libc::c_int) -> i32 {
-    let mut v: libc::c_int = -1;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // Safety: an int-sized option into an int.
-    unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    v
-}
-
-fn nonblocking(fd: RawFd) -> bool {
-    // Safety: F_GETFL reads the file status flags.
-    unsafe { libc::fcntl(fd, libc::F_GETFL) & libc::O_NONBLOCK != 0 }
-}
-
-fn connect_to(sock: RawFd, addr: &[u8]) -> Result<i64, i32> {
-    // Safety: `addr` is a readable buffer of the given length.
-    ret(
-        unsafe { libc::connect(sock, addr.as_ptr().cast(), addr.len() as libc::socklen_t) }
-            as isize,
-    )
-}
-
-/// `connect` with `O_NONBLOCK` set for the call and restored after; `EAGAIN` when it would
-/// block (a unix listener's full backlog; the socket is then still unconnected).
-fn connect_nonblocking(sock: RawFd, addr: &[u8]) -> Result<i64, i32> {
-    // Safety: F_GETFL/F_SETFL only change the file status flags of a descriptor we hold.
-    let flags = unsafe { libc::fcntl(sock, libc::F_GETFL) };
-    if flags < 0 {
-        return connect_to(sock, addr);
-    }
-    // Safety: as above.
-    unsafe { libc::fcntl(sock, libc::F_SETFL, flags | libc::O_NONBLOCK) };
-    let r = connect_to(sock, addr);
-    // Safety: as above.
-    unsafe { libc::fcntl(sock, libc::F_SETFL, flags) };
-    r
-}
-
 /// Where a call goes, decided.
 enum Target {
     /// No address.
     None,
     /// An address the kernel may use as it is (not a pathname unix one).
     Raw(Vec<u8>),
-    /// A pinned pathname socket (`_pin`, kept open until the call is done) and the address
-    /// of `/proc/self/fd/<pin>`.
-    Pinned { _pin: OwnedFd, addr: Vec<u8> },
-}
-
-impl Target {
-    fn addr(&self) -> Option<&[u8]> {
-        match self {
-            Target::None => None,
-            Target::Raw(a) | Target::Pinned { addr: a, .. } => Some(a),
-        }
-    }
+    /// A pinned pathname socket, kept open until the call is done.
+    Pinned { pin: OwnedFd },
 }
 
 /// A prepared message: payload, ancillary data with our descriptor numbers, and the
@@ -356,30 +309,26 @@ impl Target {
 struct Message {
     data: Vec<u8>,
     control: Vec<u8>,
-    _fds: Vec<OwnedFd>,
+    fds: Vec<OwnedFd>,
     target: Target,
 }
 
-fn send_message(sock: RawFd, m: &Message, flags: i32) -> Result<i64, i32> {
-    let mut iov = libc::iovec {
-        iov_base: m.data.as_ptr() as *mut libc::c_void,
-        iov_len: m.data.len(),
-    };
-    // Safety: an all-zero msghdr is valid; the fields are set below.
-    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-    h.msg_iov = &mut iov;
-    h.msg_iovlen = 1;
-    if let Some(a) = m.target.addr() {
-        h.msg_name = a.as_ptr() as *mut libc::c_void;
-        h.msg_namelen = a.len() as libc::socklen_t;
+impl Message {
+    /// The message as the helper takes it.
+    fn into_msg(self) -> Msg {
+        let (addr, pin) = match self.target {
+            Target::None => (Vec::new(), None),
+            Target::Raw(a) => (a, None),
+            Target::Pinned { pin, .. } => (Vec::new(), Some(pin)),
+        };
+        Msg {
+            addr,
+            pin,
+            control: self.control,
+            fds: self.fds,
+            data: self.data,
+        }
     }
-    if !m.control.is_empty() {
-        h.msg_control = m.control.as_ptr() as *mut libc::c_void;
-        h.msg_controllen = m.control.len();
-    }
-    // MSG_NOSIGNAL: see `raise_sigpipe`.
-    // Safety: every pointer in `h` refers to a buffer of `m` alive for the call.
-    ret(unsafe { libc::sendmsg(sock, &h, flags | libc::MSG_NOSIGNAL) })
 }
 
 fn u64_at(b: &[u8], o: usize) -> u64 {
@@ -397,7 +346,7 @@ impl Gate {
         // Without dropping we would act with more than the command has: stop answering (the
         // listener closes with the process; every gated call of the command then blocks until
         // the run is stopped).
-        if self.rules.drop_caps && !drop_thread_caps() {
+        if self.rules.drop_caps && !helper::drop_thread_caps() {
             return;
         }
         let fd = self.listener.as_raw_fd();
@@ -528,15 +477,22 @@ impl Gate {
         }
         let path = &addr[2..];
         if path[0] == 0 {
+            // The run's own only in the network namespace it was bound in: the same name
+            // bound by the command in a namespace of its own does not make a socket of the
+            // supervisor's namespace reach the host's service of that name.
             let name = path.to_vec();
-            if self.is_own(|_, n| n == Some(&name[..])) {
+            let netns = resolve::stat_fd(sock)
+                .ok()
+                .and_then(|st| self.lookup(st.st_ino as u32).1);
+            if netns.is_some() && self.is_own(|_, n, ns| n == Some(&name[..]) && Some(ns) == netns)
+            {
                 return Ok(Target::Raw(addr));
             }
             let shown = format!("@{}", resolve::show(&name[1..]));
             return Err(self.refuse(
                 verb,
                 shown,
-                "an abstract socket not created in this sandbox",
+                "an abstract socket not created in this sandbox (in this network namespace)",
             ));
         }
         let end = path.iter().position(|&b| b == 0).unwrap_or(path.len());
@@ -548,54 +504,93 @@ impl Gate {
         let st = resolve::stat_fd(pin.as_raw_fd())?;
         let id = (st.st_dev, st.st_ino);
         let socket = st.st_mode & libc::S_IFMT == libc::S_IFSOCK;
-        // Cheapest first: an allowed socket file, a socket file of this run seen before (its
+        // Cheapest first: an allowed socket file, a socket file seen reachable before (its
         // inode held open, so the number cannot have been reused), the kernel's word that a
-        // socket of this run is bound to it, the path's place under an allowed directory.
+        // socket of this run is bound to it, and beneath an allowed directory the kernel's
+        // word that its listener bound it there. Anything else beneath an allowed directory
+        // that is not a socket reaches nothing (the kernel answers ECONNREFUSED).
+        let dirs = std::mem::take(&mut self.rules.dirs);
+        let beneath = resolve::beneath(&r.parent, &dirs, Some(r.root));
+        self.rules.dirs = dirs;
         let allowed = self.rules.files.contains(&id)
             || (socket && self.own_files.contains_key(&id))
             || (socket && self.own_file(&pin, &st))
-            || resolve::beneath(&r.parent, &self.rules.dirs, Some(r.root));
+            || (!socket && beneath)
+            || (socket && beneath && self.bound_beneath_a_grant(&pin, &st));
         if !allowed {
-            return Err(self.refuse(
-                verb,
-                resolve::show(path),
-                "a host socket (allow with --allow-unix)",
-            ));
+            let why = if socket && beneath {
+                "its listener did not bind it here (a socket linked or moved into an allowed \
+                 directory; allow the socket itself with --allow-unix)"
+            } else {
+                "a host socket (allow with --allow-unix)"
+            };
+            return Err(self.refuse(verb, resolve::show(path), why));
         }
-        let addr = resolve::pinned_addr(pin.as_raw_fd());
-        Ok(Target::Pinned { _pin: pin, addr })
+        Ok(Target::Pinned { pin })
     }
 
-    /// Whether the socket file `pin` (with `st`) is bound by a socket of this run; if so it
-    /// is remembered, held open (a bounded number of them).
-    fn own_file(&mut self, pin: &OwnedFd, st: &libc::stat) -> bool {
-        let vfs = (diag::kernel_dev(st.st_dev), st.st_ino as u32);
-        if !self.is_own(|v, _| v == Some(vfs)) {
-            return false;
-        }
+    /// Remembers the socket file `pin` (with `st`) as reachable, held open (a bounded number
+    /// of them).
+    fn remember(&mut self, pin: &OwnedFd, st: &libc::stat) {
         if self.own_files.len() >= MAX_OWN_FILES {
             self.own_files.clear();
         }
         if let Ok(held) = pin.try_clone() {
             self.own_files.insert((st.st_dev, st.st_ino), held);
         }
+    }
+
+    /// Whether the socket file `pin` (with `st`) is bound by a socket of this run; if so it
+    /// is remembered.
+    fn own_file(&mut self, pin: &OwnedFd, st: &libc::stat) -> bool {
+        let vfs = (diag::kernel_dev(st.st_dev), st.st_ino as u32);
+        if !self.is_own(|v, _, _| v == Some(vfs)) {
+            return false;
+        }
+        self.remember(pin, st);
         true
     }
 
-    /// Whether a socket of this run matches `want(vfs, name)`: known bound sockets first
-    /// (confirmed alive), then sockets noted at bind that may have been bound since.
-    fn is_own(&mut self, want: impl Fn(Option<(u32, u32)>, Option<&[u8]>) -> bool) -> bool {
+    /// Whether the socket bound to the socket file `pin` (with `st`) recorded, when its
+    /// listener bound it, a path beneath the worktree or an `--allow-unix` directory: a socket
+    /// linked or renamed into such a directory keeps its listener's own record of where it
+    /// was bound. If so it is remembered.
+    fn bound_beneath_a_grant(&mut self, pin: &OwnedFd, st: &libc::stat) -> bool {
+        let vfs = (diag::kernel_dev(st.st_dev), st.st_ino as u32);
+        let bound = self.diag.iter().find_map(|d| diag::bound_name_of(d, vfs));
+        let Some(mut name) = bound else {
+            return false;
+        };
+        while name.last() == Some(&0) {
+            name.pop();
+        }
+        let granted = self.rules.dir_paths.iter().any(|dir| {
+            name.strip_prefix(&dir[..])
+                .is_some_and(|rest| rest.first() == Some(&b'/') || dir.ends_with(b"/"))
+        });
+        if granted {
+            self.remember(pin, st);
+        }
+        granted
+    }
+
+    /// Whether a socket of this run matches `want(vfs, name, netns)` (`netns`: which of our
+    /// sock_diag sockets sees it): known bound sockets first (confirmed alive), then sockets
+    /// noted at bind that may have been bound since.
+    fn is_own(&mut self, want: impl Fn(Option<(u32, u32)>, Option<&[u8]>, usize) -> bool) -> bool {
         let hits: Vec<u32> = self
             .own
             .bound
             .iter()
-            .filter(|(_, (v, n))| want(*v, n.as_deref()))
+            .filter(|(_, (v, n, ns))| want(*v, n.as_deref(), *ns))
             .map(|(i, _)| *i)
             .collect();
         for ino in hits {
             match self.lookup(ino) {
-                Lookup::Found { vfs, name } if want(vfs, name.as_deref()) => return true,
-                Lookup::Gone => {
+                (Lookup::Found { vfs, name }, Some(ns)) if want(vfs, name.as_deref(), ns) => {
+                    return true
+                }
+                (Lookup::Gone, _) => {
                     self.own.bound.remove(&ino);
                 }
                 _ => {}
@@ -605,13 +600,16 @@ impl Gate {
         let mut found = false;
         for ino in pending {
             match self.lookup(ino) {
-                Lookup::Gone => {}
-                Lookup::Found {
-                    vfs,
-                    name: Some(name),
-                } => {
-                    found |= want(vfs, Some(&name));
-                    self.own.bound.insert(ino, (vfs, Some(name)));
+                (Lookup::Gone, _) => {}
+                (
+                    Lookup::Found {
+                        vfs,
+                        name: Some(name),
+                    },
+                    Some(ns),
+                ) => {
+                    found |= want(vfs, Some(&name), ns);
+                    self.own.bound.insert(ino, (vfs, Some(name), ns));
                 }
                 _ => self.own.pending.push(ino),
             }
@@ -619,28 +617,18 @@ impl Gate {
         found
     }
 
-    fn lookup(&self, ino: u32) -> Lookup {
+    /// What the kernel says of the unix socket with inode `ino`, and which of our sock_diag
+    /// sockets (network namespaces) it lives in.
+    fn lookup(&self, ino: u32) -> (Lookup, Option<usize>) {
         let mut last = Lookup::Gone;
-        for d in &self.diag {
+        for (i, d) in self.diag.iter().enumerate() {
             match diag::lookup(d, ino) {
                 Lookup::Gone => {}
-                found @ Lookup::Found { .. } => return found,
+                found @ Lookup::Found { .. } => return (found, Some(i)),
                 Lookup::Unknown => last = Lookup::Unknown,
             }
         }
-        last
-    }
-
-    fn tcp_refused(&self, sock: RawFd) -> bool {
-        if !self.rules.tcp_denied {
-            return false;
-        }
-        let domain = sockopt(sock, libc::SO_DOMAIN);
-        let ty = sockopt(sock, libc::SO_TYPE);
-        let proto = sockopt(sock, libc::SO_PROTOCOL);
-        (domain == libc::AF_INET || domain == libc::AF_INET6)
-            && ty == libc::SOCK_STREAM
-            && (proto == libc::IPPROTO_TCP || proto == libc::IPPROTO_MPTCP)
+        (last, None)
     }
 
     /// Whether calls of `pid` must be made as it, without the capabilities this thread still
@@ -818,71 +806,57 @@ impl Gate {
     fn connect(&mut self, n: &Notif) -> Result<Reply, i32> {
         let sock = self.socket_of(n.pid, n.args[0])?;
         let addr = Self::read_addr(n.pid, n.args[1], n.args[2])?;
-        if self.tcp_refused(sock.as_raw_fd()) {
-            return Err(libc::EACCES);
-        }
         let target = self.target(n.pid, sock.as_raw_fd(), addr, "connect")?;
         if !self.valid(n) {
             return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
         }
-        let addr = target.addr().map(<[u8]>::to_vec).unwrap_or_default();
-        let unix = sockopt(sock.as_raw_fd(), libc::SO_DOMAIN) == libc::AF_UNIX;
-        let unprivileged = self.needs_unprivileged(n.pid);
-        if unprivileged.is_none() && nonblocking(sock.as_raw_fd()) {
-            return Ok(Reply::Now(connect_to(sock.as_raw_fd(), &addr)));
-        }
-        if unprivileged.is_none() && unix {
-            // A unix connect blocks only on a full backlog: try without blocking (O_NONBLOCK
-            // on the shared file for the duration of the call; the caller is blocked in this
-            // very connect), and only then wait on a helper thread, so a listener that is slow
-            // to accept never holds up the rest of the run's gated calls.
-            match connect_nonblocking(sock.as_raw_fd(), &addr) {
-                Err(libc::EAGAIN) => {}
-                r => return Ok(Reply::Now(r)),
-            }
-        }
-        Ok(self.later(n.id, unprivileged, move || {
-            let _pin = target;
-            connect_to(sock.as_raw_fd(), &addr)
-        }))
+        let m = Message {
+            data: Vec::new(),
+            control: Vec::new(),
+            fds: Vec::new(),
+            target,
+        };
+        self.perform(n, sock, Call::Connect, vec![m])
     }
 
-    /// Sends `m` now without blocking, or on a helper thread when the caller asked to block
-    /// and the socket would.
-    fn send(&self, n: &Notif, sock: OwnedFd, m: Message, flags: i32) -> Reply {
-        let tid = n.pid;
-        let send = move |sock: &OwnedFd, m: &Message, f: i32| {
-            let r = send_message(sock.as_raw_fd(), m, f);
-            raise_sigpipe(&r, flags, tid);
-            r
+    /// Has the gate's helper perform the call on `sock` with `msgs`, as the caller: without
+    /// capabilities when the caller holds no effective one. Its result answers the call.
+    fn perform(
+        &self,
+        n: &Notif,
+        sock: OwnedFd,
+        call: Call,
+        msgs: Vec<Message>,
+    ) -> Result<Reply, i32> {
+        let Some(helper) = &self.helper else {
+            return Err(libc::EACCES);
         };
-        if let Some(caller) = self.needs_unprivileged(n.pid) {
-            return self.later(n.id, Some(caller), move || send(&sock, &m, flags));
-        }
-        let wants_block = flags & libc::MSG_DONTWAIT == 0 && !nonblocking(sock.as_raw_fd());
-        match send(&sock, &m, flags | libc::MSG_DONTWAIT) {
-            Err(libc::EAGAIN) if wants_block => {
-                self.later(n.id, None, move || send(&sock, &m, flags))
-            }
-            // A blocking stream send returns when all is sent: the rest follows, blocking.
-            Ok(sent)
-                if wants_block
-                    && (sent as usize) < m.data.len()
-                    && sockopt(sock.as_raw_fd(), libc::SO_TYPE) == libc::SOCK_STREAM =>
-            {
-                let rest = Message {
-                    data: m.data[sent as usize..].to_vec(),
-                    control: Vec::new(),
-                    _fds: Vec::new(),
-                    target: Target::None,
-                };
-                self.later(n.id, None, move || {
-                    let more = send(&sock, &rest, flags);
-                    Ok(sent + more.unwrap_or(0))
-                })
-            }
-            r => Reply::Now(r),
-        }
+        let drop_caps = match self.needs_unprivileged(n.pid) {
+            None => false,
+            Some(Some(_)) => true,
+            Some(None) => return Err(libc::EPERM),
+        };
+        let (flags, mmsg_base) = match call {
+            Call::Connect => (0, None),
+            Call::Send(flags) => (flags, None),
+            Call::SendMany(flags) => (flags, Some(n.args[1])),
+        };
+        let request = Request {
+            id: n.id,
+            connect: matches!(call, Call::Connect),
+            many: mmsg_base.is_some(),
+            flags,
+            drop_caps,
+            socket: sock,
+            msgs: msgs.into_iter().map(Message::into_msg).collect(),
+        };
+        let pending = Pending {
+            tid: n.pid,
+            sigpipe: !request.connect && flags & libc::MSG_NOSIGNAL == 0,
+            mmsg_base,
+        };
+        helper.submit(request, pending)?;
+        Ok(Reply::Later)
     }
 
     fn sendto(&mut self, n: &Notif) -> Result<Reply, i32> {
@@ -901,10 +875,10 @@ impl Gate {
         let m = Message {
             data,
             control: Vec::new(),
-            _fds: Vec::new(),
+            fds: Vec::new(),
             target,
         };
-        Ok(self.send(n, sock, m, n.args[3] as i32))
+        self.perform(n, sock, Call::Send(n.args[3] as i32), vec![m])
     }
 
     /// Reads the `msghdr` at `ptr` and everything it points to, translating `SCM_RIGHTS`
@@ -961,7 +935,7 @@ impl Gate {
             Message {
                 data,
                 control,
-                _fds: fds,
+                fds,
                 target: Target::None,
             },
             addr,
@@ -975,17 +949,17 @@ impl Gate {
         if !self.valid(n) {
             return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
         }
-        Ok(self.send(n, sock, m, n.args[2] as i32))
+        self.perform(n, sock, Call::Send(n.args[2] as i32), vec![m])
     }
 
     fn sendmmsg(&mut self, n: &Notif) -> Result<Reply, i32> {
         let sock = self.socket_of(n.pid, n.args[0])?;
         let vlen = (n.args[2] as u32).min(MAX_IOV as u32) as u64;
-        let flags = n.args[3] as i32;
         let entry = std::mem::size_of::<libc::mmsghdr>() as u64;
         let mut msgs = Vec::new();
         for i in 0..vlen {
-            msgs.push(self.read_message(n.pid, n.args[1] + i * entry)?);
+            let at = n.args[1].checked_add(i * entry).ok_or(libc::EFAULT)?;
+            msgs.push(self.read_message(n.pid, at)?);
         }
         let mut ready = Vec::new();
         for (mut m, addr) in msgs {
@@ -995,36 +969,7 @@ impl Gate {
         if !self.valid(n) {
             return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
         }
-        let pid = n.pid;
-        let base = n.args[1];
-        let run = move |sock: RawFd, ready: &[Message], flags: i32| -> Result<i64, i32> {
-            let mut sent = 0u64;
-            for (i, m) in ready.iter().enumerate() {
-                match send_message(sock, m, flags) {
-                    Ok(len) => {
-                        let at =
-                            base + i as u64 * entry + std::mem::size_of::<libc::msghdr>() as u64;
-                        notify::write_mem(pid, at, &(len as u32).to_ne_bytes())?;
-                        sent += 1;
-                    }
-                    Err(e) if sent == 0 => return Err(e),
-                    Err(_) => break,
-                }
-            }
-            Ok(sent as i64)
-        };
-        if let Some(caller) = self.needs_unprivileged(n.pid) {
-            return Ok(self.later(n.id, Some(caller), move || {
-                run(sock.as_raw_fd(), &ready, flags)
-            }));
-        }
-        let wants_block = flags & libc::MSG_DONTWAIT == 0 && !nonblocking(sock.as_raw_fd());
-        match run(sock.as_raw_fd(), &ready, flags | libc::MSG_DONTWAIT) {
-            Err(libc::EAGAIN) if wants_block => {
-                Ok(self.later(n.id, None, move || run(sock.as_raw_fd(), &ready, flags)))
-            }
-            r => Ok(Reply::Now(r)),
-        }
+        self.perform(n, sock, Call::SendMany(n.args[3] as i32), ready)
     }
 
     /// Notes the socket (if it is an unbound unix one) and lets the kernel bind it under the
@@ -1040,11 +985,11 @@ impl Gate {
                 let ino = st.st_ino as u32;
                 if !self.own.pending.contains(&ino) && !self.own.bound.contains_key(&ino) {
                     if self.own.pending.len() > 65536 {
-                        let _ = self.is_own(|_, _| false); // settles and prunes the list
+                        let _ = self.is_own(|_, _, _| false); // settles and prunes the list
                     }
                     self.own.pending.push(ino);
                 }
-                if self.lookup(ino) == Lookup::Gone {
+                if self.lookup(ino).0 == Lookup::Gone {
                     self.reach_netns_of(n.pid);
                 }
             }
