@@ -55,6 +55,8 @@ mod devpts;
 mod error;
 mod exec;
 mod fsck;
+#[doc(hidden)]
+pub mod fuzzing;
 mod gate;
 mod git;
 mod gitguard;
