@@ -132,8 +132,9 @@ pub struct MsgHdr {
     pub flags: i32,
 }
 
+#[cfg(test)]
 impl MsgHdr {
-    /// The 56 bytes of this header (tests and fuzz targets build messages with it).
+    /// The 56 bytes of this header (tests build messages with it).
     pub fn to_bytes(&self) -> [u8; MSGHDR_SIZE] {
         let mut b = [0u8; MSGHDR_SIZE];
         let fields: [(usize, &[u8]); 7] = [
@@ -328,7 +329,8 @@ pub fn replace_rights<E: From<WireError>>(
     Ok(())
 }
 
-/// One `cmsghdr` with its data, padded to 8 (tests and fuzz targets build buffers with it).
+/// One `cmsghdr` with its data, padded to 8 (tests build buffers with it).
+#[cfg(test)]
 pub fn encode_cmsg(level: i32, kind: i32, data: &[u8]) -> Vec<u8> {
     let mut b = Vec::with_capacity(CMSG_HDR + data.len() + 7);
     b.extend_from_slice(&((CMSG_HDR + data.len()) as u64).to_ne_bytes());
