@@ -135,7 +135,7 @@ pub struct MsgHdr {
 #[cfg(test)]
 impl MsgHdr {
     /// The 56 bytes of this header (tests build messages with it).
-    pub fn to_bytes(&self) -> [u8; MSGHDR_SIZE] {
+    pub fn to_bytes(self) -> [u8; MSGHDR_SIZE] {
         let mut b = [0u8; MSGHDR_SIZE];
         let fields: [(usize, &[u8]); 7] = [
             (0, &self.name.to_ne_bytes()),
@@ -501,11 +501,11 @@ mod tests {
         };
         // Safety: an all-zero msghdr is valid; the fields are plain integers and pointers.
         let mut c: libc::msghdr = unsafe { std::mem::zeroed() };
-        c.msg_name = 1 as *mut libc::c_void;
+        c.msg_name = std::ptr::without_provenance_mut(1);
         c.msg_namelen = 2;
-        c.msg_iov = 3 as *mut libc::iovec;
+        c.msg_iov = std::ptr::without_provenance_mut(3);
         c.msg_iovlen = 4;
-        c.msg_control = 5 as *mut libc::c_void;
+        c.msg_control = std::ptr::without_provenance_mut(5);
         c.msg_controllen = 6;
         c.msg_flags = 7;
         // Safety: reading the bytes of a plain C struct we own (its padding was zeroed).
