@@ -121,7 +121,7 @@ fn linked(worktree: &Path, wt_fd: &OwnedFd) -> Result<(PathBuf, PathBuf), String
 }
 
 /// The first line of `raw` after `prefix`, trimmed; `None` if absent, empty or not UTF-8.
-fn parse_pointer(raw: &[u8], prefix: &str) -> Option<String> {
+pub(crate) fn parse_pointer(raw: &[u8], prefix: &str) -> Option<String> {
     let text = std::str::from_utf8(raw).ok()?;
     let line = text.lines().next()?.strip_prefix(prefix)?.trim();
     if line.is_empty() || line.contains('\0') {

@@ -55,6 +55,8 @@ mod devpts;
 mod error;
 mod exec;
 mod fsck;
+#[doc(hidden)]
+pub mod fuzzing;
 mod gate;
 
 /// The first argument that makes `shofer-sandbox` the unix-socket gate's helper process

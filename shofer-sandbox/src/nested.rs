@@ -50,7 +50,7 @@ pub const CHECK_BUDGET: usize = 256 << 20;
 /// `remote.*.uploadpack`, a `vcs` or `<transport>::` URL's remote helper, or any URL an
 /// `insteadOf` rewrites to one, under `protocol.*.allow`. `core.fsmonitor` counts only when it
 /// is not a boolean (`true` is the built-in daemon).
-fn runs_a_program(section: &str, key: &str, value: &str) -> bool {
+pub(crate) fn runs_a_program(section: &str, key: &str, value: &str) -> bool {
     let section = section.to_ascii_lowercase();
     let base = section.split('.').next().unwrap_or("");
     match (base, key) {
@@ -488,7 +488,7 @@ const PROGRAM_KEYS: [&str; 23] = [
 /// line-by-line parse misreads in git's grammar — a line ending in a backslash continues on
 /// the next one, a leading byte-order mark is skipped — which the command could use to hide
 /// a key. Only `fsmonitor` set to a boolean on a line of its own (the built-in daemon) passes.
-fn loose_program_key(text: &str) -> Option<String> {
+pub(crate) fn loose_program_key(text: &str) -> Option<String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut continued = false;
     for line in text.split('\n') {
@@ -660,9 +660,8 @@ struct IndexBytes<'a> {
 }
 
 impl<'a> IndexBytes<'a> {
-    /// A whole index in memory.
-    #[cfg(test)]
-    fn whole(data: &'a [u8]) -> IndexBytes<'a> {
+    /// A whole index in memory (tests, [`crate::fuzzing`]).
+    pub(crate) fn whole(data: &'a [u8]) -> IndexBytes<'a> {
         IndexBytes {
             head: data,
             len: data.len(),
@@ -772,6 +771,19 @@ fn shared_gitlinks(src: &IndexBytes, hash_len: usize, replaced: &[usize]) -> Opt
 /// instance of the reader for every caller: the static binary has a size budget).
 type EntryFn<'a> = dyn FnMut(usize, u32, &[u8], &[u8]) + 'a;
 
+/// [`parse_index`] of a whole index in memory: the gitlinks and the shared indexes' ids
+/// ([`crate::fuzzing`]).
+pub(crate) fn parse_index_bytes(
+    data: &[u8],
+    hash_len: usize,
+) -> Option<(Vec<PathBuf>, Vec<String>)> {
+    let links = parse_index(&IndexBytes::whole(data), hash_len)?;
+    Some((
+        links.gitlinks,
+        links.shared.into_iter().map(|(id, _)| id).collect(),
+    ))
+}
+
 /// Calls `f(ordinal, mode, raw name, name)` for every entry of index `src` as git reads it
 /// ([`parse_index`]; `name` is the raw name up to a NUL, as git's C string is), and
 /// returns the offsets where git starts reading extensions. The entries must lie in the
@@ -779,9 +791,7 @@ type EntryFn<'a> = dyn FnMut(usize, u32, &[u8], &[u8]) + 'a;
 /// it allocates nothing per entry (version 4 rebuilds each name in one buffer).
 fn visit_entries(src: &IndexBytes, hash_len: usize, f: &mut EntryFn) -> Option<Vec<usize>> {
     let data = src.head;
-    let be32 = |at: usize| -> Option<u32> {
-        Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
-    };
+    let be32 = |at: usize| be32_of(data, at);
     if data.get(0..4)? != b"DIRC" {
         return None;
     }
@@ -887,15 +897,15 @@ fn extensions(
 ) -> Option<Vec<([u8; 4], usize, usize)>> {
     let mut out = Vec::new();
     let end = src.len.saturating_sub(hash_len);
-    while pos + 8 <= end {
+    while pos.checked_add(8)? <= end {
         if out.len() == MAX_EXTENSIONS {
             return None;
         }
         let header = src.get(pos, 8)?;
-        let sig: [u8; 4] = header[..4].try_into().expect("4 bytes");
+        let sig: [u8; 4] = header.get(..4)?.try_into().ok()?;
         let size = be32_of(&header, 4)? as usize;
         out.push((sig, pos + 8, size));
-        pos = pos + 8 + size;
+        pos = pos.checked_add(8)?.checked_add(size)?;
     }
     Some(out)
 }
@@ -935,7 +945,9 @@ fn entry_offsets(src: &IndexBytes, hash_len: usize) -> Option<(usize, Vec<(usize
 }
 
 fn be32_of(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    Some(u32::from_be_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
 }
 
 /// A `link` extension's body (git's split-index.c `read_link_extension`: the shared index's
@@ -976,27 +988,32 @@ fn ewah_bits(data: &[u8], n: usize) -> Option<(Vec<usize>, usize)> {
     let words = be32_of(data, 4)? as usize;
     let len = 12usize.checked_add(words.checked_mul(8)?)?;
     let body = data.get(8..len - 4)?;
-    let word = |i: usize| u64::from_be_bytes(body[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    let word = |i: usize| -> Option<u64> {
+        let at = i.checked_mul(8)?;
+        Some(u64::from_be_bytes(
+            body.get(at..at.checked_add(8)?)?.try_into().ok()?,
+        ))
+    };
     let mut bits = Vec::new();
     let (mut i, mut pos) = (0usize, 0usize);
     while i < words && bits.len() < n {
-        let rlw = word(i);
+        let rlw = word(i)?;
         let run = ((rlw >> 1) & 0xFFFF_FFFF) as usize * 64;
         if rlw & 1 != 0 {
-            bits.extend((pos..pos + run).take(n - bits.len()));
+            bits.extend((pos..pos.saturating_add(run)).take(n - bits.len()));
         }
         pos = pos.saturating_add(run);
         i += 1;
         for _ in 0..(rlw >> 33) {
-            let Some(lit) = (i < words).then(|| word(i)) else {
+            let Some(lit) = (i < words).then(|| word(i)).flatten() else {
                 break;
             };
             for b in 0..64 {
                 if lit & (1 << b) != 0 && bits.len() < n {
-                    bits.push(pos + b);
+                    bits.push(pos.saturating_add(b));
                 }
             }
-            pos += 64;
+            pos = pos.saturating_add(64);
             i += 1;
         }
     }

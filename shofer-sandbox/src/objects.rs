@@ -814,7 +814,7 @@ fn invalid(why: impl Into<String>) -> io::Error {
 /// # Errors
 /// `InvalidData` when the first [`MAX_HEADER`] bytes hold no NUL, or the header is not as
 /// above.
-fn object_header(inflated: &[u8]) -> io::Result<(u64, u64)> {
+pub(crate) fn object_header(inflated: &[u8]) -> io::Result<(u64, u64)> {
     let head = &inflated[..inflated.len().min(MAX_HEADER)];
     let nul = head
         .iter()

@@ -1062,3 +1062,130 @@ fn a_command_run_as_the_worktrees_owner_is_gated_and_keeps_its_own_sockets() {
         assert_eq!(host.contacts(), 0, "{b}");
     }
 }
+
+/// Issue 29, F7: the command sends, on a unix socket of its own, a control buffer whose
+/// second cmsg declares `cmsg_len = 2^64-16`. The gate walked it with unchecked offsets: the
+/// length wrapped past its bounds check, it read past the buffer and the supervisor aborted
+/// (exit 134; in a debug build the gate thread died and the command waited forever). Now the
+/// call fails with `EINVAL`, as the kernel fails it, and the gate goes on serving: a valid
+/// `SCM_RIGHTS` right after passes a descriptor.
+const F7_PROGRAM: &str = r#"
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static int send_control(int s, struct sockaddr_un *a, void *ctl, size_t len) {
+    char byte = 'x';
+    struct iovec iov = {&byte, 1};
+    struct msghdr m = {0};
+    m.msg_name = a;
+    m.msg_namelen = sizeof *a;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = len;
+    return sendmsg(s, &m, 0) < 0 ? errno : 0;
+}
+
+int main(void) {
+    alarm(20); /* a gate that stopped answering leaves sendmsg waiting: SIGALRM ends it */
+    setvbuf(stdout, NULL, _IONBF, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    strcpy(a.sun_path, "f7.sock");
+    unlink(a.sun_path);
+    int r = socket(AF_UNIX, SOCK_DGRAM, 0), s = socket(AF_UNIX, SOCK_DGRAM, 0);
+    if (r < 0 || s < 0 || bind(r, (struct sockaddr *)&a, sizeof a) != 0) {
+        perror("setup");
+        return 2;
+    }
+    /* A valid SCM_RIGHTS (20 bytes, padded to 24), then one declaring 2^64-16 bytes. */
+    union { uint64_t align; unsigned char b[48]; } ctl = {0};
+    uint64_t len1 = 20, len2 = UINT64_MAX - 15;
+    int32_t lt[2] = {SOL_SOCKET, SCM_RIGHTS}, fds[2] = {1, 2};
+    memcpy(ctl.b, &len1, 8);
+    memcpy(ctl.b + 8, lt, 8);
+    memcpy(ctl.b + 16, &fds[0], 4);
+    memcpy(ctl.b + 24, &len2, 8);
+    memcpy(ctl.b + 32, lt, 8);
+    memcpy(ctl.b + 40, fds, 8);
+    int e = send_control(s, &a, ctl.b, sizeof ctl.b);
+    printf("malicious sendmsg: %s\n", e ? strerror(e) : "sent");
+    /* The gate still serves: a pipe's write end passed with a valid SCM_RIGHTS. */
+    int p[2];
+    if (pipe(p) != 0)
+        return 3;
+    union { struct cmsghdr h; unsigned char b[CMSG_SPACE(sizeof(int))]; } ok, in;
+    memset(&ok, 0, sizeof ok);
+    memset(&in, 0, sizeof in);
+    ok.h.cmsg_len = CMSG_LEN(sizeof(int));
+    ok.h.cmsg_level = SOL_SOCKET;
+    ok.h.cmsg_type = SCM_RIGHTS;
+    memcpy(CMSG_DATA(&ok.h), &p[1], sizeof(int));
+    e = send_control(s, &a, ok.b, sizeof ok.b);
+    char byte;
+    struct iovec iov = {&byte, 1};
+    struct msghdr m = {0};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = in.b;
+    m.msg_controllen = sizeof in.b;
+    /* The malicious datagram was never sent: the first one queued is the valid one. */
+    if (e != 0 || recvmsg(r, &m, MSG_DONTWAIT) != 1 || m.msg_controllen < CMSG_LEN(sizeof(int))) {
+        printf("valid sendmsg failed: %s\n", strerror(e ? e : errno));
+        return 4;
+    }
+    int got;
+    memcpy(&got, CMSG_DATA(&in.h), sizeof got);
+    char buf[2];
+    if (write(got, "ok", 2) != 2 || read(p[0], buf, 2) != 2 || memcmp(buf, "ok", 2) != 0)
+        return 5;
+    printf("descriptor passed\n");
+    unlink(a.sun_path);
+    return 7;
+}
+"#;
+
+#[test]
+fn a_cmsg_len_that_wraps_is_einval_and_the_supervisor_lives_issue_29_f7() {
+    if !require("/usr/bin/gcc") {
+        return;
+    }
+    // Built once, where the unprivileged uid can execute it.
+    let bin = Scratch::new();
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = bin.path().join("f7.c");
+    let exe = bin.path().join("f7");
+    std::fs::write(&src, F7_PROGRAM).unwrap();
+    let cc = Command::new("/usr/bin/gcc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "gcc: {}", show(&cc));
+    for uid in users() {
+        for b in backends() {
+            let tree = Tree::new(uid);
+            let out = tree.run(b, uid).arg(&exe).output();
+            let text = String::from_utf8_lossy(&out.stdout);
+            let who = uid.map_or("root".to_string(), |u| format!("uid {u}"));
+            // The program's own status: not the supervisor's abort (134), not SIGALRM (142).
+            assert_eq!(out.status.code(), Some(7), "{b} as {who}: {}", show(&out));
+            assert!(
+                text.contains("malicious sendmsg: Invalid argument")
+                    && text.contains("descriptor passed"),
+                "{b} as {who}: {}",
+                show(&out)
+            );
+            assert!(
+                !String::from_utf8_lossy(&out.stderr).contains("panicked"),
+                "{b} as {who}: {}",
+                show(&out)
+            );
+        }
+    }
+}

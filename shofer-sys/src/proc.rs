@@ -301,6 +301,28 @@ impl ProcTable {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// The command names its processes (`comm`, up to 15 bytes: any but NUL): no stat
+        /// line panics the parser, and a real one round-trips whatever the name (issue 29).
+        #[test]
+        fn any_stat_bytes_parse_without_panic_and_any_comm_round_trips(
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            comm in proptest::collection::vec(1u8..=255, 0..16),
+            pid in 1i32..=i32::MAX,
+            start in proptest::prelude::any::<u64>(),
+        ) {
+            let _ = parse_stat(&junk);
+            let mut line = format!("{pid} (").into_bytes();
+            line.extend_from_slice(&comm);
+            line.extend_from_slice(
+                format!(") S 1 {pid} 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 1 2\n").as_bytes(),
+            );
+            let p = parse_stat(&line).unwrap();
+            proptest::prop_assert_eq!((p.pid, p.ppid, p.pgid, p.sid, p.start), (pid, 1, pid, 7, start));
+            proptest::prop_assert_eq!(p.comm.as_bytes(), &comm[..]);
+        }
+    }
+
     #[test]
     fn comm_with_spaces_and_parentheses_is_kept_whole() {
         let line = b"4242 (a) b (c)) S 1 4242 4240 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10\n";

@@ -69,36 +69,46 @@ pub fn lookup(diag: &OwnedFd, sock_ino: u32) -> Lookup {
     if n < 16 {
         return Lookup::Unknown;
     }
-    let buf = &buf[..n as usize];
-    let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
-    let u16_at = |o: usize| u16::from_ne_bytes(buf[o..o + 2].try_into().unwrap());
-    let len = u32_at(0) as usize;
-    if u16_at(4) == NLMSG_ERROR && len >= 20 {
-        let err = -(u32_at(16) as i32);
-        return if err == libc::ENOENT {
-            Lookup::Gone
-        } else {
-            Lookup::Unknown
+    parse_reply(buf.get(..n as usize).unwrap_or_default(), sock_ino)
+}
+
+/// The answer in `buf`, the kernel's reply to [`lookup`] of `sock_ino`: an `NLMSG_ERROR`, or
+/// an `nlmsghdr` (16 bytes), a `unix_diag_msg` (16) and its attributes aligned to 4. The
+/// framing is the kernel's, but a name attribute holds what the command bound: every read is
+/// checked, and anything malformed is [`Lookup::Unknown`].
+pub fn parse_reply(buf: &[u8], sock_ino: u32) -> Lookup {
+    let at = |o: usize, n: usize| buf.get(o..o.checked_add(n)?);
+    let u32_at = |o: usize| Some(u32::from_ne_bytes(at(o, 4)?.try_into().ok()?));
+    let u16_at = |o: usize| Some(u16::from_ne_bytes(at(o, 2)?.try_into().ok()?));
+    let (Some(len), Some(kind)) = (u32_at(0), u16_at(4)) else {
+        return Lookup::Unknown;
+    };
+    let len = len as usize;
+    if kind == NLMSG_ERROR && len >= 20 {
+        return match u32_at(16) {
+            Some(e) if (e as i32).checked_neg() == Some(libc::ENOENT) => Lookup::Gone,
+            _ => Lookup::Unknown,
         };
     }
-    if len > buf.len() || len < 32 || u32_at(16 + 4) != sock_ino {
+    if len > buf.len() || len < 32 || u32_at(16 + 4) != Some(sock_ino) {
         return Lookup::Unknown;
     }
-    // nlmsghdr (16) + unix_diag_msg (16), then attributes aligned to 4.
     let (mut vfs, mut name) = (None, None);
-    let mut off = 32;
-    while off + 4 <= len {
-        let alen = u16_at(off) as usize;
-        let atype = u16_at(off + 2);
-        if alen < 4 || off + alen > len {
+    let mut off = 32usize;
+    while off.saturating_add(4) <= len {
+        let (Some(alen), Some(atype)) = (u16_at(off), u16_at(off + 2)) else {
             break;
-        }
+        };
+        let alen = usize::from(alen);
+        let Some(end) = off.checked_add(alen).filter(|&e| alen >= 4 && e <= len) else {
+            break;
+        };
         if atype == UNIX_DIAG_VFS && alen >= 12 {
-            vfs = Some((u32_at(off + 8), u32_at(off + 4)));
+            vfs = u32_at(off + 8).zip(u32_at(off + 4));
         } else if atype == UNIX_DIAG_NAME {
-            name = Some(buf[off + 4..off + alen].to_vec());
+            name = buf.get(off + 4..end).map(<[u8]>::to_vec);
         }
-        off += (alen + 3) & !3;
+        off = off.saturating_add((alen + 3) & !3);
     }
     Lookup::Found { vfs, name }
 }

@@ -453,37 +453,20 @@ fn send_with_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<(), i32> {
 }
 
 /// The offsets of every descriptor slot (4 bytes each) of the `SCM_RIGHTS` messages in the
-/// ancillary buffer `control` (x86-64 `cmsghdr`: a u64 length, level and type as i32, data at
-/// 16, the next header at the length rounded up to 8). Checked arithmetic: a length that is too
-/// small, runs past the buffer or overflows ends the walk.
+/// ancillary buffer `control`, as [`super::wire::cmsgs`] walks it (a malformed header ends the
+/// walk).
 pub(super) fn rights_slots(control: &[u8]) -> Vec<usize> {
     let mut out = Vec::new();
-    let mut off = 0usize;
-    loop {
-        let Some(h) = off.checked_add(16).and_then(|end| control.get(off..end)) else {
-            return out;
-        };
-        let len = u64::from_ne_bytes(h[..8].try_into().expect("8 bytes"));
-        let level = i32::from_ne_bytes(h[8..12].try_into().expect("4 bytes"));
-        let ty = i32::from_ne_bytes(h[12..16].try_into().expect("4 bytes"));
-        let Some(end) = usize::try_from(len).ok().and_then(|l| off.checked_add(l)) else {
-            return out;
-        };
-        if len < 16 || end > control.len() {
-            return out;
-        }
-        if level == libc::SOL_SOCKET && ty == libc::SCM_RIGHTS {
-            let mut slot = off + 16;
-            while slot + 4 <= end {
-                out.push(slot);
-                slot += 4;
+    for item in super::wire::cmsgs(control) {
+        match item {
+            Ok(super::wire::Cmsg::Rights { at, fds }) => {
+                out.extend((0..fds.len()).map(|k| at + 4 * k));
             }
-        }
-        match end.checked_add(7).map(|e| e & !7) {
-            Some(next) if next > off => off = next,
-            _ => return out,
+            Ok(_) => {}
+            Err(_) => break,
         }
     }
+    out
 }
 
 fn cmsg_space(fds: usize) -> usize {
@@ -616,11 +599,11 @@ fn read_replies(sock: &OwnedFd, pending: &Mutex<HashMap<u64, Pending>>, listener
             Ok(reply.result)
         };
         if let (Some(base), Ok(_)) = (p.mmsg_base, result) {
-            let entry = std::mem::size_of::<libc::mmsghdr>() as u64;
-            let at = |i: u64| base + i * entry + std::mem::size_of::<libc::msghdr>() as u64;
             if notify::still_valid(listener.as_raw_fd(), reply.id) {
                 for (i, len) in reply.lens.iter().enumerate() {
-                    let _ = notify::write_mem(p.tid, at(i as u64), &len.to_ne_bytes());
+                    if let Some(at) = super::wire::mmsg_len_at(base, i as u64) {
+                        let _ = notify::write_mem(p.tid, at, &len.to_ne_bytes());
+                    }
                 }
             }
         }

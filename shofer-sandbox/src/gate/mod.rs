@@ -41,6 +41,7 @@ mod notify;
 pub mod packed_refs;
 pub mod resolve;
 pub mod serve;
+pub mod wire;
 
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;

@@ -195,7 +195,7 @@ pub fn read_path(pid: libc::pid_t, addr: u64) -> Result<Vec<u8>, i32> {
             return Ok(out);
         }
         out.extend_from_slice(&chunk);
-        at += len as u64;
+        at = at.checked_add(len as u64).ok_or(libc::EFAULT)?;
     }
     Err(libc::ENAMETOOLONG)
 }

@@ -44,6 +44,7 @@ use super::helper::{self, sockopt, Link, Msg, Pending, Request};
 use super::notify::{self, AddFd, Notif};
 use super::packed_refs;
 use super::resolve::{self, Ident};
+use super::wire;
 
 use shofer_sys::errno::last as errno;
 
@@ -329,14 +330,6 @@ impl Message {
             data: self.data,
         }
     }
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_ne_bytes(b[o..o + 8].try_into().expect("8 bytes"))
-}
-
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"))
 }
 
 impl Gate {
@@ -884,52 +877,39 @@ impl Gate {
     /// Reads the `msghdr` at `ptr` and everything it points to, translating `SCM_RIGHTS`
     /// descriptors into ours. The target is decided later, after the validity check.
     fn read_message(&mut self, pid: libc::pid_t, ptr: u64) -> Result<(Message, Vec<u8>), i32> {
-        let h = notify::read_mem(pid, ptr, std::mem::size_of::<libc::msghdr>())?;
-        let (name, namelen) = (u64_at(&h, 0), u32_at(&h, 8) as u64);
-        let (iov, iovlen) = (u64_at(&h, 16), u64_at(&h, 24));
-        let (ctl, ctllen) = (u64_at(&h, 32), u64_at(&h, 40));
-        if iovlen > MAX_IOV {
+        // Every length below is the command's: decoded and walked by `wire`, checked.
+        let h = wire::msghdr(&notify::read_mem(pid, ptr, wire::MSGHDR_SIZE)?)?;
+        let (name, namelen) = (h.name, u64::from(h.namelen));
+        if h.iovlen > MAX_IOV {
             return Err(libc::EMSGSIZE);
         }
-        if ctllen > MAX_CONTROL {
+        if h.controllen > MAX_CONTROL {
             return Err(libc::ENOBUFS);
         }
         let mut data = Vec::new();
-        if iovlen > 0 {
-            let v = notify::read_mem(pid, iov, 16 * iovlen as usize)?;
-            for i in 0..iovlen as usize {
-                let (base, len) = (u64_at(&v, 16 * i), u64_at(&v, 16 * i + 8) as usize);
-                let len = len.min(MAX_PAYLOAD - data.len());
+        if h.iovlen > 0 {
+            let len = wire::iov_array_len(h.iovlen).ok_or(libc::EMSGSIZE)?;
+            for (base, len) in wire::iovecs(&notify::read_mem(pid, h.iov, len)?) {
+                let len = usize::try_from(len)
+                    .unwrap_or(usize::MAX)
+                    .min(MAX_PAYLOAD.saturating_sub(data.len()));
                 if len > 0 {
                     data.extend(notify::read_mem(pid, base, len)?);
                 }
             }
         }
-        let mut control = if ctllen > 0 && ctl != 0 {
-            notify::read_mem(pid, ctl, ctllen as usize)?
+        let mut control = if h.controllen > 0 && h.control != 0 {
+            notify::read_mem(pid, h.control, h.controllen as usize)?
         } else {
             Vec::new()
         };
         let mut fds = Vec::new();
-        let mut off = 0usize;
-        while off + 16 <= control.len() {
-            let clen = u64_at(&control, off) as usize;
-            if clen < 16 || off + clen > control.len() {
-                break;
-            }
-            let level = u32_at(&control, off + 8) as i32;
-            let ty = u32_at(&control, off + 12) as i32;
-            if level == libc::SOL_SOCKET && ty == libc::SCM_RIGHTS {
-                for k in 0..(clen - 16) / 4 {
-                    let o = off + 16 + 4 * k;
-                    let theirs = u32_at(&control, o) as u64;
-                    let ours = self.socket_of(pid, theirs)?;
-                    control[o..o + 4].copy_from_slice(&ours.as_raw_fd().to_ne_bytes());
-                    fds.push(ours);
-                }
-            }
-            off += (clen + 7) & !7;
-        }
+        wire::replace_rights(&mut control, |theirs| {
+            let ours = self.socket_of(pid, u64::from(theirs as u32))?;
+            let n = ours.as_raw_fd();
+            fds.push(ours);
+            Ok::<_, i32>(n)
+        })?;
         let addr = Self::read_addr(pid, name, namelen)?;
         Ok((
             Message {
@@ -955,10 +935,9 @@ impl Gate {
     fn sendmmsg(&mut self, n: &Notif) -> Result<Reply, i32> {
         let sock = self.socket_of(n.pid, n.args[0])?;
         let vlen = (n.args[2] as u32).min(MAX_IOV as u32) as u64;
-        let entry = std::mem::size_of::<libc::mmsghdr>() as u64;
         let mut msgs = Vec::new();
         for i in 0..vlen {
-            let at = n.args[1].checked_add(i * entry).ok_or(libc::EFAULT)?;
+            let at = wire::mmsghdr_at(n.args[1], i).ok_or(libc::EFAULT)?;
             msgs.push(self.read_message(n.pid, at)?);
         }
         let mut ready = Vec::new();

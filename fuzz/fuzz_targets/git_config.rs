@@ -1,0 +1,6 @@
+//! Fuzzes a nested repository's config (gitprotect::config_entries, nested::loose_program_key): no input may panic.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    shofer_sandbox::fuzzing::git_config(data);
+});
