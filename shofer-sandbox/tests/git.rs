@@ -2340,3 +2340,72 @@ fn a_nested_config_with_keys_off_the_allow_list_runs_nothing_after_the_run() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Issue 29, F4: a command that keeps rewriting a gitlinked repository's config
+/// (`core.fsmonitor = $EVIL`, a new file moved into place) while the host runs `git status` in
+/// the worktree. No backend yet keeps the host-visible index free of the command's gitlinks
+/// during the run: where the host's git ran the program during the run, the run must have
+/// named that gap (`nested_repositories_during_run`) on stderr; after the run it must never
+/// run. Every backend, as root and as uid 65534.
+#[test]
+fn a_nested_config_rewritten_in_a_loop_is_a_named_gap_during_the_run_and_gone_after() {
+    let mut failures = Vec::new();
+    for b in backends() {
+        for uid in uids() {
+            let l = Layout::new(uid, &[]);
+            let go = l.s.path().join("go");
+            let ready = l.signal_file("f4");
+            let script = format!(
+                "mkdir sub && git -C sub init -q && git -C sub commit -q --allow-empty -m s && git add sub && touch '{r}'; \
+                 while [ ! -e '{g}' ]; do printf '[core]\\n\\tfsmonitor = %s\\n' \"$EVIL\" > sub/.git/c.new && mv sub/.git/c.new sub/.git/config; done",
+                r = ready.display(),
+                g = go.display(),
+            );
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, &script);
+            cmd.envs(l.vars())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = cmd.spawn().unwrap();
+            let cell = format!("{b} / uid {uid:?}");
+            if !wait_for(&ready, &mut child) {
+                failures.push(format!("{cell}: the command ended early"));
+            }
+            let mut ran_during = false;
+            for _ in 0..20 {
+                host_git_in(&l, &l.wt, &["status", "--short"]);
+                ran_during |= l.ran();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = std::fs::remove_file(l.s.path().join("ran"));
+            std::fs::write(&go, "").unwrap();
+            let _ = std::fs::remove_file(&ready);
+            let out = child.wait_with_output().unwrap();
+            host_git_in(&l, &l.wt, &["status", "--short"]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let named = stderr.contains("hardening not enforced (nested_repositories_during_run)");
+            if ran_during && !named {
+                failures.push(format!(
+                    "{cell}: the host's git ran the program during the run, and the run did not name the gap: {}",
+                    show(&out)
+                ));
+            }
+            if !named {
+                failures.push(format!("{cell}: the gap is not named: {}", show(&out)));
+            }
+            if ran_during {
+                println!("{cell}: the host's git ran the program during the run (the named gap)");
+            }
+            if l.ran() {
+                failures.push(format!(
+                    "{cell}: the host's git ran the program after the run: {}",
+                    show(&out)
+                ));
+            }
+            if out.status.code() != Some(0) {
+                failures.push(format!("{cell}: exit status: {}", show(&out)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
