@@ -13,11 +13,13 @@
 //! versions 2-4, with a split index's shared index), follows each gitlink to its gitdir and
 //! common dir, reads that repository's index and follows its gitlinks the same way (from its
 //! `core.worktree`, when set), and *quarantines* every configuration file in the writable set
-//! that sets a key naming a program: it is renamed to `<name>.shofer-quarantined-<random>`
-//! (kept, never deleted), so the host's git reads no configuration there. It runs whenever
+//! that [`crate::nestedconfig::judge`] does not keep (an allow-list: every key must be one git
+//! reads as data): it is renamed to `<name>.shofer-quarantined-<random>` (kept, never
+//! deleted), so the host's git reads no configuration there. It runs whenever
 //! the index changes, periodically while gitlinks exist (the watcher of
 //! [`crate::gitguard`]), and when the command ends; between the command's write and the check
-//! a host git could still read the file (the same window as the guard's). A nested
+//! a host git could still read the file: a named gap on every backend
+//! ([`crate::gitguard::NESTED_GAP`]). A nested
 //! repository's `hooks/` holding anything but samples is moved aside too. One check follows
 //! at most [`MAX_GITLINKS`] gitlinks, [`MAX_DEPTH`] deep, and reads at most [`CHECK_BUDGET`]
 //! bytes of nested indexes and configurations: what it leaves unread (a configuration, an
