@@ -1,4 +1,4 @@
-//! Fuzzes a nested repository's config (gitprotect::config_entries, nested::loose_program_key): no input may panic.
+//! Fuzzes a nested repository's config (gitprotect::config_entries, nestedconfig::judge): no input may panic.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

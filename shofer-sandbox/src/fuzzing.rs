@@ -9,7 +9,7 @@
 //! | [`sock_diag_reply`] | `gate::diag::parse_reply` | the kernel, with a name the command bound |
 //! | [`git_index`] | `nested::parse_index` (entries, EOIE/IEOT, `link` + EWAH) | a nested repository's index |
 //! | [`gitfile`] | `git::parse_pointer` | the worktree's `.git` file, a gitdir's back-link |
-//! | [`git_config`] | `gitprotect::config_entries`, `nested::loose_program_key` | a nested repository's config |
+//! | [`git_config`] | `gitprotect::config_entries`, `nestedconfig::judge` | a nested repository's config |
 //! | [`loose_object`] | `objects::loose_object_id_of` (zlib, header, size, fsck) | a loose object the run added |
 //! | [`object_header`] | `objects::object_header` | an inflated loose object |
 //! | [`fsck_object`] | `fsck::check` | a tree, commit or tag the run added |
@@ -57,10 +57,8 @@ pub fn gitfile(data: &[u8]) {
 /// A git configuration file, read as the nested check reads it.
 pub fn git_config(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    for (s, k, v) in crate::gitprotect::config_entries(&text) {
-        let _ = crate::nested::runs_a_program(&s, &k, &v);
-    }
-    let _ = crate::nested::loose_program_key(&text);
+    let _ = crate::gitprotect::config_entries(&text);
+    let _ = crate::nestedconfig::judge(data);
 }
 
 /// A loose object file (zlib stream of `<type> <size>\0<content>`), with a budget of 1 MiB.

@@ -1154,6 +1154,15 @@ fn watch_loop(
     (total, ino)
 }
 
+/// What no backend enforces yet for nested repositories (issue 29, F4), said once per run on
+/// stderr when the index first lists a gitlink, and in the report
+/// ([`crate::report`]: `git.not_enforced`). No backend yet keeps the host-visible index free
+/// of the command's gitlinks during the run (the construction that would: the command's git
+/// writes a private index, published when the run has ended and every nested repository
+/// has been checked), so a configuration the command writes there between two checks can be
+/// read by a host git run in the worktree meanwhile.
+pub const NESTED_GAP: &str = "hardening not enforced (nested_repositories_during_run): the index lists a gitlink; a nested repository's config the command writes while it runs is checked when the index changes, every 200 ms and at exit, and a host git run in the worktree between a write and its check can read it; after the run only configurations whose every key is on the allow-list remain";
+
 /// The nested check's thread: one check at once (the index may have changed before the
 /// gate opened), one at each wake-up from the watcher, and every [`RECHECK_MS`]
 /// while gitlinks exist (their repositories' configs and indexes can change without an
@@ -1166,6 +1175,7 @@ fn nested_loop(
 ) -> Restored {
     use std::os::fd::AsFd;
     let mut total = Restored::default();
+    let mut gap_named = false;
     loop {
         let (c, links) = match scan.lock() {
             Ok(mut s) => s.check(),
@@ -1174,6 +1184,10 @@ fn nested_loop(
                 break;
             }
         };
+        if links > 0 && !gap_named {
+            gap_named = true;
+            eprintln!("shofer-sandbox: {NESTED_GAP}");
+        }
         // A check that could not finish is tried again on the timer as well.
         let again = links > 0 || !c.failed.is_empty();
         let r = Restored {

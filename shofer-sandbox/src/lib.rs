@@ -74,6 +74,8 @@ mod gitrun;
 mod hostfilter;
 mod namespaces;
 mod nested;
+#[doc(hidden)]
+pub mod nestedconfig;
 mod nofile;
 mod objects;
 pub mod path_search;

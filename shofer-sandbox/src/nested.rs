@@ -13,11 +13,13 @@
 //! versions 2-4, with a split index's shared index), follows each gitlink to its gitdir and
 //! common dir, reads that repository's index and follows its gitlinks the same way (from its
 //! `core.worktree`, when set), and *quarantines* every configuration file in the writable set
-//! that sets a key naming a program: it is renamed to `<name>.shofer-quarantined-<random>`
-//! (kept, never deleted), so the host's git reads no configuration there. It runs whenever
+//! that [`crate::nestedconfig::judge`] does not keep (an allow-list: every key must be one git
+//! reads as data): it is renamed to `<name>.shofer-quarantined-<random>` (kept, never
+//! deleted), so the host's git reads no configuration there. It runs whenever
 //! the index changes, periodically while gitlinks exist (the watcher of
 //! [`crate::gitguard`]), and when the command ends; between the command's write and the check
-//! a host git could still read the file (the same window as the guard's). A nested
+//! a host git could still read the file: a named gap on every backend
+//! ([`crate::gitguard::NESTED_GAP`]). A nested
 //! repository's `hooks/` holding anything but samples is moved aside too. One check follows
 //! at most [`MAX_GITLINKS`] gitlinks, [`MAX_DEPTH`] deep, and reads at most [`CHECK_BUDGET`]
 //! bytes of nested indexes and configurations: what it leaves unread (a configuration, an
@@ -44,33 +46,6 @@ const MAX_DEPTH: usize = 16;
 /// Bytes of nested indexes and configurations one check reads (besides the worktree's own
 /// index): the check is bounded however many or large the repositories the command makes.
 pub const CHECK_BUDGET: usize = 256 << 20;
-
-/// Configuration keys whose value git runs as a program (git-config(1)), or that lead git to
-/// run one: a fetch (a partial clone's lazy fetch runs from `git status`) runs
-/// `remote.*.uploadpack`, a `vcs` or `<transport>::` URL's remote helper, or any URL an
-/// `insteadOf` rewrites to one, under `protocol.*.allow`. `core.fsmonitor` counts only when it
-/// is not a boolean (`true` is the built-in daemon).
-pub(crate) fn runs_a_program(section: &str, key: &str, value: &str) -> bool {
-    let section = section.to_ascii_lowercase();
-    let base = section.split('.').next().unwrap_or("");
-    match (base, key) {
-        ("core", "fsmonitor") => !matches!(
-            value.to_ascii_lowercase().as_str(),
-            "true" | "false" | "yes" | "no" | "on" | "off" | "1" | "0" | ""
-        ),
-        ("core", "hookspath" | "sshcommand" | "editor" | "pager" | "askpass" | "gitproxy") => true,
-        ("diff", "external" | "command" | "textconv") => true,
-        ("filter", "clean" | "smudge" | "process") => true,
-        ("merge", "driver") => true,
-        ("credential", "helper") => true,
-        ("gpg", "program") | ("sequence", "editor") | ("uploadpack", "packobjectshook") => true,
-        ("include", "path") => true,
-        ("remote", "uploadpack" | "receivepack" | "vcs") => true,
-        ("remote", "url" | "pushurl") => value.contains("::"),
-        ("url", "insteadof" | "pushinsteadof") | ("protocol", "allow") => true,
-        _ => base.starts_with("includeif") || key.ends_with("command") || key.ends_with("cmd"),
-    }
-}
 
 /// One configuration file taken out of the host's reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,10 +87,44 @@ struct Entered {
     /// Its gitdir (canonical).
     gitdir: PathBuf,
     /// The configuration files git reads there, in git's order (the common dir's `config`,
-    /// then the gitdir's `config.worktree`), whatever is at their path.
-    configs: Vec<PathBuf>,
+    /// then the gitdir's `config.worktree`), whatever is at their path: each as the directory
+    /// it is in (opened once, so that what is judged and what is moved aside are in the
+    /// directory git resolved, whatever the command renames meanwhile), that directory's
+    /// path and the name.
+    configs: Vec<Config>,
     /// Its hooks directory (`<common>/hooks`), whatever is at that path.
     hooks: PathBuf,
+}
+
+/// A configuration file of an entered repository.
+struct Config {
+    dir: std::os::fd::OwnedFd,
+    /// The path of `dir` as the kernel names it (`/proc/self/fd`): what decides whether the
+    /// file is the command's to write.
+    dir_path: PathBuf,
+    name: &'static str,
+}
+
+impl Config {
+    fn path(&self) -> PathBuf {
+        self.dir_path.join(self.name)
+    }
+}
+
+/// The directory at `path` (followed, as git follows it), opened, and its path as the kernel
+/// names the opened directory.
+fn open_dir(path: &Path) -> Option<(std::os::fd::OwnedFd, PathBuf)> {
+    let fd = crate::paths::open_following(path).ok()?;
+    if crate::paths::kind(&fd).ok()? != crate::paths::Kind::Dir {
+        return None;
+    }
+    let named = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ))
+    .or_else(|_| std::fs::canonicalize(path))
+    .ok()?;
+    Some((fd, named))
 }
 
 /// One check's state: what it read, and how much more it may read.
@@ -296,14 +305,23 @@ impl NestedScan {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => self.quarantine(&commondir, not_checkable(&e), &mut pass.out),
         }
-        let mut configs = Vec::new();
-        for (d, name) in dirs
-            .iter()
-            .flat_map(|d| [(d, "config"), (d, "config.worktree")])
-        {
-            let p = d.join(name);
-            if !configs.contains(&p) && std::fs::symlink_metadata(&p).is_ok() {
-                configs.push(p);
+        let mut configs: Vec<Config> = Vec::new();
+        for d in &dirs {
+            let Some((dir, dir_path)) = open_dir(d) else {
+                continue;
+            };
+            for name in ["config", "config.worktree"] {
+                let known = configs
+                    .iter()
+                    .any(|c| c.dir_path == dir_path && c.name == name);
+                if !known && crate::paths::stat_at(&dir, name).is_ok() {
+                    let Ok(dir) = dir.try_clone() else { continue };
+                    configs.push(Config {
+                        dir,
+                        dir_path: dir_path.clone(),
+                        name,
+                    });
+                }
             }
         }
         let hooks = dirs[0].join("hooks");
@@ -367,47 +385,82 @@ impl NestedScan {
     }
 
     /// One configuration file: its `core.worktree` values when it stays, `None` when it is
-    /// moved aside or cannot be read.
-    fn judge_config(&self, config: &Path, gitdir: &Path, pass: &mut Pass) -> Option<Vec<String>> {
-        let text = match read_config(config, pass) {
-            Ok((id, text)) => match pass.configs_seen.iter().find(|(seen, _)| *seen == id) {
+    /// moved aside or cannot be read. One in the writable set stays only when every key is
+    /// on the allow-list ([`crate::nestedconfig`]) and its `core.worktree` leads nowhere
+    /// through /proc or /dev; one outside is the user's own, read only for its worktree.
+    fn judge_config(&self, config: &Config, gitdir: &Path, pass: &mut Pass) -> Option<Vec<String>> {
+        let writable = self.writable(&config.dir_path);
+        let ((dev, ino), bytes) = match read_config(config, pass) {
+            Ok((id, bytes)) => match pass.configs_seen.iter().find(|(seen, _)| *seen == id) {
                 Some((_, values)) => return Some(values.clone()),
-                None => (id, text),
+                None => (id, bytes),
             },
             Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
             Err(e) => {
-                self.quarantine(config, not_checkable(&e), &mut pass.out);
+                self.quarantine_in(config, not_checkable(&e), &mut pass.out);
                 return None;
             }
         };
-        let ((dev, ino), text) = text;
-        let entries = crate::gitprotect::config_entries(&text);
-        let program = entries
-            .iter()
-            .find(|(s, k, v)| runs_a_program(s, k, v))
-            .map(|(s, k, _)| format!("{s}.{k}"))
-            .or_else(|| loose_program_key(&text))
-            .or_else(|| {
-                // A worktree through /proc or /dev is another one for each git process.
+        let worktrees = |entries: Vec<(String, String, String)>| -> Vec<String> {
+            entries
+                .into_iter()
+                .filter(|(s, k, _)| s == "core" && k == "worktree")
+                .map(|(_, _, v)| v)
+                .collect()
+        };
+        let values = if writable {
+            let entries = match crate::nestedconfig::judge(&bytes) {
+                Ok(entries) => entries,
+                Err(why) => {
+                    self.quarantine_in(config, why.to_string(), &mut pass.out);
+                    return None;
+                }
+            };
+            let values = worktrees(
                 entries
-                    .iter()
-                    .filter(|(s, k, _)| s == "core" && k == "worktree")
-                    .any(|(_, _, v)| crate::paths::through_proc_or_dev(&gitdir.join(v)))
-                    .then(|| "core.worktree (leads through /proc or /dev)".to_string())
-            });
-        if let Some(key) = program {
-            if self.writable(config) {
-                self.quarantine(config, key, &mut pass.out);
+                    .into_iter()
+                    .map(|e| (e.section, e.key, e.value.unwrap_or_default()))
+                    .collect(),
+            );
+            // A worktree through /proc or /dev is another one for each git process.
+            if values
+                .iter()
+                .any(|v| crate::paths::through_proc_or_dev(&gitdir.join(v)))
+            {
+                let why = "core.worktree (leads through /proc or /dev)".to_string();
+                self.quarantine_in(config, why, &mut pass.out);
                 return None;
             }
-        }
-        let values: Vec<String> = entries
-            .into_iter()
-            .filter(|(s, k, _)| s == "core" && k == "worktree")
-            .map(|(_, _, v)| v)
-            .collect();
+            values
+        } else {
+            worktrees(crate::gitprotect::config_entries(&String::from_utf8_lossy(
+                &bytes,
+            )))
+        };
         pass.configs_seen.push(((dev, ino), values.clone()));
         Some(values)
+    }
+
+    /// Moves the configuration `config` aside ([`Self::quarantine`]), relative to the
+    /// directory it was read from.
+    fn quarantine_in(&self, config: &Config, key: String, out: &mut Checked) {
+        let path = config.path();
+        if !self.writable(&config.dir_path) {
+            return;
+        }
+        let mut new_name = std::ffi::OsString::from(config.name);
+        new_name.push(format!(
+            ".shofer-quarantined-{}",
+            crate::gitguard::random_suffix()
+        ));
+        match crate::paths::rename_noreplace_at(&config.dir, config.name.as_ref(), &new_name) {
+            Ok(()) => out.quarantined.push(Quarantined {
+                moved_to: config.dir_path.join(&new_name),
+                path,
+                key,
+            }),
+            Err(e) => out.failed.push((path, e.to_string())),
+        }
     }
 
     /// Moves `path` aside to `<path>.shofer-quarantined-<random>` when it is in the writable
@@ -455,102 +508,17 @@ fn not_checkable(e: &io::Error) -> String {
     format!("(not checkable: {e})")
 }
 
-/// Keys git runs as a program ([`runs_a_program`]), for [`loose_program_key`].
-const PROGRAM_KEYS: [&str; 23] = [
-    "fsmonitor",
-    "hookspath",
-    "sshcommand",
-    "editor",
-    "pager",
-    "askpass",
-    "gitproxy",
-    "external",
-    "command",
-    "textconv",
-    "clean",
-    "smudge",
-    "process",
-    "driver",
-    "helper",
-    "program",
-    "packobjectshook",
-    "path",
-    "uploadpack",
-    "receivepack",
-    "vcs",
-    "insteadof",
-    "pushinsteadof",
-];
-
-/// A second reading of a configuration file that errs on the side of finding a key naming
-/// a program, in any section: each physical line's first word, and the word after each `]`
-/// (git takes a key after a section header on the same line). It covers what a
-/// line-by-line parse misreads in git's grammar — a line ending in a backslash continues on
-/// the next one, a leading byte-order mark is skipped — which the command could use to hide
-/// a key. Only `fsmonitor` set to a boolean on a line of its own (the built-in daemon) passes.
-pub(crate) fn loose_program_key(text: &str) -> Option<String> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut continued = false;
-    for line in text.split('\n') {
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        let starts =
-            std::iter::once(line).chain(line.match_indices(']').map(|(at, _)| &line[at + 1..]));
-        for start in starts {
-            let start = start.trim_start();
-            let word: String = start
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-                .collect::<String>()
-                .to_ascii_lowercase();
-            let url = (word == "url" || word == "pushurl") && start.contains("::");
-            if !(PROGRAM_KEYS.contains(&word.as_str())
-                || word.ends_with("cmd")
-                || word.ends_with("command")
-                || word == "allow"
-                || url)
-            {
-                continue;
-            }
-            if word == "fsmonitor" && !continued && boolean_setting(&start[word.len()..]) {
-                continue;
-            }
-            return Some(format!("{word} (read as git may read it)"));
-        }
-        continued = line.ends_with('\\');
-    }
-    None
-}
-
-/// Whether `rest` (what follows a key on its line) sets a plain boolean: nothing, or `=`
-/// and one of git's boolean words, then at most a comment.
-fn boolean_setting(rest: &str) -> bool {
-    let rest = rest.trim();
-    let Some(value) = (if rest.is_empty() {
-        Some("")
-    } else {
-        rest.strip_prefix('=')
-    }) else {
-        return false;
-    };
-    let value = value.split(['#', ';']).next().unwrap_or("").trim();
-    !rest.ends_with('\\')
-        && matches!(
-            value.to_ascii_lowercase().as_str(),
-            "true" | "false" | "yes" | "no" | "on" | "off" | "1" | "0" | ""
-        )
-}
-
-/// The identity (device, inode) and text of the configuration file `path` (a regular file
-/// of at most [`MAX_CONFIG`] bytes, within `pass`'s budget); the text is empty, unread, when
-/// that file was judged already this pass.
-fn read_config(path: &Path, pass: &mut Pass) -> io::Result<((u64, u64), String)> {
+/// The identity (device, inode) and bytes of the configuration file `config` (a regular
+/// file of at most [`MAX_CONFIG`] bytes, within `pass`'s budget); the bytes are empty, unread,
+/// when that file was judged already this pass.
+fn read_config(config: &Config, pass: &mut Pass) -> io::Result<((u64, u64), Vec<u8>)> {
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;
-    let file = crate::paths::open_regular(path)?;
+    let file = crate::paths::open_regular_in(&config.dir, config.name)?;
     let meta = file.metadata()?;
     let id = (meta.dev(), meta.ino());
     if pass.configs_seen.iter().any(|(seen, _)| *seen == id) {
-        return Ok((id, String::new()));
+        return Ok((id, Vec::new()));
     }
     let max = MAX_CONFIG.min(pass.budget);
     let mut bytes = Vec::new();
@@ -562,7 +530,7 @@ fn read_config(path: &Path, pass: &mut Pass) -> io::Result<((u64, u64), String)>
         ));
     }
     pass.budget -= bytes.len();
-    Ok((id, String::from_utf8_lossy(&bytes).into_owned()))
+    Ok((id, bytes))
 }
 
 /// Gitlink paths of the index at `index`, with a split index's shared index
@@ -1109,11 +1077,6 @@ mod tests {
         git(&root, &["add", "sub"]);
         let mut scan = scan_of(&root);
         assert!(scan.check().0.quarantined.is_empty());
-        git(&root.join("sub"), &["config", "core.fsmonitor", "true"]);
-        assert!(
-            scan.check().0.quarantined.is_empty(),
-            "the built-in monitor"
-        );
         git(
             &root.join("sub"),
             &["config", "core.fsmonitor", "/bin/evil"],
@@ -1122,7 +1085,7 @@ mod tests {
         assert_eq!(links, 1);
         assert_eq!(c.quarantined.len(), 1, "{c:?}");
         assert_eq!(c.quarantined[0].path, root.join("sub/.git/config"));
-        assert_eq!(c.quarantined[0].key, "core.fsmonitor");
+        assert!(c.quarantined[0].key.starts_with("core.fsmonitor "), "{c:?}");
         assert!(!root.join("sub/.git/config").exists());
         assert!(c.quarantined[0].moved_to.exists());
     }
@@ -1600,7 +1563,7 @@ mod tests {
             assert!(!status_runs(&root, &marker), "{text:?}");
             std::fs::remove_file(&c.quarantined[0].moved_to).unwrap();
         }
-        for fine in ["[core]\n\tfsmonitor = true\n", "[core]\n\tfsmonitor\n"] {
+        for fine in ["[core]\n\tbare = false\n", "[core]\n\tbare\n"] {
             std::fs::write(&config, fine).unwrap();
             assert!(scan_of(&root).check().0.quarantined.is_empty(), "{fine:?}");
         }
@@ -1810,26 +1773,5 @@ mod tests {
         let past = (data.len() as u32 + 100).to_be_bytes();
         forged[at + 20..at + 24].copy_from_slice(&past);
         assert_eq!(parse_gitlinks(&forged, 20), None, "a block past the end");
-    }
-
-    #[test]
-    fn program_keys_are_recognised() {
-        assert!(runs_a_program("core", "fsmonitor", "/x"));
-        assert!(!runs_a_program("core", "fsmonitor", "TRUE"));
-        assert!(runs_a_program("filter.lfs", "smudge", "x"));
-        assert!(runs_a_program("includeIf.gitdir:/x", "path", "x"));
-        assert!(!runs_a_program("user", "name", "x"));
-        // What a lazy fetch of a partial clone (from `git status`) runs.
-        assert!(runs_a_program("remote.origin", "uploadpack", "/e"));
-        assert!(runs_a_program("remote.origin", "vcs", "x/../e"));
-        assert!(runs_a_program("remote.origin", "url", "ext::/e x"));
-        assert!(!runs_a_program("remote.origin", "url", "https://h/r.git"));
-        assert!(runs_a_program("protocol.ext", "allow", "always"));
-        assert!(runs_a_program("url.ext::/e", "insteadof", "https://h/"));
-        assert!(runs_a_program("core", "alternaterefscommand", "/e"));
-        let clone = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n[remote \"origin\"]\n\turl = https://h/r.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n\tpromisor = true\n\tpartialclonefilter = blob:none\n[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n[extensions]\n\tpartialclone = origin\n";
-        assert_eq!(loose_program_key(clone), None);
-        assert!(loose_program_key("[core]\n\talternateRefsCommand = /e\n").is_some());
-        assert!(loose_program_key("[remote \"o\"]\n\turl = ext::/e x\n").is_some());
     }
 }

@@ -155,6 +155,7 @@ pub fn run(
     git["not_enforced"] = json!([
         {"what": "hard links", "reason": "a hard link the command can reach that points to a file outside the worktree (a local clone's objects, a pnpm/uv store) is the same inode: writes through it change the outside file; path-based rules (Landlock, bind mounts) cannot tell. Avoid: `git clone --no-hardlinks`, pnpm `package-import-method=copy`, uv `--link-mode=copy`"},
         {"what": "nested repositories", "reason": "a repository the command creates inside the worktree (with its own config) is run by a host git only through a gitlink the command adds to the index; shofer does not remove it: review `git status` for new submodules before committing"},
+        {"what": "nested repositories during the run", "key": "nested_repositories_during_run", "reason": crate::gitguard::NESTED_GAP},
         {"what": "in-tree scripts run by hooks", "reason": "hooks that run files of the worktree (lefthook.yml, npm scripts, Makefiles) run what the command wrote"},
     ]);
     map.insert("git".into(), git);

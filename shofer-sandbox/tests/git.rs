@@ -2245,3 +2245,167 @@ fn a_fetched_history_with_a_malformed_identity_reaches_the_store() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Runs `args` with the host's git in `dir` as `uid` (the scratch's user), with the test's
+/// environment; returns its output.
+fn host_git_in(l: &Layout, dir: &Path, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new("git");
+    cmd.args(args)
+        .current_dir(dir)
+        .envs(git_env())
+        .env("XDG_CONFIG_HOME", l.s.path().join("state"))
+        .stdin(Stdio::null());
+    as_uid(&mut cmd, l.uid);
+    cmd.output().unwrap()
+}
+
+/// A nested repository `sub` (registered in `.gitmodules` and the index) whose own config
+/// sets `submodule.x.update = !$EVIL` for its submodule `x` (populated, its recorded commit
+/// not checked out), beside other keys that name programs and that the old list of program
+/// keys missed (issue 29, F5): the host's `git submodule update --init --recursive` runs
+/// `$EVIL` in `sub`.
+const F5_PLANT: &str = r#"set -e
+git init -q x && git -C x commit -q --allow-empty -m A && git -C x commit -q --allow-empty -m B
+B=$(git -C x rev-parse HEAD); git -C x branch -q b; git -C x reset -q --hard HEAD~1
+mkdir sub && git -C sub init -q && mv x sub/x
+git -C sub update-index --add --cacheinfo 160000,$B,x
+printf '[submodule "x"]\n\tpath = x\n\turl = ./x\n' > sub/.gitmodules
+git -C sub add .gitmodules && git -C sub commit -q -m s
+git -C sub config submodule.x.url "$PWD/sub/x"
+git -C sub config submodule.x.active true
+git -C sub config submodule.x.update "!$EVIL"
+git -C sub config interactive.diffFilter "$EVIL"
+git -C sub config pager.log "$EVIL"
+git -C sub config imap.tunnel "$EVIL"
+printf '[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n' > .gitmodules
+git add .gitmodules sub 2>/dev/null"#;
+
+/// Issue 29, F5: keys that run a program were missed by a list of such keys; a nested
+/// repository's config now stays only if every key is on an allow-list, so after the run the
+/// host's `git submodule update --init --recursive` runs nothing the command planted. Every
+/// backend, as root and as uid 65534.
+#[test]
+fn a_nested_config_with_keys_off_the_allow_list_runs_nothing_after_the_run() {
+    let update = ["submodule", "update", "--init", "--recursive"];
+    // Control: unsandboxed, the host's update runs the program.
+    let l = Layout::new(None, &[]);
+    let out = Command::new("sh")
+        .args(["-c", F5_PLANT])
+        .current_dir(&l.wt)
+        .envs(git_env())
+        .envs(l.vars())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let host = host_git_in(&l, &l.wt, &update);
+    assert!(
+        l.ran(),
+        "control: the planted update command did not run: {}",
+        show(&host)
+    );
+    let mut failures = Vec::new();
+    for b in backends() {
+        for uid in uids() {
+            let l = Layout::new(uid, &[]);
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, F5_PLANT);
+            let out = cmd.envs(l.vars()).stdin(Stdio::null()).output().unwrap();
+            let cell = format!("{b} / uid {uid:?}");
+            if out.status.code() != Some(0) {
+                failures.push(format!("{cell}: exit status: {}", show(&out)));
+                continue;
+            }
+            let host = host_git_in(&l, &l.wt, &update);
+            if l.ran() {
+                failures.push(format!(
+                    "{cell}: the host's submodule update ran the command's program\nhost: {}\nsandbox: {}",
+                    show(&host),
+                    show(&out)
+                ));
+            }
+            let moved = std::fs::read_dir(l.wt.join("sub/.git"))
+                .unwrap()
+                .flatten()
+                .any(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with("config.shofer-quarantined-")
+                });
+            if !moved || !String::from_utf8_lossy(&out.stderr).contains("submodule.x.update") {
+                failures.push(format!(
+                    "{cell}: the config was not moved aside naming submodule.x.update: {}",
+                    show(&out)
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Issue 29, F4: a command that keeps rewriting a gitlinked repository's config
+/// (`core.fsmonitor = $EVIL`, a new file moved into place) while the host runs `git status` in
+/// the worktree. No backend yet keeps the host-visible index free of the command's gitlinks
+/// during the run: where the host's git ran the program during the run, the run must have
+/// named that gap (`nested_repositories_during_run`) on stderr; after the run it must never
+/// run. Every backend, as root and as uid 65534.
+#[test]
+fn a_nested_config_rewritten_in_a_loop_is_a_named_gap_during_the_run_and_gone_after() {
+    let mut failures = Vec::new();
+    for b in backends() {
+        for uid in uids() {
+            let l = Layout::new(uid, &[]);
+            let go = l.s.path().join("go");
+            let ready = l.signal_file("f4");
+            let script = format!(
+                "mkdir sub && git -C sub init -q && git -C sub commit -q --allow-empty -m s && git add sub && touch '{r}'; \
+                 while [ ! -e '{g}' ]; do printf '[core]\\n\\tfsmonitor = %s\\n' \"$EVIL\" > sub/.git/c.new && mv sub/.git/c.new sub/.git/config; done",
+                r = ready.display(),
+                g = go.display(),
+            );
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, &script);
+            cmd.envs(l.vars())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = cmd.spawn().unwrap();
+            let cell = format!("{b} / uid {uid:?}");
+            if !wait_for(&ready, &mut child) {
+                failures.push(format!("{cell}: the command ended early"));
+            }
+            let mut ran_during = false;
+            for _ in 0..20 {
+                host_git_in(&l, &l.wt, &["status", "--short"]);
+                ran_during |= l.ran();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = std::fs::remove_file(l.s.path().join("ran"));
+            std::fs::write(&go, "").unwrap();
+            let _ = std::fs::remove_file(&ready);
+            let out = child.wait_with_output().unwrap();
+            host_git_in(&l, &l.wt, &["status", "--short"]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let named = stderr.contains("hardening not enforced (nested_repositories_during_run)");
+            if ran_during && !named {
+                failures.push(format!(
+                    "{cell}: the host's git ran the program during the run, and the run did not name the gap: {}",
+                    show(&out)
+                ));
+            }
+            if !named {
+                failures.push(format!("{cell}: the gap is not named: {}", show(&out)));
+            }
+            if ran_during {
+                println!("{cell}: the host's git ran the program during the run (the named gap)");
+            }
+            if l.ran() {
+                failures.push(format!(
+                    "{cell}: the host's git ran the program after the run: {}",
+                    show(&out)
+                ));
+            }
+            if out.status.code() != Some(0) {
+                failures.push(format!("{cell}: exit status: {}", show(&out)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
