@@ -1189,3 +1189,193 @@ fn a_cmsg_len_that_wraps_is_einval_and_the_supervisor_lives_issue_29_f7() {
         }
     }
 }
+
+/// Issue 29 F2: a directory grant is about where a socket's listener bound it, not about
+/// the socket file's parent. A host socket moved (or linked) into the worktree or an
+/// `--allow-unix` directory stays out of reach; one its listener bound there is reached.
+const MOVED_IN: &str = r#"
+import os, socket, sys
+moved, direct = sys.argv[1], sys.argv[2]
+def conn(path):
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+        s.send(b"touch " + path.encode() + b".pwned\n")
+        print(os.path.basename(path), "SENT", flush=True)
+    except OSError as e:
+        print(os.path.basename(path), "ERR", e.errno, flush=True)
+conn(moved)
+if direct:
+    conn(direct)
+"#;
+
+#[test]
+fn a_host_socket_moved_into_a_granted_directory_is_refused() {
+    for uid in users() {
+        for b in backends() {
+            let tree = Tree::new(uid);
+            // Everything under /tmp, one filesystem without a mount between on every
+            // backend: the command can rename a host socket from one directory to the other.
+            let dirs = tempfile::Builder::new()
+                .prefix("shofer-ug-f2-")
+                .tempdir_in("/tmp")
+                .unwrap();
+            let (from, grant) = (dirs.path().join("from"), dirs.path().join("grant"));
+            for d in [dirs.path(), &from, &grant] {
+                std::fs::create_dir_all(d).unwrap();
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+            }
+            let host = Host::service("stream", &from.join("s"));
+            let granted = Host::service("stream", &grant.join("bound-here"));
+            // The command renames the host socket into the granted directory, then connects.
+            let (moved, direct) = (grant.join("s"), grant.join("bound-here"));
+            let script = format!(
+                "mv '{}' '{}' && {PY} -c '{}' '{}' '{}'",
+                from.join("s").display(),
+                moved.display(),
+                MOVED_IN.replace('\'', "'\\''"),
+                moved.display(),
+                direct.display()
+            );
+            let out = tree
+                .run(b, uid)
+                .arg("--allow-unix")
+                .arg(&grant)
+                .args(["/bin/sh", "-c", &script])
+                .output();
+            let what = format!("{b} uid {uid:?}");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.contains("s ERR 13"), "{what}: {}", show(&out));
+            assert!(text.contains("bound-here SENT"), "{what}: {}", show(&out));
+            assert_eq!(
+                host.contacts(),
+                0,
+                "{what}: the moved host socket was reached"
+            );
+            assert!(granted.contacts() <= 1, "{what}");
+            // The worktree is a granted directory too.
+            let back = tree.wt.join("s");
+            let script = format!(
+                "mv '{}' '{}' && {PY} -c '{}' '{}' ''",
+                moved.display(),
+                back.display(),
+                MOVED_IN.replace('\'', "'\\''"),
+                back.display()
+            );
+            let out = tree.run(b, uid).args(["/bin/sh", "-c", &script]).output();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.contains("s ERR 13"), "{what} worktree: {}", show(&out));
+            assert_eq!(host.contacts(), 0, "{what}: reached from the worktree");
+        }
+    }
+}
+
+/// Issue 29 F1: an abstract name is the run's own only in the network namespace it was bound
+/// in. The command makes a socket, enters a user and network namespace of its own, binds the
+/// host service's abstract name there, then connects the first socket (still in the
+/// original namespace) to that name: the host's service must not be reached.
+const ABSTRACT_TWIN: &str = r#"
+import ctypes, os, socket, sys
+name = b"\0" + sys.argv[1].encode()
+first = socket.socket(socket.AF_UNIX)
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+    print("UNSHARE", ctypes.get_errno(), flush=True)
+    sys.exit(3)
+twin = socket.socket(socket.AF_UNIX)
+twin.bind(name)
+twin.listen(1)
+try:
+    first.connect(name)
+    first.send(b"touch /tmp/shofer-f1-pwned\n")
+    print("SENT", flush=True)
+except OSError as e:
+    print("ERR", e.errno, flush=True)
+"#;
+
+/// A host service on an abstract name: records each contact in `contact`.
+const ABSTRACT_SERVICE: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(b"\0" + sys.argv[1].encode())
+s.listen(8)
+open(sys.argv[2] + ".ready", "w").close()
+while True:
+    c, _ = s.accept()
+    with open(sys.argv[2], "a") as f:
+        f.write("contact\n")
+    c.close()
+"#;
+
+#[test]
+fn an_abstract_name_bound_in_another_network_namespace_is_not_the_runs_own() {
+    for uid in users() {
+        for b in backends() {
+            let tree = Tree::new(uid);
+            let name = format!("shofer-f1-{}-{b}", std::process::id());
+            let contact = tree.host.join("abstract.contact");
+            let mut service = Command::new(PY)
+                .args(["-c", ABSTRACT_SERVICE, &name])
+                .arg(&contact)
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap();
+            wait_for(&PathBuf::from(format!("{}.ready", contact.display())));
+            let out = tree
+                .run(b, uid)
+                .args([PY, "-c", ABSTRACT_TWIN, &name])
+                .output();
+            let contacts = std::fs::read_to_string(&contact).map_or(0, |s| s.lines().count());
+            let _ = service.kill();
+            let _ = service.wait();
+            let what = format!("{b} uid {uid:?}");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(!text.contains("UNSHARE"), "{what}: {}", show(&out));
+            assert!(text.contains("ERR"), "{what}: {}", show(&out));
+            assert_eq!(
+                contacts, 0,
+                "{what}: the host's abstract service was reached"
+            );
+        }
+    }
+}
+
+/// Issue 29 F3: under `--net deny`, a TCP Fast Open `sendto` (a connect in disguise) reaches
+/// nothing: the gate's helper performs it inside the command's Landlock domain, which refuses
+/// it as it refuses `connect`; the namespace backends have no network at all.
+const FASTOPEN: &str = r#"
+import socket, sys
+port = int(sys.argv[1])
+MSG_FASTOPEN = 0x20000000
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+try:
+    s.sendto(b"GET / HTTP/1.0\r\n\r\n", MSG_FASTOPEN, ("127.0.0.1", port))
+    s.send(b"exfiltrated")
+    print("SENT", flush=True)
+except OSError as e:
+    print("ERR", e.errno, flush=True)
+"#;
+
+#[test]
+fn tcp_fast_open_under_net_deny_reaches_nothing() {
+    for uid in users() {
+        for b in backends() {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let port = listener.local_addr().unwrap().port().to_string();
+            let tree = Tree::new(uid);
+            let out = tree
+                .run(b, uid)
+                .args(["--net", "deny", PY, "-c", FASTOPEN, &port])
+                .output();
+            let what = format!("{b} uid {uid:?}");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.contains("ERR"), "{what}: {}", show(&out));
+            assert!(
+                listener.accept().is_err(),
+                "{what}: a connection reached the host's listener"
+            );
+        }
+    }
+}
