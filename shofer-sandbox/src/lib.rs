@@ -60,6 +60,7 @@ mod git;
 mod gitguard;
 mod gitprotect;
 mod gitrun;
+mod guardian;
 mod hostfilter;
 mod namespaces;
 mod nested;
@@ -431,20 +432,26 @@ fn attempt(
     // Safety: the caller handed us this descriptor with --status-fd and `exec_spec` checked
     // it is open; nothing else here owns it.
     let status = args.status_fd.map(|fd| unsafe { StatusFd::from_raw(fd) });
-    let outcome = match plan(
-        choice,
-        opened,
-        allow_unix,
-        exec,
-        git_run.quarantine.as_ref(),
-    ) {
-        Ok(mut plan) => {
-            plan.spawned_gate = git_run.start();
-            supervised(plan, status, gate)
+    // Landlock: this process becomes the guardian of the tree and the rest of the run goes on
+    // in its child (guardian.rs), forked here while no thread runs yet.
+    let outcome = guardian::split(choice.backend, exec.interactive).and_then(|()| {
+        match plan(
+            choice,
+            opened,
+            allow_unix,
+            exec,
+            git_run.quarantine.as_ref(),
+        ) {
+            Ok(mut plan) => {
+                plan.spawned_gate = git_run.start();
+                supervised(plan, status, gate)
+            }
+            Err(PlanError::Setup(e)) => Err(e),
+            Err(PlanError::NotRunnable { code, message }) => {
+                Ok(Outcome::NotExecuted(code, message))
+            }
         }
-        Err(PlanError::Setup(e)) => Err(e),
-        Err(PlanError::NotRunnable { code, message }) => Ok(Outcome::NotExecuted(code, message)),
-    };
+    });
     let refused: Vec<String> = refused
         .and_then(|r| r.lock().ok().map(|r| r.clone()))
         .unwrap_or_default();

@@ -138,6 +138,8 @@ pub(crate) fn spawn(
     if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old_mask) } != 0 {
         return Err(SetupError::last_os("sigprocmask"));
     }
+    // Below a guardian, these signals were blocked before the fork: the caller's mask is its.
+    let old_mask = crate::guardian::caller_mask().unwrap_or(old_mask);
 
     let pipe =
         |op| shofer_sys::fd::pipe_cloexec().map_err(|source| SetupError::Syscall { op, source });

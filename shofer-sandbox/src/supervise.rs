@@ -212,33 +212,9 @@ impl Supervisor {
     }
 
     /// SIGTERM (with SIGCONT) to every descendant, the grace period, then SIGKILL until no
-    /// child is left ([`tree::kill_descendants`]), reaping as they go.
+    /// child is left ([`tree::end_all`]), reaping as they go.
     fn kill_tree(&mut self) {
-        if self.reap() {
-            return;
-        }
         let grace = self.grace;
-        loop {
-            let mut none_left = false;
-            let all_dead = tree::kill_descendants(grace, || none_left = self.reap());
-            // The last zombies are reaped here; survivors (another user's processes) get
-            // another round of the killer.
-            if none_left || (all_dead && self.reap()) {
-                return;
-            }
-            if all_dead {
-                self.wait_sigchld(Duration::from_millis(10));
-            }
-        }
-    }
-
-    fn wait_sigchld(&self, timeout: Duration) {
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        let chld = shofer_sys::process::sigset(&[libc::SIGCHLD]);
-        // Safety: valid set and timeout; a NULL info pointer is allowed.
-        unsafe { libc::sigtimedwait(&chld, std::ptr::null_mut(), &ts) };
+        tree::end_all(grace, || self.reap());
     }
 }
