@@ -85,11 +85,10 @@ pub(crate) fn split(backend: Backend, interactive: bool) -> Result<(), SetupErro
         single_threaded(),
         "the guardian forks before any thread starts"
     );
-    shofer_sys::process::set_child_subreaper()
-        .map_err(|source| SetupError::Syscall {
-            op: "prctl(PR_SET_CHILD_SUBREAPER)",
-            source,
-        })?;
+    shofer_sys::process::set_child_subreaper().map_err(|source| SetupError::Syscall {
+        op: "prctl(PR_SET_CHILD_SUBREAPER)",
+        source,
+    })?;
     // Safety: getppid cannot fail.
     let caller = unsafe { libc::getppid() };
     // Safety: prctl with integer arguments only changes this process's attributes.

@@ -447,8 +447,8 @@ fn no_tampering_attack_makes_the_host_git_run_the_commands_program() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// Landlock: a supervisor killed with SIGKILL cannot restore; a descendant that outlives it
-/// tampers afterwards. The journal outside the writable set lets `--repair` (and the next run)
+/// Landlock: a guardian and supervisor killed together with SIGKILL cannot restore; a
+/// descendant that outlives them tampers afterwards. The journal outside the writable set lets `--repair` (and the next run)
 /// finish the restore.
 #[test]
 fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_run() {
@@ -475,8 +475,21 @@ fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_r
             let started = wait_for(&ready, &mut child);
             let _ = std::fs::remove_file(&ready);
             assert!(started, "the command did not start");
-            child.kill().unwrap(); // SIGKILL: no restore, no cleanup
+            // The guardian and the supervisor killed together (stopped first, so neither acts
+            // on the other's death): no restore, no cleanup, the setsid() child survives.
+            let guardian = child.id() as i32;
+            let supervisor = child_named(guardian, "shofer-sandbox").expect("the supervisor");
+            // Safety: signalling the processes this test started.
+            unsafe { libc::kill(supervisor, libc::SIGSTOP) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while shofer_sys::proc::read(supervisor).is_some_and(|p| !p.is_stopped()) {
+                assert!(Instant::now() < deadline, "the supervisor did not stop");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            child.kill().unwrap(); // SIGKILL
             child.wait().unwrap();
+            // Safety: as above (stopped, so not reaped and not reused).
+            unsafe { libc::kill(supervisor, libc::SIGKILL) };
             std::fs::write(&go, "").unwrap();
             let commondir = l.repo.join(".git/worktrees/wt/commondir");
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -513,6 +526,17 @@ fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_r
             assert!(left.is_empty(), "{left:?}");
         }
     }
+}
+
+/// A child of `parent` whose command name is `comm`.
+fn child_named(parent: i32, comm: &str) -> Option<i32> {
+    shofer_sys::proc::live_with_cmdline(|_| true)
+        .into_iter()
+        .filter(|p| p.ppid == parent)
+        .map(|p| p.pid)
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+        })
 }
 
 /// Namespace backends: a run killed with SIGKILL leaves its new objects in its quarantine;
