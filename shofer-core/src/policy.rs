@@ -382,9 +382,9 @@ fn verdict(
             } else if backend.has_pid_namespace() {
                 Enforced("pid namespace (its init's death kills every process in it)")
             } else if abi >= 6 {
-                Enforced("guardian (the process the caller started is the supervisor's subreaper parent: it kills every descendant when the supervisor dies, and the supervisor stops the tree when it dies; landlock scope keeps the command from signalling either)")
+                Enforced("guardian (a subreaper parent that kills the tree when the supervisor dies) and landlock scope")
             } else {
-                NotEnforced(format!("the guardian kills the tree when the sandbox is killed, but Landlock scopes signals only from ABI 6 (ABI {abi} here): the command can SIGKILL the guardian and the supervisor together and leave processes running"))
+                NotEnforced(format!("Landlock scopes signals only from ABI 6 (ABI {abi} here): the command can SIGKILL the guardian and the supervisor together"))
             }
         }
         Protection::SysvIpc => {

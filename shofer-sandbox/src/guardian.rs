@@ -16,7 +16,7 @@
 //! - **Order**: the fork happens while the process is still single-threaded (before the git
 //!   watcher and the unix-socket gate start their threads), after the guardian has
 //!   - blocked the signals it takes with `sigwaitinfo` (so none is lost between the fork and
-//!     its wait; the caller's mask is kept for the command, [`caller_mask`]),
+//!     its wait; the caller's mask goes to [`crate::spawn`] for the command),
 //!   - become a child subreaper (`PR_SET_CHILD_SUBREAPER`, Linux 3.4): every orphan of the
 //!     run, the supervisor's own descendants included, is re-parented to the guardian once
 //!     the supervisor is gone,
@@ -33,9 +33,11 @@
 //!   lock), then it blocks in `sigwaitinfo`: SIGTERM and the forwarded signals
 //!   ([`crate::supervise::FORWARDED`]) go to the supervisor — except one the terminal sent
 //!   to the whole foreground group (`SI_KERNEL`), which the supervisor got too — and SIGCHLD
-//!   reaps. When the supervisor has exited, every descendant left is killed by the tree
-//!   killer ([`crate::tree::end_all`]: SIGTERM, grace, SIGKILL, until no child is left), and
-//!   the guardian ends as the supervisor did: the same exit code, or the same signal (its
+//!   reaps. When the supervisor has died by a signal, every descendant left is killed by the
+//!   tree killer ([`crate::tree::end_all`]: SIGTERM, grace, SIGKILL, until no child is left);
+//!   one that exited has ended the tree itself (it exits only when no child of its is left),
+//!   so its exit costs no wait for its last helper. The guardian then ends as the supervisor
+//!   did: the same exit code, or the same signal (its
 //!   default action restored, unblocked, raised), so the caller sees the status it saw
 //!   before.
 //!
@@ -52,43 +54,36 @@
 //!   not run when it is killed; the git guard's journal is finished by the next run or
 //!   `--repair`, and with the guardian no process of the run is left to change a file again.
 
-use std::sync::OnceLock;
-
 use crate::error::SetupError;
 use crate::supervise::FORWARDED;
 use shofer_core::policy::Backend;
 use shofer_sys::process::sigset;
 
-/// The caller's signal mask, saved before the guardian blocked its signals: the command
-/// gets it back ([`crate::spawn`]).
-static CALLER_MASK: OnceLock<libc::sigset_t> = OnceLock::new();
-
-/// The signal mask the caller gave us, if the guardian has changed this process's since.
-pub(crate) fn caller_mask() -> Option<libc::sigset_t> {
-    CALLER_MASK.get().copied()
-}
-
-/// On the Landlock backend, forks: the child returns (and goes on as the supervisor), the
-/// original process becomes the guardian and never returns. Any other backend returns at
-/// once. `interactive`: the command keeps the caller's terminal (and so the supervisor stays
+/// On the Landlock backend, forks: the child returns the caller's signal mask (for the
+/// command: the guardian blocked its signals before the fork) and goes on as the supervisor;
+/// the original process becomes the guardian and never returns. Any other backend returns
+/// `None` at once. `interactive`: the command keeps the caller's terminal (and so the supervisor stays
 /// in the caller's process group).
 ///
 /// # Errors
 /// `prctl`, `sigprocmask` or `fork` failed, or the caller (or, in the child, the guardian)
 /// exited before the death signal was set ([`SetupError::CallerExited`]); the command has not
 /// started.
-pub(crate) fn split(backend: Backend, interactive: bool) -> Result<(), SetupError> {
+pub(crate) fn split(
+    backend: Backend,
+    interactive: bool,
+) -> Result<Option<libc::sigset_t>, SetupError> {
     if backend != Backend::Landlock {
-        return Ok(());
+        return Ok(None);
     }
     debug_assert!(
         single_threaded(),
         "the guardian forks before any thread starts"
     );
-    shofer_sys::process::set_child_subreaper().map_err(|source| SetupError::Syscall {
-        op: "prctl(PR_SET_CHILD_SUBREAPER)",
-        source,
-    })?;
+    // Safety: prctl with integer arguments only changes this process's attributes.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
+    }
     // Safety: getppid cannot fail.
     let caller = unsafe { libc::getppid() };
     // Safety: prctl with integer arguments only changes this process's attributes.
@@ -108,7 +103,6 @@ pub(crate) fn split(backend: Backend, interactive: bool) -> Result<(), SetupErro
     if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old) } != 0 {
         return Err(SetupError::last_os("sigprocmask"));
     }
-    let _ = CALLER_MASK.set(old);
     let guardian = shofer_sys::process::getpid();
     // Safety: this process is single-threaded (asserted above), so the child's copy of every
     // lock is consistent; the parent branch never returns into the code that follows.
@@ -133,7 +127,7 @@ pub(crate) fn split(backend: Backend, interactive: bool) -> Result<(), SetupErro
             libc::setpgid(0, 0);
         }
     }
-    Ok(())
+    Ok(Some(old))
 }
 
 /// Whether this process has one thread (`/proc/self/task`). A thread that was just joined
@@ -180,20 +174,19 @@ fn guard(supervisor: libc::pid_t, set: &libc::sigset_t, interactive: bool) -> ! 
             }
         }
     };
-    crate::tree::end_all(crate::KILL_GRACE, || reap(0).1);
-    if libc::WIFSIGNALED(status) {
-        let sig = libc::WTERMSIG(status);
-        // Safety: restoring the default action of `sig` and raising it on ourselves; a
-        // non-dumpable process writes no core.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            let one = sigset(&[sig]);
-            libc::sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
-            libc::kill(libc::getpid(), sig);
-            libc::_exit(128 + sig)
-        }
+    // A supervisor that exited, rather than died by a signal, has ended the tree itself: it
+    // exits only once waitpid reports no child left, and as a subreaper it has every
+    // descendant below a child. What may be left is its own helper (the close of the git
+    // watcher's inotify instance, 5-25 ms in the kernel: waiting for it would cost every run
+    // in a git worktree that much), so nothing is killed or waited for. After a signal, any
+    // of the run's processes may be left: all are killed and reaped.
+    if !libc::WIFEXITED(status) {
+        crate::tree::end_all(crate::KILL_GRACE, &mut || reap(0).1);
     }
-    let code = if libc::WIFEXITED(status) {
+    let code = if libc::WIFSIGNALED(status) {
+        // Default action restored, unblocked, raised; non-dumpable: no core.
+        crate::die_by_signal(libc::WTERMSIG(status))
+    } else if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else {
         crate::EXIT_SETUP

@@ -185,7 +185,7 @@ pub fn run(args: RunArgs) -> i32 {
 /// (`PR_SET_DUMPABLE` 0 stops dumps to files and to a `core_pattern` pipe alike), and the
 /// signal is unblocked and its default action restored first. Returns 128+`sig` only if the
 /// signal's default action does not end a process.
-fn die_by_signal(sig: i32) -> i32 {
+pub(crate) fn die_by_signal(sig: i32) -> i32 {
     let _ = std::io::stdout().flush();
     // Safety: prctl/signal/sigprocmask/kill with valid arguments on this process only.
     unsafe {
@@ -434,7 +434,7 @@ fn attempt(
     let status = args.status_fd.map(|fd| unsafe { StatusFd::from_raw(fd) });
     // Landlock: this process becomes the guardian of the tree and the rest of the run goes on
     // in its child (guardian.rs), forked here while no thread runs yet.
-    let outcome = guardian::split(choice.backend, exec.interactive).and_then(|()| {
+    let outcome = guardian::split(choice.backend, exec.interactive).and_then(|caller_mask| {
         match plan(
             choice,
             opened,
@@ -444,7 +444,7 @@ fn attempt(
         ) {
             Ok(mut plan) => {
                 plan.spawned_gate = git_run.start();
-                supervised(plan, status, gate)
+                supervised(plan, status, gate, caller_mask)
             }
             Err(PlanError::Setup(e)) => Err(e),
             Err(PlanError::NotRunnable { code, message }) => {
@@ -606,8 +606,9 @@ fn supervised(
     plan: Plan<'_>,
     status: Option<StatusFd>,
     gate: Option<gate::Setup>,
+    caller_mask: Option<libc::sigset_t>,
 ) -> Result<Outcome, SetupError> {
-    match spawn::spawn(&plan, gate.as_ref().map(|g| g.traps))? {
+    match spawn::spawn(&plan, gate.as_ref().map(|g| g.traps), caller_mask)? {
         Spawn::NotExecuted(code, msg) => Ok(Outcome::NotExecuted(code, msg)),
         Spawn::Running(mut running) => {
             if let (Some(setup), Some((listener, diag))) = (gate, running.gate.take()) {

@@ -25,8 +25,12 @@
 //! - **`--status-fd`** ([`crate::status`]): the command's PID once it runs, and its exit
 //!   status the moment the main process exits, even while descendants are still waited for.
 //!
-//! What this does not guarantee: if the supervisor is SIGKILLed, the command gets SIGKILL
-//! (its own death signal) but its descendants are re-parented to the next subreaper up.
+//! If the supervisor is SIGKILLed (or aborts), the command gets SIGKILL (its own death
+//! signal) and its descendants are re-parented to the next subreaper up: on the namespace
+//! backends that is inside the dying PID namespace, whose init's death ends them all; on
+//! Landlock it is the guardian ([`crate::guardian`]), the process the caller started, which
+//! kills them. The supervisor's end-of-run work (the git restore) is then left to the next
+//! run's journal repair.
 
 use std::io::Read;
 use std::time::Duration;
@@ -215,6 +219,6 @@ impl Supervisor {
     /// child is left ([`tree::end_all`]), reaping as they go.
     fn kill_tree(&mut self) {
         let grace = self.grace;
-        tree::end_all(grace, || self.reap());
+        tree::end_all(grace, &mut || self.reap());
     }
 }

@@ -43,7 +43,7 @@ pub(crate) fn kill_descendants(grace: Duration, reap: impl FnMut()) -> bool {
 /// Kills every descendant ([`kill_descendants`]) until no child is left, calling `reap`
 /// (which reaps every exited child and returns true when none is left) before each scan and
 /// after each round; waits for SIGCHLD (blocked) when only zombies were left.
-pub(crate) fn end_all(grace: Duration, mut reap: impl FnMut() -> bool) {
+pub(crate) fn end_all(grace: Duration, reap: &mut dyn FnMut() -> bool) {
     if reap() {
         return;
     }

@@ -475,21 +475,23 @@ fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_r
             let started = wait_for(&ready, &mut child);
             let _ = std::fs::remove_file(&ready);
             assert!(started, "the command did not start");
-            // The guardian and the supervisor killed together (stopped first, so neither acts
-            // on the other's death): no restore, no cleanup, the setsid() child survives.
+            // The guardian and the supervisor killed together: the guardian stopped first, so
+            // it cannot act on the supervisor's death (stopping the supervisor instead does not
+            // hold: the guardian's death orphans its process group, and the kernel sends it
+            // SIGCONT). No restore, no cleanup; the setsid() child survives.
             let guardian = child.id() as i32;
             let supervisor = child_named(guardian, "shofer-sandbox").expect("the supervisor");
             // Safety: signalling the processes this test started.
-            unsafe { libc::kill(supervisor, libc::SIGSTOP) };
+            unsafe { libc::kill(guardian, libc::SIGSTOP) };
             let deadline = Instant::now() + Duration::from_secs(5);
-            while shofer_sys::proc::read(supervisor).is_some_and(|p| !p.is_stopped()) {
-                assert!(Instant::now() < deadline, "the supervisor did not stop");
+            while shofer_sys::proc::read(guardian).is_some_and(|p| !p.is_stopped()) {
+                assert!(Instant::now() < deadline, "the guardian did not stop");
                 std::thread::sleep(Duration::from_millis(5));
             }
+            // Safety: as above (the guardian, stopped, has not reaped it).
+            unsafe { libc::kill(supervisor, libc::SIGKILL) };
             child.kill().unwrap(); // SIGKILL
             child.wait().unwrap();
-            // Safety: as above (stopped, so not reaped and not reused).
-            unsafe { libc::kill(supervisor, libc::SIGKILL) };
             std::fs::write(&go, "").unwrap();
             let commondir = l.repo.join(".git/worktrees/wt/commondir");
             let deadline = Instant::now() + Duration::from_secs(10);
