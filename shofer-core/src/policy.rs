@@ -381,8 +381,10 @@ fn verdict(
                 no("bubblewrap's --die-with-parent does not always take its PID namespace's init along: SIGKILLs of the sandbox at random moments left the command running")
             } else if backend.has_pid_namespace() {
                 Enforced("pid namespace (its init's death kills every process in it)")
+            } else if abi >= 6 {
+                Enforced("guardian (a subreaper parent that kills the tree when the supervisor dies) and landlock scope")
             } else {
-                no("without a PID namespace a SIGKILLed supervisor cannot stop the tree: descendants are re-parented and keep running")
+                NotEnforced(format!("Landlock scopes signals only from ABI 6 (ABI {abi} here): the command can SIGKILL the guardian and the supervisor together"))
             }
         }
         Protection::SysvIpc => {
@@ -617,7 +619,6 @@ mod tests {
             )),
             vec![
                 Protection::MetadataOutside,
-                Protection::SigkillKillsTree,
                 Protection::SysvIpc,
                 Protection::OtherTerminals,
             ]
@@ -632,6 +633,15 @@ mod tests {
                 true
             ))
             .contains(&Protection::SignalsOut));
+            // The command could kill the guardian and the supervisor together.
+            assert!(keys(hardening_gaps(
+                Backend::Landlock,
+                abi,
+                NetPolicy::Allow,
+                true,
+                true
+            ))
+            .contains(&Protection::SigkillKillsTree));
         }
     }
 

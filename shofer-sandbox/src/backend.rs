@@ -454,10 +454,7 @@ mod tests {
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
         assert_eq!(c.backend, Backend::Landlock);
         assert!(c.reason.contains("blocked (test)"), "{}", c.reason);
-        assert!(c
-            .hardening
-            .iter()
-            .any(|(p, _)| *p == Protection::SigkillKillsTree));
+        assert!(c.hardening.iter().any(|(p, _)| *p == Protection::SysvIpc));
         let b = Bwrap {
             path: "/usr/bin/bwrap".into(),
             version: "0.8.0".into(),

@@ -71,6 +71,7 @@ mod git;
 mod gitguard;
 mod gitprotect;
 mod gitrun;
+mod guardian;
 mod hostfilter;
 mod namespaces;
 mod nested;
@@ -197,7 +198,7 @@ pub fn run(args: RunArgs) -> i32 {
 /// (`PR_SET_DUMPABLE` 0 stops dumps to files and to a `core_pattern` pipe alike), and the
 /// signal is unblocked and its default action restored first. Returns 128+`sig` only if the
 /// signal's default action does not end a process.
-fn die_by_signal(sig: i32) -> i32 {
+pub(crate) fn die_by_signal(sig: i32) -> i32 {
     let _ = std::io::stdout().flush();
     // Safety: prctl/signal/sigprocmask/kill with valid arguments on this process only.
     unsafe {
@@ -444,20 +445,26 @@ fn attempt(
     // Safety: the caller handed us this descriptor with --status-fd and `exec_spec` checked
     // it is open; nothing else here owns it.
     let status = args.status_fd.map(|fd| unsafe { StatusFd::from_raw(fd) });
-    let outcome = match plan(
-        choice,
-        opened,
-        allow_unix,
-        exec,
-        git_run.quarantine.as_ref(),
-    ) {
-        Ok(mut plan) => {
-            plan.spawned_gate = git_run.start();
-            supervised(plan, status, gate)
+    // Landlock: this process becomes the guardian of the tree and the rest of the run goes on
+    // in its child (guardian.rs), forked here while no thread runs yet.
+    let outcome = guardian::split(choice.backend, exec.interactive).and_then(|caller_mask| {
+        match plan(
+            choice,
+            opened,
+            allow_unix,
+            exec,
+            git_run.quarantine.as_ref(),
+        ) {
+            Ok(mut plan) => {
+                plan.spawned_gate = git_run.start();
+                supervised(plan, status, gate, caller_mask)
+            }
+            Err(PlanError::Setup(e)) => Err(e),
+            Err(PlanError::NotRunnable { code, message }) => {
+                Ok(Outcome::NotExecuted(code, message))
+            }
         }
-        Err(PlanError::Setup(e)) => Err(e),
-        Err(PlanError::NotRunnable { code, message }) => Ok(Outcome::NotExecuted(code, message)),
-    };
+    });
     let refused: Vec<String> = refused
         .and_then(|r| r.lock().ok().map(|r| r.clone()))
         .unwrap_or_default();
@@ -609,9 +616,10 @@ fn supervised(
     plan: Plan<'_>,
     status: Option<StatusFd>,
     gate: Option<gate::Setup>,
+    caller_mask: Option<libc::sigset_t>,
 ) -> Result<Outcome, SetupError> {
     let mut gate = gate;
-    match spawn::spawn(&plan, gate.as_mut())? {
+    match spawn::spawn(&plan, gate.as_mut(), caller_mask)? {
         Spawn::NotExecuted(code, msg) => Ok(Outcome::NotExecuted(code, msg)),
         Spawn::Running(mut running) => {
             if let (Some(setup), Some((listener, diag))) = (gate, running.gate.take()) {

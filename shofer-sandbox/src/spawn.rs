@@ -98,6 +98,8 @@ pub(crate) enum Spawn {
 }
 
 /// Prepares the supervisor, starts the command of `plan` and waits until it has exec'd.
+/// `caller_mask`: the signal mask to give the command when ours was changed before (by the
+/// guardian, [`crate::guardian`]); else the one we have.
 /// Process A of the namespace backends reports the command's raw exit status over a pipe the
 /// moment it exits (for `--status-fd` while descendants are still waited for, and so the
 /// sandbox can die by the command's signal, which A, PID 1, cannot pass on by dying).
@@ -108,6 +110,7 @@ pub(crate) enum Spawn {
 pub(crate) fn spawn(
     plan: &Plan<'_>,
     gate: Option<&mut crate::gate::Setup>,
+    caller_mask: Option<libc::sigset_t>,
 ) -> Result<Spawn, SetupError> {
     // Safety: prctl with integer arguments only changes this process's attributes.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
@@ -138,6 +141,8 @@ pub(crate) fn spawn(
     if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old_mask) } != 0 {
         return Err(SetupError::last_os("sigprocmask"));
     }
+    // Below a guardian these were blocked before its fork: the caller's mask is the one given.
+    let old_mask = caller_mask.unwrap_or(old_mask);
 
     let pipe =
         |op| shofer_sys::fd::pipe_cloexec().map_err(|source| SetupError::Syscall { op, source });

@@ -25,8 +25,12 @@
 //! - **`--status-fd`** ([`crate::status`]): the command's PID once it runs, and its exit
 //!   status the moment the main process exits, even while descendants are still waited for.
 //!
-//! What this does not guarantee: if the supervisor is SIGKILLed, the command gets SIGKILL
-//! (its own death signal) but its descendants are re-parented to the next subreaper up.
+//! If the supervisor is SIGKILLed (or aborts), the command gets SIGKILL (its own death
+//! signal) and its descendants are re-parented to the next subreaper up: on the namespace
+//! backends that is inside the dying PID namespace, whose init's death ends them all; on
+//! Landlock it is the guardian ([`crate::guardian`]), the process the caller started, which
+//! kills them. The supervisor's end-of-run work (the git restore) is then left to the next
+//! run's journal repair.
 
 use std::io::Read;
 use std::time::Duration;
@@ -212,33 +216,9 @@ impl Supervisor {
     }
 
     /// SIGTERM (with SIGCONT) to every descendant, the grace period, then SIGKILL until no
-    /// child is left ([`tree::kill_descendants`]), reaping as they go.
+    /// child is left ([`tree::end_all`]), reaping as they go.
     fn kill_tree(&mut self) {
-        if self.reap() {
-            return;
-        }
         let grace = self.grace;
-        loop {
-            let mut none_left = false;
-            let all_dead = tree::kill_descendants(grace, || none_left = self.reap());
-            // The last zombies are reaped here; survivors (another user's processes) get
-            // another round of the killer.
-            if none_left || (all_dead && self.reap()) {
-                return;
-            }
-            if all_dead {
-                self.wait_sigchld(Duration::from_millis(10));
-            }
-        }
-    }
-
-    fn wait_sigchld(&self, timeout: Duration) {
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        let chld = shofer_sys::process::sigset(&[libc::SIGCHLD]);
-        // Safety: valid set and timeout; a NULL info pointer is allowed.
-        unsafe { libc::sigtimedwait(&chld, std::ptr::null_mut(), &ts) };
+        tree::end_all(grace, &mut || self.reap());
     }
 }

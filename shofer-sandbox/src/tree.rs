@@ -39,3 +39,35 @@ pub(crate) fn kill_descendants(grace: Duration, reap: impl FnMut()) -> bool {
     };
     kill::kill(&mut targets, grace).survivors.is_empty()
 }
+
+/// Kills every descendant ([`kill_descendants`]) until no child is left, calling `reap`
+/// (which reaps every exited child and returns true when none is left) before each scan and
+/// after each round; waits for SIGCHLD (blocked) when only zombies were left.
+pub(crate) fn end_all(grace: Duration, reap: &mut dyn FnMut() -> bool) {
+    if reap() {
+        return;
+    }
+    loop {
+        let mut none_left = false;
+        let all_dead = kill_descendants(grace, || none_left = reap());
+        // The last zombies are reaped here; survivors (another user's processes) get
+        // another round of the killer.
+        if none_left || (all_dead && reap()) {
+            return;
+        }
+        if all_dead {
+            wait_sigchld(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Waits up to `timeout` for SIGCHLD, which the caller has blocked.
+fn wait_sigchld(timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    let chld = shofer_sys::process::sigset(&[libc::SIGCHLD]);
+    // Safety: valid set and timeout; a NULL info pointer is allowed.
+    unsafe { libc::sigtimedwait(&chld, std::ptr::null_mut(), &ts) };
+}

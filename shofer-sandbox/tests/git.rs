@@ -447,8 +447,8 @@ fn no_tampering_attack_makes_the_host_git_run_the_commands_program() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// Landlock: a supervisor killed with SIGKILL cannot restore; a descendant that outlives it
-/// tampers afterwards. The journal outside the writable set lets `--repair` (and the next run)
+/// Landlock: a guardian and supervisor killed together with SIGKILL cannot restore; a
+/// descendant that outlives them tampers afterwards. The journal outside the writable set lets `--repair` (and the next run)
 /// finish the restore.
 #[test]
 fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_run() {
@@ -475,7 +475,22 @@ fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_r
             let started = wait_for(&ready, &mut child);
             let _ = std::fs::remove_file(&ready);
             assert!(started, "the command did not start");
-            child.kill().unwrap(); // SIGKILL: no restore, no cleanup
+            // The guardian and the supervisor killed together: the guardian stopped first, so
+            // it cannot act on the supervisor's death (stopping the supervisor instead does not
+            // hold: the guardian's death orphans its process group, and the kernel sends it
+            // SIGCONT). No restore, no cleanup; the setsid() child survives.
+            let guardian = child.id() as i32;
+            let supervisor = child_named(guardian, "shofer-sandbox").expect("the supervisor");
+            // Safety: signalling the processes this test started.
+            unsafe { libc::kill(guardian, libc::SIGSTOP) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while shofer_sys::proc::read(guardian).is_some_and(|p| !p.is_stopped()) {
+                assert!(Instant::now() < deadline, "the guardian did not stop");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // Safety: as above (the guardian, stopped, has not reaped it).
+            unsafe { libc::kill(supervisor, libc::SIGKILL) };
+            child.kill().unwrap(); // SIGKILL
             child.wait().unwrap();
             std::fs::write(&go, "").unwrap();
             let commondir = l.repo.join(".git/worktrees/wt/commondir");
@@ -513,6 +528,17 @@ fn a_restore_left_by_a_killed_supervisor_is_finished_by_repair_and_by_the_next_r
             assert!(left.is_empty(), "{left:?}");
         }
     }
+}
+
+/// A child of `parent` whose command name is `comm`.
+fn child_named(parent: i32, comm: &str) -> Option<i32> {
+    shofer_sys::proc::live_with_cmdline(|_| true)
+        .into_iter()
+        .filter(|p| p.ppid == parent)
+        .map(|p| p.pid)
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+        })
 }
 
 /// Namespace backends: a run killed with SIGKILL leaves its new objects in its quarantine;

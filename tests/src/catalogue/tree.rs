@@ -5,6 +5,7 @@ use super::{nothing, reap_marked, Case, Scope};
 use crate::attacks::Attack;
 use crate::runner::{marked, Cmd, Ctx, Outcome, Sb};
 use crate::sys;
+use shofer_core::policy::Protection;
 use std::time::{Duration, Instant};
 
 /// This family's cases, in report order.
@@ -45,6 +46,12 @@ pub(super) fn cases() -> Vec<Case> {
             "SIGTERM to shofer-sandbox kills the whole tree",
             None,
             supervisor_sigterm
+        ),
+        case!(
+            "sandbox-sigkill",
+            "SIGKILL to shofer-sandbox (the pid its caller knows) while a child of the command runs",
+            Some(Protection::SigkillKillsTree),
+            sandbox_sigkill
         ),
         case!(
             "parent-death",
@@ -124,6 +131,44 @@ fn supervisor_sigterm(c: &Ctx) -> Outcome {
         return Outcome::Escaped("shofer-sandbox did not stop on SIGTERM".into());
     }
     Outcome::Blocked(format!("the tree is gone after SIGTERM ({})", run.how()))
+}
+
+/// Issue 29: on Landlock (no PID namespace) the guardian, the process the caller started,
+/// kills the tree when it or the supervisor below it is killed.
+fn sandbox_sigkill(c: &Ctx) -> Outcome {
+    let marker = c.w.marker();
+    let me = c.w.me.display().to_string();
+    let mut spec = Sb::new(Cmd::Attack(Attack::TreeThenWait, vec![me, marker.clone()]));
+    spec.timeout = Duration::from_secs(15);
+    spec.during = Some(Box::new(|pid| {
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            let _ = sys::kill(pid, libc::SIGKILL);
+        });
+    }));
+    let run = c.sb(spec);
+    if run.timed_out {
+        reap_marked(&marker);
+        return Outcome::Error(format!(
+            "shofer-sandbox outlived its SIGKILL ({})",
+            run.how()
+        ));
+    }
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        if marked(&marker).is_empty() {
+            return Outcome::Blocked(format!(
+                "the tree was gone {} ms after shofer-sandbox was SIGKILLed",
+                start.elapsed().as_millis()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = reap_marked(&marker);
+    Outcome::Escaped(format!(
+        "5 s after shofer-sandbox was SIGKILLed, pids {left:?} of its tree were alive ({})",
+        run.how()
+    ))
 }
 
 fn parent_death(c: &Ctx) -> Outcome {
