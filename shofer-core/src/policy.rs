@@ -287,7 +287,7 @@ impl Verdict {
 /// `tiocsti_filter` says whether the sandbox has its TIOCSTI/TIOCLINUX seccomp filter for the
 /// machine's architecture (a fact of the build, not of the kernel: the filter is written for
 /// x86-64 only). `unix_gate` says whether shofer-sandbox's seccomp gate on unix-socket
-/// connects runs (below Landlock ABI 9, see [`needs_unix_gate`]).
+/// connects runs.
 ///
 /// The kernel facts come from the Landlock documentation
 /// (<https://docs.kernel.org/userspace-api/landlock.html>): `REFER` from ABI 2, `TRUNCATE`
@@ -304,13 +304,6 @@ pub fn protections(
         .iter()
         .map(|&p| (p, verdict(p, backend, abi, net, tiocsti_filter, unix_gate)))
         .collect()
-}
-
-/// Whether the unix-socket gate is needed to enforce [`Protection::PathnameSockets`]: Landlock
-/// does it itself from ABI 9 (`LANDLOCK_ACCESS_FS_RESOLVE_UNIX`), except behind bubblewrap,
-/// which layers no Landlock.
-pub fn needs_unix_gate(backend: Backend, abi: u32) -> bool {
-    abi < 9 || backend == Backend::Bwrap
 }
 
 fn verdict(
@@ -418,11 +411,14 @@ fn verdict(
                 no("Landlock scopes abstract unix sockets only from ABI 6")
             }
         }
+        // Landlock's RESOLVE_UNIX (ABI 9) grants by path: a host socket linked or moved
+        // beneath a granted directory passes it, so only the gate, which decides on the
+        // listener's own record of its bind, enforces this at any ABI.
         Protection::PathnameSockets => {
-            if !needs_unix_gate(backend, abi) {
-                Enforced("landlock")
-            } else if gate {
+            if gate {
                 Enforced("seccomp gate")
+            } else if abi >= 9 && backend != Backend::Bwrap {
+                no("Landlock's RESOLVE_UNIX grants by path (a host socket linked or moved beneath the worktree or an --allow-unix directory passes), and the seccomp gate cannot run here")
             } else if backend == Backend::Bwrap {
                 no("bubblewrap binds the host's root: connect() to its pathname unix sockets is not stopped")
             } else {
@@ -504,7 +500,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pathname_sockets_are_required_and_enforced_by_landlock_9_or_the_gate() {
+    fn pathname_sockets_are_required_and_enforced_by_the_gate_at_every_abi() {
         let get = |b, abi, gate| {
             protections(b, abi, NetPolicy::Allow, true, gate)
                 .into_iter()
@@ -512,9 +508,10 @@ mod tests {
                 .unwrap()
                 .1
         };
+        assert!(!get(Backend::Landlock, 9, false).is_enforced());
         assert_eq!(
-            get(Backend::Landlock, 9, false),
-            Verdict::Enforced("landlock")
+            get(Backend::Landlock, 9, true),
+            Verdict::Enforced("seccomp gate")
         );
         assert_eq!(
             get(Backend::Landlock, 7, true),

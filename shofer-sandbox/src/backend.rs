@@ -2,8 +2,7 @@
 //! refusal naming each mechanism and why it failed. Never a silent downgrade.
 
 use shofer_core::policy::{
-    degradations, hardening_gaps, needs_unix_gate, protections, Backend, NetPolicy, Protection,
-    Verdict,
+    degradations, hardening_gaps, protections, Backend, NetPolicy, Protection, Verdict,
 };
 use shofer_core::rights::NEWEST_PINNED_ABI;
 
@@ -94,11 +93,11 @@ impl Facts {
         self.gate_probe.get_or_init(crate::gate::available)
     }
 
-    /// Whether `backend` at `abi` runs the unix-socket gate: below Landlock ABI 9 (or behind
-    /// bubblewrap), when it can run here — not in front of a setuid bubblewrap, which cannot
-    /// run under `no_new_privs`.
-    pub fn unix_gate_runs(&self, backend: Backend, abi: u32) -> bool {
-        needs_unix_gate(backend, abi) && self.gate_runs_beside(backend) && self.unix_gate().is_ok()
+    /// Whether `backend` runs the unix-socket gate (at every Landlock ABI: ABI 9's
+    /// `RESOLVE_UNIX` grants by path), when it can run here — not in front of a setuid
+    /// bubblewrap, which cannot run under `no_new_privs`.
+    pub fn unix_gate_runs(&self, backend: Backend) -> bool {
+        self.gate_runs_beside(backend) && self.unix_gate().is_ok()
     }
 
     /// Whether a gate can run in front of `backend`: it can run here
@@ -178,7 +177,7 @@ impl Facts {
         abi: u32,
         net: NetPolicy,
     ) -> Vec<(Protection, Verdict)> {
-        let gate = self.unix_gate_runs(backend, abi);
+        let gate = self.unix_gate_runs(backend);
         protections(backend, abi, net, self.tiocsti_filter, gate)
     }
 
@@ -189,7 +188,7 @@ impl Facts {
         abi: u32,
         net: NetPolicy,
     ) -> Vec<(Protection, String)> {
-        let gate = self.unix_gate_runs(backend, abi);
+        let gate = self.unix_gate_runs(backend);
         degradations(backend, abi, net, self.tiocsti_filter, gate)
     }
 
@@ -200,7 +199,7 @@ impl Facts {
         abi: u32,
         net: NetPolicy,
     ) -> Vec<(Protection, String)> {
-        let gate = self.unix_gate_runs(backend, abi);
+        let gate = self.unix_gate_runs(backend);
         hardening_gaps(backend, abi, net, self.tiocsti_filter, gate)
     }
 }
@@ -489,21 +488,25 @@ mod tests {
     }
 
     #[test]
-    fn without_the_gate_below_abi_9_auto_refuses_unless_degraded_is_allowed() {
+    fn without_the_gate_auto_refuses_unless_degraded_is_allowed_at_every_abi() {
         let f = facts(Ok(7)).with_unix_gate(Err("outer listener (test)".into()));
         let err = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false)
             .unwrap_err()
             .to_string();
         assert!(err.contains("pathname unix socket"), "{err}");
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, true).unwrap();
-        assert!(!f.unix_gate_runs(c.backend, c.abi));
+        assert!(!f.unix_gate_runs(c.backend));
         assert_eq!(c.degraded[0].0, Protection::PathnameSockets);
         let f = facts(Ok(7));
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
-        assert!(f.unix_gate_runs(c.backend, c.abi) && c.degraded.is_empty());
+        assert!(f.unix_gate_runs(c.backend) && c.degraded.is_empty());
+        // ABI 9's RESOLVE_UNIX grants by path: the gate runs there too, and without it the
+        // run is degraded.
         let f = facts(Ok(9));
         let c = choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).unwrap();
-        assert!(!f.unix_gate_runs(c.backend, c.abi), "ABI 9 needs no gate");
+        assert!(f.unix_gate_runs(c.backend) && c.degraded.is_empty());
+        let f = facts(Ok(9)).with_unix_gate(Err("outer listener (test)".into()));
+        assert!(choose(BackendChoice::Auto, &f, None, NetPolicy::Allow, false).is_err());
     }
 
     #[test]

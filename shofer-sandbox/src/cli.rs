@@ -38,8 +38,8 @@ pub struct RunArgs {
     /// `--allow-unix` paths (sockets or directories), in order: reachable unix sockets besides
     /// the worktree's and the run's own.
     pub allow_unix: Vec<PathBuf>,
-    /// `--no-unix-gate`: do not run the seccomp unix-socket gate (a degradation below
-    /// Landlock ABI 9, so it needs `--allow-degraded` there).
+    /// `--no-unix-gate`: do not run the seccomp unix-socket gate (a degradation at every
+    /// Landlock ABI, so it needs `--allow-degraded`).
     pub no_unix_gate: bool,
     /// `--backend`, default `auto`.
     pub backend: BackendChoice,
@@ -107,21 +107,22 @@ Writable: the worktree, /tmp and $TMPDIR, /dev/null, /dev/zero, /dev/full, termi
 --allow-write path. Everything else is read-only.
 
 Unix sockets: the command may connect to (or send to) a pathname unix socket only if a
-process of this run created it, or it lies beneath the worktree or an --allow-unix path;
-anything else fails with EACCES (Landlock ABI 9, or a seccomp gate in the supervisor).
+process of this run created it, --allow-unix names it, or its listener bound it beneath the
+worktree or an --allow-unix directory; anything else fails with EACCES (a seccomp gate in
+the supervisor; a helper inside the command's confinement performs what it allows).
 
 Options:
   -c <SHELL-STRING>        run /bin/sh -c <SHELL-STRING>
   --allow-write <PATH>     also make PATH writable (repeatable)
   --allow-unix <PATH>      also allow connecting to the unix socket PATH, or to any
-                           socket beneath the directory PATH (repeatable)
+                           socket bound beneath the directory PATH (repeatable)
   --backend <NAME>         auto (default), landlock, userns, bwrap or layered
   --max-abi <N>            use at most Landlock ABI N (to test older kernels)
   --net <allow|deny>       deny TCP bind/connect (Landlock ABI 4+); default allow
   --allow-degraded         accept a backend that cannot enforce the whole policy
   --no-unix-gate           do not mediate unix-socket connects with the seccomp gate
-                           (below Landlock ABI 9 a degradation: needs --allow-degraded;
-                           io_uring then works)
+                           (a degradation: needs --allow-degraded; io_uring then
+                           works)
   --pass-fd <N>            keep descriptor N (> 2) open in the command (repeatable)
   --keep-caps              as root, keep capabilities (they are dropped by default)
   --keep-descendants       after the command exits, wait for its descendants

@@ -28,17 +28,17 @@
 //!    [`gate`] refused are added to the `--report` record, and the exit status is decided in
 //!    one place, [`run`].
 //!
-//! Below Landlock ABI 9 (and behind bubblewrap) the [`gate`] — a seccomp user-notification
-//! filter installed in step 6 and served by the supervisor from step 7 — keeps the command
-//! from reaching host processes through unix sockets. On the Landlock backend in a linked
+//! The [`gate`] — a seccomp user-notification filter installed in step 6 and served by the
+//! supervisor from step 7, its calls performed by a helper inside the command's confinement —
+//! keeps the command from reaching host processes through unix sockets. On the Landlock backend in a linked
 //! worktree it also performs git's `packed-refs` lock protocol for the command in the common
 //! dir, which stays outside the writable set (`gate::packed_refs`).
 //!
 //! # Limitations (Landlock backend)
 //! - chmod, chown, utime and xattr changes outside the writable set are not controlled by
 //!   Landlock; `--probe` lists them as not enforced.
-//! - Before Landlock ABI 9, unix-socket connects are mediated by the [`gate`] (where it cannot
-//!   run, `auto` refuses unless `--allow-degraded`); before ABI 6, signals are not scoped.
+//! - Unix-socket connects are mediated by the [`gate`] (where it cannot run, `auto` refuses
+//!   unless `--allow-degraded`); before ABI 6, signals are not scoped.
 //! - File descriptors 0-2 are inherited as they are: a caller that hands the command a
 //!   writable file there lets it write that file.
 #![deny(missing_docs)]
@@ -382,7 +382,7 @@ fn attempt(
         })?
     });
     let traps = gate::filter::Traps {
-        sockets: facts.unix_gate_runs(choice.backend, choice.abi),
+        sockets: facts.unix_gate_runs(choice.backend),
         lockfiles: lockfile_traps,
         renames,
         freshen: store.is_some(),

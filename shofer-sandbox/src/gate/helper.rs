@@ -236,32 +236,39 @@ fn move_to(fd: RawFd, to: RawFd) -> bool {
 
 /// The command's first process, after forking the helper: one more Landlock layer that
 /// restricts nothing the command does, so that the helper is in an *enclosing* domain, which
-/// the command can neither ptrace nor (ABI 6) signal. From ABI 6 the layer scopes signals
-/// (every process of the command is inside it); before, it handles the creation of block
-/// devices, which nothing in a sandbox makes.
+/// the command can neither ptrace nor (ABI 6) signal. It scopes signals from ABI 6 (every
+/// process of the command is inside it), handles the creation of block devices, which nothing
+/// in a sandbox makes, and from ABI 2 `REFER`, granted beneath `/` (the kernel refuses a hard
+/// link across directories under a layer that does not grant `REFER`).
 ///
 /// # Errors
 /// The Landlock error.
 pub(crate) fn restrict_further(abi: u32) -> io::Result<()> {
-    use landlock::{Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, ABI};
-    let other = |e: landlock::RulesetError| io::Error::other(e.to_string());
-    let ruleset = if abi >= 6 {
-        Ruleset::default()
-            .handle_access(AccessFs::from_all(ABI::V1) & AccessFs::MakeBlock)
-            .map_err(other)?
-            .scope(Scope::Signal)
-            .map_err(other)?
-    } else {
-        Ruleset::default()
-            .handle_access(AccessFs::MakeBlock)
-            .map_err(other)?
+    use landlock::{
+        AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
     };
-    ruleset
-        .create()
+    let other = |e: landlock::RulesetError| io::Error::other(e.to_string());
+    let mut ruleset = Ruleset::default();
+    if abi >= 6 {
+        ruleset = ruleset.scope(Scope::Signal).map_err(other)?;
+    }
+    let handled = if abi >= 2 {
+        AccessFs::MakeBlock | AccessFs::Refer
+    } else {
+        AccessFs::MakeBlock.into()
+    };
+    let mut created = ruleset
+        .handle_access(handled)
         .map_err(other)?
-        .no_new_privs(false)
-        .restrict_self()
+        .create()
         .map_err(other)?;
+    if abi >= 2 {
+        let root = PathFd::new("/").map_err(|e| io::Error::other(e.to_string()))?;
+        created = created
+            .add_rule(PathBeneath::new(root, AccessFs::Refer))
+            .map_err(other)?;
+    }
+    created.no_new_privs(false).restrict_self().map_err(other)?;
     Ok(())
 }
 

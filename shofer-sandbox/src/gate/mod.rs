@@ -1,8 +1,10 @@
-//! The unix-socket gate: below Landlock ABI 9 (and on every namespace backend), a sandboxed
-//! command reaches a pathname unix socket only if **(a)** a process of this run created it, or
-//! **(b)** it lies beneath the worktree or an `--allow-unix PATH`; anything else fails with
-//! `EACCES`, as `LANDLOCK_ACCESS_FS_RESOLVE_UNIX` (ABI 9) would. Abstract sockets: only those
-//! bound by this run (what Landlock's ABI 6 scope gives, for kernels without it).
+//! The unix-socket gate: on every backend and Landlock ABI, a sandboxed command reaches a
+//! pathname unix socket only if **(a)** a process of this run bound it, **(b)** `--allow-unix`
+//! names that socket, or **(c)** its listener bound it beneath the worktree or an
+//! `--allow-unix` directory (the listener's own record, which a link or rename of the socket
+//! file does not change; `LANDLOCK_ACCESS_FS_RESOLVE_UNIX`, ABI 9, grants by path and would let
+//! a linked socket pass); anything else fails with `EACCES`. Abstract sockets: only those
+//! bound by this run, in the network namespace of the socket that connects.
 //!
 //! How (see `docs/ARCHITECTURE.md`, "unix sockets"):
 //! 1. [`filter`]: before exec, the command's first process installs a seccomp filter with
@@ -23,8 +25,7 @@
 //!
 //! On the Landlock backend in a linked worktree the same listener also carries git's
 //! `packed-refs` lock protocol, which the supervisor performs for the command in the common
-//! dir that stays outside the writable set ([`packed_refs`]); at Landlock ABI 9 the gate then
-//! runs for that alone. On the namespace backends with an object quarantine it also carries
+//! dir that stays outside the writable set ([`packed_refs`]). On the namespace backends with an object quarantine it also carries
 //! git's refresh of an object's time in the read-only store ([`freshen`]).
 //!
 //! Known limits: the peer of a connection made through the gate sees the supervisor's PID in
