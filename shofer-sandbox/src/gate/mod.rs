@@ -28,8 +28,9 @@
 //! dir that stays outside the writable set ([`packed_refs`]). On the namespace backends with an object quarantine it also carries
 //! git's refresh of an object's time in the read-only store ([`freshen`]).
 //!
-//! Known limits: the peer of a connection made through the gate sees the supervisor's PID in
-//! `SO_PEERCRED` (same uid and gid); a unix stream connect to a listener whose backlog is full
+//! Known limits: the peer of a connection made through the gate sees the [`helper`]'s PID in
+//! `SO_PEERCRED` (the command's uid and gid); a caller that added a Landlock layer of its own
+//! is checked against the run's domain, not its own; a unix stream connect to a listener whose backlog is full
 //! holds up the run's other gated calls until it is accepted; x86_64 only, and only its native
 //! entry point ([`crate::seccomp::NATIVE_ONLY`]).
 
