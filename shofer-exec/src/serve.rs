@@ -41,7 +41,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, EngineConfig, ExecError, ExecRequest, Status};
-use crate::shoferignore::{access_denied_json, ShoferIgnore};
+use crate::shoferignore::{access_denied_json, IgnoreFileErrorKind, ShoferIgnore, CHECK_BUDGET};
 
 /// The longest command accepted, in bytes: `/bin/sh -c COMMAND` passes it as one argument,
 /// and the kernel refuses a single argument of more than `MAX_ARG_STRLEN` (32 pages, 128 KiB,
@@ -306,15 +306,27 @@ impl ShoferServer {
             // Off the runtime's thread: the check reads the file system (globs, symlinks) and
             // other calls must keep being answered meanwhile.
             let cmd = command.clone();
-            let denied = tokio::task::spawn_blocking(move || {
-                match ShoferIgnore::load(&task_cwd).map_err(|e| e.to_string())? {
-                    Some(ig) => Ok(ig.denied_path(&cmd, &run_cwd)),
-                    None => Ok(None),
+            // The whole check within its limit (plus the load): a file system that stalls a
+            // read gives this call an error, not a hang of every later one.
+            let check = tokio::task::spawn_blocking(move || match ShoferIgnore::load(&task_cwd) {
+                Ok(Some(ig)) => Ok((ig.denied_path(&cmd, &run_cwd), None)),
+                Ok(None) => Ok((None, None)),
+                Err(e) if e.kind == IgnoreFileErrorKind::NotAFile => {
+                    Ok((None, Some(e.to_string())))
                 }
-            })
-            .await
-            .map_err(|e| text_err(e.to_string()))?
-            .map_err(|e: String| text_err(e))?;
+                Err(e) => Err(e.to_string()),
+            });
+            let (denied, not_applied) =
+                tokio::time::timeout(CHECK_BUDGET + std::time::Duration::from_secs(1), check)
+                    .await
+                    .map_err(|_| {
+                        text_err(format!(
+                            "The shoferignore check did not finish within {}s (the file system under the task directory is slow or stalled); the command was not run.",
+                            CHECK_BUDGET.as_secs() + 1
+                        ))
+                    })?
+                    .map_err(|e| text_err(e.to_string()))?
+                    .map_err(|e: String| text_err(e))?;
             if let Some(path) = denied {
                 return Err(text_err(access_denied_json(&path)));
             }
@@ -325,7 +337,10 @@ impl ShoferServer {
                 abort: Some(abort),
             };
             match self.engine.execute(req).await {
-                Ok(o) => Ok(text_ok(o.text)),
+                Ok(o) => Ok(text_ok(match not_applied {
+                    Some(why) => format!("{}\nNote: {why}", o.text),
+                    None => o.text,
+                })),
                 Err(e) => Err(text_err(e.to_string())),
             }
         };
