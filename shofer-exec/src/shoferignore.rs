@@ -1641,7 +1641,17 @@ mod tests {
         assert!(ShoferIgnore::load(t.path()).unwrap().is_none());
         std::fs::create_dir_all(t.path().join(".shofer/shoferignore")).unwrap();
         let e = ShoferIgnore::load(t.path()).unwrap_err();
-        assert!(e.to_string().contains("cannot be used"), "{e}");
+        assert_eq!(e.kind, IgnoreFileErrorKind::NotAFile, "{e}");
+        assert!(e.to_string().contains("it is a directory"), "{e}");
+        std::fs::remove_dir(t.path().join(".shofer/shoferignore")).unwrap();
+        // A regular file that cannot be used: commands are refused until it is fixed.
+        std::fs::write(t.path().join(".shofer/shoferignore"), b"ok\n\xff\n").unwrap();
+        let e = ShoferIgnore::load(t.path()).unwrap_err();
+        assert_eq!(e.kind, IgnoreFileErrorKind::Invalid, "{e}");
+        assert!(
+            e.to_string().contains("cannot be used") && e.to_string().contains("not UTF-8"),
+            "{e}"
+        );
     }
 
     proptest::proptest! {
