@@ -525,37 +525,14 @@ pub fn private_artifacts_dir(
     ))
 }
 
-/// Makes `base` (and missing parents) with mode 0700 and checks that it is ours, not writable
-/// by others, and not inside any of `writable`.
+/// Makes `base` (and missing parents) with mode 0700 and checks it as every state directory
+/// is checked ([`shofer_sys::statedir::create`]: ours, writable by no one else, no symlink on
+/// its path, neither inside nor holding any of `writable`) — the same check `shofer run`
+/// makes of its artifact directory.
 fn private_base(base: &std::path::Path, writable: &[PathBuf]) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(base)?;
-    let real = std::fs::canonicalize(base)?;
-    for w in writable {
-        let w = std::fs::canonicalize(w).unwrap_or_else(|_| w.clone());
-        if real.starts_with(&w) {
-            return Err(std::io::Error::other(format!(
-                "inside {}, which sandboxed commands may write",
-                w.display()
-            )));
-        }
-    }
-    let meta = std::fs::symlink_metadata(&real)?;
-    // Safety: geteuid(2) has no arguments and always succeeds.
-    let me = unsafe { libc::geteuid() };
-    if meta.uid() != me {
-        return Err(std::io::Error::other(format!(
-            "owned by uid {}, not {me}",
-            meta.uid()
-        )));
-    }
-    if meta.permissions().mode() & 0o077 != 0 {
-        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
+    shofer_sys::statedir::create(base, writable)
+        .map(|_| ())
+        .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 /// The places a sandboxed command may write besides `--allow-write` paths: the worktree,

@@ -839,7 +839,7 @@ pub fn state_candidates(leaf: &str) -> Vec<PathBuf> {
 pub fn repair(dir: &shofer_sys::statedir::StateDir, worktree: &Path) -> Restored {
     let mut out = Restored::default();
     let prefix = format!("{}-", worktree_key(worktree));
-    let Ok(names) = shofer_sys::statedir::list(&dir.fd) else {
+    let Ok(names) = paths::list(&dir.fd) else {
         return out;
     };
     for name in names {
@@ -856,7 +856,10 @@ pub fn repair(dir: &shofer_sys::statedir::StateDir, worktree: &Path) -> Restored
         };
         let v = match shofer_sys::statedir::read_file(&dir.fd, name, MAX_JOURNAL)
             .map_err(|e| e.to_string())
-            .and_then(|raw| serde_json::from_slice::<Value>(&raw).map_err(|e| e.to_string()))
+            .and_then(|raw| String::from_utf8(raw).map_err(|e| e.to_string()))
+            // from_str, as everywhere in the sandbox: from_slice would link a second copy of
+            // the JSON reader into the size-bounded static binary.
+            .and_then(|text| serde_json::from_str::<Value>(&text).map_err(|e| e.to_string()))
         {
             Ok(v) => v,
             Err(e) => {

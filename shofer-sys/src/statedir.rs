@@ -5,7 +5,8 @@
 //! directory under `HOME=/tmp`, a run with `--allow-write ~`) could otherwise plant a record
 //! that a later run acts on.
 //!
-//! - [`check`]: the directory — no symlink on its (canonical) path, a directory owned by this
+//! - [`check`]: the directory — not a symlink itself, no symlink on its path once the
+//!   caller's parent is resolved (`HOME` may hold one), a directory owned by this
 //!   user that neither group nor others can write, and neither inside nor holding a path of
 //!   the writable set given. Returns it open, so what is read next is read relative to it.
 //! - [`create`]: makes it (mode 0700, parents too), then [`check`]s it.
@@ -66,7 +67,11 @@ impl fmt::Display for StateDirError {
         match self {
             Self::Open { path, source } => write!(f, "{}: {source}", path.display()),
             Self::NotADirectory { path } => {
-                write!(f, "{} is not a directory", path.display())
+                write!(
+                    f,
+                    "{} is not a directory (a symlink is not followed)",
+                    path.display()
+                )
             }
             Self::Owner { path, uid } => write!(
                 f,
@@ -117,9 +122,15 @@ pub fn check(path: &Path, writable: &[PathBuf]) -> Result<StateDir, StateDirErro
         path: path.to_path_buf(),
         source,
     };
-    // The caller's environment names the place (HOME may hold a symlink): resolved once, then
-    // opened with no symlink allowed anywhere, so a swap after the resolution fails.
-    let canon = std::fs::canonicalize(path).map_err(open_err)?;
+    // The caller's environment names the place (HOME may hold a symlink): its parent is
+    // resolved once, the directory itself must not be a symlink, and the whole is opened with
+    // no symlink allowed anywhere, so a swap after the resolution fails.
+    let canon = match (path.parent(), path.file_name()) {
+        (Some(parent), Some(leaf)) if !parent.as_os_str().is_empty() => {
+            std::fs::canonicalize(parent).map_err(open_err)?.join(leaf)
+        }
+        _ => std::fs::canonicalize(path).map_err(open_err)?,
+    };
     let fd = rustix::fs::openat2(
         rustix::fs::CWD,
         &canon,
@@ -331,6 +342,10 @@ mod tests {
             check(&tmp.join("f"), &[]).unwrap_err(),
             StateDirError::NotADirectory { .. }
         ));
+        // A symlink as the directory itself (its target would pass).
+        std::os::unix::fs::symlink(tmp.join("a/state"), tmp.join("link")).unwrap();
+        let e = check(&tmp.join("link"), &[]).unwrap_err();
+        assert!(matches!(e, StateDirError::NotADirectory { .. }), "{e}");
         // Files: a symlink, a FIFO, a second link, a group-writable file, too large.
         let dir = ok.fd;
         std::fs::write(tmp.join("a/state/rec"), b"12345").unwrap();
