@@ -167,24 +167,48 @@ pub fn check(path: &Path, writable: &[PathBuf]) -> Result<StateDir, StateDirErro
             mode: st.st_mode & 0o7777,
         });
     }
-    for w in writable {
-        let w = std::fs::canonicalize(w).unwrap_or_else(|_| w.clone());
-        if canon.starts_with(&w) || w.starts_with(&canon) {
-            return Err(StateDirError::Writable {
-                path: canon,
-                root: w,
-            });
-        }
+    if let Some(root) = writable_around(&canon, writable) {
+        return Err(StateDirError::Writable { path: canon, root });
     }
     Ok(StateDir { path: canon, fd })
 }
 
-/// Makes `path` (and missing parents) with mode 0700, then [`check`]s it.
+/// The first of `writable` (canonicalised where it exists) that `canon` lies inside or holds.
+fn writable_around(canon: &Path, writable: &[PathBuf]) -> Option<PathBuf> {
+    writable
+        .iter()
+        .map(|w| std::fs::canonicalize(w).unwrap_or_else(|_| w.clone()))
+        .find(|w| canon.starts_with(w) || w.starts_with(canon))
+}
+
+/// Makes `path` (and missing parents) with mode 0700, then [`check`]s it. Nothing is made
+/// inside a writable path: the place is judged first from its deepest existing ancestor (a
+/// directory made there would be the command's to fill, and named on every later read).
 ///
 /// # Errors
 /// As [`check`]; mkdir(2) failures as [`StateDirError::Open`].
 pub fn create(path: &Path, writable: &[PathBuf]) -> Result<StateDir, StateDirError> {
     use std::os::unix::fs::DirBuilderExt;
+    let mut existing = path;
+    let mut rest = Vec::new();
+    while std::fs::symlink_metadata(existing).is_err() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                existing = parent;
+            }
+            _ => break,
+        }
+    }
+    if let Ok(base) = std::fs::canonicalize(existing) {
+        let would_be = rest.iter().rev().fold(base, |p, n| p.join(n));
+        if let Some(root) = writable_around(&would_be, writable) {
+            return Err(StateDirError::Writable {
+                path: would_be,
+                root,
+            });
+        }
+    }
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -319,6 +343,10 @@ mod tests {
     fn state_dirs_and_files_are_refused_when_shared_special_or_inside_a_writable_path() {
         let tmp = std::env::temp_dir().join(format!("shofer-statedir-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
+        // Nothing is made inside a writable path.
+        let e = create(&tmp.join("a/state"), std::slice::from_ref(&tmp)).unwrap_err();
+        assert!(matches!(e, StateDirError::Writable { .. }), "{e}");
+        assert!(!tmp.exists());
         let ok = create(&tmp.join("a/state"), &[]).unwrap();
         assert!(ok.path.ends_with("a/state"));
         // Inside, or holding, a writable path.
