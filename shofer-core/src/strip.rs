@@ -11,7 +11,14 @@
 //!   `10%\r50%\r100%\n` becomes `100%\n`); `\r\n` is a plain line end, and a `\r` at the end of
 //!   the stream keeps the line before it.
 //!
-//! Everything else passes unchanged (tabs, newlines, NUL and other binary bytes, invalid UTF-8).
+//! - every other control but newline and tab ([`Controls`]): the C0 controls (NUL, VT, FF, …)
+//!   and DEL, and the C1 controls U+0080..U+009F, as UTF-8 (`C2 80`..`C2 9F`) and as raw bytes
+//!   that are no part of a UTF-8 character, with the sequences a C1 control starts: CSI
+//!   (U+009B) up to its final byte, and OSC (U+009D), DCS (U+0090), SOS, PM and APC up to ST
+//!   (U+009C) or the end of the line — a terminal would act on them as on their `ESC` forms
+//!   (an OSC 52 clipboard write, a cursor move).
+//!
+//! Everything else passes unchanged (text, invalid UTF-8 bytes from 0xA0 up).
 //!
 //! Memory is bounded: the current line is held back (so that a later `\r` can still drop it)
 //! only up to [`HOLD`] bytes; older bytes of a longer line are emitted, and a rewrite of such a
@@ -86,6 +93,8 @@ pub struct Stripper {
     /// The CPU has AVX2 and POPCNT: the fast path scans with AVX2 and packs text with byte
     /// shuffles (off in tests of the portable paths).
     shuffle: bool,
+    /// The other controls' filter, applied to every run of text.
+    controls: Controls,
 }
 
 impl Default for Stripper {
@@ -136,6 +145,7 @@ impl Stripper {
             gathered: Vec::new(),
             fast: true,
             shuffle: shuffle_available(),
+            controls: Controls::default(),
         }
     }
 
@@ -185,6 +195,11 @@ impl Stripper {
                 i = run_end;
                 if i == input.len() {
                     break;
+                }
+                if input[i] != ESC {
+                    // A character cut short by a line control is no character: its bytes
+                    // are given to the line first, as raw bytes.
+                    self.break_controls(emit);
                 }
                 match input[i] {
                     CR => self.cr = true,
@@ -356,8 +371,33 @@ impl Stripper {
         self.text_nl(run, memchr::memrchr(b'\n', run), emit);
     }
 
-    /// [`Stripper::text`] with the run's last newline already known (`nl`, an index in `run`).
+    /// [`Stripper::text`] with the run's last newline already known (`nl`, an index in `run`):
+    /// its controls removed ([`Controls`]), then the line logic.
     fn text_nl(&mut self, run: &[u8], nl: Option<usize>, emit: &mut impl FnMut(&[u8])) {
+        let mut ctl = std::mem::take(&mut self.controls);
+        match ctl.filter(run) {
+            None => self.line_text(run, nl, emit),
+            Some(kept) => self.line_text(kept, memchr::memrchr(b'\n', kept), emit),
+        }
+        self.controls = ctl;
+    }
+
+    /// A line control (`\r`, `\b`, BEL) or the end: what [`Controls`] holds back is text now.
+    fn break_controls(&mut self, emit: &mut impl FnMut(&[u8])) {
+        if !self.controls.holds() {
+            return;
+        }
+        let mut ctl = std::mem::take(&mut self.controls);
+        let kept = ctl.flush();
+        self.line_text(kept, memchr::memrchr(b'\n', kept), emit);
+        self.controls = ctl;
+    }
+
+    /// Text without controls into the current line.
+    fn line_text(&mut self, run: &[u8], nl: Option<usize>, emit: &mut impl FnMut(&[u8])) {
+        if run.is_empty() {
+            return;
+        }
         let mut run = run;
         if self.cr {
             self.cr = false;
@@ -381,7 +421,26 @@ impl Stripper {
         }
         // Too long to hold: emit all but the line's last `hold` bytes (the same bytes
         // whatever the chunking).
-        let excess = total - self.hold;
+        // Cut before a character, not inside one: a rewrite would drop its end and leave a
+        // lead byte before bytes 0x80..0x9F of the next line (a C1 control to a terminal).
+        let at = |k: usize| match k.checked_sub(self.line.len()) {
+            None => self.line[k],
+            Some(r) => run[r],
+        };
+        let mut excess = total - self.hold;
+        if at(excess) & 0xc0 == 0x80 {
+            for back in 1..=excess.min(3) {
+                let lead = at(excess - back);
+                if lead & 0xc0 == 0x80 {
+                    continue;
+                }
+                // The character `lead` starts reaches past the cut: cut before it.
+                if lead >= 0xc0 && (lead.leading_ones() as usize) > back {
+                    excess -= back;
+                }
+                break;
+            }
+        }
         if excess >= self.line.len() {
             let from_run = excess - self.line.len();
             if !self.line.is_empty() {
@@ -406,12 +465,264 @@ impl Stripper {
             self.feed(&body, emit);
         }
         self.state = State::Ground;
+        self.break_controls(emit);
         self.cr = false;
         if !self.line.is_empty() {
             emit(&self.line);
             self.line.clear();
         }
     }
+}
+
+/// A C1 sequence being removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Seq {
+    #[default]
+    None,
+    /// After CSI (U+009B): parameters and intermediates up to a final byte.
+    Csi,
+    /// After OSC, DCS, SOS, PM or APC: up to ST (U+009C) or a newline.
+    Str,
+}
+
+/// Removes from text (the runs between the escape sequences and line controls [`Stripper`]
+/// handles) every C0 control but `\n` and `\t`, DEL, and the C1 controls with the sequences
+/// they start (see the module docs). A C1 control is U+0080..U+009F as UTF-8, or a byte
+/// 0x80..0x9F that is no part of a well-formed UTF-8 character (as `std::str::from_utf8`
+/// sees it); the bytes of a character a run cuts short are held until the next run.
+#[derive(Debug, Clone, Default)]
+struct Controls {
+    /// The start of a UTF-8 character the last run ended in (at most 3 bytes).
+    tail: Vec<u8>,
+    seq: Seq,
+    /// Bytes of the current sequence so far.
+    seq_len: usize,
+    /// The kept bytes of a run that lost some.
+    out: Vec<u8>,
+    /// The held tail and the next run, joined.
+    joined: Vec<u8>,
+}
+
+impl Controls {
+    /// Whether anything is held back or a sequence is open.
+    fn holds(&self) -> bool {
+        !self.tail.is_empty() || self.seq != Seq::None
+    }
+
+    /// `run` without its controls: `None` when that is `run` itself (the common case: no
+    /// byte is copied).
+    fn filter<'a>(&'a mut self, run: &'a [u8]) -> Option<&'a [u8]> {
+        if !self.holds() {
+            match clean(run) {
+                Some(n) if n == run.len() => return None,
+                Some(n) => {
+                    // Clean up to a character the run cuts short (a read ends inside it).
+                    self.tail.extend_from_slice(&run[n..]);
+                    return Some(&run[..n]);
+                }
+                None => {}
+            }
+        }
+        self.out.clear();
+        let mut rest = run;
+        if !self.tail.is_empty() && self.seq == Seq::None {
+            // The character the last run cut short, finished with this run's continuation
+            // bytes; then the rest is usually clean and copied as it is.
+            let need = (self.tail[0].leading_ones() as usize).clamp(2, 4) - self.tail.len();
+            let k = rest
+                .iter()
+                .take(need)
+                .take_while(|&&b| b & 0xc0 == 0x80)
+                .count();
+            let mut piece = std::mem::take(&mut self.joined);
+            piece.clear();
+            piece.append(&mut self.tail);
+            piece.extend_from_slice(&rest[..k]);
+            rest = &rest[k..];
+            // Cut short again only when the run ended inside it.
+            self.decode(&piece, !rest.is_empty() || k == need);
+            self.joined = piece;
+            if let Some(n) = clean(rest).filter(|_| !self.holds()) {
+                self.out.extend_from_slice(&rest[..n]);
+                self.tail.extend_from_slice(&rest[n..]);
+                return Some(&self.out);
+            }
+        }
+        let mut joined = std::mem::take(&mut self.joined);
+        joined.clear();
+        joined.append(&mut self.tail);
+        joined.extend_from_slice(rest);
+        self.decode(&joined, false);
+        self.joined = joined;
+        Some(&self.out)
+    }
+
+    /// Decodes `bytes` into [`Self::out`]; a character cut short at their end is held in
+    /// [`Self::tail`], or with `last` taken as raw bytes.
+    fn decode(&mut self, bytes: &[u8], last: bool) {
+        let mut rest = bytes;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(_) => {
+                    self.valid(rest);
+                    return;
+                }
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    self.valid(valid);
+                    let n = match e.error_len() {
+                        Some(n) => n,
+                        None if last => after.len(),
+                        None => {
+                            // A character cut short by the end of the run.
+                            self.tail.extend_from_slice(after);
+                            return;
+                        }
+                    };
+                    for &b in &after[..n] {
+                        self.raw(b);
+                    }
+                    rest = &after[n..];
+                }
+            }
+        }
+    }
+
+    /// The end of a line of controls or of the stream: a held character start is raw bytes,
+    /// a CSI ends. Returns the kept bytes.
+    fn flush(&mut self) -> &[u8] {
+        self.out.clear();
+        for b in std::mem::take(&mut self.tail) {
+            self.raw(b);
+        }
+        if self.seq == Seq::Csi {
+            self.seq = Seq::None;
+        }
+        &self.out
+    }
+
+    /// Well-formed UTF-8: a C1 control is `C2 80`..`C2 9F`.
+    fn valid(&mut self, text: &[u8]) {
+        let mut i = 0;
+        while i < text.len() {
+            let b = text[i];
+            if b == 0xc2 && matches!(text.get(i + 1), Some(0x80..=0x9f)) {
+                self.control(text[i + 1]);
+                i += 2;
+                continue;
+            }
+            self.byte(b);
+            i += 1;
+        }
+    }
+
+    /// A byte that is no part of a UTF-8 character.
+    fn raw(&mut self, b: u8) {
+        if (0x80..=0x9f).contains(&b) {
+            self.control(b);
+        } else {
+            self.byte(b);
+        }
+    }
+
+    fn control(&mut self, c: u8) {
+        match c {
+            0x9b => (self.seq, self.seq_len) = (Seq::Csi, 0),
+            0x90 | 0x98 | 0x9d | 0x9e | 0x9f => (self.seq, self.seq_len) = (Seq::Str, 0),
+            // ST ends a string; any C1 control ends a CSI.
+            _ if self.seq == Seq::Csi || c == 0x9c => self.seq = Seq::None,
+            _ => {}
+        }
+    }
+
+    /// A byte of text that is no C1 control.
+    fn byte(&mut self, b: u8) {
+        match self.seq {
+            Seq::Csi => {
+                if (0x20..=0x3f).contains(&b) {
+                    self.seq_len += 1;
+                    if self.seq_len > MAX_CSI {
+                        self.seq = Seq::None;
+                    }
+                    return;
+                }
+                self.seq = Seq::None;
+                if (0x40..=0x7e).contains(&b) {
+                    return;
+                }
+            }
+            Seq::Str => {
+                if b != b'\n' {
+                    self.seq_len += 1;
+                    if self.seq_len > MAX_STRING {
+                        self.seq = Seq::None;
+                    }
+                    return;
+                }
+                self.seq = Seq::None;
+            }
+            Seq::None => {}
+        }
+        if !is_c0_or_del(b) {
+            self.out.push(b);
+        }
+    }
+}
+
+/// A C0 control other than `\n` and `\t`, or DEL.
+#[inline]
+fn is_c0_or_del(b: u8) -> bool {
+    (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f
+}
+
+/// `Some(n)` when `run` holds no control [`Controls`] removes up to `n`, and after `n` the
+/// start of a character the run cuts short (`n == run.len()`: none); `None` when it must be
+/// decoded. Text without C0 controls, DEL, bytes 0x80..0x9F and 0xC2 (ASCII, most Latin text)
+/// is decided 64 bytes at a time (a fold the compiler vectorizes): without a byte 0x80..0x9F
+/// it cannot hold a C1 control, well-formed or not. Other text is checked as UTF-8.
+#[inline]
+fn clean(run: &[u8]) -> Option<usize> {
+    const BLOCK: usize = 64;
+    // Branch-free, so that the fold vectorizes.
+    let odd = |b: u8| {
+        (u8::from(b < 0x20) & u8::from(b != b'\n') & u8::from(b != b'\t'))
+            | u8::from(b == 0x7f)
+            | u8::from(b.wrapping_sub(0x80) < 0x20)
+            | u8::from(b == 0xc2)
+    };
+    let mut blocks = run.chunks_exact(BLOCK);
+    let mut plain = true;
+    for blk in &mut blocks {
+        if blk.iter().fold(0u8, |acc, &b| acc | odd(b)) != 0 {
+            plain = false;
+            break;
+        }
+    }
+    if plain && blocks.remainder().iter().all(|&b| odd(b) == 0) {
+        // A character cut short at the end: its lead byte and the continuations so far.
+        let back = run
+            .iter()
+            .rev()
+            .take(3)
+            .take_while(|&&b| b & 0xc0 == 0x80)
+            .count();
+        let n = run.len() - back;
+        return match run.get(n.wrapping_sub(1)) {
+            Some(&lead) if n > 0 && lead >= 0xc0 && lead.leading_ones() as usize > back + 1 => {
+                Some(n - 1)
+            }
+            _ => Some(run.len()),
+        };
+    }
+    let n = match std::str::from_utf8(run) {
+        Ok(_) => run.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => return None,
+    };
+    let text = &run[..n];
+    let controls = text.iter().any(|&b| is_c0_or_del(b))
+        || memchr::memchr_iter(0xc2, text).any(|i| matches!(text.get(i + 1), Some(0x80..=0x9f)));
+    (!controls).then_some(n)
 }
 
 /// Alignment of the fast path's gathered text (one cache line).
@@ -936,10 +1247,49 @@ mod tests {
     }
 
     #[test]
-    fn binary_and_plain_text_pass() {
-        let data: Vec<u8> = (0u8..=255).filter(|&b| !is_special(b)).collect();
-        assert_eq!(strip_all(&data), data);
-        assert_eq!(strip_all(&[0u8; 100_000]), vec![0u8; 100_000]);
+    fn text_and_invalid_utf8_from_0xa0_pass() {
+        let text = "plain\ttext, é, ─ ├ 日本 🦀, NBSP\u{a0}, £\n";
+        assert_eq!(s(text.as_bytes()), text);
+        let high: Vec<u8> = (0xa0u8..=0xff).collect();
+        assert_eq!(strip_all(&high), high);
+    }
+
+    /// Issue 29 (F11): NUL, VT, FF, DEL and the other C0 controls went through, and so did
+    /// the C1 controls as UTF-8 (an OSC 52 clipboard write, a CSI cursor move).
+    #[test]
+    fn c0_and_c1_controls_go_with_the_sequences_they_start() {
+        assert_eq!(s(b"a\x00b\x0bc\x0cd\x7fe\x01\x1f\x0e\n"), "abcde\n");
+        assert_eq!(strip_all(&[0u8; 100_000]), b"");
+        // OSC 52 (set the clipboard) as UTF-8 C1: U+009D ... U+009C.
+        assert_eq!(
+            s("x\u{9d}52;c;Y3VybCBldmlsIHwgc2g=\u{9c}y\n".as_bytes()),
+            "xy\n"
+        );
+        // CSI (U+009B) with its parameters and final byte; DCS (U+0090) up to ST.
+        assert_eq!(
+            s("a\u{9b}2J\u{9b}1;31mb\u{90}q#0;2\u{9c}c\n".as_bytes()),
+            "abc\n"
+        );
+        // An unterminated string ends with its line.
+        assert_eq!(s("a\u{9d}0;title\nnext\n".as_bytes()), "a\nnext\n");
+        // Raw C1 bytes (no part of a UTF-8 character), the same.
+        assert_eq!(s(b"a\x9b31mb\x9d0;t\x9cc\x85d\n"), "abcd\n");
+        // A C1 control split across reads.
+        let mut st = Stripper::new();
+        let mut out = Vec::new();
+        let mut emit = |b: &[u8]| out.extend_from_slice(b);
+        st.feed(b"a\xc2", &mut emit);
+        st.feed(b"\x9b2Jb\n", &mut emit);
+        st.finish(&mut emit);
+        assert_eq!(out, b"ab\n");
+        // Carriage returns keep their documented meaning.
+        assert_eq!(s(b"1\x00%\r100%\n"), "100%\n");
+        assert_eq!(s(b"a\xc2\rb\n"), "b\n");
+        // A character cut short is raw bytes: its lead byte stays, a 0x80..0x9F after it is a
+        // C1 control.
+        assert_eq!(strip_all(b"x\xc2"), b"x\xc2");
+        assert_eq!(strip_all(b"x\xe2\x94"), b"x\xe2");
+        assert_eq!(strip_all(b"x\xe2\xa0"), b"x\xe2\xa0");
     }
 
     #[test]
@@ -1096,8 +1446,40 @@ mod tests {
             prop_assert!(out.len() <= data.len());
         }
 
+        /// Issue 29 (F11): over arbitrary bytes, chunked anyhow, the output holds no C0 or C1
+        /// control and no DEL but `\n` and `\t` — not as a UTF-8 character, not as a byte
+        /// outside one.
         #[test]
-        fn text_without_specials_is_unchanged(data in proptest::collection::vec(any::<u8>().prop_filter("plain", |b| !is_special(*b)), 0..30_000)) {
+        fn output_has_no_c0_c1_or_del(pieces in proptest::collection::vec(prop_oneof![
+                6 => any::<u8>().prop_map(|b| vec![b]),
+                2 => prop_oneof![Just(0xc2u8), Just(0x9b), Just(0x9d), Just(0x9c), Just(0x90), Just(0x85)].prop_map(|b| vec![b]),
+                1 => Just(vec![ESC]), 1 => Just(vec![CR]), 1 => Just(vec![b'\n']),
+                2 => "[ -~é─├🦀\u{9b}\u{9d}\u{9c}]{1,4}".prop_map(String::into_bytes),
+            ], 0..600), cuts in proptest::collection::vec(0usize..300, 0..30), hold in 1usize..40) {
+            let data = pieces.concat();
+            for fast in [true, false] {
+                let out = chunked_with(&data, &cuts, hold, fast);
+                prop_assert_eq!(&out, &chunked_with(&data, &[], hold, false));
+                let mut rest = &out[..];
+                loop {
+                    let (valid, bad) = match std::str::from_utf8(rest) {
+                        Ok(v) => (v, None),
+                        Err(e) => (std::str::from_utf8(&rest[..e.valid_up_to()]).unwrap(), Some(e)),
+                    };
+                    let c = valid.chars().find(|&c| c.is_control() && c != '\n' && c != '\t');
+                    prop_assert!(c.is_none(), "{:?} in {:?}", c, out);
+                    let Some(e) = bad else { break };
+                    let n = e.error_len().unwrap_or(rest.len() - e.valid_up_to());
+                    let raw = &rest[e.valid_up_to()..e.valid_up_to() + n];
+                    prop_assert!(raw.iter().all(|&b| b >= 0xa0), "raw {:x?} in {:?}", raw, out);
+                    rest = &rest[e.valid_up_to() + n..];
+                }
+            }
+        }
+
+        #[test]
+        fn text_without_controls_is_unchanged(text in "[^\\p{Cc}]{0,3000}") {
+            let data = text.into_bytes();
             prop_assert_eq!(strip_all(&data), data);
         }
 

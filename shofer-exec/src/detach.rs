@@ -67,6 +67,25 @@ pub fn jobs_dir(artifacts: &Path) -> PathBuf {
     artifacts.join("jobs")
 }
 
+/// Largest job record read (16 MiB: the final result text is bounded by the preview).
+const MAX_RECORD: u64 = 16 << 20;
+
+/// `dir` after the state-directory check ([`shofer_sys::statedir::check`]: ours, writable by
+/// no one else, no symlink on its path): every read of a record or artifact goes through it.
+fn checked(dir: &Path) -> io::Result<shofer_sys::statedir::StateDir> {
+    shofer_sys::statedir::check(dir, &[]).map_err(|e| match e {
+        shofer_sys::statedir::StateDirError::Open { source, .. }
+            if source.kind() == io::ErrorKind::NotFound =>
+        {
+            source
+        }
+        e => io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{e}; job records are read only from a directory of this user's that only it can write"),
+        ),
+    })
+}
+
 impl JobState {
     /// The state of `o`, run by this process as supervisor.
     pub fn of(o: &Outcome, preview_budget: usize) -> Self {
@@ -96,27 +115,60 @@ impl JobState {
     /// # Errors
     /// Creating the directory, writing or renaming failed.
     pub fn save(&self, artifacts: &Path) -> io::Result<()> {
-        let dir = jobs_dir(artifacts);
-        fs::create_dir_all(&dir)?;
-        let tmp = dir.join(format!(".{}.json.tmp", self.id));
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = shofer_sys::statedir::create(&jobs_dir(artifacts), &[])
+            .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?
+            .path;
+        // A name of ours alone, made new (a symlink planted there is never followed).
+        let tmp = dir.join(format!(".{}.json.{}.tmp", self.id, std::process::id()));
+        let _ = fs::remove_file(&tmp);
         let json = serde_json::to_vec(self).map_err(io::Error::other)?;
-        fs::write(&tmp, json)?;
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?
+            .write_all(&json)?;
         fs::rename(&tmp, dir.join(format!("{}.json", self.id)))
     }
 
-    /// Reads the state of job `id`.
+    /// Reads the state of job `id`. Nothing in it is trusted because shofer wrote it: the
+    /// directory and the file are checked ([`shofer_sys::statedir`]; at most 16 MiB), and the
+    /// record must be job `id`'s, naming its own artifact or none.
     ///
     /// # Errors
-    /// No such job (`NotFound`), or an unreadable file.
+    /// No such job (`NotFound`), a directory or file that fails the check, or a record that
+    /// is not job `id`'s (`InvalidData`).
     pub fn load(artifacts: &Path, id: u64) -> io::Result<Self> {
-        let raw = fs::read(jobs_dir(artifacts).join(format!("{id}.json")))?;
-        serde_json::from_slice(&raw).map_err(io::Error::other)
+        let dir = checked(&jobs_dir(artifacts))?;
+        let raw = shofer_sys::statedir::read_file(&dir.fd, &format!("{id}.json"), MAX_RECORD)?;
+        let mut job: JobState = serde_json::from_slice(&raw).map_err(io::Error::other)?;
+        // Used to size a buffer: never more than the largest preview.
+        job.preview_budget = job
+            .preview_budget
+            .min(shofer_core::preview::PreviewSize::Large.budget());
+        let own = shofer_core::artifact::ArtifactId::for_execution(id);
+        if job.id != id
+            || job
+                .artifact_id
+                .as_deref()
+                .is_some_and(|a| a != own.as_str())
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{id}.json is not the record of command {id}"),
+            ));
+        }
+        Ok(job)
     }
 
-    /// Whether the supervisor process still runs (same pid and start time).
+    /// Whether the supervisor process still runs: same pid and start time, and a `shofer`
+    /// process (a planted record naming another of the user's processes is not one).
     pub fn supervisor_alive(&self) -> bool {
-        shofer_sys::proc::read(self.supervisor_pid)
-            .is_some_and(|p| p.start == self.supervisor_start && !p.is_dead())
+        shofer_sys::proc::read(self.supervisor_pid).is_some_and(|p| {
+            p.start == self.supervisor_start && !p.is_dead() && p.comm.as_bytes() == b"shofer"
+        })
     }
 
     /// `running` while the supervisor lives; a job whose supervisor vanished without a final
@@ -133,20 +185,24 @@ impl JobState {
 }
 
 /// Every job's state, oldest first.
-pub fn list(artifacts: &Path) -> Vec<JobState> {
-    let Ok(entries) = fs::read_dir(jobs_dir(artifacts)) else {
-        return Vec::new();
+///
+/// # Errors
+/// A `jobs/` directory that fails the state-directory check (none at all is no job).
+pub fn list(artifacts: &Path) -> io::Result<Vec<JobState>> {
+    let names = match checked(&jobs_dir(artifacts)) {
+        Ok(d) => shofer_sys::statedir::list(&d.fd)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
     };
-    let mut jobs: Vec<JobState> = entries
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name();
+    let mut jobs: Vec<JobState> = names
+        .iter()
+        .filter_map(|name| {
             let id = name.to_str()?.strip_suffix(".json")?.parse::<u64>().ok()?;
             JobState::load(artifacts, id).ok()
         })
         .collect();
     jobs.sort_by_key(|j| j.id);
-    jobs
+    Ok(jobs)
 }
 
 /// The text `shofer status` prints: the final result, or for a running job the still-running
@@ -170,7 +226,9 @@ pub fn running_text(artifacts: &Path, job: &JobState) -> String {
         return text::running_result(&job.cwd, "");
     };
     let mut buf = HeadTail::new(job.preview_budget);
-    let size = fs::File::open(artifacts.join(aid)).and_then(|f| {
+    // The artifact as `shofer read` opens it: checked, never through a symlink or a FIFO.
+    let opened = checked(artifacts).and_then(|d| shofer_sys::statedir::open_file(&d.fd, aid));
+    let size = opened.and_then(|f| {
         let size = f.metadata()?.len();
         let budget = job.preview_budget as u64;
         let head = read_range(&f, 0, size.min(budget))?;

@@ -203,6 +203,42 @@ fn default_artifacts() -> Result<PathBuf, String> {
     }
 }
 
+/// The artifact directory of `shofer run|read|list|status|kill`: `--artifacts` as given (the
+/// user's choice, as for `shofer serve`; each artifact and the `jobs/` directory are checked
+/// on every read), else the default after the check every state directory gets on write and
+/// on read ([`shofer_sys::statedir`]: ours, writable by no one else, no symlink on its path;
+/// made with mode 0700 when `create` and missing). Under `--worktree` the default must also
+/// lie outside what the sandboxed command may write (the check `shofer serve` makes): later
+/// invocations read the job records there (`shofer kill` signals the process one names). A
+/// reader whose default directory does not exist gets its path back (nothing to read).
+fn artifacts_dir(
+    explicit: Option<PathBuf>,
+    worktree: Option<&std::path::Path>,
+    create: bool,
+) -> Result<PathBuf, String> {
+    if let Some(dir) = explicit {
+        return Ok(dir);
+    }
+    let dir = default_artifacts()?;
+    let writable = match worktree {
+        Some(w) => serve::sandbox_writable(w),
+        None => Vec::new(),
+    };
+    let checked = if create {
+        shofer_sys::statedir::create(&dir, &writable)
+    } else if std::fs::symlink_metadata(&dir).is_err() {
+        return Ok(dir);
+    } else {
+        shofer_sys::statedir::check(&dir, &writable)
+    };
+    checked.map(|d| d.path).map_err(|e| {
+        format!(
+            "the default artifact directory cannot be used: {e}; pass --artifacts DIR naming a directory of this user's that only it can write{}",
+            if writable.is_empty() { "" } else { ", outside the worktree, /tmp, $TMPDIR and /dev/shm" }
+        )
+    })
+}
+
 /// What a subcommand ended with; mapped to an exit code in [`exit_code`] only.
 enum End {
     Ran(Outcome),
@@ -364,10 +400,9 @@ fn run(
     command: String,
 ) -> End {
     // Stage 1: settings, no syscalls beyond reading the environment.
-    let artifacts = match artifacts.map_or_else(default_artifacts, Ok) {
-        Ok(a) => a,
-        Err(m) => return End::Usage(m),
-    };
+    if let Err(m) = artifacts.clone().map_or_else(default_artifacts, Ok) {
+        return End::Usage(m);
+    }
     let task_cwd = match &worktree {
         Some(w) => match std::fs::canonicalize(w) {
             Ok(w) if w.is_dir() => w,
@@ -382,6 +417,10 @@ fn run(
             Ok(d) => d,
             Err(e) => return End::CouldNotRun(format!("cannot read the current directory: {e}")),
         },
+    };
+    let artifacts = match artifacts_dir(artifacts, worktree.is_some().then_some(&task_cwd), true) {
+        Ok(a) => a,
+        Err(m) => return End::CouldNotRun(m),
     };
     let mut config = EngineConfig::new(task_cwd, artifacts);
     config.preview = preview;
@@ -649,14 +688,15 @@ fn jobs(
     artifacts: Option<PathBuf>,
     f: impl FnOnce(&std::path::Path) -> Result<String, String>,
 ) -> End {
-    match artifacts.map_or_else(default_artifacts, Ok) {
+    match artifacts_dir(artifacts, None, false) {
         Ok(a) => End::Jobs(f(&a)),
-        Err(m) => End::Usage(m),
+        Err(m) => End::Jobs(Err(m)),
     }
 }
 
 fn list_jobs(artifacts: &std::path::Path) -> Result<String, String> {
     let list: Vec<serde_json::Value> = detach::list(artifacts)
+        .map_err(|e| e.to_string())?
         .iter()
         .map(|j| {
             serde_json::json!({
@@ -695,6 +735,7 @@ fn kill_jobs(artifacts: &std::path::Path, id: Option<u64>, all: bool) -> Result<
     let ids: Vec<u64> = match (id, all) {
         (Some(id), _) => vec![id],
         (None, _) => detach::list(artifacts)
+            .map_err(|e| e.to_string())?
             .iter()
             .filter(|j| j.status_word() == "running")
             .map(|j| j.id)
@@ -728,9 +769,9 @@ fn read(
     limit: i64,
     artifacts: Option<PathBuf>,
 ) -> End {
-    let dir = match artifacts.map_or_else(default_artifacts, Ok) {
+    let dir = match artifacts_dir(artifacts, None, false) {
         Ok(a) => a,
-        Err(m) => return End::Usage(m),
+        Err(m) => return End::ReadFailed(m),
     };
     let req = ReadRequest {
         artifact_id: id,

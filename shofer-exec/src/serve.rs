@@ -41,7 +41,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, EngineConfig, ExecError, ExecRequest, Status};
-use crate::shoferignore::{access_denied_json, ShoferIgnore};
+use crate::shoferignore::{access_denied_json, IgnoreFileErrorKind, ShoferIgnore, CHECK_BUDGET};
 
 /// The longest command accepted, in bytes: `/bin/sh -c COMMAND` passes it as one argument,
 /// and the kernel refuses a single argument of more than `MAX_ARG_STRLEN` (32 pages, 128 KiB,
@@ -306,15 +306,27 @@ impl ShoferServer {
             // Off the runtime's thread: the check reads the file system (globs, symlinks) and
             // other calls must keep being answered meanwhile.
             let cmd = command.clone();
-            let denied = tokio::task::spawn_blocking(move || {
-                match ShoferIgnore::load(&task_cwd).map_err(|e| e.to_string())? {
-                    Some(ig) => Ok(ig.denied_path(&cmd, &run_cwd)),
-                    None => Ok(None),
+            // The whole check within its limit (plus the load): a file system that stalls a
+            // read gives this call an error, not a hang of every later one.
+            let check = tokio::task::spawn_blocking(move || match ShoferIgnore::load(&task_cwd) {
+                Ok(Some(ig)) => Ok((ig.denied_path(&cmd, &run_cwd), None)),
+                Ok(None) => Ok((None, None)),
+                Err(e) if e.kind == IgnoreFileErrorKind::NotAFile => {
+                    Ok((None, Some(e.to_string())))
                 }
-            })
-            .await
-            .map_err(|e| text_err(e.to_string()))?
-            .map_err(|e: String| text_err(e))?;
+                Err(e) => Err(e.to_string()),
+            });
+            let (denied, not_applied) =
+                tokio::time::timeout(CHECK_BUDGET + std::time::Duration::from_secs(1), check)
+                    .await
+                    .map_err(|_| {
+                        text_err(format!(
+                            "The shoferignore check did not finish within {}s (the file system under the task directory is slow or stalled); the command was not run.",
+                            CHECK_BUDGET.as_secs() + 1
+                        ))
+                    })?
+                    .map_err(|e| text_err(e.to_string()))?
+                    .map_err(|e: String| text_err(e))?;
             if let Some(path) = denied {
                 return Err(text_err(access_denied_json(&path)));
             }
@@ -325,7 +337,10 @@ impl ShoferServer {
                 abort: Some(abort),
             };
             match self.engine.execute(req).await {
-                Ok(o) => Ok(text_ok(o.text)),
+                Ok(o) => Ok(text_ok(match not_applied {
+                    Some(why) => format!("{}\nNote: {why}", o.text),
+                    None => o.text,
+                })),
                 Err(e) => Err(text_err(e.to_string())),
             }
         };
@@ -510,37 +525,14 @@ pub fn private_artifacts_dir(
     ))
 }
 
-/// Makes `base` (and missing parents) with mode 0700 and checks that it is ours, not writable
-/// by others, and not inside any of `writable`.
+/// Makes `base` (and missing parents) with mode 0700 and checks it as every state directory
+/// is checked ([`shofer_sys::statedir::create`]: ours, writable by no one else, no symlink on
+/// its path, neither inside nor holding any of `writable`) — the same check `shofer run`
+/// makes of its artifact directory.
 fn private_base(base: &std::path::Path, writable: &[PathBuf]) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(base)?;
-    let real = std::fs::canonicalize(base)?;
-    for w in writable {
-        let w = std::fs::canonicalize(w).unwrap_or_else(|_| w.clone());
-        if real.starts_with(&w) {
-            return Err(std::io::Error::other(format!(
-                "inside {}, which sandboxed commands may write",
-                w.display()
-            )));
-        }
-    }
-    let meta = std::fs::symlink_metadata(&real)?;
-    // Safety: geteuid(2) has no arguments and always succeeds.
-    let me = unsafe { libc::geteuid() };
-    if meta.uid() != me {
-        return Err(std::io::Error::other(format!(
-            "owned by uid {}, not {me}",
-            meta.uid()
-        )));
-    }
-    if meta.permissions().mode() & 0o077 != 0 {
-        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
+    shofer_sys::statedir::create(base, writable)
+        .map(|_| ())
+        .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 /// The places a sandboxed command may write besides `--allow-write` paths: the worktree,

@@ -1068,24 +1068,129 @@ pub struct ShoferIgnore {
     matcher: Gitignore,
 }
 
-/// `.shofer/shoferignore` exists but cannot be used; commands are refused until it is fixed.
+/// Largest `.shofer/shoferignore` read (1 MiB).
+pub const MAX_IGNORE_BYTES: u64 = 1 << 20;
+
+/// `.shofer/shoferignore` exists but cannot be used.
 #[derive(Debug)]
 pub struct IgnoreFileError {
     /// The file.
     pub path: PathBuf,
     /// What is wrong (the read error, or the first bad pattern).
     pub reason: String,
+    /// Which kind of wrong: what the caller does about it.
+    pub kind: IgnoreFileErrorKind,
+}
+
+/// What [`IgnoreFileError`] means for a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IgnoreFileErrorKind {
+    /// A regular file that cannot be read or holds a bad pattern: commands are refused until
+    /// it is fixed (fail closed).
+    Invalid,
+    /// Not a regular file of at most [`MAX_IGNORE_BYTES`] (a symlink, a FIFO, a device, a
+    /// directory, a huge file): no user writes that, a command can (the file lies in the task's
+    /// directory). It is not read — a FIFO would stop the server, `/dev/zero` fill its
+    /// memory — and not applied, and the call says so: a command can remove or replace it.
+    NotAFile,
 }
 
 impl std::fmt::Display for IgnoreFileError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "The shoferignore file {} cannot be used ({}); no command runs until the user fixes it.",
-            self.path.display(),
-            self.reason
-        )
+        match self.kind {
+            IgnoreFileErrorKind::NotAFile => write!(
+                f,
+                "The shoferignore file {} was not applied to this command: {} (expected a regular file of at most {} bytes; remove or replace it).",
+                self.path.display(),
+                self.reason,
+                MAX_IGNORE_BYTES
+            ),
+            _ => write!(
+                f,
+                "The shoferignore file {} cannot be used ({}); no command runs until the user fixes it.",
+                self.path.display(),
+                self.reason
+            ),
+        }
     }
+}
+
+/// Reads the ignore file `path` (`<dir>/.shofer/shoferignore`) without trusting what is
+/// there: `.shofer` is opened as a directory without following a symlink, the file with
+/// `O_NOFOLLOW | O_NONBLOCK` relative to it (a FIFO opens at once, a symlink fails), and
+/// only a regular file of at most [`MAX_IGNORE_BYTES`] is read. `Ok(None)`: no file.
+fn read_ignore_file(dir: &Path, path: &Path) -> Result<Option<String>, IgnoreFileError> {
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::fs::OpenOptionsExt;
+    let err = |kind, reason: String| IgnoreFileError {
+        path: path.to_path_buf(),
+        reason,
+        kind,
+    };
+    let not_a_file = |what: &str| err(IgnoreFileErrorKind::NotAFile, what.to_string());
+    let shofer_dir = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join(".shofer"))
+    {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+            return Err(not_a_file(".shofer is a symlink or not a directory"))
+        }
+        Err(e) => return Err(err(IgnoreFileErrorKind::Invalid, e.to_string())),
+    };
+    // Safety: a live directory descriptor and a NUL-terminated name; the flags never block
+    // (O_NONBLOCK) nor follow a symlink, nor make a terminal ours.
+    let fd = unsafe {
+        libc::openat(
+            shofer_dir.as_raw_fd(),
+            c"shoferignore".as_ptr(),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(None),
+            Some(libc::ELOOP) => Err(not_a_file("it is a symbolic link")),
+            _ => Err(err(IgnoreFileErrorKind::Invalid, e.to_string())),
+        };
+    }
+    // Safety: openat just returned this descriptor, owned by nothing else.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let meta = file
+        .metadata()
+        .map_err(|e| err(IgnoreFileErrorKind::Invalid, e.to_string()))?;
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        use std::os::unix::fs::FileTypeExt;
+        let what = if ft.is_dir() {
+            "it is a directory"
+        } else if ft.is_fifo() {
+            "it is a FIFO"
+        } else if ft.is_socket() {
+            "it is a socket"
+        } else {
+            "it is a device"
+        };
+        return Err(not_a_file(what));
+    }
+    if meta.len() > MAX_IGNORE_BYTES {
+        return Err(not_a_file(&format!("it holds {} bytes", meta.len())));
+    }
+    let mut raw = Vec::new();
+    file.take(MAX_IGNORE_BYTES + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| err(IgnoreFileErrorKind::Invalid, e.to_string()))?;
+    if raw.len() as u64 > MAX_IGNORE_BYTES {
+        return Err(not_a_file("it grew past the limit while read"));
+    }
+    String::from_utf8(raw)
+        .map(Some)
+        .map_err(|_| err(IgnoreFileErrorKind::Invalid, "it is not UTF-8 text".into()))
 }
 
 impl std::error::Error for IgnoreFileError {}
@@ -1176,36 +1281,27 @@ impl ShoferIgnore {
     /// (nothing is ignored). Patterns are relative to `task_cwd`.
     ///
     /// # Errors
-    /// [`IgnoreFileError`] when the file exists but cannot be read or has an invalid pattern:
-    /// the caller refuses commands rather than run them unchecked (fail closed).
+    /// [`IgnoreFileError`] when the file exists but cannot be used: read errors and invalid
+    /// patterns are [`IgnoreFileErrorKind::Invalid`] (the caller refuses commands rather than
+    /// run them unchecked: fail closed); anything but a regular file of at most
+    /// [`MAX_IGNORE_BYTES`] is [`IgnoreFileErrorKind::NotAFile`] and never read.
     pub fn load(task_cwd: &Path) -> Result<Option<ShoferIgnore>, IgnoreFileError> {
         let path = task_cwd.join(IGNORE_FILE);
-        match std::fs::symlink_metadata(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(IgnoreFileError {
-                    path,
-                    reason: e.to_string(),
-                })
-            }
-            Ok(_) => {}
-        }
-        let text = std::fs::read_to_string(&path).map_err(|e| IgnoreFileError {
+        let Some(text) = read_ignore_file(task_cwd, &path)? else {
+            return Ok(None);
+        };
+        let invalid = |reason: String| IgnoreFileError {
             path: path.clone(),
-            reason: e.to_string(),
-        })?;
+            reason,
+            kind: IgnoreFileErrorKind::Invalid,
+        };
         let root = normalize(task_cwd);
         let mut b = GitignoreBuilder::new(&root);
         for (n, line) in text.lines().enumerate() {
-            b.add_line(None, line).map_err(|e| IgnoreFileError {
-                path: path.clone(),
-                reason: format!("line {}: {e}", n + 1),
-            })?;
+            b.add_line(None, line)
+                .map_err(|e| invalid(format!("line {}: {e}", n + 1)))?;
         }
-        let matcher = b.build().map_err(|e| IgnoreFileError {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let matcher = b.build().map_err(|e| invalid(e.to_string()))?;
         Ok(Some(ShoferIgnore {
             canonical_root: std::fs::canonicalize(&root).ok(),
             root,
@@ -1545,7 +1641,17 @@ mod tests {
         assert!(ShoferIgnore::load(t.path()).unwrap().is_none());
         std::fs::create_dir_all(t.path().join(".shofer/shoferignore")).unwrap();
         let e = ShoferIgnore::load(t.path()).unwrap_err();
-        assert!(e.to_string().contains("cannot be used"), "{e}");
+        assert_eq!(e.kind, IgnoreFileErrorKind::NotAFile, "{e}");
+        assert!(e.to_string().contains("it is a directory"), "{e}");
+        std::fs::remove_dir(t.path().join(".shofer/shoferignore")).unwrap();
+        // A regular file that cannot be used: commands are refused until it is fixed.
+        std::fs::write(t.path().join(".shofer/shoferignore"), b"ok\n\xff\n").unwrap();
+        let e = ShoferIgnore::load(t.path()).unwrap_err();
+        assert_eq!(e.kind, IgnoreFileErrorKind::Invalid, "{e}");
+        assert!(
+            e.to_string().contains("cannot be used") && e.to_string().contains("not UTF-8"),
+            "{e}"
+        );
     }
 
     proptest::proptest! {

@@ -87,7 +87,17 @@ pub fn discover(worktree: &Path, wt_fd: &OwnedFd) -> GitLayout {
 fn linked(worktree: &Path, wt_fd: &OwnedFd) -> Result<(PathBuf, PathBuf), String> {
     let raw = paths::read_small_file(wt_fd, ".git", MAX_POINTER_FILE)
         .map_err(|e| format!(".git: {e}"))?;
-    let target = parse_pointer(&raw, "gitdir: ").ok_or(".git does not start with 'gitdir: '")?;
+    linked_from(worktree, &raw)
+}
+
+/// The gitdir and common dir a `.git` pointer file holding `raw` would give the canonical
+/// `worktree`, validated as [`discover`] validates the one on disk (a `worktrees` parent, a
+/// back-link naming this worktree's `.git`): for a pointer read elsewhere (a journal's).
+///
+/// # Errors
+/// Why the pointer does not lead to a gitdir of this worktree.
+pub fn linked_from(worktree: &Path, raw: &[u8]) -> Result<(PathBuf, PathBuf), String> {
+    let target = parse_pointer(raw, "gitdir: ").ok_or(".git does not start with 'gitdir: '")?;
     let target = worktree.join(target); // an absolute target replaces the base
     let gitdir =
         std::fs::canonicalize(&target).map_err(|e| format!("gitdir {}: {e}", target.display()))?;

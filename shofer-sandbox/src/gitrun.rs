@@ -94,12 +94,7 @@ impl GitRun {
             GitLayout::MainWorktree => Some((opened.policy.worktree.join(".git"), String::new())),
             _ => None,
         };
-        let writable: Vec<PathBuf> = opened
-            .policy
-            .writable
-            .iter()
-            .map(|r| r.path.clone())
-            .collect();
+        let writable = writable_paths(opened);
         let mut objects = None;
         let mut object_quarantine = None;
         if let Some((common, name)) = common {
@@ -124,7 +119,7 @@ impl GitRun {
                     ),
                 }
             } else {
-                let settled = quarantine::sweep(&common, sha256);
+                let settled = quarantine::sweep(&common, sha256, &writable);
                 announce_migrated(&settled, earlier, &opened.policy.worktree);
             }
             if object_quarantine.is_none() {
@@ -396,28 +391,40 @@ fn announce_migrated(m: &Migrated, whose: &str, worktree: &Path) {
     }
 }
 
-fn repair(worktree: &Path) -> Option<Restored> {
+/// Finishes the restores of the journals in the state directories that pass the check
+/// against `writable` (the paths a sandboxed command may write: a journal there could be the
+/// command's).
+fn repair(worktree: &Path, writable: &[PathBuf]) -> Option<Restored> {
     let wt = std::fs::canonicalize(worktree).ok()?;
     let mut out = Restored::default();
     let mut any = false;
-    for dir in gitguard::journal_candidates() {
-        if dir.is_dir() {
-            any = true;
-            let r = gitguard::repair(&dir, &wt);
-            out.restored.extend(r.restored);
-            out.failed.extend(r.failed);
-        }
+    for dir in gitguard::checked_state_dirs(gitguard::JOURNAL_LEAF, writable) {
+        any = true;
+        let r = gitguard::repair(&dir, &wt);
+        out.restored.extend(r.restored);
+        out.failed.extend(r.failed);
     }
     any.then_some(out)
 }
 
-/// Before a run: finishes the restores a killed run on `worktree` left behind.
+/// The paths of `opened`'s writable set.
+fn writable_paths(opened: &OpenedPolicy) -> Vec<PathBuf> {
+    opened
+        .policy
+        .writable
+        .iter()
+        .map(|r| r.path.clone())
+        .collect()
+}
+
+/// Before a run: finishes the restores a killed run on `worktree` left behind, reading only
+/// journals outside the writable set of this run (`opened`, built before the restore).
 ///
 /// # Errors
 /// A restore that still fails: the run is refused (a control file may hold the command's
 /// version).
-pub fn repair_before_run(worktree: &Path) -> Result<(), SetupError> {
-    let Some(r) = repair(worktree) else {
+pub fn repair_before_run(worktree: &Path, opened: &OpenedPolicy) -> Result<(), SetupError> {
+    let Some(r) = repair(worktree, &writable_paths(opened)) else {
         return Ok(());
     };
     gitguard::announce(&r, "restored from the journal of a run that was killed");
@@ -448,7 +455,11 @@ pub fn repair_command(worktree: &Path) -> i32 {
         }
     };
     let worktree = worktree.as_path();
-    let r = repair(worktree).unwrap_or_default();
+    // No run, so no --allow-write: the writable set every run on this worktree has.
+    let writable = crate::writable::build(worktree, &[], shofer_core::policy::NetPolicy::Allow)
+        .map(|o| writable_paths(&o))
+        .unwrap_or_else(|_| vec![worktree.to_path_buf()]);
+    let r = repair(worktree, &writable).unwrap_or_default();
     let common = paths::open_nofollow(worktree).ok().and_then(|fd| {
         match crate::git::discover(worktree, &fd) {
             GitLayout::Linked { common, .. } => Some(common),
@@ -457,7 +468,7 @@ pub fn repair_command(worktree: &Path) -> i32 {
         }
     });
     let m = common
-        .map(|c| quarantine::sweep(&c, gitprotect::uses_sha256(&c)))
+        .map(|c| quarantine::sweep(&c, gitprotect::uses_sha256(&c), &writable))
         .unwrap_or_default();
     // Said once, by announce_migrated: they are objects, not control files.
     announce_migrated(&m, "of an earlier run", worktree);

@@ -245,7 +245,11 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     }
     // 4. opened policy (once: a second attempt reuses it; first, a restore that a killed
     // run left is finished)
-    gitrun::repair_before_run(&args.worktree)?;
+    // Journals are read only from outside this run's writable set (built twice: the restore
+    // may change the `.git` pointer the second build follows).
+    let before = writable::build(&args.worktree, &args.allow_write, args.net)?;
+    gitrun::repair_before_run(&args.worktree, &before)?;
+    drop(before);
     // (Still one thread here.)
     gitrun::set_git_settings();
     let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;

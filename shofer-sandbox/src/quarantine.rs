@@ -584,18 +584,12 @@ fn forget_gone(root: &Path) {
     }
 }
 
-/// The existing state directories of quarantines (any [`crate::gitguard::state_candidates`]
-/// that is a directory of ours that neither group nor others can write).
-fn roots() -> Vec<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
-    // Safety: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    crate::gitguard::state_candidates(LEAF)
+/// The existing state directories of quarantines that pass the check their creation makes,
+/// against `writable` ([`crate::gitguard::checked_state_dirs`]).
+fn roots(writable: &[PathBuf]) -> Vec<PathBuf> {
+    crate::gitguard::checked_state_dirs(LEAF, writable)
         .into_iter()
-        .filter(|c| {
-            std::fs::symlink_metadata(c)
-                .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
-        })
+        .map(|d| d.path)
         .collect()
 }
 
@@ -616,9 +610,10 @@ fn settle_idle(
 }
 
 /// Settles the quarantines of killed runs on the repository whose common dir is `common`
-/// (unlocked ones): what they hold is moved into the store.
-pub fn sweep(common: &Path, sha256: bool) -> Migrated {
-    sweep_in(&roots(), common, sha256)
+/// (unlocked ones): what they hold is moved into the store. Only state directories outside
+/// `writable` (the paths a sandboxed command may write) are read.
+pub fn sweep(common: &Path, sha256: bool, writable: &[PathBuf]) -> Migrated {
+    sweep_in(&roots(writable), common, sha256)
 }
 
 /// [`sweep`] in the state directories `roots`.

@@ -2435,3 +2435,85 @@ fn a_nested_config_rewritten_in_a_loop_is_a_named_gap_during_the_run_and_gone_af
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// The journal name of worktree `wt` (canonical): FNV-1a of its path, as `gitguard` names it.
+fn journal_name(wt: &Path, n: u32) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in wt.as_os_str().as_bytes() {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    format!("{h:016x}-{n}.json")
+}
+
+/// Issue 29 (F8): the git guard's journal is read back as checked as it is written. A journal
+/// that a command could have planted — in a state directory under `/tmp` (`HOME=/tmp`, common
+/// in containers), or naming a file outside this worktree's git directories — is ignored with
+/// a line naming it, never acted on: the scratch `bashrc` it names keeps its content, through
+/// the next run and `--repair`, as root and as an unprivileged uid.
+#[test]
+fn a_planted_journal_is_never_acted_on() {
+    let mut failures = Vec::new();
+    for uid in uids() {
+        let l = Layout::new(uid, &[]);
+        let bashrc = l.s.path().join("bashrc");
+        std::fs::write(&bashrc, "original\n").unwrap();
+        let under_tmp = Scratch::new_in("/tmp");
+        // Two state directories: one under /tmp (inside every run's writable set), one of
+        // the user's outside it.
+        for (state, why) in [
+            (
+                under_tmp.path().join("state"),
+                "not reading what earlier runs left in",
+            ),
+            (l.s.path().join("state"), "ignoring the git-guard journal"),
+        ] {
+            let journals = state.join("shofer/git-guard");
+            std::fs::create_dir_all(&journals).unwrap();
+            let record = serde_json::json!({
+                "worktree": l.wt, "pid": 0, "start": 0,
+                "entries": [{"dir": l.s.path(), "name": "bashrc",
+                             "state": {"file": "6375726c206576696c207c2073680a", "mode": 420}}],
+            });
+            let journal = journals.join(journal_name(&l.wt, 1));
+            std::fs::write(&journal, record.to_string()).unwrap();
+            std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o600)).unwrap();
+            for dir in [&state, &state.join("shofer"), &journals] {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+            }
+            if let Some(u) = uid {
+                under_tmp.chown_all(u);
+                l.s.chown_all(u);
+            }
+            for repair in [false, true] {
+                let copy = uid.map(|u| ReachableCopy::new(Path::new(SANDBOX), u));
+                let mut cmd = Command::new(copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path()));
+                if repair {
+                    cmd.arg("--repair").arg(&l.wt);
+                } else {
+                    cmd.arg(&l.wt).args(["--", "true"]);
+                }
+                cmd.env("XDG_STATE_HOME", &state)
+                    .current_dir(&l.wt)
+                    .stdin(Stdio::null());
+                as_uid(&mut cmd, uid);
+                let out = cmd.output().unwrap();
+                let cell = format!("{uid:?} {} repair={repair}", state.display());
+                if out.status.code() != Some(0) {
+                    failures.push(format!("{cell}: exit status\n{}", show(&out)));
+                }
+                let said = String::from_utf8_lossy(&out.stderr);
+                if !said.contains(why) || said.contains("restored from the journal") {
+                    failures.push(format!("{cell}: expected {why:?}\n{}", show(&out)));
+                }
+                let now = std::fs::read_to_string(&bashrc).unwrap();
+                if now != "original\n" {
+                    failures.push(format!("{cell}: the planted journal wrote {now:?}"));
+                    std::fs::write(&bashrc, "original\n").unwrap();
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

@@ -13,6 +13,7 @@
 //! - [`process`]: the child-subreaper flag and reaping.
 //! - [`errno`]: errno names for messages and reports.
 //! - [`landlock`]: the Landlock ABI probe.
+//! - [`statedir`]: state kept across runs (journals, job records), checked on every read.
 //!
 //! Plain system calls go through `rustix`; raw `libc` is used only where `rustix` has no
 //! wrapper, and each such call says so.
@@ -32,6 +33,7 @@ pub mod landlock;
 pub mod pidfd;
 pub mod proc;
 pub mod process;
+pub mod statedir;
 
 pub use proc::{ProcInfo, ProcTable};
 
