@@ -417,7 +417,7 @@ fn null_sandbox(args: &[String]) -> u8 {
                     .min(abi);
                 i += 2;
             }
-            "--allow-write" | "--backend" | "--net" | "--pass-fd" => i += 2,
+            "--allow-write" | "--allow-unix" | "--backend" | "--net" | "--pass-fd" => i += 2,
             _ => break,
         }
     }

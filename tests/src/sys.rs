@@ -447,3 +447,95 @@ pub fn execv(prog: &Path, args: &[String]) -> Errno {
     unsafe { libc::execv(p.as_ptr(), ptrs.as_ptr()) };
     Errno::last()
 }
+
+/// `connect(2)` of an existing unix socket `fd` to an abstract name or a path.
+pub fn unix_connect_fd(fd: RawFd, name: &[u8], is_abstract: bool) -> SysResult<()> {
+    let (a, len) = sockaddr_un(name, is_abstract);
+    // Safety: `a` is a valid sockaddr_un of length `len`.
+    check_i(unsafe { libc::connect(fd, (&a as *const libc::sockaddr_un).cast(), len) }).map(|_| ())
+}
+
+/// `sendto(2)` of `data` with `MSG_FASTOPEN` to 127.0.0.1:`port` on a new TCP socket: the
+/// connection is made by the send itself (TCP Fast Open), never by a `connect(2)`. Returns
+/// the connected socket.
+pub fn tcp_fastopen_sendto(port: u16, data: &[u8]) -> SysResult<OwnedFd> {
+    let s = socket(libc::AF_INET, libc::SOCK_STREAM)?;
+    let a = sockaddr_in(port);
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // Safety: `data` and `a` live across the call; the lengths match.
+    check(unsafe {
+        libc::sendto(
+            s.as_raw_fd(),
+            data.as_ptr().cast(),
+            data.len(),
+            libc::MSG_FASTOPEN,
+            (&a as *const libc::sockaddr_in).cast(),
+            len,
+        ) as libc::c_long
+    })?;
+    Ok(s)
+}
+
+// Keyrings (keyctl(2), add_key(2)): numbers from <linux/keyctl.h>.
+const KEY_SPEC_SESSION_KEYRING: libc::c_long = -3;
+const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+const KEYCTL_READ: libc::c_long = 11;
+const KEYCTL_INVALIDATE: libc::c_long = 21;
+
+/// `keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)`: the calling thread gets a new anonymous
+/// session keyring, which the processes it starts inherit (across a uid change too). Returns
+/// its serial.
+pub fn join_new_session_keyring() -> SysResult<i32> {
+    // Safety: a NULL name asks for an anonymous keyring; no memory is passed.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<libc::c_char>(),
+        )
+    })
+    .map(|n| n as i32)
+}
+
+/// `add_key("user", desc, payload, KEY_SPEC_SESSION_KEYRING)`: a key in the caller's session
+/// keyring (possessed by every process that inherits that keyring). Returns its serial.
+pub fn add_user_key(desc: &str, payload: &[u8]) -> SysResult<i32> {
+    let ty = CString::new("user").unwrap_or_default();
+    let d = CString::new(desc).unwrap_or_default();
+    // Safety: the strings and `payload` live across the call; the length matches.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_add_key,
+            ty.as_ptr(),
+            d.as_ptr(),
+            payload.as_ptr(),
+            payload.len(),
+            KEY_SPEC_SESSION_KEYRING,
+        )
+    })
+    .map(|n| n as i32)
+}
+
+/// `keyctl(KEYCTL_READ)`: a key's payload (at most 4096 bytes).
+pub fn read_key(id: i32) -> SysResult<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    // Safety: `buf` is writable for its length.
+    let n = check(unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_READ,
+            libc::c_long::from(id),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    })?;
+    buf.truncate((n as usize).min(4096));
+    Ok(buf)
+}
+
+/// `keyctl(KEYCTL_INVALIDATE)`: the key is gone at once (and garbage-collected).
+pub fn invalidate_key(id: i32) -> SysResult<()> {
+    // Safety: plain integers.
+    check(unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_INVALIDATE, libc::c_long::from(id)) })
+        .map(|_| ())
+}

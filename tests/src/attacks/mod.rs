@@ -193,6 +193,7 @@ attacks! {
     KillSupervisor = "kill-supervisor" => proc::kill_supervisor,
     PtraceSupervisor = "ptrace-supervisor" => proc::ptrace_supervisor,
     ProcSupervisorFds = "proc-supervisor-fds" => proc::proc_supervisor_fds,
+    I386Keyctl = "i386-keyctl" => proc::i386_keyctl,
     // --- terminals
     Tiocsti = "tiocsti" => tty::tiocsti,
     TiocstiHighBits = "tiocsti-high-bits" => tty::tiocsti_high_bits,
@@ -210,6 +211,10 @@ attacks! {
     OwnUnixSocket = "own-unix-socket" => net::own_unix_socket,
     TcpConnect = "tcp-connect" => net::tcp_connect,
     TcpBind = "tcp-bind" => net::tcp_bind,
+    AbstractUnixTwin = "abstract-unix-twin" => net::abstract_unix_twin,
+    PathnameUnixMovedIn = "pathname-unix-moved-in" => net::pathname_unix_moved_in,
+    TcpFastopen = "tcp-fastopen" => net::tcp_fastopen,
+    CmsgLenWrap = "cmsg-len-wrap" => net::cmsg_len_wrap,
     // --- privileges and mounts
     MountBindOutside = "mount-bind-outside" => caps::mount_bind_outside,
     UnshareRemount = "unshare-remount" => caps::unshare_remount,

@@ -1,7 +1,7 @@
 //! Inside the sandbox — sockets: abstract and pathname unix sockets of outside listeners, TCP with
 //! `--net deny` / `--net allow`.
 
-use super::{arg, contain, Seen};
+use super::{arg, contain, p, Seen};
 use crate::sys::{self};
 
 /// `abstract-unix-connect`: connect to an outside abstract unix socket.
@@ -172,4 +172,258 @@ pub(crate) fn own_unix_socket(_: &[String]) -> Seen {
         Ok(()) => Seen::Ok("connect to a socket of this run under /tmp".into()),
         Err(e) => Seen::Broken(format!("own socket under /tmp -> {e}")),
     }
+}
+
+/// `abstract-unix-twin <name>` (issue 29 F1): a unix socket made in the sandbox's network
+/// namespace, then `unshare(CLONE_NEWUSER | CLONE_NEWNET)`, a twin bound to `@name` in the
+/// new namespace, and the first socket connected to `@name`. The first socket's namespace
+/// is the one it was made in, where `@name` is the outside listener's: a gate that calls the
+/// name the run's own because the twin bound it would connect the command to the host's
+/// service.
+pub(crate) fn abstract_unix_twin(a: &[String]) -> Seen {
+    use std::os::fd::AsRawFd;
+    let name = arg(a, 2).as_bytes();
+    let first = match sys::socket(libc::AF_UNIX, libc::SOCK_STREAM) {
+        Ok(s) => s,
+        Err(e) => return Seen::Broken(format!("socket(AF_UNIX) -> {e}")),
+    };
+    // Safety: plain flags; the attack is single-threaded, as CLONE_NEWUSER requires.
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) } != 0 {
+        return Seen::Blocked(format!(
+            "unshare(CLONE_NEWUSER|CLONE_NEWNET) -> {}: no namespace of its own to bind the twin in",
+            sys::Errno::last()
+        ));
+    }
+    let twin = match sys::unix_listen(name, true) {
+        Ok(t) => format!("twin bound in the new namespace ({})", t.as_raw_fd()),
+        Err(e) => format!("binding the twin in the new namespace -> {e}"),
+    };
+    match sys::unix_connect_fd(first.as_raw_fd(), name, true) {
+        Ok(()) => Seen::Escaped(format!(
+            "{twin}; connect of the socket made before unshare to @name succeeded"
+        )),
+        Err(e) => Seen::Blocked(format!(
+            "{twin}; connect of the socket made before unshare -> {e}"
+        )),
+    }
+}
+
+/// `pathname-unix-moved-in <from> <grant> <tmpdir>` (issue 29 F2): host sockets moved into
+/// places whose sockets the run may reach: `<from>/wt.sock` (under /tmp) and
+/// `<tmpdir>/wt.sock` (`$TMPDIR`, on the worktree's filesystem) into the worktree,
+/// `<from>/grant.sock` into the `--allow-unix` directory `<grant>`; each by `rename(2)`, or
+/// `link(2)` where the rename fails, then connected. `<grant>/bound-here`, a socket its
+/// listener bound in the granted directory, must stay reachable (the grant works).
+pub(crate) fn pathname_unix_moved_in(a: &[String]) -> Seen {
+    use std::os::unix::ffi::OsStrExt;
+    let (wt, from, grant, tmpdir) = (p(arg(a, 0)), p(arg(a, 2)), p(arg(a, 3)), p(arg(a, 4)));
+    let moves = [
+        (
+            from.join("wt.sock"),
+            wt.join("moved-from-tmp.sock"),
+            "/tmp -> worktree",
+        ),
+        (
+            from.join("grant.sock"),
+            grant.join("moved.sock"),
+            "/tmp -> --allow-unix dir",
+        ),
+        (
+            tmpdir.join("wt.sock"),
+            wt.join("moved-from-tmpdir.sock"),
+            "$TMPDIR -> worktree",
+        ),
+    ];
+    let mut seen = Vec::new();
+    for (src, dst, what) in &moves {
+        let how = match sys::rename(src, dst) {
+            Ok(()) => "renamed".to_string(),
+            Err(re) => match sys::link(src, dst) {
+                Ok(()) => format!("linked (rename -> {re})"),
+                Err(le) => {
+                    seen.push(format!("{what}: rename -> {re}, link -> {le}"));
+                    continue;
+                }
+            },
+        };
+        match sys::unix_connect(dst.as_os_str().as_bytes(), false) {
+            Ok(_) => {
+                return Seen::Escaped(format!(
+                    "{what}: the host socket {how}, then connect succeeded"
+                ))
+            }
+            Err(e) => seen.push(format!("{what}: {how}, connect -> {e}")),
+        }
+    }
+    let own = grant.join("bound-here");
+    if let Err(e) = sys::unix_connect(own.as_os_str().as_bytes(), false) {
+        return Seen::Broken(format!(
+            "connect to a socket bound in the --allow-unix directory -> {e} ({})",
+            seen.join("; ")
+        ));
+    }
+    Seen::Blocked(format!(
+        "{}; a socket bound in the granted directory is reached",
+        seen.join("; ")
+    ))
+}
+
+/// `tcp-fastopen <port>` (issue 29 F3): `sendto(MSG_FASTOPEN)` to 127.0.0.1:<port> on a TCP
+/// socket, a connection made without `connect(2)`; then a plain `send`.
+pub(crate) fn tcp_fastopen(a: &[String]) -> Seen {
+    use std::os::fd::AsRawFd;
+    let port: u16 = arg(a, 2).parse().unwrap_or(0);
+    match sys::tcp_fastopen_sendto(port, b"GET / HTTP/1.0\r\n\r\n") {
+        Ok(s) => {
+            let sent = sys::write(s.as_raw_fd(), b"exfiltrated");
+            Seen::Escaped(format!(
+                "sendto(MSG_FASTOPEN, 127.0.0.1:<listener>) connected; a send after it -> {}",
+                sent.map_or_else(|e| e.to_string(), |n| format!("{n} bytes"))
+            ))
+        }
+        Err(e) => Seen::Blocked(format!("sendto(MSG_FASTOPEN, 127.0.0.1:<listener>) -> {e}")),
+    }
+}
+
+/// A control buffer, aligned for `cmsghdr`.
+#[repr(C, align(8))]
+struct Control<const N: usize>([u8; N]);
+
+/// One `sendmsg` of a byte to the unix datagram socket `addr` (so the gate traps it) with
+/// `control` as the control buffer.
+fn send_control(fd: i32, addr: &[u8], control: &mut [u8]) -> Result<(), sys::Errno> {
+    let (mut a, alen) = sys::sockaddr_un(addr, false);
+    let mut byte = *b"x";
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // Safety: an all-zero msghdr is valid; every pointer set below is to a live local.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_name = (&mut a as *mut libc::sockaddr_un).cast();
+    h.msg_namelen = alen;
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    h.msg_control = control.as_mut_ptr().cast();
+    h.msg_controllen = control.len();
+    // Safety: `h` describes live buffers of the lengths given.
+    sys::check(unsafe { libc::sendmsg(fd, &h, 0) } as libc::c_long).map(|_| ())
+}
+
+/// The header of one cmsg at `at` in `buf`: `cmsg_len` (a `size_t`), level, type.
+fn put_cmsg(buf: &mut [u8], at: usize, len: u64, level: i32, ty: i32) {
+    buf[at..at + 8].copy_from_slice(&len.to_ne_bytes());
+    buf[at + 8..at + 12].copy_from_slice(&level.to_ne_bytes());
+    buf[at + 12..at + 16].copy_from_slice(&ty.to_ne_bytes());
+}
+
+/// `cmsg-len-wrap` (issue 29 F7): `sendmsg` to a unix datagram socket with a control buffer
+/// whose second cmsg declares `cmsg_len = 2^64-16`, an offset that wraps a bounds check
+/// done with unchecked arithmetic. The kernel answers `EINVAL`, and so must the gate; then a
+/// valid `SCM_RIGHTS` passes a pipe's write end (the gate still serves). The harness checks
+/// the command's own exit status came back (a supervisor that aborted exits 134).
+pub(crate) fn cmsg_len_wrap(a: &[String]) -> Seen {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let path = p(arg(a, 0)).join(format!("f7-{}.sock", std::process::id()));
+    let addr = path.as_os_str().as_bytes();
+    let r = match sys::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK) {
+        Ok(r) => r,
+        Err(e) => return Seen::Broken(format!("socket -> {e}")),
+    };
+    let (ra, rlen) = sys::sockaddr_un(addr, false);
+    // Safety: `ra` is a valid sockaddr_un of length `rlen`.
+    if unsafe {
+        libc::bind(
+            r.as_raw_fd(),
+            (&ra as *const libc::sockaddr_un).cast(),
+            rlen,
+        )
+    } != 0
+    {
+        return Seen::Broken(format!("bind(wt/f7.sock) -> {}", sys::Errno::last()));
+    }
+    let s = match sys::socket(libc::AF_UNIX, libc::SOCK_DGRAM) {
+        Ok(s) => s,
+        Err(e) => return Seen::Broken(format!("socket -> {e}")),
+    };
+    let verdict = (|| {
+        // A valid SCM_RIGHTS (20 bytes, padded to 24) naming fd 1, then one declaring
+        // 2^64-16 bytes.
+        let mut evil = Control([0u8; 48]);
+        put_cmsg(&mut evil.0, 0, 20, libc::SOL_SOCKET, libc::SCM_RIGHTS);
+        evil.0[16..20].copy_from_slice(&1i32.to_ne_bytes());
+        put_cmsg(
+            &mut evil.0,
+            24,
+            u64::MAX - 15,
+            libc::SOL_SOCKET,
+            libc::SCM_RIGHTS,
+        );
+        evil.0[40..44].copy_from_slice(&1i32.to_ne_bytes());
+        evil.0[44..48].copy_from_slice(&2i32.to_ne_bytes());
+        match send_control(s.as_raw_fd(), addr, &mut evil.0) {
+            Err(e) if e.0 == libc::EINVAL => {}
+            Err(e) => return Seen::Broken(format!("malicious sendmsg -> {e}, not EINVAL")),
+            Ok(()) => return Seen::Broken("malicious sendmsg was sent, not EINVAL".into()),
+        }
+        // The gate still serves: a pipe's write end passed with a valid SCM_RIGHTS.
+        let mut fds = [0i32; 2];
+        // Safety: `fds` has room for two descriptors.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Seen::Broken(format!("pipe -> {}", sys::Errno::last()));
+        }
+        // Safety: both are fresh descriptors we own.
+        let (rd, wr) = unsafe {
+            use std::os::fd::FromRawFd;
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
+        let mut ok = Control([0u8; 24]);
+        put_cmsg(&mut ok.0, 0, 20, libc::SOL_SOCKET, libc::SCM_RIGHTS);
+        ok.0[16..20].copy_from_slice(&wr.as_raw_fd().to_ne_bytes());
+        if let Err(e) = send_control(s.as_raw_fd(), addr, &mut ok.0) {
+            return Seen::Broken(format!(
+                "malicious sendmsg -> EINVAL; a valid SCM_RIGHTS after it -> {e}"
+            ));
+        }
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut back = Control([0u8; 24]);
+        // Safety: an all-zero msghdr is valid; the pointers are to live locals.
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        h.msg_control = back.0.as_mut_ptr().cast();
+        h.msg_controllen = back.0.len();
+        // Safety: `h` describes live buffers.
+        let n = unsafe { libc::recvmsg(r.as_raw_fd(), &mut h, libc::MSG_DONTWAIT) };
+        if n != 1 || h.msg_controllen < 20 {
+            return Seen::Broken(format!(
+                "the valid SCM_RIGHTS did not arrive (recvmsg -> {n}, {})",
+                sys::Errno::last()
+            ));
+        }
+        let got = i32::from_ne_bytes([back.0[16], back.0[17], back.0[18], back.0[19]]);
+        // Safety: the kernel just installed this descriptor for us.
+        let got = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(got) };
+        let mut buf = [0u8; 2];
+        if sys::write(got.as_raw_fd(), b"ok").ok() != Some(2)
+            || sys::read(rd.as_raw_fd(), &mut buf).ok() != Some(2)
+            || &buf != b"ok"
+        {
+            return Seen::Broken("the passed descriptor is not the pipe's write end".into());
+        }
+        Seen::Ok(
+            "malicious sendmsg -> EINVAL (the kernel's answer); a valid SCM_RIGHTS after it passed a descriptor"
+                .into(),
+        )
+    })();
+    let _ = std::fs::remove_file(&path);
+    verdict
 }

@@ -335,3 +335,118 @@ fn supervisor_pid(harness: &str, harness_pidns: &str) -> Result<i32, Seen> {
     }
     Ok(ppid)
 }
+
+/// `i386-keyctl <key id>` (issue 29 F6): a 64-bit static program calls `keyctl` through the
+/// i386 entry point (`int $0x80`, number 288) with buffers below 4 GiB: `KEYCTL_READ` of a key
+/// of the session keyring it inherited, then `KEYCTL_UPDATE` of it. In a child, so a seccomp
+/// kill (SIGSYS) is observable. A payload read is printed (`read <payload>`), so the harness
+/// sees it in the output even if the attack lied.
+pub(crate) fn i386_keyctl(a: &[String]) -> Seen {
+    #[cfg(target_arch = "x86_64")]
+    {
+        i386_keyctl_x86_64(arg(a, 2).parse().unwrap_or(0))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = a;
+        Seen::Skip("the i386 entry point (int $0x80) is x86_64's".into())
+    }
+}
+
+/// One i386 system call through `int $0x80`: `eax` = number, `ebx, ecx, edx, esi` = arguments.
+#[cfg(target_arch = "x86_64")]
+fn int80(nr: u32, b: u32, c: u32, d: u32, s: u32) -> i32 {
+    let ret: i32;
+    // Safety: the int 0x80 ABI; rbx is reserved by LLVM, so it is swapped in and out around
+    // the trap; r8-r11 are declared clobbered (kernels before 4.17 did not preserve them).
+    // The pointers passed are the caller's, valid for what the call reads or writes.
+    unsafe {
+        std::arch::asm!(
+            "xchg rbx, {b}",
+            "int 0x80",
+            "xchg rbx, {b}",
+            b = inout(reg) u64::from(b) => _,
+            inout("eax") nr as i32 => ret,
+            in("ecx") c,
+            in("edx") d,
+            in("esi") s,
+            out("r8") _,
+            out("r9") _,
+            out("r10") _,
+            out("r11") _,
+        );
+    }
+    ret
+}
+
+#[cfg(target_arch = "x86_64")]
+fn i386_keyctl_x86_64(id: u32) -> Seen {
+    const NR_KEYCTL_I386: u32 = 288;
+    const KEYCTL_UPDATE: u32 = 2;
+    const KEYCTL_READ: u32 = 11;
+    const NEW: &[u8] = b"changed-through-int-0x80";
+    match sys::fork() {
+        Err(e) => Seen::Broken(format!("fork -> {e}")),
+        Ok(0) => {
+            // Safety: a fresh anonymous page in the low 2 GiB; the child exits right after.
+            let page = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_32BIT,
+                    -1,
+                    0,
+                )
+            };
+            if page == libc::MAP_FAILED {
+                sys::exit_now(3);
+            }
+            let addr = page as usize as u32;
+            let n = int80(NR_KEYCTL_I386, KEYCTL_READ, id, addr, 4096);
+            if n >= 0 {
+                // Safety: the kernel wrote min(n, 4096) bytes into the page.
+                let got = unsafe {
+                    std::slice::from_raw_parts(page as *const u8, (n as usize).min(4096))
+                };
+                println!("read {}", String::from_utf8_lossy(got));
+            }
+            // Safety: the page is writable and larger than NEW.
+            unsafe { std::ptr::copy_nonoverlapping(NEW.as_ptr(), page.cast::<u8>(), NEW.len()) };
+            let u = int80(NR_KEYCTL_I386, KEYCTL_UPDATE, id, addr, NEW.len() as u32);
+            sys::exit_now(match (n >= 0, u == 0) {
+                (true, true) => 0,
+                (true, false) => 1,
+                (false, true) => 2,
+                // Both failed: 10 + the read's errno.
+                (false, false) => 10 + (-n).clamp(0, 200),
+            })
+        }
+        Ok(pid) => {
+            let mut st = 0;
+            // Safety: waiting for our own child.
+            unsafe { libc::waitpid(pid, &mut st, 0) };
+            if libc::WIFSIGNALED(st) {
+                let sig = libc::WTERMSIG(st);
+                return Seen::Blocked(format!(
+                    "i386 keyctl (int $0x80, nr 288): killed by signal {sig}{}",
+                    if sig == libc::SIGSYS {
+                        " (SIGSYS: the seccomp filter refuses a non-native ABI)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            match libc::WEXITSTATUS(st) {
+                0 => Seen::Escaped("i386 keyctl READ and UPDATE of a session key succeeded".into()),
+                1 => Seen::Escaped("i386 keyctl READ of a session key succeeded".into()),
+                2 => Seen::Escaped("i386 keyctl UPDATE of a session key succeeded".into()),
+                3 => Seen::Broken("mmap(MAP_32BIT) failed".into()),
+                c => Seen::Blocked(format!(
+                    "i386 keyctl READ and UPDATE failed (READ -> {})",
+                    sys::Errno(c - 10)
+                )),
+            }
+        }
+    }
+}

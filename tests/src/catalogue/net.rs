@@ -18,6 +18,12 @@ pub(super) fn cases() -> Vec<Case> {
             abstract_unix
         ),
         case!(
+            "abstract-unix-twin",
+            "issue 29 F1: a socket made before unshare(user+net) connects to @NAME, which a twin bound in the new namespace",
+            Some(Protection::AbstractSockets),
+            abstract_unix_twin
+        ),
+        case!(
             "pathname-unix-connect",
             "field 10: connect to an outside pathname unix socket",
             Some(Protection::PathnameSockets),
@@ -42,16 +48,34 @@ pub(super) fn cases() -> Vec<Case> {
             pathname_unix_under_tmp
         ),
         case!(
+            "pathname-unix-moved-in",
+            "issue 29 F2: rename/link an outside listener's socket from /tmp or $TMPDIR into the worktree and an --allow-unix dir, connect",
+            Some(Protection::PathnameSockets),
+            pathname_unix_moved_in
+        ),
+        case!(
             "own-unix-socket",
             "issue 10: a socket the command creates under /tmp stays reachable",
             None,
             own_unix_socket
         ),
         case!(
+            "cmsg-len-wrap",
+            "issue 29 F7: sendmsg with a second cmsg of cmsg_len 2^64-16: EINVAL, the supervisor lives, the command's status comes back",
+            None,
+            cmsg_len_wrap
+        ),
+        case!(
             "tcp-connect-net-deny",
             "--net deny: connect to a 127.0.0.1 listener outside",
             Some(Protection::Tcp),
-            tcp_connect_deny
+            |c| tcp_deny_listener(c, Attack::TcpConnect)
+        ),
+        case!(
+            "tcp-fastopen-net-deny",
+            "issue 29 F3: --net deny: sendto(MSG_FASTOPEN) to a 127.0.0.1 listener outside",
+            Some(Protection::Tcp),
+            |c| tcp_deny_listener(c, Attack::TcpFastopen)
         ),
         case!(
             "tcp-bind-net-deny",
@@ -191,12 +215,14 @@ fn own_unix_socket(c: &Ctx) -> Outcome {
     attack_checked(c, Attack::OwnUnixSocket, &[])
 }
 
-fn tcp_connect_deny(c: &Ctx) -> Outcome {
+/// `--net deny`, and `attack` reaches for an outside 127.0.0.1 listener: escaped if the
+/// listener has a connection.
+fn tcp_deny_listener(c: &Ctx, attack: Attack) -> Outcome {
     let (l, port) = match sys::tcp_bind(0, true) {
         Ok(x) => x,
         Err(e) => return Outcome::Error(format!("harness: tcp listener: {e}")),
     };
-    let mut spec = Sb::new(Cmd::Attack(Attack::TcpConnect, vec![port.to_string()]));
+    let mut spec = Sb::new(Cmd::Attack(attack, vec![port.to_string()]));
     spec.extra = vec!["--net".into(), "deny".into()];
     let o = attack_spec_checked(c, spec);
     if let Some(f) = silent_net_downgrade(c) {
@@ -252,4 +278,103 @@ fn tcp_connect_allow(c: &Ctx) -> Outcome {
     );
     let _ = sys::accept_all(l.as_raw_fd());
     o
+}
+
+/// Issue 29 F1: an abstract name is the run's own only in the network namespace it was bound
+/// in; a twin bound in a namespace of the command's own does not open the outside `@NAME`.
+fn abstract_unix_twin(c: &Ctx) -> Outcome {
+    let name = c.w.marker();
+    let l = match sys::unix_listen(name.as_bytes(), true) {
+        Ok(l) => l,
+        Err(e) => return Outcome::Error(format!("harness: abstract listener: {e}")),
+    };
+    let o = attack_checked(c, Attack::AbstractUnixTwin, &[name]);
+    let n = sys::accept_all(l.as_raw_fd());
+    if n > 0 {
+        return Outcome::Escaped(format!(
+            "the outside @NAME listener got {n} connection(s) ({})",
+            super::describe(&o)
+        ));
+    }
+    o
+}
+
+/// Issue 29 F2: "bound beneath the worktree or an `--allow-unix` directory" is where the
+/// listener bound the socket, not where its file is now. Outside listeners bound under /tmp
+/// and under `$TMPDIR` (a directory beside the worktree, on its filesystem, so a rename into
+/// the worktree is possible on Landlock even where /tmp is another filesystem); the command
+/// moves them into the worktree and into an `--allow-unix` directory under /tmp and
+/// connects. A listener the harness bound in the granted directory must stay reachable.
+fn pathname_unix_moved_in(c: &Ctx) -> Outcome {
+    let base = std::path::PathBuf::from(format!("/tmp/{}", c.w.marker()));
+    let (from, grant, tmpdir) = (base.join("from"), base.join("grant"), c.dir.join("tmpdir"));
+    for d in [&base, &from, &grant, &tmpdir] {
+        if let Err(e) = std::fs::create_dir_all(d) {
+            let _ = std::fs::remove_dir_all(&base);
+            return Outcome::Error(format!("harness: {}: {e}", d.display()));
+        }
+        let _ = sys::chmod(d, 0o777);
+    }
+    let o = (|| {
+        let mut moved = Vec::new();
+        for (dir, name) in [
+            (&from, "wt.sock"),
+            (&from, "grant.sock"),
+            (&tmpdir, "wt.sock"),
+        ] {
+            let path = dir.join(name);
+            moved.push((outside_listener(c, &path)?, path));
+        }
+        let _granted = outside_listener(c, &grant.join("bound-here"))?;
+        let mut spec = Sb::new(Cmd::Attack(
+            Attack::PathnameUnixMovedIn,
+            [&from, &grant, &tmpdir]
+                .map(|p| p.display().to_string())
+                .to_vec(),
+        ));
+        spec.extra = vec!["--allow-unix".into(), grant.display().to_string()];
+        spec.env = vec![("TMPDIR".into(), tmpdir.display().to_string())];
+        let o = attack_spec_checked(c, spec);
+        let reached: Vec<String> = moved
+            .iter()
+            .filter_map(|(l, path)| {
+                let n = sys::accept_all(l.as_raw_fd());
+                (n > 0).then(|| format!("{} ({n})", path.display()))
+            })
+            .collect();
+        if !reached.is_empty() {
+            return Err(Outcome::Escaped(format!(
+                "outside listeners got connections: {} ({})",
+                reached.join(", "),
+                super::describe(&o)
+            )));
+        }
+        Ok(o)
+    })()
+    .unwrap_or_else(|o| o);
+    let _ = std::fs::remove_dir_all(&base);
+    o
+}
+
+/// Issue 29 F7: no byte the command controls stops the supervisor. The command's own exit
+/// status (0) must come back: a supervisor that aborted exits 134, one that stopped serving
+/// leaves the command waiting in `sendmsg` until the harness kills it.
+fn cmsg_len_wrap(c: &Ctx) -> Outcome {
+    let mut spec = Sb::new(Cmd::Attack(Attack::CmsgLenWrap, vec![]));
+    spec.timeout = std::time::Duration::from_secs(20);
+    let run = c.sb(spec);
+    let panicked = run.stderr.contains("panicked");
+    if run.timed_out || run.code != Some(0) || panicked {
+        return Outcome::Fail(format!(
+            "the command's own exit status (0) did not come back{}: {} ({})",
+            if panicked {
+                ", the supervisor panicked"
+            } else {
+                ""
+            },
+            run.how(),
+            super::describe(&run.outcome())
+        ));
+    }
+    run.outcome()
 }

@@ -96,6 +96,12 @@ pub(super) fn cases() -> Vec<Case> {
             W,
             |c| attack_checked(c, Attack::ProcSupervisorFds, &harness_ids(c))
         ),
+        case!(
+            "i386-keyctl",
+            "issue 29 F6: a 64-bit program's int $0x80 keyctl (i386 nr 288) READ and UPDATE of a session key",
+            Some(Protection::Keyrings),
+            i386_keyctl
+        ),
     ]
 }
 
@@ -197,4 +203,89 @@ fn kill_supervisor(c: &Ctx) -> Outcome {
         )),
         _ => o,
     }
+}
+
+/// Issue 29 F6: no protection depends on one ABI's system call numbers. The harness joins a
+/// fresh session keyring (its processes, the sandbox included, inherit it, across the switch
+/// to the cell's uid too) holding two keys: one the attack reads and replaces outside the
+/// sandbox (the attack is real here), one it attacks inside. Escaped if that key changed or
+/// its payload reached the command's output.
+fn i386_keyctl(c: &Ctx) -> Outcome {
+    if !cfg!(target_arch = "x86_64") {
+        return Outcome::Skip("the i386 entry point (int $0x80) is x86_64's".into());
+    }
+    if let Err(e) = sys::join_new_session_keyring() {
+        return Outcome::Error(format!("harness: join a new session keyring: {e}"));
+    }
+    let payload = format!("{}-key-payload", c.w.marker());
+    let add = |desc: &str| {
+        sys::add_user_key(desc, payload.as_bytes())
+            .map_err(|e| Outcome::Error(format!("harness: add_key(user, {desc}): {e}")))
+    };
+    let (control, key) = match (
+        add("shofer-containment-i386-control"),
+        add("shofer-containment-i386"),
+    ) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(o), _) | (_, Err(o)) => return o,
+    };
+    let o = i386_keyctl_judge(c, control, key, &payload);
+    let _ = sys::invalidate_key(control);
+    let _ = sys::invalidate_key(key);
+    o
+}
+
+fn i386_keyctl_judge(c: &Ctx, control: i32, key: i32, payload: &str) -> Outcome {
+    let mut bare = std::process::Command::new(&c.w.me);
+    bare.args(["attack", Attack::I386Keyctl.name()])
+        .arg(&c.wt)
+        .arg(&c.out)
+        .arg(control.to_string())
+        .env_clear()
+        .stdin(std::process::Stdio::null());
+    if let crate::runner::User::Unpriv(u) = c.cell.user {
+        use std::os::unix::process::CommandExt;
+        bare.uid(u).gid(u);
+    }
+    let bare = match bare.output() {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Err(e) => return Outcome::Error(format!("harness: run the attack unsandboxed: {e}")),
+    };
+    match sys::read_key(control) {
+        Ok(v) if v != payload.as_bytes() && bare.contains(payload) => {}
+        _ => {
+            return Outcome::Skip(format!(
+                "the attack does not read and replace a session key outside the sandbox here: {}",
+                crate::runner::clip(bare.trim(), 200)
+            ))
+        }
+    }
+    let run = c.sb(Sb::new(Cmd::Attack(
+        Attack::I386Keyctl,
+        vec![key.to_string()],
+    )));
+    let o = run.outcome();
+    match sys::read_key(key) {
+        Ok(v) if v == payload.as_bytes() => {}
+        Ok(v) => {
+            return Outcome::Escaped(format!(
+                "the session key now holds {:?} ({})",
+                String::from_utf8_lossy(&v),
+                describe(&o)
+            ))
+        }
+        Err(e) => {
+            return Outcome::Escaped(format!(
+                "the session key can no longer be read: {e} ({})",
+                describe(&o)
+            ))
+        }
+    }
+    if run.stdout.contains(payload) {
+        return Outcome::Escaped(format!(
+            "the session key's payload reached the command's output ({})",
+            describe(&o)
+        ));
+    }
+    o
 }
