@@ -1209,6 +1209,9 @@ if direct:
     conn(direct)
 "#;
 
+/// `rename(2)` of argv[1] to argv[2]: fails rather than copies.
+const RENAME: &str = "import os, sys; os.rename(sys.argv[1], sys.argv[2])";
+
 #[test]
 fn a_host_socket_moved_into_a_granted_directory_is_refused() {
     for uid in users() {
@@ -1229,8 +1232,10 @@ fn a_host_socket_moved_into_a_granted_directory_is_refused() {
             let granted = Host::service("stream", &grant.join("bound-here"));
             // The command renames the host socket into the granted directory, then connects.
             let (moved, direct) = (grant.join("s"), grant.join("bound-here"));
+            // rename(2), never a copy (`mv` copies on EXDEV, which would make a new socket
+            // file no listener bound, refused for another reason).
             let script = format!(
-                "mv '{}' '{}' && {PY} -c '{}' '{}' '{}'",
+                "{PY} -c '{RENAME}' '{}' '{}' && {PY} -c '{}' '{}' '{}'",
                 from.join("s").display(),
                 moved.display(),
                 MOVED_IN.replace('\'', "'\\''"),
@@ -1256,7 +1261,7 @@ fn a_host_socket_moved_into_a_granted_directory_is_refused() {
             // The worktree is a granted directory too.
             let back = tree.wt.join("s");
             let script = format!(
-                "mv '{}' '{}' && {PY} -c '{}' '{}' ''",
+                "{PY} -c '{RENAME}' '{}' '{}' && {PY} -c '{}' '{}' ''",
                 moved.display(),
                 back.display(),
                 MOVED_IN.replace('\'', "'\\''"),
