@@ -64,6 +64,10 @@ pub(crate) struct Steps<'a> {
     pub run_as: Option<(u32, u32)>,
     /// With `seccomp`: refuse set*id calls to ids other than the command's own.
     pub refuse_id_changes: bool,
+    /// With `seccomp`: refuse MPTCP sockets (`--net deny`) and `prlimit` on another process
+    /// (where the supervisor is in reach: no PID namespace) ([`crate::hostfilter`]).
+    pub refuse_mptcp: bool,
+    pub refuse_foreign_prlimit: bool,
     /// Install the TIOCSTI/TIOCLINUX filter (needs `no_new_privs` unless privileged).
     pub seccomp: bool,
     /// The Landlock ruleset, and the ABI it is made for.
@@ -93,6 +97,8 @@ impl<'a> Steps<'a> {
             kept_caps: &[],
             run_as: None,
             refuse_id_changes: drop,
+            refuse_mptcp: spec.net_deny,
+            refuse_foreign_prlimit: false,
             seccomp: seccomp::FILTER_AVAILABLE,
             landlock: None,
             landlock_abi: 0,
@@ -114,6 +120,8 @@ impl<'a> Steps<'a> {
                 // Landlock alone has no read-only root to keep CAP_FOWNER or CAP_CHOWN from
                 // reaching files outside: the command becomes the worktree's owner instead.
                 steps.run_as = spec.foreign_owner.filter(|_| steps.drop_caps);
+                // No PID namespace: the supervisor and the guardian are the command's to name.
+                steps.refuse_foreign_prlimit = true;
             }
             // In a user namespace the command holds capabilities there until exec: drop them
             // whoever the caller is.
@@ -211,9 +219,13 @@ pub(crate) fn run(
     if steps.seccomp {
         // Only x86-64 has the filters; elsewhere `steps.seccomp` is always false.
         #[cfg(target_arch = "x86_64")]
-        if let Err(e) = seccomp::refuse_terminal_injection()
-            .and_then(|()| crate::hostfilter::install(steps.refuse_id_changes))
-        {
+        if let Err(e) = seccomp::refuse_terminal_injection().and_then(|()| {
+            crate::hostfilter::install(crate::hostfilter::Refuse {
+                id_changes: steps.refuse_id_changes,
+                mptcp: steps.refuse_mptcp,
+                foreign_prlimit: steps.refuse_foreign_prlimit,
+            })
+        }) {
             fail(Stage::Seccomp, e);
         }
     }
@@ -277,6 +289,7 @@ mod tests {
             grace: std::time::Duration::from_millis(1),
             keep_descendants: false,
             foreign_owner: None,
+            net_deny: false,
         }
     }
 

@@ -10,6 +10,14 @@
 //!   capability dropped the kernel refuses them anyway, but in a user namespace it answers
 //!   `EINVAL` for an id outside the map (credentials(7)), which programs read as a bug rather
 //!   than as "not permitted".
+//! - **other processes' limits** (the Landlock backend, which has no PID namespace):
+//!   `prlimit64` setting a limit of a process other than the caller (`pid != 0`) fails with
+//!   `EPERM`. Landlock does not control it, and a command could starve its own supervisor or
+//!   guardian (`RLIMIT_NOFILE` of 0: they could no longer find and kill the tree). Reading
+//!   another process's limits, and setting one's own (`setrlimit`, `prlimit(0, …)`), work.
+//! - **MPTCP** (`--net deny`): `socket(…, IPPROTO_MPTCP)` fails with `EPROTONOSUPPORT`, as on
+//!   a kernel without MPTCP, so programs fall back to TCP. Landlock's TCP rules cover
+//!   `IPPROTO_TCP` sockets only.
 //!
 //! x86-64 only. It starts with [`crate::seccomp::NATIVE_ONLY`], as every filter of this
 //! crate: an i386 call (`int $0x80`) kills the process and an x32 call fails with `ENOSYS`,
@@ -19,6 +27,17 @@
 
 #[cfg(target_arch = "x86_64")]
 pub use x86_64::install;
+
+/// What the host filter refuses besides the keyring calls.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Refuse {
+    /// `set*id` to ids other than the caller's own.
+    pub id_changes: bool,
+    /// MPTCP sockets.
+    pub mptcp: bool,
+    /// `prlimit64` setting another process's limits.
+    pub foreign_prlimit: bool,
+}
 
 #[cfg(target_arch = "x86_64")]
 mod x86_64 {
@@ -33,6 +52,9 @@ mod x86_64 {
     const NR_ADD_KEY: u32 = 248;
     const NR_REQUEST_KEY: u32 = 249;
     const NR_KEYCTL: u32 = 250;
+    const NR_SOCKET: u32 = 41;
+    const NR_PRLIMIT64: u32 = 302;
+    const IPPROTO_MPTCP: u32 = 262;
     /// (syscall, how many id arguments, uid or gid)
     const ID_CALLS: [(u32, u32, bool); 6] = [
         (105, 1, true),  // setuid
@@ -55,6 +77,9 @@ mod x86_64 {
 
     const DENY: usize = 0;
     const ALLOW: usize = 1;
+    const NO_PROTOCOL: usize = 2;
+    const SOCKET: usize = 3;
+    const PRLIMIT: usize = 4;
 
     /// Resolves labels into forward jump offsets (BPF jumps go forward only, at most 255).
     fn assemble(prog: &[Insn]) -> Vec<libc::sock_filter> {
@@ -105,33 +130,57 @@ mod x86_64 {
 
     /// The program: [`crate::seccomp::NATIVE_ONLY`] (which leaves the syscall number
     /// loaded), keyrings refused, and with `ids = Some((uid, gid))` identity changes to other
-    /// ids too.
-    pub(super) fn program(ids: Option<(u32, u32)>) -> Vec<libc::sock_filter> {
+    /// ids too; MPTCP sockets and other processes' limits as `refuse` says.
+    pub(super) fn program(
+        ids: Option<(u32, u32)>,
+        refuse: super::Refuse,
+    ) -> Vec<libc::sock_filter> {
         let mut out = crate::seccomp::NATIVE_ONLY.to_vec();
-        out.extend(body(ids));
+        out.extend(body(ids, refuse));
         out
     }
 
-    fn body(ids: Option<(u32, u32)>) -> Vec<libc::sock_filter> {
+    fn body(ids: Option<(u32, u32)>, refuse: super::Refuse) -> Vec<libc::sock_filter> {
         use Insn::*;
         let mut p = vec![
             Jeq(NR_ADD_KEY, Some(DENY), None),
             Jeq(NR_REQUEST_KEY, Some(DENY), None),
             Jeq(NR_KEYCTL, Some(DENY), None),
         ];
-        let Some((uid, gid)) = ids else {
-            p.push(Ret(libc::SECCOMP_RET_ALLOW));
-            p.push(Label(DENY));
-            p.push(Ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32));
-            p.push(Label(ALLOW));
-            p.push(Ret(libc::SECCOMP_RET_ALLOW));
-            return assemble(&p);
-        };
-        for (i, (nr, _, _)) in ID_CALLS.iter().enumerate() {
-            p.push(Jeq(*nr, Some(10 + i), None));
+        if refuse.mptcp {
+            p.push(Jeq(NR_SOCKET, Some(SOCKET), None));
+        }
+        if refuse.foreign_prlimit {
+            p.push(Jeq(NR_PRLIMIT64, Some(PRLIMIT), None));
+        }
+        if ids.is_some() {
+            for (i, (nr, _, _)) in ID_CALLS.iter().enumerate() {
+                p.push(Jeq(*nr, Some(10 + i), None));
+            }
         }
         p.push(Ret(libc::SECCOMP_RET_ALLOW));
-        for (i, (_, args, is_uid)) in ID_CALLS.iter().enumerate() {
+        if refuse.mptcp {
+            // The protocol is an int: its low half is what the kernel reads.
+            p.extend([
+                Label(SOCKET),
+                Load(off_arg_lo(2)),
+                Jeq(IPPROTO_MPTCP, Some(NO_PROTOCOL), Some(ALLOW)),
+            ]);
+        }
+        if refuse.foreign_prlimit {
+            // prlimit64(pid, resource, new, old): pid 0 is the caller; a NULL `new` only reads.
+            p.extend([
+                Label(PRLIMIT),
+                Load(off_arg_lo(0)),
+                Jeq(0, Some(ALLOW), None),
+                Load(off_arg_lo(2)),
+                Jeq(0, None, Some(DENY)),
+                Load(off_arg_lo(2) + 4),
+                Jeq(0, Some(ALLOW), Some(DENY)),
+            ]);
+        }
+        let (uid, gid) = ids.unwrap_or((0, 0));
+        for (i, (_, args, is_uid)) in ID_CALLS.iter().enumerate().filter(|_| ids.is_some()) {
             let own = if *is_uid { uid } else { gid };
             p.push(Label(10 + i));
             for a in 0..*args {
@@ -147,20 +196,25 @@ mod x86_64 {
         p.push(Ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32));
         p.push(Label(ALLOW));
         p.push(Ret(libc::SECCOMP_RET_ALLOW));
+        p.push(Label(NO_PROTOCOL));
+        p.push(Ret(libc::SECCOMP_RET_ERRNO | libc::EPROTONOSUPPORT as u32));
         assemble(&p)
     }
 
     /// Installs the filter on the calling thread (inherited by children, kept across exec):
-    /// keyrings refused, and with `refuse_id_changes` every set*id call to an id other than
+    /// keyrings refused, and with `refuse.id_changes` every set*id call to an id other than
     /// the thread's own real uid/gid (leave it off when capabilities are kept on purpose,
-    /// `--keep-caps`). Requires `no_new_privs` or `CAP_SYS_ADMIN`.
+    /// `--keep-caps`); MPTCP sockets and other processes' limits as `refuse` says. Requires
+    /// `no_new_privs` or `CAP_SYS_ADMIN`.
     ///
     /// # Errors
     /// The seccomp(2) error.
-    pub fn install(refuse_id_changes: bool) -> io::Result<()> {
+    pub fn install(refuse: super::Refuse) -> io::Result<()> {
         // Safety: getuid/getgid cannot fail.
-        let ids = refuse_id_changes.then(|| unsafe { (libc::getuid(), libc::getgid()) });
-        let filter = program(ids);
+        let ids = refuse
+            .id_changes
+            .then(|| unsafe { (libc::getuid(), libc::getgid()) });
+        let filter = program(ids, refuse);
         crate::seccomp::install(&filter, 0).map(drop)
     }
 
@@ -191,7 +245,7 @@ mod x86_64 {
 
         #[test]
         fn keyring_calls_are_refused_and_no_other_abi_reaches_them() {
-            let p = program(None);
+            let p = program(None, super::super::Refuse::default());
             for nr in [NR_ADD_KEY, NR_REQUEST_KEY, NR_KEYCTL] {
                 assert_eq!(call(&p, nr, &[]), EPERM);
                 assert_eq!(
@@ -207,8 +261,45 @@ mod x86_64 {
         }
 
         #[test]
+        fn mptcp_and_other_processes_limits_are_refused_when_asked() {
+            let on = super::super::Refuse {
+                id_changes: false,
+                mptcp: true,
+                foreign_prlimit: true,
+            };
+            let p = program(None, on);
+            let off = program(None, super::super::Refuse::default());
+            let noproto = libc::SECCOMP_RET_ERRNO | libc::EPROTONOSUPPORT as u32;
+            let socket = |proto: u32| [libc::AF_INET as u32, libc::SOCK_STREAM as u32, proto];
+            assert_eq!(call(&p, NR_SOCKET, &socket(IPPROTO_MPTCP)), noproto);
+            assert_eq!(call(&off, NR_SOCKET, &socket(IPPROTO_MPTCP)), OK);
+            assert_eq!(call(&p, NR_SOCKET, &socket(libc::IPPROTO_TCP as u32)), OK);
+            assert_eq!(call(&p, NR_SOCKET, &socket(0)), OK);
+            // prlimit64(pid, resource, new, old)
+            let prlimit = |prog: &[libc::sock_filter], pid: u64, new: u64| {
+                verdict(prog, X86, NR_PRLIMIT64, [pid, 7, new, 0, 0, 0])
+            };
+            assert_eq!(prlimit(&p, 1234, 0x7fff_0000), EPERM);
+            assert_eq!(prlimit(&p, 1234, 1 << 40), EPERM);
+            assert_eq!(prlimit(&p, 0, 0x7fff_0000), OK);
+            assert_eq!(prlimit(&p, 1234, 0), OK); // reading only
+            assert_eq!(prlimit(&off, 1234, 0x7fff_0000), OK);
+            // With the id rules too, the same decisions.
+            let both = program(
+                Some((1000, 100)),
+                super::super::Refuse {
+                    id_changes: true,
+                    ..on
+                },
+            );
+            assert_eq!(prlimit(&both, 1234, 0x7fff_0000), EPERM);
+            assert_eq!(call(&both, 105, &[0]), EPERM);
+            assert_eq!(call(&both, NR_SOCKET, &socket(IPPROTO_MPTCP)), noproto);
+        }
+
+        #[test]
         fn only_own_or_unchanged_ids_pass() {
-            let p = program(Some((1000, 100)));
+            let p = program(Some((1000, 100)), super::super::Refuse::default());
             assert_eq!(call(&p, 105, &[1000]), OK);
             assert_eq!(call(&p, 105, &[0]), EPERM);
             assert_eq!(call(&p, 106, &[100]), OK);

@@ -529,6 +529,7 @@ fn exec_spec(args: &RunArgs) -> Result<ExecSpec, SetupError> {
         grace: KILL_GRACE,
         keep_descendants: args.keep_descendants,
         foreign_owner: foreign_owner(&args.worktree, args.keep_caps),
+        net_deny: args.net == NetPolicy::Deny,
     })
 }
 

@@ -32,6 +32,9 @@ pub(crate) struct ExecSpec {
     /// namespace backends keep [`crate::capabilities::FOREIGN_WORKTREE`] with every id mapped,
     /// Landlock alone runs the command as the owner.
     pub foreign_owner: Option<(u32, u32)>,
+    /// `--net deny`: TCP is refused, so MPTCP sockets (which Landlock's TCP rules do not
+    /// cover) cannot be made.
+    pub net_deny: bool,
 }
 
 /// Capabilities of the command (capabilities(7)).

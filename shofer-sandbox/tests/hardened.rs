@@ -958,3 +958,32 @@ fn an_i386_keyctl_from_a_64_bit_program_is_killed_on_every_backend() {
         }
     }
 }
+
+/// Attack pass of issue 29: on Landlock alone the supervisor and the guardian are in the
+/// command's reach by PID (no PID namespace). A command that set the supervisor's
+/// `RLIMIT_NOFILE` to 0 left it unable to find and kill the tree; after a SIGKILL of the
+/// sandbox a `setsid` daemon lived on. `prlimit` setting another process's limits is refused
+/// (reading them, and setting one's own, work), and the run ends.
+#[test]
+fn the_command_cannot_change_its_supervisors_limits() {
+    if !need("/usr/bin/prlimit") || !backends().contains(&"landlock") {
+        return;
+    }
+    for uid in uids() {
+        let s = scratch_for(uid);
+        let out = run_as(&s.path(), uid)
+            .args(["--backend", "landlock"])
+            .sh("prlimit --pid $PPID --nofile=0:0; echo set=$?; \
+                 prlimit --pid $PPID --nofile >/dev/null; echo read=$?; \
+                 prlimit --pid $$ --nofile=64:64; echo own=$?; \
+                 prlimit --nofile=32:32 true; echo self=$?")
+            .output();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("set=1") && text.contains("read=0") && text.contains("self=0"),
+            "uid {uid:?}: {}",
+            show(&out)
+        );
+        assert_eq!(out.status.code(), Some(0), "uid {uid:?}: {}", show(&out));
+    }
+}

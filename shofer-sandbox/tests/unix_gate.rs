@@ -1348,22 +1348,34 @@ fn an_abstract_name_bound_in_another_network_namespace_is_not_the_runs_own() {
 
 /// Issue 29 F3: under `--net deny`, a TCP Fast Open `sendto` (a connect in disguise) reaches
 /// nothing: the gate's helper performs it inside the command's Landlock domain, which refuses
-/// it as it refuses `connect`; the namespace backends have no network at all.
+/// it as it refuses `connect`; the namespace backends have no network at all. MPTCP, which
+/// Landlock's TCP rules do not cover, cannot be made (`EPROTONOSUPPORT`, the host filter).
 const FASTOPEN: &str = r#"
 import socket, sys
 port = int(sys.argv[1])
 MSG_FASTOPEN = 0x20000000
-s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-try:
+IPPROTO_MPTCP = 262
+def attempt(name, f):
+    try:
+        f()
+        print(name, "SENT", flush=True)
+    except OSError as e:
+        print(name, "ERR", e.errno, flush=True)
+def fastopen(proto):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
     s.sendto(b"GET / HTTP/1.0\r\n\r\n", MSG_FASTOPEN, ("127.0.0.1", port))
     s.send(b"exfiltrated")
-    print("SENT", flush=True)
-except OSError as e:
-    print("ERR", e.errno, flush=True)
+def connect(proto):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+    s.connect(("127.0.0.1", port))
+    s.send(b"exfiltrated")
+attempt("fastopen", lambda: fastopen(0))
+attempt("mptcp-connect", lambda: connect(IPPROTO_MPTCP))
+attempt("mptcp-fastopen", lambda: fastopen(IPPROTO_MPTCP))
 "#;
 
 #[test]
-fn tcp_fast_open_under_net_deny_reaches_nothing() {
+fn tcp_fast_open_and_mptcp_under_net_deny_reach_nothing() {
     for uid in users() {
         for b in backends() {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1376,7 +1388,7 @@ fn tcp_fast_open_under_net_deny_reaches_nothing() {
                 .output();
             let what = format!("{b} uid {uid:?}");
             let text = String::from_utf8_lossy(&out.stdout);
-            assert!(text.contains("ERR"), "{what}: {}", show(&out));
+            assert_eq!(text.matches(" ERR ").count(), 3, "{what}: {}", show(&out));
             assert!(
                 listener.accept().is_err(),
                 "{what}: a connection reached the host's listener"
