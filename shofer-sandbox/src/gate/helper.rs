@@ -142,7 +142,9 @@ fn above_4(fd: OwnedFd) -> io::Result<OwnedFd> {
 /// filter: starts the helper as this process's sibling (`CLONE_PARENT`: the supervisor, or
 /// the namespaces' init, reaps it; the command never sees it as a child), closing in it
 /// `close` (the passed descriptors). With [`Spawn::wait_ready`], returns once the helper is
-/// non-dumpable. Raw syscalls only: this may run in a `CLONE_VM` child of a threaded process.
+/// non-dumpable; without, the helper execs only when the first request arrives (most runs
+/// make no gated socket call, and pay only for the fork). Raw syscalls only: this may run in a
+/// `CLONE_VM` child of a threaded process.
 ///
 /// # Errors
 /// `clone` fails, or the helper ended before saying it is ready.
@@ -186,10 +188,28 @@ pub(crate) fn start_in_child(spawn: &Spawn, close: &[RawFd]) -> io::Result<()> {
             }
             let moved = (!spawn.wait_ready || move_to(ready[1], READY_FD))
                 && move_to(spawn.sock.as_raw_fd(), LINK_FD);
+            // Most runs make no gated socket call: under a Landlock layer (which keeps the
+            // command from ptracing us, dumpable or not) the exec waits for the first request,
+            // left in the socket for the helper to read; EOF: the run ended without one. Until
+            // then nothing but the link and our binary stays open here (no exec closes the
+            // rest: the supervisor's error pipe would never see EOF).
+            let mut exe = spawn.exe.as_raw_fd();
+            if !spawn.wait_ready {
+                let closed = moved
+                    && move_to(exe, READY_FD)
+                    && libc::syscall(libc::SYS_close_range, READY_FD + 1, u32::MAX, 0) == 0;
+                exe = READY_FD;
+                let mut peek = 0u8;
+                if !closed
+                    || libc::recv(LINK_FD, (&mut peek as *mut u8).cast(), 1, libc::MSG_PEEK) <= 0
+                {
+                    libc::_exit(0);
+                }
+            }
             if moved {
                 libc::syscall(
                     libc::SYS_execveat,
-                    spawn.exe.as_raw_fd(),
+                    exe,
                     c"".as_ptr(),
                     argv.as_ptr(),
                     envp.as_ptr(),
