@@ -80,20 +80,7 @@ pub(crate) fn split(
         single_threaded(),
         "the guardian forks before any thread starts"
     );
-    // Safety: prctl with integer arguments only changes this process's attributes.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
-    }
-    // Safety: getppid cannot fail.
-    let caller = unsafe { libc::getppid() };
-    // Safety: prctl with integer arguments only changes this process's attributes.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) } != 0 {
-        return Err(SetupError::last_os("prctl(PR_SET_PDEATHSIG)"));
-    }
-    // Safety: getppid cannot fail.
-    if unsafe { libc::getppid() } != caller {
-        return Err(SetupError::CallerExited);
-    }
+    crate::spawn::reaper_dying_with_parent()?;
     let mut handled = vec![libc::SIGCHLD, libc::SIGTERM];
     handled.extend(FORWARDED);
     let set = sigset(&handled);

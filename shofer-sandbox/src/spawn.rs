@@ -97,6 +97,30 @@ pub(crate) enum Spawn {
     NotExecuted(i32, String),
 }
 
+/// Makes this process a child subreaper (every orphan of its tree comes back to it) that gets
+/// SIGTERM when its parent dies, checking the parent had not died already: the supervisor's
+/// and the guardian's prologue.
+///
+/// # Errors
+/// A `prctl` failure, or [`SetupError::CallerExited`].
+pub(crate) fn reaper_dying_with_parent() -> Result<(), SetupError> {
+    // Safety: prctl with integer arguments only changes this process's attributes.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
+    }
+    // Safety: getppid cannot fail.
+    let caller = unsafe { libc::getppid() };
+    // Safety: as above.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) } != 0 {
+        return Err(SetupError::last_os("prctl(PR_SET_PDEATHSIG)"));
+    }
+    // Safety: getppid cannot fail.
+    if unsafe { libc::getppid() } != caller {
+        return Err(SetupError::CallerExited);
+    }
+    Ok(())
+}
+
 /// Prepares the supervisor, starts the command of `plan` and waits until it has exec'd.
 /// `caller_mask`: the signal mask to give the command when ours was changed before (by the
 /// guardian, [`crate::guardian`]); else the one we have.
@@ -112,20 +136,7 @@ pub(crate) fn spawn(
     gate: Option<&mut crate::gate::Setup>,
     caller_mask: Option<libc::sigset_t>,
 ) -> Result<Spawn, SetupError> {
-    // Safety: prctl with integer arguments only changes this process's attributes.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
-    }
-    // Safety: getppid cannot fail.
-    let caller = unsafe { libc::getppid() };
-    // Safety: as above.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) } != 0 {
-        return Err(SetupError::last_os("prctl(PR_SET_PDEATHSIG)"));
-    }
-    // Safety: getppid cannot fail.
-    if unsafe { libc::getppid() } != caller {
-        return Err(SetupError::CallerExited);
-    }
+    reaper_dying_with_parent()?;
 
     let namespaced = matches!(plan.confinement, Confinement::Namespaces(_));
     let mut handled = vec![libc::SIGCHLD, libc::SIGTERM];

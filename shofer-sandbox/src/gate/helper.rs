@@ -102,21 +102,16 @@ impl Spawn {
     }
 }
 
-/// A `SOCK_SEQPACKET` pair, close-on-exec: the supervisor's end and the helper's.
+/// A unix socket pair of type `ty` (`SOCK_SEQPACKET`: the supervisor's end and the
+/// helper's), close-on-exec: the gate's one `socketpair` (the crate has no other socket
+/// wrapper).
 ///
 /// # Errors
 /// The `socketpair` error.
-pub(crate) fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pair(ty: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [-1; 2];
     // Safety: socketpair(2) into our array; both descriptors are owned right below.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } != 0
+    if unsafe { libc::socketpair(libc::AF_UNIX, ty | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0
     {
         return Err(io::Error::last_os_error());
     }
@@ -1143,8 +1138,8 @@ mod tests {
 
     #[test]
     fn a_request_round_trips_with_descriptors_as_indices() {
-        let (a, b) = pair().unwrap();
-        let (c, d) = pair().unwrap();
+        let (a, b) = pair(libc::SOCK_SEQPACKET).unwrap();
+        let (c, d) = pair(libc::SOCK_SEQPACKET).unwrap();
         let control = rights(&[c.as_raw_fd(), d.as_raw_fd()]);
         let req = Request {
             id: 7,

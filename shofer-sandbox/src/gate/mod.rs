@@ -243,7 +243,7 @@ impl Setup {
             }
         }
         let (helper, helper_end) = if traps.sockets {
-            let (ours, theirs) = helper::pair()?;
+            let (ours, theirs) = helper::pair(libc::SOCK_SEQPACKET)?;
             (Some(ours), Some(theirs))
         } else {
             (None, None)

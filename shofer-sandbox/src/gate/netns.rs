@@ -57,21 +57,7 @@ pub fn diag_of(pid: libc::pid_t) -> Option<OwnedFd> {
         // setns into one's own user namespace fails (EINVAL): stay.
         (theirs.is_none() || theirs != ours).then_some(owner)
     };
-    let mut pair = [-1; 2];
-    // Safety: socketpair(2) into our array; owned right below.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            pair.as_mut_ptr(),
-        )
-    } != 0
-    {
-        return None;
-    }
-    // Safety: the kernel just returned these.
-    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+    let (ours, theirs) = super::helper::pair(libc::SOCK_SEQPACKET).ok()?;
     let user_fd = user.as_ref().map_or(-1, AsRawFd::as_raw_fd);
     // Raw fork: the child (of a threaded process) makes only raw system calls and exits.
     // Safety: see above; nothing in the child touches a lock, the allocator or Rust state.

@@ -34,7 +34,7 @@
 //! caller without effective capabilities has its call made without any.
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::diag::{self, Lookup};
@@ -1013,22 +1013,9 @@ fn diag_answers(diag: &[OwnedFd]) -> bool {
     let Some(d) = diag.first() else {
         return false;
     };
-    let mut pair = [-1; 2];
-    // Safety: socketpair(2) into our array; the descriptors are owned right below. (The crate
-    // has no socket wrapper besides this one call.)
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-            0,
-            pair.as_mut_ptr(),
-        )
-    } != 0
-    {
+    let Ok((a, _b)) = helper::pair(libc::SOCK_STREAM) else {
         return true; // cannot ask: say nothing
-    }
-    // Safety: the kernel just returned these descriptors.
-    let (a, _b) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+    };
     match resolve::stat_fd(a.as_raw_fd()) {
         Ok(st) => matches!(diag::lookup(d, st.st_ino as u32), Lookup::Found { .. }),
         Err(_) => true,
