@@ -25,9 +25,10 @@
 //!
 //! Wire format (one `SOCK_SEQPACKET` message each way, native byte order; the helper checks
 //! every length, see [`Request::decode`]): a request is a header — notification id (u64),
-//! kind (u32: 1 connect, 2 send, 3 send many), send flags (u32), drop-capabilities (u32), message count
-//! (u32), data-in-memfd index (i32, -1: inline) — then per message its address length (u32),
-//! pin index (i32, -1: none), control length (u32) and data length (u32), then the bytes.
+//! kind (u32: 1 connect, 2 send, 3 send many), send flags (u32), drop-capabilities (u32),
+//! message count (u32), data-in-memfd index (i32, -1: inline) — then per message its address
+//! length (u32), pin index (i32, -1: none), control length (u32) and data length (u32), then
+//! the bytes.
 //! Descriptors travel as `SCM_RIGHTS`: index 0 is the caller's socket; a pin is a pathname
 //! socket's inode held open by the gate (the helper connects to `/proc/self/fd/<pin>`, what
 //! the gate checked); `SCM_RIGHTS` slots in a forwarded control buffer hold indices too. A
@@ -41,6 +42,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::notify;
+// What the gate copies of a send at most, and the most descriptors one message passes (the
+// kernel's `SCM_MAX_FD`): one request's bounds.
+use super::serve::MAX_PAYLOAD;
+use super::wire::SCM_MAX_FD as MAX_FDS;
 
 /// Request kinds: `connect`; `sendto`/`sendmsg` (one message, answered with the bytes
 /// sent); `sendmmsg` (answered with the messages sent, and the bytes of each).
@@ -50,13 +55,10 @@ const SEND_MANY: u32 = 3;
 /// Header and per-message record sizes.
 const HEADER: usize = 28;
 const RECORD: usize = 16;
-/// Largest request message; data beyond [`INLINE_DATA`] goes through a memfd.
-const MAX_REQUEST: usize = 96 << 10;
+/// Largest request message (below the default socket buffer, `wmem_default`, 208 KiB); data
+/// beyond [`INLINE_DATA`] goes through a memfd.
+const MAX_REQUEST: usize = 192 << 10;
 const INLINE_DATA: usize = 64 << 10;
-/// Most descriptors in one request (the kernel's `SCM_MAX_FD`).
-pub(super) const MAX_FDS: usize = 253;
-/// Most payload in one request: the gate copies at most 4 MiB of a send.
-const MAX_PAYLOAD: usize = 4 << 20;
 /// Most messages in one request (`UIO_MAXIOV`, as `sendmmsg`).
 const MAX_MSGS: usize = 1024;
 /// The helper's descriptor for its socket to the supervisor, and for the ready byte.
@@ -574,11 +576,14 @@ impl Link {
         if let Ok(mut p) = self.pending.lock() {
             p.insert(id, pending);
         }
-        send_with_fds(self.sock.as_raw_fd(), &bytes, &fds).map_err(|_| {
+        send_with_fds(self.sock.as_raw_fd(), &bytes, &fds).map_err(|e| {
             if let Ok(mut p) = self.pending.lock() {
                 p.remove(&id);
             }
-            helper_gone()
+            match e {
+                libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN => helper_gone(),
+                e => e, // e.g. EMSGSIZE past a small socket buffer: the caller's answer
+            }
         })
     }
 }

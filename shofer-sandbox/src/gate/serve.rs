@@ -54,7 +54,7 @@ const MAX_ADDR: u32 = 128;
 const MAX_IOV: u64 = 1024;
 /// Most payload copied for one send; a stream socket then reports a short write, which
 /// callers handle; no datagram is this large.
-const MAX_PAYLOAD: usize = 4 << 20;
+pub(super) const MAX_PAYLOAD: usize = 4 << 20;
 /// Most socket files of this run held open at once (beyond, the cache starts over).
 const MAX_OWN_FILES: usize = 4096;
 /// Most ancillary data (the kernel's default `optmem_max` is 20 KiB).
