@@ -389,8 +389,12 @@ async def issue13_run(task, wt=None):
                 if wt:
                     # 10. A refused write outside the writable set is explained.
                     r, t = await ex(f"mkdir -p {home}/.shofer-denied-{uuid.uuid4().hex[:8]}/cache")
-                    check(t.rstrip().splitlines()[-1].startswith("Note: the sandbox refused a write to ")
-                          and "npm_config_cache=" in t, f"13/{mode}: denial explained ({t!r})")
+                    # The note is the engine's own words: it names the writable places it
+                    # configured, never a path the command printed (issue 29 F10).
+                    note = t.rstrip().splitlines()[-1]
+                    check(note.startswith("Note: the output above shows a write outside the sandbox's writable places refused")
+                          and "npm_config_cache=" in note and ".shofer-denied-" not in note,
+                          f"13/{mode}: denial explained ({t!r})")
                 # 3. Background processes keep running, are named, listed, and stoppable.
                 port = 18000 + os.getpid() % 1000 + (1 if wt else 0)
                 r, t = await ex(f"python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5; echo started")
