@@ -174,7 +174,7 @@ pub(crate) fn plan(
     b: &Bwrap,
     opened: &OpenedPolicy,
     spec: &ExecSpec,
-    quarantine: Option<&crate::quarantine::Quarantine>,
+    quarantine: Option<&crate::git::quarantine::Quarantine>,
 ) -> Result<Launch, PlanError> {
     if spec.keep_descendants {
         return Err(SetupError::KeepDescendantsWithBwrap.into());
@@ -226,7 +226,7 @@ fn argv(
     command: &[CString],
     drop_caps: bool,
     info_fd: std::os::fd::RawFd,
-    quarantine: Option<&crate::quarantine::Quarantine>,
+    quarantine: Option<&crate::git::quarantine::Quarantine>,
 ) -> std::io::Result<(OwnedFd, Vec<CString>)> {
     let info = info_fd.to_string();
     let mut args: Vec<&[u8]> = vec![
@@ -289,7 +289,7 @@ fn argv(
         let p = p.as_os_str().as_bytes();
         args.extend_from_slice(&[b"--bind", p, p]);
     }
-    // Git (crate::gitprotect): writable layers and read-only binds over control files, in
+    // Git (crate::git::protect): writable layers and read-only binds over control files, in
     // order. Absent read-only paths had no placeholder to cover: git does not read them.
     for (path, writable) in opened.controls.layers() {
         // The pack binds: the whole store is read-only under a quarantine.
@@ -306,7 +306,7 @@ fn argv(
     for (flag, p) in &owned {
         args.extend_from_slice(&[flag, p, p]);
     }
-    // The object quarantine (crate::quarantine): bubblewrap takes bind sources from the
+    // The object quarantine (crate::git::quarantine): bubblewrap takes bind sources from the
     // host's tree, so the store's read-only bind still finds the store, and binds it on the
     // quarantine's mount point, now at objects/info/store.
     let q_paths = quarantine.map(|q| {

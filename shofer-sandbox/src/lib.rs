@@ -54,10 +54,12 @@ pub mod cli;
 mod devpts;
 mod error;
 mod exec;
-mod fsck;
 #[doc(hidden)]
 pub mod fuzzing;
 mod gate;
+mod git;
+#[doc(hidden)]
+pub use git::nestedconfig;
 
 /// The first argument that makes `shofer-sandbox` the unix-socket gate's helper process
 /// (started by the sandbox itself, never by a user: see `gate::helper`).
@@ -67,23 +69,13 @@ pub const GATE_HELPER_ARG: &str = gate::helper::ARG;
 pub fn gate_helper_main(args: &[std::ffi::OsString]) -> ! {
     gate::helper::main(args)
 }
-mod git;
-mod gitguard;
-mod gitprotect;
-mod gitrun;
 mod guardian;
 mod hostfilter;
 mod namespaces;
-mod nested;
-#[doc(hidden)]
-pub mod nestedconfig;
 mod nofile;
-mod objects;
 pub mod path_search;
 mod paths;
 mod plan;
-mod quarantine;
-mod remove;
 mod report;
 mod ruleset;
 mod seccomp;
@@ -140,7 +132,7 @@ pub fn probe(json: bool, backend: cli::BackendChoice, max_abi: Option<u32>, net:
 /// status: 0 when nothing is left to do, 1 when something could not be done, 125 when the
 /// worktree's path cannot be resolved.
 pub fn repair(worktree: &std::path::Path) -> i32 {
-    gitrun::repair_command(worktree)
+    git::run::repair_command(worktree)
 }
 
 /// `--print-apparmor-profile`: prints the profile for this binary's real path. Returns the
@@ -248,10 +240,10 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     // Journals are read only from outside this run's writable set (built twice: the restore
     // may change the `.git` pointer the second build follows).
     let before = writable::build(&args.worktree, &args.allow_write, args.net)?;
-    gitrun::repair_before_run(&args.worktree, &before)?;
+    git::run::repair_before_run(&args.worktree, &before)?;
     drop(before);
     // (Still one thread here.)
-    gitrun::set_git_settings();
+    git::run::set_git_settings();
     let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
     let mut told = Vec::new();
@@ -304,7 +296,7 @@ fn attempt(
             ));
         }
     }
-    if let git::GitLayout::Rejected(why) = &opened.git {
+    if let git::layout::GitLayout::Rejected(why) = &opened.git {
         tell(format!(
             "shofer-sandbox: note: git metadata not made writable: {why}"
         ));
@@ -350,18 +342,21 @@ fn attempt(
         Ok(()) => Ok(()),
     };
     let open = |common: &std::path::Path| {
-        gate::packed_refs::CommonDir::open(common).map_err(|e| format!("{}: {e}", common.display()))
+        git::packed_refs::CommonDir::open(common).map_err(|e| format!("{}: {e}", common.display()))
     };
     let (lockfiles, config_renames) = match (&opened.git, choice.backend) {
-        (git::GitLayout::Linked { .. }, Backend::Landlock)
+        (git::layout::GitLayout::Linked { .. }, Backend::Landlock)
             if opened.controls.common_beneath.is_some() =>
         {
             (None, None)
         }
-        (git::GitLayout::Linked { common, .. }, _) => {
+        (git::layout::GitLayout::Linked { common, .. }, _) => {
             (Some(gate().and_then(|()| open(common))), None)
         }
-        (git::GitLayout::MainWorktree, Backend::Userns | Backend::Layered | Backend::Bwrap) => (
+        (
+            git::layout::GitLayout::MainWorktree,
+            Backend::Userns | Backend::Layered | Backend::Bwrap,
+        ) => (
             None,
             gate().and_then(|()| open(&args.worktree.join(".git"))).ok(),
         ),
@@ -375,12 +370,12 @@ fn attempt(
     let lockfiles = lockfiles.and_then(Result::ok);
     let (lockfile_traps, renames) = (lockfiles.is_some(), config_renames.is_some());
     let lockfiles = lockfiles.or(config_renames);
-    let mut git_run = gitrun::GitRun::prepare(opened, choice.backend, args.keep_caps)?;
+    let mut git_run = git::run::GitRun::prepare(opened, choice.backend, args.keep_caps)?;
     // git's freshen of an object in the quarantine's read-only store, performed by the gate
     // (gate::freshen); without it git writes every object it finds there again.
     let store = git_run.quarantine.as_ref().and_then(|q| {
         facts.gate_runs_beside(choice.backend).then(|| {
-            gate::freshen::Store::open(&q.objects, q.sha256)
+            git::freshen::Store::open(&q.objects, q.sha256)
                 .map_err(|e| tell(format!("shofer-sandbox: note: git rewrites the objects it finds in the store ({}: {e})", q.objects.display())))
                 .ok()
         })?
@@ -591,7 +586,7 @@ fn plan<'a>(
     opened: &'a OpenedPolicy,
     unix: &gate::AllowUnix,
     exec: ExecSpec,
-    quarantine: Option<&quarantine::Quarantine>,
+    quarantine: Option<&git::quarantine::Quarantine>,
 ) -> Result<Plan<'a>, PlanError> {
     let confinement = match choice.backend {
         Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, unix, choice.abi)?),

@@ -82,9 +82,9 @@ pub(crate) struct Setup<'a> {
     /// Host device nodes to bind into the new `/dev`: (name under /dev, writable).
     pub devices: Vec<(String, bool)>,
     /// Git binds after the writable ones, in order: (path, writable), each over itself
-    /// ([`crate::gitprotect::ControlSet::layers`]).
+    /// ([`crate::git::protect::ControlSet::layers`]).
     pub git_layers: Vec<(PathBuf, bool)>,
-    /// The object quarantine ([`crate::quarantine`]): (quarantine, object store, the
+    /// The object quarantine ([`crate::git::quarantine`]): (quarantine, object store, the
     /// quarantine's mount point for the store). The quarantine is bound read-write over the
     /// store's path, the store read-only on that mount point, after the git layers.
     pub quarantine: Option<(PathBuf, PathBuf, PathBuf)>,
@@ -120,7 +120,7 @@ pub(crate) fn plan<'a>(
     opened: &'a OpenedPolicy,
     unix: &crate::gate::AllowUnix,
     abi: u32,
-    quarantine: Option<&crate::quarantine::Quarantine>,
+    quarantine: Option<&crate::git::quarantine::Quarantine>,
 ) -> Result<Setup<'a>, SetupError> {
     let mut devices = standard_devices();
     let mut binds = Vec::new();
@@ -388,7 +388,7 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         keep_rw.push(bind.path.to_string_lossy().into_owned());
     }
 
-    // Step 5b: git (crate::gitprotect): writable layers (a main worktree's `.git`, pinned so
+    // Step 5b: git (crate::git::protect): writable layers (a main worktree's `.git`, pinned so
     // it cannot be renamed away; a linked worktree's common dir, for packed-refs) and
     // read-only binds over control files on top. A mount point can be neither written (step
     // 6 makes it read-only), nor replaced by a rename, nor removed (EBUSY). Opened again here
@@ -410,7 +410,7 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         }
     }
 
-    // Step 5c: the object quarantine (crate::quarantine). All three opened before any mount
+    // Step 5c: the object quarantine (crate::git::quarantine). All three opened before any mount
     // and checked to be directories; the store's bind is read-only in step 6.
     if let Some((dir, objects, store_mount)) = &plan.quarantine {
         let store = paths::open_nofollow(objects)?;

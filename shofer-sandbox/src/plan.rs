@@ -76,6 +76,6 @@ pub(crate) struct Plan<'a> {
     /// How it is confined.
     pub confinement: Confinement<'a>,
     /// Written to (one byte) once the command's process exists: the git watcher's gate
-    /// (`crate::gitguard::Watcher`), which must not run during a fork-like clone.
+    /// (`crate::git::guard::Watcher`), which must not run during a fork-like clone.
     pub spawned_gate: Option<RawFd>,
 }

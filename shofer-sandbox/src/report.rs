@@ -95,7 +95,7 @@ pub fn run(
     facts: &Facts,
     choice: &Choice,
     opened: &OpenedPolicy,
-    git_run: &crate::gitrun::GitRun,
+    git_run: &crate::git::run::GitRun,
     allow_unix: &[std::path::PathBuf],
     packed_refs_by_gate: bool,
 ) -> Value {
@@ -115,13 +115,15 @@ pub fn run(
         ),
     );
     let git = match &opened.git {
-        crate::git::GitLayout::None => json!({"layout": "none"}),
-        crate::git::GitLayout::MainWorktree => json!({"layout": "main-worktree",
+        crate::git::layout::GitLayout::None => json!({"layout": "none"}),
+        crate::git::layout::GitLayout::MainWorktree => json!({"layout": "main-worktree",
             "note": "the .git directory is inside the worktree and therefore writable"}),
-        crate::git::GitLayout::Linked { gitdir, common } => {
+        crate::git::layout::GitLayout::Linked { gitdir, common } => {
             json!({"layout": "linked", "gitdir": gitdir, "common": common})
         }
-        crate::git::GitLayout::Rejected(why) => json!({"layout": "rejected", "reason": why}),
+        crate::git::layout::GitLayout::Rejected(why) => {
+            json!({"layout": "rejected", "reason": why})
+        }
     };
     let mut git = git;
     git["protected"] = git_protected(opened, git_run, packed_refs_by_gate);
@@ -155,7 +157,7 @@ pub fn run(
     git["not_enforced"] = json!([
         {"what": "hard links", "reason": "a hard link the command can reach that points to a file outside the worktree (a local clone's objects, a pnpm/uv store) is the same inode: writes through it change the outside file; path-based rules (Landlock, bind mounts) cannot tell. Avoid: `git clone --no-hardlinks`, pnpm `package-import-method=copy`, uv `--link-mode=copy`"},
         {"what": "nested repositories", "reason": "a repository the command creates inside the worktree (with its own config) is run by a host git only through a gitlink the command adds to the index; shofer does not remove it: review `git status` for new submodules before committing"},
-        {"what": "nested repositories during the run", "key": "nested_repositories_during_run", "reason": crate::gitguard::NESTED_GAP},
+        {"what": "nested repositories during the run", "key": "nested_repositories_during_run", "reason": crate::git::guard::NESTED_GAP},
         {"what": "in-tree scripts run by hooks", "reason": "hooks that run files of the worktree (lefthook.yml, npm scripts, Makefiles) run what the command wrote"},
     ]);
     map.insert("git".into(), git);
@@ -165,7 +167,7 @@ pub fn run(
 /// Each protected path with how it is protected on this run.
 fn git_protected(
     opened: &OpenedPolicy,
-    git_run: &crate::gitrun::GitRun,
+    git_run: &crate::git::run::GitRun,
     packed_refs_by_gate: bool,
 ) -> Value {
     let c = &opened.controls;

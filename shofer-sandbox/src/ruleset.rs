@@ -104,7 +104,7 @@ pub(crate) fn plan(
 
 /// Adds a writable directory to `created` at ABI `abi`: a linked worktree's common dir on the
 /// namespace backends, where read-only bind mounts keep everything but `packed-refs`,
-/// `objects/`, `refs/` and `logs/` from the command (`crate::gitprotect::CommonLayer`).
+/// `objects/`, `refs/` and `logs/` from the command (`crate::git::protect::CommonLayer`).
 ///
 /// # Errors
 /// [`SetupError::Syscall`] when the path cannot be opened, [`SetupError::Landlock`] when the

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use shofer_core::policy::{NetPolicy, Policy, RuleOrigin, WritableRule};
 
 use crate::error::SetupError;
-use crate::git::{self, GitLayout};
+use crate::git::layout::{self as git, GitLayout};
 use crate::paths::{self, Kind};
 
 /// The policy of one run, with every rule path opened.
@@ -25,8 +25,8 @@ pub struct OpenedPolicy {
     pub fds: Vec<OwnedFd>,
     /// What the worktree's git metadata looked like.
     pub git: GitLayout,
-    /// The git control files kept from the command ([`crate::gitprotect`]).
-    pub controls: crate::gitprotect::ControlSet,
+    /// The git control files kept from the command ([`crate::git::protect`]).
+    pub controls: crate::git::protect::ControlSet,
 }
 
 impl OpenedPolicy {
@@ -133,7 +133,7 @@ pub fn build(
         set.push_opened(canon, fd, RuleOrigin::AllowWrite);
     }
 
-    let mut controls = crate::gitprotect::control_set(&git, &wt);
+    let mut controls = crate::git::protect::control_set(&git, &wt);
     // Where the host's git finds the repository by path: the worktree and a linked worktree's
     // common dir. Without a repository there is nothing it trusts to move away (the command
     // can make the worktree a repository of its own in place anyway).
@@ -170,7 +170,7 @@ pub fn build(
 /// repository's common dir; a repository under `/tmp`): `(directory, the root it lies in)`,
 /// shallowest first. The command could rename one of them away and build another repository
 /// at the old path, which the host's git would then run
-/// ([`crate::gitprotect::ControlSet::ancestors`]).
+/// ([`crate::git::protect::ControlSet::ancestors`]).
 fn writable_ancestors(anchors: &[&Path], rules: &[WritableRule]) -> Vec<(PathBuf, PathBuf)> {
     let mut out: Vec<(PathBuf, PathBuf)> = Vec::new();
     for rule in rules.iter().filter(|r| may_hold_a_repository(r.origin)) {

@@ -47,23 +47,23 @@ const AT_FDCWD: u32 = libc::AT_FDCWD as u32;
 // x86_64 (arch/x86/entry/syscalls/syscall_64.tbl).
 /// x86-64 syscall numbers: the ones the gate traps are shared with [`super::serve`] and
 /// [`super::packed_refs`], which dispatch on them.
-pub(super) const NR_CONNECT: u32 = 42;
-pub(super) const NR_SENDTO: u32 = 44;
-pub(super) const NR_SENDMSG: u32 = 46;
-pub(super) const NR_BIND: u32 = 49;
-pub(super) const NR_SENDMMSG: u32 = 307;
+pub(crate) const NR_CONNECT: u32 = 42;
+pub(crate) const NR_SENDTO: u32 = 44;
+pub(crate) const NR_SENDMSG: u32 = 46;
+pub(crate) const NR_BIND: u32 = 49;
+pub(crate) const NR_SENDMMSG: u32 = 307;
 const NR_IO_URING_SETUP: u32 = 425;
-pub(super) const NR_OPEN: u32 = 2;
-pub(super) const NR_RENAME: u32 = 82;
-pub(super) const NR_UNLINK: u32 = 87;
-pub(super) const NR_OPENAT: u32 = 257;
-pub(super) const NR_UNLINKAT: u32 = 263;
-pub(super) const NR_RENAMEAT: u32 = 264;
-pub(super) const NR_RENAMEAT2: u32 = 316;
-pub(super) const NR_UTIMENSAT: u32 = 280;
-pub(super) const NR_CHMOD: u32 = 90;
-pub(super) const NR_FCHMODAT: u32 = 268;
-pub(super) const NR_FCHMODAT2: u32 = 452;
+pub(crate) const NR_OPEN: u32 = 2;
+pub(crate) const NR_RENAME: u32 = 82;
+pub(crate) const NR_UNLINK: u32 = 87;
+pub(crate) const NR_OPENAT: u32 = 257;
+pub(crate) const NR_UNLINKAT: u32 = 263;
+pub(crate) const NR_RENAMEAT: u32 = 264;
+pub(crate) const NR_RENAMEAT2: u32 = 316;
+pub(crate) const NR_UTIMENSAT: u32 = 280;
+pub(crate) const NR_CHMOD: u32 = 90;
+pub(crate) const NR_FCHMODAT: u32 = 268;
+pub(crate) const NR_FCHMODAT2: u32 = 452;
 
 const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;

@@ -36,11 +36,9 @@
 
 pub mod diag;
 pub mod filter;
-pub mod freshen;
 pub mod helper;
 pub mod netns;
-mod notify;
-pub mod packed_refs;
+pub(crate) mod notify;
 pub mod resolve;
 pub mod serve;
 pub mod wire;
@@ -194,9 +192,9 @@ impl AllowUnix {
 /// The repository directories where the gate acts for git.
 pub struct GitDirs {
     /// The common dir, for git's `packed-refs` lock protocol ([`packed_refs`]).
-    pub common: Option<packed_refs::CommonDir>,
+    pub common: Option<crate::git::packed_refs::CommonDir>,
     /// The read-only store of the run's object quarantine ([`freshen`]).
-    pub store: Option<freshen::Store>,
+    pub store: Option<crate::git::freshen::Store>,
 }
 
 /// What the supervisor needs to run the gate for one command.

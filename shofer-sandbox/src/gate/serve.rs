@@ -39,12 +39,12 @@ use std::sync::{Arc, Mutex};
 
 use super::diag::{self, Lookup};
 use super::filter::{NR_BIND, NR_CONNECT, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO, NR_UTIMENSAT};
-use super::freshen;
 use super::helper::{self, sockopt, Link, Msg, Pending, Request};
 use super::notify::{self, AddFd, Notif};
-use super::packed_refs;
 use super::resolve::{self, Ident};
 use super::wire;
+use crate::git::freshen;
+use crate::git::packed_refs;
 
 use shofer_sys::errno::last as errno;
 

@@ -4,8 +4,8 @@
 //! On Landlock `objects/` must stay writable for new objects, so a command can delete or
 //! rewrite existing ones (`rm -rf objects`, a loose object replaced under the same name: `git
 //! status` stays clean and the next checkout writes the attacker's content). The namespace
-//! backends make the store read-only ([`crate::quarantine`]) and bind every existing pack
-//! read-only over itself ([`crate::gitprotect`]) where no quarantine could be made; what they
+//! backends make the store read-only ([`crate::git::quarantine`]) and bind every existing pack
+//! read-only over itself ([`crate::git::protect`]) where no quarantine could be made; what they
 //! do not prevent, and on the Landlock backend everything, is checked here:
 //!
 //! - [`ObjectStore::snapshot`] records each loose object's name (a directory listing, no
@@ -490,7 +490,7 @@ fn loose_dirs(objects: &Path) -> Vec<(String, (u64, u64), Vec<String>)> {
 }
 
 /// Most bytes one exit check hashes (inflated loose objects and touched packs together), and
-/// one migration of the object quarantine inflates ([`crate::quarantine`]): a loose object
+/// one migration of the object quarantine inflates ([`crate::git::quarantine`]): a loose object
 /// is the command's to write, and a 20 MB zlib bomb inflates to 21 GB — hard-linked over
 /// every recorded object, it kept a supervisor hashing for hours. What is left when this is
 /// spent is named as not verified (and fails the run).
@@ -762,7 +762,7 @@ pub(crate) fn loose_object_id_of(
     }
     z.finish()?;
     if let Some(c) = content {
-        crate::fsck::check(&kind, &c, if sha256 { 32 } else { 20 })?;
+        crate::git::fsck::check(&kind, &c, if sha256 { 32 } else { 20 })?;
     }
     Ok(h.finish())
 }

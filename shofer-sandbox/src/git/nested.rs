@@ -6,20 +6,20 @@
 //! gitlinks of *its* index in turn. The command can create such repositories inside the
 //! worktree and register them (`git add sub`), since the index is writable. Registered
 //! submodules normally keep their gitdir in `<common>/modules/`, which is protected
-//! ([`crate::gitprotect`]); a repository whose gitdir lies in the writable set is the
+//! ([`crate::git::protect`]); a repository whose gitdir lies in the writable set is the
 //! command's to write.
 //!
 //! [`NestedScan::check`] reads the index (format: git's Documentation/gitformat-index.txt,
 //! versions 2-4, with a split index's shared index), follows each gitlink to its gitdir and
 //! common dir, reads that repository's index and follows its gitlinks the same way (from its
 //! `core.worktree`, when set), and *quarantines* every configuration file in the writable set
-//! that [`crate::nestedconfig::judge`] does not keep (an allow-list: every key must be one git
+//! that [`crate::git::nestedconfig::judge`] does not keep (an allow-list: every key must be one git
 //! reads as data): it is renamed to `<name>.shofer-quarantined-<random>` (kept, never
 //! deleted), so the host's git reads no configuration there. It runs whenever
 //! the index changes, periodically while gitlinks exist (the watcher of
-//! [`crate::gitguard`]), and when the command ends; between the command's write and the check
+//! [`crate::git::guard`]), and when the command ends; between the command's write and the check
 //! a host git could still read the file: a named gap on every backend
-//! ([`crate::gitguard::NESTED_GAP`]). A nested
+//! ([`crate::git::guard::NESTED_GAP`]). A nested
 //! repository's `hooks/` holding anything but samples is moved aside too. One check follows
 //! at most [`MAX_GITLINKS`] gitlinks, [`MAX_DEPTH`] deep, and reads at most [`CHECK_BUDGET`]
 //! bytes of nested indexes and configurations: what it leaves unread (a configuration, an
@@ -386,7 +386,7 @@ impl NestedScan {
 
     /// One configuration file: its `core.worktree` values when it stays, `None` when it is
     /// moved aside or cannot be read. One in the writable set stays only when every key is
-    /// on the allow-list ([`crate::nestedconfig`]) and its `core.worktree` leads nowhere
+    /// on the allow-list ([`crate::git::nestedconfig`]) and its `core.worktree` leads nowhere
     /// through /proc or /dev; one outside is the user's own, read only for its worktree.
     fn judge_config(&self, config: &Config, gitdir: &Path, pass: &mut Pass) -> Option<Vec<String>> {
         let writable = self.writable(&config.dir_path);
@@ -409,7 +409,7 @@ impl NestedScan {
                 .collect()
         };
         let values = if writable {
-            let entries = match crate::nestedconfig::judge(&bytes) {
+            let entries = match crate::git::nestedconfig::judge(&bytes) {
                 Ok(entries) => entries,
                 Err(why) => {
                     self.quarantine_in(config, why.to_string(), &mut pass.out);
@@ -433,9 +433,9 @@ impl NestedScan {
             }
             values
         } else {
-            worktrees(crate::gitprotect::config_entries(&String::from_utf8_lossy(
-                &bytes,
-            )))
+            worktrees(crate::git::protect::config_entries(
+                &String::from_utf8_lossy(&bytes),
+            ))
         };
         pass.configs_seen.push(((dev, ino), values.clone()));
         Some(values)
@@ -451,7 +451,7 @@ impl NestedScan {
         let mut new_name = std::ffi::OsString::from(config.name);
         new_name.push(format!(
             ".shofer-quarantined-{}",
-            crate::gitguard::random_suffix()
+            crate::git::guard::random_suffix()
         ));
         match crate::paths::rename_noreplace_at(&config.dir, config.name.as_ref(), &new_name) {
             Ok(()) => out.quarantined.push(Quarantined {
@@ -488,7 +488,7 @@ impl NestedScan {
         let mut new_name = name.to_os_string();
         new_name.push(format!(
             ".shofer-quarantined-{}",
-            crate::gitguard::random_suffix()
+            crate::git::guard::random_suffix()
         ));
         let moved = crate::paths::open_nofollow(&parent)
             .and_then(|dir| crate::paths::rename_noreplace_at(&dir, name, &new_name));
@@ -944,7 +944,7 @@ fn link_extension(
                 .collect(),
         )
     });
-    Some((crate::objects::hex(id), replaced.unwrap_or_default()))
+    Some((crate::git::objects::hex(id), replaced.unwrap_or_default()))
 }
 
 /// The positions of the first `n` set bits of the EWAH bitmap at the start of `data`, and

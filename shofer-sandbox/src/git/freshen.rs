@@ -1,5 +1,5 @@
 //! git's "freshen" of an object in the read-only store of an object quarantine
-//! ([`crate::quarantine`]), performed by the supervisor.
+//! ([`crate::git::quarantine`]), performed by the supervisor.
 //!
 //! Before git writes an object it asks whether the store has it, and refreshes the modification
 //! time of the file that holds it (`utime(path, NULL)` on the loose object or on the `.pack`,
@@ -10,8 +10,8 @@
 //! earlier content), each deflated, written and verified at exit for nothing.
 //!
 //! The gate traps `utimensat(AT_FDCWD, path, NULL, 0)` (what glibc's and musl's `utime` and
-//! `utimes(path, NULL)` make; [`super::filter::Traps::freshen`]). When `path`, resolved as the
-//! caller sees it ([`super::resolve`]), names a loose object or a pack of the store — its
+//! `utimes(path, NULL)` make; [`crate::gate::filter::Traps::freshen`]). When `path`, resolved as the
+//! caller sees it ([`crate::gate::resolve`]), names a loose object or a pack of the store — its
 //! directory is the store's fan-out directory or `pack/` by device and inode, its name an
 //! object's or a pack's — the supervisor sets the times of the store's file of that name to
 //! now, as git would have (`AT_SYMLINK_NOFOLLOW`; with the caller's credentials when the gate
@@ -24,7 +24,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::resolve;
+use crate::gate::resolve;
 
 /// The store of a run's object quarantine, as the supervisor holds it.
 #[derive(Debug)]
@@ -82,7 +82,7 @@ pub fn decide(pid: libc::pid_t, args: &[u64; 6], store: &Store) -> Option<Target
     if args[0] as i32 != libc::AT_FDCWD || args[2] != 0 || args[3] as i32 != 0 {
         return None;
     }
-    let path = super::notify::read_path(pid, args[1]).ok()?;
+    let path = crate::gate::notify::read_path(pid, args[1]).ok()?;
     let (dir, name) = store_name(&path, store.hexlen)?;
     let theirs = resolve::resolve(pid, &path, false).ok()?;
     let dir = crate::paths::openat_path(&store.dir, Path::new(OsStr::from_bytes(dir))).ok()?;

@@ -13,13 +13,13 @@
 //! directory it is in — what git assumes without one), because a mount needs something to
 //! cover and a covered name cannot be created, renamed over or removed (`EBUSY`). The
 //! Landlock backend cannot make files inside a writable tree read-only: it relies on
-//! [`crate::gitguard`].
+//! [`crate::git::guard`].
 
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Component, Path, PathBuf};
 
-use crate::git::GitLayout;
+use crate::git::layout::GitLayout;
 use crate::paths::{self, Kind};
 
 /// What to create before the run when a protected path is absent.
@@ -70,10 +70,10 @@ pub struct ControlSet {
     /// The writable root a linked worktree's common dir lies beneath (a repository under
     /// `/tmp`), if any: its `config`, `hooks/`, `info/`, `worktrees/` and `modules/` are then
     /// not outside the writable set, and the Landlock backend guards them
-    /// ([`crate::gitguard`]) as it does a main worktree's.
+    /// ([`crate::git::guard`]) as it does a main worktree's.
     pub common_beneath: Option<PathBuf>,
     /// The writable root the worktree of a repository lies beneath, if any: on Landlock the
-    /// command can rename the worktree (or the common dir) away ([`crate::gitrun`]).
+    /// command can rename the worktree (or the common dir) away ([`crate::git::run`]).
     pub worktree_beneath: Option<PathBuf>,
     /// Facts the report states (paths git does not read in this configuration, limits).
     pub notes: Vec<String>,
@@ -83,7 +83,7 @@ pub struct ControlSet {
 }
 
 /// Most pack files bound read-only; the rest are covered by the check at exit
-/// ([`crate::objects`]).
+/// ([`crate::git::objects`]).
 const MAX_PACK_BINDS: usize = 512;
 /// Largest configuration file read (bytes).
 const MAX_CONFIG: usize = 4 << 20;

@@ -2,10 +2,10 @@
 //! while it runs and after it ends (docs/ARCHITECTURE.md, "Linked git worktrees").
 //!
 //! - namespace backends (`userns`, `layered`, `bwrap`): placeholders for absent protected
-//!   paths ([`crate::gitprotect::prepare`]) and the object quarantine
-//!   ([`crate::quarantine`]), then read-only binds built by the backend; the guard's snapshot
+//!   paths ([`crate::git::protect::prepare`]) and the object quarantine
+//!   ([`crate::git::quarantine`]), then read-only binds built by the backend; the guard's snapshot
 //!   and exit check run as well, as a second line;
-//! - `landlock`: the guard ([`crate::gitguard`]): snapshot, journal outside the writable set,
+//! - `landlock`: the guard ([`crate::git::guard`]): snapshot, journal outside the writable set,
 //!   the watcher thread that restores at once, the restore at exit.
 //!
 //! A journal left by a killed run is finished before the next run on the same worktree
@@ -18,21 +18,21 @@ use std::sync::{Arc, Mutex};
 use shofer_core::policy::Backend;
 
 use crate::error::SetupError;
-use crate::git::GitLayout;
-use crate::gitguard::{self, GitGuard, Restored, Watcher};
-use crate::gitprotect::{self, Created};
-use crate::objects::ObjectStore;
+use crate::git::guard::{self, GitGuard, Restored, Watcher};
+use crate::git::layout::GitLayout;
+use crate::git::objects::ObjectStore;
+use crate::git::protect::{self, Created};
+use crate::git::quarantine::{self, Migrated, Quarantine};
 use crate::paths;
-use crate::quarantine::{self, Migrated, Quarantine};
 use crate::writable::OpenedPolicy;
 
 /// How the git control files are kept on this run.
 pub struct GitRun {
     guard: Arc<Mutex<GitGuard>>,
-    /// The repository's objects before the run ([`crate::objects`]), where no quarantine
+    /// The repository's objects before the run ([`crate::git::objects`]), where no quarantine
     /// keeps them.
     objects: Option<ObjectStore>,
-    /// The namespace backends' object quarantine ([`crate::quarantine`]).
+    /// The namespace backends' object quarantine ([`crate::git::quarantine`]).
     pub quarantine: Option<Quarantine>,
     /// Copies the quarantine's new objects into the store while the run lasts.
     copier: Option<quarantine::Copier>,
@@ -48,7 +48,7 @@ pub struct GitRun {
     pub journal_missing: Option<String>,
     placeholders: Vec<Created>,
     /// Locks on branches other worktrees have checked out that were absent before the run
-    /// ([`gitprotect::absent_ref_locks`]).
+    /// ([`protect::absent_ref_locks`]).
     ref_locks: Vec<PathBuf>,
     /// The worktree's and the common dir's paths and identities before the run, when the
     /// Landlock backend cannot keep them from being moved ([`GitRun::moved`]).
@@ -75,7 +75,7 @@ impl GitRun {
         let structural = backend != Backend::Landlock;
         let remountable = structural && keep_caps && backend == Backend::Bwrap;
         let placeholders = if structural {
-            gitprotect::prepare(&opened.controls).map_err(|(path, why)| {
+            protect::prepare(&opened.controls).map_err(|(path, why)| {
                 SetupError::Usage(format!("git control file '{}' {why}", path.display()))
             })?
         } else {
@@ -98,7 +98,7 @@ impl GitRun {
         let mut objects = None;
         let mut object_quarantine = None;
         if let Some((common, name)) = common {
-            let sha256 = gitprotect::uses_sha256(&common);
+            let sha256 = protect::uses_sha256(&common);
             // A killed run's, or what a run's migration had no budget left for.
             let earlier = "of an earlier run";
             if remountable {
@@ -132,7 +132,7 @@ impl GitRun {
             &opened.controls,
             &writable,
         );
-        // The namespace backends bind the common dir read-only (gitprotect::CommonLayer) and
+        // The namespace backends bind the common dir read-only (protect::CommonLayer) and
         // Landlock keeps it outside the writable set, unless it lies beneath a writable root.
         guard.set_common_top_writable(
             remountable || (!structural && opened.controls.common_beneath.is_some()),
@@ -141,7 +141,7 @@ impl GitRun {
         let mut journal_missing = None;
         let has_entries = !guard.paths().is_empty();
         if !structural && has_entries {
-            match gitguard::journal_dir(&writable) {
+            match guard::journal_dir(&writable) {
                 Some(dir) => match guard.write_journal(&dir, &opened.policy.worktree) {
                     Ok(()) => journal = Some(dir),
                     Err(e) => journal_missing = Some(format!("{}: {e}", dir.display())),
@@ -180,7 +180,7 @@ impl GitRun {
             remountable,
             journal_missing,
             placeholders,
-            ref_locks: gitprotect::absent_ref_locks(&opened.controls),
+            ref_locks: protect::absent_ref_locks(&opened.controls),
             locations,
             watcher: None,
             watch: has_entries,
@@ -258,11 +258,11 @@ impl GitRun {
                 r
             }
             Err(_) => Restored {
-                failed: vec![gitguard::poisoned("the restore")],
+                failed: vec![guard::poisoned("the restore")],
                 ..Restored::default()
             },
         };
-        gitguard::announce(&last, "restored");
+        guard::announce(&last, "restored");
         if let Some(c) = self.copier.take() {
             c.stop();
         }
@@ -330,8 +330,8 @@ impl GitRun {
                 "shofer-sandbox: the journal is kept: `shofer-sandbox --repair <WORKTREE>` or the next run on this worktree retries the restore"
             );
         }
-        gitprotect::remove_placeholders(&self.placeholders);
-        for lock in gitprotect::remove_ref_locks(&self.ref_locks) {
+        protect::remove_placeholders(&self.placeholders);
+        for lock in protect::remove_ref_locks(&self.ref_locks) {
             eprintln!(
                 "shofer-sandbox: warning: removed {}, a lock the command left on a branch another worktree has checked out",
                 lock.display()
@@ -368,7 +368,7 @@ pub fn set_git_settings() {
     }
 }
 
-/// Says on stderr what a migration of the object quarantine ([`crate::quarantine`]) `whose`
+/// Says on stderr what a migration of the object quarantine ([`crate::git::quarantine`]) `whose`
 /// could not do.
 fn announce_migrated(m: &Migrated, whose: &str, worktree: &Path) {
     for (o, why) in &m.rejected {
@@ -398,9 +398,9 @@ fn repair(worktree: &Path, writable: &[PathBuf]) -> Option<Restored> {
     let wt = std::fs::canonicalize(worktree).ok()?;
     let mut out = Restored::default();
     let mut any = false;
-    for dir in gitguard::checked_state_dirs(gitguard::JOURNAL_LEAF, writable) {
+    for dir in guard::checked_state_dirs(guard::JOURNAL_LEAF, writable) {
         any = true;
-        let r = gitguard::repair(&dir, &wt);
+        let r = guard::repair(&dir, &wt);
         out.restored.extend(r.restored);
         out.failed.extend(r.failed);
     }
@@ -427,7 +427,7 @@ pub fn repair_before_run(worktree: &Path, opened: &OpenedPolicy) -> Result<(), S
     let Some(r) = repair(worktree, &writable_paths(opened)) else {
         return Ok(());
     };
-    gitguard::announce(&r, "restored from the journal of a run that was killed");
+    guard::announce(&r, "restored from the journal of a run that was killed");
     if let Some((p, e)) = r.failed.first() {
         return Err(SetupError::Usage(format!(
             "a killed run left {} changed and it cannot be restored ({e}); fix it by hand, then run `shofer-sandbox --repair {}`",
@@ -461,14 +461,14 @@ pub fn repair_command(worktree: &Path) -> i32 {
         .unwrap_or_else(|_| vec![worktree.to_path_buf()]);
     let r = repair(worktree, &writable).unwrap_or_default();
     let common = paths::open_nofollow(worktree).ok().and_then(|fd| {
-        match crate::git::discover(worktree, &fd) {
+        match crate::git::layout::discover(worktree, &fd) {
             GitLayout::Linked { common, .. } => Some(common),
             GitLayout::MainWorktree => Some(worktree.join(".git")),
             _ => None,
         }
     });
     let m = common
-        .map(|c| quarantine::sweep(&c, gitprotect::uses_sha256(&c), &writable))
+        .map(|c| quarantine::sweep(&c, protect::uses_sha256(&c), &writable))
         .unwrap_or_default();
     // Said once, by announce_migrated: they are objects, not control files.
     announce_migrated(&m, "of an earlier run", worktree);
@@ -484,7 +484,7 @@ pub fn repair_command(worktree: &Path) -> i32 {
             m.moved
         );
     }
-    gitguard::announce(&r, "restored from the journal of a run that was killed");
+    guard::announce(&r, "restored from the journal of a run that was killed");
     if r.failed.is_empty() && m.failed.is_empty() {
         if r.restored.is_empty() && m.moved == 0 && m.busy == 0 {
             eprintln!("shofer-sandbox: {}: nothing to repair", worktree.display());

@@ -8,8 +8,8 @@
 //! `config` and `hooks/`, so the directory stays outside the writable set, and the namespace
 //! backends bind it read-only (a writable top level let the command add any name there); the
 //! gate
-//! ([`super::filter::Traps::lockfiles`]) traps these calls instead. For each one this module
-//! decides, from the caller's own view of the path ([`super::resolve`]), whether it is exactly
+//! ([`crate::gate::filter::Traps::lockfiles`]) traps these calls instead. For each one this module
+//! decides, from the caller's own view of the path ([`crate::gate::resolve`]), whether it is exactly
 //! one of:
 //! - create `packed-refs.lock` or `packed-refs.new` (`O_CREAT | O_EXCL`: never an existing
 //!   file, never through a symlink);
@@ -42,11 +42,11 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
-use super::filter::{
+use crate::gate::filter::{
     NR_CHMOD, NR_FCHMODAT, NR_FCHMODAT2, NR_OPEN, NR_OPENAT, NR_RENAME, NR_RENAMEAT, NR_RENAMEAT2,
     NR_UNLINK, NR_UNLINKAT,
 };
-use super::resolve::{self, Ident};
+use crate::gate::resolve::{self, Ident};
 
 use shofer_sys::errno::last as errno;
 
@@ -76,7 +76,7 @@ const PASSED_FLAGS: i32 = libc::O_ACCMODE
     | libc::O_CLOEXEC
     | libc::O_NOFOLLOW;
 
-/// Whether `nr` is one of the calls [`super::filter::Traps::lockfiles`] traps.
+/// Whether `nr` is one of the calls [`crate::gate::filter::Traps::lockfiles`] traps.
 pub fn traps(nr: u32) -> bool {
     matches!(
         nr,
@@ -196,7 +196,7 @@ pub fn decide(
         let r = resolve::resolve_at(pid, start, path, false).ok()?;
         (resolve::ident(r.parent.as_raw_fd()).ok()? == common.id).then_some(())
     };
-    let path_at = |addr: u64| super::notify::read_path(pid, addr).ok();
+    let path_at = |addr: u64| crate::gate::notify::read_path(pid, addr).ok();
     match nr {
         NR_OPEN | NR_OPENAT => {
             let (dir, path, flags, mode) = if nr == NR_OPEN {

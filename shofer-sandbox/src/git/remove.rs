@@ -1,5 +1,5 @@
 //! Removing a tree the command built, through descriptors: the git guard's restore
-//! ([`crate::gitguard`]) and the emptying of a quarantine's trash ([`crate::quarantine`]).
+//! ([`crate::git::guard`]) and the emptying of a quarantine's trash ([`crate::git::quarantine`]).
 //!
 //! The command chooses the shape: any depth (an audit crashed the supervisor's stack with a
 //! tree 19,000 deep), symlinks swapped in at any moment, and modes its owner can set — 000
@@ -96,7 +96,7 @@ pub fn take_apart(
                 if !spend(budget, stop) {
                     return Ok(Removal::Unfinished);
                 }
-                let up = format!(".shofer-removing-{}", crate::gitguard::random_suffix());
+                let up = format!(".shofer-removing-{}", crate::git::guard::random_suffix());
                 let mut moved = paths::rename_noreplace_between(&child, &g, &top, up.as_ref());
                 if moved
                     .as_ref()

@@ -1,7 +1,7 @@
 //! Guarding the git files that make the *host's* git execute code, where the backend cannot
 //! make them read-only (the Landlock backend: Landlock grants whole directory hierarchies, so
 //! files inside a writable directory cannot be kept read-only). The namespace backends bind
-//! them read-only instead ([`crate::gitprotect`]); the guard runs there too, as a check.
+//! them read-only instead ([`crate::git::protect`]); the guard runs there too, as a check.
 //!
 //! Guarded: the worktree's `.git` (a linked worktree's pointer file; a main worktree's `.git`
 //! directory, which must stay the same directory), the gitdir's `commondir`, `gitdir` and
@@ -27,7 +27,7 @@
 //! - a restore that fails is **loud**: stderr, the run's closing report record, and exit
 //!   status 125 ([`crate::run`]).
 
-use crate::objects::{hex, unhex};
+use crate::git::objects::{hex, unhex};
 use std::ffi::{CString, OsStr, OsString};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -37,8 +37,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-use crate::git::GitLayout;
-use crate::nested::{Checked, NestedScan};
+use crate::git::layout::GitLayout;
+use crate::git::nested::{Checked, NestedScan};
 use crate::paths::{self, Kind};
 
 /// Largest guarded file (bytes); a larger one is left unguarded and reported.
@@ -80,7 +80,7 @@ pub struct GitGuard {
     entries: Vec<Guarded>,
     dot_git: Option<DotGitDir>,
     journal: Option<PathBuf>,
-    /// The gitlinked repositories check ([`crate::nested`]), under its own lock: a slow
+    /// The gitlinked repositories check ([`crate::git::nested`]), under its own lock: a slow
     /// check (the command can make many repositories) never holds up a restore.
     nested: Option<Arc<Mutex<NestedScan>>>,
     /// The index the nested check reads (watched for changes).
@@ -121,8 +121,8 @@ pub(crate) fn poisoned(what: &str) -> (PathBuf, String) {
 pub struct Restored {
     /// Paths put back.
     pub restored: Vec<PathBuf>,
-    /// Nested repositories' configs moved aside ([`crate::nested`]).
-    pub quarantined: Vec<crate::nested::Quarantined>,
+    /// Nested repositories' configs moved aside ([`crate::git::nested`]).
+    pub quarantined: Vec<crate::git::nested::Quarantined>,
     /// Paths that could not be put back (or moved aside), with why.
     pub failed: Vec<(PathBuf, String)>,
 }
@@ -144,7 +144,7 @@ impl GitGuard {
     pub fn snapshot(
         layout: &GitLayout,
         worktree: &Path,
-        controls: &crate::gitprotect::ControlSet,
+        controls: &crate::git::protect::ControlSet,
         writable: &[PathBuf],
     ) -> GitGuard {
         let mut entries = Vec::new();
@@ -238,7 +238,7 @@ impl GitGuard {
             GitLayout::Linked { gitdir, common } => Some(NestedScan::new(
                 worktree,
                 gitdir,
-                crate::gitprotect::uses_sha256(common),
+                crate::git::protect::uses_sha256(common),
                 writable,
             )),
             GitLayout::MainWorktree => {
@@ -246,7 +246,7 @@ impl GitGuard {
                 Some(NestedScan::new(
                     worktree,
                     &dot,
-                    crate::gitprotect::uses_sha256(&dot),
+                    crate::git::protect::uses_sha256(&dot),
                     writable,
                 ))
             }
@@ -287,7 +287,7 @@ impl GitGuard {
     }
 
     /// Quarantines program-naming configs of gitlinked repositories inside the worktree
-    /// ([`crate::nested`]).
+    /// ([`crate::git::nested`]).
     /// Also returns how many gitlinks it followed.
     pub fn check_nested(&self) -> (Checked, usize) {
         match self.nested.as_ref().map(|n| n.lock()) {
@@ -725,11 +725,11 @@ impl JournalScope {
         };
         roots.extend(paths::identity(&wt));
         let mut dirs = Vec::new();
-        if let GitLayout::Linked { gitdir, common } = crate::git::discover(worktree, &wt) {
+        if let GitLayout::Linked { gitdir, common } = crate::git::layout::discover(worktree, &wt) {
             dirs.extend([gitdir, common]);
         }
         if let Some(Ok((gitdir, common))) =
-            claimed_pointer.map(|raw| crate::git::linked_from(worktree, raw))
+            claimed_pointer.map(|raw| crate::git::layout::linked_from(worktree, raw))
         {
             dirs.extend([gitdir, common]);
         }
@@ -1406,14 +1406,14 @@ fn open_dir(parent: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result
 }
 
 /// Removes `name` under `dir` whatever it is now (file, symlink, or directory tree): the
-/// one remover ([`crate::remove::take_apart`]), with no stop and its budget
-/// ([`crate::remove::BUDGET`]), which a removal never spends but for a command that keeps
+/// one remover ([`crate::git::remove::take_apart`]), with no stop and its budget
+/// ([`crate::git::remove::BUDGET`]), which a removal never spends but for a command that keeps
 /// filling the tree.
 fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> {
-    let mut budget = crate::remove::BUDGET;
-    match crate::remove::take_apart(dir, name.as_ref(), &mut budget, &|| false)? {
-        crate::remove::Removal::Gone => Ok(()),
-        crate::remove::Removal::Unfinished => {
+    let mut budget = crate::git::remove::BUDGET;
+    match crate::git::remove::take_apart(dir, name.as_ref(), &mut budget, &|| false)? {
+        crate::git::remove::Removal::Gone => Ok(()),
+        crate::git::remove::Removal::Unfinished => {
             Err(io::Error::other("more entries than a removal takes"))
         }
     }
@@ -1572,7 +1572,7 @@ mod tests {
             let out = std::process::Command::new(&exe)
                 .args([
                     "--exact",
-                    "gitguard::tests::a_tree_of_unwritable_directories_is_removed_as_their_owner",
+                    "guard::tests::a_tree_of_unwritable_directories_is_removed_as_their_owner",
                     "--nocapture",
                 ])
                 .env(AS_NOBODY, &foreign)
@@ -2006,8 +2006,8 @@ mod tests {
         let (_t, root, layout) = setup();
         let common = root.join("repo/.git");
         std::fs::write(common.join("HEAD"), "ref: refs/heads/main\n").unwrap();
-        let controls = crate::gitprotect::ControlSet {
-            common: Some(crate::gitprotect::CommonLayer {
+        let controls = crate::git::protect::ControlSet {
+            common: Some(crate::git::protect::CommonLayer {
                 common: common.clone(),
                 ..Default::default()
             }),

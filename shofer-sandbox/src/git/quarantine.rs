@@ -10,8 +10,8 @@
 //!
 //! - before the run, [`Quarantine::take`] takes the worktree's quarantine in a directory of
 //!   the supervisor's own that no sandboxed command can write
-//!   ([`crate::gitguard::state_dir`], `~/.local/state/shofer/objects/`; without one, no
-//!   quarantine, and the exit check of [`crate::objects`] instead): an entry
+//!   ([`crate::git::guard::state_dir`], `~/.local/state/shofer/objects/`; without one, no
+//!   quarantine, and the exit check of [`crate::git::objects`] instead): an entry
 //!   `<hash of the store's path>-<hash of the worktree's name>.<random>` holding the
 //!   quarantine `q/` and the store's path (`store`) — an idle entry an earlier run of this
 //!   worktree left (settled first), or a new one — and locks it (`flock`). `q/` is made anew
@@ -55,13 +55,13 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::objects::{hex, loose_object_id_of, loose_object_size, OverBudget, HASH_BUDGET};
+use crate::git::objects::{hex, loose_object_id_of, loose_object_size, OverBudget, HASH_BUDGET};
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// The name of the supervisor's state directory of quarantines ([`crate::gitguard::state_dir`]).
+/// The name of the supervisor's state directory of quarantines ([`crate::git::guard::state_dir`]).
 const LEAF: &str = "objects";
 /// The relative alternate of every quarantine: the directory the sandbox binds the store on.
 const STORE_MOUNT: &str = "info/store";
@@ -234,7 +234,7 @@ fn write_new(
     fill: impl FnOnce(&mut std::fs::File) -> io::Result<Result<(), String>>,
 ) -> io::Result<Result<bool, String>> {
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = format!("tmp_shofer_{what}_{}", crate::gitguard::random_suffix());
+    let tmp = format!("tmp_shofer_{what}_{}", crate::git::guard::random_suffix());
     let tmp_path = PathBuf::from(format!("/proc/self/fd/{}/{tmp}", dir.as_raw_fd()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -366,7 +366,7 @@ impl Quarantine {
         worktree: &str,
         writable: &[PathBuf],
     ) -> io::Result<(Quarantine, Migrated)> {
-        let root = crate::gitguard::state_dir(LEAF, writable).ok_or_else(|| {
+        let root = crate::git::guard::state_dir(LEAF, writable).ok_or_else(|| {
             io::Error::other(
                 "no directory of the supervisor's own outside the writable set ($XDG_STATE_HOME or ~/.local/state)",
             )
@@ -400,7 +400,7 @@ impl Quarantine {
         let (entry, lock) = match mine {
             Some(m) => m,
             None => {
-                let entry = root.join(format!("{prefix}{}", crate::gitguard::random_suffix()));
+                let entry = root.join(format!("{prefix}{}", crate::git::guard::random_suffix()));
                 std::fs::DirBuilder::new().mode(0o700).create(&entry)?;
                 let lock = lock(&entry)?;
                 std::fs::write(entry.join("store"), objects.as_os_str().as_bytes())?;
@@ -585,9 +585,9 @@ fn forget_gone(root: &Path) {
 }
 
 /// The existing state directories of quarantines that pass the check their creation makes,
-/// against `writable` ([`crate::gitguard::checked_state_dirs`]).
+/// against `writable` ([`crate::git::guard::checked_state_dirs`]).
 fn roots(writable: &[PathBuf]) -> Vec<PathBuf> {
-    crate::gitguard::checked_state_dirs(LEAF, writable)
+    crate::git::guard::checked_state_dirs(LEAF, writable)
         .into_iter()
         .map(|d| d.path)
         .collect()
@@ -732,14 +732,14 @@ fn discard(entry: &Path, path: &Path) -> io::Result<()> {
         remove_entry(&trash)?;
         std::fs::DirBuilder::new().mode(0o700).create(&trash)?;
     }
-    match std::fs::rename(path, trash.join(crate::gitguard::random_suffix())) {
+    match std::fs::rename(path, trash.join(crate::git::guard::random_suffix())) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         other => other,
     }
 }
 
 /// Removes what `<entry>/trash/` holds, as far as it can (what is left is tried again next
-/// time), until `stop` says so: the one remover ([`crate::remove::take_apart`]), without
+/// time), until `stop` says so: the one remover ([`crate::git::remove::take_apart`]), without
 /// recursion, whatever depth and modes the command left. Called by the [`Copier`] while the
 /// run lasts, so that no run waits for an earlier one's garbage.
 fn empty_trash(entry: &Path, stop: &dyn Fn() -> bool) {
@@ -749,14 +749,14 @@ fn empty_trash(entry: &Path, stop: &dyn Fn() -> bool) {
     let Ok(names) = crate::paths::list(&trash) else {
         return;
     };
-    let mut budget = crate::remove::BUDGET;
+    let mut budget = crate::git::remove::BUDGET;
     for name in names {
         if stop() {
             return;
         }
         // An error leaves that entry for a later time; the others go on.
-        if let Ok(crate::remove::Removal::Unfinished) =
-            crate::remove::take_apart(&trash, &name, &mut budget, stop)
+        if let Ok(crate::git::remove::Removal::Unfinished) =
+            crate::git::remove::take_apart(&trash, &name, &mut budget, stop)
         {
             return;
         }
@@ -1198,7 +1198,7 @@ fn migrate_packs(
         let run = cmd
             // --fsck-objects: what git could not parse (a tree or commit that is not one)
             // would make every later `git gc` fail. What an identity line holds only warns,
-            // as for loose objects (crate::fsck): git fetches such commits, and one refused
+            // as for loose objects (crate::git::fsck): git fetches such commits, and one refused
             // here would take the whole pack, and the fetched ref's history, with it.
             .args(["index-pack", "--stdin", "--no-rev-index", fsck])
             .current_dir(common)

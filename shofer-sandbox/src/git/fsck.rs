@@ -1,5 +1,5 @@
 //! What git's fsck finds wrong in a tree, commit or tag on its own, for the loose objects a
-//! run adds ([`crate::objects`]): an object git cannot parse makes every walk and `git gc`
+//! run adds ([`crate::git::objects`]): an object git cannot parse makes every walk and `git gc`
 //! fail on the host ("unable to parse object"), and a tree can check out into `.git` or
 //! carry a `.gitmodules` git refuses.
 //!

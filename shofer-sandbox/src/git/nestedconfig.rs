@@ -16,7 +16,7 @@
 //!   UTF-8 — is refused, so the keys judged are exactly the keys git sees; and
 //! - every key is on [`ALLOWED`], each with the values it may take.
 //!
-//! Anything else is refused, and the caller ([`crate::nested`]) moves the file aside. The
+//! Anything else is refused, and the caller ([`crate::git::nested`]) moves the file aside. The
 //! entry point is a pure function over bytes (fuzzed, and a property test feeds it arbitrary
 //! bytes): it never panics and allocates at most a copy of its input.
 
@@ -114,7 +114,7 @@ const ALLOWED: &[(&str, bool, &str, Value)] = &[
     ("core", false, "abbrev", Value::OneOf(&[])),
     ("core", false, "compression", Value::Int),
     ("core", false, "loosecompression", Value::Int),
-    // A directory git runs in (not a program); `crate::nested` follows it as git does and
+    // A directory git runs in (not a program); `crate::git::nested` follows it as git does and
     // moves aside one through /proc or /dev.
     ("core", false, "worktree", Value::Text),
     (
