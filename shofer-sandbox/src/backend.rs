@@ -104,11 +104,20 @@ impl Facts {
     /// ([`Facts::lockfile_gate`]), and the backend is not a setuid bubblewrap, which cannot
     /// run under `no_new_privs`.
     pub fn gate_runs_beside(&self, backend: Backend) -> bool {
+        self.gate_beside(backend).is_ok()
+    }
+
+    /// As [`Facts::gate_runs_beside`], with the reason when it cannot.
+    pub fn gate_beside(&self, backend: Backend) -> Result<(), String> {
+        self.lockfile_gate().clone()?;
         let setuid_bwrap = backend == Backend::Bwrap
             && self
                 .bwrap_if_probed()
                 .is_some_and(|b| b.as_ref().is_ok_and(|b| b.setuid));
-        !setuid_bwrap && self.lockfile_gate().is_ok()
+        if setuid_bwrap {
+            return Err("a setuid bubblewrap cannot run under the gate's no_new_privs".into());
+        }
+        Ok(())
     }
 
     /// The user-namespace probe's answer if it already ran.

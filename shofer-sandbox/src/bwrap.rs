@@ -174,7 +174,7 @@ pub(crate) fn plan(
     b: &Bwrap,
     opened: &OpenedPolicy,
     spec: &ExecSpec,
-    quarantine: Option<&crate::git::quarantine::Quarantine>,
+    layers: &crate::plan::Layers,
 ) -> Result<Launch, PlanError> {
     if spec.keep_descendants {
         return Err(SetupError::KeepDescendantsWithBwrap.into());
@@ -196,7 +196,7 @@ pub(crate) fn plan(
         &command,
         spec.caps == CapPolicy::Drop,
         info_write.as_raw_fd(),
-        quarantine,
+        layers,
     )
     .map_err(|source| SetupError::Syscall {
         op: "preparing the bubblewrap arguments",
@@ -226,7 +226,7 @@ fn argv(
     command: &[CString],
     drop_caps: bool,
     info_fd: std::os::fd::RawFd,
-    quarantine: Option<&crate::git::quarantine::Quarantine>,
+    layers: &crate::plan::Layers,
 ) -> std::io::Result<(OwnedFd, Vec<CString>)> {
     let info = info_fd.to_string();
     let mut args: Vec<&[u8]> = vec![
@@ -266,9 +266,9 @@ fn argv(
     if drop_caps {
         args.extend_from_slice(&[b"--cap-drop", b"ALL"]);
     }
-    // /dev comes from --dev (its own null, zero, full, tty, ptmx, pts and shm). The
-    // directories above the worktree and the common dir inside a writable root are bound
-    // over themselves too, so they cannot be renamed away (gitprotect). bubblewrap binds from
+    // /dev comes from --dev (its own null, zero, full, tty, ptmx, pts and shm). The layers'
+    // pins (git's: the directories above the worktree and the common dir inside a writable
+    // root) are bound over themselves too, so they cannot be renamed away. bubblewrap binds from
     // the host's tree, so a later bind would cover the earlier ones beneath it: shallowest
     // first.
     let mut writable: Vec<&std::path::Path> = opened
@@ -282,21 +282,18 @@ fn argv(
             )
         })
         .map(|rule| rule.path.as_path())
-        .chain(opened.controls.ancestors.iter().map(|(p, _)| p.as_path()))
+        .chain(layers.pins.iter().map(PathBuf::as_path))
         .collect();
     writable.sort_by_key(|p| p.components().count());
     for p in writable {
         let p = p.as_os_str().as_bytes();
         args.extend_from_slice(&[b"--bind", p, p]);
     }
-    // Git (crate::git::protect): writable layers and read-only binds over control files, in
-    // order. Absent read-only paths had no placeholder to cover: git does not read them.
-    for (path, writable) in opened.controls.layers() {
-        // The pack binds: the whole store is read-only under a quarantine.
-        if quarantine.is_some_and(|q| path.starts_with(&q.objects)) {
-            continue;
-        }
-        let flag: &[u8] = if writable {
+    // The layers' binds (git's: writable layers and read-only binds over control files), in
+    // order. Absent read-only paths are skipped (git's had no placeholder: git does not read
+    // them).
+    for (path, writable) in &layers.binds {
+        let flag: &[u8] = if *writable {
             b"--bind"
         } else {
             b"--ro-bind-try"
@@ -306,18 +303,18 @@ fn argv(
     for (flag, p) in &owned {
         args.extend_from_slice(&[flag, p, p]);
     }
-    // The object quarantine (crate::git::quarantine): bubblewrap takes bind sources from the
-    // host's tree, so the store's read-only bind still finds the store, and binds it on the
-    // quarantine's mount point, now at objects/info/store.
-    let q_paths = quarantine.map(|q| {
-        let inside = q.objects.join(
-            q.store_mount
-                .strip_prefix(&q.dir)
+    // The redirect (git's object quarantine): bubblewrap takes bind sources from the host's
+    // tree, so the original's read-only bind still finds it, and binds it on the mount point
+    // inside the replacement, now beneath the original's path (objects/info/store).
+    let q_paths = layers.redirect.as_ref().map(|r| {
+        let inside = r.over.join(
+            r.original_at
+                .strip_prefix(&r.by)
                 .unwrap_or(std::path::Path::new("")),
         );
         (
-            q.dir.as_os_str().as_bytes().to_vec(),
-            q.objects.as_os_str().as_bytes().to_vec(),
+            r.by.as_os_str().as_bytes().to_vec(),
+            r.over.as_os_str().as_bytes().to_vec(),
             inside.as_os_str().as_bytes().to_vec(),
         )
     });

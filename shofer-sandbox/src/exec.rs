@@ -104,13 +104,7 @@ impl<'a> Steps<'a> {
             landlock_abi: 0,
             gate_helper: None,
             gate: None,
-            gate_traps: crate::gate::filter::Traps {
-                sockets: true,
-                lockfiles: false,
-                renames: false,
-                freshen: false,
-                chmods: false,
-            },
+            gate_traps: crate::gate::filter::Traps::SOCKETS,
         };
         match confinement {
             Confinement::Landlock(l) => {
@@ -306,8 +300,8 @@ mod tests {
             uid: 0,
             gid: 0,
             devices: Vec::new(),
-            git_layers: Vec::new(),
-            quarantine: None,
+            layers: Vec::new(),
+            redirect: None,
             net_deny: false,
             landlock: None,
             full_map: false,
@@ -359,7 +353,7 @@ mod tests {
                 setuid,
             };
             let drop = spec(CapPolicy::Drop, "sh");
-            let launch = match bwrap::plan(&b, &opened, &drop, None) {
+            let launch = match bwrap::plan(&b, &opened, &drop, &Default::default()) {
                 Ok(l) => l,
                 Err(e) => panic!("{e:?}"),
             };
@@ -381,13 +375,13 @@ mod tests {
         };
         let missing = spec(CapPolicy::Drop, "shofer-no-such-command-4711");
         assert!(matches!(
-            bwrap::plan(&b, &opened, &missing, None),
+            bwrap::plan(&b, &opened, &missing, &Default::default()),
             Err(PlanError::NotRunnable { code: 127, .. })
         ));
         let mut keep = spec(CapPolicy::Drop, "sh");
         keep.keep_descendants = true;
         assert!(matches!(
-            bwrap::plan(&b, &opened, &keep, None),
+            bwrap::plan(&b, &opened, &keep, &Default::default()),
             Err(PlanError::Setup(SetupError::KeepDescendantsWithBwrap))
         ));
     }

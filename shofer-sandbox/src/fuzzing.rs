@@ -44,33 +44,33 @@ pub fn sock_diag_reply(data: &[u8]) {
 /// A git index, read with SHA-1 and SHA-256 object names.
 pub fn git_index(data: &[u8]) {
     for hash_len in [20, 32] {
-        let _ = crate::git::nested::parse_index_bytes(data, hash_len);
+        let _ = crate::git::parsers::parse_index_bytes(data, hash_len);
     }
 }
 
 /// A gitfile (`gitdir: <path>`) and a back-link (`<path>`).
 pub fn gitfile(data: &[u8]) {
-    let _ = crate::git::layout::parse_pointer(data, "gitdir: ");
-    let _ = crate::git::layout::parse_pointer(data, "");
+    let _ = crate::git::parsers::parse_pointer(data, "gitdir: ");
+    let _ = crate::git::parsers::parse_pointer(data, "");
 }
 
 /// A git configuration file, read as the nested check reads it.
 pub fn git_config(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let _ = crate::git::protect::config_entries(&text);
+    let _ = crate::git::parsers::config_entries(&text);
     let _ = crate::git::nestedconfig::judge(data);
 }
 
 /// A loose object file (zlib stream of `<type> <size>\0<content>`), with a budget of 1 MiB.
 pub fn loose_object(data: &[u8]) {
     let budget = std::cell::Cell::new(1 << 20);
-    let _ = crate::git::objects::loose_object_id_of(data, false, &budget);
-    let _ = crate::git::objects::loose_object_size(data);
+    let _ = crate::git::parsers::loose_object_id_of(data, false, &budget);
+    let _ = crate::git::parsers::loose_object_size(data);
 }
 
 /// The header of an inflated loose object.
 pub fn object_header(data: &[u8]) {
-    let _ = crate::git::objects::object_header(data);
+    let _ = crate::git::parsers::object_header(data);
 }
 
 /// A tree, commit or tag (picked by the first byte, which also picks SHA-1 or SHA-256).
@@ -83,7 +83,7 @@ pub fn fsck_object(data: &[u8]) {
         1 => b"commit",
         _ => b"tag",
     };
-    let _ = crate::git::fsck::check(kind, content, if pick & 0x80 != 0 { 32 } else { 20 });
+    let _ = crate::git::parsers::fsck_check(kind, content, if pick & 0x80 != 0 { 32 } else { 20 });
 }
 
 #[cfg(test)]
@@ -164,7 +164,7 @@ mod tests {
             entries.sort();
             entries.dedup_by(|a, b| a.0 == b.0);
             let data = index_v2(&entries);
-            let (mut links, shared) = crate::git::nested::parse_index_bytes(&data, 20).unwrap();
+            let (mut links, shared) = crate::git::parsers::parse_index_bytes(&data, 20).unwrap();
             links.sort();
             let mut want: Vec<PathBuf> = entries
                 .iter()
@@ -180,8 +180,8 @@ mod tests {
         #[test]
         fn a_gitfile_round_trips(path in "[a-zA-Z0-9/._~-]([^\r\n\0]{0,100}[a-zA-Z0-9/._~-])?", tail in "[ \t]{0,3}(\n.{0,20})?") {
             let raw = format!("gitdir: {path}{tail}");
-            prop_assert_eq!(crate::git::layout::parse_pointer(raw.as_bytes(), "gitdir: "), Some(path.clone()));
-            prop_assert_eq!(crate::git::layout::parse_pointer(format!("{path}\n").as_bytes(), ""), Some(path));
+            prop_assert_eq!(crate::git::parsers::parse_pointer(raw.as_bytes(), "gitdir: "), Some(path.clone()));
+            prop_assert_eq!(crate::git::parsers::parse_pointer(format!("{path}\n").as_bytes(), ""), Some(path));
         }
 
         #[test]
@@ -192,7 +192,7 @@ mod tests {
             for (s, k, v) in &items {
                 text.push_str(&format!("[{s}]\n\t{k} = {v}\n"));
             }
-            let got = crate::git::protect::config_entries(&text);
+            let got = crate::git::parsers::config_entries(&text);
             let want: Vec<_> = items.iter().map(|(s, k, v)| (s.clone(), k.clone(), v.clone())).collect();
             prop_assert_eq!(got, want);
         }
@@ -206,7 +206,7 @@ mod tests {
             let mut raw = format!("{kind} {size}\0").into_bytes();
             let len = raw.len() as u64;
             raw.extend_from_slice(&rest);
-            prop_assert_eq!(crate::git::objects::object_header(&raw).ok(), Some((len, size)));
+            prop_assert_eq!(crate::git::parsers::object_header(&raw).ok(), Some((len, size)));
         }
 
         #[test]
@@ -219,13 +219,13 @@ mod tests {
             z.write_all(&raw).unwrap();
             let file = z.finish().unwrap();
             let budget = std::cell::Cell::new(1 << 20);
-            let id = crate::git::objects::loose_object_id_of(&file[..], false, &budget).unwrap();
+            let id = crate::git::parsers::loose_object_id_of(&file[..], false, &budget).unwrap();
             prop_assert_eq!(id, sha1::Sha1::digest(&raw).to_vec());
-            prop_assert_eq!(crate::git::objects::loose_object_size(&file[..]).unwrap(), content.len() as u64);
+            prop_assert_eq!(crate::git::parsers::loose_object_size(&file[..]).unwrap(), content.len() as u64);
             // Cut anywhere, it is an error, not a panic.
             for cut in [1, file.len() / 2, file.len() - 1] {
                 let budget = std::cell::Cell::new(1 << 20);
-                prop_assert!(crate::git::objects::loose_object_id_of(&file[..cut], false, &budget).is_err());
+                prop_assert!(crate::git::parsers::loose_object_id_of(&file[..cut], false, &budget).is_err());
             }
         }
 

@@ -132,7 +132,7 @@ pub fn probe(json: bool, backend: cli::BackendChoice, max_abi: Option<u32>, net:
 /// status: 0 when nothing is left to do, 1 when something could not be done, 125 when the
 /// worktree's path cannot be resolved.
 pub fn repair(worktree: &std::path::Path) -> i32 {
-    git::run::repair_command(worktree)
+    git::repair_command(worktree)
 }
 
 /// `--print-apparmor-profile`: prints the profile for this binary's real path. Returns the
@@ -239,12 +239,17 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     // run left is finished)
     // Journals are read only from outside this run's writable set (built twice: the restore
     // may change the `.git` pointer the second build follows).
-    let before = writable::build(&args.worktree, &args.allow_write, args.net)?;
-    git::run::repair_before_run(&args.worktree, &before)?;
+    let open = || -> Result<(OpenedPolicy, git::Repo), SetupError> {
+        let mut opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
+        let repo = git::Repo::discover(&mut opened);
+        Ok((opened, repo))
+    };
+    let (before, _) = open()?;
+    git::repair_before_run(&args.worktree, &before)?;
     drop(before);
     // (Still one thread here.)
-    git::run::set_git_settings();
-    let opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
+    git::set_git_settings();
+    let (opened, repo) = open()?;
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
     let mut told = Vec::new();
     loop {
@@ -256,7 +261,15 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
             args.net,
             args.allow_degraded,
         )?;
-        match attempt(&args, &facts, &choice, &opened, &allow_unix, &mut told) {
+        match attempt(
+            &args,
+            &facts,
+            &choice,
+            &opened,
+            &repo,
+            &allow_unix,
+            &mut told,
+        ) {
             // The namespaces could not be built (before the command ran): `auto` chooses
             // again without them.
             Err(SetupError::Unusable(error::Unusable::Userns(why)))
@@ -279,6 +292,7 @@ fn attempt(
     facts: &Facts,
     choice: &Choice,
     opened: &OpenedPolicy,
+    repo: &git::Repo,
     allow_unix: &gate::AllowUnix,
     told: &mut Vec<String>,
 ) -> Result<(Outcome, bool), SetupError> {
@@ -295,11 +309,6 @@ fn attempt(
                 "shofer-sandbox: note: Landlock alone, without namespaces: user namespaces: {why}"
             ));
         }
-    }
-    if let git::layout::GitLayout::Rejected(why) = &opened.git {
-        tell(format!(
-            "shofer-sandbox: note: git metadata not made writable: {why}"
-        ));
     }
     for (p, why) in &choice.degraded {
         tell(format!(
@@ -327,80 +336,18 @@ fn attempt(
             Backend::Bwrap => format!("shofer-sandbox: note: the worktree belongs to uid {uid}: bubblewrap drops every capability; use --keep-caps or another backend to write in it"),
         });
     }
-    // A linked worktree's common dir is outside what the command may change at its top level
-    // (Landlock: outside the writable set; the namespace backends: a read-only bind,
-    // gitprotect::CommonLayer): the gate performs git's lock protocol on `packed-refs` there
-    // (gate::packed_refs) — unless, on Landlock, the common dir lies inside a writable root
-    // anyway (a repository under /tmp), where git needs no help. A main worktree's `.git` is
-    // the command's, but the namespace backends bind its `config` read-only: the gate answers
-    // git's rename of an unchanged `config.lock` onto it (`git branch -d` rewrites it always).
-    let gate = || match facts.lockfile_gate() {
-        Err(why) => Err(why.clone()),
-        Ok(()) if !facts.gate_runs_beside(choice.backend) => {
-            Err("a setuid bubblewrap cannot run under the gate's no_new_privs".to_string())
-        }
-        Ok(()) => Ok(()),
+    let git_choice = git::Choice {
+        backend: choice.backend,
+        keep_caps: args.keep_caps,
+        gate: facts.gate_beside(choice.backend),
     };
-    let open = |common: &std::path::Path| {
-        git::packed_refs::CommonDir::open(common).map_err(|e| format!("{}: {e}", common.display()))
-    };
-    let (lockfiles, config_renames) = match (&opened.git, choice.backend) {
-        (git::layout::GitLayout::Linked { .. }, Backend::Landlock)
-            if opened.controls.common_beneath.is_some() =>
-        {
-            (None, None)
-        }
-        (git::layout::GitLayout::Linked { common, .. }, _) => {
-            (Some(gate().and_then(|()| open(common))), None)
-        }
-        (
-            git::layout::GitLayout::MainWorktree,
-            Backend::Userns | Backend::Layered | Backend::Bwrap,
-        ) => (
-            None,
-            gate().and_then(|()| open(&args.worktree.join(".git"))).ok(),
-        ),
-        _ => (None, None),
-    };
-    if let Some(Err(why)) = &lockfiles {
-        tell(format!(
-            "shofer-sandbox: note: git cannot delete refs here (packed-refs.lock cannot be made in the common dir; the supervisor cannot create it for the command: {why})"
-        ));
-    }
-    let lockfiles = lockfiles.and_then(Result::ok);
-    let (lockfile_traps, renames) = (lockfiles.is_some(), config_renames.is_some());
-    let lockfiles = lockfiles.or(config_renames);
-    let mut git_run = git::run::GitRun::prepare(opened, choice.backend, args.keep_caps)?;
-    // git's freshen of an object in the quarantine's read-only store, performed by the gate
-    // (gate::freshen); without it git writes every object it finds there again.
-    let store = git_run.quarantine.as_ref().and_then(|q| {
-        facts.gate_runs_beside(choice.backend).then(|| {
-            git::freshen::Store::open(&q.objects, q.sha256)
-                .map_err(|e| tell(format!("shofer-sandbox: note: git rewrites the objects it finds in the store ({}: {e})", q.objects.display())))
-                .ok()
-        })?
-    });
-    let traps = gate::filter::Traps {
-        sockets: facts.unix_gate_runs(choice.backend),
-        lockfiles: lockfile_traps,
-        renames,
-        freshen: store.is_some(),
-        // The namespace backends' common dir is a read-only bind: git's `chmod` of the
-        // `config.lock` the gate made there would fail with EROFS.
-        chmods: lockfile_traps && choice.backend != Backend::Landlock,
-    };
+    let mut git_run = git::Run::prepare(opened, repo, &git_choice, &mut tell)?;
     // From here every way out goes through `git_run.finish` (it removes the placeholders).
     let before = (|| -> Result<_, SetupError> {
         let mut report_file = None;
         if let Some(fd) = args.report_fd {
-            let mut record = report::run(
-                facts,
-                choice,
-                opened,
-                &git_run,
-                &allow_unix.paths,
-                traps.lockfiles,
-            );
+            let mut record =
+                report::run(facts, choice, opened, git_run.report(), &allow_unix.paths);
             if let Some((uid, gid)) = exec.foreign_owner {
                 let how = match choice.backend {
                     Backend::Landlock => Some(format!("dropped; the command runs as the worktree's owner, uid {uid} gid {gid}")),
@@ -414,18 +361,11 @@ fn attempt(
             }
             report_file = Some(write_record(fd, &record)?);
         }
-        let gate = if traps.sockets || traps.lockfiles || traps.renames || traps.freshen {
+        let sockets = facts.unix_gate_runs(choice.backend);
+        let handlers = git_run.handlers();
+        let gate = if sockets || !handlers.is_empty() {
             Some(gate_setup(
-                args,
-                choice,
-                opened,
-                allow_unix,
-                &exec,
-                traps,
-                gate::GitDirs {
-                    common: lockfiles,
-                    store,
-                },
+                args, choice, opened, allow_unix, &exec, sockets, handlers,
             )?)
         } else {
             None
@@ -447,13 +387,7 @@ fn attempt(
     // Landlock: this process becomes the guardian of the tree and the rest of the run goes on
     // in its child (guardian.rs), forked here while no thread runs yet.
     let outcome = guardian::split(choice.backend, exec.interactive).and_then(|caller_mask| {
-        match plan(
-            choice,
-            opened,
-            allow_unix,
-            exec,
-            git_run.quarantine.as_ref(),
-        ) {
+        match plan(choice, opened, allow_unix, exec, git_run.layers()) {
             Ok(mut plan) => {
                 plan.spawned_gate = git_run.start();
                 supervised(plan, status, gate, caller_mask)
@@ -546,33 +480,25 @@ fn write_record(fd: i32, record: &serde_json::Value) -> Result<std::fs::File, Se
     Ok(file)
 }
 
-/// The gate's rules for this run: the worktree and the `--allow-unix` paths, and where it acts
-/// for git (`git`: the common dir of git's `packed-refs` lock protocol, the store of the object
-/// quarantine where it performs git's freshen).
+/// The gate's rules for this run: with `sockets`, the unix-socket calls trapped and the
+/// worktree and the `--allow-unix` paths reachable; `handlers` answer the calls they register.
 fn gate_setup(
     args: &RunArgs,
     choice: &Choice,
     opened: &OpenedPolicy,
     allow_unix: &gate::AllowUnix,
     exec: &ExecSpec,
-    traps: gate::filter::Traps,
-    git: gate::GitDirs,
+    sockets: bool,
+    handlers: Vec<Box<dyn gate::handler::Handler>>,
 ) -> Result<gate::Setup, SetupError> {
-    let worktree = opened
-        .policy
-        .writable
-        .iter()
-        .zip(&opened.fds)
-        .find(|(r, _)| r.origin == shofer_core::policy::RuleOrigin::Worktree)
-        .map(|(_, fd)| fd)
-        .expect("the writable set holds the worktree");
+    let worktree = opened.worktree_fd();
     // The gate thread drops its capabilities when the command has none, except: bubblewrap
     // needs its privileges for its own set-up (loopback, mounts), which goes through the gate
     // too; a command switched to the worktree's owner is reached only with CAP_SYS_PTRACE.
     // Then the gate keeps them and drops them per call of an unprivileged caller.
     let drop_caps =
         !args.keep_caps && choice.backend != Backend::Bwrap && exec.foreign_owner.is_none();
-    gate::Setup::new(worktree, allow_unix, drop_caps, traps, git).map_err(|source| {
+    gate::Setup::new(worktree, allow_unix, drop_caps, sockets, handlers).map_err(|source| {
         SetupError::Syscall {
             op: "preparing the unix socket gate",
             source,
@@ -586,12 +512,12 @@ fn plan<'a>(
     opened: &'a OpenedPolicy,
     unix: &gate::AllowUnix,
     exec: ExecSpec,
-    quarantine: Option<&git::quarantine::Quarantine>,
+    layers: plan::Layers,
 ) -> Result<Plan<'a>, PlanError> {
     let confinement = match choice.backend {
         Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, unix, choice.abi)?),
         Backend::Userns | Backend::Layered => {
-            let mut setup = namespaces::plan(opened, unix, choice.abi, quarantine)?;
+            let mut setup = namespaces::plan(opened, unix, choice.abi, layers)?;
             setup.full_map = exec.foreign_owner.is_some();
             Confinement::Namespaces(setup)
         }
@@ -600,7 +526,7 @@ fn plan<'a>(
                 .bwrap
                 .as_ref()
                 .expect("bwrap choice carries its binary");
-            Confinement::Bwrap(bwrap::plan(b, opened, &exec, quarantine)?)
+            Confinement::Bwrap(bwrap::plan(b, opened, &exec, &layers)?)
         }
     };
     Ok(Plan {

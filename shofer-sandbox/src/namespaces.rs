@@ -81,13 +81,11 @@ pub(crate) struct Setup<'a> {
     pub gid: u32,
     /// Host device nodes to bind into the new `/dev`: (name under /dev, writable).
     pub devices: Vec<(String, bool)>,
-    /// Git binds after the writable ones, in order: (path, writable), each over itself
-    /// ([`crate::git::protect::ControlSet::layers`]).
-    pub git_layers: Vec<(PathBuf, bool)>,
-    /// The object quarantine ([`crate::git::quarantine`]): (quarantine, object store, the
-    /// quarantine's mount point for the store). The quarantine is bound read-write over the
-    /// store's path, the store read-only on that mount point, after the git layers.
-    pub quarantine: Option<(PathBuf, PathBuf, PathBuf)>,
+    /// Binds after the writable ones, in order: (path, writable), each over itself: the
+    /// layers' pins, then their binds ([`crate::plan::Layers`]).
+    pub layers: Vec<(PathBuf, bool)>,
+    /// The layers' redirect: bound after them.
+    pub redirect: Option<crate::plan::Redirect>,
     /// Also unshare the network namespace (`--net deny`).
     pub net_deny: bool,
     /// Landlock layered on the namespaces.
@@ -120,7 +118,7 @@ pub(crate) fn plan<'a>(
     opened: &'a OpenedPolicy,
     unix: &crate::gate::AllowUnix,
     abi: u32,
-    quarantine: Option<&crate::git::quarantine::Quarantine>,
+    layers: crate::plan::Layers,
 ) -> Result<Setup<'a>, SetupError> {
     let mut devices = standard_devices();
     let mut binds = Vec::new();
@@ -148,11 +146,9 @@ pub(crate) fn plan<'a>(
     }
     let landlock = if abi > 0 {
         let mut ruleset = crate::ruleset::create(opened, unix, abi)?;
-        // A linked worktree's common dir: the mounts decide what of it is writable
-        // (gitprotect::CommonLayer: `objects/` is the quarantine's bind, another hierarchy);
-        // Landlock must allow what they allow.
-        if let Some(layer) = &opened.controls.common {
-            ruleset = crate::ruleset::add_dir(ruleset, &layer.common, abi)?;
+        // The mounts decide what of these is writable; Landlock must allow what they allow.
+        for dir in &layers.landlock_dirs {
+            ruleset = crate::ruleset::add_dir(ruleset, dir, abi)?;
         }
         Some(Layered { ruleset, abi })
     } else {
@@ -165,17 +161,14 @@ pub(crate) fn plan<'a>(
         uid,
         gid,
         devices,
-        // The ancestors first: a recursive bind over itself keeps the binds beneath it.
-        git_layers: opened
-            .controls
-            .ancestors
-            .iter()
-            .map(|(p, _)| (p.clone(), true))
-            .chain(opened.controls.layers())
-            // The pack binds: the whole store is read-only under a quarantine.
-            .filter(|(p, _)| quarantine.is_none_or(|q| !p.starts_with(&q.objects)))
+        // The pins first: a recursive bind over itself keeps the binds beneath it.
+        layers: layers
+            .pins
+            .into_iter()
+            .map(|p| (p, true))
+            .chain(layers.binds)
             .collect(),
-        quarantine: quarantine.map(|q| (q.dir.clone(), q.objects.clone(), q.store_mount.clone())),
+        redirect: layers.redirect,
         net_deny: opened.policy.net == NetPolicy::Deny,
         landlock,
         full_map: false,
@@ -388,15 +381,16 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         keep_rw.push(bind.path.to_string_lossy().into_owned());
     }
 
-    // Step 5b: git (crate::git::protect): writable layers (a main worktree's `.git`, pinned so
-    // it cannot be renamed away; a linked worktree's common dir, for packed-refs) and
-    // read-only binds over control files on top. A mount point can be neither written (step
-    // 6 makes it read-only), nor replaced by a rename, nor removed (EBUSY). Opened again here
-    // without following symlinks: a path swapped for a symlink fails closed.
-    for (path, writable) in &plan.git_layers {
+    // Step 5b: the layers (crate::plan::Layers; git's: a main worktree's `.git`, pinned so it
+    // cannot be renamed away; a linked worktree's common dir, for packed-refs; read-only binds
+    // over control files on top). A mount point can be neither written (step 6 makes it
+    // read-only), nor replaced by a rename, nor removed (EBUSY). Opened again here without
+    // following symlinks: a path swapped for a symlink fails closed.
+    for (path, writable) in &plan.layers {
         let fd = match paths::open_nofollow(path) {
             Ok(fd) => fd,
-            // Absent without a placeholder: git does not read it (see gitprotect).
+            // Absent read-only: nothing there to keep (git's: no placeholder, git does not
+            // read it).
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !writable => continue,
             Err(e) => {
                 eprintln!("shofer-sandbox: {}: {e}", path.display());
@@ -410,9 +404,15 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         }
     }
 
-    // Step 5c: the object quarantine (crate::git::quarantine). All three opened before any mount
-    // and checked to be directories; the store's bind is read-only in step 6.
-    if let Some((dir, objects, store_mount)) = &plan.quarantine {
+    // Step 5c: the redirect (git's object quarantine, crate::git::quarantine). All three opened
+    // before any mount and checked to be directories; the original's bind is read-only in
+    // step 6.
+    if let Some(crate::plan::Redirect {
+        over: objects,
+        by: dir,
+        original_at: store_mount,
+    }) = &plan.redirect
+    {
         let store = paths::open_nofollow(objects)?;
         let q = paths::open_nofollow(dir)?;
         let mount_point = paths::open_nofollow(store_mount)?;

@@ -8,6 +8,7 @@
 
 use std::ffi::CString;
 use std::os::fd::RawFd;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use landlock::RulesetCreated;
@@ -35,6 +36,37 @@ pub(crate) struct ExecSpec {
     /// `--net deny`: TCP is refused, so MPTCP sockets (which Landlock's TCP rules do not
     /// cover) cannot be made.
     pub net_deny: bool,
+}
+
+/// What a protection adds to the command's filesystem view beyond the writable set, for the
+/// namespace backends (git's, built by `crate::git`). The backends read only this value: they
+/// never name what it protects.
+#[derive(Default)]
+pub(crate) struct Layers {
+    /// Directories bound over themselves, writable, so they cannot be renamed away or removed
+    /// (directories above the worktree inside a writable root): before [`Layers::binds`];
+    /// bubblewrap orders them with the writable set, shallowest first.
+    pub pins: Vec<PathBuf>,
+    /// Binds over themselves after the writable set, in order: (path, writable). A
+    /// read-only path that is absent is skipped.
+    pub binds: Vec<(PathBuf, bool)>,
+    /// A directory replaced by another, after the binds.
+    pub redirect: Option<Redirect>,
+    /// Directories the Landlock ruleset layered on the namespaces must allow writes in (the
+    /// binds decide what of them is writable).
+    pub landlock_dirs: Vec<PathBuf>,
+}
+
+/// A directory (`over`) whose contents are replaced by another directory (`by`, bound
+/// writable over it), the original kept read-only at `original_at` (a mount point inside
+/// `by`).
+pub(crate) struct Redirect {
+    /// The directory replaced.
+    pub over: PathBuf,
+    /// What replaces it.
+    pub by: PathBuf,
+    /// Where the original is bound read-only, inside `by`.
+    pub original_at: PathBuf,
 }
 
 /// Capabilities of the command (capabilities(7)).
@@ -75,7 +107,7 @@ pub(crate) struct Plan<'a> {
     pub exec: ExecSpec,
     /// How it is confined.
     pub confinement: Confinement<'a>,
-    /// Written to (one byte) once the command's process exists: the git watcher's gate
-    /// (`crate::git::guard::Watcher`), which must not run during a fork-like clone.
+    /// Written to (one byte) once the command's process exists: a watcher that must not run
+    /// during a fork-like clone (git's, `crate::git::guard::Watcher`).
     pub spawned_gate: Option<RawFd>,
 }

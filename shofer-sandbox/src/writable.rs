@@ -4,8 +4,8 @@
 //! descriptors (Landlock rules) or their paths (bind mounts). Paths the caller names (the
 //! worktree, `--allow-write`, `/tmp`, devices) are canonicalised first — the caller chose them —
 //! and then opened without following symlinks, so a swap after canonicalisation fails instead
-//! of redirecting. Paths derived from the worktree's git metadata are attacker-influenced and
-//! are handled by [`crate::git`].
+//! of redirecting. Paths derived from attacker-writable files (a linked worktree's git
+//! metadata, `crate::git`) are added by their owner with [`OpenedPolicy::insert_derived`].
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use shofer_core::policy::{NetPolicy, Policy, RuleOrigin, WritableRule};
 
 use crate::error::SetupError;
-use crate::git::layout::{self as git, GitLayout};
 use crate::paths::{self, Kind};
 
 /// The policy of one run, with every rule path opened.
@@ -23,30 +22,54 @@ pub struct OpenedPolicy {
     pub policy: Policy,
     /// One descriptor per `policy.writable` entry, same order.
     pub fds: Vec<OwnedFd>,
-    /// What the worktree's git metadata looked like.
-    pub git: GitLayout,
-    /// The git control files kept from the command ([`crate::git::protect`]).
-    pub controls: crate::git::protect::ControlSet,
 }
 
 impl OpenedPolicy {
-    /// The worktree and the common dir, each with the writable root it lies inside, where it
-    /// does (a repository under `/tmp`): what Landlock cannot keep from being moved away.
-    pub fn repository_inside_writable(&self) -> Vec<(&Path, &Path)> {
-        let common = match &self.git {
-            GitLayout::Linked { common, .. } => Some(common.as_path()),
-            _ => None,
-        };
-        [
-            (
-                Some(self.policy.worktree.as_path()),
-                &self.controls.worktree_beneath,
-            ),
-            (common, &self.controls.common_beneath),
-        ]
-        .into_iter()
-        .filter_map(|(path, root)| Some((path?, root.as_deref()?)))
-        .collect()
+    /// The worktree's `O_PATH` descriptor.
+    pub fn worktree_fd(&self) -> &OwnedFd {
+        self.policy
+            .writable
+            .iter()
+            .zip(&self.fds)
+            .find(|(r, _)| r.origin == RuleOrigin::Worktree)
+            .map(|(_, fd)| fd)
+            .expect("the writable set holds the worktree")
+    }
+
+    /// Adds `dirs`, derived from attacker-writable files, with `origin`: each opened without
+    /// following a symlink (one that fails is skipped), placed before the `--allow-write`
+    /// paths (a derived path the caller named too keeps the derived origin).
+    pub fn insert_derived(&mut self, dirs: Vec<PathBuf>, origin: RuleOrigin) {
+        let mut at = self
+            .policy
+            .writable
+            .iter()
+            .position(|r| r.origin == RuleOrigin::AllowWrite)
+            .unwrap_or(self.policy.writable.len());
+        for dir in dirs {
+            let Ok(fd) = paths::open_nofollow(&dir) else {
+                continue;
+            };
+            match self.policy.writable.iter().position(|r| r.path == dir) {
+                Some(i) if self.policy.writable[i].origin == RuleOrigin::AllowWrite => {
+                    self.policy.writable.remove(i);
+                    self.fds.remove(i);
+                }
+                Some(_) => continue,
+                None => {}
+            }
+            let is_dir = paths::kind(&fd).ok() == Some(Kind::Dir);
+            self.policy.writable.insert(
+                at,
+                WritableRule {
+                    path: dir,
+                    origin,
+                    is_dir,
+                },
+            );
+            self.fds.insert(at, fd);
+            at += 1;
+        }
     }
 }
 
@@ -82,7 +105,6 @@ pub fn build(
     }
 
     let mut set = RuleSet::default();
-    let git = git::discover(&wt, &wt_fd);
     set.push_opened(wt.clone(), wt_fd, RuleOrigin::Worktree);
 
     set.add_system("/tmp", RuleOrigin::Tmp);
@@ -99,13 +121,6 @@ pub fn build(
         set.add_system(&tty, RuleOrigin::Terminal);
     }
     set.add_system("/dev/shm", RuleOrigin::SharedMemory);
-
-    // Derived from attacker-writable files: open strictly, skip what fails.
-    for dir in git.writable_dirs() {
-        if let Ok(fd) = paths::open_nofollow(&dir) {
-            set.push_opened(dir, fd, RuleOrigin::GitMetadata);
-        }
-    }
 
     let wt_lexical = lexical_absolute(worktree);
     for path in allow_write {
@@ -133,27 +148,6 @@ pub fn build(
         set.push_opened(canon, fd, RuleOrigin::AllowWrite);
     }
 
-    let mut controls = crate::git::protect::control_set(&git, &wt);
-    // Where the host's git finds the repository by path: the worktree and a linked worktree's
-    // common dir. Without a repository there is nothing it trusts to move away (the command
-    // can make the worktree a repository of its own in place anyway).
-    let common = match &git {
-        GitLayout::Linked { common, .. } => Some(common.as_path()),
-        _ => None,
-    };
-    if !matches!(git, GitLayout::None | GitLayout::Rejected(_)) {
-        let root_around = |p: &Path| {
-            set.rules
-                .iter()
-                .filter(|r| may_hold_a_repository(r.origin))
-                .find(|r| p.starts_with(&r.path) && p != r.path)
-                .map(|r| r.path.clone())
-        };
-        let anchors: Vec<&Path> = std::iter::once(wt.as_path()).chain(common).collect();
-        controls.ancestors = writable_ancestors(&anchors, &set.rules);
-        controls.worktree_beneath = root_around(&wt);
-        controls.common_beneath = common.and_then(root_around);
-    }
     Ok(OpenedPolicy {
         policy: Policy {
             worktree: wt,
@@ -161,38 +155,7 @@ pub fn build(
             net,
         },
         fds: set.fds,
-        controls,
-        git,
     })
-}
-
-/// The directories between a writable root and one of `anchors` (the worktree, the
-/// repository's common dir; a repository under `/tmp`): `(directory, the root it lies in)`,
-/// shallowest first. The command could rename one of them away and build another repository
-/// at the old path, which the host's git would then run
-/// ([`crate::git::protect::ControlSet::ancestors`]).
-fn writable_ancestors(anchors: &[&Path], rules: &[WritableRule]) -> Vec<(PathBuf, PathBuf)> {
-    let mut out: Vec<(PathBuf, PathBuf)> = Vec::new();
-    for rule in rules.iter().filter(|r| may_hold_a_repository(r.origin)) {
-        for anchor in anchors {
-            for d in crate::paths::dirs_between(&rule.path, anchor) {
-                if !out.iter().any(|(p, _)| p == d) {
-                    out.push((d.to_path_buf(), rule.path.clone()));
-                }
-            }
-        }
-    }
-    out.sort_by_key(|(p, _)| p.components().count());
-    out
-}
-
-/// Whether a writable root of this origin can hold a repository (devices cannot; the git
-/// metadata roots lie inside the repository).
-fn may_hold_a_repository(origin: RuleOrigin) -> bool {
-    !matches!(
-        origin,
-        RuleOrigin::Device | RuleOrigin::Terminal | RuleOrigin::GitMetadata
-    )
 }
 
 #[derive(Default)]

@@ -10,7 +10,7 @@
 //!   an i386 call kills the process, an x32 call fails with `ENOSYS` (the gate reads 64-bit
 //!   argument layouts only, and no rule depends on another ABI's numbers).
 //!
-//! With [`Traps::lockfiles`] (every backend in a linked worktree, see [`super::packed_refs`]) also
+//! With [`Traps::creates`] (every backend in a linked worktree, git's, see `crate::git::packed_refs`) also
 //! the calls git makes for a lock file (x86-64 glibc and musl: `openat`/`open`, `rename`,
 //! `unlink`): `open`, and `openat` from `AT_FDCWD`, whose flags hold both `O_CREAT` and `O_EXCL`
 //! (every other open never traps); `rename` and `unlink`; `renameat`/`renameat2` with both
@@ -21,8 +21,8 @@
 //! [`Traps::renames`] (the namespace backends in a main worktree) only those `rename` calls trap.
 //! With [`Traps::chmods`] (the namespace backends in a linked worktree) also `chmod(path)` and
 //! `fchmodat`/`fchmodat2` from `AT_FDCWD`: git `chmod`s the `config.lock` the gate made in the
-//! read-only common dir. With [`Traps::freshen`] (the namespace backends with an object quarantine,
-//! [`super::freshen`]) also `utimensat(AT_FDCWD, path, NULL, 0)`, what `utime(path, NULL)` makes:
+//! read-only common dir. With [`Traps::touches`] (the namespace backends with an object quarantine,
+//! `crate::git::freshen`) also `utimensat(AT_FDCWD, path, NULL, 0)`, what `utime(path, NULL)` makes:
 //! git's refresh of an object's time (a `touch` works on its descriptor, and calls with times never
 //! trap).
 //!
@@ -46,7 +46,7 @@ const AT_FDCWD: u32 = libc::AT_FDCWD as u32;
 
 // x86_64 (arch/x86/entry/syscalls/syscall_64.tbl).
 /// x86-64 syscall numbers: the ones the gate traps are shared with [`super::serve`] and
-/// [`super::packed_refs`], which dispatch on them.
+/// `crate::git::packed_refs`, which dispatch on them.
 pub(crate) const NR_CONNECT: u32 = 42;
 pub(crate) const NR_SENDTO: u32 = 44;
 pub(crate) const NR_SENDMSG: u32 = 46;
@@ -135,22 +135,67 @@ fn assemble(code: &[Ins]) -> Vec<libc::sock_filter> {
     out
 }
 
-/// Which syscalls the gate traps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which syscalls the gate traps, by shape: what a [`super::handler::Handler`] registers, and
+/// the union of all of them is what the filter traps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Traps {
     /// The unix-socket calls (below Landlock ABI 9, or behind bubblewrap).
     pub sockets: bool,
-    /// The lock-file calls git makes on `packed-refs` ([`super::packed_refs`]).
-    pub lockfiles: bool,
-    /// Of those, the renames alone (the namespace backends in a main worktree, where the
-    /// supervisor answers git's rewrite of an unchanged, read-only `config`).
+    /// Exclusive creates and file unlinks by path from the working directory (`open`/`openat`
+    /// with `O_CREAT | O_EXCL`, `unlink`, `unlinkat` without `AT_REMOVEDIR`), and with them
+    /// [`Traps::renames`]: a lock-file protocol (git's, `crate::git::packed_refs`).
+    pub creates: bool,
+    /// Renames by path from the working directory (`rename`, `renameat`/`renameat2` from
+    /// `AT_FDCWD` without flags).
     pub renames: bool,
-    /// `utimensat(AT_FDCWD, path, NULL, 0)`: git's freshen of an object in the read-only
-    /// store of an object quarantine ([`super::freshen`]).
-    pub freshen: bool,
-    /// `chmod(path)` and `fchmodat(AT_FDCWD, path)`: git's `chmod` of `config.lock`, made by
-    /// the gate in a common dir the namespace backends bind read-only ([`super::packed_refs`]).
+    /// `utimensat(AT_FDCWD, path, NULL, 0)`: a refresh of a file's times to now (git's
+    /// freshen of an object, `crate::git::freshen`).
+    pub touches: bool,
+    /// `chmod(path)` and `fchmodat(AT_FDCWD, path)`.
     pub chmods: bool,
+}
+
+impl Traps {
+    /// No call trapped.
+    pub const NONE: Traps = Traps {
+        sockets: false,
+        creates: false,
+        renames: false,
+        touches: false,
+        chmods: false,
+    };
+
+    /// The unix-socket calls alone.
+    pub const SOCKETS: Traps = Traps {
+        sockets: true,
+        ..Traps::NONE
+    };
+
+    /// The calls either traps.
+    #[must_use]
+    pub fn union(self, other: Traps) -> Traps {
+        Traps {
+            sockets: self.sockets || other.sockets,
+            creates: self.creates || other.creates,
+            renames: self.renames || other.renames,
+            touches: self.touches || other.touches,
+            chmods: self.chmods || other.chmods,
+        }
+    }
+
+    /// Whether syscall `nr` is one of the calls these traps may deliver (its arguments decide
+    /// the rest, in the filter).
+    pub fn covers(self, nr: u32) -> bool {
+        let renames = self.creates || self.renames;
+        match nr {
+            NR_CONNECT | NR_BIND | NR_SENDMSG | NR_SENDMMSG | NR_SENDTO => self.sockets,
+            NR_OPEN | NR_OPENAT | NR_UNLINK | NR_UNLINKAT => self.creates,
+            NR_RENAME | NR_RENAMEAT | NR_RENAMEAT2 => renames,
+            NR_UTIMENSAT => self.touches,
+            NR_CHMOD | NR_FCHMODAT | NR_FCHMODAT2 => self.chmods,
+            _ => false,
+        }
+    }
 }
 
 /// The gate program for `traps` (see the module documentation): the native-ABI prelude,
@@ -175,8 +220,8 @@ fn body(traps: Traps) -> Vec<libc::sock_filter> {
             Jeq(NR_SENDTO, L::SendtoArgs, L::Next),
         ]);
     }
-    let renames = traps.lockfiles || traps.renames;
-    if traps.lockfiles {
+    let renames = traps.creates || traps.renames;
+    if traps.creates {
         code.extend([
             Jeq(NR_OPENAT, L::OpenatArgs, L::Next),
             Jeq(NR_OPEN, L::OpenArgs, L::Next),
@@ -191,7 +236,7 @@ fn body(traps: Traps) -> Vec<libc::sock_filter> {
             Jeq(NR_RENAMEAT2, L::Renameat2Args, L::Next),
         ]);
     }
-    if traps.freshen {
+    if traps.touches {
         code.push(Jeq(NR_UTIMENSAT, L::UtimensatArgs, L::Next));
     }
     if traps.chmods {
@@ -209,7 +254,7 @@ fn body(traps: Traps) -> Vec<libc::sock_filter> {
             Jeq(AT_FDCWD, L::Notify, L::Allow),
         ]);
     }
-    if traps.freshen {
+    if traps.touches {
         // The directory an int (low half); the times a pointer (both halves); flags an int.
         code.extend([
             Label(L::UtimensatArgs),
@@ -233,7 +278,7 @@ fn body(traps: Traps) -> Vec<libc::sock_filter> {
             Jeq(0, L::Allow, L::Notify),
         ]);
     }
-    if traps.lockfiles {
+    if traps.creates {
         // Flags are an int: the low half of the argument is all the kernel reads.
         code.extend([
             Label(L::OpenatArgs),
@@ -317,44 +362,44 @@ mod tests {
     const ALL: [Traps; 6] = [
         Traps {
             sockets: true,
-            lockfiles: false,
+            creates: false,
             renames: false,
-            freshen: false,
+            touches: false,
             chmods: false,
         },
         Traps {
             sockets: false,
-            lockfiles: true,
+            creates: true,
             renames: false,
-            freshen: false,
+            touches: false,
             chmods: false,
         },
         Traps {
             sockets: true,
-            lockfiles: true,
+            creates: true,
             renames: false,
-            freshen: false,
+            touches: false,
             chmods: false,
         },
         Traps {
             sockets: true,
-            lockfiles: false,
+            creates: false,
             renames: true,
-            freshen: false,
+            touches: false,
             chmods: false,
         },
         Traps {
             sockets: false,
-            lockfiles: false,
+            creates: false,
             renames: true,
-            freshen: true,
+            touches: true,
             chmods: false,
         },
         Traps {
             sockets: true,
-            lockfiles: true,
+            creates: true,
             renames: false,
-            freshen: true,
+            touches: true,
             chmods: true,
         },
     ];

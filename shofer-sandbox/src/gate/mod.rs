@@ -23,10 +23,9 @@
 //!    inode; its result is the syscall's result.
 //! 3. [`diag`]: which sockets of the run are bound to what, from the kernel.
 //!
-//! On the Landlock backend in a linked worktree the same listener also carries git's
-//! `packed-refs` lock protocol, which the supervisor performs for the command in the common
-//! dir that stays outside the writable set ([`packed_refs`]). On the namespace backends with an object quarantine it also carries
-//! git's refresh of an object's time in the read-only store ([`freshen`]).
+//! 4. [`handler`]: other protections register the calls they need answered (git's lock-file
+//!    protocol and freshen, `crate::git::gate`); the filter traps the union of their
+//!    [`filter::Traps`], and [`serve`] hands each such call to the handler that registered it.
 //!
 //! Known limits: the peer of a connection made through the gate sees the [`helper`]'s PID in
 //! `SO_PEERCRED` (the command's uid and gid); a caller that added a Landlock layer of its own
@@ -36,6 +35,7 @@
 
 pub mod diag;
 pub mod filter;
+pub(crate) mod handler;
 pub mod helper;
 pub mod netns;
 pub(crate) mod notify;
@@ -103,13 +103,7 @@ pub fn available() -> Result<(), String> {
         // Safety: prctl with integer arguments, then _exit.
         unsafe {
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-            let code = match filter::install(filter::Traps {
-                sockets: true,
-                lockfiles: false,
-                renames: false,
-                freshen: false,
-                chmods: false,
-            }) {
+            let code = match filter::install(filter::Traps::SOCKETS) {
                 Ok(_) => 0,
                 Err(e) => e.raw_os_error().unwrap_or(1).clamp(1, 255),
             };
@@ -189,19 +183,12 @@ impl AllowUnix {
     }
 }
 
-/// The repository directories where the gate acts for git.
-pub struct GitDirs {
-    /// The common dir, for git's `packed-refs` lock protocol ([`packed_refs`]).
-    pub common: Option<crate::git::packed_refs::CommonDir>,
-    /// The read-only store of the run's object quarantine ([`freshen`]).
-    pub store: Option<crate::git::freshen::Store>,
-}
-
 /// What the supervisor needs to run the gate for one command.
 pub struct Setup {
-    /// What is reachable besides the run's own sockets, and the common dir for
-    /// [`packed_refs`].
+    /// What is reachable besides the run's own sockets.
     pub rules: serve::Rules,
+    /// The registered handlers of the other trapped calls.
+    pub handlers: Vec<Box<dyn handler::Handler>>,
     /// Which calls the filter traps.
     pub traps: filter::Traps,
     /// Filled with refused paths while the run lasts.
@@ -214,18 +201,22 @@ pub struct Setup {
 }
 
 impl Setup {
-    /// The gate's rules for a run: the worktree and `allow` reachable; with `git.common`,
-    /// git's `packed-refs` lock protocol (with [`filter::Traps::lockfiles`]) and the rewrite of
-    /// an unchanged `config` answered in that directory ([`packed_refs`]); with `git.store`
-    /// (and [`filter::Traps::freshen`]), git's freshen of an object in the read-only store of
-    /// the run's object quarantine performed ([`freshen`]).
+    /// The gate's rules for a run: with `sockets`, the unix-socket calls trapped and the
+    /// worktree and `allow` reachable; `handlers` answer the calls they register. The filter
+    /// traps exactly the union of both.
     pub fn new(
         worktree: &OwnedFd,
         allow: &AllowUnix,
         drop_caps: bool,
-        traps: filter::Traps,
-        git: GitDirs,
+        sockets: bool,
+        handlers: Vec<Box<dyn handler::Handler>>,
     ) -> std::io::Result<Setup> {
+        let own = if sockets {
+            filter::Traps::SOCKETS
+        } else {
+            filter::Traps::NONE
+        };
+        let traps = handlers.iter().fold(own, |t, h| t.union(h.traps()));
         use std::os::unix::ffi::OsStrExt;
         let mut dirs =
             vec![resolve::ident(worktree.as_raw_fd()).map_err(std::io::Error::from_raw_os_error)?];
@@ -252,10 +243,8 @@ impl Setup {
                 dir_paths,
                 files,
                 drop_caps,
-                packed_refs: git.common.filter(|_| traps.lockfiles || traps.renames),
-                lockfiles: traps.lockfiles,
-                freshen: git.store.filter(|_| traps.freshen),
             },
+            handlers,
             traps,
             refused: Refused::default(),
             helper,
@@ -272,7 +261,14 @@ impl Setup {
     pub fn start(self, listener: OwnedFd, extra_diag: Option<OwnedFd>) -> std::io::Result<()> {
         let mut diags: Vec<OwnedFd> = diag::open().into_iter().collect();
         diags.extend(extra_diag);
-        serve::spawn(listener, self.helper, self.rules, diags, self.refused)
+        serve::spawn(
+            listener,
+            self.helper,
+            self.rules,
+            self.handlers,
+            diags,
+            self.refused,
+        )
     }
 }
 

@@ -38,13 +38,12 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::diag::{self, Lookup};
-use super::filter::{NR_BIND, NR_CONNECT, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO, NR_UTIMENSAT};
+use super::filter::{NR_BIND, NR_CONNECT, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO};
+use super::handler::{Gatekeeper, Handler, Installer, Performed, Reply};
 use super::helper::{self, sockopt, Link, Msg, Pending, Request};
 use super::notify::{self, AddFd, Notif};
 use super::resolve::{self, Ident};
 use super::wire;
-use crate::git::freshen;
-use crate::git::packed_refs;
 
 use shofer_sys::errno::last as errno;
 
@@ -75,14 +74,6 @@ pub struct Rules {
     /// worktree's owner; `--keep-caps`), calls of a caller without effective capabilities are
     /// performed on a thread that takes the caller's uid, gid and groups and no capabilities.
     pub drop_caps: bool,
-    /// The git common dir where the gate answers git's lock-file calls ([`packed_refs`]).
-    pub packed_refs: Option<packed_refs::CommonDir>,
-    /// The whole `packed-refs` lock protocol is performed there (a linked worktree on the
-    /// Landlock backend); else only the rename of an unchanged `config` is answered.
-    pub lockfiles: bool,
-    /// The read-only store of the run's object quarantine, where git's freshen is performed
-    /// ([`freshen`]).
-    pub freshen: Option<freshen::Store>,
 }
 
 /// Paths the gate refused, in order, each once.
@@ -94,13 +85,6 @@ enum Call {
     Connect,
     Send(i32),
     SendMany(i32),
-}
-
-enum Reply {
-    Now(Result<i64, i32>),
-    Continue,
-    /// Answered by a helper thread, or not at all (the caller is gone).
-    Later,
 }
 
 /// What a socket is bound to: its socket file (kernel `dev_t`, inode) for a pathname socket,
@@ -120,6 +104,8 @@ struct Gate {
     /// The process that performs the socket calls the gate lets through.
     helper: Option<Link>,
     rules: Rules,
+    /// The other protections' handlers ([`super::handler`]).
+    handlers: Vec<Box<dyn Handler>>,
     diag: Vec<OwnedFd>,
     pidfds: HashMap<libc::pid_t, OwnedFd>,
     own: Own,
@@ -147,6 +133,7 @@ pub fn spawn(
     listener: OwnedFd,
     helper: Option<OwnedFd>,
     rules: Rules,
+    handlers: Vec<Box<dyn Handler>>,
     diag: Vec<OwnedFd>,
     refused: Refused,
 ) -> std::io::Result<()> {
@@ -159,6 +146,7 @@ pub fn spawn(
         listener,
         helper,
         rules,
+        handlers,
         diag,
         pidfds: HashMap::new(),
         own: Own {
@@ -344,12 +332,11 @@ impl Gate {
         }
         let fd = self.listener.as_raw_fd();
         notify::sync_wake_up(fd);
-        if self.rules.lockfiles {
+        if !self.handlers.is_empty() {
             self.addfd = notify::addfd_support(fd);
-            if self.addfd == AddFd::Missing {
-                // Every kernel with Landlock has it (5.9 < 5.13); a backport without it keeps
-                // the behaviour of a run without these traps.
-                eprintln!("shofer-sandbox: note: git's packed-refs.lock is not created for the command: the kernel lacks SECCOMP_IOCTL_NOTIF_ADDFD (Linux 5.9); git cannot delete refs here");
+            let installer = self.installer();
+            for h in &mut self.handlers {
+                h.started(&installer);
             }
         }
         loop {
@@ -387,9 +374,7 @@ impl Gate {
             NR_SENDMSG => self.sendmsg(n),
             NR_SENDMMSG => self.sendmmsg(n),
             NR_BIND => return self.bind(n),
-            nr if packed_refs::traps(nr) => return self.packed_refs(n),
-            NR_UTIMENSAT => return self.freshen(n),
-            _ => Err(libc::ENOSYS),
+            nr => return self.by_handler(nr, n),
         };
         match r {
             Ok(reply) => reply,
@@ -638,18 +623,9 @@ impl Gate {
         }
     }
 
-    /// Runs `op` on a helper thread which answers the notification itself (without
-    /// capabilities when `unprivileged`).
-    fn later(
-        &self,
-        id: u64,
-        as_caller: Option<Option<Caller>>,
-        op: impl FnOnce() -> Result<i64, i32> + Send + 'static,
-    ) -> Reply {
-        self.later_answered(id, as_caller, move || Some(op()))
-    }
-
-    /// As [`Self::later`], for an `op` that may answer the notification itself (`None`).
+    /// Runs `op` on a helper thread (without capabilities, as the caller, when `as_caller`
+    /// says so) which answers the notification with its result; an `op` returning `None` has
+    /// answered it itself.
     fn later_answered(
         &self,
         id: u64,
@@ -675,125 +651,16 @@ impl Gate {
         }
     }
 
-    /// A trapped `open`/`rename`/`unlink`/`chmod` ([`packed_refs`]): performed here when it is
-    /// exactly a step of git's `packed-refs` lock protocol in the common dir (or the rename of an
-    /// unchanged `config`), else continued (the kernel runs it under the command's Landlock domain
-    /// or mount namespace; nothing is granted by that).
-    fn packed_refs(&mut self, n: &Notif) -> Reply {
-        let Some(common) = self.rules.packed_refs.take() else {
-            return Reply::Continue;
+    /// A trapped call of a registered handler ([`super::handler`]); `ENOSYS` for a call no
+    /// handler registered (the filter traps nothing else).
+    fn by_handler(&mut self, nr: u32, n: &Notif) -> Reply {
+        let mut handlers = std::mem::take(&mut self.handlers);
+        let reply = match handlers.iter_mut().find(|h| h.traps().covers(nr)) {
+            Some(h) => h.handle(self, n),
+            None => Reply::Now(Err(libc::ENOSYS)),
         };
-        let pid = n.pid;
-        let op = packed_refs::decide(pid, n.nr, &n.args, &common, &mut |fd| {
-            self.socket_of(pid, fd)
-        });
-        let dir = common.fd.try_clone();
-        let made = Arc::clone(&common.made);
-        self.rules.packed_refs = Some(common);
-        let Some(op) = op else {
-            return Reply::Continue;
-        };
-        let performed = match op {
-            packed_refs::Op::KeepConfig => true,
-            packed_refs::Op::Create { .. } => self.rules.lockfiles && self.addfd != AddFd::Missing,
-            _ => self.rules.lockfiles,
-        };
-        if !performed {
-            return Reply::Continue;
-        }
-        if !self.valid(n) {
-            return Reply::Later; // /proc/PID may have named another process meanwhile
-        }
-        let Some(umask) = packed_refs::umask_of(pid) else {
-            return Reply::Continue;
-        };
-        let Ok(dir) = dir else {
-            return Reply::Now(Err(libc::EMFILE));
-        };
-        let (listener, id, how) = (self.listener.clone(), n.id, self.addfd);
-        // With the whole protocol performed here, the command's names are the ones made here;
-        // a main worktree's config.lock is the command's own (the kernel made it).
-        let only_made = self.rules.lockfiles;
-        let perform = move || -> Option<Result<i64, i32>> {
-            let d = dir.as_raw_fd();
-            let theirs = match &op {
-                packed_refs::Op::Rename { from: name }
-                | packed_refs::Op::Unlink { name }
-                | packed_refs::Op::Chmod { name, .. } => Some(*name),
-                packed_refs::Op::KeepConfig => Some(packed_refs::CONFIG_LOCK),
-                packed_refs::Op::Create { .. } => None,
-            };
-            let ident = match theirs.filter(|_| only_made) {
-                Some(name) => match packed_refs::made_here(d, name, &made) {
-                    Some(ident) => Some(ident),
-                    None => return Some(Err(libc::EACCES)),
-                },
-                None => None,
-            };
-            // Once gone from the lock names (removed, or renamed onto packed-refs or config),
-            // it leaves the list, which so holds what is there now, a few files at most.
-            let leaves = !matches!(
-                op,
-                packed_refs::Op::Create { .. } | packed_refs::Op::Chmod { .. }
-            );
-            let done = match op {
-                packed_refs::Op::Create { name, flags, mode } => {
-                    let fd = match packed_refs::create(d, name, flags, mode, umask) {
-                        Ok(fd) => fd,
-                        Err(e) => return Some(Err(e)),
-                    };
-                    if let (Ok(ident), Ok(mut m)) =
-                        (super::resolve::ident(fd.as_raw_fd()), made.lock())
-                    {
-                        m.push(ident);
-                    }
-                    let cloexec = flags & libc::O_CLOEXEC != 0;
-                    match notify::addfd(listener.as_raw_fd(), id, fd.as_raw_fd(), cloexec, how) {
-                        Ok(_) => return None, // answered with the caller's descriptor number
-                        Err(e) => {
-                            // Nobody holds it: no lock may stay behind.
-                            let _ = packed_refs::remove(d, name);
-                            Err(e)
-                        }
-                    }
-                }
-                packed_refs::Op::Rename { from } => packed_refs::rename(d, from),
-                packed_refs::Op::KeepConfig => packed_refs::keep_config(d),
-                packed_refs::Op::Unlink { name } => packed_refs::remove(d, name),
-                packed_refs::Op::Chmod { name, mode } => packed_refs::chmod(d, name, mode),
-            };
-            if let (Some(ident), true, Ok(mut m)) = (ident, leaves && done.is_ok(), made.lock()) {
-                m.retain(|i| *i != ident);
-            }
-            Some(done)
-        };
-        match self.needs_unprivileged(pid) {
-            None => match perform() {
-                Some(r) => Reply::Now(r),
-                None => Reply::Later,
-            },
-            as_caller => self.later_answered(n.id, as_caller, perform),
-        }
-    }
-
-    /// A trapped `utimensat` ([`freshen`]): performed on the store's file when it is git's
-    /// freshen of an object of the quarantine's read-only store, else continued.
-    fn freshen(&mut self, n: &Notif) -> Reply {
-        let Some(target) = self
-            .rules
-            .freshen
-            .as_ref()
-            .and_then(|store| freshen::decide(n.pid, &n.args, store))
-        else {
-            return Reply::Continue;
-        };
-        if !self.valid(n) {
-            return Reply::Later; // /proc/PID may have named another process meanwhile
-        }
-        match self.needs_unprivileged(n.pid) {
-            None => Reply::Now(freshen::perform(&target)),
-            as_caller => self.later(n.id, as_caller, move || freshen::perform(&target)),
-        }
+        self.handlers = handlers;
+        reply
     }
 
     fn connect(&mut self, n: &Notif) -> Result<Reply, i32> {
@@ -994,6 +861,30 @@ impl Gate {
         }
         if let Some(d) = super::netns::diag_of(pid) {
             self.diag.push(d);
+        }
+    }
+}
+
+impl Gatekeeper for Gate {
+    fn caller_fd(&mut self, pid: libc::pid_t, fd: u64) -> Result<OwnedFd, i32> {
+        self.socket_of(pid, fd)
+    }
+
+    fn still_valid(&self, n: &Notif) -> bool {
+        self.valid(n)
+    }
+
+    fn installer(&self) -> Installer {
+        Installer::new(self.listener.clone(), self.addfd)
+    }
+
+    fn perform_as_caller(&self, n: &Notif, op: Performed) -> Reply {
+        match self.needs_unprivileged(n.pid) {
+            None => match op() {
+                Some(r) => Reply::Now(r),
+                None => Reply::Later,
+            },
+            as_caller => self.later_answered(n.id, as_caller, op),
         }
     }
 }

@@ -76,23 +76,6 @@ const PASSED_FLAGS: i32 = libc::O_ACCMODE
     | libc::O_CLOEXEC
     | libc::O_NOFOLLOW;
 
-/// Whether `nr` is one of the calls [`crate::gate::filter::Traps::lockfiles`] traps.
-pub fn traps(nr: u32) -> bool {
-    matches!(
-        nr,
-        NR_OPEN
-            | NR_OPENAT
-            | NR_RENAME
-            | NR_RENAMEAT
-            | NR_RENAMEAT2
-            | NR_UNLINK
-            | NR_UNLINKAT
-            | NR_CHMOD
-            | NR_FCHMODAT
-            | NR_FCHMODAT2
-    )
-}
-
 /// The common dir, opened by the supervisor before the command starts.
 pub struct CommonDir {
     /// `O_PATH` descriptor of the directory every operation is performed in.

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use shofer_core::policy::Backend;
 
+use super::repo::Repo;
 use crate::error::SetupError;
 use crate::git::guard::{self, GitGuard, Restored, Watcher};
 use crate::git::layout::GitLayout;
@@ -69,20 +70,21 @@ impl GitRun {
     /// created (namespace backends): the run is refused.
     pub fn prepare(
         opened: &OpenedPolicy,
+        repo: &Repo,
         backend: Backend,
         keep_caps: bool,
     ) -> Result<GitRun, SetupError> {
         let structural = backend != Backend::Landlock;
         let remountable = structural && keep_caps && backend == Backend::Bwrap;
         let placeholders = if structural {
-            protect::prepare(&opened.controls).map_err(|(path, why)| {
+            protect::prepare(&repo.controls).map_err(|(path, why)| {
                 SetupError::Usage(format!("git control file '{}' {why}", path.display()))
             })?
         } else {
             Vec::new()
         };
         // The repository's common dir, and the worktree's name there ("" for the main one).
-        let common = match &opened.git {
+        let common = match &repo.layout {
             GitLayout::Linked { common, gitdir } => Some((
                 common.clone(),
                 gitdir
@@ -127,15 +129,15 @@ impl GitRun {
             }
         }
         let mut guard = GitGuard::snapshot(
-            &opened.git,
+            &repo.layout,
             &opened.policy.worktree,
-            &opened.controls,
+            &repo.controls,
             &writable,
         );
         // The namespace backends bind the common dir read-only (protect::CommonLayer) and
         // Landlock keeps it outside the writable set, unless it lies beneath a writable root.
         guard.set_common_top_writable(
-            remountable || (!structural && opened.controls.common_beneath.is_some()),
+            remountable || (!structural && repo.controls.common_beneath.is_some()),
         );
         let mut journal = None;
         let mut journal_missing = None;
@@ -160,7 +162,7 @@ impl GitRun {
         }
         let mut locations = Vec::new();
         if !structural {
-            for (path, root) in opened.repository_inside_writable() {
+            for (path, root) in repo.inside_writable(&opened.policy.worktree) {
                 eprintln!(
                     "shofer-sandbox: hardening not enforced (git_location): {} lies inside the writable path {}: Landlock cannot keep the command from renaming it away and building another repository at its path, which the host's git would then use; checked when the command ends (a namespace backend pins it)",
                     path.display(),
@@ -180,12 +182,17 @@ impl GitRun {
             remountable,
             journal_missing,
             placeholders,
-            ref_locks: protect::absent_ref_locks(&opened.controls),
+            ref_locks: protect::absent_ref_locks(&repo.controls),
             locations,
             watcher: None,
             watch: has_entries,
             watch_error: None,
         })
+    }
+
+    /// The worktree.
+    pub fn worktree(&self) -> &Path {
+        &self.worktree
     }
 
     /// A note for the report when the loose object store was too big to record whole.
@@ -457,7 +464,10 @@ pub fn repair_command(worktree: &Path) -> i32 {
     let worktree = worktree.as_path();
     // No run, so no --allow-write: the writable set every run on this worktree has.
     let writable = crate::writable::build(worktree, &[], shofer_core::policy::NetPolicy::Allow)
-        .map(|o| writable_paths(&o))
+        .map(|mut o| {
+            Repo::discover(&mut o);
+            writable_paths(&o)
+        })
         .unwrap_or_else(|_| vec![worktree.to_path_buf()]);
     let r = repair(worktree, &writable).unwrap_or_default();
     let common = paths::open_nofollow(worktree).ok().and_then(|fd| {
