@@ -79,17 +79,17 @@ impl Facts {
     }
 
     /// Whether the seccomp unix-socket gate can run here ([`crate::gate::available`]; probed
-    /// on first call, once for this and [`Facts::lockfile_gate`]; `--no-unix-gate` fixes it).
+    /// on first call, once for this and [`Facts::gate_here`]; `--no-unix-gate` fixes it).
     pub fn unix_gate(&self) -> &Result<(), String> {
-        self.unix_gate.get_or_init(|| self.lockfile_gate().clone())
+        self.unix_gate.get_or_init(|| self.gate_here().clone())
     }
 
-    /// Whether the gate can perform git's `packed-refs` lock protocol for the command: whether
-    /// it can run here ([`crate::gate::available`]; probed once for both, independent of
-    /// `--no-unix-gate`). It also needs `SECCOMP_IOCTL_NOTIF_ADDFD` (Linux 5.9), which every
-    /// kernel with Landlock (5.13) has; the gate asks its listener at start all the same and,
-    /// without it, leaves the calls to the kernel (one stderr line).
-    pub fn lockfile_gate(&self) -> &Result<(), String> {
+    /// Whether the gate can run here at all, for its handlers (git's lock protocol and
+    /// freshen) whatever `--no-unix-gate` says ([`crate::gate::available`]; probed once for
+    /// both). Installing a descriptor in a caller also needs `SECCOMP_IOCTL_NOTIF_ADDFD`
+    /// (Linux 5.9), which every kernel with Landlock (5.13) has; the gate asks its listener at
+    /// start all the same and tells its handlers ([`crate::gate::handler::Handler::started`]).
+    pub fn gate_here(&self) -> &Result<(), String> {
         self.gate_probe.get_or_init(crate::gate::available)
     }
 
@@ -101,7 +101,7 @@ impl Facts {
     }
 
     /// Whether a gate can run in front of `backend`: it can run here
-    /// ([`Facts::lockfile_gate`]), and the backend is not a setuid bubblewrap, which cannot
+    /// ([`Facts::gate_here`]), and the backend is not a setuid bubblewrap, which cannot
     /// run under `no_new_privs`.
     pub fn gate_runs_beside(&self, backend: Backend) -> bool {
         self.gate_beside(backend).is_ok()
@@ -109,7 +109,7 @@ impl Facts {
 
     /// As [`Facts::gate_runs_beside`], with the reason when it cannot.
     pub fn gate_beside(&self, backend: Backend) -> Result<(), String> {
-        self.lockfile_gate().clone()?;
+        self.gate_here().clone()?;
         let setuid_bwrap = backend == Backend::Bwrap
             && self
                 .bwrap_if_probed()
@@ -225,10 +225,60 @@ pub struct Choice {
     pub degraded: Vec<(Protection, String)>,
     /// Hardening protections this choice cannot enforce (each one stderr line per run).
     pub hardening: Vec<(Protection, String)>,
+    /// Every protection's verdict on this choice, decided here once: the report reads it.
+    pub verdicts: Vec<(Protection, Verdict)>,
+    /// A root caller's command runs over a worktree owned by this (uid, gid)
+    /// ([`Choice::with_foreign_owner`]).
+    pub foreign_owner: Option<(u32, u32)>,
     /// Why this backend was chosen, in one sentence.
     pub reason: String,
     /// The bubblewrap to run, for the `bwrap` backend.
     pub bwrap: Option<Bwrap>,
+}
+
+impl Choice {
+    /// `backend` at `abi` on these `facts`, with its `degraded` required protections: the
+    /// hardening gaps and every verdict are decided here.
+    fn new(
+        facts: &Facts,
+        (backend, abi, net): (Backend, u32, NetPolicy),
+        degraded: Vec<(Protection, String)>,
+        reason: String,
+        bwrap: Option<Bwrap>,
+    ) -> Choice {
+        Choice {
+            backend,
+            abi,
+            degraded,
+            hardening: facts.hardening_gaps(backend, abi, net),
+            verdicts: facts.protections(backend, abi, net),
+            foreign_owner: None,
+            reason,
+            bwrap,
+        }
+    }
+
+    /// This choice for a root caller whose command runs over a worktree owned by `owner`
+    /// (uid, gid): the capability drop is described as it happens (`crate::plan::ExecSpec`'s
+    /// `foreign_owner`).
+    #[must_use]
+    pub fn with_foreign_owner(mut self, owner: Option<(u32, u32)>) -> Choice {
+        self.foreign_owner = owner;
+        let Some((uid, gid)) = owner else {
+            return self;
+        };
+        let how = match self.backend {
+            Backend::Landlock => format!("dropped; the command runs as the worktree's owner, uid {uid} gid {gid}"),
+            Backend::Userns | Backend::Layered => format!("CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER and CAP_FSETID kept inside the user namespace (every id mapped) for a worktree owned by uid {uid}; every other capability dropped, no_new_privs"),
+            Backend::Bwrap => return self,
+        };
+        for (p, v) in &mut self.verdicts {
+            if *p == Protection::Capabilities {
+                *v = Verdict::NotEnforced(how.clone());
+            }
+        }
+        self
+    }
 }
 
 /// Chooses the backend for `request` (docs/ARCHITECTURE.md): `auto` takes `layered` wherever
@@ -257,27 +307,25 @@ pub fn choose(
         }
         let degraded = facts.degradations(Backend::Landlock, abi, net);
         if degraded.is_empty() {
-            return Ok(Choice {
-                backend: Backend::Landlock,
-                abi,
+            return Ok(Choice::new(
+                facts,
+                (Backend::Landlock, abi, net),
                 degraded,
-                hardening: facts.hardening_gaps(Backend::Landlock, abi, net),
-                reason: format!("Landlock ABI {abi} enforces every required protection"),
-                bwrap: None,
-            });
+                format!("Landlock ABI {abi} enforces every required protection"),
+                None,
+            ));
         }
         if !accept_partial {
             return Err(Unusable::LandlockPartial { abi, degraded });
         }
         let what = crate::error::whys(&degraded);
-        Ok(Choice {
-            backend: Backend::Landlock,
-            abi,
+        Ok(Choice::new(
+            facts,
+            (Backend::Landlock, abi, net),
             degraded,
-            hardening: facts.hardening_gaps(Backend::Landlock, abi, net),
-            reason: format!("Landlock ABI {abi}, degraded as allowed: {what}"),
-            bwrap: None,
-        })
+            format!("Landlock ABI {abi}, degraded as allowed: {what}"),
+            None,
+        ))
     };
     // `probe` asks first (`--probe`, and `auto` with `--report`, must know before they commit
     // to a backend); otherwise what is known so far decides (a run assumes user namespaces
@@ -317,14 +365,13 @@ pub fn choose(
                 degraded,
             });
         }
-        Ok(Choice {
-            backend,
-            abi,
+        Ok(Choice::new(
+            facts,
+            (backend, abi, net),
             degraded,
-            hardening: facts.hardening_gaps(backend, abi, net),
-            reason: format!("user, mount, PID and IPC namespaces with a read-only root{layered}"),
-            bwrap: None,
-        })
+            format!("user, mount, PID and IPC namespaces with a read-only root{layered}"),
+            None,
+        ))
     };
     let bwrap = || -> Result<Choice, Unusable> {
         match facts.bwrap() {
@@ -337,14 +384,13 @@ pub fn choose(
                         degraded,
                     });
                 }
-                Ok(Choice {
-                    backend: Backend::Bwrap,
-                    abi: 0,
+                Ok(Choice::new(
+                    facts,
+                    (Backend::Bwrap, 0, net),
                     degraded,
-                    hardening: facts.hardening_gaps(Backend::Bwrap, 0, net),
-                    reason: format!("bubblewrap {} at {}", b.version, b.path.display()),
-                    bwrap: Some(b.clone()),
-                })
+                    format!("bubblewrap {} at {}", b.version, b.path.display()),
+                    Some(b.clone()),
+                ))
             }
             Err(why) => Err(Unusable::Bwrap(why.clone())),
         }

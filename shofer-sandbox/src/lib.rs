@@ -218,7 +218,8 @@ pub(crate) fn wait_status_to_exit(status: i32) -> i32 {
 /// The steps of the crate docs, in order. Also returns whether a git restore failed.
 fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     // 1. parse: what the parser could not check without syscalls.
-    exec_spec(&args)?;
+    let owner = foreign_owner(&args.worktree, args.keep_caps);
+    exec_spec(&args, owner)?;
     nofile::raise();
     // 2. kernel facts
     let mut facts = Facts::probe();
@@ -260,7 +261,8 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
             args.max_abi,
             args.net,
             args.allow_degraded,
-        )?;
+        )?
+        .with_foreign_owner(owner);
         match attempt(
             &args,
             &facts,
@@ -296,7 +298,7 @@ fn attempt(
     allow_unix: &gate::AllowUnix,
     told: &mut Vec<String>,
 ) -> Result<(Outcome, bool), SetupError> {
-    let exec = exec_spec(args)?;
+    let exec = exec_spec(args, choice.foreign_owner)?;
     let mut tell = |line: String| {
         if !told.contains(&line) {
             eprintln!("{line}");
@@ -428,8 +430,9 @@ fn foreign_owner(worktree: &std::path::Path, keep_caps: bool) -> Option<(u32, u3
     initial.then(|| (m.uid(), m.gid()))
 }
 
-/// The exec spec of `args`, after checking the descriptors it names are open.
-fn exec_spec(args: &RunArgs) -> Result<ExecSpec, SetupError> {
+/// The exec spec of `args` (over a worktree of `owner`, [`foreign_owner`]), after checking
+/// the descriptors it names are open.
+fn exec_spec(args: &RunArgs, owner: Option<(u32, u32)>) -> Result<ExecSpec, SetupError> {
     let named = args.pass_fds.iter().chain(args.report_fd.iter());
     for (&fd, given_to) in named
         .map(|fd| (fd, "--pass-fd or --report"))
@@ -457,7 +460,7 @@ fn exec_spec(args: &RunArgs) -> Result<ExecSpec, SetupError> {
         },
         grace: KILL_GRACE,
         keep_descendants: args.keep_descendants,
-        foreign_owner: foreign_owner(&args.worktree, args.keep_caps),
+        foreign_owner: owner,
         net_deny: args.net == NetPolicy::Deny,
     })
 }

@@ -4,7 +4,7 @@
 //! cannot drift apart. Known kernel limits are listed as not enforced, never left out.
 
 use serde_json::{json, Map, Value};
-use shofer_core::policy::{Backend, NetPolicy, Verdict};
+use shofer_core::policy::{NetPolicy, Protection, Verdict};
 
 use crate::backend::{Choice, Facts};
 use crate::error::SetupError;
@@ -22,9 +22,9 @@ fn landlock_json(facts: &Facts) -> Value {
     json!({"abi": abi, "status": status, "errno": errno})
 }
 
-fn protections_json(facts: &Facts, backend: Backend, abi: u32, net: NetPolicy) -> Value {
+fn protections_json(verdicts: &[(Protection, Verdict)], net: NetPolicy) -> Value {
     let mut map = Map::new();
-    for (p, v) in facts.protections(backend, abi, net) {
+    for (p, v) in verdicts {
         let tier = p.tier(net).as_str();
         let entry = match v {
             Verdict::Enforced(by) => json!({"enforced": true, "by": by, "tier": tier}),
@@ -72,10 +72,7 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, SetupError>, net: NetPolicy)
                     .map(|(p, _)| p.key())
                     .collect::<Vec<_>>()),
             );
-            map.insert(
-                "protections".into(),
-                protections_json(facts, c.backend, c.abi, net),
-            );
+            map.insert("protections".into(), protections_json(&c.verdicts, net));
         }
         Err(why) => {
             map.insert("backend".into(), Value::Null);
