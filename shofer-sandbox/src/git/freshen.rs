@@ -98,19 +98,22 @@ pub fn decide(pid: libc::pid_t, args: &[u64; 6], store: &Store) -> Option<Target
 /// `AT_SYMLINK_NOFOLLOW`): the trapped call's result. A refusal (a store the caller may not
 /// write) is `EROFS`, what the kernel answers first on the read-only bind the caller sees.
 pub fn perform(target: &Target) -> Result<i64, i32> {
-    // Safety: a descriptor we hold and a NUL-terminated name; NULL times mean now.
-    let r = unsafe {
-        libc::utimensat(
-            target.dir.as_raw_fd(),
-            target.name.as_ptr(),
-            std::ptr::null(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
+    use rustix::fs::{Timespec, Timestamps, UTIME_NOW};
+    // Both times UTIME_NOW: the same as NULL times (utimensat(2)), with the same permission
+    // check.
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: UTIME_NOW,
     };
-    match (r, shofer_sys::errno::last()) {
-        (0, _) => Ok(0),
-        (_, libc::EACCES | libc::EPERM) => Err(libc::EROFS),
-        (_, e) => Err(e),
+    let times = Timestamps {
+        last_access: now,
+        last_modification: now,
+    };
+    let flags = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+    match rustix::fs::utimensat(&target.dir, &target.name, &times, flags) {
+        Ok(()) => Ok(0),
+        Err(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM) => Err(libc::EROFS),
+        Err(e) => Err(e.raw_os_error()),
     }
 }
 

@@ -11,7 +11,7 @@
 //! caller's identity for a caller without capabilities), and continues every other call: the
 //! kernel then runs it under the command's own confinement, granting nothing.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 
 use super::freshen;
@@ -124,7 +124,7 @@ fn perform(
     id: u64,
     installer: &Installer,
 ) -> Option<Result<i64, i32>> {
-    let d = dir.as_raw_fd();
+    let d = dir.as_fd();
     let theirs = match &op {
         Op::Rename { from: name } | Op::Unlink { name } | Op::Chmod { name, .. } => Some(*name),
         Op::KeepConfig => Some(packed_refs::CONFIG_LOCK),

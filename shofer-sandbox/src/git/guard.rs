@@ -28,9 +28,9 @@
 //!   status 125 ([`crate::run`]).
 
 use crate::git::objects::{hex, unhex};
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{OsStr, OsString};
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -505,8 +505,7 @@ impl GitGuard {
             .filter(|g| !matches!(g.original, State::Unguardable(_)))
             .map(|g| json!({"dir": g.dir_path, "name": g.name, "state": state_json(&g.original)}))
             .collect();
-        // Safety: getpid cannot fail.
-        let pid = unsafe { libc::getpid() };
+        let pid = rustix::process::getpid().as_raw_nonzero().get();
         let record = json!({
             "worktree": worktree,
             "pid": pid,
@@ -603,12 +602,7 @@ impl DotGitDir {
 }
 
 fn rename_in(dir: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
-    let (f, t) = (cname(from), cname(to));
-    // Safety: valid dirfd and NUL-terminated names.
-    if unsafe { libc::renameat(dir.as_raw_fd(), f.as_ptr(), dir.as_raw_fd(), t.as_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::fs::renameat(dir, from, dir, to)?)
 }
 
 fn subdirs(dir: &Path) -> Vec<PathBuf> {
@@ -630,9 +624,8 @@ fn mode_of(fd: &OwnedFd) -> io::Result<u32> {
 /// 16 hex digits from getrandom(2), for temporary names the command cannot predict.
 pub(crate) fn random_suffix() -> String {
     let mut buf = [0u8; 8];
-    // Safety: writing at most buf.len() bytes into buf.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n != buf.len() as isize {
+    let n = rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty());
+    if n.ok() != Some(buf.len()) {
         // Never predictable from inside: nanoseconds and our PID mixed in.
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -966,7 +959,7 @@ impl Watcher {
     /// # Errors
     /// inotify_init1(2), pipe2(2) or thread creation failures.
     pub fn start(guard: Arc<Mutex<GitGuard>>, restore: bool) -> io::Result<Watcher> {
-        let ino = inotify(0)?;
+        let ino = inotify(rustix::fs::inotify::CreateFlags::empty())?;
         let (dirs, files) = guard
             .lock()
             .map(|g| (g.watched(), g.watched_files()))
@@ -976,20 +969,17 @@ impl Watcher {
         let (gate_read, gate_write) = shofer_sys::fd::pipe_cloexec()?;
         let (ready_read, ready_write) = shofer_sys::fd::pipe_cloexec()?;
         let thread = shofer_sys::process::spawn_signals_blocked("shofer-git-watch", move || {
-            let mut b = 0u8;
-            // Safety: one byte to and from our own pipes; no allocation between telling the
+            let mut b = [0u8; 1];
+            // One byte to and from our own pipes; no allocation between telling the
             // supervisor we are ready and the gate opening.
-            unsafe {
-                libc::write(ready_write.as_raw_fd(), b"r".as_ptr().cast(), 1);
-                libc::read(gate_read.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
-            }
+            let _ = rustix::io::write(&ready_write, b"r");
+            let _ = rustix::io::read(&gate_read, &mut b);
             drop(ready_write);
             watch_loop(ino, wds, stop_read, guard, restore)
         });
         let thread = thread?;
-        let mut b = 0u8;
-        // Safety: reading one byte from our pipe: the thread is at the gate.
-        unsafe { libc::read(ready_read.as_raw_fd(), (&mut b as *mut u8).cast(), 1) };
+        // One byte from our pipe: the thread is at the gate.
+        let _ = rustix::io::read(&ready_read, &mut [0u8; 1]);
         Ok(Watcher {
             stop: stop_write,
             gate: gate_write,
@@ -999,8 +989,7 @@ impl Watcher {
 
     /// Lets the watcher run (once the sandbox's processes exist).
     pub fn open_gate(&self) {
-        // Safety: one byte to our own pipe.
-        unsafe { libc::write(self.gate.as_raw_fd(), b"g".as_ptr().cast(), 1) };
+        let _ = rustix::io::write(&self.gate, b"g");
     }
 
     /// The gate's write end, for the supervisor to open right after it spawned the command.
@@ -1011,8 +1000,7 @@ impl Watcher {
     /// Stops the watcher and returns what it did during the run.
     pub fn stop(mut self) -> Restored {
         self.open_gate();
-        // Safety: one byte to our own pipe.
-        unsafe { libc::write(self.stop.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+        let _ = rustix::io::write(&self.stop, b"x");
         let Some((done, ino)) = self.thread.take().and_then(|t| t.join().ok()) else {
             return Restored::default();
         };
@@ -1026,14 +1014,9 @@ impl Watcher {
 }
 
 /// A new inotify(7) instance, close-on-exec, with `flags` (`IN_NONBLOCK`) besides.
-fn inotify(flags: libc::c_int) -> io::Result<OwnedFd> {
-    // Safety: inotify_init1 with flags only.
-    let ino = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | flags) };
-    if ino < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // Safety: inotify_init1 just returned it.
-    Ok(unsafe { OwnedFd::from_raw_fd(ino) })
+fn inotify(flags: rustix::fs::inotify::CreateFlags) -> io::Result<OwnedFd> {
+    use rustix::fs::inotify::CreateFlags;
+    Ok(rustix::fs::inotify::init(CreateFlags::CLOEXEC | flags)?)
 }
 
 /// Watches each of `dirs` (changes of their entries, and of the directory itself) and each of
@@ -1059,15 +1042,9 @@ fn add_watches(
     let mut wds = Vec::with_capacity(dirs.len() + files.len());
     let all = dirs.into_iter().map(|d| (d, dir_mask));
     for (path, mask) in all.chain(files.into_iter().map(|f| (f, file_mask))) {
-        let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
-            continue;
-        };
-        // Safety: valid inotify fd and NUL-terminated path; IN_DONT_FOLLOW keeps a
-        // symlink planted there from redirecting the watch.
-        let wd = unsafe {
-            libc::inotify_add_watch(ino.as_raw_fd(), c.as_ptr(), mask | libc::IN_DONT_FOLLOW)
-        };
-        if wd >= 0 {
+        // IN_DONT_FOLLOW keeps a symlink planted there from redirecting the watch.
+        let flags = rustix::fs::inotify::WatchFlags::from_bits_retain(mask | libc::IN_DONT_FOLLOW);
+        if let Ok(wd) = rustix::fs::inotify::add_watch(ino, &path, flags) {
             wds.push((wd, path));
         }
     }
@@ -1199,32 +1176,22 @@ fn watch_loop(
                 .ok()
         });
     loop {
+        use rustix::event::{PollFd, PollFlags};
         let mut fds = [
-            libc::pollfd {
-                fd: ino.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: stop.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            PollFd::new(&ino, PollFlags::IN),
+            PollFd::new(&stop, PollFlags::IN),
         ];
         // A write through a shared mapping (mmap(2)) raises no inotify event: where entries
         // are restored, a pass also runs at least every RECHECK_MS, however busy the
         // watched directories are.
-        let timeout = if restore {
-            recheck.saturating_sub(last_pass.elapsed()).as_millis() as libc::c_int
-        } else {
-            -1
-        };
-        // Safety: two valid pollfds.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
-        if n < 0 {
+        let timeout = restore.then(|| {
+            rustix::event::Timespec::try_from(recheck.saturating_sub(last_pass.elapsed()))
+                .unwrap_or_default()
+        });
+        let Ok(n) = rustix::event::poll(&mut fds, timeout.as_ref()) else {
             continue;
-        }
-        if fds[1].revents != 0 {
+        };
+        if !fds[1].revents().is_empty() {
             break;
         }
         let Ok(g) = guard.lock() else {
@@ -1234,9 +1201,7 @@ fn watch_loop(
         let mut want = if n == 0 {
             Wanted::default()
         } else {
-            // Safety: reading into our buffer.
-            let got = unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            match usize::try_from(got) {
+            match rustix::io::read(&ino, &mut buf[..]) {
                 Ok(got) => wanted(&buf[..got], &wds, &g),
                 Err(_) => ALL,
             }
@@ -1326,10 +1291,6 @@ fn nested_loop(
     total
 }
 
-fn cname(name: &(impl AsRef<OsStr> + ?Sized)) -> CString {
-    CString::new(name.as_ref().as_bytes()).expect("names from a directory have no NUL")
-}
-
 fn read_file(dir: &OwnedFd, name: &str) -> io::Result<(Vec<u8>, u32)> {
     let bytes = paths::read_small_file(dir, name, MAX_FILE)?;
     Ok((bytes, paths::stat_at(dir, name)?.st_mode & 0o7777))
@@ -1338,23 +1299,8 @@ fn read_file(dir: &OwnedFd, name: &str) -> io::Result<(Vec<u8>, u32)> {
 /// `name` in `dir`, not followed (fstatat(2), `AT_SYMLINK_NOFOLLOW`).
 /// The link count of `name` in `dir` (not followed; 0 when it cannot be read).
 fn links(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> u64 {
-    let c = cname(name);
-    // Safety: `st` is plain data that fstatat fills on success.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // Safety: valid dirfd, NUL-terminated name, writable buffer.
-    let r = unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if r == 0 {
-        st.st_nlink
-    } else {
-        0
-    }
+    rustix::fs::statat(dir, name.as_ref(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        .map_or(0, |st| st.st_nlink)
 }
 
 fn read_state(dir: &OwnedFd, name: &str) -> State {
@@ -1434,45 +1380,27 @@ fn write_over(dir: &OwnedFd, name: &str, data: &[u8], mode: u32) -> io::Result<(
 
 fn write_over_once(dir: &OwnedFd, name: &str, data: &[u8], mode: u32) -> io::Result<()> {
     let tmp = format!(".{name}.shofer-restore-{}", random_suffix());
-    let ctmp = cname(&tmp);
-    // Safety: valid dirfd, NUL-terminated name; O_EXCL|O_NOFOLLOW creates a new file only.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            ctmp.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            mode as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // Safety: openat just returned this descriptor.
-    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    use rustix::fs::{Mode, OFlags};
+    // O_EXCL|O_NOFOLLOW creates a new file only.
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, tmp.as_str(), flags, Mode::from_bits_retain(mode))?;
+    let mut file = std::fs::File::from(fd);
     if let Err(e) = file.write_all(data) {
         drop(file);
         let _ = remove(dir, &tmp);
         return Err(e);
     }
     drop(file);
-    let c = cname(name);
-    // Safety: valid dirfd and names.
-    let ret =
-        unsafe { libc::renameat(dir.as_raw_fd(), ctmp.as_ptr(), dir.as_raw_fd(), c.as_ptr()) };
-    if ret != 0 {
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EISDIR) || err.raw_os_error() == Some(libc::ENOTEMPTY) {
+    let renamed = match rustix::fs::renameat(dir, tmp.as_str(), dir, name) {
+        Err(rustix::io::Errno::ISDIR | rustix::io::Errno::NOTEMPTY) => {
             remove(dir, name)?;
-            // Safety: as above.
-            if unsafe {
-                libc::renameat(dir.as_raw_fd(), ctmp.as_ptr(), dir.as_raw_fd(), c.as_ptr())
-            } == 0
-            {
-                return Ok(());
-            }
+            rustix::fs::renameat(dir, tmp.as_str(), dir, name)
         }
+        other => other,
+    };
+    if let Err(e) = renamed {
         let _ = remove(dir, &tmp);
-        return Err(io::Error::last_os_error());
+        return Err(e.into());
     }
     Ok(())
 }
@@ -1484,11 +1412,7 @@ fn put_back(dir: &OwnedFd, name: &str, original: &State, now: &State) -> io::Res
         State::Dir(entries) => {
             if !matches!(now, State::Dir(_)) {
                 remove(dir, name)?;
-                let c = cname(name);
-                // Safety: valid dirfd and name.
-                if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) } != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                rustix::fs::mkdirat(dir, name, rustix::fs::Mode::from_bits_retain(0o755))?;
             }
             let sub = open_dir(dir, name)?;
             let keep: Vec<&OsStr> = entries.iter().map(|(n, _, _)| n.as_ref()).collect();
@@ -1527,20 +1451,11 @@ mod tests {
         std::fs::create_dir(s.path().join("top")).unwrap();
         let mut at: std::fs::File = std::fs::File::open(s.path().join("top")).unwrap();
         for _ in 0..20_000 {
-            // Safety: a live directory descriptor and a NUL-terminated name.
-            let made = unsafe { libc::mkdirat(at.as_raw_fd(), c"d".as_ptr(), 0o755) };
-            assert_eq!(made, 0);
-            // Safety: as above; checked.
-            let fd = unsafe {
-                libc::openat(
-                    at.as_raw_fd(),
-                    c"d".as_ptr(),
-                    libc::O_RDONLY | libc::O_DIRECTORY,
-                )
-            };
-            assert!(fd >= 0);
-            // Safety: openat just returned it.
-            at = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            use rustix::fs::{Mode, OFlags};
+            rustix::fs::mkdirat(&at, "d", Mode::from_bits_retain(0o755)).unwrap();
+            let fd =
+                rustix::fs::openat(&at, "d", OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty());
+            at = std::fs::File::from(fd.unwrap());
         }
         std::fs::write(format!("/proc/self/fd/{}/f", at.as_raw_fd()), "x").unwrap();
         drop(at);
@@ -1556,8 +1471,7 @@ mod tests {
     #[test]
     fn a_tree_of_unwritable_directories_is_removed_as_their_owner() {
         const AS_NOBODY: &str = "SHOFER_TEST_REMOVE_AS_NOBODY";
-        // Safety: geteuid cannot fail.
-        if unsafe { libc::geteuid() } == 0 && std::env::var_os(AS_NOBODY).is_none() {
+        if rustix::process::geteuid().is_root() && std::env::var_os(AS_NOBODY).is_none() {
             use std::os::unix::fs::PermissionsExt;
             use std::os::unix::process::CommandExt;
             let s = tempfile::tempdir().unwrap();
@@ -1572,7 +1486,7 @@ mod tests {
             let out = std::process::Command::new(&exe)
                 .args([
                     "--exact",
-                    "guard::tests::a_tree_of_unwritable_directories_is_removed_as_their_owner",
+                    "git::guard::tests::a_tree_of_unwritable_directories_is_removed_as_their_owner",
                     "--nocapture",
                 ])
                 .env(AS_NOBODY, &foreign)
@@ -1600,8 +1514,7 @@ mod tests {
         let removed = remove(&root, "top");
         assert!(removed.is_ok(), "{removed:?} after {:?}", began.elapsed());
         assert!(!top.exists());
-        // Safety: geteuid cannot fail.
-        let root_now = unsafe { libc::geteuid() } == 0;
+        let root_now = rustix::process::geteuid().is_root();
         if let (Some(foreign), false) = (std::env::var_os(AS_NOBODY), root_now) {
             let dir = paths::open_dir_at_path(Path::new(&foreign)).unwrap();
             let began = std::time::Instant::now();
@@ -1643,16 +1556,8 @@ mod tests {
             std::thread::spawn(move || {
                 let dir = paths::open_nofollow(&wt).unwrap();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    // Safety: a live descriptor and NUL-terminated names.
-                    unsafe {
-                        libc::renameat2(
-                            dir.as_raw_fd(),
-                            c"d".as_ptr(),
-                            dir.as_raw_fd(),
-                            c"s".as_ptr(),
-                            libc::RENAME_EXCHANGE,
-                        )
-                    };
+                    let exchange = rustix::fs::RenameFlags::EXCHANGE;
+                    let _ = rustix::fs::renameat_with(&dir, "d", &dir, "s", exchange);
                 }
             })
         };
@@ -1742,13 +1647,11 @@ mod tests {
     /// What the events caused by `act` in `guard`'s watched directories ask of the watcher
     /// (a real inotify instance, as the watcher's).
     fn wanted_after(guard: &GitGuard, act: impl FnOnce()) -> Wanted {
-        let ino = inotify(libc::IN_NONBLOCK).unwrap();
+        let ino = inotify(rustix::fs::inotify::CreateFlags::NONBLOCK).unwrap();
         let wds = add_watches(&ino, guard.watched(), guard.watched_files());
         act();
         let mut buf = vec![0u8; 64 * 1024];
-        // Safety: reading into our buffer.
-        let got = unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        let got = usize::try_from(got).unwrap_or(0);
+        let got = rustix::io::read(&ino, &mut buf[..]).unwrap_or(0);
         wanted(&buf[..got], &wds, guard)
     }
 

@@ -1172,10 +1172,14 @@ mod tests {
     }
 
     fn mkfifo(path: &Path) {
-        use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-        // Safety: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_bits_retain(0o600),
+            0,
+        )
+        .unwrap();
     }
 
     #[test]

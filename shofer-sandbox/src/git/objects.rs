@@ -445,16 +445,9 @@ fn local_clock_fs(path: &Path) -> bool {
         0xF2F5_2010, // F2FS
         0x2FC1_2FC1, // ZFS
     ];
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+    let Ok(st) = rustix::fs::statfs(path) else {
         return false;
     };
-    // Safety: `st` is plain data that statfs fills on success; `c` is NUL-terminated. No safe
-    // wrapper in our dependencies.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // Safety: as above.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return false;
-    }
     #[allow(clippy::unnecessary_cast)] // f_type is i64 on x86-64, u32 elsewhere
     LOCAL.contains(&(st.f_type as i64))
 }
@@ -1229,9 +1222,14 @@ mod tests {
         }
         let fifo = objects.join(&middle[..2]).join(&middle[2..]);
         std::fs::remove_file(&fifo).unwrap();
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // Safety: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_bits_retain(0o600),
+            0,
+        )
+        .unwrap();
         let mut named: Vec<(String, String)> =
             store.check().into_iter().map(|d| (d.what, d.how)).collect();
         named.sort();

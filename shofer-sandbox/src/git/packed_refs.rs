@@ -38,8 +38,9 @@
 //! when `config.lock` holds exactly the bytes of `config`, the lock is removed and the rename
 //! reported done ([`keep_config`]); else it fails with `EACCES`, and `config` is never replaced.
 
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{openat, renameat, statat, unlinkat, AtFlags, Mode, OFlags};
 use std::path::Path;
 
 use crate::gate::filter::{
@@ -47,8 +48,6 @@ use crate::gate::filter::{
     NR_UNLINK, NR_UNLINKAT,
 };
 use crate::gate::resolve::{self, Ident};
-
-use shofer_sys::errno::last as errno;
 
 /// The file git replaces.
 pub const PACKED: &[u8] = b"packed-refs";
@@ -94,14 +93,9 @@ pub type Made = std::sync::Arc<std::sync::Mutex<Vec<Ident>>>;
 
 /// The identity of `name` in `dir` (not followed) if it is one of the files the gate made
 /// (`made`).
-pub fn made_here(dir: RawFd, name: &[u8], made: &Made) -> Option<Ident> {
-    let c = cname(name);
-    // Safety: `st` is filled by fstatat on success; NOFOLLOW: the name itself.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // Safety: valid dirfd, NUL-terminated name, writable stat buffer.
-    if unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
-        return None;
-    }
+pub fn made_here(dir: BorrowedFd<'_>, name: &[u8], made: &Made) -> Option<Ident> {
+    // NOFOLLOW: the name itself.
+    let st = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
     let ident = (st.st_dev, st.st_ino);
     made.lock().ok()?.contains(&ident).then_some(ident)
 }
@@ -265,10 +259,6 @@ pub fn decide(
     }
 }
 
-fn cname(name: &[u8]) -> CString {
-    CString::new(name).expect("the names are constants without NUL")
-}
-
 /// The file-creation mask of thread `pid` (`Umask:` of `/proc/PID/status`, Linux 4.7).
 pub fn umask_of(pid: libc::pid_t) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -286,14 +276,14 @@ std::thread_local! {
 /// a multi-threaded process; the thread's root and working directory stay what they were).
 fn thread_umask(mask: u32) -> Result<(), i32> {
     if !OWN_FS.with(|c| c.get()) {
-        // Safety: unshare with one flag; it only changes this thread's fs_struct.
-        if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
-            return Err(errno());
-        }
+        // Safety: CLONE_FS only gives this thread its own root, working directory and umask;
+        // no descriptor table is unshared (rustix's `unshare_unsafe` contract is about FILES).
+        unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) }
+            .map_err(|e| e.raw_os_error())?;
         OWN_FS.with(|c| c.set(true));
     }
-    // Safety: umask cannot fail; it now applies to this thread alone.
-    unsafe { libc::umask(mask as libc::mode_t) };
+    // It now applies to this thread alone.
+    rustix::process::umask(Mode::from_bits_retain(mask));
     Ok(())
 }
 
@@ -303,33 +293,26 @@ fn thread_umask(mask: u32) -> Result<(), i32> {
 ///
 /// # Errors
 /// The `openat` errno (`EEXIST` while another git holds the lock).
-pub fn create(dir: RawFd, name: &[u8], flags: i32, mode: u32, umask: u32) -> Result<OwnedFd, i32> {
+pub fn create(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    flags: i32,
+    mode: u32,
+    umask: u32,
+) -> Result<OwnedFd, i32> {
     thread_umask(umask)?;
-    let c = cname(name);
     let flags = (flags & PASSED_FLAGS) | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
-    // Safety: a NUL-terminated name relative to a directory descriptor we hold.
-    let fd = unsafe { libc::openat(dir, c.as_ptr(), flags | libc::O_CLOEXEC, mode) };
-    if fd < 0 {
-        return Err(errno());
-    }
-    // Safety: the kernel just returned this descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let flags = OFlags::from_bits_retain(flags as u32) | OFlags::CLOEXEC;
+    openat(dir, name, flags, Mode::from_bits_retain(mode)).map_err(|e| e.raw_os_error())
 }
 
 /// Performs [`Op::Chmod`] in `dir`: on a regular file only, never through a symlink.
 ///
 /// # Errors
 /// `EACCES` for anything but a regular file, else the `openat`/`chmod` errno.
-pub fn chmod(dir: RawFd, name: &[u8], mode: u32) -> Result<i64, i32> {
-    let c = cname(name);
-    let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // Safety: a NUL-terminated name relative to a directory descriptor we hold.
-    let fd = unsafe { libc::openat(dir, c.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(errno());
-    }
-    // Safety: the kernel just returned this descriptor.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+pub fn chmod(dir: BorrowedFd<'_>, name: &[u8], mode: u32) -> Result<i64, i32> {
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = openat(dir, name, flags, Mode::empty()).map_err(|e| e.raw_os_error())?;
     match crate::paths::kind(&fd) {
         Ok(crate::paths::Kind::File) => {}
         _ => return Err(libc::EACCES),
@@ -340,12 +323,8 @@ pub fn chmod(dir: RawFd, name: &[u8], mode: u32) -> Result<i64, i32> {
 }
 
 /// Removes `name` from `dir` (a created file the caller could not be given).
-pub fn remove(dir: RawFd, name: &[u8]) -> Result<i64, i32> {
-    let c = cname(name);
-    // Safety: a NUL-terminated name relative to a directory descriptor we hold.
-    if unsafe { libc::unlinkat(dir, c.as_ptr(), 0) } != 0 {
-        return Err(errno());
-    }
+pub fn remove(dir: BorrowedFd<'_>, name: &[u8]) -> Result<i64, i32> {
+    unlinkat(dir, name, AtFlags::empty()).map_err(|e| e.raw_os_error())?;
     Ok(0)
 }
 
@@ -355,22 +334,13 @@ pub fn remove(dir: RawFd, name: &[u8]) -> Result<i64, i32> {
 ///
 /// # Errors
 /// `EACCES` for anything but a single-link regular file, else the `renameat` errno.
-pub fn rename(dir: RawFd, from: &[u8]) -> Result<i64, i32> {
-    let c = cname(from);
-    // Safety: `st` is filled by fstatat on success; NOFOLLOW: the name itself.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // Safety: valid dirfd, NUL-terminated name, writable stat buffer.
-    if unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
-        return Err(errno());
-    }
+pub fn rename(dir: BorrowedFd<'_>, from: &[u8]) -> Result<i64, i32> {
+    // NOFOLLOW: the name itself.
+    let st = statat(dir, from, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| e.raw_os_error())?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_nlink != 1 {
         return Err(libc::EACCES);
     }
-    let to = cname(PACKED);
-    // Safety: two NUL-terminated names relative to a directory descriptor we hold.
-    if unsafe { libc::renameat(dir, c.as_ptr(), dir, to.as_ptr()) } != 0 {
-        return Err(errno());
-    }
+    renameat(dir, from, dir, PACKED).map_err(|e| e.raw_os_error())?;
     Ok(0)
 }
 
@@ -379,22 +349,11 @@ const CONFIG_MAX: u64 = 16 << 20;
 
 /// The whole content of the regular file `name` in `dir` (not followed if a symlink), when it
 /// has at most [`CONFIG_MAX`] bytes.
-fn read_regular(dir: RawFd, name: &[u8]) -> Result<Vec<u8>, i32> {
+fn read_regular(dir: BorrowedFd<'_>, name: &[u8]) -> Result<Vec<u8>, i32> {
     use std::io::Read;
-    let c = cname(name);
-    // Safety: a NUL-terminated name relative to a directory descriptor we hold.
-    let fd = unsafe {
-        libc::openat(
-            dir,
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(errno());
-    }
-    // Safety: the kernel just returned this descriptor.
-    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = openat(dir, name, flags, Mode::empty()).map_err(|e| e.raw_os_error())?;
+    let mut file = std::fs::File::from(fd);
     let meta = file
         .metadata()
         .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
@@ -416,7 +375,7 @@ fn read_regular(dir: RawFd, name: &[u8]) -> Result<Vec<u8>, i32> {
 /// # Errors
 /// `EACCES` when the contents differ (the command would change the configuration) or either
 /// is not a regular file; the errno of reading them.
-pub fn keep_config(dir: RawFd) -> Result<i64, i32> {
+pub fn keep_config(dir: BorrowedFd<'_>) -> Result<i64, i32> {
     let new = read_regular(dir, CONFIG_LOCK)?;
     if new != read_regular(dir, CONFIG)? {
         return Err(libc::EACCES);
@@ -427,6 +386,7 @@ pub fn keep_config(dir: RawFd) -> Result<i64, i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     #[test]
     fn only_the_exact_names_match() {
@@ -449,7 +409,7 @@ mod tests {
     fn an_unchanged_config_is_kept_and_a_changed_one_refused() {
         let d = tempfile::tempdir().unwrap();
         let dir = crate::paths::open_nofollow(d.path()).unwrap();
-        let fd = dir.as_raw_fd();
+        let fd = dir.as_fd();
         std::fs::write(d.path().join("config"), "[core]\n\tbare = false\n").unwrap();
         std::fs::write(d.path().join("config.lock"), "[core]\n\tbare = false\n").unwrap();
         assert_eq!(keep_config(fd), Ok(0));
@@ -462,20 +422,14 @@ mod tests {
         std::fs::write(d.path().join("copy"), "[core]\n\tbare = false\n").unwrap();
         std::os::unix::fs::symlink(d.path().join("copy"), d.path().join("config.lock")).unwrap();
         assert_eq!(keep_config(fd), Err(libc::ELOOP));
-        assert_eq!(keep_config(-1), Err(libc::EBADF));
     }
 
     #[test]
     fn the_umask_is_read_from_proc() {
-        // Safety: umask to read it, then set back.
-        let mine = unsafe {
-            let m = libc::umask(0o027);
-            libc::umask(m);
-            m
-        };
-        assert_eq!(
-            umask_of(std::process::id() as libc::pid_t),
-            Some(mine as u32)
-        );
+        // umask to read it, then set back.
+        let mine = rustix::process::umask(Mode::from_bits_retain(0o027));
+        rustix::process::umask(mine);
+        let mine = mine.bits();
+        assert_eq!(umask_of(std::process::id() as libc::pid_t), Some(mine));
     }
 }

@@ -635,39 +635,22 @@ fn create(
     name: &std::ffi::OsStr,
     ph: &Placeholder,
 ) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(name.as_bytes()).map_err(io::Error::other)?;
+    use rustix::fs::{Mode, OFlags};
     // The directory is reached through its O_PATH descriptor's /proc path (the `*at` calls
     // below need a real directory descriptor).
     let real = std::fs::File::open(format!("/proc/self/fd/{}", dir.as_raw_fd()))?;
-    let d = real.as_raw_fd();
     let made = match ph {
         Placeholder::EmptyDir => {
-            // Safety: valid dirfd and NUL-terminated name; mkdirat never follows a symlink.
-            if unsafe { libc::mkdirat(d, c.as_ptr(), 0o755) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            // mkdirat never follows a symlink.
+            rustix::fs::mkdirat(&real, name, Mode::from_bits_retain(0o755))?;
             paths::openat_dir_path(dir, Path::new(name))?
         }
         Placeholder::File(text) | Placeholder::Ref(text) => {
-            // Safety: valid dirfd and name; O_EXCL|O_NOFOLLOW only ever creates a new file.
-            let fd = unsafe {
-                libc::openat(
-                    d,
-                    c.as_ptr(),
-                    libc::O_WRONLY
-                        | libc::O_CREAT
-                        | libc::O_EXCL
-                        | libc::O_NOFOLLOW
-                        | libc::O_CLOEXEC,
-                    0o644,
-                )
-            };
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // Safety: openat just returned it.
-            let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            // O_EXCL|O_NOFOLLOW only ever creates a new file.
+            let flags =
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let fd = rustix::fs::openat(&real, name, flags, Mode::from_bits_retain(0o644))?;
+            let mut f = std::fs::File::from(fd);
             io::Write::write_all(&mut f, text.as_bytes())?;
             std::os::fd::OwnedFd::from(f)
         }
@@ -777,15 +760,10 @@ fn make_dirs(path: &Path) -> io::Result<()> {
         }
     };
     for name in missing.iter().rev() {
-        let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str()))
-            .map_err(io::Error::other)?;
-        // Safety: a live directory descriptor and a NUL-terminated name; mkdirat never
-        // follows a symlink at the name.
-        if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) } != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EEXIST) {
-                return Err(e);
-            }
+        // mkdirat never follows a symlink at the name.
+        match rustix::fs::mkdirat(&dir, name, rustix::fs::Mode::from_bits_retain(0o755)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
         }
         dir = paths::openat_dir_path(&dir, Path::new(name))?;
     }
@@ -830,8 +808,7 @@ mod tests {
     /// the directory it is made in, and the identity `create` returns is the one made there.
     #[test]
     fn a_placeholder_belongs_to_its_directory_s_owner() {
-        // Safety: geteuid cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
+        if !rustix::process::geteuid().is_root() {
             assert_ne!(
                 std::env::var("CI").as_deref(),
                 Ok("true"),

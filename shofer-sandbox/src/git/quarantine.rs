@@ -336,14 +336,10 @@ fn lock(dir: &Path) -> io::Result<OwnedFd> {
     // A few tries: a child forked a moment ago (by another thread) holds a copy of a lock
     // descriptor until its exec closes it.
     for _ in 0..5 {
-        // Safety: flock(2) on a descriptor we own; rustix's flock needs a feature not built
-        // here.
-        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(fd);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::WouldBlock {
-            return Err(e);
+        match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(fd),
+            Err(rustix::io::Errno::WOULDBLOCK) => {}
+            Err(e) => return Err(e.into()),
         }
         std::thread::sleep(std::time::Duration::from_millis(4));
     }
@@ -992,8 +988,7 @@ fn subdir(dir: &Path, name: &str) -> Option<(OwnedFd, PathBuf)> {
 /// As root, gives the open file `file` to the owner of the store `objects` (through its
 /// descriptor: a name could be swapped for a hard link to another file meanwhile).
 fn own_like_file(file: &std::fs::File, objects: &Path) -> io::Result<()> {
-    // Safety: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Ok(());
     }
     use std::os::unix::fs::MetadataExt;
@@ -1004,8 +999,7 @@ fn own_like_file(file: &std::fs::File, objects: &Path) -> io::Result<()> {
 /// As root, gives `path` to the owner of the store (a root caller over a repository another
 /// user owns: that user's git must be able to write there later).
 fn own_like(path: &Path, objects: &Path) -> io::Result<()> {
-    // Safety: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Ok(());
     }
     use std::os::unix::fs::MetadataExt;
@@ -1023,14 +1017,12 @@ fn own_like(path: &Path, objects: &Path) -> io::Result<()> {
 fn fanout_dir(objects: &Path, fan: &str) -> io::Result<OwnedFd> {
     let store = crate::paths::open_dir_at_path(objects)?;
     let st = crate::paths::fstat(&store)?;
-    let name =
-        std::ffi::CString::new(fan).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let mode = st.st_mode & 0o7777;
-    // Safety: a live directory descriptor and a NUL-terminated name.
-    let made = unsafe { libc::mkdirat(store.as_raw_fd(), name.as_ptr(), mode) } == 0;
-    if !made && io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
-        return Err(io::Error::last_os_error());
-    }
+    let made = match rustix::fs::mkdirat(&store, fan, rustix::fs::Mode::from_bits_retain(mode)) {
+        Ok(()) => true,
+        Err(rustix::io::Errno::EXIST) => false,
+        Err(e) => return Err(e.into()),
+    };
     let fd = crate::paths::openat_path(&store, fan.as_ref())?;
     if crate::paths::kind(&fd)? != crate::paths::Kind::Dir {
         return Err(io::Error::new(
@@ -1041,8 +1033,7 @@ fn fanout_dir(objects: &Path, fan: &str) -> io::Result<OwnedFd> {
     if made {
         // What a writer of the store renamed into place between mkdirat and the open is not
         // ours to give mode and owner to.
-        // Safety: geteuid cannot fail.
-        if crate::paths::fstat(&fd)?.st_uid != unsafe { libc::geteuid() } {
+        if crate::paths::fstat(&fd)?.st_uid != rustix::process::geteuid().as_raw() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
@@ -1053,8 +1044,7 @@ fn fanout_dir(objects: &Path, fan: &str) -> io::Result<OwnedFd> {
         }
         // The umask took bits away.
         crate::paths::chmod_pinned(&fd, mode)?;
-        // Safety: geteuid cannot fail.
-        if unsafe { libc::geteuid() } == 0 {
+        if rustix::process::geteuid().is_root() {
             crate::paths::chown_pinned(&fd, st.st_uid, st.st_gid)?;
         }
     }
@@ -1069,6 +1059,7 @@ fn rename_between(from_dir: &OwnedFd, from: &str, to_dir: &OwnedFd, to: &str) ->
 /// The CPU time (user and system) of this process's waited-for children (getrusage(2)
 /// `RUSAGE_CHILDREN`).
 fn children_cpu() -> std::time::Duration {
+    // Raw call: rustix has no getrusage.
     // Safety: getrusage fills the struct it is given.
     let ru = unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
@@ -1143,7 +1134,7 @@ fn migrate_packs(
             return;
         }
     };
-    let (pack_raw, store_raw) = (pack_fd.as_raw_fd(), store.as_raw_fd());
+    let store_raw = store.as_raw_fd();
     let fsck = fsck_option(&git);
     for pack in packs {
         let base = pack.trim_end_matches(".pack");
@@ -1270,13 +1261,16 @@ fn migrate_packs(
         // Only for a pack new to the store: a copy of one the store has would mark the host's.
         if new && crate::paths::open_regular(&pack_dir.join(format!("{base}.promisor"))).is_ok() {
             let marker = format!("{name}.promisor");
-            let c = std::ffi::CString::new(marker.as_str()).unwrap_or_default();
-            let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
-            // Safety: a live directory descriptor, a NUL-terminated name; checked below.
-            let fd = unsafe { libc::openat(pack_raw, c.as_ptr(), flags | libc::O_CLOEXEC, 0o444) };
-            if fd >= 0 {
-                // Safety: openat just returned this descriptor, closed once here.
-                unsafe { libc::close(fd) };
+            use rustix::fs::{Mode, OFlags};
+            let flags =
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let made = rustix::fs::openat(
+                &pack_fd,
+                marker.as_str(),
+                flags,
+                Mode::from_bits_retain(0o444),
+            );
+            if made.is_ok() {
                 let _ = own_like_at(&pack_fd, &marker, &store);
             }
         }
@@ -1353,8 +1347,7 @@ fn index_pack_stage(dir: &Path) -> io::Result<(PathBuf, OwnedFd)> {
 /// As root, gives `name` in the directory `dir` (not following a symlink there) to the owner
 /// of the store `store` (descriptors both).
 fn own_like_at(dir: &OwnedFd, name: &str, store: &OwnedFd) -> io::Result<()> {
-    // Safety: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Ok(());
     }
     let st = crate::paths::fstat(store)?;
@@ -1609,16 +1602,15 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, q.dir.join("ab")).unwrap();
         std::os::unix::fs::symlink(elsewhere.join("pack"), q.dir.join("pack")).unwrap();
         std::fs::create_dir(q.dir.join("cd")).unwrap();
-        let fifo = std::ffi::CString::new(
-            q.dir
-                .join("cd")
-                .join("0".repeat(38))
-                .as_os_str()
-                .as_encoded_bytes(),
+        let fifo = q.dir.join("cd").join("0".repeat(38));
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_bits_retain(0o644),
+            0,
         )
         .unwrap();
-        // Safety: a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
         let m = q.migrate();
         assert!(m.failed.is_empty(), "{m:?}");
         assert_eq!(m.moved, 0, "{m:?}");
@@ -2025,9 +2017,7 @@ mod tests {
         let mut fd = crate::paths::open_dir_at_path(&top).unwrap();
         for _ in 0..30_000 {
             let dir = std::fs::File::open(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap();
-            // Safety: a directory descriptor we hold and a NUL-terminated name.
-            let made = unsafe { libc::mkdirat(dir.as_raw_fd(), c"d".as_ptr(), 0o755) };
-            assert_eq!(made, 0);
+            rustix::fs::mkdirat(&dir, "d", rustix::fs::Mode::from_bits_retain(0o755)).unwrap();
             std::fs::write(format!("/proc/self/fd/{}/f", dir.as_raw_fd()), b"x").unwrap();
             fd = crate::paths::openat_path(&fd, Path::new("d")).unwrap();
         }

@@ -14,7 +14,7 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use crate::paths;
@@ -165,9 +165,8 @@ fn writable(dir: &OwnedFd) -> io::Result<()> {
     if mode & 0o700 == 0o700 {
         return Ok(());
     }
-    // Safety: a live descriptor of a directory (opened for reading or O_PATH: fchmod refuses
-    // the latter, then the /proc path does it).
-    if unsafe { libc::fchmod(dir.as_raw_fd(), mode | 0o700) } == 0 {
+    // Opened for reading or O_PATH: fchmod refuses the latter, then the /proc path does it.
+    if rustix::fs::fchmod(dir, rustix::fs::Mode::from_bits_retain(mode | 0o700)).is_ok() {
         return Ok(());
     }
     match paths::chmod_pinned(dir, mode | 0o700) {
