@@ -586,14 +586,14 @@ impl DotGitDir {
             return Err(gone());
         }
         if here.is_ok() {
-            let aside = format!(".git.shofer-moved-{}", random_suffix());
+            let aside = format!(".git.shofer-moved-{}", super::names::random_suffix());
             rename_in(&self.worktree, ".git", &aside)?;
         }
         paths::rename_noreplace_between(&parent, name, &self.worktree, ".git".as_ref())?;
         // Swapped between the look and the rename: what came is set aside, not kept as `.git`.
         let now = paths::openat_path(&self.worktree, Path::new(".git"))?;
         if paths::identity(&now)? != self.identity {
-            let aside = format!(".git.shofer-moved-{}", random_suffix());
+            let aside = format!(".git.shofer-moved-{}", super::names::random_suffix());
             rename_in(&self.worktree, ".git", &aside)?;
             return Err(gone());
         }
@@ -619,21 +619,6 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
 /// The permission bits of a descriptor's object.
 fn mode_of(fd: &OwnedFd) -> io::Result<u32> {
     paths::fstat(fd).map(|st| st.st_mode & 0o7777)
-}
-
-/// 16 hex digits from getrandom(2), for temporary names the command cannot predict.
-pub(crate) fn random_suffix() -> String {
-    let mut buf = [0u8; 8];
-    let n = rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty());
-    if n.ok() != Some(buf.len()) {
-        // Never predictable from inside: nanoseconds and our PID mixed in.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        buf = (t ^ ((std::process::id() as u64) << 32)).to_ne_bytes();
-    }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A stable key for a worktree path (FNV-1a, 64 bits), for journal file names.
@@ -1379,7 +1364,7 @@ fn write_over(dir: &OwnedFd, name: &str, data: &[u8], mode: u32) -> io::Result<(
 }
 
 fn write_over_once(dir: &OwnedFd, name: &str, data: &[u8], mode: u32) -> io::Result<()> {
-    let tmp = format!(".{name}.shofer-restore-{}", random_suffix());
+    let tmp = format!(".{name}.shofer-restore-{}", super::names::random_suffix());
     use rustix::fs::{Mode, OFlags};
     // O_EXCL|O_NOFOLLOW creates a new file only.
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
