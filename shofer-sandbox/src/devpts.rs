@@ -76,7 +76,7 @@ pub fn caller_terminal() -> Option<(u32, OwnedFd)> {
 /// # Errors
 /// The failing mount or open. A terminal index above [`MAX_INDEX`] is not an error.
 pub fn mount_private(terminal: Option<(u32, OwnedFd)>) -> io::Result<Vec<OwnedFd>> {
-    crate::namespaces::mount(
+    crate::namespaces::sys::mount(
         Some("devpts"),
         "/dev/pts",
         Some("devpts"),
@@ -120,7 +120,7 @@ pub fn mount_private(terminal: Option<(u32, OwnedFd)>) -> io::Result<Vec<OwnedFd
     let placeholder = masters.pop().expect("the loop pushed the wanted master");
     drop(masters);
     let target = format!("/dev/pts/{index}");
-    crate::namespaces::mount(
+    crate::namespaces::sys::mount(
         Some(&format!("/proc/self/fd/{}", node.as_raw_fd())),
         &target,
         None,

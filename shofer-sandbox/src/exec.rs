@@ -1,5 +1,14 @@
-//! The command's exec-time sequence: what the child does between `clone` and `execve`, in
-//! this order, each step reported back as a [`Stage`] if it fails:
+//! Starting the command's process and its exec-time sequence.
+//!
+//! - Owns [`Steps`] (what the child does, derived from the plan), [`ChildArgs`] and
+//!   [`spawn_child`], the `posix_spawn`-like `clone(CLONE_VM | CLONE_VFORK)` used by the
+//!   supervisor ([`crate::spawn`]) and by the namespaces' init ([`crate::namespaces::init`]).
+//! - Entry point of the child: [`run`]. Between `clone` and `execve` it shares the memory of
+//!   its suspended parent: it only reads the plan, never returns and never runs the parent's
+//!   destructors; it leaves by `execve`, or by `_exit` through [`crate::childfail`].
+//!
+//! What the child does between `clone` and `execve`, in this order, each step reported back
+//! as a [`Stage`] if it fails:
 //!
 //! 1. default signal dispositions and the caller's signal mask;
 //! 2. a new session unless interactive (no controlling terminal, one process group to
@@ -39,9 +48,10 @@ use std::os::fd::RawFd;
 
 use landlock::RulesetCreated;
 
+use crate::childfail::{report_failure, Stage};
+use crate::error::SetupError;
 use crate::plan::{CapPolicy, Confinement, ExecSpec};
-use crate::spawn::{report_failure, Stage};
-use crate::supervise::FORWARDED;
+use crate::signals::FORWARDED;
 use crate::{capabilities, path_search, seccomp};
 
 /// What the child does, derived from the plan by [`Steps::of`] (before `clone`, so the child
@@ -138,6 +148,81 @@ impl<'a> Steps<'a> {
         }
         steps
     }
+}
+
+/// What the child needs; lives on the supervisor's stack while the child runs.
+pub(crate) struct ChildArgs<'a> {
+    /// The exec-time sequence.
+    pub steps: &'a Steps<'a>,
+    /// Our PID, which the child checks its parent against.
+    pub supervisor: libc::pid_t,
+    /// The caller's signal mask, restored before exec.
+    pub old_mask: libc::sigset_t,
+    /// The failure pipe's write end.
+    pub err: RawFd,
+    /// Process A writes the number of the unix-socket gate's listener here.
+    pub gate_pipe: Option<RawFd>,
+    /// Both ends of the gate helper's link, for process A to close once the command runs.
+    pub helper_fds: [Option<RawFd>; 2],
+}
+
+/// Size of the child's own stack while it shares our memory (bytes).
+const CHILD_STACK: usize = 256 * 1024;
+
+/// Starts the child with `clone(CLONE_VM | CLONE_VFORK)`, as glibc's `posix_spawn` does: no
+/// page tables are copied and no copy-on-write faults are taken (on these VMs a plain `fork`
+/// costs more than everything else the supervisor does). The supervisor stays suspended until
+/// the child has exec'd or exited, so the child may use the shared heap without racing it;
+/// the child runs on its own stack, and everything it changes (signal mask and dispositions,
+/// session, credentials, seccomp, Landlock) is per task, not per address space. The child
+/// only reads the plan: everything it owns stays the supervisor's.
+pub(crate) fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupError> {
+    // Safety: an anonymous private mapping; checked for MAP_FAILED below.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            CHILD_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(SetupError::last_os("mmap"));
+    }
+    extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
+        // Safety: `arg` is the `ChildArgs` below, alive while the parent is suspended.
+        let args = unsafe { &*(arg as *const ChildArgs<'_>) };
+        run(args.steps, args.supervisor, &args.old_mask, args.err)
+    }
+    // With the gate, the child shares our descriptor table until exec, to leave us the
+    // listener (close-on-exec, so the command does not keep it).
+    let files = if args.steps.gate.is_some() {
+        libc::CLONE_FILES
+    } else {
+        0
+    };
+    // Safety: the stack grows down from the top of our mapping; `args` outlives the child's
+    // use of it because CLONE_VFORK suspends us until the child execs or exits.
+    let pid = unsafe {
+        libc::clone(
+            entry,
+            (stack as *mut u8).add(CHILD_STACK).cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | files | libc::SIGCHLD,
+            (args as *const ChildArgs<'_>).cast_mut().cast(),
+        )
+    };
+    let clone_err = io::Error::last_os_error();
+    // Safety: unmapping the stack we mapped; the child no longer runs on it.
+    unsafe { libc::munmap(stack, CHILD_STACK) };
+    if pid < 0 {
+        return Err(SetupError::Syscall {
+            op: "clone",
+            source: clone_err,
+        });
+    }
+    Ok(pid)
 }
 
 /// The child between `clone` and `execve`. Never returns: it execs or exits 125 after

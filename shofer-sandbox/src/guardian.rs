@@ -31,7 +31,7 @@
 //! - **Guardian (the parent)**: non-dumpable (no ptrace, no core), every descriptor closed
 //!   (it holds none of the caller's pipes, the `--report` or `--status-fd` descriptors, or a
 //!   lock), then it blocks in `sigwaitinfo`: SIGTERM and the forwarded signals
-//!   ([`crate::supervise::FORWARDED`]) go to the supervisor — except one the terminal sent
+//!   ([`crate::signals::FORWARDED`]) go to the supervisor — except one the terminal sent
 //!   to the whole foreground group (`SI_KERNEL`), which the supervisor got too — and SIGCHLD
 //!   reaps. When the supervisor has died by a signal, every descendant left is killed by the
 //!   tree killer ([`crate::tree::end_all`]: SIGTERM, grace, SIGKILL, until no child is left);
@@ -55,7 +55,7 @@
 //!   `--repair`, and with the guardian no process of the run is left to change a file again.
 
 use crate::error::SetupError;
-use crate::supervise::FORWARDED;
+use crate::signals::FORWARDED;
 use shofer_core::policy::Backend;
 use shofer_sys::process::sigset;
 
@@ -168,15 +168,15 @@ fn guard(supervisor: libc::pid_t, set: &libc::sigset_t, interactive: bool) -> ! 
     // in a git worktree that much), so nothing is killed or waited for. After a signal, any
     // of the run's processes may be left: all are killed and reaped.
     if !libc::WIFEXITED(status) {
-        crate::tree::end_all(crate::KILL_GRACE, &mut || reap(0).1);
+        crate::tree::end_all(crate::tree::KILL_GRACE, &mut || reap(0).1);
     }
     let code = if libc::WIFSIGNALED(status) {
         // Default action restored, unblocked, raised; non-dumpable: no core.
-        crate::die_by_signal(libc::WTERMSIG(status))
+        crate::signals::die_by_signal(libc::WTERMSIG(status))
     } else if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else {
-        crate::EXIT_SETUP
+        crate::signals::EXIT_SETUP
     };
     // Safety: _exit runs nothing of the supervisor's state we hold a copy of.
     unsafe { libc::_exit(code) }

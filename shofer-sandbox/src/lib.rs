@@ -50,6 +50,7 @@ mod apparmor;
 mod backend;
 mod bwrap;
 mod capabilities;
+mod childfail;
 pub mod cli;
 mod devpts;
 mod error;
@@ -79,6 +80,7 @@ mod plan;
 mod report;
 mod ruleset;
 mod seccomp;
+mod signals;
 mod spawn;
 mod status;
 mod supervise;
@@ -91,22 +93,18 @@ use std::ffi::CString;
 use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::time::Duration;
 
 use backend::{Choice, Facts};
 use cli::RunArgs;
 use error::PlanError;
 use plan::{CapPolicy, Confinement, ExecSpec, Plan};
 use shofer_core::policy::{Backend, NetPolicy};
+use signals::{die_by_signal, wait_status_to_exit};
 use spawn::Spawn;
 use status::StatusFd;
 use writable::OpenedPolicy;
 
-/// Exit status when the sandbox could not be set up (docs/ARCHITECTURE.md).
-pub const EXIT_SETUP: i32 = 125;
-
-/// Grace between SIGTERM and SIGKILL when the tree is stopped.
-const KILL_GRACE: Duration = Duration::from_millis(250);
+pub use signals::EXIT_SETUP;
 
 /// `--probe`: prints what this kernel can enforce with `backend` (`--backend`, default
 /// `auto`). Returns the exit status (0).
@@ -181,37 +179,6 @@ pub fn run(args: RunArgs) -> i32 {
             eprintln!("shofer-sandbox: {e}");
             EXIT_SETUP
         }
-    }
-}
-
-/// Ends this process by signal `sig`, as the command ended, so the caller's shell sees what it
-/// would have seen without the sandbox (a `for` loop stops on Ctrl-C: bash breaks out only
-/// when its child *died* by SIGINT, not when it exited 130). No core dump is written
-/// (`PR_SET_DUMPABLE` 0 stops dumps to files and to a `core_pattern` pipe alike), and the
-/// signal is unblocked and its default action restored first. Returns 128+`sig` only if the
-/// signal's default action does not end a process.
-pub(crate) fn die_by_signal(sig: i32) -> i32 {
-    let _ = std::io::stdout().flush();
-    // Safety: prctl/signal/sigprocmask/kill with valid arguments on this process only.
-    unsafe {
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        libc::signal(sig, libc::SIG_DFL);
-        let set = shofer_sys::process::sigset(&[sig]);
-        libc::kill(libc::getpid(), sig);
-        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-    }
-    128 + sig
-}
-
-/// Maps a raw `waitpid` status to a shell-style exit status: the exit code, or 128+N for a
-/// process killed by signal N (as bash and bubblewrap report it).
-pub(crate) fn wait_status_to_exit(status: i32) -> i32 {
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else if libc::WIFSIGNALED(status) {
-        128 + libc::WTERMSIG(status)
-    } else {
-        EXIT_SETUP
     }
 }
 
@@ -458,7 +425,7 @@ fn exec_spec(args: &RunArgs, owner: Option<(u32, u32)>) -> Result<ExecSpec, Setu
         } else {
             CapPolicy::Drop
         },
-        grace: KILL_GRACE,
+        grace: tree::KILL_GRACE,
         keep_descendants: args.keep_descendants,
         foreign_owner: owner,
         net_deny: args.net == NetPolicy::Deny,

@@ -1,7 +1,13 @@
 //! Starting the command: the supervisor's own preparation (subreaper, death signal, blocked
-//! signals), the `clone` (a `posix_spawn`-like one for the Landlock and bwrap backends, a
-//! fork-like one into new namespaces for the others), and the failure pipe that tells the
+//! signals), the `clone` (the `posix_spawn`-like [`exec::spawn_child`] for the Landlock and
+//! bwrap backends, a fork-like one into new namespaces for the others, whose process A runs
+//! [`namespaces::init`]), and reading the failure pipe ([`crate::childfail`]) that tells the
 //! supervisor whether `execve` happened or which [`Stage`] failed.
+//!
+//! - Entry points: [`spawn`] (returns [`Spawn`]), and [`reaper_dying_with_parent`], the
+//!   prologue shared with the guardian.
+//! - Imports flow down only: this module uses [`exec`], [`namespaces`] and the leaves
+//!   ([`crate::childfail`], [`crate::signals`]); none of them imports it.
 //!
 //! The failure pipe is close-on-exec: EOF means `execve` succeeded; a record (stage byte and
 //! errno) means a setup step or `execve` failed, and which.
@@ -9,71 +15,15 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
+use crate::childfail::{read_failure, Stage};
 use crate::error::{SetupError, Unusable};
-use crate::exec::{self, Steps};
+use crate::exec::{self, ChildArgs, Steps};
 use crate::namespaces;
 use crate::path_search::NotRunnable;
 use crate::plan::{Confinement, Plan};
-use crate::supervise::FORWARDED;
+use crate::signals::FORWARDED;
 use shofer_sys::errno;
 use shofer_sys::process::sigset;
-
-/// Child-side setup steps, reported back to the supervisor when one fails.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum Stage {
-    Session = 1,
-    DeathSignal,
-    Descriptors,
-    NoNewPrivs,
-    Capabilities,
-    Seccomp,
-    Landlock,
-    Exec,
-    IdMaps,
-    Mounts,
-    Fork,
-    Identity,
-}
-
-impl Stage {
-    fn from_u8(b: u8) -> Option<Stage> {
-        use Stage::*;
-        [
-            Session,
-            DeathSignal,
-            Descriptors,
-            NoNewPrivs,
-            Capabilities,
-            Seccomp,
-            Landlock,
-            Exec,
-            IdMaps,
-            Mounts,
-            Fork,
-            Identity,
-        ]
-        .into_iter()
-        .find(|s| *s as u8 == b)
-    }
-
-    fn describe(self) -> &'static str {
-        match self {
-            Stage::Session => "setsid",
-            Stage::DeathSignal => "prctl(PR_SET_PDEATHSIG)",
-            Stage::Descriptors => "closing inherited descriptors",
-            Stage::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS)",
-            Stage::Capabilities => "dropping capabilities",
-            Stage::Seccomp => "installing the seccomp filter",
-            Stage::Landlock => "landlock_restrict_self",
-            Stage::Exec => "execve",
-            Stage::IdMaps => "writing uid_map/gid_map",
-            Stage::Mounts => "mount",
-            Stage::Fork => "fork",
-            Stage::Identity => "switching to the worktree's owner (setgroups/setresgid/setresuid)",
-        }
-    }
-}
 
 /// The command is running (it has exec'd): what the supervisor needs from the spawn.
 pub(crate) struct Running {
@@ -245,7 +195,7 @@ pub(crate) fn spawn(
             }
             pid
         }
-        _ => spawn_child(&args)?,
+        _ => exec::spawn_child(&args)?,
     };
     drop(err_write);
     if let Some(gate) = plan.spawned_gate {
@@ -290,125 +240,9 @@ pub(crate) fn spawn(
     }))
 }
 
-/// Writes the failure record (stage byte + errno) for the supervisor and exits 125 without
-/// running destructors (in the `CLONE_VM` child they would free memory the supervisor owns).
-pub(crate) fn report_failure(err: RawFd, stage: Stage, e: io::Error) -> ! {
-    let mut rec = [0u8; 5];
-    rec[0] = stage as u8;
-    rec[1..].copy_from_slice(&e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes());
-    // Safety: writing a small buffer to our pipe, then _exit.
-    unsafe {
-        libc::write(err, rec.as_ptr().cast(), rec.len());
-        libc::_exit(125)
-    }
-}
-
-/// Reads one failure record (stage byte + errno) from the exec-error pipe; `None` on EOF.
-fn read_failure(fd: &OwnedFd) -> Option<(Stage, i32)> {
-    let mut buf = [0u8; 5];
-    let mut got = 0;
-    while got < buf.len() {
-        // Safety: reading into the unfilled tail of `buf`.
-        let n = unsafe {
-            libc::read(
-                fd.as_raw_fd(),
-                buf[got..].as_mut_ptr().cast(),
-                buf.len() - got,
-            )
-        };
-        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        if n <= 0 {
-            break;
-        }
-        got += n as usize;
-    }
-    if got < buf.len() {
-        return None;
-    }
-    let errno = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
-    Some((Stage::from_u8(buf[0])?, errno))
-}
-
-/// What the child needs; lives on the supervisor's stack while the child runs.
-pub(crate) struct ChildArgs<'a> {
-    /// The exec-time sequence.
-    pub steps: &'a Steps<'a>,
-    /// Our PID, which the child checks its parent against.
-    pub supervisor: libc::pid_t,
-    /// The caller's signal mask, restored before exec.
-    pub old_mask: libc::sigset_t,
-    /// The failure pipe's write end.
-    pub err: RawFd,
-    /// Process A writes the number of the unix-socket gate's listener here.
-    pub gate_pipe: Option<RawFd>,
-    /// Both ends of the gate helper's link, for process A to close once the command runs.
-    pub helper_fds: [Option<RawFd>; 2],
-}
-
-/// Size of the child's own stack while it shares our memory (bytes).
-const CHILD_STACK: usize = 256 * 1024;
-
-/// Starts the child with `clone(CLONE_VM | CLONE_VFORK)`, as glibc's `posix_spawn` does: no
-/// page tables are copied and no copy-on-write faults are taken (on these VMs a plain `fork`
-/// costs more than everything else the supervisor does). The supervisor stays suspended until
-/// the child has exec'd or exited, so the child may use the shared heap without racing it;
-/// the child runs on its own stack, and everything it changes (signal mask and dispositions,
-/// session, credentials, seccomp, Landlock) is per task, not per address space. The child
-/// only reads the plan: everything it owns stays the supervisor's.
-pub(crate) fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupError> {
-    // Safety: an anonymous private mapping; checked for MAP_FAILED below.
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            CHILD_STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return Err(SetupError::last_os("mmap"));
-    }
-    extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
-        // Safety: `arg` is the `ChildArgs` below, alive while the parent is suspended.
-        let args = unsafe { &*(arg as *const ChildArgs<'_>) };
-        exec::run(args.steps, args.supervisor, &args.old_mask, args.err)
-    }
-    // With the gate, the child shares our descriptor table until exec, to leave us the
-    // listener (close-on-exec, so the command does not keep it).
-    let files = if args.steps.gate.is_some() {
-        libc::CLONE_FILES
-    } else {
-        0
-    };
-    // Safety: the stack grows down from the top of our mapping; `args` outlives the child's
-    // use of it because CLONE_VFORK suspends us until the child execs or exits.
-    let pid = unsafe {
-        libc::clone(
-            entry,
-            (stack as *mut u8).add(CHILD_STACK).cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | files | libc::SIGCHLD,
-            (args as *const ChildArgs<'_>).cast_mut().cast(),
-        )
-    };
-    let clone_err = io::Error::last_os_error();
-    // Safety: unmapping the stack we mapped; the child no longer runs on it.
-    unsafe { libc::munmap(stack, CHILD_STACK) };
-    if pid < 0 {
-        return Err(SetupError::Syscall {
-            op: "clone",
-            source: clone_err,
-        });
-    }
-    Ok(pid)
-}
-
 /// Starts process A in new user, mount, PID and IPC namespaces (and a network namespace with
 /// `--net deny`) with a fork-like `clone`: A outlives the exec of the command, so it cannot
-/// share our memory. A runs [`namespaces::init`].
+/// share our memory. A runs [`namespaces::init::run`].
 fn spawn_namespaced(
     args: &ChildArgs<'_>,
     setup: &namespaces::Setup<'_>,
@@ -431,7 +265,7 @@ fn spawn_namespaced(
         )));
     }
     if pid == 0 {
-        namespaces::init(args, setup, keep_descendants, main_exit, maps_ready);
+        namespaces::init::run(args, setup, keep_descendants, main_exit, maps_ready);
     }
     Ok(pid as libc::pid_t)
 }

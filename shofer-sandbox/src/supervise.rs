@@ -40,16 +40,6 @@ use crate::spawn::Running;
 use crate::status::StatusFd;
 use crate::tree;
 
-/// Signals forwarded to the command.
-pub(crate) const FORWARDED: [libc::c_int; 6] = [
-    libc::SIGINT,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGWINCH,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
-
 /// Raw wait status of a process killed by SIGTERM, used when the tree is stopped before the
 /// main process is reaped.
 const TERMINATED: i32 = libc::SIGTERM;
@@ -179,7 +169,7 @@ impl Supervisor {
         }
         self.exit_reported = true;
         if let Some(s) = &self.status {
-            s.exit_status(crate::wait_status_to_exit(raw));
+            s.exit_status(crate::signals::wait_status_to_exit(raw));
         }
     }
 

@@ -9,6 +9,9 @@ use std::time::Duration;
 use shofer_sys::kill::{self, Descendants, Targets};
 use shofer_sys::proc::{ProcInfo, ProcTable};
 
+/// Grace between SIGTERM and SIGKILL when the tree is stopped.
+pub(crate) const KILL_GRACE: Duration = Duration::from_millis(250);
+
 /// The supervisor's descendants, with a hook run before every scan is used (the supervisor
 /// reaps its children there, recording the main process's status).
 struct Below<F> {

@@ -1,0 +1,159 @@
+//! Process A of the namespace backends: PID 1 of the new namespaces (step 7 of [`super`]'s
+//! module docs).
+//!
+//! - Entry point: [`run`], called by [`crate::spawn`] in the child of its fork-like `clone`
+//!   (a copy of the single-threaded supervisor: A may allocate). It builds the namespaces
+//!   ([`super::mounts::build`]), starts the command with [`crate::exec::spawn_child`], then
+//!   reaps, forwards signals and exits with the command's status.
+//! - Never returns: a setup failure goes to the supervisor through [`crate::childfail`]
+//!   (exit 125), everything else ends in `_exit`.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::path::Path;
+
+use super::mounts::{build, NsStep};
+use super::Setup;
+use crate::childfail::{report_failure, Stage};
+use crate::exec::{spawn_child, ChildArgs};
+use crate::paths;
+use crate::signals::{wait_status_to_exit, FORWARDED};
+use shofer_sys::process::sigset;
+
+/// Process A (step 7 of the module docs): PID 1 of the new namespaces. Builds them, forks the
+/// command (B), then reaps and forwards signals until B exits, and exits with its status (the
+/// kernel then kills whatever is left in the namespace). With `keep_descendants` it waits for
+/// every process of the namespace first, and writes B's raw wait status to `main_exit` (if
+/// given) the moment B exits.
+pub(crate) fn run(
+    args: &ChildArgs<'_>,
+    setup: &Setup<'_>,
+    keep_descendants: bool,
+    main_exit: Option<RawFd>,
+    maps_ready: Option<(RawFd, RawFd)>,
+) -> ! {
+    let err = args.err;
+    let fail = |stage: Stage, e: io::Error| -> ! { report_failure(err, stage, e) };
+    // Safety: prctl with integer arguments. SIGKILL for PID 1 takes the namespace with it.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    if let Some((read, write)) = maps_ready {
+        let mut byte = 0u8;
+        // Safety: closing our copy of the write end (so a supervisor that gives up means
+        // EOF), then a one-byte read from the pipe it writes once the maps are in.
+        let n = unsafe {
+            libc::close(write);
+            libc::read(read, (&mut byte as *mut u8).cast(), 1)
+        };
+        if n != 1 {
+            fail(Stage::IdMaps, io::Error::from_raw_os_error(libc::EPERM));
+        }
+    }
+    if let Err((step, e)) = build(setup) {
+        let stage = match step {
+            NsStep::IdMaps => Stage::IdMaps,
+            NsStep::Mounts => Stage::Mounts,
+        };
+        fail(stage, e);
+    }
+    // The private /dev/shm and the new devpts are new inodes: Landlock needs rules for them.
+    let extended = setup.landlock.as_ref().map(|layered| {
+        let mut ruleset = match layered.ruleset.try_clone() {
+            Ok(r) => r,
+            Err(e) => fail(Stage::Landlock, e),
+        };
+        for dir in ["/dev/shm", "/dev/pts"] {
+            let rule = paths::open_following(Path::new(dir)).map(|fd| {
+                // Not RESOLVE_UNIX: only the worktree and --allow-unix paths get it.
+                let rights = shofer_core::rights::fs_write_rights(layered.abi)
+                    & !landlock::AccessFs::ResolveUnix;
+                landlock::PathBeneath::new(fd, rights)
+            });
+            match rule.map(|r| landlock::RulesetCreatedAttr::add_rule(ruleset, r)) {
+                Ok(Ok(r)) => ruleset = r,
+                Ok(Err(e)) => fail(Stage::Landlock, io::Error::other(e.to_string())),
+                Err(e) => fail(Stage::Landlock, e),
+            }
+        }
+        ruleset
+    });
+    let mut steps = args.steps.clone();
+    if extended.is_some() {
+        steps.landlock = extended.as_ref();
+    }
+    let interactive = steps.interactive;
+    let mut command_status = None;
+    // The command starts as the supervisor's child does (no page tables copied); A is
+    // suspended until it has exec'd.
+    let child = ChildArgs {
+        steps: &steps,
+        supervisor: 1,
+        old_mask: args.old_mask,
+        err,
+        gate_pipe: None,
+        helper_fds: [None, None],
+    };
+    let command = match spawn_child(&child) {
+        Ok(pid) => pid,
+        Err(_) => fail(Stage::Fork, io::Error::last_os_error()),
+    };
+    // Safety: closing our copy of the error pipe, so the supervisor sees EOF at exec.
+    unsafe { libc::close(err) };
+    // The unix-socket gate (crate::gate): the command installed it in the table we share
+    // until its exec; we hold the listener for the supervisor as long as the run lasts. Our
+    // copies of both ends of the helper's link go: the helper reads EOF when the supervisor
+    // lets go, and the supervisor when the helper ends.
+    if let Some(pipe) = args.gate_pipe {
+        if let Err(e) = crate::gate::relay_listener(pipe) {
+            fail(Stage::Seccomp, e);
+        }
+    }
+    for fd in args.helper_fds.iter().flatten() {
+        // Safety: closing our copies of the supervisor's descriptors.
+        unsafe { libc::close(*fd) };
+    }
+
+    let mut handled = vec![libc::SIGCHLD, libc::SIGTERM];
+    handled.extend(FORWARDED);
+    let set = sigset(&handled);
+    loop {
+        // Safety: siginfo_t is plain data filled by sigwaitinfo.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // Safety: the set holds signals blocked in this process (inherited mask).
+        let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+        if sig == libc::SIGCHLD {
+            loop {
+                let mut status = 0;
+                // Safety: reaping any child of init, non-blocking.
+                let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+                if pid == command {
+                    command_status = Some(status);
+                    // The supervisor takes the command's raw status from here (to report it
+                    // early with --keep-descendants, and to die by its signal).
+                    if let Some(fd) = main_exit {
+                        let bytes = status.to_ne_bytes();
+                        // Safety: writing 4 bytes from a live buffer to our pipe; a pipe
+                        // write this small is atomic.
+                        unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+                    }
+                }
+                let none_left = pid < 0;
+                if let Some(status) = command_status {
+                    if !keep_descendants || none_left {
+                        // Safety: exiting PID 1; the kernel kills the rest of the namespace.
+                        unsafe { libc::_exit(wait_status_to_exit(status)) };
+                    }
+                }
+                if pid <= 0 {
+                    break;
+                }
+            }
+        } else if sig > 0
+            && command_status.is_none()
+            && !(interactive && info.si_code == libc::SI_KERNEL)
+        {
+            let target = if interactive { command } else { -command };
+            // Safety: signalling our own, unreaped child (or its process group).
+            unsafe { libc::kill(target, sig) };
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! Steps 1-6 of the namespace backends ([`super`]'s module docs), run by process A inside
+//! the new namespaces: the id maps, private propagation, the fresh `/proc`, the minimal
+//! `/dev` (with [`crate::devpts`]), the writable binds, the layers ([`crate::plan::Layers`]), and the
+//! read-only remount of everything else.
+//!
+//! - Entry point: [`build`], which says which [`NsStep`] failed.
+//! - Never: follow a symlink to a mount source or target (each is re-opened here without
+//!   following symlinks and checked against the descriptor opened before the clone), or leave
+//!   a mount of the writable set read-only / one outside it read-write without failing.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
+
+use super::sys::{cstr, mount, write_file};
+use super::Setup;
+use crate::paths;
+
+/// Where setting up the namespace failed, for the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum NsStep {
+    /// Writing `/proc/self/uid_map`, `gid_map` or `setgroups`.
+    IdMaps,
+    /// A mount operation.
+    Mounts,
+}
+
+fn fd_path(fd: RawFd) -> String {
+    format!("/proc/self/fd/{fd}")
+}
+
+/// Steps 1-6 of the module docs, run by process A. Returns the step that failed.
+pub(super) fn build(plan: &Setup<'_>) -> Result<(), (NsStep, io::Error)> {
+    let maps = || -> io::Result<()> {
+        write_file("/proc/self/setgroups", "deny")?;
+        write_file("/proc/self/uid_map", &format!("{0} {0} 1", plan.uid))?;
+        write_file("/proc/self/gid_map", &format!("{0} {0} 1", plan.gid))
+    };
+    if !plan.full_map {
+        maps().map_err(|e| (NsStep::IdMaps, e))?;
+    }
+    let cwd = std::env::current_dir();
+    mounts(plan).map_err(|e| (NsStep::Mounts, e))?;
+    // The working directory still points into the mount as it was before the binds:
+    // resolve it again so relative paths see the new (read-write or read-only) mounts.
+    if let Ok(cwd) = cwd {
+        let _ = std::env::set_current_dir(cwd);
+    }
+    Ok(())
+}
+
+fn mounts(plan: &Setup<'_>) -> io::Result<()> {
+    mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+
+    // Step 4 first: while the host's /proc is still fully visible, the kernel allows a new
+    // proc mount in this user namespace.
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )?;
+    for sub in ["sys", "sysrq-trigger", "irq", "bus"] {
+        let p = format!("/proc/{sub}");
+        if Path::new(&p).exists() {
+            mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
+        }
+    }
+
+    // Step 3: the minimal /dev. Descriptors opened before the clone name mounts of the
+    // host's mount namespace, which cannot be bind sources here: open the nodes again in
+    // this namespace while the host's /dev is still visible.
+    let terminal = crate::devpts::caller_terminal();
+    let mut devices = Vec::new();
+    for (name, writable) in &plan.devices {
+        if let Ok(fd) = paths::open_following(Path::new(&format!("/dev/{name}"))) {
+            devices.push((name.clone(), fd, *writable));
+        }
+    }
+    mount(
+        Some("tmpfs"),
+        "/dev",
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("mode=0755"),
+    )?;
+    for (name, fd, _) in &devices {
+        let target = format!("/dev/{name}");
+        if paths::kind(fd)? == paths::Kind::Dir {
+            std::fs::create_dir(&target)?;
+        } else {
+            std::fs::File::create(&target)?;
+        }
+        mount(
+            Some(&fd_path(fd.as_raw_fd())),
+            &target,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        )?;
+    }
+    // A new devpts instance, as bubblewrap's --dev does: the host's /dev/ptmx cannot find its
+    // devpts from a bind mount (the kernel looks for "pts" beside the ptmx node), so new ptys
+    // come from here, and the caller's own terminal keeps its name (see devpts).
+    std::fs::create_dir("/dev/pts")?;
+    // Kept open by process A for the whole run: it exits (or execs nothing) with them.
+    std::mem::forget(crate::devpts::mount_private(terminal)?);
+    std::fs::create_dir("/dev/shm")?;
+    mount(
+        Some("tmpfs"),
+        "/dev/shm",
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=1777"),
+    )?;
+    // The IPC namespace's own POSIX message queues (mq_overview(7)).
+    std::fs::create_dir("/dev/mqueue")?;
+    mount(
+        Some("mqueue"),
+        "/dev/mqueue",
+        Some("mqueue"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )?;
+    for (link, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(target, format!("/dev/{link}"))?;
+    }
+
+    // Step 5: writable binds, source and target pinned by descriptor.
+    let mut keep_rw: Vec<String> = vec![
+        "/proc".into(),
+        "/dev/shm".into(),
+        "/dev/mqueue".into(),
+        "/dev/pts".into(),
+    ];
+    for (name, _, writable) in &devices {
+        if *writable {
+            keep_rw.push(format!("/dev/{name}"));
+        }
+    }
+    for bind in &plan.binds {
+        // Re-opened in this namespace without following symlinks, and checked to be the very
+        // object opened before the clone: a swap in between fails closed.
+        let fd = paths::open_nofollow(bind.path)?;
+        if crate::paths::identity(&fd)? != crate::paths::identity(&bind.fd.try_clone_to_owned()?)? {
+            eprintln!(
+                "shofer-sandbox: {} changed while the sandbox was set up",
+                bind.path.display()
+            );
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        let p = fd_path(fd.as_raw_fd());
+        mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
+        keep_rw.push(bind.path.to_string_lossy().into_owned());
+    }
+
+    // Step 5b: the layers (crate::plan::Layers; git's: a main worktree's `.git`, pinned so it
+    // cannot be renamed away; a linked worktree's common dir, for packed-refs; read-only binds
+    // over control files on top). A mount point can be neither written (step 6 makes it
+    // read-only), nor replaced by a rename, nor removed (EBUSY). Opened again here without
+    // following symlinks: a path swapped for a symlink fails closed.
+    for (path, writable) in &plan.layers {
+        let fd = match paths::open_nofollow(path) {
+            Ok(fd) => fd,
+            // Absent read-only: nothing there to keep (git's: no placeholder, git does not
+            // read it).
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !writable => continue,
+            Err(e) => {
+                eprintln!("shofer-sandbox: {}: {e}", path.display());
+                return Err(e);
+            }
+        };
+        let p = fd_path(fd.as_raw_fd());
+        mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
+        if *writable {
+            keep_rw.push(path.to_string_lossy().into_owned());
+        }
+    }
+
+    // Step 5c: the redirect (git's object quarantine, crate::git::quarantine). All three opened
+    // before any mount and checked to be directories; the original's bind is read-only in
+    // step 6.
+    if let Some(crate::plan::Redirect {
+        over: objects,
+        by: dir,
+        original_at: store_mount,
+    }) = &plan.redirect
+    {
+        let store = paths::open_nofollow(objects)?;
+        let q = paths::open_nofollow(dir)?;
+        let mount_point = paths::open_nofollow(store_mount)?;
+        for (fd, path) in [(&store, objects), (&q, dir), (&mount_point, store_mount)] {
+            if paths::kind(fd)? != paths::Kind::Dir {
+                eprintln!("shofer-sandbox: {} is not a directory", path.display());
+                return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+            }
+        }
+        // Targets by descriptor too (the store's descriptor keeps naming the store itself
+        // once the quarantine covers its path). The store on the mount point first, then the
+        // quarantine with it (recursive: that bind is the only mount under the quarantine).
+        let (q, store, mount_point) = (
+            fd_path(q.as_raw_fd()),
+            fd_path(store.as_raw_fd()),
+            fd_path(mount_point.as_raw_fd()),
+        );
+        mount(Some(&store), &mount_point, None, libc::MS_BIND, None)?;
+        mount(Some(&q), &store, None, libc::MS_BIND | libc::MS_REC, None)?;
+        keep_rw.push(objects.to_string_lossy().into_owned());
+    }
+
+    // Step 6: everything else read-only: the whole tree at once, then the writable set back.
+    if readonly_tree(&keep_rw)? {
+        return Ok(());
+    }
+    // Before Linux 5.12: one remount per mount point.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut done: Vec<String> = Vec::new();
+    for (point, flags) in parse_mountinfo(&mountinfo) {
+        if keep_rw.contains(&point) || done.contains(&point) {
+            continue;
+        }
+        done.push(point.clone());
+        match mount(
+            None,
+            &point,
+            None,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+            None,
+        ) {
+            Ok(()) => {}
+            // A mount point we cannot even look up is not reachable by the command either
+            // (bubblewrap makes the same call).
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::ENOENT)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+/// mount_setattr(2) (Linux 5.12) on `path` with `flags` (`AT_RECURSIVE`…), setting or
+/// clearing `MOUNT_ATTR_RDONLY`. Raw syscall: neither libc nor rustix wraps it in the
+/// versions we use.
+fn set_readonly(path: &str, flags: libc::c_uint, readonly: bool) -> io::Result<()> {
+    let path = cstr(path)?;
+    let attr = MountAttr {
+        attr_set: if readonly { MOUNT_ATTR_RDONLY } else { 0 },
+        attr_clr: if readonly { 0 } else { MOUNT_ATTR_RDONLY },
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // Safety: a NUL-terminated path and a mount_attr of the size we pass, alive for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes every mount read-only with one `mount_setattr(AT_RECURSIVE)` on `/`, then the
+/// mounts at `keep_rw` (the top one at each path, not their submounts) read-write again.
+/// Returns false, changing nothing, on a kernel without mount_setattr (before 5.12).
+///
+/// Locked flags are no obstacle: setting read-only only adds a restriction, and clearing it
+/// is refused (`EPERM`) only where the host made the mount read-only, which then stays so.
+fn readonly_tree(keep_rw: &[String]) -> io::Result<bool> {
+    match set_readonly("/", libc::AT_RECURSIVE as libc::c_uint, true) {
+        Ok(()) => {}
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) => {
+            return Ok(false)
+        }
+        Err(e) => {
+            eprintln!("shofer-sandbox: mount_setattr /: {e}");
+            return Err(e);
+        }
+    }
+    for path in keep_rw {
+        match set_readonly(path, libc::AT_SYMLINK_NOFOLLOW as libc::c_uint, false) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+            Err(e) => {
+                eprintln!("shofer-sandbox: mount_setattr {path}: {e}");
+                return Err(e);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// (mount point, flags to keep) for each line of `/proc/self/mountinfo`, in order. Mount
+/// points are unescaped (`\040` is a space); the kept flags are the per-mount options the
+/// kernel may have locked.
+fn parse_mountinfo(text: &str) -> Vec<(String, libc::c_ulong)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let point = fields.nth(4)?;
+            let opts = fields.next()?;
+            let mut flags = 0;
+            for opt in opts.split(',') {
+                flags |= match opt {
+                    "nosuid" => libc::MS_NOSUID,
+                    "nodev" => libc::MS_NODEV,
+                    "noexec" => libc::MS_NOEXEC,
+                    "noatime" => libc::MS_NOATIME,
+                    "nodiratime" => libc::MS_NODIRATIME,
+                    "relatime" => libc::MS_RELATIME,
+                    "strictatime" => libc::MS_STRICTATIME,
+                    _ => 0,
+                };
+            }
+            Some((unescape(point), flags))
+        })
+        .collect()
+}
+
+/// Undoes the octal escapes of mountinfo (`\040` space, `\011` tab, `\012` newline, `\134`
+/// backslash).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 4 <= b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_points_are_unescaped_and_locked_flags_kept() {
+        let text = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n\
+                    28 27 0:25 / /mnt/a\\040b ro,nosuid,nodev,relatime - tmpfs x ro\n";
+        let parsed = parse_mountinfo(text);
+        assert_eq!(parsed[0], ("/".to_string(), libc::MS_RELATIME));
+        assert_eq!(parsed[1].0, "/mnt/a b");
+        assert_eq!(
+            parsed[1].1,
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_RELATIME
+        );
+    }
+
+    #[test]
+    fn unescape_leaves_plain_text_and_short_escapes() {
+        assert_eq!(unescape("/a\\134b\\011"), "/a\\b\t");
+        assert_eq!(unescape("/x\\04"), "/x\\04");
+    }
+}
