@@ -259,7 +259,7 @@ impl Choice {
     }
 
     /// This choice for a root caller whose command runs over a worktree owned by `owner`
-    /// (uid, gid): the capability drop is described as it happens (`crate::plan::ExecSpec`'s
+    /// (uid, gid): the capability drop is described as it happens (`crate::spec::ExecSpec`'s
     /// `foreign_owner`).
     #[must_use]
     pub fn with_foreign_owner(mut self, owner: Option<(u32, u32)>) -> Choice {

@@ -17,7 +17,7 @@ use shofer_core::policy::{NetPolicy, RuleOrigin};
 
 use crate::error::{PlanError, SetupError};
 use crate::path_search;
-use crate::plan::{CapPolicy, ExecSpec};
+use crate::spec::{CapPolicy, ExecSpec};
 use crate::writable::OpenedPolicy;
 
 /// The oldest bubblewrap whose options we rely on (`--args`, `--die-with-parent`,
@@ -174,7 +174,7 @@ pub(crate) fn plan(
     b: &Bwrap,
     opened: &OpenedPolicy,
     spec: &ExecSpec,
-    layers: &crate::plan::Layers,
+    layers: &crate::spec::Layers,
 ) -> Result<Launch, PlanError> {
     if spec.keep_descendants {
         return Err(SetupError::KeepDescendantsWithBwrap.into());
@@ -226,7 +226,7 @@ fn argv(
     command: &[CString],
     drop_caps: bool,
     info_fd: std::os::fd::RawFd,
-    layers: &crate::plan::Layers,
+    layers: &crate::spec::Layers,
 ) -> std::io::Result<(OwnedFd, Vec<CString>)> {
     let info = info_fd.to_string();
     let mut args: Vec<&[u8]> = vec![

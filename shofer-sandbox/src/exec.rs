@@ -50,8 +50,9 @@ use landlock::RulesetCreated;
 
 use crate::childfail::{report_failure, Stage};
 use crate::error::SetupError;
-use crate::plan::{CapPolicy, Confinement, ExecSpec};
+use crate::plan::Confinement;
 use crate::signals::FORWARDED;
+use crate::spec::{CapPolicy, ExecSpec};
 use crate::{capabilities, path_search, seccomp};
 
 /// What the child does, derived from the plan by [`Steps::of`] (before `clone`, so the child
@@ -355,7 +356,7 @@ pub(crate) fn run(
 mod tests {
     use super::*;
     use crate::error::{PlanError, SetupError};
-    use crate::plan::LandlockPlan;
+    use crate::ruleset::LandlockPlan;
     use crate::{bwrap, namespaces, ruleset, writable};
     use shofer_core::policy::NetPolicy;
 

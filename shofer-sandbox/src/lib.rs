@@ -15,7 +15,7 @@
 //!    of the namespace backends or the [`objects`] record); the `--report` record ([`report`]) is written from the choice and the opened
 //!    policy;
 //! 5. **plan**: the chosen backend's module builds its [`plan::Confinement`] ([`ruleset`],
-//!    [`namespaces`], [`bwrap`]) around the common [`plan::ExecSpec`];
+//!    [`namespaces`], [`bwrap`]) around the common [`spec::ExecSpec`];
 //! 6. **spawn**: [`spawn`] clones the child, which runs the exec-time sequence of [`exec`]
 //!    (no_new_privs, capability drop, the [`seccomp`] filter, Landlock, the `$PATH` search
 //!    of [`path_search`]);
@@ -82,6 +82,7 @@ mod ruleset;
 mod seccomp;
 mod signals;
 mod spawn;
+mod spec;
 mod status;
 mod supervise;
 mod tree;
@@ -97,10 +98,11 @@ use std::os::unix::ffi::OsStrExt;
 use backend::{Choice, Facts};
 use cli::RunArgs;
 use error::PlanError;
-use plan::{CapPolicy, Confinement, ExecSpec, Plan};
+use plan::{Confinement, Plan};
 use shofer_core::policy::{Backend, NetPolicy};
 use signals::{die_by_signal, wait_status_to_exit};
 use spawn::Spawn;
+use spec::{CapPolicy, ExecSpec};
 use status::StatusFd;
 use writable::OpenedPolicy;
 
@@ -482,7 +484,7 @@ fn plan<'a>(
     opened: &'a OpenedPolicy,
     unix: &gate::AllowUnix,
     exec: ExecSpec,
-    layers: plan::Layers,
+    layers: spec::Layers,
 ) -> Result<Plan<'a>, PlanError> {
     let confinement = match choice.backend {
         Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, unix, choice.abi)?),

@@ -27,7 +27,6 @@ use shofer_core::rights;
 
 use crate::capabilities;
 use crate::error::SetupError;
-use crate::plan::LandlockPlan;
 use crate::writable::OpenedPolicy;
 
 /// Creates the ruleset for `opened` and the `--allow-unix` paths `unix` at Landlock ABI `abi`
@@ -129,4 +128,15 @@ pub(crate) fn add_dir(
             rule: Some(path.to_path_buf()),
             source,
         })
+}
+
+/// The `landlock` backend's part of the plan.
+pub(crate) struct LandlockPlan {
+    /// Created, applied by the child last before exec.
+    pub ruleset: RulesetCreated,
+    /// The caller holds capabilities (root, or file capabilities): only then is there
+    /// anything to drop (and the right to drop it).
+    pub caller_privileged: bool,
+    /// The ABI the ruleset is made for.
+    pub abi: u32,
 }

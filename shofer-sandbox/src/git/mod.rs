@@ -6,7 +6,7 @@
 //!   linked worktree's metadata to the writable set;
 //! - [`Run::prepare`]: before the command, for the chosen backend — placeholders, the object
 //!   quarantine, the guard's snapshot and journal — yielding the filesystem layers the
-//!   namespace backends bind ([`Run::layers`], a [`crate::plan::Layers`]), the gate handlers
+//!   namespace backends bind ([`Run::layers`], a [`crate::spec::Layers`]), the gate handlers
 //!   it registers ([`Run::handlers`]) and the report's `git` section ([`Run::report`]);
 //! - [`Run::start`] just before the command, [`Run::finish`] once the whole tree is gone;
 //! - [`repair_before_run`], [`repair_command`] (`--repair`) and [`set_git_settings`].
@@ -51,7 +51,7 @@ use shofer_core::policy::Backend;
 
 use crate::error::SetupError;
 use crate::gate::handler::Handler;
-use crate::plan::{Layers, Redirect};
+use crate::spec::{Layers, Redirect};
 use crate::writable::OpenedPolicy;
 use layout::GitLayout;
 pub(crate) use repo::Repo;

@@ -93,10 +93,10 @@ pub(crate) struct Setup<'a> {
     /// Host device nodes to bind into the new `/dev`: (name under /dev, writable).
     pub devices: Vec<(String, bool)>,
     /// Binds after the writable ones, in order: (path, writable), each over itself: the
-    /// layers' pins, then their binds ([`crate::plan::Layers`]).
+    /// layers' pins, then their binds ([`crate::spec::Layers`]).
     pub layers: Vec<(PathBuf, bool)>,
     /// The layers' redirect: bound after them.
-    pub redirect: Option<crate::plan::Redirect>,
+    pub redirect: Option<crate::spec::Redirect>,
     /// Also unshare the network namespace (`--net deny`).
     pub net_deny: bool,
     /// Landlock layered on the namespaces.
@@ -129,7 +129,7 @@ pub(crate) fn plan<'a>(
     opened: &'a OpenedPolicy,
     unix: &crate::gate::AllowUnix,
     abi: u32,
-    layers: crate::plan::Layers,
+    layers: crate::spec::Layers,
 ) -> Result<Setup<'a>, SetupError> {
     let mut devices = standard_devices();
     let mut binds = Vec::new();

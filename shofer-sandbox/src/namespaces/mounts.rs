@@ -1,6 +1,6 @@
 //! Steps 1-6 of the namespace backends ([`super`]'s module docs), run by process A inside
 //! the new namespaces: the id maps, private propagation, the fresh `/proc`, the minimal
-//! `/dev` (with [`crate::devpts`]), the writable binds, the layers ([`crate::plan::Layers`]), and the
+//! `/dev` (with [`crate::devpts`]), the writable binds, the layers ([`crate::spec::Layers`]), and the
 //! read-only remount of everything else.
 //!
 //! - Entry point: [`build`], which says which [`NsStep`] failed.
@@ -160,7 +160,7 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         keep_rw.push(bind.path.to_string_lossy().into_owned());
     }
 
-    // Step 5b: the layers (crate::plan::Layers; git's: a main worktree's `.git`, pinned so it
+    // Step 5b: the layers (crate::spec::Layers; git's: a main worktree's `.git`, pinned so it
     // cannot be renamed away; a linked worktree's common dir, for packed-refs; read-only binds
     // over control files on top). A mount point can be neither written (step 6 makes it
     // read-only), nor replaced by a rename, nor removed (EBUSY). Opened again here without
@@ -186,7 +186,7 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
     // Step 5c: the redirect (git's object quarantine, crate::git::quarantine). All three opened
     // before any mount and checked to be directories; the original's bind is read-only in
     // step 6.
-    if let Some(crate::plan::Redirect {
+    if let Some(crate::spec::Redirect {
         over: objects,
         by: dir,
         original_at: store_mount,

@@ -1,0 +1,72 @@
+//! What a run asks for, whatever the backend: what runs ([`ExecSpec`], [`CapPolicy`]) and what
+//! a protection lays over the command's filesystem view beyond the writable set ([`Layers`],
+//! [`Redirect`]; git's, built by `crate::git`). The backends read these values; they sit
+//! below every backend and import none.
+
+use std::ffi::CString;
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What runs, whatever the backend.
+pub(crate) struct ExecSpec {
+    /// `argv`; `argv[0]` is looked up on `$PATH` at exec as by `execvp(3)`.
+    pub argv: Vec<CString>,
+    /// Descriptors above 2 that survive exec (`--pass-fd`).
+    pub pass_fds: Vec<RawFd>,
+    /// A terminal is on stdin, stdout or stderr: keep the session (job control, SIGWINCH).
+    pub interactive: bool,
+    /// What happens to the caller's capabilities.
+    pub caps: CapPolicy,
+    /// Time between SIGTERM and SIGKILL when the tree is stopped.
+    pub grace: Duration,
+    /// Wait for descendants after the main process exits instead of killing them.
+    pub keep_descendants: bool,
+    /// A root caller dropping capabilities over a worktree owned by this (uid, gid): the
+    /// namespace backends keep [`crate::capabilities::FOREIGN_WORKTREE`] with every id mapped,
+    /// Landlock alone runs the command as the owner.
+    pub foreign_owner: Option<(u32, u32)>,
+    /// `--net deny`: TCP is refused, so MPTCP sockets (which Landlock's TCP rules do not
+    /// cover) cannot be made.
+    pub net_deny: bool,
+}
+
+/// Capabilities of the command (capabilities(7)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CapPolicy {
+    /// Drop every capability the command would hold (the default).
+    Drop,
+    /// `--keep-caps`: leave them.
+    Keep,
+}
+
+/// What a protection adds to the command's filesystem view beyond the writable set, for the
+/// namespace backends (git's, built by `crate::git`). The backends read only this value: they
+/// never name what it protects.
+#[derive(Default)]
+pub(crate) struct Layers {
+    /// Directories bound over themselves, writable, so they cannot be renamed away or removed
+    /// (directories above the worktree inside a writable root): before [`Layers::binds`];
+    /// bubblewrap orders them with the writable set, shallowest first.
+    pub pins: Vec<PathBuf>,
+    /// Binds over themselves after the writable set, in order: (path, writable). A
+    /// read-only path that is absent is skipped.
+    pub binds: Vec<(PathBuf, bool)>,
+    /// A directory replaced by another, after the binds.
+    pub redirect: Option<Redirect>,
+    /// Directories the Landlock ruleset layered on the namespaces must allow writes in (the
+    /// binds decide what of them is writable).
+    pub landlock_dirs: Vec<PathBuf>,
+}
+
+/// A directory (`over`) whose contents are replaced by another directory (`by`, bound
+/// writable over it), the original kept read-only at `original_at` (a mount point inside
+/// `by`).
+pub(crate) struct Redirect {
+    /// The directory replaced.
+    pub over: PathBuf,
+    /// What replaces it.
+    pub by: PathBuf,
+    /// Where the original is bound read-only, inside `by`.
+    pub original_at: PathBuf,
+}
