@@ -6,33 +6,33 @@
 //! 1. **parse**: [`cli`] turns the command line into a typed [`cli::RunArgs`] (no syscalls);
 //! 2. **kernel facts**: [`backend::Facts`] probes the Landlock ABI (user namespaces and
 //!    bubblewrap only when the decision needs them);
-//! 3. **choice**: [`backend::choose`] picks the backend and computes its degradations, or
-//!    refuses naming each mechanism and why — never a silent downgrade;
+//! 3. **choice**: [`backend::choose`] picks the backend and decides, once, every
+//!    protection's verdict and its degradations (a [`backend::Choice`]), or refuses naming
+//!    each mechanism and why — never a silent downgrade;
 //! 4. **opened policy**: [`writable`] builds the writable set, opening every rule path
-//!    without following symlinks, with [`git`] adding a validated linked worktree's metadata
-//!    and [`gitprotect`] listing what the host's git trusts; [`gitrun`] prepares their
-//!    protection (placeholders, the [`gitguard`] snapshot and journal, the [`quarantine`]
-//!    of the namespace backends or the [`objects`] record); the `--report` record ([`report`]) is written from the choice and the opened
-//!    policy;
+//!    without following symlinks; [`git::Repo::discover`] adds a validated linked worktree's
+//!    metadata; [`git::Run::prepare`] prepares git's protection for the chosen backend and
+//!    yields its [`spec::Layers`] and gate handlers; the `--report` record ([`report`]) is
+//!    written from the choice, the opened policy and git's section;
 //! 5. **plan**: the chosen backend's module builds its [`plan::Confinement`] ([`ruleset`],
-//!    [`namespaces`], [`bwrap`]) around the common [`spec::ExecSpec`];
+//!    [`namespaces`], [`bwrap`]) around the common [`spec::ExecSpec`] and [`spec::Layers`];
 //! 6. **spawn**: [`spawn`] clones the child, which runs the exec-time sequence of [`exec`]
 //!    (no_new_privs, capability drop, the [`seccomp`] filter, Landlock, the `$PATH` search
-//!    of [`path_search`]);
+//!    of [`path_search`]); a failure before exec comes back through [`childfail`];
 //! 7. **supervise**: [`supervise`] forwards signals, reaps, reports on `--status-fd`
 //!    ([`status`]) and stops the whole tree ([`tree`]);
-//! 8. **report**: what the command changed that the host's git trusts is put back (the
-//!    watcher of [`gitguard`] does it at once during the run), nested repositories' configs
-//!    are quarantined ([`nested`]), new objects are verified and moved into the store
-//!    ([`quarantine`]) or destroyed ones named ([`objects`]), the unix-socket paths the
-//!    [`gate`] refused are added to the `--report` record, and the exit status is decided in
-//!    one place, [`run`].
+//! 8. **report**: [`git::Run::finish`] puts back what the command changed that the host's git
+//!    trusts and moves its new objects into the store, the unix-socket paths the [`gate`]
+//!    refused are added to the `--report` record, and the exit status is decided in one
+//!    place, [`run`].
 //!
 //! The [`gate`] — a seccomp user-notification filter installed in step 6 and served by the
 //! supervisor from step 7, its calls performed by a helper inside the command's confinement —
-//! keeps the command from reaching host processes through unix sockets. On the Landlock backend in a linked
-//! worktree it also performs git's `packed-refs` lock protocol for the command in the common
-//! dir, which stays outside the writable set (`gate::packed_refs`).
+//! keeps the command from reaching host processes through unix sockets, and answers the calls
+//! other protections register as handlers ([`gate::handler`]; git's lock-file protocol and
+//! freshen).
+//!
+//! Git lives behind one door, [`git`]: outside it, nothing names a git type.
 //!
 //! # Limitations (Landlock backend)
 //! - chmod, chown, utime and xattr changes outside the writable set are not controlled by
