@@ -8,7 +8,7 @@
 
 use std::ffi::{CString, OsStr};
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -321,21 +321,14 @@ fn argv(
     if let Some((dir, objects, inside)) = &q_paths {
         args.extend_from_slice(&[b"--bind", dir, objects, b"--ro-bind", objects, inside]);
     }
-    // Safety: memfd_create with a static name; the result is checked.
-    let fd = unsafe { libc::memfd_create(c"shofer-bwrap-args".as_ptr(), 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // Safety: memfd_create just returned this descriptor.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = rustix::fs::memfd_create(c"shofer-bwrap-args", rustix::fs::MemfdFlags::empty())?;
     let mut file = std::fs::File::from(fd.try_clone()?);
     for a in &args {
         file.write_all(a)?;
         file.write_all(b"\0")?;
     }
     // bwrap reads from the current offset.
-    // Safety: lseek on our own descriptor.
-    unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_SET) };
+    let _ = rustix::fs::seek(&fd, rustix::fs::SeekFrom::Start(0));
     let mut argv = vec![
         CString::new(b.path.as_os_str().as_bytes()).map_err(std::io::Error::other)?,
         CString::new("--args").expect("no NUL"),

@@ -9,6 +9,8 @@
 use std::io;
 
 use caps::{CapSet, Capability};
+use rustix::io::Errno;
+use rustix::thread::CapabilitySet;
 
 /// Whether this process holds any permitted capability (root usually holds all).
 pub fn holds_any() -> bool {
@@ -44,30 +46,25 @@ pub fn drop_bounding(keep: &[Capability]) -> io::Result<()> {
         }
         // Already out of the bounding set (a sandbox inside a sandbox, root without
         // capabilities): dropping it again would need CAP_SETPCAP, which is gone too.
-        // Safety: prctl with integer arguments.
-        match unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0, 0, 0) } {
-            0 => continue,
-            1 => {}
-            _ => break, // EINVAL: past the kernel's last capability
+        // A one-bit set names any number, known to rustix or not.
+        let bit = CapabilitySet::from_bits_retain(1 << cap);
+        match rustix::thread::capability_is_in_bounding_set(bit) {
+            Ok(false) => continue,
+            Ok(true) => {}
+            Err(_) => break, // EINVAL: past the kernel's last capability
         }
-        // Safety: prctl with integer arguments.
-        let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
-        if ret != 0 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EINVAL) {
+        if let Err(err) = rustix::thread::remove_capability_from_bounding_set(bit) {
+            if err == Errno::INVAL {
                 break;
             }
             // No CAP_SETPCAP (root inside bubblewrap, which keeps only the bounding set):
             // under no_new_privs exec cannot gain anything from the bounding set (the new
             // permitted set is capped by the old one), so it may stay.
-            let nnp = || {
-                // Safety: prctl with integer arguments only reads a flag.
-                unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1 }
-            };
-            if err.raw_os_error() == Some(libc::EPERM) && nnp() {
+            let nnp = || rustix::thread::no_new_privs() == Ok(true);
+            if err == Errno::PERM && nnp() {
                 break;
             }
-            return Err(err);
+            return Err(err.into());
         }
     }
     Ok(())

@@ -12,7 +12,7 @@
 //! (writing); it imports neither.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 /// Child-side setup steps, reported back to the supervisor when one fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,15 +74,12 @@ impl Stage {
 
 /// Writes the failure record (stage byte + errno) for the supervisor and exits 125 without
 /// running destructors (in the `CLONE_VM` child they would free memory the supervisor owns).
-pub(crate) fn report_failure(err: RawFd, stage: Stage, e: io::Error) -> ! {
+pub(crate) fn report_failure(err: BorrowedFd<'_>, stage: Stage, e: io::Error) -> ! {
     let mut rec = [0u8; 5];
     rec[0] = stage as u8;
     rec[1..].copy_from_slice(&e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes());
-    // Safety: writing a small buffer to our pipe, then _exit.
-    unsafe {
-        libc::write(err, rec.as_ptr().cast(), rec.len());
-        libc::_exit(125)
-    }
+    let _ = rustix::io::write(err, &rec);
+    shofer_sys::signal::exit_now(125)
 }
 
 /// Reads one failure record (stage byte + errno) from the exec-error pipe; `None` on EOF.
@@ -90,21 +87,11 @@ pub(crate) fn read_failure(fd: &OwnedFd) -> Option<(Stage, i32)> {
     let mut buf = [0u8; 5];
     let mut got = 0;
     while got < buf.len() {
-        // Safety: reading into the unfilled tail of `buf`.
-        let n = unsafe {
-            libc::read(
-                fd.as_raw_fd(),
-                buf[got..].as_mut_ptr().cast(),
-                buf.len() - got,
-            )
-        };
-        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
+        match rustix::io::read(fd, &mut buf[got..]) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
         }
-        if n <= 0 {
-            break;
-        }
-        got += n as usize;
     }
     if got < buf.len() {
         return None;

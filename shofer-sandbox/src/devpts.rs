@@ -20,8 +20,10 @@
 //! as before).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
+
+use rustix::fs::{Mode, OFlags};
 
 use crate::paths;
 
@@ -36,15 +38,15 @@ const PTY_SLAVE_MAJOR: u32 = 136;
 /// `O_PATH` descriptor of its node, opened in the current mount namespace (call it in process
 /// A before `/dev` is replaced). `None` when none of 0-2 is a pty.
 pub fn caller_terminal() -> Option<(u32, OwnedFd)> {
-    for fd in 0..3 {
-        // Safety: an all-zero stat is a valid out-parameter.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // Safety: isatty and fstat only inspect the descriptor; `st` is filled on success.
-        let tty = unsafe { libc::isatty(fd) == 1 && libc::fstat(fd, &mut st) == 0 };
-        if !tty {
+    use rustix::stdio::{stderr, stdin, stdout};
+    for fd in [stdin(), stdout(), stderr()] {
+        if !rustix::termios::isatty(fd) {
             continue;
         }
-        let (major, minor) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
+        let Ok(st) = rustix::fs::fstat(fd) else {
+            continue;
+        };
+        let (major, minor) = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
         if !(PTY_SLAVE_MAJOR..PTY_SLAVE_MAJOR + 8).contains(&major) {
             continue;
         }
@@ -54,15 +56,10 @@ pub fn caller_terminal() -> Option<(u32, OwnedFd)> {
         let Ok(node) = paths::open_following(Path::new(&path)) else {
             continue;
         };
-        // Safety: an all-zero stat is a valid out-parameter.
-        let mut there: libc::stat = unsafe { std::mem::zeroed() };
-        // Safety: fstat of a descriptor we own into a local buffer.
-        let same = unsafe { libc::fstat(node.as_raw_fd(), &mut there) } == 0;
-        if same
-            && there.st_rdev == st.st_rdev
-            && there.st_ino == st.st_ino
-            && there.st_dev == st.st_dev
-        {
+        let same = rustix::fs::fstat(&node).is_ok_and(|there| {
+            there.st_rdev == st.st_rdev && there.st_ino == st.st_ino && there.st_dev == st.st_dev
+        });
+        if same {
             return Some((index, node));
         }
     }
@@ -92,23 +89,12 @@ pub fn mount_private(terminal: Option<(u32, OwnedFd)>) -> io::Result<Vec<OwnedFd
     }
     let mut masters = Vec::with_capacity(index as usize + 1);
     loop {
-        // Safety: a NUL-terminated path; the result is checked.
-        let fd = unsafe {
-            libc::open(
-                c"/dev/pts/ptmx".as_ptr(),
-                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // Safety: `fd` was just opened and is owned here.
-        let master = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut n: libc::c_uint = 0;
-        // Safety: TIOCGPTN writes the pty's index to `n`.
-        if unsafe { libc::ioctl(fd, libc::TIOCGPTN, &mut n) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let master = rustix::fs::open(
+            c"/dev/pts/ptmx",
+            OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let n = pty_index(&master)?;
         masters.push(master);
         if n >= index {
             if n != index {
@@ -128,4 +114,14 @@ pub fn mount_private(terminal: Option<(u32, OwnedFd)>) -> io::Result<Vec<OwnedFd
         None,
     )?;
     Ok(vec![placeholder])
+}
+
+/// The index of the pty whose master is `master` (`TIOCGPTN`), through rustix's `ptsname`,
+/// which is that ioctl spelled as `/dev/pts/N`.
+fn pty_index(master: &OwnedFd) -> io::Result<u32> {
+    let name = rustix::pty::ptsname(master, Vec::new())?;
+    name.to_bytes()
+        .strip_prefix(b"/dev/pts/")
+        .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EIO))
 }

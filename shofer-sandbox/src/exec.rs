@@ -19,7 +19,7 @@
 //!    setuid program from regaining what is dropped next);
 //! 6. the capability drop (keeping [`capabilities::FOREIGN_WORKTREE`], or switching to the
 //!    worktree's owner, for a root caller over someone else's worktree);
-//! 7. the [`seccomp`] filter against terminal injection, and [`hostfilter`] (keyrings,
+//! 7. the [`seccomp`] filter against terminal injection, and [`crate::hostfilter`] (keyrings,
 //!    set*id to other ids);
 //! 8. the Landlock ruleset;
 //! 9. the gate's helper ([`crate::gate::helper`]), forked into that very domain, then one
@@ -44,9 +44,11 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, RawFd};
 
 use landlock::RulesetCreated;
+use rustix::process::{Gid, Uid};
+use shofer_sys::signal;
 
 use crate::childfail::{report_failure, Stage};
 use crate::error::SetupError;
@@ -160,7 +162,7 @@ pub(crate) struct ChildArgs<'a> {
     /// The caller's signal mask, restored before exec.
     pub old_mask: libc::sigset_t,
     /// The failure pipe's write end.
-    pub err: RawFd,
+    pub err: BorrowedFd<'a>,
     /// Process A writes the number of the unix-socket gate's listener here.
     pub gate_pipe: Option<RawFd>,
     /// Both ends of the gate helper's link, for process A to close once the command runs.
@@ -178,20 +180,20 @@ const CHILD_STACK: usize = 256 * 1024;
 /// session, credentials, seccomp, Landlock) is per task, not per address space. The child
 /// only reads the plan: everything it owns stays the supervisor's.
 pub(crate) fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupError> {
-    // Safety: an anonymous private mapping; checked for MAP_FAILED below.
+    use rustix::mm::{MapFlags, ProtFlags};
+    // Safety: a new anonymous private mapping, placed by the kernel: no memory we use moves.
     let stack = unsafe {
-        libc::mmap(
+        rustix::mm::mmap_anonymous(
             std::ptr::null_mut(),
             CHILD_STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE | MapFlags::STACK,
         )
-    };
-    if stack == libc::MAP_FAILED {
-        return Err(SetupError::last_os("mmap"));
     }
+    .map_err(|e| SetupError::Syscall {
+        op: "mmap",
+        source: e.into(),
+    })?;
     extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
         // Safety: `arg` is the `ChildArgs` below, alive while the parent is suspended.
         let args = unsafe { &*(arg as *const ChildArgs<'_>) };
@@ -204,6 +206,7 @@ pub(crate) fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupErro
     } else {
         0
     };
+    // Raw libc: rustix has no clone(2) with a new stack.
     // Safety: the stack grows down from the top of our mapping; `args` outlives the child's
     // use of it because CLONE_VFORK suspends us until the child execs or exits.
     let pid = unsafe {
@@ -216,7 +219,7 @@ pub(crate) fn spawn_child(args: &ChildArgs<'_>) -> Result<libc::pid_t, SetupErro
     };
     let clone_err = io::Error::last_os_error();
     // Safety: unmapping the stack we mapped; the child no longer runs on it.
-    unsafe { libc::munmap(stack, CHILD_STACK) };
+    let _ = unsafe { rustix::mm::munmap(stack, CHILD_STACK) };
     if pid < 0 {
         return Err(SetupError::Syscall {
             op: "clone",
@@ -232,64 +235,55 @@ pub(crate) fn run(
     steps: &Steps<'_>,
     expected_parent: libc::pid_t,
     old_mask: &libc::sigset_t,
-    err: RawFd,
+    err: BorrowedFd<'_>,
 ) -> ! {
     let fail = |stage: Stage, e: io::Error| -> ! { report_failure(err, stage, e) };
-    let check = |stage: Stage, ret: libc::c_int| {
-        if ret != 0 {
-            fail(stage, io::Error::last_os_error());
+    let check = |stage: Stage, ret: rustix::io::Result<()>| {
+        if let Err(e) = ret {
+            fail(stage, e.into());
         }
     };
 
-    // Safety: restoring default dispositions and the caller's signal mask; valid arguments.
-    unsafe {
-        for s in [libc::SIGPIPE, libc::SIGCHLD, libc::SIGTERM]
-            .into_iter()
-            .chain(FORWARDED)
-        {
-            libc::signal(s, libc::SIG_DFL);
-        }
-        libc::sigprocmask(libc::SIG_SETMASK, old_mask, std::ptr::null_mut());
+    // Default dispositions and the caller's signal mask.
+    for s in [libc::SIGPIPE, libc::SIGCHLD, libc::SIGTERM]
+        .into_iter()
+        .chain(FORWARDED)
+    {
+        signal::set_default(s);
     }
+    let _ = signal::process_mask(signal::How::Set, old_mask);
     if !steps.interactive {
         // A new session: no controlling terminal, and a process group we can signal whole.
-        // Safety: setsid takes no arguments.
-        if unsafe { libc::setsid() } < 0 {
-            fail(Stage::Session, io::Error::last_os_error());
+        if let Err(e) = rustix::process::setsid() {
+            fail(Stage::Session, e.into());
         }
     }
-    // Safety: prctl/getppid with integer arguments.
-    unsafe {
-        check(
-            Stage::DeathSignal,
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0),
-        );
-        if libc::getppid() != expected_parent {
-            libc::_exit(125);
-        }
+    check(
+        Stage::DeathSignal,
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL)),
+    );
+    if rustix::process::Pid::as_raw(rustix::process::getppid()) != expected_parent {
+        signal::exit_now(125);
     }
     if let Err(e) = shofer_sys::fd::cloexec_from_3(&steps.keep_fds) {
         fail(Stage::Descriptors, e);
     }
     if steps.no_new_privs {
-        // Safety: prctl with integer arguments.
-        check(Stage::NoNewPrivs, unsafe {
-            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        });
+        check(Stage::NoNewPrivs, rustix::thread::set_no_new_privs(true));
     }
     if steps.drop_caps {
         if let Err(e) = capabilities::drop_bounding(steps.kept_caps) {
             fail(Stage::Capabilities, e);
         }
         if let Some((uid, gid)) = steps.run_as {
-            // Safety: plain syscalls with integer arguments and a one-element group list.
-            let ok = unsafe {
-                libc::setgroups(1, &gid) == 0
-                    && libc::setresgid(gid, gid, gid) == 0
-                    && libc::setresuid(uid, uid, uid) == 0
-            };
-            if !ok {
-                fail(Stage::Identity, io::Error::last_os_error());
+            // The raw calls change this single-threaded process's credentials; glibc's
+            // wrappers act on every thread glibc knows of, here the supervisor's.
+            let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(gid));
+            let switched = rustix::thread::set_thread_groups(&[gid])
+                .and_then(|()| rustix::thread::set_thread_res_gid(gid, gid, gid))
+                .and_then(|()| rustix::thread::set_thread_res_uid(uid, uid, uid));
+            if let Err(e) = switched {
+                fail(Stage::Identity, e.into());
             }
         }
         if let Err(e) = capabilities::clear_sets(steps.kept_caps) {

@@ -56,8 +56,10 @@
 
 use crate::error::SetupError;
 use crate::signals::FORWARDED;
+use rustix::process::{Pid, Signal};
 use shofer_core::policy::Backend;
 use shofer_sys::process::sigset;
+use shofer_sys::signal::{self, How};
 
 /// On the Landlock backend, forks: the child returns the caller's signal mask (for the
 /// command: the guardian blocked its signals before the fork) and goes on as the supervisor;
@@ -84,35 +86,31 @@ pub(crate) fn split(
     let mut handled = vec![libc::SIGCHLD, libc::SIGTERM];
     handled.extend(FORWARDED);
     let set = sigset(&handled);
-    // Safety: an all-zero sigset_t is a valid out-parameter for sigprocmask.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // Safety: both sets are valid; blocking only defers delivery.
-    if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old) } != 0 {
-        return Err(SetupError::last_os("sigprocmask"));
-    }
-    let guardian = shofer_sys::process::getpid();
+    // Blocking only defers delivery.
+    let old = signal::process_mask(How::Block, &set).map_err(|source| SetupError::Syscall {
+        op: "sigprocmask",
+        source,
+    })?;
+    let guardian = rustix::process::getpid();
+    // Raw libc: rustix has no fork(2) outside its experimental runtime API.
     // Safety: this process is single-threaded (asserted above), so the child's copy of every
     // lock is consistent; the parent branch never returns into the code that follows.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         let e = SetupError::last_os("fork (the guardian)");
-        // Safety: restoring the mask saved above.
-        unsafe { libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        let _ = signal::process_mask(How::Set, &old);
         return Err(e);
     }
     if pid > 0 {
         guard(pid, &set, interactive)
     }
     // The supervisor: it dies with the guardian, which must still be there.
-    // Safety: prctl with integer arguments; getppid cannot fail.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
-        if libc::getppid() != guardian {
-            return Err(SetupError::CallerExited);
-        }
-        if !interactive {
-            libc::setpgid(0, 0);
-        }
+    let _ = rustix::process::set_parent_process_death_signal(Some(Signal::TERM));
+    if rustix::process::getppid() != Some(guardian) {
+        return Err(SetupError::CallerExited);
+    }
+    if !interactive {
+        let _ = rustix::process::setpgid(None, None);
     }
     Ok(Some(old))
 }
@@ -138,13 +136,10 @@ fn guard(supervisor: libc::pid_t, set: &libc::sigset_t, interactive: bool) -> ! 
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
     }
-    // Safety: getsid/getpid cannot fail for ourselves.
-    let session_leader = unsafe { libc::getsid(0) == libc::getpid() };
+    let session_leader = rustix::process::getsid(None).ok() == Some(rustix::process::getpid());
     let status = loop {
-        // Safety: an all-zero siginfo_t is valid output space.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // Safety: `set` holds only signals blocked in this process.
-        let sig = unsafe { libc::sigwaitinfo(set, &mut info) };
+        // `set` holds only signals blocked in this process.
+        let (sig, code) = signal::wait_info(set).unwrap_or((-1, 0));
         if sig == libc::SIGCHLD {
             if let (Some(status), _) = reap(supervisor) {
                 break status;
@@ -153,11 +148,15 @@ fn guard(supervisor: libc::pid_t, set: &libc::sigset_t, interactive: bool) -> ! 
             // The terminal sends its signals to the whole foreground process group, which
             // holds the supervisor of an interactive run; a hangup's SIGHUP goes to the
             // session leader only.
-            let from_terminal = info.si_code == libc::SI_KERNEL;
+            let from_terminal = code == libc::SI_KERNEL;
             let reached_it = interactive && !(sig == libc::SIGHUP && session_leader);
             if !(from_terminal && reached_it) {
-                // Safety: signalling our child, not yet reaped (its pid cannot be reused).
-                unsafe { libc::kill(supervisor, sig) };
+                // Signalling our child, not yet reaped (its pid cannot be reused).
+                if let (Some(pid), Some(sig)) =
+                    (Pid::from_raw(supervisor), Signal::from_named_raw(sig))
+                {
+                    let _ = rustix::process::kill_process(pid, sig);
+                }
             }
         }
     };
@@ -178,8 +177,8 @@ fn guard(supervisor: libc::pid_t, set: &libc::sigset_t, interactive: bool) -> ! 
     } else {
         crate::signals::EXIT_SETUP
     };
-    // Safety: _exit runs nothing of the supervisor's state we hold a copy of.
-    unsafe { libc::_exit(code) }
+    // _exit runs nothing of the supervisor's state we hold a copy of.
+    signal::exit_now(code)
 }
 
 /// Reaps every exited child. Returns the raw wait status of `supervisor` if it was among
@@ -187,9 +186,7 @@ fn guard(supervisor: libc::pid_t, set: &libc::sigset_t, interactive: bool) -> ! 
 fn reap(supervisor: libc::pid_t) -> (Option<i32>, bool) {
     let mut found = None;
     loop {
-        let mut status = 0;
-        // Safety: waitpid on any child, non-blocking.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        let (pid, status) = crate::signals::reap_any();
         if pid == 0 {
             return (found, false);
         }

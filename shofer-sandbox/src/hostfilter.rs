@@ -210,10 +210,12 @@ mod x86_64 {
     /// # Errors
     /// The seccomp(2) error.
     pub fn install(refuse: super::Refuse) -> io::Result<()> {
-        // Safety: getuid/getgid cannot fail.
-        let ids = refuse
-            .id_changes
-            .then(|| unsafe { (libc::getuid(), libc::getgid()) });
+        let ids = refuse.id_changes.then(|| {
+            (
+                rustix::process::getuid().as_raw(),
+                rustix::process::getgid().as_raw(),
+            )
+        });
         let filter = program(ids, refuse);
         crate::seccomp::install(&filter, 0).map(drop)
     }

@@ -386,8 +386,7 @@ fn attempt(
 /// supervisor may map them all or switch to them); `None` otherwise.
 fn foreign_owner(worktree: &std::path::Path, keep_caps: bool) -> Option<(u32, u32)> {
     use std::os::unix::fs::MetadataExt;
-    // Safety: geteuid cannot fail.
-    if keep_caps || unsafe { libc::geteuid() } != 0 {
+    if keep_caps || !rustix::process::geteuid().is_root() {
         return None;
     }
     let m = std::fs::metadata(worktree).ok()?;
@@ -420,8 +419,12 @@ fn exec_spec(args: &RunArgs, owner: Option<(u32, u32)>) -> Result<ExecSpec, Setu
     Ok(ExecSpec {
         argv,
         pass_fds: args.pass_fds.clone(),
-        // Safety: isatty only inspects the descriptors.
-        interactive: (0..3).any(|fd| unsafe { libc::isatty(fd) } == 1),
+        interactive: {
+            use rustix::stdio::{stderr, stdin, stdout};
+            [stdin(), stdout(), stderr()]
+                .into_iter()
+                .any(rustix::termios::isatty)
+        },
         caps: if args.keep_caps {
             CapPolicy::Keep
         } else {
@@ -523,8 +526,10 @@ fn supervised(
             if let (Some(setup), Some((listener, diag))) = (gate, running.gate.take()) {
                 if let Err(e) = setup.start(listener, diag) {
                     // Nobody would answer the command's gated calls: stop it instead.
-                    // Safety: killing our own child.
-                    unsafe { libc::kill(running.main, libc::SIGKILL) };
+                    // Killing our own child.
+                    if let Some(pid) = rustix::process::Pid::from_raw(running.main) {
+                        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                    }
                     eprintln!("shofer-sandbox: the unix socket gate could not start: {e}");
                 }
             }

@@ -3,27 +3,26 @@
 //! `RLIMIT_NOFILE`, and the command gets the caller's limit back before exec (a raised limit
 //! would break programs that `select(2)` on descriptors).
 
+use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+
 /// The caller's `RLIMIT_NOFILE`, when [`raise`] raised ours.
-static CALLER_NOFILE: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
+static CALLER_NOFILE: std::sync::OnceLock<Rlimit> = std::sync::OnceLock::new();
 
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit: the sandbox holds one
 /// descriptor per writable path (thousands of `--allow-write` paths are supported) besides
 /// its pipes. The command gets the caller's limit back ([`restore`]).
 pub(crate) fn raise() {
-    // Safety: an all-zero rlimit is a valid out-parameter.
-    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
-    // Safety: getrlimit into a local.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
-        || lim.rlim_cur >= lim.rlim_max
-    {
+    let lim = getrlimit(Resource::Nofile);
+    // None: RLIM_INFINITY, above every number.
+    let raw = |v: Option<u64>| v.unwrap_or(u64::MAX);
+    if raw(lim.current) >= raw(lim.maximum) {
         return;
     }
-    let up = libc::rlimit {
-        rlim_cur: lim.rlim_max,
-        rlim_max: lim.rlim_max,
+    let up = Rlimit {
+        current: lim.maximum,
+        maximum: lim.maximum,
     };
-    // Safety: setrlimit on this process with a valid struct.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &up) } == 0 {
+    if setrlimit(Resource::Nofile, up).is_ok() {
         let _ = CALLER_NOFILE.set(lim);
     }
 }
@@ -31,8 +30,7 @@ pub(crate) fn raise() {
 /// Puts back the caller's `RLIMIT_NOFILE` (in the child, before exec). Async-signal-safe.
 pub(crate) fn restore() {
     if let Some(lim) = CALLER_NOFILE.get() {
-        // Safety: setrlimit with a valid struct; lowering below the open descriptors is
-        // allowed.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, lim) };
+        // Lowering below the open descriptors is allowed.
+        let _ = setrlimit(Resource::Nofile, *lim);
     }
 }

@@ -88,10 +88,8 @@ pub fn exec(argv: &[CString]) -> io::Error {
 /// # Errors
 /// [`NotRunnable`] as a failed exec would be reported.
 pub fn resolve(name: &CStr) -> Result<CString, NotRunnable> {
-    let executable = |p: &CStr| {
-        // Safety: NUL-terminated path.
-        is_regular_file(p) && unsafe { libc::access(p.as_ptr(), libc::X_OK) } == 0
-    };
+    let executable =
+        |p: &CStr| is_regular_file(p) && rustix::fs::access(p, rustix::fs::Access::EXEC_OK).is_ok();
     if name.to_bytes().contains(&b'/') {
         if executable(name) {
             return Ok(name.to_owned());
@@ -119,6 +117,8 @@ pub fn resolve(name: &CStr) -> Result<CString, NotRunnable> {
 fn exec_one(path: &CString, argv: &[CString]) -> io::Error {
     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
+    // Raw libc: rustix has execve only in its experimental runtime API (and execv takes the
+    // environment as it is).
     // Safety: NULL-terminated arrays of NUL-terminated strings that outlive the call.
     unsafe { libc::execv(path.as_ptr(), ptrs.as_ptr()) };
     let err = io::Error::last_os_error();
@@ -129,17 +129,16 @@ fn exec_one(path: &CString, argv: &[CString]) -> io::Error {
     let mut script: Vec<*const libc::c_char> = vec![sh.as_ptr(), path.as_ptr()];
     script.extend(argv[1..].iter().map(|a| a.as_ptr()));
     script.push(std::ptr::null());
+    // Raw libc, as above.
     // Safety: as above.
     unsafe { libc::execv(sh.as_ptr(), script.as_ptr()) };
     io::Error::last_os_error()
 }
 
 fn is_regular_file(path: &CStr) -> bool {
-    // Safety: `st` is filled by stat on success; `path` is NUL-terminated.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::stat(path.as_ptr(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
-    }
+    rustix::fs::stat(path).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+    })
 }
 
 #[cfg(test)]

@@ -12,6 +12,9 @@
 
 use std::io::Write;
 
+use rustix::process::DumpableBehavior;
+use shofer_sys::signal::{self, How};
+
 /// Exit status when the sandbox could not be set up (docs/ARCHITECTURE.md).
 pub const EXIT_SETUP: i32 = 125;
 
@@ -33,14 +36,13 @@ pub(crate) const FORWARDED: [libc::c_int; 6] = [
 /// signal's default action does not end a process.
 pub(crate) fn die_by_signal(sig: i32) -> i32 {
     let _ = std::io::stdout().flush();
-    // Safety: prctl/signal/sigprocmask/kill with valid arguments on this process only.
-    unsafe {
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        libc::signal(sig, libc::SIG_DFL);
-        let set = shofer_sys::process::sigset(&[sig]);
-        libc::kill(libc::getpid(), sig);
-        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-    }
+    let _ = rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable);
+    signal::set_default(sig);
+    let set = shofer_sys::process::sigset(&[sig]);
+    // Raw libc: `sig` may be a real-time signal, which rustix's `Signal` names only unsafely.
+    // Safety: kill of this very process with the signal it is to die by.
+    unsafe { libc::kill(libc::getpid(), sig) };
+    let _ = signal::process_mask(How::Unblock, &set);
     128 + sig
 }
 
@@ -53,5 +55,16 @@ pub(crate) fn wait_status_to_exit(status: i32) -> i32 {
         128 + libc::WTERMSIG(status)
     } else {
         EXIT_SETUP
+    }
+}
+
+/// `waitpid(-1, WNOHANG)` in the raw call's terms: (pid, raw wait status) of one child that
+/// changed state; pid 0 when none has, -1 on failure (`ECHILD`: no child is left).
+pub(crate) fn reap_any() -> (libc::pid_t, i32) {
+    // rustix::process::wait is waitpid(-1); its waitpid(None) would be waitpid(0), the group.
+    match rustix::process::wait(rustix::process::WaitOptions::NOHANG) {
+        Ok(Some((pid, status))) => (pid.as_raw_nonzero().get(), status.as_raw()),
+        Ok(None) => (0, 0),
+        Err(_) => (-1, 0),
     }
 }

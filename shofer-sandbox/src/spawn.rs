@@ -13,7 +13,9 @@
 //! errno) means a setup step or `execve` failed, and which.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use rustix::process::{Signal, WaitOptions};
 
 use crate::childfail::{read_failure, Stage};
 use crate::error::{SetupError, Unusable};
@@ -24,6 +26,7 @@ use crate::plan::{Confinement, Plan};
 use crate::signals::FORWARDED;
 use shofer_sys::errno;
 use shofer_sys::process::sigset;
+use shofer_sys::signal;
 
 /// The command is running (it has exec'd): what the supervisor needs from the spawn.
 pub(crate) struct Running {
@@ -54,18 +57,12 @@ pub(crate) enum Spawn {
 /// # Errors
 /// A `prctl` failure, or [`SetupError::CallerExited`].
 pub(crate) fn reaper_dying_with_parent() -> Result<(), SetupError> {
-    // Safety: prctl with integer arguments only changes this process's attributes.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(SetupError::last_os("prctl(PR_SET_CHILD_SUBREAPER)"));
-    }
-    // Safety: getppid cannot fail.
-    let caller = unsafe { libc::getppid() };
-    // Safety: as above.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) } != 0 {
-        return Err(SetupError::last_os("prctl(PR_SET_PDEATHSIG)"));
-    }
-    // Safety: getppid cannot fail.
-    if unsafe { libc::getppid() } != caller {
+    let failed = |op| move |source| SetupError::Syscall { op, source };
+    shofer_sys::process::set_child_subreaper().map_err(failed("prctl(PR_SET_CHILD_SUBREAPER)"))?;
+    let caller = rustix::process::getppid();
+    rustix::process::set_parent_process_death_signal(Some(Signal::TERM))
+        .map_err(|e| failed("prctl(PR_SET_PDEATHSIG)")(e.into()))?;
+    if rustix::process::getppid() != caller {
         return Err(SetupError::CallerExited);
     }
     Ok(())
@@ -96,12 +93,12 @@ pub(crate) fn spawn(
         handled.push(libc::SIGIO);
     }
     let set = sigset(&handled);
-    // Safety: an all-zero sigset_t is a valid out-parameter for sigprocmask.
-    let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // Safety: both sets are valid; blocking only defers delivery.
-    if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old_mask) } != 0 {
-        return Err(SetupError::last_os("sigprocmask"));
-    }
+    // Blocking only defers delivery.
+    let old_mask =
+        signal::process_mask(signal::How::Block, &set).map_err(|source| SetupError::Syscall {
+            op: "sigprocmask",
+            source,
+        })?;
     // Below a guardian these were blocked before its fork: the caller's mask is the one given.
     let old_mask = caller_mask.unwrap_or(old_mask);
 
@@ -161,10 +158,9 @@ pub(crate) fn spawn(
     }
     let args = ChildArgs {
         steps: &steps,
-        // Safety: getpid cannot fail.
-        supervisor: unsafe { libc::getpid() },
+        supervisor: shofer_sys::process::getpid(),
         old_mask,
-        err: err_write.as_raw_fd(),
+        err: err_write.as_fd(),
         gate_pipe: gate_pipe.as_ref().map(|(_, w)| w.as_raw_fd()),
         helper_fds,
     };
@@ -181,16 +177,15 @@ pub(crate) fn spawn(
                 &args,
                 setup,
                 plan.exec.keep_descendants,
-                main_exit.as_ref().map(|(_, w)| w.as_raw_fd()),
-                maps.as_ref().map(|(r, w)| (r.as_raw_fd(), w.as_raw_fd())),
+                main_exit.as_ref().map(|(_, w)| w.as_fd()),
+                maps.as_ref().map(|(r, w)| (r.as_fd(), w.as_raw_fd())),
             )?;
             if let Some((_, ready)) = maps {
                 let written = ["uid_map", "gid_map"].iter().all(|f| {
                     std::fs::write(format!("/proc/{pid}/{f}"), namespaces::FULL_MAP).is_ok()
                 });
                 if written {
-                    // Safety: a one-byte write to our pipe.
-                    unsafe { libc::write(ready.as_raw_fd(), b"1".as_ptr().cast(), 1) };
+                    let _ = rustix::io::write(&ready, b"1");
                 }
             }
             pid
@@ -199,6 +194,8 @@ pub(crate) fn spawn(
     };
     drop(err_write);
     if let Some(gate) = plan.spawned_gate {
+        // Raw libc: the plan holds the watcher's pipe as a bare number, which rustix would
+        // have to borrow unsafely all the same.
         // Safety: one byte to the git watcher's pipe, which the caller keeps open.
         unsafe { libc::write(gate, b"s".as_ptr().cast(), 1) };
     }
@@ -210,9 +207,10 @@ pub(crate) fn spawn(
     };
 
     if let Some((stage, errno)) = read_failure(&err_read) {
-        let mut status = 0;
-        // Safety: reaping our own child.
-        unsafe { libc::waitpid(main, &mut status, 0) };
+        // Reaping our own child.
+        if let Some(pid) = shofer_sys::process::pid(main) {
+            let _ = rustix::process::waitpid(Some(pid), WaitOptions::empty());
+        }
         // What was executed: the command, or bubblewrap in front of it.
         let name = steps.argv[0].to_string_lossy();
         return match stage {
@@ -247,14 +245,15 @@ fn spawn_namespaced(
     args: &ChildArgs<'_>,
     setup: &namespaces::Setup<'_>,
     keep_descendants: bool,
-    main_exit: Option<RawFd>,
-    maps_ready: Option<(RawFd, RawFd)>,
+    main_exit: Option<BorrowedFd<'_>>,
+    maps_ready: Option<(BorrowedFd<'_>, RawFd)>,
 ) -> Result<libc::pid_t, SetupError> {
     let mut flags =
         libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
     if setup.net_deny {
         flags |= libc::CLONE_NEWNET;
     }
+    // Raw syscall: rustix has no clone(2) (and libc's wrapper needs a stack).
     // Safety: no new stack and no CLONE_VM: the child gets a copy of this single-threaded
     // process, like fork(2).
     let pid = unsafe { libc::syscall(libc::SYS_clone, flags | libc::SIGCHLD, 0, 0, 0, 0) };

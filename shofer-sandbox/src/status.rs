@@ -22,6 +22,9 @@
 
 use std::io::Write;
 use std::os::fd::{FromRawFd, RawFd};
+use std::time::Duration;
+
+use shofer_sys::signal::{self, How};
 
 /// The `--status-fd` descriptor, owned (closed when the sandbox exits; never inherited by
 /// the command).
@@ -51,21 +54,16 @@ impl StatusFd {
     /// instead of the supervisor (whose death would kill the command).
     fn line(&self, text: &str) {
         let pipe = shofer_sys::process::sigset(&[libc::SIGPIPE]);
-        // Safety: an all-zero sigset_t is a valid out-parameter.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // Safety: valid sets; only this thread's mask changes, and it is restored below.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old) };
+        // Only this thread's mask changes, and it is restored below.
+        let old = signal::thread_mask(How::Block, &pipe);
         let broken = (&self.0).write_all(text.as_bytes()).is_err();
         if broken {
-            let zero = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // Safety: consumes the SIGPIPE our failed write raised, if any, without waiting.
-            unsafe { libc::sigtimedwait(&pipe, std::ptr::null_mut(), &zero) };
+            // Consumes the SIGPIPE our failed write raised, if any, without waiting.
+            signal::timed_wait(&pipe, Duration::ZERO);
         }
-        // Safety: restoring the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        if let Ok(old) = old {
+            let _ = signal::thread_mask(How::Set, &old);
+        }
     }
 }
 

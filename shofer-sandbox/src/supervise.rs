@@ -35,6 +35,8 @@
 use std::io::Read;
 use std::time::Duration;
 
+use rustix::process::{Pid, Signal};
+
 use crate::plan::{Confinement, Plan};
 use crate::spawn::Running;
 use crate::status::StatusFd;
@@ -122,13 +124,10 @@ impl Supervisor {
 
     fn wait_main(&mut self) -> i32 {
         loop {
-            // Safety: siginfo_t is plain data filled by sigwaitinfo.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            // Safety: `set` holds only signals blocked in this process.
-            let sig = unsafe { libc::sigwaitinfo(&self.set, &mut info) };
-            if sig < 0 {
+            // `set` holds only signals blocked in this process.
+            let Ok((sig, code)) = shofer_sys::signal::wait_info(&self.set) else {
                 continue; // EINTR
-            }
+            };
             match sig {
                 libc::SIGCHLD => {
                     let none_left = self.reap();
@@ -143,23 +142,32 @@ impl Supervisor {
                     return TERMINATED;
                 }
                 libc::SIGIO => self.read_main_exit(),
-                _ => self.forward(sig, &info),
+                _ => self.forward(sig, code),
             }
         }
         self.kill_tree();
         self.main_status.unwrap_or(TERMINATED)
     }
 
-    fn forward(&self, sig: libc::c_int, info: &libc::siginfo_t) {
+    /// Passes `sig` (whose `si_code` is `code`) on to the command.
+    fn forward(&self, sig: libc::c_int, code: libc::c_int) {
         if self.main_status.is_some() {
             return;
         }
-        if self.interactive && info.si_code == libc::SI_KERNEL {
+        if self.interactive && code == libc::SI_KERNEL {
             return; // the terminal sent it to the whole foreground group already
         }
-        // Safety: signalling our own descendant (or its process group); the main process is
-        // not reaped yet, so its tree's PIDs cannot have been recycled under us.
-        unsafe { libc::kill(self.forward_target, sig) };
+        // Signalling our own descendant (or its process group); the main process is not
+        // reaped yet, so its tree's PIDs cannot have been recycled under us.
+        let Some(sig) = Signal::from_named_raw(sig) else {
+            return;
+        };
+        let target = self.forward_target;
+        let _ = match Pid::from_raw(target.abs()) {
+            Some(pid) if target > 0 => rustix::process::kill_process(pid, sig),
+            Some(pid) => rustix::process::kill_process_group(pid, sig),
+            None => return,
+        };
     }
 
     /// Writes the command's exit status to `--status-fd`, once.
@@ -191,9 +199,7 @@ impl Supervisor {
     /// child is left.
     fn reap(&mut self) -> bool {
         loop {
-            let mut status = 0;
-            // Safety: waitpid on any child, non-blocking.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            let (pid, status) = crate::signals::reap_any();
             if pid == self.main {
                 self.main_status = Some(status);
                 self.report_exit(status);

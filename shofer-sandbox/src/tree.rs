@@ -66,11 +66,6 @@ pub(crate) fn end_all(grace: Duration, reap: &mut dyn FnMut() -> bool) {
 
 /// Waits up to `timeout` for SIGCHLD, which the caller has blocked.
 fn wait_sigchld(timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
     let chld = shofer_sys::process::sigset(&[libc::SIGCHLD]);
-    // Safety: valid set and timeout; a NULL info pointer is allowed.
-    unsafe { libc::sigtimedwait(&chld, std::ptr::null_mut(), &ts) };
+    shofer_sys::signal::timed_wait(&chld, timeout);
 }

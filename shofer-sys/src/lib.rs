@@ -11,6 +11,7 @@
 //!   [`pidfd::signal_if_same`], the identity check (pid + start time) every signal goes through.
 //! - [`fd`]: pipes, `eventfd`, `poll`, `splice`, close-on-exec from descriptor 3 up.
 //! - [`process`]: the child-subreaper flag and reaping.
+//! - [`signal`]: signal masks, synchronous waits, default dispositions and `_exit`.
 //! - [`errno`]: errno names for messages and reports.
 //! - [`landlock`]: the Landlock ABI probe.
 //! - [`statedir`]: state kept across runs (journals, job records), checked on every read.
@@ -33,6 +34,7 @@ pub mod landlock;
 pub mod pidfd;
 pub mod proc;
 pub mod process;
+pub mod signal;
 pub mod statedir;
 
 pub use proc::{ProcInfo, ProcTable};

@@ -9,16 +9,20 @@
 //!   (exit 125), everything else ends in `_exit`.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::path::Path;
+
+use rustix::process::{Pid, Signal};
+use shofer_sys::process::sigset;
+use shofer_sys::signal;
 
 use super::mounts::{build, NsStep};
 use super::Setup;
 use crate::childfail::{report_failure, Stage};
+use crate::error::SetupError;
 use crate::exec::{spawn_child, ChildArgs};
 use crate::paths;
-use crate::signals::{wait_status_to_exit, FORWARDED};
-use shofer_sys::process::sigset;
+use crate::signals::{reap_any, wait_status_to_exit, FORWARDED};
 
 /// Process A (step 7 of the module docs): PID 1 of the new namespaces. Builds them, forks the
 /// command (B), then reaps and forwards signals until B exits, and exits with its status (the
@@ -29,22 +33,21 @@ pub(crate) fn run(
     args: &ChildArgs<'_>,
     setup: &Setup<'_>,
     keep_descendants: bool,
-    main_exit: Option<RawFd>,
-    maps_ready: Option<(RawFd, RawFd)>,
+    main_exit: Option<BorrowedFd<'_>>,
+    maps_ready: Option<(BorrowedFd<'_>, RawFd)>,
 ) -> ! {
     let err = args.err;
     let fail = |stage: Stage, e: io::Error| -> ! { report_failure(err, stage, e) };
-    // Safety: prctl with integer arguments. SIGKILL for PID 1 takes the namespace with it.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    // SIGKILL for PID 1 takes the namespace with it.
+    let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
     if let Some((read, write)) = maps_ready {
-        let mut byte = 0u8;
-        // Safety: closing our copy of the write end (so a supervisor that gives up means
-        // EOF), then a one-byte read from the pipe it writes once the maps are in.
-        let n = unsafe {
-            libc::close(write);
-            libc::read(read, (&mut byte as *mut u8).cast(), 1)
-        };
-        if n != 1 {
+        // Our copy of the write end goes (so a supervisor that gives up means EOF), then a
+        // one-byte read from the pipe it writes once the maps are in.
+        // Safety: closing our copy of the supervisor's descriptor (A owns its copies: it never
+        // returns into the code that owns the originals), never used again.
+        unsafe { rustix::io::close(write) };
+        let mut byte = [0u8];
+        if rustix::io::read(read, &mut byte) != Ok(1) {
             fail(Stage::IdMaps, io::Error::from_raw_os_error(libc::EPERM));
         }
     }
@@ -94,10 +97,12 @@ pub(crate) fn run(
     };
     let command = match spawn_child(&child) {
         Ok(pid) => pid,
-        Err(_) => fail(Stage::Fork, io::Error::last_os_error()),
+        Err(SetupError::Syscall { source, .. }) => fail(Stage::Fork, source),
+        Err(_) => fail(Stage::Fork, io::Error::from_raw_os_error(libc::EIO)),
     };
-    // Safety: closing our copy of the error pipe, so the supervisor sees EOF at exec.
-    unsafe { libc::close(err) };
+    // Safety: closing our copy of the error pipe, so the supervisor sees EOF at exec; A
+    // writes to it no more.
+    unsafe { rustix::io::close(err.as_raw_fd()) };
     // The unix-socket gate (crate::gate): the command installed it in the table we share
     // until its exec; we hold the listener for the supervisor as long as the run lasts. Our
     // copies of both ends of the helper's link go: the helper reads EOF when the supervisor
@@ -109,51 +114,48 @@ pub(crate) fn run(
     }
     for fd in args.helper_fds.iter().flatten() {
         // Safety: closing our copies of the supervisor's descriptors.
-        unsafe { libc::close(*fd) };
+        unsafe { rustix::io::close(*fd) };
     }
 
     let mut handled = vec![libc::SIGCHLD, libc::SIGTERM];
     handled.extend(FORWARDED);
     let set = sigset(&handled);
     loop {
-        // Safety: siginfo_t is plain data filled by sigwaitinfo.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // Safety: the set holds signals blocked in this process (inherited mask).
-        let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+        // The set holds signals blocked in this process (inherited mask).
+        let (sig, code) = signal::wait_info(&set).unwrap_or((-1, 0));
         if sig == libc::SIGCHLD {
             loop {
-                let mut status = 0;
-                // Safety: reaping any child of init, non-blocking.
-                let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+                // Reaping any child of init, non-blocking.
+                let (pid, status) = reap_any();
                 if pid == command {
                     command_status = Some(status);
                     // The supervisor takes the command's raw status from here (to report it
-                    // early with --keep-descendants, and to die by its signal).
+                    // early with --keep-descendants, and to die by its signal). A pipe write
+                    // this small is atomic.
                     if let Some(fd) = main_exit {
-                        let bytes = status.to_ne_bytes();
-                        // Safety: writing 4 bytes from a live buffer to our pipe; a pipe
-                        // write this small is atomic.
-                        unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+                        let _ = rustix::io::write(fd, &status.to_ne_bytes());
                     }
                 }
                 let none_left = pid < 0;
                 if let Some(status) = command_status {
                     if !keep_descendants || none_left {
-                        // Safety: exiting PID 1; the kernel kills the rest of the namespace.
-                        unsafe { libc::_exit(wait_status_to_exit(status)) };
+                        // Exiting PID 1; the kernel kills the rest of the namespace.
+                        signal::exit_now(wait_status_to_exit(status));
                     }
                 }
                 if pid <= 0 {
                     break;
                 }
             }
-        } else if sig > 0
-            && command_status.is_none()
-            && !(interactive && info.si_code == libc::SI_KERNEL)
-        {
-            let target = if interactive { command } else { -command };
-            // Safety: signalling our own, unreaped child (or its process group).
-            unsafe { libc::kill(target, sig) };
+        } else if sig > 0 && command_status.is_none() && !(interactive && code == libc::SI_KERNEL) {
+            // Signalling our own, unreaped child (or its process group).
+            if let (Some(pid), Some(sig)) = (Pid::from_raw(command), Signal::from_named_raw(sig)) {
+                let _ = if interactive {
+                    rustix::process::kill_process(pid, sig)
+                } else {
+                    rustix::process::kill_process_group(pid, sig)
+                };
+            }
         }
     }
 }

@@ -62,7 +62,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use landlock::RulesetCreated;
+use rustix::process::{getgid, getuid, WaitOptions};
 use shofer_core::policy::{NetPolicy, RuleOrigin};
+use shofer_sys::signal::exit_now;
 
 use crate::error::SetupError;
 use crate::writable::OpenedPolicy;
@@ -165,8 +167,7 @@ pub(crate) fn plan<'a>(
     } else {
         None
     };
-    // Safety: getuid/getgid cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
     Ok(Setup {
         binds,
         uid,
@@ -249,8 +250,7 @@ pub fn blocked_by_sysctl() -> Option<String> {
     {
         return Some(failure_reason("clone", libc::ENOSPC));
     }
-    // Safety: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     if !root
         && read("/proc/sys/kernel/unprivileged_userns_clone")
             .as_deref()
@@ -269,8 +269,8 @@ pub fn blocked_by_sysctl() -> Option<String> {
 /// # Errors
 /// The [`failure_reason`] of the first step that failed.
 pub(crate) fn probe() -> Result<(), String> {
-    // Safety: getuid/getgid cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
+    // Raw syscall: rustix has no clone(2) (and libc's wrapper needs a stack).
     // Safety: a fork-like clone (no new stack, no CLONE_VM) of this single-threaded process;
     // the child only makes syscalls and exits.
     let pid = unsafe {
@@ -295,8 +295,8 @@ pub(crate) fn probe() -> Result<(), String> {
             write_file("/proc/self/gid_map", &format!("{gid} {gid} 1"))
         })();
         if let Err(e) = maps {
-            // Safety: leaving the probe child without running the parent's destructors.
-            unsafe { libc::_exit(code(e)) };
+            // Leaving the probe child without running the parent's destructors.
+            exit_now(code(e));
         }
         let mounted = mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
             .and_then(|()| mount(Some("tmpfs"), "/tmp", Some("tmpfs"), 0, None));
@@ -304,12 +304,13 @@ pub(crate) fn probe() -> Result<(), String> {
             Ok(()) => 0,
             Err(e) => 128 + code(e),
         };
-        // Safety: as above.
-        unsafe { libc::_exit(status) };
+        exit_now(status);
     }
-    let mut status = 0;
-    // Safety: reaping the child we just cloned.
-    unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+    // Reaping the child we just cloned.
+    let status = shofer_sys::process::pid(pid as libc::pid_t)
+        .and_then(|pid| rustix::process::waitpid(Some(pid), WaitOptions::empty()).ok())
+        .flatten()
+        .map_or(0, |(_, status)| status.as_raw());
     match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
         (true, 0) => Ok(()),
         (true, c) if c > 128 => Err(failure_reason("mount", c - 128)),

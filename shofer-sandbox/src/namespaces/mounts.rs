@@ -265,6 +265,7 @@ fn set_readonly(path: &str, flags: libc::c_uint, readonly: bool) -> io::Result<(
         propagation: 0,
         userns_fd: 0,
     };
+    // Raw syscall: rustix lists mount_setattr as not implemented.
     // Safety: a NUL-terminated path and a mount_attr of the size we pass, alive for the call.
     let ret = unsafe {
         libc::syscall(

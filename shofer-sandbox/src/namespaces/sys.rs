@@ -24,23 +24,46 @@ pub(crate) fn mount(
     flags: libc::c_ulong,
     data: Option<&str>,
 ) -> io::Result<()> {
+    use rustix::mount::{MountFlags, MountPropagationFlags};
     let src = src.map(cstr).transpose()?;
     let target_c = cstr(target)?;
     let fstype = fstype.map(cstr).transpose()?;
     let data = data.map(cstr).transpose()?;
-    let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
-    // Safety: every pointer is NULL or a NUL-terminated string alive for the call.
-    let ret = unsafe {
-        libc::mount(
-            ptr(&src),
-            target_c.as_ptr(),
-            ptr(&fstype),
-            flags,
-            ptr(&data).cast(),
-        )
+    // Every MS_* flag fits the 32 bits of mount(2)'s `unsigned long` that the kernel reads.
+    let bits = flags as libc::c_uint;
+    let only_bind = flags & !libc::MS_REC == libc::MS_BIND;
+    // rustix's `mount` takes a source and a type; the calls that pass NULL (binds, remounts,
+    // propagation changes) have their own functions, which pass NULL as we did.
+    let ret = match (&src, &fstype) {
+        (Some(src), Some(fstype)) => rustix::mount::mount(
+            src.as_c_str(),
+            target_c.as_c_str(),
+            fstype.as_c_str(),
+            MountFlags::from_bits_retain(bits),
+            data.as_deref(),
+        ),
+        (Some(src), None) if only_bind && data.is_none() => {
+            if flags & libc::MS_REC != 0 {
+                rustix::mount::mount_bind_recursive(src.as_c_str(), target_c.as_c_str())
+            } else {
+                rustix::mount::mount_bind(src.as_c_str(), target_c.as_c_str())
+            }
+        }
+        // The data of a bind remount is not read: "" stands for NULL.
+        (None, None) if flags & libc::MS_REMOUNT != 0 => rustix::mount::mount_remount(
+            target_c.as_c_str(),
+            MountFlags::from_bits_retain(bits & !(libc::MS_REMOUNT as libc::c_uint)),
+            data.as_deref().unwrap_or(c""),
+        ),
+        (None, None) if data.is_none() => rustix::mount::mount_change(
+            target_c.as_c_str(),
+            MountPropagationFlags::from_bits_retain(bits),
+        ),
+        // No caller makes another combination.
+        _ => Err(rustix::io::Errno::INVAL),
     };
-    if ret != 0 {
-        let e = io::Error::last_os_error();
+    if let Err(e) = ret {
+        let e = io::Error::from(e);
         if flags & libc::MS_REMOUNT == 0
             || !matches!(e.raw_os_error(), Some(libc::EACCES | libc::ENOENT))
         {
