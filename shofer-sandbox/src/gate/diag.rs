@@ -117,8 +117,8 @@ pub fn parse_reply(buf: &[u8], sock_ino: u32) -> Lookup {
 /// `st_dev` (glibc encoding) to the kernel's internal `dev_t` (`MAJOR<<20 | MINOR`), as
 /// `unix_diag_vfs.udiag_vfs_dev` reports it.
 pub fn kernel_dev(st_dev: u64) -> u32 {
-    let major = libc::major(st_dev);
-    let minor = libc::minor(st_dev);
+    let major = rustix::fs::major(st_dev);
+    let minor = rustix::fs::minor(st_dev);
     (major << 20) | minor
 }
 

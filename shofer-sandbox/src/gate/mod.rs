@@ -104,7 +104,7 @@ pub fn available() -> Result<(), String> {
         // Safety: `_exit` ends the forked child without running anything of its parent's.
         unsafe { libc::_exit(code) }
     }
-    let child = rustix::process::Pid::from_raw(pid);
+    let child = shofer_sys::process::pid(pid);
     let status = rustix::process::waitpid(child, rustix::process::WaitOptions::empty())
         .ok()
         .flatten()

@@ -80,7 +80,7 @@ pub fn diag_of(pid: libc::pid_t) -> Option<OwnedFd> {
         unsafe { libc::_exit(code) };
     }
     drop(theirs);
-    let child = rustix::process::Pid::from_raw(child)?; // fork failed (-1)
+    let child = shofer_sys::process::pid(child)?; // fork failed (-1)
     let got = recv_fd(&ours);
     let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
     let got = got?;

@@ -238,12 +238,12 @@ fn become_caller(caller: &Caller) -> bool {
 /// A pidfd for the calling *thread* `tid` (notifications name threads): `PIDFD_THREAD`
 /// (Linux 6.9), else the thread group's leader, whose descriptor table the threads share.
 fn thread_pidfd(tid: libc::pid_t) -> Result<OwnedFd, i32> {
-    use rustix::process::{pidfd_open, Pid, PidfdFlags};
+    use rustix::process::{pidfd_open, PidfdFlags};
     // rustix names no PIDFD_THREAD (it is O_EXCL).
     const PIDFD_THREAD: libc::c_int = libc::O_EXCL;
     let open = |pid: libc::pid_t, flags: libc::c_int| {
         // pidfd_open(2) refuses a pid that is not positive with EINVAL.
-        let pid = Pid::from_raw(pid).ok_or(libc::EINVAL)?;
+        let pid = shofer_sys::process::pid(pid).ok_or(libc::EINVAL)?;
         pidfd_open(pid, PidfdFlags::from_bits_retain(flags as _)).map_err(|e| e.raw_os_error())
     };
     // A thread that is not the leader: EINVAL before Linux 6.9, ENOENT after.
