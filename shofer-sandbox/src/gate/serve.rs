@@ -35,9 +35,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
 
 use rustix::fs::Stat;
-use std::sync::{Arc, Mutex};
 
 use super::diag::{self, Lookup};
 use super::filter::{NR_BIND, NR_CONNECT, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO, NR_UTIMENSAT};
