@@ -9,7 +9,9 @@
 
 use std::ffi::CString;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{Mode, OFlags, CWD};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
@@ -40,14 +42,8 @@ pub fn dir_identity(path: &Path) -> Option<(u64, u64)> {
 ///
 /// # Errors
 /// fstat(2)'s: `EBADF` for a descriptor that is not open.
-pub fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
-    // Safety: `st` is plain data that fstat fills on success.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // Safety: fd is a live descriptor and `st` is writable.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
+pub fn fstat(fd: &OwnedFd) -> io::Result<rustix::fs::Stat> {
+    Ok(rustix::fs::fstat(fd)?)
 }
 
 /// (st_dev, st_ino) of what `fd` names.
@@ -91,12 +87,14 @@ pub fn list(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
 /// # Errors
 /// chown(2)'s: `EPERM` without `CAP_CHOWN`.
 pub fn chown_pinned(fd: &OwnedFd, uid: u32, gid: u32) -> io::Result<()> {
-    // Safety: a live descriptor and an empty path with AT_EMPTY_PATH; rustix and std have no
-    // AT_EMPTY_PATH chown.
-    let r = unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    use rustix::fs::{Gid, Uid};
+    rustix::fs::chownat(
+        fd,
+        c"",
+        Some(Uid::from_raw_unchecked(uid)),
+        Some(Gid::from_raw_unchecked(gid)),
+        rustix::fs::AtFlags::EMPTY_PATH,
+    )?;
     Ok(())
 }
 
@@ -111,23 +109,17 @@ pub fn kind(fd: &OwnedFd) -> io::Result<Kind> {
     })
 }
 
-fn openat_raw(dir: RawFd, name: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
-    let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // Safety: `c` is a NUL-terminated string that outlives the call; `dir` is a live
-    // descriptor or AT_FDCWD.
-    let fd = unsafe { libc::openat(dir, c.as_ptr(), flags | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // Safety: openat just returned this new descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+/// `openat(dir, name, flags | O_CLOEXEC)`; a name with a NUL byte is `EINVAL`.
+fn openat_raw(dir: BorrowedFd<'_>, name: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
+    let flags = OFlags::from_bits_retain(flags as u32) | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(dir, name, flags, Mode::empty())?)
 }
 
 /// Opens `name` (one component) under `dir` as an `O_PATH` descriptor without following a
 /// final symlink. The result may name a symlink: check [`kind`].
 pub fn openat_path(dir: &OwnedFd, name: &Path) -> io::Result<OwnedFd> {
     openat_raw(
-        dir.as_raw_fd(),
+        dir.as_fd(),
         name.as_os_str().as_bytes(),
         libc::O_PATH | libc::O_NOFOLLOW,
     )
@@ -137,7 +129,7 @@ pub fn openat_path(dir: &OwnedFd, name: &Path) -> io::Result<OwnedFd> {
 /// descriptor, refusing a symlink (`ELOOP`/`ENOTDIR`).
 pub fn openat_dir_path(dir: &OwnedFd, name: &Path) -> io::Result<OwnedFd> {
     openat_raw(
-        dir.as_raw_fd(),
+        dir.as_fd(),
         name.as_os_str().as_bytes(),
         libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
     )
@@ -150,7 +142,7 @@ pub fn openat_dir_path(dir: &OwnedFd, name: &Path) -> io::Result<OwnedFd> {
 /// open(2) failures: `EACCES` for a directory the caller may not read.
 pub fn openat_dir(dir: &OwnedFd, name: &Path) -> io::Result<OwnedFd> {
     openat_raw(
-        dir.as_raw_fd(),
+        dir.as_fd(),
         name.as_os_str().as_bytes(),
         libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
     )
@@ -189,41 +181,21 @@ fn openat2_no_symlinks(path: &Path) -> io::Result<OwnedFd> {
 /// One `openat2(path, O_PATH | O_CLOEXEC | flags)` with `resolve` (openat2(2), Linux 5.6;
 /// `ENOSYS` before).
 fn openat2_path(path: &Path, flags: libc::c_int, resolve: u64) -> io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // struct open_how (include/uapi/linux/openat2.h); libc's is non-exhaustive.
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_CLOEXEC | flags) as u64,
-        mode: 0,
+    let flags = OFlags::PATH | OFlags::CLOEXEC | OFlags::from_bits_retain(flags as u32);
+    let resolve = rustix::fs::ResolveFlags::from_bits_retain(resolve);
+    Ok(rustix::fs::openat2(
+        CWD,
+        path,
+        flags,
+        Mode::empty(),
         resolve,
-    };
-    // Safety: `c` is NUL-terminated and `how` is a valid open_how of the size we pass.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // Safety: openat2 just returned this new descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    )?)
 }
 
 /// Opens `path` as `O_PATH`, following symlinks: for system paths the caller's machine
 /// defines (`/tmp`, `/dev/null`…), which are not attacker-controlled.
 pub fn open_following(path: &Path) -> io::Result<OwnedFd> {
-    openat_raw(libc::AT_FDCWD, path.as_os_str().as_bytes(), libc::O_PATH)
+    openat_raw(CWD, path.as_os_str().as_bytes(), libc::O_PATH)
 }
 
 /// [`open_nofollow`] for kernels without `openat2`: one `openat` per component.
@@ -232,16 +204,12 @@ fn walk_nofollow(path: &Path) -> io::Result<OwnedFd> {
     if comps.next() != Some(Component::RootDir) {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let mut fd = openat_raw(libc::AT_FDCWD, b"/", libc::O_PATH | libc::O_DIRECTORY)?;
+    let mut fd = openat_raw(CWD, b"/", libc::O_PATH | libc::O_DIRECTORY)?;
     for comp in comps {
         let Component::Normal(name) = comp else {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         };
-        let next = openat_raw(
-            fd.as_raw_fd(),
-            name.as_bytes(),
-            libc::O_PATH | libc::O_NOFOLLOW,
-        )?;
+        let next = openat_raw(fd.as_fd(), name.as_bytes(), libc::O_PATH | libc::O_NOFOLLOW)?;
         if kind(&next)? == Kind::Symlink {
             return Err(io::Error::from_raw_os_error(libc::ELOOP));
         }
@@ -257,7 +225,7 @@ fn walk_nofollow(path: &Path) -> io::Result<OwnedFd> {
 /// open(2) failures: `ELOOP` or `ENOTDIR` for anything but a directory.
 pub fn open_dir_at_path(path: &Path) -> io::Result<OwnedFd> {
     openat_raw(
-        libc::AT_FDCWD,
+        CWD,
         path.as_os_str().as_bytes(),
         libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
     )
@@ -270,24 +238,27 @@ pub fn open_dir_at_path(path: &Path) -> io::Result<OwnedFd> {
 /// fstatat(2) failures; `EINVAL` for a name with a NUL byte.
 pub fn stat_at(dir: &OwnedFd, name: &str) -> io::Result<libc::stat> {
     let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // Safety: `st` is plain data that fstatat fills on success.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // Safety: a live dirfd, a NUL-terminated name and a writable stat buffer.
-    if unsafe {
-        libc::fstatat(
+    // Raw libc: callers read `libc::stat` fields whose types rustix's `Stat` does not share
+    // (`st_ctime_nsec`, in objects.rs); `rustix::fs::statat` once they take its `Stat`.
+    // Safety: an all-zero stat is plain data, which fstatat fills on success; a live dirfd
+    // and a NUL-terminated name.
+    let (r, st) = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        let r = libc::fstatat(
             dir.as_raw_fd(),
             c.as_ptr(),
             &mut st,
             libc::AT_SYMLINK_NOFOLLOW,
-        )
-    } != 0
-    {
+        );
+        (r, st)
+    };
+    if r != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(st)
 }
 
-/// Opens `name` for reading — relative to `dir`, or a whole path with [`libc::AT_FDCWD`] —
+/// Opens `name` for reading — relative to `dir`, or a whole path with [`CWD`] —
 /// when it is a regular file: a symlink in its last component is not followed
 /// (`O_NOFOLLOW`), and only an `O_PATH` descriptor is opened until `fstat` shows a regular
 /// file, which is then opened for reading through `/proc/self/fd` (the same inode, whatever
@@ -295,7 +266,7 @@ pub fn stat_at(dir: &OwnedFd, name: &str) -> io::Result<libc::stat> {
 /// (`InvalidData`): for files the command can write or replace, which the supervisor reads,
 /// a FIFO would stop it, `/dev/zero` would fill its memory, and opening a device can act
 /// (a watchdog, a tape, a serial line).
-fn open_regular_at(dir: RawFd, name: &Path) -> io::Result<std::fs::File> {
+fn open_regular_at(dir: BorrowedFd<'_>, name: &Path) -> io::Result<std::fs::File> {
     let not_regular = |what: &str| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -314,11 +285,7 @@ fn open_regular_at(dir: RawFd, name: &Path) -> io::Result<std::fs::File> {
         Kind::Special => return Err(not_regular("a special file")),
     }
     let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    let file = openat_raw(
-        libc::AT_FDCWD,
-        proc.as_bytes(),
-        libc::O_RDONLY | libc::O_NONBLOCK,
-    )?;
+    let file = openat_raw(CWD, proc.as_bytes(), libc::O_RDONLY | libc::O_NONBLOCK)?;
     Ok(std::fs::File::from(file))
 }
 
@@ -328,7 +295,7 @@ fn open_regular_at(dir: RawFd, name: &Path) -> io::Result<std::fs::File> {
 /// # Errors
 /// open(2) or fstat(2) failures; `InvalidData` for anything but a regular file.
 pub fn open_regular(path: &Path) -> io::Result<std::fs::File> {
-    open_regular_at(libc::AT_FDCWD, path)
+    open_regular_at(CWD, path)
 }
 
 /// [`open_regular`] for `name` (one component) in the directory `dir`.
@@ -336,7 +303,7 @@ pub fn open_regular(path: &Path) -> io::Result<std::fs::File> {
 /// # Errors
 /// As [`open_regular`].
 pub fn open_regular_in(dir: &OwnedFd, name: &str) -> io::Result<std::fs::File> {
-    open_regular_at(dir.as_raw_fd(), Path::new(name))
+    open_regular_at(dir.as_fd(), Path::new(name))
 }
 
 /// Reads the regular file `file` (from [`open_regular`]) into `buf`, which is cleared first
@@ -389,7 +356,7 @@ pub fn read_regular_text(path: &Path, max: usize) -> io::Result<String> {
 pub fn read_small_file(dir: &OwnedFd, name: &str, max: usize) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
     let name = Path::new(name);
-    read_bounded(open_regular_at(dir.as_raw_fd(), name)?, name, max, &mut buf)?;
+    read_bounded(open_regular_at(dir.as_fd(), name)?, name, max, &mut buf)?;
     Ok(buf)
 }
 
@@ -477,11 +444,8 @@ fn walk_through_proc_or_dev(path: &Path) -> bool {
 pub fn unlink_at(dir: &OwnedFd, name: &std::ffi::OsStr, flags: libc::c_int) -> io::Result<()> {
     let c = CString::new(name.as_bytes())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    // Safety: a live directory descriptor and a NUL-terminated name.
-    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    let flags = rustix::fs::AtFlags::from_bits_retain(flags as u32);
+    Ok(rustix::fs::unlinkat(dir, c.as_c_str(), flags)?)
 }
 
 /// Renames `from` to `to`, both names in the directory `dir`, unless something is at `to`
@@ -514,20 +478,14 @@ pub fn rename_noreplace_between(
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
     };
     let (f, t) = (cstr(from)?, cstr(to)?);
-    // Safety: valid descriptors and NUL-terminated names; RENAME_NOREPLACE never overwrites.
-    let ret = unsafe {
-        libc::renameat2(
-            from_dir.as_raw_fd(),
-            f.as_ptr(),
-            to_dir.as_raw_fd(),
-            t.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if ret != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    let noreplace = rustix::fs::RenameFlags::NOREPLACE;
+    Ok(rustix::fs::renameat_with(
+        from_dir,
+        f.as_c_str(),
+        to_dir,
+        t.as_c_str(),
+        noreplace,
+    )?)
 }
 
 /// The directories strictly between `root` and `path` (neither of them), deepest first:
@@ -608,8 +566,8 @@ mod tests {
         assert_eq!(read_small_file(&fd, "ok", 64).unwrap(), b"gitdir: x\n");
         assert!(read_small_file(&fd, "ok", 4).is_err());
         let fifo = CString::new(dir.path().join("fifo").as_os_str().as_bytes()).unwrap();
-        // Safety: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let fifo_type = rustix::fs::FileType::Fifo;
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, fifo_type, 0o600.into(), 0).unwrap();
         assert!(read_small_file(&fd, "fifo", 64).is_err());
         std::os::unix::fs::symlink("ok", dir.path().join("sym")).unwrap();
         assert!(read_small_file(&fd, "sym", 64).is_err());

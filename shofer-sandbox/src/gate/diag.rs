@@ -1,7 +1,7 @@
 //! `NETLINK_SOCK_DIAG` for unix sockets (sock_diag(7)): what a socket of this run is bound to,
 //! straight from the kernel (a path can be swapped; the socket's binding cannot).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const NLM_F_REQUEST: u16 = 1;
@@ -29,16 +29,19 @@ pub enum Lookup {
 
 /// A `NETLINK_SOCK_DIAG` socket in the supervisor's network namespace.
 pub fn open() -> Option<OwnedFd> {
-    // Safety: socket(2) with constant arguments.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            libc::NETLINK_SOCK_DIAG,
-        )
-    };
-    // Safety: the kernel just returned this descriptor.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+    socket().ok()
+}
+
+/// `socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)`: allocation-free (also
+/// called in the forked child of [`super::netns::diag_of`]).
+pub(super) fn socket() -> rustix::io::Result<OwnedFd> {
+    use rustix::net::{netlink, AddressFamily, SocketFlags, SocketType};
+    rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        Some(netlink::SOCK_DIAG),
+    )
 }
 
 /// Looks up the unix socket with socket inode `sock_ino` (`st_ino` of the socket): the file it
@@ -58,18 +61,16 @@ pub fn lookup(diag: &OwnedFd, sock_ino: u32) -> Lookup {
     req.extend_from_slice(&(UDIAG_SHOW_VFS | UDIAG_SHOW_NAME).to_ne_bytes());
     req.extend_from_slice(&u32::MAX.to_ne_bytes()); // SOCK_DIAG_NOCOOKIE
     req.extend_from_slice(&u32::MAX.to_ne_bytes());
-    // Safety: sending our buffer on our netlink socket (to the kernel: no address needed for
-    // a connected-by-default NETLINK socket sending to pid 0).
-    if unsafe { libc::send(diag.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) } < 0 {
+    // To the kernel: no address needed for a netlink socket sending to pid 0.
+    if send(diag, &req).is_err() {
         return Lookup::Unknown;
     }
     let mut buf = vec![0u8; 8192];
-    // Safety: receiving into our buffer.
-    let n = unsafe { libc::recv(diag.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n < 16 {
-        return Lookup::Unknown;
-    }
-    parse_reply(buf.get(..n as usize).unwrap_or_default(), sock_ino)
+    let n = match recv(diag, &mut buf) {
+        Ok(n) if n >= 16 => n,
+        _ => return Lookup::Unknown,
+    };
+    parse_reply(buf.get(..n).unwrap_or_default(), sock_ino)
 }
 
 /// The answer in `buf`, the kernel's reply to [`lookup`] of `sock_ino`: an `NLMSG_ERROR`, or
@@ -116,8 +117,8 @@ pub fn parse_reply(buf: &[u8], sock_ino: u32) -> Lookup {
 /// `st_dev` (glibc encoding) to the kernel's internal `dev_t` (`MAJOR<<20 | MINOR`), as
 /// `unix_diag_vfs.udiag_vfs_dev` reports it.
 pub fn kernel_dev(st_dev: u64) -> u32 {
-    let major = libc::major(st_dev);
-    let minor = libc::minor(st_dev);
+    let major = rustix::fs::major(st_dev);
+    let minor = rustix::fs::minor(st_dev);
     (major << 20) | minor
 }
 
@@ -142,17 +143,14 @@ pub fn bound_name_of(diag: &OwnedFd, vfs: (u32, u32)) -> Option<Vec<u8>> {
     req.extend_from_slice(&(UDIAG_SHOW_VFS | UDIAG_SHOW_NAME).to_ne_bytes());
     req.extend_from_slice(&u32::MAX.to_ne_bytes());
     req.extend_from_slice(&u32::MAX.to_ne_bytes());
-    // Safety: sending our buffer on our netlink socket.
-    if unsafe { libc::send(diag.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) } < 0 {
+    if send(diag, &req).is_err() {
         return None;
     }
     let mut buf = vec![0u8; 32 << 10];
     let mut found = None;
     // A dump ends with NLMSG_DONE; a bound on the parts read keeps a misbehaving answer finite.
     for _ in 0..100_000 {
-        // Safety: receiving into our buffer.
-        let n = unsafe { libc::recv(diag.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        let Ok(n) = usize::try_from(n) else {
+        let Ok(n) = recv(diag, &mut buf) else {
             return None;
         };
         let mut msgs = &buf[..n];
@@ -175,6 +173,16 @@ pub fn bound_name_of(diag: &OwnedFd, vfs: (u32, u32)) -> Option<Vec<u8>> {
         }
     }
     None
+}
+
+/// One request to the kernel on `diag`.
+fn send(diag: &OwnedFd, req: &[u8]) -> rustix::io::Result<usize> {
+    rustix::net::send(diag, req, rustix::net::SendFlags::empty())
+}
+
+/// One answer from the kernel on `diag` into `buf`: the bytes received (at most `buf.len()`).
+fn recv(diag: &OwnedFd, buf: &mut [u8]) -> rustix::io::Result<usize> {
+    rustix::net::recv(diag, buf, rustix::net::RecvFlags::empty()).map(|(n, _)| n)
 }
 
 /// The first netlink message of `b`: its type, its body after the 16-byte header, and the

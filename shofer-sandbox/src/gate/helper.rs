@@ -37,9 +37,19 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
+
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use rustix::net::sockopt::socket_type;
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketType,
+};
+use rustix::process::Signal;
 
 use super::notify;
 // What the gate copies of a send at most, and the most descriptors one message passes (the
@@ -110,15 +120,14 @@ impl Spawn {
 ///
 /// # Errors
 /// The `socketpair` error.
-pub(crate) fn pair(ty: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [-1; 2];
-    // Safety: socketpair(2) into our array; both descriptors are owned right below.
-    if unsafe { libc::socketpair(libc::AF_UNIX, ty | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    // Safety: the kernel just returned these descriptors.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+pub(crate) fn pair(ty: SocketType) -> io::Result<(OwnedFd, OwnedFd)> {
+    let flags = rustix::net::SocketFlags::CLOEXEC;
+    Ok(rustix::net::socketpair(
+        AddressFamily::UNIX,
+        ty,
+        flags,
+        None,
+    )?)
 }
 
 /// `fd` moved to a number above [`READY_FD`], so the helper's own moves cannot clobber it.
@@ -126,13 +135,7 @@ fn above_4(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() > READY_FD {
         return Ok(fd);
     }
-    // Safety: F_DUPFD_CLOEXEC returns a new descriptor or -1.
-    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, READY_FD + 1) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // Safety: the kernel just returned this descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+    Ok(rustix::io::fcntl_dupfd_cloexec(&fd, READY_FD + 1)?)
 }
 
 /// Child side, in the command's first process after its Landlock domain and before the gate
@@ -146,11 +149,15 @@ fn above_4(fd: OwnedFd) -> io::Result<OwnedFd> {
 /// # Errors
 /// `clone` fails, or the helper ended before saying it is ready.
 pub(crate) fn start_in_child(spawn: &Spawn, close: &[RawFd]) -> io::Result<()> {
-    let mut ready = [-1; 2];
-    // Safety: pipe2 into our array.
-    if spawn.wait_ready && unsafe { libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let ready_pipe = if spawn.wait_ready {
+        Some(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
+    } else {
+        None
+    };
+    // The numbers, for the child (which only makes raw syscalls on them).
+    let ready = ready_pipe
+        .as_ref()
+        .map_or([-1; 2], |(r, w)| [r.as_raw_fd(), w.as_raw_fd()]);
     let argv = [
         spawn.argv[0].as_ptr(),
         spawn.argv[1].as_ptr(),
@@ -158,6 +165,7 @@ pub(crate) fn start_in_child(spawn: &Spawn, close: &[RawFd]) -> io::Result<()> {
         std::ptr::null(),
     ];
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    // Raw syscall: rustix has no clone (a fork-like one only in its unstable runtime API).
     // Safety: a fork-like clone (no CLONE_VM, no new stack): the child runs on a copy of this
     // stack and only makes raw syscalls before execveat or _exit.
     let pid = unsafe {
@@ -171,17 +179,19 @@ pub(crate) fn start_in_child(spawn: &Spawn, close: &[RawFd]) -> io::Result<()> {
         )
     };
     if pid == 0 {
+        let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
+        // Raw syscalls where rustix needs owned descriptors (close, dup2 and recv on the
+        // inherited numbers) or has none (execveat, `_exit`: only in its unstable runtime API).
         // Safety: raw syscalls on integers and the prepared argument arrays, then exec or
         // _exit; nothing here allocates or returns.
         unsafe {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
             for &fd in close {
                 libc::close(fd);
             }
-            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-            if null >= 0 {
-                libc::dup2(null, 0);
-                libc::dup2(null, 1);
+            let rdwr = OFlags::RDWR | OFlags::CLOEXEC;
+            if let Ok(null) = rustix::fs::open(c"/dev/null", rdwr, Mode::empty()) {
+                let _ = rustix::stdio::dup2_stdin(&null);
+                let _ = rustix::stdio::dup2_stdout(&null);
             }
             let moved = (!spawn.wait_ready || move_to(ready[1], READY_FD))
                 && move_to(spawn.sock.as_raw_fd(), LINK_FD);
@@ -217,30 +227,25 @@ pub(crate) fn start_in_child(spawn: &Spawn, close: &[RawFd]) -> io::Result<()> {
         }
     }
     let err = io::Error::last_os_error();
-    if !spawn.wait_ready {
+    let Some((ready_r, ready_w)) = ready_pipe else {
         return if pid < 0 { Err(err) } else { Ok(()) };
-    }
-    // Safety: closing our copy of the write end, then one byte from the helper (EOF: it died).
-    let got = unsafe {
-        libc::close(ready[1]);
-        let mut b = 0u8;
-        let n = if pid < 0 {
-            -1
-        } else {
-            libc::read(ready[0], (&mut b as *mut u8).cast(), 1)
-        };
-        libc::close(ready[0]);
-        n
     };
+    // Our copy of the write end closed, then one byte from the helper (EOF: it died).
+    drop(ready_w);
+    let mut b = [0u8; 1];
+    let got = (pid >= 0).then(|| rustix::io::read(&ready_r, &mut b));
+    drop(ready_r);
     match (pid < 0, got) {
         (true, _) => Err(err),
-        (false, 1) => Ok(()),
+        (false, Some(Ok(1))) => Ok(()),
         _ => Err(io::Error::from_raw_os_error(libc::ECHILD)),
     }
 }
 
-/// `fd` at number `to`, inherited across exec. Raw syscalls only.
+/// `fd` at number `to`, inherited across exec. Raw syscalls only (in the helper's child,
+/// before exec).
 fn move_to(fd: RawFd, to: RawFd) -> bool {
+    // Raw syscalls: rustix's dup2 and fcntl take owned descriptors, these are numbers.
     // Safety: fcntl/dup2 on integers.
     unsafe {
         if fd == to {
@@ -327,26 +332,20 @@ pub(super) struct Pending {
     pub mmsg_base: Option<u64>,
 }
 
-/// A request's bytes, the descriptors to pass, and the memfd holding its payload (kept open
-/// until sent).
-type Encoded = (Vec<u8>, Vec<RawFd>, Option<OwnedFd>);
+/// A request's bytes and the descriptors to pass.
+type Encoded<'a> = (Vec<u8>, Vec<BorrowedFd<'a>>);
 
-/// Encodes `req` into bytes and the descriptors to pass. Control buffers' `SCM_RIGHTS`
-/// numbers become indices into the passed list.
+/// Encodes `req` into bytes and the descriptors to pass; `memfd` holds its payloads when
+/// [`memfd_for`] made one. Control buffers' `SCM_RIGHTS` numbers become indices into the
+/// passed list.
 ///
 /// # Errors
 /// `ETOOMANYREFS` past [`MAX_FDS`] descriptors, `EMSGSIZE` past [`MAX_MSGS`] messages.
-fn encode(req: &Request) -> Result<Encoded, i32> {
+fn encode<'a>(req: &'a Request, memfd: Option<&'a OwnedFd>) -> Result<Encoded<'a>, i32> {
     if req.msgs.len() > MAX_MSGS {
         return Err(libc::EMSGSIZE);
     }
-    let mut fds = vec![req.socket.as_raw_fd()];
-    let total: usize = req.msgs.iter().map(|m| m.data.len()).sum();
-    let memfd = if total > INLINE_DATA {
-        Some(data_memfd(&req.msgs)?)
-    } else {
-        None
-    };
+    let mut fds = vec![req.socket.as_fd()];
     let mut head = Vec::with_capacity(HEADER + RECORD * req.msgs.len());
     head.extend(req.id.to_ne_bytes());
     let kind = match (req.connect, req.many) {
@@ -358,15 +357,15 @@ fn encode(req: &Request) -> Result<Encoded, i32> {
     head.extend(req.flags.to_ne_bytes());
     head.extend(u32::from(req.drop_caps).to_ne_bytes());
     head.extend((req.msgs.len() as u32).to_ne_bytes());
-    let memfd_index = memfd.as_ref().map_or(-1, |m| {
-        fds.push(m.as_raw_fd());
+    let memfd_index = memfd.map_or(-1, |m| {
+        fds.push(m.as_fd());
         (fds.len() - 1) as i32
     });
     head.extend(memfd_index.to_ne_bytes());
     let mut body: Vec<u8> = Vec::new();
     for m in &req.msgs {
         let pin = m.pin.as_ref().map_or(-1, |p| {
-            fds.push(p.as_raw_fd());
+            fds.push(p.as_fd());
             (fds.len() - 1) as i32
         });
         let mut control = m.control.clone();
@@ -377,10 +376,10 @@ fn encode(req: &Request) -> Result<Encoded, i32> {
                     .and_then(|b| b.try_into().ok())
                     .ok_or(libc::EINVAL)?,
             );
-            if !m.fds.iter().any(|f| f.as_raw_fd() == ours) {
+            let Some(passed) = m.fds.iter().find(|f| f.as_raw_fd() == ours) else {
                 return Err(libc::EBADF);
-            }
-            fds.push(ours);
+            };
+            fds.push(passed.as_fd());
             let index = (fds.len() - 1) as u32;
             control[slot..slot + 4].copy_from_slice(&index.to_ne_bytes());
         }
@@ -400,78 +399,49 @@ fn encode(req: &Request) -> Result<Encoded, i32> {
     if head.len() > MAX_REQUEST {
         return Err(libc::EMSGSIZE);
     }
-    Ok((head, fds, memfd))
+    Ok((head, fds))
+}
+
+/// The memfd [`encode`] refers to when `req`'s payloads are too large to travel inline.
+fn memfd_for(req: &Request) -> Result<Option<OwnedFd>, i32> {
+    let total: usize = req.msgs.iter().map(|m| m.data.len()).sum();
+    // Too many messages: `encode` says so (EMSGSIZE) before anything is made.
+    if total > INLINE_DATA && req.msgs.len() <= MAX_MSGS {
+        Ok(Some(data_memfd(&req.msgs)?))
+    } else {
+        Ok(None)
+    }
 }
 
 /// The messages' payloads, one after the other, in a sealed memfd.
 fn data_memfd(msgs: &[Msg]) -> Result<OwnedFd, i32> {
-    // Safety: memfd_create with a static name; the descriptor is owned right below.
-    let fd = unsafe {
-        libc::memfd_create(
-            c"shofer-gate".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
-    if fd < 0 {
-        return Err(shofer_sys::errno::last());
-    }
-    // Safety: the kernel just returned it.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    use rustix::fs::{MemfdFlags, SealFlags};
+    let flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
+    let fd = rustix::fs::memfd_create(c"shofer-gate", flags).map_err(Errno::raw_os_error)?;
     let mut file = std::fs::File::from(fd);
     for m in msgs {
         std::io::Write::write_all(&mut file, &m.data)
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
     }
     let fd = OwnedFd::from(file);
-    // Safety: F_ADD_SEALS on our memfd.
-    unsafe {
-        libc::fcntl(
-            fd.as_raw_fd(),
-            libc::F_ADD_SEALS,
-            libc::F_SEAL_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
-        )
-    };
+    let seals = SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
+    let _ = rustix::fs::fcntl_add_seals(&fd, seals);
     Ok(fd)
 }
 
 /// Sends one datagram with descriptors on `sock`.
-fn send_with_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<(), i32> {
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut libc::c_void,
-        iov_len: bytes.len(),
-    };
-    let space = cmsg_space(fds.len());
-    let mut control = vec![0u8; space];
-    // Safety: an all-zero msghdr is valid; the fields are set below.
-    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-    h.msg_iov = &mut iov;
-    h.msg_iovlen = 1;
-    if !fds.is_empty() {
-        h.msg_control = control.as_mut_ptr().cast();
-        h.msg_controllen = space;
-        // Safety: `control` has room for one cmsghdr with `fds.len()` descriptors
-        // (CMSG_SPACE); CMSG_FIRSTHDR/CMSG_DATA point inside it.
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&h);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as usize;
-            std::ptr::copy_nonoverlapping(
-                fds.as_ptr().cast::<u8>(),
-                libc::CMSG_DATA(c),
-                fds.len() * 4,
-            );
-        }
+fn send_with_fds(sock: &OwnedFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), i32> {
+    let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(libc::ETOOMANYREFS); // not reached: the buffer is sized for them
     }
+    let iov = [IoSlice::new(bytes)];
     loop {
-        // Safety: every pointer in `h` refers to a live buffer.
-        let r = unsafe { libc::sendmsg(sock, &h, libc::MSG_NOSIGNAL) };
-        if r >= 0 {
-            return Ok(());
-        }
-        match shofer_sys::errno::last() {
-            libc::EINTR => continue,
-            e => return Err(e),
+        match rustix::net::sendmsg(sock, &iov, &mut control, SendFlags::NOSIGNAL) {
+            Ok(_) => return Ok(()),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.raw_os_error()),
         }
     }
 }
@@ -493,52 +463,33 @@ pub(super) fn rights_slots(control: &[u8]) -> Vec<usize> {
     out
 }
 
-fn cmsg_space(fds: usize) -> usize {
-    // Safety: CMSG_SPACE is arithmetic.
-    unsafe { libc::CMSG_SPACE((fds * 4) as u32) as usize }
-}
-
 /// Receives one datagram and its descriptors (at most [`MAX_FDS`]); `None` at EOF.
-fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<Option<(usize, Vec<OwnedFd>)>> {
-    let space = cmsg_space(MAX_FDS);
-    let mut control = vec![0u8; space];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // Safety: an all-zero msghdr is valid; the fields are set below.
-    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-    h.msg_iov = &mut iov;
-    h.msg_iovlen = 1;
-    h.msg_control = control.as_mut_ptr().cast();
-    h.msg_controllen = space;
-    let n = loop {
-        // Safety: every pointer in `h` refers to a live buffer of the given size.
-        let n = unsafe { libc::recvmsg(sock, &mut h, libc::MSG_CMSG_CLOEXEC) };
-        if n >= 0 {
-            break n as usize;
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
+fn recv_with_fds(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<(usize, Vec<OwnedFd>)>> {
+    let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut iov = [IoSliceMut::new(buf)];
+    let got = loop {
+        match rustix::net::recvmsg(sock, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC) {
+            Ok(got) => break got,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
     };
+    // Every descriptor that came is ours now (closed on return unless kept).
     let mut fds = Vec::new();
-    let used = h.msg_controllen.min(space);
-    for slot in rights_slots(&control[..used]) {
-        if let Some(b) = control.get(slot..slot + 4) {
-            let fd = i32::from_ne_bytes(b.try_into().expect("4 bytes"));
-            // Safety: the kernel installed this descriptor for us with this message.
-            fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+    for msg in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(rights) = msg {
+            fds.extend(rights);
         }
     }
-    if n == 0 && fds.is_empty() && h.msg_flags & libc::MSG_TRUNC == 0 {
+    let truncated = got.flags.contains(ReturnFlags::TRUNC);
+    if got.bytes == 0 && fds.is_empty() && !truncated {
         return Ok(None);
     }
-    if h.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+    if truncated || got.flags.contains(ReturnFlags::CTRUNC) {
         return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
     }
-    Ok(Some((n, fds)))
+    Ok(Some((got.bytes, fds)))
 }
 
 /// The supervisor's side of the helper.
@@ -571,12 +522,13 @@ impl Link {
     /// # Errors
     /// The request cannot be encoded, or the helper is gone (`EACCES`, said once).
     pub(super) fn submit(&self, req: Request, pending: Pending) -> Result<(), i32> {
-        let (bytes, fds, _memfd) = encode(&req)?;
+        let memfd = memfd_for(&req)?;
+        let (bytes, fds) = encode(&req, memfd.as_ref())?;
         let id = req.id;
         if let Ok(mut p) = self.pending.lock() {
             p.insert(id, pending);
         }
-        send_with_fds(self.sock.as_raw_fd(), &bytes, &fds).map_err(|e| {
+        send_with_fds(&self.sock, &bytes, &fds).map_err(|e| {
             if let Ok(mut p) = self.pending.lock() {
                 p.remove(&id);
             }
@@ -591,8 +543,7 @@ impl Link {
 impl Drop for Link {
     /// The helper ends when its link does (it reads EOF), and so does the reader thread.
     fn drop(&mut self) {
-        // Safety: shutdown on our socket.
-        unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
+        let _ = rustix::net::shutdown(&*self.sock, rustix::net::Shutdown::Both);
     }
 }
 
@@ -610,7 +561,7 @@ fn helper_gone() -> i32 {
 fn read_replies(sock: &OwnedFd, pending: &Mutex<HashMap<u64, Pending>>, listener: &OwnedFd) {
     let mut buf = vec![0u8; 16 + 4 + 4 + 4 * MAX_MSGS];
     loop {
-        let n = match recv_with_fds(sock.as_raw_fd(), &mut buf) {
+        let n = match recv_with_fds(sock, &mut buf) {
             Ok(Some((n, _))) => n,
             Ok(None) | Err(_) => break,
         };
@@ -805,25 +756,27 @@ fn index(i: i32, n: usize) -> Option<Option<usize>> {
 /// a thread without any.
 pub fn main(args: &[std::ffi::OsString]) -> ! {
     let ready = args.first().is_some_and(|a| a == "ready");
-    // Safety: prctl and signal with integer arguments: no core dump and no ptrace by the
-    // command (without a Landlock layer between us), and no death by SIGPIPE.
-    unsafe {
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
-    if ready {
-        // Safety: one byte to the pipe the command's first process waits on, then closed.
-        unsafe {
-            libc::write(READY_FD, b"r".as_ptr().cast(), 1);
-            libc::close(READY_FD);
-        }
+    // No core dump and no ptrace by the command (without a Landlock layer between us).
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    // No death by SIGPIPE. Raw syscall: rustix has no signal disposition outside its unstable
+    // runtime API.
+    // Safety: SIG_IGN for SIGPIPE: no handler runs.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // Safety: `start_in_child` placed the link (and, with `ready`, the ready pipe) at these
+    // numbers for us before exec: nothing else in this process owns them.
+    let (link, ready_fd) = unsafe {
+        let ready_fd = ready.then(|| OwnedFd::from_raw_fd(READY_FD));
+        (OwnedFd::from_raw_fd(LINK_FD), ready_fd)
+    };
+    if let Some(ready_fd) = ready_fd {
+        // One byte to the pipe the command's first process waits on, then closed.
+        let _ = rustix::io::write(&ready_fd, b"r");
     }
     let holds_caps = crate::capabilities::holds_any();
-    // Safety: LINK_FD was placed by `start_in_child` for us.
-    let link = Arc::new(unsafe { OwnedFd::from_raw_fd(LINK_FD) });
+    let link = Arc::new(link);
     let mut buf = vec![0u8; MAX_REQUEST];
     loop {
-        let (n, fds) = match recv_with_fds(link.as_raw_fd(), &mut buf) {
+        let (n, fds) = match recv_with_fds(&link, &mut buf) {
             Ok(Some(got)) => got,
             Ok(None) => std::process::exit(0),
             Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => continue,
@@ -858,7 +811,7 @@ fn reply(link: &OwnedFd, id: u64, result: Result<i64, i32>, lens: Vec<u32>) {
         },
         lens,
     };
-    let _ = send_with_fds(link.as_raw_fd(), &r.encode(), &[]);
+    let _ = send_with_fds(link, &r.encode(), &[]);
 }
 
 /// A decoded call with its descriptors, ready to perform.
@@ -941,23 +894,19 @@ impl Call {
         })
     }
 
-    fn sock(&self) -> RawFd {
-        self.socket.as_raw_fd()
-    }
-
     /// Performs the call without blocking where that gives the caller's answer, else on a
     /// thread of its own (a blocking connect, a send into a full buffer), so one slow peer
     /// does not hold up the run's other calls.
     fn now_or_on_thread(self, link: &Arc<OwnedFd>) {
-        let blocking = !nonblocking(self.sock());
+        let blocking = !nonblocking(&self.socket);
         if self.connect {
             let addr = &self.msgs[0].addr;
             if !blocking {
-                return reply(link, self.id, connect_to(self.sock(), addr), Vec::new());
+                return reply(link, self.id, connect_to(&self.socket, addr), Vec::new());
             }
-            if sockopt(self.sock(), libc::SO_DOMAIN) == libc::AF_UNIX {
+            if is_unix(&self.socket) {
                 // A unix connect blocks only on a full backlog: try without blocking first.
-                match connect_nonblocking(self.sock(), addr) {
+                match connect_nonblocking(&self.socket, addr) {
                     Err(libc::EAGAIN) => {}
                     r => return reply(link, self.id, r, Vec::new()),
                 }
@@ -972,7 +921,7 @@ impl Call {
                 if wants_block
                     && !self.many
                     && (sent as usize) < self.msgs[0].data.len()
-                    && sockopt(self.sock(), libc::SO_TYPE) == libc::SOCK_STREAM =>
+                    && socket_type(&self.socket) == Ok(SocketType::STREAM) =>
             {
                 // A blocking stream send returns when all is sent: the rest follows, blocking.
                 let rest = self.msgs[0].data[sent as usize..].to_vec();
@@ -983,7 +932,7 @@ impl Call {
                         control: Vec::new(),
                         data: rest,
                     };
-                    let more = send_one(sock.as_raw_fd(), &m, flags).unwrap_or(0);
+                    let more = send_one(&sock, &m, flags).unwrap_or(0);
                     reply(&link, id, Ok(sent + more), Vec::new());
                 });
             }
@@ -1000,7 +949,7 @@ impl Call {
                 return reply(&l, id, Err(libc::EPERM), Vec::new());
             }
             if self.connect {
-                let r = connect_to(self.sock(), &self.msgs[0].addr);
+                let r = connect_to(&self.socket, &self.msgs[0].addr);
                 return reply(&l, id, r, Vec::new());
             }
             let (r, lens) = self.send_all(self.flags);
@@ -1012,12 +961,12 @@ impl Call {
     /// the bytes; per message the bytes sent.
     fn send_all(&self, flags: i32) -> (Result<i64, i32>, Vec<u32>) {
         if !self.many {
-            let r = send_one(self.sock(), &self.msgs[0], flags);
+            let r = send_one(&self.socket, &self.msgs[0], flags);
             return (r, Vec::new());
         }
         let mut lens = Vec::new();
         for m in &self.msgs {
-            match send_one(self.sock(), m, flags) {
+            match send_one(&self.socket, m, flags) {
                 Ok(n) => lens.push(n as u32),
                 Err(e) if lens.is_empty() => return (Err(e), lens),
                 Err(_) => break,
@@ -1054,72 +1003,72 @@ fn ret(r: isize) -> Result<i64, i32> {
     }
 }
 
-/// An int-sized `SOL_SOCKET` option of `fd` (-1 when it cannot be read).
-pub(super) fn sockopt(fd: RawFd, opt: libc::c_int) -> i32 {
-    let mut v: libc::c_int = -1;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // Safety: an int-sized option into an int.
-    unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
+/// Whether `fd` is a unix socket (`SO_DOMAIN`; false when it cannot be read).
+pub(super) fn is_unix(fd: impl AsFd) -> bool {
+    rustix::net::sockopt::socket_domain(fd) == Ok(AddressFamily::UNIX)
+}
+
+/// Whether `fd` has `O_NONBLOCK` (true, as `-1 & O_NONBLOCK` was, when `F_GETFL` fails).
+fn nonblocking(fd: &OwnedFd) -> bool {
+    rustix::fs::fcntl_getfl(fd).map_or(true, |f| f.contains(OFlags::NONBLOCK))
+}
+
+/// `connect(sock, addr)` with the address exactly as the caller (or the gate, for a pin)
+/// gave it, byte for byte whatever its family or length, so the kernel judges it and gives
+/// the errno it would have given the caller.
+fn connect_to(sock: &OwnedFd, addr: &[u8]) -> Result<i64, i32> {
+    // Raw syscall: rustix's connect takes a typed address (checked, or copied into its
+    // storage); this one is the caller's bytes, unchanged.
+    // Safety: `addr` is a readable buffer of the given length for the call.
+    let r = unsafe {
+        libc::connect(
+            sock.as_raw_fd(),
+            addr.as_ptr().cast(),
+            addr.len() as libc::socklen_t,
         )
     };
-    v
-}
-
-fn nonblocking(fd: RawFd) -> bool {
-    // Safety: F_GETFL reads the file status flags.
-    unsafe { libc::fcntl(fd, libc::F_GETFL) & libc::O_NONBLOCK != 0 }
-}
-
-fn connect_to(sock: RawFd, addr: &[u8]) -> Result<i64, i32> {
-    // Safety: `addr` is a readable buffer of the given length.
-    ret(
-        unsafe { libc::connect(sock, addr.as_ptr().cast(), addr.len() as libc::socklen_t) }
-            as isize,
-    )
+    ret(r as isize)
 }
 
 /// `connect` with `O_NONBLOCK` set for the call and restored after; `EAGAIN` when it would
 /// block (a unix listener's full backlog; the socket is then still unconnected).
-fn connect_nonblocking(sock: RawFd, addr: &[u8]) -> Result<i64, i32> {
-    // Safety: F_GETFL/F_SETFL only change the file status flags of a descriptor we hold.
-    let flags = unsafe { libc::fcntl(sock, libc::F_GETFL) };
-    if flags < 0 {
+fn connect_nonblocking(sock: &OwnedFd, addr: &[u8]) -> Result<i64, i32> {
+    let Ok(flags) = rustix::fs::fcntl_getfl(sock) else {
         return connect_to(sock, addr);
-    }
-    // Safety: as above.
-    unsafe { libc::fcntl(sock, libc::F_SETFL, flags | libc::O_NONBLOCK) };
+    };
+    let _ = rustix::fs::fcntl_setfl(sock, flags | OFlags::NONBLOCK);
     let r = connect_to(sock, addr);
-    // Safety: as above.
-    unsafe { libc::fcntl(sock, libc::F_SETFL, flags) };
+    let _ = rustix::fs::fcntl_setfl(sock, flags);
     r
 }
 
-fn send_one(sock: RawFd, m: &Ready, flags: i32) -> Result<i64, i32> {
+/// One `sendmsg` of `m` on `sock`, its address and control buffer exactly as the caller's
+/// (descriptor numbers made ours): the kernel judges them as it would have for the caller.
+fn send_one(sock: &OwnedFd, m: &Ready, flags: i32) -> Result<i64, i32> {
     let mut iov = libc::iovec {
         iov_base: m.data.as_ptr() as *mut libc::c_void,
         iov_len: m.data.len(),
     };
-    // Safety: an all-zero msghdr is valid; the fields are set below.
-    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-    h.msg_iov = &mut iov;
-    h.msg_iovlen = 1;
-    if !m.addr.is_empty() {
-        h.msg_name = m.addr.as_ptr() as *mut libc::c_void;
-        h.msg_namelen = m.addr.len() as libc::socklen_t;
-    }
-    if !m.control.is_empty() {
-        h.msg_control = m.control.as_ptr() as *mut libc::c_void;
-        h.msg_controllen = m.control.len();
-    }
     // MSG_NOSIGNAL: the supervisor raises SIGPIPE in the caller when it asked for it.
-    // Safety: every pointer in `h` refers to a buffer of `m` alive for the call.
-    ret(unsafe { libc::sendmsg(sock, &h, flags | libc::MSG_NOSIGNAL) })
+    // Raw syscall: rustix's sendmsg takes a typed address and typed ancillary messages; these
+    // are the caller's bytes, unchanged.
+    // Safety: an all-zero msghdr is valid; every pointer set in it refers to a buffer of `m`
+    // (or `iov`) alive for the call, with its length.
+    let r = unsafe {
+        let mut h: libc::msghdr = std::mem::zeroed();
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        if !m.addr.is_empty() {
+            h.msg_name = m.addr.as_ptr() as *mut libc::c_void;
+            h.msg_namelen = m.addr.len() as libc::socklen_t;
+        }
+        if !m.control.is_empty() {
+            h.msg_control = m.control.as_ptr() as *mut libc::c_void;
+            h.msg_controllen = m.control.len();
+        }
+        libc::sendmsg(sock.as_raw_fd(), &h, flags | libc::MSG_NOSIGNAL)
+    };
+    ret(r)
 }
 
 #[cfg(test)]
@@ -1143,8 +1092,8 @@ mod tests {
 
     #[test]
     fn a_request_round_trips_with_descriptors_as_indices() {
-        let (a, b) = pair(libc::SOCK_SEQPACKET).unwrap();
-        let (c, d) = pair(libc::SOCK_SEQPACKET).unwrap();
+        let (a, b) = pair(SocketType::SEQPACKET).unwrap();
+        let (c, d) = pair(SocketType::SEQPACKET).unwrap();
         let control = rights(&[c.as_raw_fd(), d.as_raw_fd()]);
         let req = Request {
             id: 7,
@@ -1170,8 +1119,9 @@ mod tests {
                 },
             ],
         };
-        let (bytes, fds, memfd) = encode(&req).unwrap();
+        let memfd = memfd_for(&req).unwrap();
         assert!(memfd.is_none());
+        let (bytes, fds) = encode(&req, memfd.as_ref()).unwrap();
         assert_eq!(fds.len(), 4);
         let got = Request::decode(&bytes, fds.len()).unwrap();
         assert_eq!((got.id, got.connect, got.many), (7, false, true));

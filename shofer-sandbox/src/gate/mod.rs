@@ -61,10 +61,7 @@ pub fn available() -> Result<(), String> {
     if !cfg!(target_arch = "x86_64") {
         return Err("the unix socket gate is built for x86_64 only".into());
     }
-    // Safety: pidfd_getfd with an invalid pidfd only returns an error (EBADF, or ENOSYS when
-    // the kernel lacks it).
-    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, -1, 0, 0) };
-    if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+    if !notify::getfd_known() {
         return Err("pidfd_getfd is missing (Linux 5.6)".into());
     }
     let filters = std::fs::read_to_string("/proc/self/status")
@@ -76,23 +73,13 @@ pub fn available() -> Result<(), String> {
         })
         .unwrap_or(0);
     if filters == 0 {
-        // Safety: SECCOMP_GET_NOTIF_SIZES fills the struct; it fails on kernels before 5.0.
-        let mut sizes: libc::seccomp_notif_sizes = unsafe { std::mem::zeroed() };
-        // Safety: as above.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_GET_NOTIF_SIZES,
-                0,
-                &mut sizes as *mut libc::seccomp_notif_sizes,
-            )
-        };
-        if r != 0 {
+        if !notify::notifications_known() {
             return Err("no seccomp user notification (Linux 5.0)".into());
         }
         return Ok(());
     }
     // Try it in a child: an outer listener makes the install fail with EBUSY.
+    // Raw syscall: rustix has no fork (only in its unstable runtime API).
     // Safety: the child only makes raw syscalls and _exits; this process is single-threaded
     // at this point (before the supervisor starts any thread).
     let pid = unsafe { libc::fork() };
@@ -100,19 +87,20 @@ pub fn available() -> Result<(), String> {
         return Err("fork failed while probing the seccomp listener".into());
     }
     if pid == 0 {
-        // Safety: prctl with integer arguments, then _exit.
-        unsafe {
-            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-            let code = match filter::install(filter::Traps::SOCKETS) {
-                Ok(_) => 0,
-                Err(e) => e.raw_os_error().unwrap_or(1).clamp(1, 255),
-            };
-            libc::_exit(code)
-        }
+        let _ = rustix::thread::set_no_new_privs(true);
+        let code = match filter::install(filter::Traps::SOCKETS) {
+            Ok(_) => 0,
+            Err(e) => e.raw_os_error().unwrap_or(1).clamp(1, 255),
+        };
+        // Raw syscall: rustix's `_exit` (`exit_group`) is only in its unstable runtime API.
+        // Safety: `_exit` ends the forked child without running anything of its parent's.
+        unsafe { libc::_exit(code) }
     }
-    let mut status = 0;
-    // Safety: reaping the child we forked.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let child = shofer_sys::process::pid(pid);
+    let status = rustix::process::waitpid(child, rustix::process::WaitOptions::empty())
+        .ok()
+        .flatten()
+        .map_or(0, |(_, st)| st.as_raw());
     match libc::WEXITSTATUS(status) {
         0 => Ok(()),
         libc::EBUSY => Err("an outer seccomp filter already owns the listener (a sandbox inside a sandbox: the outer gate still applies)".into()),
@@ -165,8 +153,8 @@ impl AllowUnix {
             };
             let canon = std::fs::canonicalize(p).map_err(bad)?;
             let fd = crate::paths::open_following(&canon).map_err(bad)?;
-            let st = resolve::stat_fd(fd.as_raw_fd())
-                .map_err(|e| bad(std::io::Error::from_raw_os_error(e)))?;
+            let st =
+                resolve::stat_fd(&fd).map_err(|e| bad(std::io::Error::from_raw_os_error(e)))?;
             let kind = st.st_mode & libc::S_IFMT;
             if kind != libc::S_IFDIR && kind != libc::S_IFSOCK {
                 return Err(crate::error::SetupError::Usage(format!(
@@ -232,7 +220,7 @@ impl Setup {
             }
         }
         let (helper, helper_end) = if traps.sockets {
-            let (ours, theirs) = helper::pair(libc::SOCK_SEQPACKET)?;
+            let (ours, theirs) = helper::pair(rustix::net::SocketType::SEQPACKET)?;
             (Some(ours), Some(theirs))
         } else {
             (None, None)
@@ -304,9 +292,11 @@ pub(crate) fn relay_listener(pipe: RawFd) -> std::io::Result<()> {
     let mut rec = [0u8; 8];
     rec[..4].copy_from_slice(&listener.to_ne_bytes());
     rec[4..].copy_from_slice(&diag.to_ne_bytes());
-    // Safety: writing our buffer to our pipe (atomic below PIPE_BUF).
-    if unsafe { libc::write(pipe, rec.as_ptr().cast(), rec.len()) } != rec.len() as isize {
-        return Err(std::io::Error::last_os_error());
+    // Safety: the caller holds `pipe` open across this call; the borrow ends with it.
+    let pipe = unsafe { std::os::fd::BorrowedFd::borrow_raw(pipe) };
+    // One write, atomic below PIPE_BUF.
+    if rustix::io::write(pipe, &rec)? != rec.len() {
+        return Err(std::io::ErrorKind::WriteZero.into());
     }
     Ok(())
 }
@@ -325,9 +315,8 @@ pub(crate) fn take_listener(
         return (fd >= 0).then(|| (unsafe { OwnedFd::from_raw_fd(fd) }, None));
     };
     let mut rec = [0u8; 8];
-    // Safety: reading into our buffer; EOF (0) means the child failed first.
-    let n = unsafe { libc::read(pipe.as_raw_fd(), rec.as_mut_ptr().cast(), rec.len()) };
-    if n != rec.len() as isize {
+    // EOF (0) means the child failed first.
+    if rustix::io::read(&pipe, &mut rec).ok()? != rec.len() {
         return None;
     }
     let pidfd = shofer_sys::pidfd::open(child).ok().flatten()?;

@@ -1,11 +1,60 @@
 //! The user-notification side of seccomp (seccomp_unotify(2)): receiving a trapped syscall,
 //! answering it, and reaching into the calling process (its memory, its descriptors).
 //!
-//! Raw `ioctl`s and syscalls: neither `libc` nor `rustix` wraps the notification protocol or
-//! `pidfd_getfd`.
+//! Map: [`recv`], [`answer`], [`continue_`], [`still_valid`], [`addfd`] speak the protocol on
+//! the listener; [`read_mem`], [`write_mem`], [`read_path`] reach into the caller's memory;
+//! [`getfd`] takes one of its descriptors; [`killable_recv_known`], [`notifications_known`],
+//! [`getfd_known`], [`addfd_support`] and [`sync_wake_up`] ask what the kernel has.
+//!
+//! Raw `ioctl`s and syscalls: neither `libc` nor `rustix` wraps the notification protocol,
+//! `seccomp(2)`, `process_vm_readv`/`writev` or `pidfd_getfd`. Each is made in one small
+//! function here, with its one `unsafe` block ([`notif_ioctl`], [`set_flags`], [`probe`],
+//! [`pidfd_getfd`], [`read_mem`], [`write_mem`]); everything else in the gate is safe code.
+//! Errors are the kernel's errno, unchanged: the gate answers the command with them.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// The argument of a notification `ioctl`: `REQUEST` takes a pointer to exactly this type.
+/// Private, and implemented only for the pairs the kernel defines (seccomp_unotify(2)), which
+/// is what makes [`notif_ioctl`] safe.
+trait NotifArg {
+    const REQUEST: libc::Ioctl;
+}
+
+impl NotifArg for libc::seccomp_notif {
+    const REQUEST: libc::Ioctl = libc::SECCOMP_IOCTL_NOTIF_RECV;
+}
+
+impl NotifArg for libc::seccomp_notif_resp {
+    const REQUEST: libc::Ioctl = libc::SECCOMP_IOCTL_NOTIF_SEND;
+}
+
+impl NotifArg for libc::seccomp_notif_addfd {
+    const REQUEST: libc::Ioctl = libc::SECCOMP_IOCTL_NOTIF_ADDFD;
+}
+
+/// The cookie `SECCOMP_IOCTL_NOTIF_ID_VALID` reads (a `__u64`).
+#[repr(transparent)]
+struct NotifId(u64);
+
+impl NotifArg for NotifId {
+    const REQUEST: libc::Ioctl = libc::SECCOMP_IOCTL_NOTIF_ID_VALID;
+}
+
+/// `ioctl(listener, A::REQUEST, arg)`: the ioctl's non-negative result, or its errno.
+fn notif_ioctl<A: NotifArg>(listener: RawFd, arg: &mut A) -> Result<i32, i32> {
+    // Raw syscall: rustix has no seccomp notification ioctls.
+    // Safety: `A::REQUEST` takes a pointer to an `A` ([`NotifArg`]), and `arg` is one, live
+    // and exclusively ours for the call; on a descriptor that is not a listener the ioctl
+    // only fails.
+    let r = unsafe { libc::ioctl(listener, A::REQUEST, arg as *mut A) };
+    if r < 0 {
+        Err(shofer_sys::errno::last())
+    } else {
+        Ok(r)
+    }
+}
 
 /// One trapped syscall.
 #[derive(Clone, Copy)]
@@ -26,12 +75,19 @@ pub struct Notif {
 /// `ENOENT` when the caller died or was interrupted meanwhile (retry), `EINTR`; any other
 /// error (`EBADF`, `ENOTTY`) is fatal for the listener.
 pub fn recv(listener: RawFd) -> io::Result<Notif> {
-    // Safety: an all-zero seccomp_notif is what the kernel requires as input.
-    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
-    // Safety: the ioctl fills `n`, which is the size the request encodes.
-    if unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_RECV, &mut n) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // All zero: what the kernel requires as input.
+    let mut n = libc::seccomp_notif {
+        id: 0,
+        pid: 0,
+        flags: 0,
+        data: libc::seccomp_data {
+            nr: 0,
+            arch: 0,
+            instruction_pointer: 0,
+            args: [0; 6],
+        },
+    };
+    notif_ioctl(listener, &mut n).map_err(io::Error::from_raw_os_error)?;
     Ok(Notif {
         id: n.id,
         pid: n.pid as libc::pid_t,
@@ -55,26 +111,58 @@ pub fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) -> bool {
         error,
         flags: 0,
     };
-    // Safety: `resp` is a valid seccomp_notif_resp for the duration of the call.
-    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) == 0 }
+    notif_ioctl(listener, &mut resp).is_ok()
 }
 
 /// Whether the kernel knows `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` (Linux 5.19): seccomp(2)
 /// checks the flags before it reads the program, so a null program gives `EFAULT` if it does
 /// and `EINVAL` if it does not. Installs nothing.
 pub fn killable_recv_known() -> bool {
-    let flags =
-        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
-    // Safety: with a null program the call fails before it could install anything.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            flags,
-            std::ptr::null::<libc::sock_fprog>(),
-        )
+    probe(Probe::KillableRecv) == Err(libc::EFAULT)
+}
+
+/// Whether the kernel has seccomp user notification (Linux 5.0): `SECCOMP_GET_NOTIF_SIZES`
+/// answers. Installs nothing.
+pub fn notifications_known() -> bool {
+    probe(Probe::NotifSizes).is_ok()
+}
+
+/// What [`probe`] asks `seccomp(2)`.
+enum Probe {
+    /// `SECCOMP_SET_MODE_FILTER` with `NEW_LISTENER | WAIT_KILLABLE_RECV` and a null program.
+    KillableRecv,
+    /// `SECCOMP_GET_NOTIF_SIZES`.
+    NotifSizes,
+}
+
+/// One `seccomp(2)` call that installs nothing: its errno on failure.
+fn probe(what: Probe) -> Result<(), i32> {
+    let mut sizes = libc::seccomp_notif_sizes {
+        seccomp_notif: 0,
+        seccomp_notif_resp: 0,
+        seccomp_data: 0,
     };
-    r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT)
+    let (op, flags, arg): (libc::c_uint, libc::c_ulong, *mut libc::c_void) = match what {
+        Probe::KillableRecv => (
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+            std::ptr::null_mut(),
+        ),
+        Probe::NotifSizes => (
+            libc::SECCOMP_GET_NOTIF_SIZES,
+            0,
+            (&mut sizes as *mut libc::seccomp_notif_sizes).cast(),
+        ),
+    };
+    // Raw syscall: rustix has no seccomp(2).
+    // Safety: with a null program SET_MODE_FILTER fails before it could install anything;
+    // GET_NOTIF_SIZES only writes a seccomp_notif_sizes, which `sizes` is, live for the call.
+    let r = unsafe { libc::syscall(libc::SYS_seccomp, op, flags, arg) };
+    if r < 0 {
+        Err(shofer_sys::errno::last())
+    } else {
+        Ok(())
+    }
 }
 
 /// `SECCOMP_IOCTL_NOTIF_SET_FLAGS` with `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6): a
@@ -84,22 +172,20 @@ pub fn killable_recv_known() -> bool {
 /// lacks it, and nothing changes.
 pub fn sync_wake_up(listener: RawFd) -> bool {
     const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
-    // Safety: the ioctl takes the flags by value (a u64).
-    unsafe {
-        libc::ioctl(
-            listener,
-            libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
-            SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP,
-        ) == 0
-    }
+    set_flags(listener, SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
+}
+
+/// `SECCOMP_IOCTL_NOTIF_SET_FLAGS` with `flags`: whether the kernel took them.
+fn set_flags(listener: RawFd, flags: u64) -> bool {
+    // Raw syscall: rustix has no seccomp notification ioctls.
+    // Safety: this request takes the flags by value (a u64): no memory is passed.
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS, flags) == 0 }
 }
 
 /// `SECCOMP_IOCTL_NOTIF_ID_VALID`: whether the caller is still blocked in this syscall, i.e.
 /// its PID still names it (checked after reading its memory, as seccomp_unotify(2) asks).
 pub fn still_valid(listener: RawFd, id: u64) -> bool {
-    let mut id = id;
-    // Safety: the ioctl reads one u64.
-    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &mut id) == 0 }
+    notif_ioctl(listener, &mut NotifId(id)).is_ok()
 }
 
 /// `pidfd_getfd(pidfd, fd, 0)` (Linux 5.6): our own descriptor for the caller's open file.
@@ -107,13 +193,27 @@ pub fn still_valid(listener: RawFd, id: u64) -> bool {
 /// # Errors
 /// `EBADF` when the caller has no such descriptor, `EPERM` without ptrace access, `ESRCH`.
 pub fn getfd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
-    // Safety: pidfd_getfd takes three integers and returns a new descriptor or -1.
-    let ret = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
+    pidfd_getfd(pidfd.as_raw_fd(), fd)
+}
+
+/// Whether the kernel has `pidfd_getfd` (Linux 5.6): with no pidfd it fails with `EBADF`,
+/// `ENOSYS` where it is missing.
+pub fn getfd_known() -> bool {
+    !matches!(pidfd_getfd(-1, 0), Err(e) if e.raw_os_error() == Some(libc::ENOSYS))
+}
+
+/// `pidfd_getfd(pidfd, fd, 0)`.
+fn pidfd_getfd(pidfd: RawFd, fd: RawFd) -> io::Result<OwnedFd> {
+    // Raw syscall: rustix has no pidfd_getfd.
+    // Safety: the syscall takes three integers (a bad pidfd only fails) and returns a new
+    // descriptor, which nothing else owns, or -1.
+    unsafe {
+        let ret = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0);
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from_raw_fd(ret as RawFd))
     }
-    // Safety: the kernel just returned this descriptor to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
 }
 
 /// Reads `len` bytes at `addr` in process `pid` (`process_vm_readv`, Linux 3.2). A short read
@@ -131,6 +231,7 @@ pub fn read_mem(pid: libc::pid_t, addr: u64, len: usize) -> Result<Vec<u8>, i32>
         iov_base: addr as *mut libc::c_void,
         iov_len: len,
     };
+    // Raw syscall: rustix has no process_vm_readv.
     // Safety: `local` covers `buf`; the remote range is only read by the kernel.
     let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
     if n < 0 {
@@ -156,6 +257,7 @@ pub fn write_mem(pid: libc::pid_t, addr: u64, data: &[u8]) -> Result<(), i32> {
         iov_base: addr as *mut libc::c_void,
         iov_len: data.len(),
     };
+    // Raw syscall: rustix has no process_vm_writev.
     // Safety: the kernel only reads `local` and writes the remote range of the caller, which
     // asked for it to be written (an out parameter of the trapped syscall).
     let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
@@ -175,8 +277,7 @@ pub fn continue_(listener: RawFd, id: u64) {
         error: 0,
         flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
     };
-    // Safety: `resp` is a valid seccomp_notif_resp for the duration of the call.
-    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
+    let _ = notif_ioctl(listener, &mut resp);
 }
 
 /// Reads the NUL-terminated path at `addr` in process `pid`, page by page (a path may end
@@ -211,7 +312,14 @@ pub enum AddFd {
     Send,
 }
 
-fn addfd_ioctl(listener: RawFd, id: u64, src: RawFd, cloexec: bool, flags: u64) -> i32 {
+/// `SECCOMP_IOCTL_NOTIF_ADDFD`: the caller's new descriptor number, or the errno.
+fn addfd_ioctl(
+    listener: RawFd,
+    id: u64,
+    src: RawFd,
+    cloexec: bool,
+    flags: u64,
+) -> Result<i32, i32> {
     let mut a = libc::seccomp_notif_addfd {
         id,
         flags: flags as u32,
@@ -219,8 +327,7 @@ fn addfd_ioctl(listener: RawFd, id: u64, src: RawFd, cloexec: bool, flags: u64) 
         newfd: 0,
         newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
     };
-    // Safety: `a` is a valid seccomp_notif_addfd for the duration of the call.
-    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD, &mut a) }
+    notif_ioctl(listener, &mut a)
 }
 
 /// Asks `listener` which `ADDFD` it understands, with a cookie no notification has (0 is
@@ -228,10 +335,7 @@ fn addfd_ioctl(listener: RawFd, id: u64, src: RawFd, cloexec: bool, flags: u64) 
 /// yields `ENOENT` too): `ENOENT` means the request was understood, `EINVAL` that the
 /// ioctl or the flag is unknown (seccomp_unotify(2)).
 pub fn addfd_support(listener: RawFd) -> AddFd {
-    let knows = |flags: u64| {
-        addfd_ioctl(listener, 0, listener, false, flags) < 0
-            && io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT)
-    };
+    let knows = |flags: u64| addfd_ioctl(listener, 0, listener, false, flags) == Err(libc::ENOENT);
     if knows(libc::SECCOMP_ADDFD_FLAG_SEND) {
         AddFd::Send
     } else if knows(0) {
@@ -254,10 +358,7 @@ pub fn addfd(listener: RawFd, id: u64, src: RawFd, cloexec: bool, how: AddFd) ->
         AddFd::Plain => 0,
         AddFd::Send => libc::SECCOMP_ADDFD_FLAG_SEND,
     };
-    let r = addfd_ioctl(listener, id, src, cloexec, flags);
-    if r < 0 {
-        return Err(shofer_sys::errno::last());
-    }
+    let r = addfd_ioctl(listener, id, src, cloexec, flags)?;
     if how == AddFd::Plain {
         answer(listener, id, Ok(r as i64));
     }

@@ -6,11 +6,11 @@
 //! target itself, so every later check and the operation itself apply to exactly these
 //! inodes (a rename or symlink swap after this point changes nothing).
 
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
-use shofer_sys::errno::last as errno;
+use rustix::fs::{Mode, OFlags, CWD};
+use rustix::io::Errno;
 
 /// Most symlinks followed in one resolution (the kernel's `MAXSYMLINKS`).
 const MAX_SYMLINKS: usize = 40;
@@ -28,55 +28,38 @@ pub struct Resolved {
     pub root: Ident,
 }
 
-fn open_at(dir: RawFd, name: &[u8], flags: libc::c_int) -> Result<OwnedFd, i32> {
-    let c = CString::new(name).map_err(|_| libc::EINVAL)?;
-    // Safety: a NUL-terminated name relative to a descriptor we hold.
-    let fd = unsafe { libc::openat(dir, c.as_ptr(), flags | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(errno());
-    }
-    // Safety: the kernel just returned this descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+/// `openat(dir, name, flags | O_CLOEXEC)`; a name with a NUL byte is `EINVAL`.
+fn open_at(dir: impl AsFd, name: &[u8], flags: OFlags) -> Result<OwnedFd, i32> {
+    rustix::fs::openat(dir, name, flags | OFlags::CLOEXEC, Mode::empty())
+        .map_err(Errno::raw_os_error)
 }
 
 /// `fstat` of a descriptor.
-pub fn stat_fd(fd: RawFd) -> Result<libc::stat, i32> {
-    // Safety: `st` is filled by fstat on success.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) != 0 {
-            return Err(errno());
-        }
-        Ok(st)
-    }
+pub fn stat_fd(fd: impl AsFd) -> Result<rustix::fs::Stat, i32> {
+    rustix::fs::fstat(fd).map_err(Errno::raw_os_error)
 }
 
-/// The (device, inode) of a descriptor.
+/// The (device, inode) of a descriptor, by number: the caller holds it open for the call.
 pub fn ident(fd: RawFd) -> Result<Ident, i32> {
-    let st = stat_fd(fd)?;
+    // Safety: every caller passes `as_raw_fd` of a descriptor it owns or borrows for the
+    // whole call; this borrow ends with the call.
+    let st = stat_fd(unsafe { BorrowedFd::borrow_raw(fd) })?;
     Ok((st.st_dev, st.st_ino))
 }
 
-fn readlink_fd(fd: RawFd) -> Result<Vec<u8>, i32> {
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // Safety: readlinkat with an empty path reads the link `fd` (opened O_PATH|O_NOFOLLOW)
-    // names, into `buf`.
-    let n = unsafe { libc::readlinkat(fd, c"".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        return Err(errno());
-    }
-    buf.truncate(n as usize);
-    Ok(buf)
+/// The target of the symlink `fd` (opened `O_PATH | O_NOFOLLOW`) names: `readlinkat` with an
+/// empty path.
+fn readlink_fd(fd: &OwnedFd) -> Result<Vec<u8>, i32> {
+    let buf = Vec::with_capacity(libc::PATH_MAX as usize);
+    rustix::fs::readlinkat(fd, c"", buf)
+        .map(std::ffi::CString::into_bytes)
+        .map_err(Errno::raw_os_error)
 }
 
 /// Opens `/proc/PID/<what>` (`root` or `cwd`) as an `O_PATH` directory.
 pub fn proc_dir(pid: libc::pid_t, what: &str) -> Result<OwnedFd, i32> {
     let p = format!("/proc/{pid}/{what}");
-    open_at(
-        libc::AT_FDCWD,
-        p.as_bytes(),
-        libc::O_PATH | libc::O_DIRECTORY,
-    )
+    open_at(CWD, p.as_bytes(), OFlags::PATH | OFlags::DIRECTORY)
 }
 
 /// Resolves `path` as process `pid` would (relative paths from its working directory).
@@ -105,7 +88,7 @@ pub fn resolve_at(
     let root = proc_dir(pid, "root")?;
     let root_id = ident(root.as_raw_fd())?;
     let start = if path[0] == b'/' {
-        open_at(root.as_raw_fd(), b".", libc::O_PATH | libc::O_DIRECTORY)?
+        open_at(&root, b".", OFlags::PATH | OFlags::DIRECTORY)?
     } else if let Some(dir) = dir {
         dir
     } else {
@@ -135,7 +118,7 @@ fn walk(
     let trailing_slash = path.ends_with(b"/");
     let mut links = 0usize;
     if todo.is_empty() {
-        let target = open_at(dir.as_raw_fd(), b".", libc::O_PATH)?;
+        let target = open_at(&dir, b".", OFlags::PATH)?;
         return Ok(Resolved {
             parent: dir,
             target: Some(target),
@@ -146,7 +129,7 @@ fn walk(
         let last = todo.is_empty();
         if comp == b"." {
             if last {
-                let target = open_at(dir.as_raw_fd(), b".", libc::O_PATH)?;
+                let target = open_at(&dir, b".", OFlags::PATH)?;
                 return Ok(Resolved {
                     parent: dir,
                     target: Some(target),
@@ -157,10 +140,10 @@ fn walk(
         }
         if comp == b".." {
             if ident(dir.as_raw_fd())? != root_id {
-                dir = open_at(dir.as_raw_fd(), b"..", libc::O_PATH | libc::O_DIRECTORY)?;
+                dir = open_at(&dir, b"..", OFlags::PATH | OFlags::DIRECTORY)?;
             }
             if last {
-                let target = open_at(dir.as_raw_fd(), b".", libc::O_PATH)?;
+                let target = open_at(&dir, b".", OFlags::PATH)?;
                 return Ok(Resolved {
                     parent: dir,
                     target: Some(target),
@@ -172,8 +155,8 @@ fn walk(
         if !last {
             // The common case, a directory, without an fstat; a symlink or a file fails with
             // ENOTDIR and takes the general path below.
-            let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY;
-            match open_at(dir.as_raw_fd(), &comp, flags) {
+            let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::DIRECTORY;
+            match open_at(&dir, &comp, flags) {
                 Ok(fd) => {
                     dir = fd;
                     continue;
@@ -182,7 +165,7 @@ fn walk(
                 Err(e) => return Err(e),
             }
         }
-        let fd = match open_at(dir.as_raw_fd(), &comp, libc::O_PATH | libc::O_NOFOLLOW) {
+        let fd = match open_at(&dir, &comp, OFlags::PATH | OFlags::NOFOLLOW) {
             Ok(fd) => fd,
             Err(libc::ENOENT) if last => {
                 return Ok(Resolved {
@@ -193,16 +176,16 @@ fn walk(
             }
             Err(e) => return Err(e),
         };
-        let st = stat_fd(fd.as_raw_fd())?;
+        let st = stat_fd(&fd)?;
         let kind = st.st_mode & libc::S_IFMT;
         if kind == libc::S_IFLNK && (!last || follow_last || trailing_slash) {
             links += 1;
             if links > MAX_SYMLINKS {
                 return Err(libc::ELOOP);
             }
-            let target = readlink_fd(fd.as_raw_fd())?;
+            let target = readlink_fd(&fd)?;
             if target.first() == Some(&b'/') {
-                dir = open_at(root.as_raw_fd(), b".", libc::O_PATH | libc::O_DIRECTORY)?;
+                dir = open_at(root, b".", OFlags::PATH | OFlags::DIRECTORY)?;
             }
             let mut more = components(&target);
             if more.is_empty() {
@@ -242,8 +225,8 @@ pub fn beneath(dir: &OwnedFd, roots: &[Ident], stop: Option<Ident>) -> bool {
         if Some(id) == stop {
             return false;
         }
-        let here = cur.as_ref().map_or(dir.as_raw_fd(), |f| f.as_raw_fd());
-        let Ok(up) = open_at(here, b"..", libc::O_PATH | libc::O_DIRECTORY) else {
+        let here = cur.as_ref().unwrap_or(dir);
+        let Ok(up) = open_at(here, b"..", OFlags::PATH | OFlags::DIRECTORY) else {
             return false;
         };
         let Ok(up_id) = ident(up.as_raw_fd()) else {

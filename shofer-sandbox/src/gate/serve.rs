@@ -34,18 +34,18 @@
 //! caller without effective capabilities has its call made without any.
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
+
+use rustix::fs::Stat;
 
 use super::diag::{self, Lookup};
 use super::filter::{NR_BIND, NR_CONNECT, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO};
 use super::handler::{Gatekeeper, Handler, Installer, Performed, Reply};
-use super::helper::{self, sockopt, Link, Msg, Pending, Request};
+use super::helper::{self, Link, Msg, Pending, Request};
 use super::notify::{self, AddFd, Notif};
 use super::resolve::{self, Ident};
 use super::wire;
-
-use shofer_sys::errno::last as errno;
 
 /// `sizeof(struct sockaddr_storage)`: the kernel refuses longer addresses with `EINVAL`.
 const MAX_ADDR: u32 = 128;
@@ -199,42 +199,40 @@ fn unprivileged_caller(pid: libc::pid_t) -> Option<Caller> {
     })
 }
 
-/// Makes the calling thread `caller`: groups, gid, uid, then no capabilities. Raw syscalls:
-/// the kernel changes credentials per thread (the C library's wrappers would change every
-/// thread of the supervisor).
+/// Makes the calling thread `caller`: groups, gid, uid, then no capabilities. rustix's
+/// `thread` calls: the kernel changes credentials per thread (the C library's wrappers would
+/// change every thread of the supervisor).
 fn become_caller(caller: &Caller) -> bool {
-    // Safety: geteuid/getegid cannot fail.
-    if unsafe { (libc::geteuid(), libc::getegid()) } == (caller.uid, caller.gid) {
+    use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid, Gid, Uid};
+    let ids = (rustix::process::geteuid(), rustix::process::getegid());
+    if (ids.0.as_raw(), ids.1.as_raw()) == (caller.uid, caller.gid) {
         return helper::drop_thread_caps(); // the same user: only the capabilities differ
     }
-    // Safety: setgroups/setresgid/setresuid with our own buffer and integers; they change
-    // only this thread's credentials.
-    let ok = unsafe {
-        libc::syscall(
-            libc::SYS_setgroups,
-            caller.groups.len(),
-            caller.groups.as_ptr(),
-        ) == 0
-            && libc::syscall(libc::SYS_setresgid, caller.gid, caller.gid, caller.gid) == 0
-            && libc::syscall(libc::SYS_setresuid, caller.uid, caller.uid, caller.uid) == 0
-    };
+    let groups: Vec<Gid> = caller
+        .groups
+        .iter()
+        .map(|&g| Gid::from_raw_unchecked(g))
+        .collect();
+    let (uid, gid) = (
+        Uid::from_raw_unchecked(caller.uid),
+        Gid::from_raw_unchecked(caller.gid),
+    );
+    let ok = set_thread_groups(&groups).is_ok()
+        && set_thread_res_gid(gid, gid, gid).is_ok()
+        && set_thread_res_uid(uid, uid, uid).is_ok();
     ok && helper::drop_thread_caps()
 }
 
 /// A pidfd for the calling *thread* `tid` (notifications name threads): `PIDFD_THREAD`
 /// (Linux 6.9), else the thread group's leader, whose descriptor table the threads share.
 fn thread_pidfd(tid: libc::pid_t) -> Result<OwnedFd, i32> {
-    use std::os::fd::FromRawFd;
+    use rustix::process::{pidfd_open, PidfdFlags};
+    // rustix names no PIDFD_THREAD (it is O_EXCL).
     const PIDFD_THREAD: libc::c_int = libc::O_EXCL;
     let open = |pid: libc::pid_t, flags: libc::c_int| {
-        // Safety: pidfd_open takes two integers and returns a new descriptor or -1.
-        let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, flags) };
-        if r < 0 {
-            Err(errno())
-        } else {
-            // Safety: the kernel just returned this descriptor.
-            Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
-        }
+        // pidfd_open(2) refuses a pid that is not positive with EINVAL.
+        let pid = shofer_sys::process::pid(pid).ok_or(libc::EINVAL)?;
+        pidfd_open(pid, PidfdFlags::from_bits_retain(flags as _)).map_err(|e| e.raw_os_error())
     };
     // A thread that is not the leader: EINVAL before Linux 6.9, ENOENT after.
     match open(tid, 0) {
@@ -263,7 +261,8 @@ fn tgid_of(tid: libc::pid_t) -> Option<libc::pid_t> {
 /// the caller `tid`, as the helper sends with `MSG_NOSIGNAL`.
 pub(super) fn raise_sigpipe(tid: libc::pid_t) {
     if let Some(tgid) = tgid_of(tid) {
-        // Safety: tgkill with integers, to a thread of the sandboxed run.
+        // Raw syscall: rustix has no tgkill.
+        // Safety: tgkill takes integers only, here a thread of the sandboxed run.
         unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, libc::SIGPIPE) };
     }
 }
@@ -439,7 +438,7 @@ impl Gate {
     fn target(
         &mut self,
         pid: libc::pid_t,
-        sock: RawFd,
+        sock: BorrowedFd<'_>,
         addr: Vec<u8>,
         verb: &str,
     ) -> Result<Target, i32> {
@@ -447,10 +446,7 @@ impl Gate {
             return Ok(Target::None);
         }
         let family = u16::from_ne_bytes([addr[0], *addr.get(1).unwrap_or(&0)]);
-        if sockopt(sock, libc::SO_DOMAIN) != libc::AF_UNIX
-            || family != libc::AF_UNIX as u16
-            || addr.len() <= 2
-        {
+        if !helper::is_unix(sock) || family != libc::AF_UNIX as u16 || addr.len() <= 2 {
             return Ok(Target::Raw(addr));
         }
         let path = &addr[2..];
@@ -479,7 +475,7 @@ impl Gate {
         let Some(pin) = r.target else {
             return Err(libc::ENOENT);
         };
-        let st = resolve::stat_fd(pin.as_raw_fd())?;
+        let st = resolve::stat_fd(&pin)?;
         let id = (st.st_dev, st.st_ino);
         let socket = st.st_mode & libc::S_IFMT == libc::S_IFSOCK;
         // Cheapest first: an allowed socket file, a socket file seen reachable before (its
@@ -509,7 +505,7 @@ impl Gate {
 
     /// Remembers the socket file `pin` (with `st`) as reachable, held open (a bounded number
     /// of them).
-    fn remember(&mut self, pin: &OwnedFd, st: &libc::stat) {
+    fn remember(&mut self, pin: &OwnedFd, st: &Stat) {
         if self.own_files.len() >= MAX_OWN_FILES {
             self.own_files.clear();
         }
@@ -520,7 +516,7 @@ impl Gate {
 
     /// Whether the socket file `pin` (with `st`) is bound by a socket of this run; if so it
     /// is remembered.
-    fn own_file(&mut self, pin: &OwnedFd, st: &libc::stat) -> bool {
+    fn own_file(&mut self, pin: &OwnedFd, st: &Stat) -> bool {
         let vfs = (diag::kernel_dev(st.st_dev), st.st_ino as u32);
         if !self.is_own(|v, _, _| v == Some(vfs)) {
             return false;
@@ -533,7 +529,7 @@ impl Gate {
     /// listener bound it, a path beneath the worktree or an `--allow-unix` directory: a socket
     /// linked or renamed into such a directory keeps its listener's own record of where it
     /// was bound. If so it is remembered.
-    fn bound_beneath_a_grant(&mut self, pin: &OwnedFd, st: &libc::stat) -> bool {
+    fn bound_beneath_a_grant(&mut self, pin: &OwnedFd, st: &Stat) -> bool {
         let vfs = (diag::kernel_dev(st.st_dev), st.st_ino as u32);
         let bound = self.diag.iter().find_map(|d| diag::bound_name_of(d, vfs));
         let Some(mut name) = bound else {
@@ -666,7 +662,7 @@ impl Gate {
     fn connect(&mut self, n: &Notif) -> Result<Reply, i32> {
         let sock = self.socket_of(n.pid, n.args[0])?;
         let addr = Self::read_addr(n.pid, n.args[1], n.args[2])?;
-        let target = self.target(n.pid, sock.as_raw_fd(), addr, "connect")?;
+        let target = self.target(n.pid, sock.as_fd(), addr, "connect")?;
         if !self.valid(n) {
             return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
         }
@@ -728,7 +724,7 @@ impl Gate {
             notify::read_mem(n.pid, n.args[1], len)?
         };
         let addr = Self::read_addr(n.pid, n.args[4], n.args[5])?;
-        let target = self.target(n.pid, sock.as_raw_fd(), addr, "send")?;
+        let target = self.target(n.pid, sock.as_fd(), addr, "send")?;
         if !self.valid(n) {
             return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
         }
@@ -792,7 +788,7 @@ impl Gate {
     fn sendmsg(&mut self, n: &Notif) -> Result<Reply, i32> {
         let sock = self.socket_of(n.pid, n.args[0])?;
         let (mut m, addr) = self.read_message(n.pid, n.args[1])?;
-        m.target = self.target(n.pid, sock.as_raw_fd(), addr, "send")?;
+        m.target = self.target(n.pid, sock.as_fd(), addr, "send")?;
         if !self.valid(n) {
             return Ok(Reply::Later); // /proc/PID may have named another process meanwhile
         }
@@ -809,7 +805,7 @@ impl Gate {
         }
         let mut ready = Vec::new();
         for (mut m, addr) in msgs {
-            m.target = self.target(n.pid, sock.as_raw_fd(), addr, "send")?;
+            m.target = self.target(n.pid, sock.as_fd(), addr, "send")?;
             ready.push(m);
         }
         if !self.valid(n) {
@@ -824,10 +820,8 @@ impl Gate {
         let Ok(sock) = self.socket_of(n.pid, n.args[0]) else {
             return Reply::Continue; // the kernel reports EBADF/ENOTSOCK itself
         };
-        if sockopt(sock.as_raw_fd(), libc::SO_DOMAIN) == libc::AF_UNIX
-            && !is_bound(sock.as_raw_fd())
-        {
-            if let Ok(st) = resolve::stat_fd(sock.as_raw_fd()) {
+        if helper::is_unix(&sock) && !is_bound(&sock) {
+            if let Ok(st) = resolve::stat_fd(&sock) {
                 let ino = st.st_ino as u32;
                 if !self.own.pending.contains(&ino) && !self.own.bound.contains_key(&ino) {
                     if self.own.pending.len() > 65536 {
@@ -889,13 +883,9 @@ impl Gatekeeper for Gate {
     }
 }
 
-fn is_bound(sock: RawFd) -> bool {
-    // Safety: an all-zero sockaddr_un is a valid out-parameter.
-    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-    // Safety: `a` is large enough for any unix address.
-    let r = unsafe { libc::getsockname(sock, (&mut a as *mut libc::sockaddr_un).cast(), &mut len) };
-    r == 0 && len as usize > std::mem::size_of::<libc::sa_family_t>()
+fn is_bound(sock: &OwnedFd) -> bool {
+    rustix::net::getsockname(sock)
+        .is_ok_and(|a| a.addr_len() as usize > std::mem::size_of::<libc::sa_family_t>())
 }
 
 /// Whether the kernel answers a sock_diag lookup of a unix socket that certainly exists (one
@@ -904,10 +894,10 @@ fn diag_answers(diag: &[OwnedFd]) -> bool {
     let Some(d) = diag.first() else {
         return false;
     };
-    let Ok((a, _b)) = helper::pair(libc::SOCK_STREAM) else {
+    let Ok((a, _b)) = helper::pair(rustix::net::SocketType::STREAM) else {
         return true; // cannot ask: say nothing
     };
-    match resolve::stat_fd(a.as_raw_fd()) {
+    match resolve::stat_fd(&a) {
         Ok(st) => matches!(diag::lookup(d, st.st_ino as u32), Lookup::Found { .. }),
         Err(_) => true,
     }
