@@ -54,7 +54,7 @@ use rustix::process::Signal;
 use super::notify;
 // What the gate copies of a send at most, and the most descriptors one message passes (the
 // kernel's `SCM_MAX_FD`): one request's bounds.
-use super::serve::MAX_PAYLOAD;
+use super::wire::MAX_PAYLOAD;
 use super::wire::SCM_MAX_FD as MAX_FDS;
 
 /// Request kinds: `connect`; `sendto`/`sendmsg` (one message, answered with the bytes
@@ -586,14 +586,14 @@ fn read_replies(sock: &OwnedFd, pending: &Mutex<HashMap<u64, Pending>>, listener
             }
         }
         if p.sigpipe && result == Err(libc::EPIPE) {
-            super::serve::raise_sigpipe(p.tid);
+            super::answer::raise_sigpipe(p.tid);
         }
-        super::serve::answer(listener.as_raw_fd(), reply.id, result);
+        super::answer::answer(listener.as_raw_fd(), reply.id, result);
     }
     // The helper is gone: every call still waiting fails.
     if let Ok(mut m) = pending.lock() {
         for (id, _) in m.drain() {
-            super::serve::answer(listener.as_raw_fd(), id, Err(helper_gone()));
+            super::answer::answer(listener.as_raw_fd(), id, Err(helper_gone()));
         }
     }
 }

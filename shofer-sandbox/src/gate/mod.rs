@@ -33,6 +33,7 @@
 //! holds up the run's other gated calls until it is accepted; x86_64 only, and only its native
 //! entry point ([`crate::seccomp::NATIVE_ONLY`]).
 
+mod answer;
 pub mod diag;
 pub mod filter;
 pub(crate) mod handler;

@@ -34,26 +34,24 @@
 //! caller without effective capabilities has its call made without any.
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::Stat;
 
+use super::answer::{answer, tgid_of};
 use super::diag::{self, Lookup};
 use super::filter::{NR_BIND, NR_CONNECT, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO};
 use super::handler::{Gatekeeper, Handler, Installer, Performed, Reply};
 use super::helper::{self, Link, Msg, Pending, Request};
 use super::notify::{self, AddFd, Notif};
 use super::resolve::{self, Ident};
-use super::wire;
+use super::wire::{self, MAX_PAYLOAD};
 
 /// `sizeof(struct sockaddr_storage)`: the kernel refuses longer addresses with `EINVAL`.
 const MAX_ADDR: u32 = 128;
 /// `UIO_MAXIOV`.
 const MAX_IOV: u64 = 1024;
-/// Most payload copied for one send; a stream socket then reports a short write, which
-/// callers handle; no datagram is this large.
-pub(super) const MAX_PAYLOAD: usize = 4 << 20;
 /// Most socket files of this run held open at once (beyond, the cache starts over).
 const MAX_OWN_FILES: usize = 4096;
 /// Most ancillary data (the kernel's default `optmem_max` is 20 KiB).
@@ -244,42 +242,6 @@ fn thread_pidfd(tid: libc::pid_t) -> Result<OwnedFd, i32> {
         other => return other,
     }
     open(tgid_of(tid).ok_or(libc::ESRCH)?, 0)
-}
-
-/// The thread group (process) of thread `tid`, from `/proc/<tid>/status`.
-fn tgid_of(tid: libc::pid_t) -> Option<libc::pid_t> {
-    std::fs::read_to_string(format!("/proc/{tid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))?
-        .trim()
-        .parse()
-        .ok()
-}
-
-/// The kernel raises SIGPIPE in the sending thread on `EPIPE` unless `MSG_NOSIGNAL`: done for
-/// the caller `tid`, as the helper sends with `MSG_NOSIGNAL`.
-pub(super) fn raise_sigpipe(tid: libc::pid_t) {
-    if let Some(tgid) = tgid_of(tid) {
-        // Raw syscall: rustix has no tgkill.
-        // Safety: tgkill takes integers only, here a thread of the sandboxed run.
-        unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, libc::SIGPIPE) };
-    }
-}
-
-/// Answers notification `id` with `result`. A performed call whose caller no longer waits
-/// was interrupted by a signal on a kernel without `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV`
-/// ([`super::filter::install`]; or its caller died): the kernel restarts it and the command
-/// performs it again. Said once per run, as it happens.
-pub(super) fn answer(listener: RawFd, id: u64, result: Result<i64, i32>) {
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if !notify::answer(listener, id, result)
-        && result.is_ok()
-        && !notify::killable_recv_known()
-        && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
-    {
-        eprintln!("shofer-sandbox: note: a signal interrupted a call the unix socket gate had performed, so the command performs it again (a repeated send or connect); Linux 5.19 (SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV) prevents this");
-    }
 }
 
 /// Where a call goes, decided.

@@ -37,6 +37,9 @@ pub const IOVEC_SIZE: usize = 16;
 const CMSG_HDR: usize = 16;
 /// The kernel's limit on descriptors in one message (`SCM_MAX_FD`).
 pub const SCM_MAX_FD: usize = 253;
+/// Most payload copied for one send; a stream socket then reports a short write, which
+/// callers handle; no datagram is this large.
+pub const MAX_PAYLOAD: usize = 4 << 20;
 
 /// What is wrong with bytes the command wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
