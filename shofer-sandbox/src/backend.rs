@@ -109,7 +109,6 @@ impl Facts {
 
     /// As [`Facts::gate_runs_beside`], with the reason when it cannot.
     pub fn gate_beside(&self, backend: Backend) -> Result<(), String> {
-        self.gate_here().clone()?;
         let setuid_bwrap = backend == Backend::Bwrap
             && self
                 .bwrap_if_probed()
@@ -117,7 +116,7 @@ impl Facts {
         if setuid_bwrap {
             return Err("a setuid bubblewrap cannot run under the gate's no_new_privs".into());
         }
-        Ok(())
+        self.gate_here().clone()
     }
 
     /// The user-namespace probe's answer if it already ran.

@@ -281,6 +281,9 @@ fn attempt(
             ));
         }
     }
+    if let Some(note) = repo.note() {
+        tell(note);
+    }
     for (p, why) in &choice.degraded {
         tell(format!(
             "shofer-sandbox: warning: degraded ({}): {why}",
@@ -317,19 +320,7 @@ fn attempt(
     let before = (|| -> Result<_, SetupError> {
         let mut report_file = None;
         if let Some(fd) = args.report_fd {
-            let mut record =
-                report::run(facts, choice, opened, git_run.report(), &allow_unix.paths);
-            if let Some((uid, gid)) = exec.foreign_owner {
-                let how = match choice.backend {
-                    Backend::Landlock => Some(format!("dropped; the command runs as the worktree's owner, uid {uid} gid {gid}")),
-                    Backend::Userns | Backend::Layered => Some(format!("CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER and CAP_FSETID kept inside the user namespace (every id mapped) for a worktree owned by uid {uid}; every other capability dropped, no_new_privs")),
-                    Backend::Bwrap => None,
-                };
-                if let Some(how) = how {
-                    record["protections"]["capabilities"] =
-                        serde_json::json!({"enforced": false, "reason": how, "tier": "info"});
-                }
-            }
+            let record = report::run(facts, choice, opened, git_run.report(), &allow_unix.paths);
             report_file = Some(write_record(fd, &record)?);
         }
         let sockets = facts.unix_gate_runs(choice.backend);

@@ -20,9 +20,10 @@
 //! not change); an abstract name when a socket of this run bound it in the network namespace
 //! of the socket that connects.
 //!
-//! The lock-file calls of [`packed_refs`] are: one that is not exactly a step of git's
-//! `packed-refs` protocol continues, which is safe because continuing grants nothing — the
-//! kernel runs it under the caller's Landlock domain, whatever the caller changed meanwhile.
+//! Every other trapped call goes to the handler that registered it ([`super::handler`]); a
+//! handler continues what it does not recognise, which is safe because continuing grants
+//! nothing — the kernel runs it under the caller's own confinement, whatever the caller
+//! changed meanwhile.
 //!
 //! `bind` is the exception, answered with CONTINUE without reading anything: the kernel binds
 //! under the caller's own confinement (Landlock, read-only mounts); the gate only notes the

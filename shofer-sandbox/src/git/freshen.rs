@@ -10,7 +10,7 @@
 //! earlier content), each deflated, written and verified at exit for nothing.
 //!
 //! The gate traps `utimensat(AT_FDCWD, path, NULL, 0)` (what glibc's and musl's `utime` and
-//! `utimes(path, NULL)` make; [`crate::gate::filter::Traps::freshen`]). When `path`, resolved as the
+//! `utimes(path, NULL)` make; [`crate::gate::filter::Traps::touches`]). When `path`, resolved as the
 //! caller sees it ([`crate::gate::resolve`]), names a loose object or a pack of the store — its
 //! directory is the store's fan-out directory or `pack/` by device and inode, its name an
 //! object's or a pack's — the supervisor sets the times of the store's file of that name to

@@ -96,11 +96,6 @@ impl<'a> Run<'a> {
         choice: &Choice,
         tell: &mut dyn FnMut(String),
     ) -> Result<Run<'a>, SetupError> {
-        if let GitLayout::Rejected(why) = &repo.layout {
-            tell(format!(
-                "shofer-sandbox: note: git metadata not made writable: {why}"
-            ));
-        }
         let open = |dir: &std::path::Path| {
             choice.gate.clone().and_then(|()| {
                 packed_refs::CommonDir::open(dir).map_err(|e| format!("{}: {e}", dir.display()))

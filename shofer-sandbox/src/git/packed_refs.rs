@@ -8,7 +8,7 @@
 //! `config` and `hooks/`, so the directory stays outside the writable set, and the namespace
 //! backends bind it read-only (a writable top level let the command add any name there); the
 //! gate
-//! ([`crate::gate::filter::Traps::lockfiles`]) traps these calls instead. For each one this module
+//! ([`crate::gate::filter::Traps::creates`]) traps these calls instead. For each one this module
 //! decides, from the caller's own view of the path ([`crate::gate::resolve`]), whether it is exactly
 //! one of:
 //! - create `packed-refs.lock` or `packed-refs.new` (`O_CREAT | O_EXCL`: never an existing

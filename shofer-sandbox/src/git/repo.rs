@@ -55,6 +55,17 @@ impl Repo {
         Repo { layout, controls }
     }
 
+    /// What to tell the user about the repository before the run, if anything (metadata
+    /// found but not made writable).
+    pub(crate) fn note(&self) -> Option<String> {
+        match &self.layout {
+            GitLayout::Rejected(why) => Some(format!(
+                "shofer-sandbox: note: git metadata not made writable: {why}"
+            )),
+            _ => None,
+        }
+    }
+
     /// The linked worktree's common dir.
     pub(crate) fn common(&self) -> Option<&Path> {
         match &self.layout {
