@@ -130,10 +130,26 @@ impl Sandbox {
 }
 
 impl Sandbox {
-    /// The directories a sandboxed command may write: the worktree, `/tmp`, and every
-    /// `--allow-write DIR` among the extra arguments.
-    pub fn writable(&self) -> Vec<String> {
-        let mut w = vec![self.worktree.display().to_string(), "/tmp".to_string()];
+    /// The places a command sandboxed in `worktree` may write besides `--allow-write` paths,
+    /// `tmpdir` being its `$TMPDIR`: the worktree and the directories of the sandbox's default
+    /// writable set ([`shofer_core::policy::default_writable_dirs`]: `/tmp`, `$TMPDIR`,
+    /// `/dev/shm`).
+    pub fn default_writable(worktree: &Path, tmpdir: Option<&Path>) -> Vec<PathBuf> {
+        let mut w = vec![worktree.to_path_buf()];
+        w.extend(shofer_core::policy::default_writable_dirs(tmpdir));
+        w
+    }
+
+    /// The directories a command under this sandbox may write: [`Sandbox::default_writable`]
+    /// and every `--allow-write DIR` among the extra arguments. `env`: the caller's explicit
+    /// variables ([`EngineConfig::env`]), which set the command's `$TMPDIR` as they set the
+    /// sandbox's.
+    pub fn writable(&self, env: &[(OsString, OsString)]) -> Vec<String> {
+        let tmpdir = childenv::var(env, "TMPDIR").map(PathBuf::from);
+        let mut w: Vec<String> = Self::default_writable(&self.worktree, tmpdir.as_deref())
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
         let mut args = self.extra_args.iter();
         while let Some(a) = args.next() {
             if a == "--allow-write" {
@@ -755,7 +771,7 @@ impl Engine {
         let weak = Arc::downgrade(&self.inner);
         let (drain_max, drain_idle, grace) = (cfg.drain_max, cfg.drain_idle, cfg.kill_grace);
         let policy = cfg.background;
-        let writable = cfg.sandbox.as_ref().map(Sandbox::writable);
+        let writable = cfg.sandbox.as_ref().map(|sb| sb.writable(&cfg.env));
         tokio::spawn(async move {
             let mut pump_done = pump_done;
             // The sandbox's report of the main process's exit (pending without a sandbox, or
