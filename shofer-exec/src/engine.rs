@@ -680,9 +680,9 @@ impl Engine {
         // Descriptors above 2 that the caller left open without close-on-exec (a shell's
         // `3<file`, a harness's pipes) must not reach the command: marked close-on-exec here,
         // so exec closes them (and std's own exec-error pipe keeps working).
-        // Safety: setsid(2), close_range(2), getrlimit(2) and fcntl(2) are async-signal-safe
-        // system calls on this process's own state; no memory of the parent is touched and
-        // nothing is allocated.
+        // Safety: setsid(2), dup2(2), fcntl(2) and close_from (close_range(2), or its fallback
+        // of getrlimit(2) and fcntl(2)) are async-signal-safe system calls on this process's
+        // own state; no memory of the parent is touched and nothing is allocated.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::setsid() < 0 {
@@ -702,28 +702,7 @@ impl Engine {
                     }
                     None => 3,
                 };
-                // Raw libc: no allocation is allowed between fork and exec.
-                let r = libc::syscall(
-                    libc::SYS_close_range,
-                    first_closed as libc::c_uint,
-                    libc::c_uint::MAX,
-                    libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
-                );
-                if r != 0 {
-                    // Before Linux 5.11: every descriptor up to the limit, one by one.
-                    let mut lim = libc::rlimit {
-                        rlim_cur: 0,
-                        rlim_max: 0,
-                    };
-                    let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-                        lim.rlim_cur.min(1 << 20) as libc::c_int
-                    } else {
-                        65536
-                    };
-                    for fd in first_closed..max {
-                        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-                    }
-                }
+                shofer_sys::fd::close_from(first_closed, shofer_sys::fd::CloseFrom::Cloexec);
                 Ok(())
             });
         }
