@@ -316,8 +316,10 @@ enum KillReason {
     HardTimeout,
 }
 
-/// What the engine tells about one command.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// What the engine tells about one command: the result of [`Engine::execute`], the first
+/// result a detached command's supervisor sends, and (with its supervisor) the record of a
+/// detached command ([`crate::detach::JobState`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     /// The execution id.
     pub id: u64,
@@ -333,9 +335,13 @@ pub struct Outcome {
     pub signal: Option<i32>,
     /// The artifact id, once the output spilled.
     pub artifact_id: Option<String>,
-    /// The artifact's path, once the output spilled.
+    /// The artifact's path, once the output spilled. (Not in a job record: none when read
+    /// from one.)
+    #[serde(default)]
     pub artifact_path: Option<PathBuf>,
-    /// Bytes of output so far (terminal control bytes stripped).
+    /// Bytes of output so far (terminal control bytes stripped). (Not in a job record: 0 when
+    /// read from one.)
+    #[serde(default)]
     pub total_bytes: u64,
     /// Names of the descendants still running after the main process exited (with
     /// [`Background::Keep`]), or stopped then (with [`Background::Stop`]).
