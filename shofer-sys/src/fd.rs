@@ -349,17 +349,17 @@ mod tests {
         assert!(set_cloexec(-1, true).is_err());
     }
 
-    #[test]
-    fn cloexec_from_3_keeps_only_what_is_asked() {
-        // In a child: the flags change for the whole process.
+    /// Runs the test `fd::tests::<child>` in a child process with `var` set (descriptor changes
+    /// hold for the whole process) and checks that it succeeded and printed `ok`.
+    fn in_child(child: &str, var: &str, ok: &str) {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "fd::tests::cloexec_child",
+                &format!("fd::tests::{child}"),
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env("SHOFER_SYS_CLOEXEC_CHILD", "1")
+            .env(var, "1")
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -368,29 +368,21 @@ mod tests {
             "{text}{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(text.contains("cloexec ok"), "{text}");
+        assert!(text.contains(ok), "{text}");
+    }
+
+    #[test]
+    fn cloexec_from_3_keeps_only_what_is_asked() {
+        in_child("cloexec_child", "SHOFER_SYS_CLOEXEC_CHILD", "cloexec ok");
     }
 
     #[test]
     fn close_from_closes_or_marks_from_its_first_descriptor_up() {
-        // In a child: the descriptors change for the whole process.
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "fd::tests::close_from_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("SHOFER_SYS_CLOSE_FROM_CHILD", "1")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
+        in_child(
+            "close_from_child",
+            "SHOFER_SYS_CLOSE_FROM_CHILD",
+            "close_from ok",
         );
-        assert!(text.contains("close_from ok"), "{text}");
     }
 
     #[test]
