@@ -36,7 +36,8 @@ const DENIED: [&str; 7] = [
 const SOCKET_REFUSED: &str = "shofer-sandbox: connect to ";
 
 /// The hint line for a failed sandboxed command's `output`, if it shows a denial; `writable`
-/// are the directories the command may write (the worktree, /tmp, extra `--allow-write`s).
+/// are the directories the command may write (the worktree, those of
+/// [`crate::policy::default_writable_dirs`], extra `--allow-write`s).
 /// npm's multi-line errors name the code on one line and the path on another, so a line with
 /// a path counts when a denial word is within three lines of it.
 pub fn denial_hint(output: &str, writable: &[&str]) -> Option<String> {

@@ -1,11 +1,12 @@
 //! The sandbox policy model (ARCHITECTURE §2.1) and what each backend enforces of it (§2.4, §2.5).
 //!
 //! A [`Policy`] is the writable set plus the network choice; it holds no file descriptors and
-//! makes no syscalls. [`protections`] answers, for a backend at a Landlock ABI, which of the
+//! makes no syscalls. [`default_writable`] is the one definition of the places every command
+//! may write (`/tmp`, `$TMPDIR`, devices, terminals, `/dev/shm`). [`protections`] answers, for a backend at a Landlock ABI, which of the
 //! [`Protection`]s hold — the single source of truth behind `--probe`, `--report` and `auto`.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Why a path is in the writable set. Shown in reports; decides the rights granted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +51,58 @@ pub struct WritableRule {
     pub origin: RuleOrigin,
     /// Whether the path is a directory (its whole hierarchy is writable) or a single file.
     pub is_dir: bool,
+}
+
+/// `/tmp`: writable by every command.
+pub const TMP: &str = "/tmp";
+/// Device files writable by every command.
+pub const DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
+/// Terminal devices: write and, from Landlock ABI 5, device ioctls.
+pub const TERMINALS: [&str; 3] = ["/dev/tty", "/dev/ptmx", "/dev/pts"];
+/// POSIX shared memory and semaphores.
+pub const SHARED_MEMORY: &str = "/dev/shm";
+
+/// The default writable set of ARCHITECTURE §2.1 besides the worktree, its git metadata and
+/// `--allow-write` paths — the one definition the sandbox builds its rules from and the engine
+/// explains denials with. In order: `/tmp`, `tmpdir` (the command's `$TMPDIR`), the
+/// [`DEVICES`], the [`TERMINALS`] and then `caller_terminals` (the caller's own terminal
+/// devices, e.g. `/dev/tty1`), `/dev/shm`.
+///
+/// Paths as named: the sandbox canonicalises `/tmp` and `$TMPDIR` (a relative `$TMPDIR`
+/// against its working directory) and skips what does not exist.
+pub fn default_writable(
+    tmpdir: Option<&Path>,
+    caller_terminals: &[PathBuf],
+) -> Vec<(PathBuf, RuleOrigin)> {
+    let mut set = vec![(PathBuf::from(TMP), RuleOrigin::Tmp)];
+    set.extend(tmpdir.map(|t| (t.to_path_buf(), RuleOrigin::Tmp)));
+    set.extend(
+        DEVICES
+            .iter()
+            .map(|d| (PathBuf::from(d), RuleOrigin::Device)),
+    );
+    set.extend(
+        TERMINALS
+            .iter()
+            .map(PathBuf::from)
+            .chain(caller_terminals.iter().cloned())
+            .map(|t| (t, RuleOrigin::Terminal)),
+    );
+    set.push((PathBuf::from(SHARED_MEMORY), RuleOrigin::SharedMemory));
+    set
+}
+
+/// The directories of [`default_writable`] a command's files can go to — `/tmp`, `tmpdir`
+/// when absolute, `/dev/shm`; no device or terminal: what a denial hint names as writable
+/// and what a private state directory must stay out of.
+pub fn default_writable_dirs(tmpdir: Option<&Path>) -> Vec<PathBuf> {
+    default_writable(tmpdir, &[])
+        .into_iter()
+        .filter(|(p, origin)| {
+            matches!(origin, RuleOrigin::Tmp | RuleOrigin::SharedMemory) && p.is_absolute()
+        })
+        .map(|(p, _)| p)
+        .collect()
 }
 
 /// Network policy: `--net allow` (default) or `--net deny` (TCP bind/connect denied).
@@ -498,6 +551,43 @@ pub fn hardening_gaps(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_writable_set_and_its_directories() {
+        let tmpdir = Path::new("/var/tmp/me");
+        let tty = PathBuf::from("/dev/tty1");
+        let set = default_writable(Some(tmpdir), std::slice::from_ref(&tty));
+        let paths: Vec<&Path> = set.iter().map(|(p, _)| p.as_path()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/tmp",
+                "/var/tmp/me",
+                "/dev/null",
+                "/dev/zero",
+                "/dev/full",
+                "/dev/tty",
+                "/dev/ptmx",
+                "/dev/pts",
+                "/dev/tty1",
+                "/dev/shm"
+            ]
+            .map(Path::new)
+        );
+        assert_eq!(set[1].1, RuleOrigin::Tmp);
+        assert_eq!(set[8].1, RuleOrigin::Terminal);
+        assert_eq!(set[9].1, RuleOrigin::SharedMemory);
+        assert_eq!(
+            default_writable_dirs(Some(tmpdir)),
+            ["/tmp", "/var/tmp/me", "/dev/shm"].map(PathBuf::from)
+        );
+        // A relative $TMPDIR names no place the engine could judge a path against.
+        assert_eq!(
+            default_writable_dirs(Some(Path::new("tmp"))),
+            ["/tmp", "/dev/shm"].map(PathBuf::from)
+        );
+        assert_eq!(default_writable_dirs(None).len(), 2);
+    }
 
     #[test]
     fn pathname_sockets_are_required_and_enforced_by_the_gate_at_every_abi() {

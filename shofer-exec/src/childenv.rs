@@ -85,6 +85,15 @@ pub fn changes(explicit: &[(OsString, OsString)]) -> Vec<(OsString, Option<OsStr
     out
 }
 
+/// The value of `name` in a command's environment: the last of [`changes`]`(explicit)` that
+/// names it, else the inherited one (this process's).
+pub fn var(explicit: &[(OsString, OsString)], name: &str) -> Option<OsString> {
+    match changes(explicit).into_iter().rev().find(|(k, _)| k == name) {
+        Some((_, v)) => v,
+        None => std::env::var_os(name),
+    }
+}
+
 /// Parses a `K=V` option value (`--env`).
 ///
 /// # Errors
@@ -139,6 +148,17 @@ mod tests {
         ]);
         assert_eq!(count(&theirs), Some("1".into()));
         assert!(!theirs.iter().any(|(n, _)| n == "GIT_CONFIG_KEY_1"));
+    }
+
+    #[test]
+    fn a_commands_variable_is_the_explicit_one_else_the_default_else_ours() {
+        assert_eq!(
+            var(&[("TMPDIR".into(), "/x".into())], "TMPDIR"),
+            Some("/x".into())
+        );
+        assert_eq!(var(&[], "PAGER"), Some("cat".into()));
+        assert_eq!(var(&[], "FORCE_COLOR"), None);
+        assert_eq!(var(&[], "PATH"), std::env::var_os("PATH"));
     }
 
     #[test]

@@ -33,33 +33,48 @@ use shofer_core::text;
 
 use crate::engine::{Outcome, Status};
 
-/// The state of one detached command, as stored in `<artifacts>/jobs/<id>.json`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// The state of one detached command, as stored in `<artifacts>/jobs/<id>.json`: what the
+/// engine told of it ([`Outcome`]) and who supervises it.
+///
+/// The record is a flat JSON object: the outcome's fields but `artifact_path` and
+/// `total_bytes` (the artifact is found by its id, [`running_text`] reads its size), then the
+/// supervisor's (see [`JobState`]'s `Serialize`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct JobState {
-    /// The execution id.
-    pub id: u64,
-    /// The command line.
-    pub command: String,
-    /// Its working directory.
-    pub cwd: String,
-    /// `running`, `exited`, `terminated` or `timed_out`.
-    pub status: Status,
-    /// The exit code, once it exited with one.
-    pub exit_code: Option<i32>,
-    /// The signal that ended it, if one did.
-    pub signal: Option<i32>,
-    /// The artifact id (`cmd-<id>.txt`), while it exists.
-    pub artifact_id: Option<String>,
-    /// Names of background processes stopped when it ended.
-    pub background: Vec<String>,
-    /// The final result text (empty while running).
-    pub text: String,
+    /// The command as the engine last told of it: `status` `running`, `exited`, `terminated`
+    /// or `timed_out`; `background` the processes stopped when it ended; `text` the final
+    /// result text (empty while running: [`running_text`] builds that from the artifact).
+    #[serde(flatten)]
+    pub outcome: Outcome,
     /// The supervisor's pid.
     pub supervisor_pid: i32,
     /// The supervisor's start time (clock ticks after boot): with the pid, its identity.
     pub supervisor_start: u64,
     /// The preview budget in bytes (for the still-running text).
     pub preview_budget: usize,
+}
+
+impl Serialize for JobState {
+    /// The record's fields, in this order (the on-disk format, unchanged since records were
+    /// first written).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let o = &self.outcome;
+        let mut r = s.serialize_struct("JobState", 12)?;
+        r.serialize_field("id", &o.id)?;
+        r.serialize_field("command", &o.command)?;
+        r.serialize_field("cwd", &o.cwd)?;
+        r.serialize_field("status", &o.status)?;
+        r.serialize_field("exit_code", &o.exit_code)?;
+        r.serialize_field("signal", &o.signal)?;
+        r.serialize_field("artifact_id", &o.artifact_id)?;
+        r.serialize_field("background", &o.background)?;
+        r.serialize_field("text", &o.text)?;
+        r.serialize_field("supervisor_pid", &self.supervisor_pid)?;
+        r.serialize_field("supervisor_start", &self.supervisor_start)?;
+        r.serialize_field("preview_budget", &self.preview_budget)?;
+        r.end()
+    }
 }
 
 /// Where the state files of detached commands live: `<artifacts>/jobs`.
@@ -90,20 +105,15 @@ impl JobState {
     /// The state of `o`, run by this process as supervisor.
     pub fn of(o: &Outcome, preview_budget: usize) -> Self {
         let me = shofer_sys::process::getpid();
+        // What the record holds (see the type's docs).
+        let mut outcome = o.clone();
+        outcome.artifact_path = None;
+        outcome.total_bytes = 0;
+        if outcome.status == Status::Running {
+            outcome.text = String::new();
+        }
         JobState {
-            id: o.id,
-            command: o.command.clone(),
-            cwd: o.cwd.clone(),
-            status: o.status,
-            exit_code: o.exit_code,
-            signal: o.signal,
-            artifact_id: o.artifact_id.clone(),
-            background: o.background.clone(),
-            text: if o.status == Status::Running {
-                String::new()
-            } else {
-                o.text.clone()
-            },
+            outcome,
             supervisor_pid: me,
             supervisor_start: shofer_sys::proc::read(me).map_or(0, |p| p.start),
             preview_budget,
@@ -120,7 +130,11 @@ impl JobState {
             .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?
             .path;
         // A name of ours alone, made new (a symlink planted there is never followed).
-        let tmp = dir.join(format!(".{}.json.{}.tmp", self.id, std::process::id()));
+        let tmp = dir.join(format!(
+            ".{}.json.{}.tmp",
+            self.outcome.id,
+            std::process::id()
+        ));
         let _ = fs::remove_file(&tmp);
         let json = serde_json::to_vec(self).map_err(io::Error::other)?;
         fs::OpenOptions::new()
@@ -130,7 +144,7 @@ impl JobState {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)?
             .write_all(&json)?;
-        fs::rename(&tmp, dir.join(format!("{}.json", self.id)))
+        fs::rename(&tmp, dir.join(format!("{}.json", self.outcome.id)))
     }
 
     /// Reads the state of job `id`. Nothing in it is trusted because shofer wrote it: the
@@ -144,13 +158,17 @@ impl JobState {
         let dir = checked(&jobs_dir(artifacts))?;
         let raw = shofer_sys::statedir::read_file(&dir.fd, &format!("{id}.json"), MAX_RECORD)?;
         let mut job: JobState = serde_json::from_slice(&raw).map_err(io::Error::other)?;
+        // Not part of a record: a planted one's are dropped.
+        job.outcome.artifact_path = None;
+        job.outcome.total_bytes = 0;
         // Used to size a buffer: never more than the largest preview.
         job.preview_budget = job
             .preview_budget
             .min(shofer_core::preview::PreviewSize::Large.budget());
         let own = shofer_core::artifact::ArtifactId::for_execution(id);
-        if job.id != id
+        if job.outcome.id != id
             || job
+                .outcome
                 .artifact_id
                 .as_deref()
                 .is_some_and(|a| a != own.as_str())
@@ -174,7 +192,7 @@ impl JobState {
     /// `running` while the supervisor lives; a job whose supervisor vanished without a final
     /// state (it was SIGKILLed) is reported as `lost`.
     pub fn status_word(&self) -> &'static str {
-        match self.status {
+        match self.outcome.status {
             Status::Running if self.supervisor_alive() => "running",
             Status::Running => "lost",
             Status::Exited => "exited",
@@ -201,7 +219,7 @@ pub fn list(artifacts: &Path) -> io::Result<Vec<JobState>> {
             JobState::load(artifacts, id).ok()
         })
         .collect();
-    jobs.sort_by_key(|j| j.id);
+    jobs.sort_by_key(|j| j.outcome.id);
     Ok(jobs)
 }
 
@@ -212,18 +230,18 @@ pub fn status_text(artifacts: &Path, job: &JobState) -> String {
         "running" => running_text(artifacts, job),
         "lost" => format!(
             "Command {} ({}) lost its supervisor (it was killed without a chance to record the end); its output so far is in {}.",
-            job.id,
-            job.command,
-            job.artifact_id.as_deref().unwrap_or("no artifact")
+            job.outcome.id,
+            job.outcome.command,
+            job.outcome.artifact_id.as_deref().unwrap_or("no artifact")
         ),
-        _ => job.text.clone(),
+        _ => job.outcome.text.clone(),
     }
 }
 
 /// The still-running text of a job, its preview read from the artifact.
 pub fn running_text(artifacts: &Path, job: &JobState) -> String {
-    let Some(aid) = &job.artifact_id else {
-        return text::running_result(&job.cwd, "");
+    let Some(aid) = &job.outcome.artifact_id else {
+        return text::running_result(&job.outcome.cwd, "");
     };
     let mut buf = HeadTail::new(job.preview_budget);
     // The artifact as `shofer read` opens it: checked, never through a symlink or a FIFO.
@@ -250,11 +268,11 @@ pub fn running_text(artifacts: &Path, job: &JobState) -> String {
         Ok(size) => format!(
             "{} It runs detached from shofer run: `shofer status {id}` shows it, `shofer kill {id}` stops it.",
             text::running_artifact_note(aid, size),
-            id = job.id
+            id = job.outcome.id
         ),
         Err(e) => format!("Its artifact {aid} cannot be read: {e}."),
     };
-    text::running_result_noted(&job.cwd, &so_far, &note)
+    text::running_result_noted(&job.outcome.cwd, &so_far, &note)
 }
 
 fn read_range(f: &fs::File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
@@ -279,7 +297,7 @@ fn read_range(f: &fs::File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
 /// No such job; or the supervisor is gone without a final state.
 pub fn kill(artifacts: &Path, id: u64, wait: Duration) -> io::Result<JobState> {
     let job = JobState::load(artifacts, id)?;
-    if job.status != Status::Running {
+    if job.outcome.status != Status::Running {
         return Ok(job);
     }
     if !job.supervisor_alive() {
@@ -305,7 +323,7 @@ pub fn kill(artifacts: &Path, id: u64, wait: Duration) -> io::Result<JobState> {
     let start = Instant::now();
     loop {
         let now = JobState::load(artifacts, id)?;
-        if now.status != Status::Running || !now.supervisor_alive() {
+        if now.outcome.status != Status::Running || !now.supervisor_alive() {
             return Ok(now);
         }
         if start.elapsed() > wait {
@@ -400,4 +418,47 @@ pub fn send_result(mut pipe: fs::File, o: &Outcome) {
 /// What the CLI got from the supervisor: the first result (all fields of [`Outcome`]).
 pub fn parse_result(line: &[u8]) -> Option<serde_json::Value> {
     serde_json::from_slice(line).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record is written byte for byte as before the state became an [`Outcome`] plus its
+    /// supervisor, and reads back as what was written.
+    #[test]
+    fn the_record_format_is_unchanged_and_reads_back() {
+        let o = Outcome {
+            id: 17,
+            command: "make".into(),
+            cwd: "/w".into(),
+            status: Status::Exited,
+            exit_code: Some(2),
+            signal: None,
+            artifact_id: Some("cmd-17.txt".into()),
+            artifact_path: Some("/a/cmd-17.txt".into()),
+            total_bytes: 99,
+            background: vec!["sleep".into()],
+            text: "done".into(),
+        };
+        let job = JobState {
+            supervisor_pid: 42,
+            supervisor_start: 7,
+            ..JobState::of(&o, 10240)
+        };
+        let json = serde_json::to_string(&job).unwrap();
+        assert_eq!(
+            json,
+            r#"{"id":17,"command":"make","cwd":"/w","status":"exited","exit_code":2,"signal":null,"artifact_id":"cmd-17.txt","background":["sleep"],"text":"done","supervisor_pid":42,"supervisor_start":7,"preview_budget":10240}"#
+        );
+        assert_eq!(serde_json::from_str::<JobState>(&json).unwrap(), job);
+        let running = JobState::of(
+            &Outcome {
+                status: Status::Running,
+                ..o
+            },
+            10240,
+        );
+        assert_eq!(running.outcome.text, "");
+    }
 }

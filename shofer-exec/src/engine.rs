@@ -130,10 +130,26 @@ impl Sandbox {
 }
 
 impl Sandbox {
-    /// The directories a sandboxed command may write: the worktree, `/tmp`, and every
-    /// `--allow-write DIR` among the extra arguments.
-    pub fn writable(&self) -> Vec<String> {
-        let mut w = vec![self.worktree.display().to_string(), "/tmp".to_string()];
+    /// The places a command sandboxed in `worktree` may write besides `--allow-write` paths,
+    /// `tmpdir` being its `$TMPDIR`: the worktree and the directories of the sandbox's default
+    /// writable set ([`shofer_core::policy::default_writable_dirs`]: `/tmp`, `$TMPDIR`,
+    /// `/dev/shm`).
+    pub fn default_writable(worktree: &Path, tmpdir: Option<&Path>) -> Vec<PathBuf> {
+        let mut w = vec![worktree.to_path_buf()];
+        w.extend(shofer_core::policy::default_writable_dirs(tmpdir));
+        w
+    }
+
+    /// The directories a command under this sandbox may write: [`Sandbox::default_writable`]
+    /// and every `--allow-write DIR` among the extra arguments. `env`: the caller's explicit
+    /// variables ([`EngineConfig::env`]), which set the command's `$TMPDIR` as they set the
+    /// sandbox's.
+    pub fn writable(&self, env: &[(OsString, OsString)]) -> Vec<String> {
+        let tmpdir = childenv::var(env, "TMPDIR").map(PathBuf::from);
+        let mut w: Vec<String> = Self::default_writable(&self.worktree, tmpdir.as_deref())
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
         let mut args = self.extra_args.iter();
         while let Some(a) = args.next() {
             if a == "--allow-write" {
@@ -300,8 +316,10 @@ enum KillReason {
     HardTimeout,
 }
 
-/// What the engine tells about one command.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// What the engine tells about one command: the result of [`Engine::execute`], the first
+/// result a detached command's supervisor sends, and (with its supervisor) the record of a
+/// detached command ([`crate::detach::JobState`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     /// The execution id.
     pub id: u64,
@@ -317,9 +335,13 @@ pub struct Outcome {
     pub signal: Option<i32>,
     /// The artifact id, once the output spilled.
     pub artifact_id: Option<String>,
-    /// The artifact's path, once the output spilled.
+    /// The artifact's path, once the output spilled. (Not in a job record: none when read
+    /// from one.)
+    #[serde(default)]
     pub artifact_path: Option<PathBuf>,
-    /// Bytes of output so far (terminal control bytes stripped).
+    /// Bytes of output so far (terminal control bytes stripped). (Not in a job record: 0 when
+    /// read from one.)
+    #[serde(default)]
     pub total_bytes: u64,
     /// Names of the descendants still running after the main process exited (with
     /// [`Background::Keep`]), or stopped then (with [`Background::Stop`]).
@@ -599,6 +621,9 @@ impl Engine {
         }
     }
 
+    /// Starts the command and its supervisor task, and registers it: the artifact first (its
+    /// claim fixes the id), then the pipes, the child ([`command_line`], [`configure_child`],
+    /// [`child_prologue`]), the pump, the record ([`Engine::register`]) and [`supervise`].
     fn spawn(&self, req: &ExecRequest) -> Result<Arc<Record>, ExecError> {
         let cfg = &self.inner.config;
         let cwd = self.resolve_cwd(req.cwd.as_deref());
@@ -612,128 +637,41 @@ impl Engine {
         let id = interceptor.execution_id();
         LAST_ID.fetch_max(id, Ordering::SeqCst);
         let tag = format!("{}-{id}", shofer_sys::process::getpid());
-        let (read_end, write_end) = shofer_sys::fd::pipe_large().map_err(ExecError::Pipe)?;
-        let write2: OwnedFd = write_end.try_clone().map_err(ExecError::Pipe)?;
-        // Keeping background processes under the sandbox: it waits for them
-        // (`--keep-descendants`) and reports the main process's exit on descriptor 3
-        // (`--status-fd 3`), which is when the command is done.
-        let status_pipe = match (&cfg.sandbox, cfg.background) {
-            (Some(_), Background::Keep) => {
-                Some(shofer_sys::fd::pipe_cloexec().map_err(ExecError::Pipe)?)
-            }
-            _ => None,
-        };
-        let status_w: Option<RawFd> = status_pipe.as_ref().map(|(_, w)| w.as_raw_fd());
-        let (program, mut cmd) = match &cfg.sandbox {
-            None => {
-                let mut c = tokio::process::Command::new("/bin/sh");
-                c.arg("-c").arg(&req.command);
-                (PathBuf::from("/bin/sh"), c)
-            }
-            Some(sb) => {
-                let mut c = tokio::process::Command::new(&sb.binary);
-                if status_w.is_some() {
-                    c.args(["--keep-descendants", "--status-fd", "3"]);
-                }
-                c.args(&sb.extra_args)
-                    .arg(&sb.worktree)
-                    .arg("--")
-                    .arg("/bin/sh")
-                    .arg("-c")
-                    .arg(&req.command);
-                (sb.binary.clone(), c)
-            }
-        };
-        cmd.current_dir(&cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(write_end))
-            .stderr(Stdio::from(write2))
-            .env("LANG", "C.UTF-8")
-            .env("LC_ALL", "C.UTF-8");
-        for (k, v) in childenv::changes(&cfg.env) {
-            match v {
-                Some(v) => cmd.env(k, v),
-                None => cmd.env_remove(k),
-            };
-        }
-        cmd.env(TAG_VAR, &tag).kill_on_drop(false);
-        // A new session (and so a new process group): no controlling terminal, as in
-        // shofer-sandbox's supervisor, so the command cannot read or inject into the user's
-        // terminal (TIOCSTI); and every process in this session is the command's, which the
-        // tree kill relies on (see `tree`).
-        // Descriptors above 2 that the caller left open without close-on-exec (a shell's
-        // `3<file`, a harness's pipes) must not reach the command: marked close-on-exec here,
-        // so exec closes them (and std's own exec-error pipe keeps working).
-        // Safety: setsid(2), close_range(2), getrlimit(2) and fcntl(2) are async-signal-safe
-        // system calls on this process's own state; no memory of the parent is touched and
-        // nothing is allocated.
+        let pipes = Pipes::new(cfg)?;
+        let status_w: Option<RawFd> = pipes.status.as_ref().map(|(_, w)| w.as_raw_fd());
+        let (program, mut cmd) = command_line(cfg, &req.command, status_w.is_some());
+        configure_child(&mut cmd, cfg, &cwd, &tag, pipes.stdout, pipes.stderr);
+        // Safety: child_prologue makes only async-signal-safe system calls on the child's own
+        // state and allocates nothing (see there).
         unsafe {
-            cmd.pre_exec(move || {
-                if libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The sandbox's status descriptor, as fd 3 and inherited.
-                let first_closed = match status_w {
-                    Some(3) => {
-                        libc::fcntl(3, libc::F_SETFD, 0);
-                        4
-                    }
-                    Some(fd) => {
-                        if libc::dup2(fd, 3) < 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        4
-                    }
-                    None => 3,
-                };
-                // Raw libc: no allocation is allowed between fork and exec.
-                let r = libc::syscall(
-                    libc::SYS_close_range,
-                    first_closed as libc::c_uint,
-                    libc::c_uint::MAX,
-                    libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
-                );
-                if r != 0 {
-                    // Before Linux 5.11: every descriptor up to the limit, one by one.
-                    let mut lim = libc::rlimit {
-                        rlim_cur: 0,
-                        rlim_max: 0,
-                    };
-                    let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-                        lim.rlim_cur.min(1 << 20) as libc::c_int
-                    } else {
-                        65536
-                    };
-                    for fd in first_closed..max {
-                        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-                    }
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || child_prologue(status_w));
         }
         let spawned = cmd.spawn();
         // Close our copies of the pipe's write end now, or EOF could never come.
         drop(cmd);
-        let status_r = status_pipe.map(|(r, _w)| r);
+        let status_r = pipes.status.map(|(r, _w)| r);
         let mut child = spawned.map_err(|source| ExecError::Spawn { program, source })?;
         let pid = child.id().map_or(0, |p| p as i32);
         // Not reaped before `child.wait()` is polled, so the pid is still this child's.
         let group = shofer_sys::pidfd::open(pid).ok().flatten();
         let tree = Tree::new(pid, tag);
         let interceptor = Arc::new(Mutex::new(interceptor));
-        let (pump_ctl, pump_done) = match pump::start(read_end, Arc::clone(&interceptor)) {
+        let (pump_ctl, pump_done) = match pump::start(pipes.output, Arc::clone(&interceptor)) {
             Ok(p) => p,
             Err(e) => {
                 let _ = child.start_kill();
                 return Err(ExecError::Pipe(e));
             }
         };
-        let exempt = cfg
-            .hard_timeout_allowlist
-            .iter()
-            .any(|p| !p.is_empty() && req.command.trim_start().starts_with(p.as_str()));
-        let hard = cfg.hard_timeout.filter(|_| !exempt);
-        let rec = Arc::new(Record {
+        let supervision = Supervision {
+            hard: hard_timeout(cfg, &req.command),
+            drain_max: cfg.drain_max,
+            drain_idle: cfg.drain_idle,
+            grace: cfg.kill_grace,
+            background: cfg.background,
+            writable: cfg.sandbox.as_ref().map(|sb| sb.writable(&cfg.env)),
+        };
+        let rec = self.register(Record {
             id,
             command: req.command.clone(),
             cwd: cwd.display().to_string(),
@@ -743,172 +681,29 @@ impl Engine {
             kill_reason: Mutex::new(None),
             group: Mutex::new(group),
             done: watch::channel(None).0,
-            hard_timeout_secs: hard.map(|d| d.as_secs_f64()),
+            hard_timeout_secs: supervision.hard.map(|d| d.as_secs_f64()),
             settled: std::sync::atomic::AtomicBool::new(false),
         });
+        tokio::spawn(supervise(
+            Arc::clone(&rec),
+            child,
+            pump_done,
+            status_r,
+            supervision,
+            Arc::downgrade(&self.inner),
+        ));
+        Ok(rec)
+    }
+
+    /// Puts a new command's record in the registry.
+    fn register(&self, rec: Record) -> Arc<Record> {
+        let rec = Arc::new(rec);
         self.inner
             .records
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, Arc::clone(&rec));
-        let r = Arc::clone(&rec);
-        let weak = Arc::downgrade(&self.inner);
-        let (drain_max, drain_idle, grace) = (cfg.drain_max, cfg.drain_idle, cfg.kill_grace);
-        let policy = cfg.background;
-        let writable = cfg.sandbox.as_ref().map(Sandbox::writable);
-        tokio::spawn(async move {
-            let mut pump_done = pump_done;
-            // The sandbox's report of the main process's exit (pending without a sandbox, or
-            // when it ends without one).
-            let main_exit = async move {
-                match status_r {
-                    Some(r) => match tokio::task::spawn_blocking(move || read_exit_status(r)).await
-                    {
-                        Ok(Some(code)) => code,
-                        _ => std::future::pending().await,
-                    },
-                    None => std::future::pending().await,
-                }
-            };
-            let (status, sandbox_waits) = tokio::select! {
-                s = child.wait() => (s.map(exit_status_of), false),
-                code = main_exit => (Ok(ExitStatus::Code(code)), true),
-                () = sleep_or_forever(hard) => {
-                    if r.kill_reason.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(KillReason::HardTimeout) == &KillReason::HardTimeout {
-                        kill_blocking(&r, grace).await;
-                    }
-                    (child.wait().await.map(exit_status_of), false)
-                }
-            };
-            let killed = r
-                .kill_reason
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_some();
-            // Descendants still running now that the main process is gone (not the sandbox
-            // itself, which waits for them).
-            let mut background = Vec::new();
-            let mut keep_pumping = false;
-            if !killed {
-                let t = Arc::clone(&r);
-                let left: Vec<i32> =
-                    tokio::task::spawn_blocking(move || background_of(&t.tree, true))
-                        .await
-                        .unwrap_or_default();
-                background = left.iter().map(|&p| process_name(p)).collect();
-                if !left.is_empty() {
-                    match policy {
-                        Background::Stop => kill_blocking(&r, grace).await,
-                        Background::Keep => keep_pumping = true,
-                    }
-                }
-            }
-            if sandbox_waits {
-                if keep_pumping {
-                    // Reap the sandbox whenever it ends (its descendants gone or killed).
-                    tokio::spawn(async move {
-                        let _ = child.wait().await;
-                    });
-                } else {
-                    // Nothing left for it to wait for: it ends at once.
-                    let _ = tokio::time::timeout(drain_max, child.wait()).await;
-                }
-            }
-            let intercepted = if keep_pumping {
-                // The pump keeps reading the background processes' output; the result is
-                // what came until the output settled.
-                settle(&r.interceptor, drain_max, drain_idle).await;
-                let mut i = r.interceptor.lock().unwrap_or_else(|e| e.into_inner());
-                i.keep_artifact();
-                i.snapshot()
-            } else {
-                r.pump.begin_drain(drain_max, drain_idle);
-                let _ = (&mut pump_done).await;
-                r.interceptor
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .finish()
-            };
-            let exit = status.unwrap_or(ExitStatus::from_signal(9, false));
-            let reason = *r.kill_reason.lock().unwrap_or_else(|e| e.into_inner());
-            let (st, txt) = match reason {
-                Some(KillReason::HardTimeout) => (
-                    Status::TimedOut,
-                    killed_text(
-                        &text::hard_timeout_text(r.hard_timeout_secs.unwrap_or(0.0)),
-                        &intercepted,
-                    ),
-                ),
-                Some(KillReason::Abort) => (
-                    Status::Terminated,
-                    killed_text(text::ABORTED_TEXT, &intercepted),
-                ),
-                Some(KillReason::Terminate) => (
-                    Status::Terminated,
-                    result_text(&r.cwd, &exit, &intercepted, ""),
-                ),
-                None => {
-                    let mut note = text::background_note(&background, policy == Background::Keep);
-                    if keep_pumping {
-                        if let Some(a) = &intercepted.artifact {
-                            note.push_str(&text::background_artifact_note(a.as_str(), r.id));
-                        }
-                    }
-                    let mut t = result_text(&r.cwd, &exit, &intercepted, &note);
-                    if let (Some(w), true) = (&writable, exit != ExitStatus::Code(0)) {
-                        let w: Vec<&str> = w.iter().map(String::as_str).collect();
-                        if let Some(h) = denial_hint(&intercepted.preview.text, &w) {
-                            t.push('\n');
-                            t.push_str(&h);
-                        }
-                    }
-                    (Status::Exited, t)
-                }
-            };
-            // Compact: the result text stays; the preview (already in it) and buffers go.
-            let mut intercepted = intercepted;
-            intercepted.preview.text = String::new();
-            r.done.send_replace(Some(Final {
-                status: st,
-                exit,
-                intercepted,
-                background,
-                text: txt,
-            }));
-            if keep_pumping {
-                // Until the background processes close the pipe (they exit, or are killed by
-                // terminate) or the engine stops the pump.
-                let _ = pump_done.await;
-                r.interceptor
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .finish();
-            }
-            // Compact: a finished command's record keeps only its result text.
-            r.interceptor
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .release_buffers();
-            // Background leftovers (`daemon &`) stay in the tree; while any lives, rescan now
-            // and then so that their zombies, reparented to us as subreaper, get reaped. A
-            // killed tree has none: the killer scanned until it found no member.
-            if !killed {
-                loop {
-                    let t = Arc::clone(&r);
-                    let live = tokio::task::spawn_blocking(move || t.tree.members().len()).await;
-                    if live.map_or(true, |n| n == 0) {
-                        break;
-                    }
-                    tokio::time::sleep(LEFTOVER_RESCAN).await;
-                }
-            }
-            r.group.lock().unwrap_or_else(|e| e.into_inner()).take();
-            r.settled.store(true, Ordering::SeqCst);
-            if let Some(inner) = weak.upgrade() {
-                forget_oldest_settled(&inner);
-            }
-        });
-        Ok(rec)
+            .insert(rec.id, Arc::clone(&rec));
+        rec
     }
 
     async fn kill(&self, rec: &Arc<Record>, reason: KillReason) {
@@ -1087,6 +882,361 @@ impl Engine {
                 source: std::io::Error::other(e),
             })
         })
+    }
+}
+
+/// A command's descriptors, made before it is spawned.
+struct Pipes {
+    /// The read end of its merged output, for the pump.
+    output: OwnedFd,
+    /// Its stdout and stderr: two copies of the output's write end.
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    /// `(read end, write end)` of the sandbox's `--status-fd 3` report, when the sandbox keeps
+    /// background processes.
+    status: Option<(OwnedFd, OwnedFd)>,
+}
+
+impl Pipes {
+    fn new(cfg: &EngineConfig) -> Result<Pipes, ExecError> {
+        let (output, stdout) = shofer_sys::fd::pipe_large().map_err(ExecError::Pipe)?;
+        let stderr = stdout.try_clone().map_err(ExecError::Pipe)?;
+        // Keeping background processes under the sandbox: it waits for them
+        // (`--keep-descendants`) and reports the main process's exit on descriptor 3
+        // (`--status-fd 3`), which is when the command is done.
+        let status = match (&cfg.sandbox, cfg.background) {
+            (Some(_), Background::Keep) => {
+                Some(shofer_sys::fd::pipe_cloexec().map_err(ExecError::Pipe)?)
+            }
+            _ => None,
+        };
+        Ok(Pipes {
+            output,
+            stdout,
+            stderr,
+            status,
+        })
+    }
+}
+
+/// The program and its arguments: `/bin/sh -c <command>`, inside the sandbox when there is
+/// one (`status_fd`: it reports the main process's exit on descriptor 3).
+fn command_line(
+    cfg: &EngineConfig,
+    command: &str,
+    status_fd: bool,
+) -> (PathBuf, tokio::process::Command) {
+    match &cfg.sandbox {
+        None => {
+            let mut c = tokio::process::Command::new("/bin/sh");
+            c.arg("-c").arg(command);
+            (PathBuf::from("/bin/sh"), c)
+        }
+        Some(sb) => {
+            let mut c = tokio::process::Command::new(&sb.binary);
+            if status_fd {
+                c.args(["--keep-descendants", "--status-fd", "3"]);
+            }
+            c.args(&sb.extra_args)
+                .arg(&sb.worktree)
+                .arg("--")
+                .arg("/bin/sh")
+                .arg("-c")
+                .arg(command);
+            (sb.binary.clone(), c)
+        }
+    }
+}
+
+/// The child's working directory, standard descriptors (stdin `/dev/null`, stdout and stderr
+/// the output pipe) and environment (`C.UTF-8`, [`childenv`], [`TAG_VAR`]).
+fn configure_child(
+    cmd: &mut tokio::process::Command,
+    cfg: &EngineConfig,
+    cwd: &Path,
+    tag: &str,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+) {
+    cmd.current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(stdout))
+        .stderr(Stdio::from(stderr))
+        .env("LANG", "C.UTF-8")
+        .env("LC_ALL", "C.UTF-8");
+    for (k, v) in childenv::changes(&cfg.env) {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.env(TAG_VAR, tag).kill_on_drop(false);
+}
+
+/// Runs in the child between fork and exec (async-signal-safe: system calls only, nothing
+/// allocated). A new session (and so a new process group): no controlling terminal, as in
+/// shofer-sandbox's supervisor, so the command cannot read or inject into the user's terminal
+/// (TIOCSTI); and every process in this session is the command's, which the tree kill relies
+/// on (see `tree`). `status_w`: the sandbox's status descriptor, made descriptor 3 and
+/// inherited. Descriptors above that which the caller left open without close-on-exec (a
+/// shell's `3<file`, a harness's pipes) must not reach the command: marked close-on-exec
+/// here, so exec closes them (and std's own exec-error pipe keeps working).
+fn child_prologue(status_w: Option<RawFd>) -> std::io::Result<()> {
+    // Safety: setsid(2), fcntl(2) and dup2(2) on this process's own state, with integer
+    // arguments; no memory of the parent is touched.
+    let first_closed = unsafe {
+        if libc::setsid() < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        match status_w {
+            Some(3) => {
+                libc::fcntl(3, libc::F_SETFD, 0);
+                4
+            }
+            Some(fd) => {
+                if libc::dup2(fd, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                4
+            }
+            None => 3,
+        }
+    };
+    shofer_sys::fd::close_from(first_closed, shofer_sys::fd::CloseFrom::Cloexec);
+    Ok(())
+}
+
+/// The user's hard timeout for `command`, unless it starts with a prefix on the allowlist.
+fn hard_timeout(cfg: &EngineConfig, command: &str) -> Option<Duration> {
+    let exempt = cfg
+        .hard_timeout_allowlist
+        .iter()
+        .any(|p| !p.is_empty() && command.trim_start().starts_with(p.as_str()));
+    cfg.hard_timeout.filter(|_| !exempt)
+}
+
+/// What a command's supervisor task needs of the engine's settings.
+struct Supervision {
+    hard: Option<Duration>,
+    drain_max: Duration,
+    drain_idle: Duration,
+    grace: Duration,
+    background: Background,
+    /// The sandbox's writable places, for the denial hint; `None` without a sandbox.
+    writable: Option<Vec<String>>,
+}
+
+/// A command's supervisor task: waits for the main process (or the hard timeout), deals
+/// with what it left running, collects the output, publishes the final result, then keeps
+/// the record until no process of the command is left.
+async fn supervise(
+    r: Arc<Record>,
+    mut child: tokio::process::Child,
+    mut pump_done: tokio::sync::oneshot::Receiver<()>,
+    status_r: Option<OwnedFd>,
+    s: Supervision,
+    engine: std::sync::Weak<Inner>,
+) {
+    let (status, sandbox_waits) = main_exit(&r, &mut child, status_r, s.hard, s.grace).await;
+    let killed = r
+        .kill_reason
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_some();
+    let (background, keep_pumping) = if killed {
+        (Vec::new(), false)
+    } else {
+        left_behind(&r, s.background, s.grace).await
+    };
+    if sandbox_waits {
+        reap_sandbox(child, keep_pumping, s.drain_max).await;
+    }
+    let intercepted = output_at_end(&r, &mut pump_done, keep_pumping, &s).await;
+    let exit = status.unwrap_or(ExitStatus::from_signal(9, false));
+    let (st, txt) = final_text(&r, &exit, &intercepted, &background, keep_pumping, &s);
+    // Compact: the result text stays; the preview (already in it) and buffers go.
+    let mut intercepted = intercepted;
+    intercepted.preview.text = String::new();
+    r.done.send_replace(Some(Final {
+        status: st,
+        exit,
+        intercepted,
+        background,
+        text: txt,
+    }));
+    if keep_pumping {
+        // Until the background processes close the pipe (they exit, or are killed by
+        // terminate) or the engine stops the pump.
+        let _ = pump_done.await;
+        r.interceptor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .finish();
+    }
+    // Compact: a finished command's record keeps only its result text.
+    r.interceptor
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .release_buffers();
+    if !killed {
+        reap_leftovers(&r).await;
+    }
+    r.group.lock().unwrap_or_else(|e| e.into_inner()).take();
+    r.settled.store(true, Ordering::SeqCst);
+    if let Some(inner) = engine.upgrade() {
+        forget_oldest_settled(&inner);
+    }
+}
+
+/// Waits for the first of: the main process's exit, the sandbox's report of it on the status
+/// pipe (`status_r`), the hard timeout (which kills the tree unless another kill came first).
+/// Returns the exit status and whether the sandbox reported it (and so still runs, waiting
+/// for the background processes).
+async fn main_exit(
+    r: &Arc<Record>,
+    child: &mut tokio::process::Child,
+    status_r: Option<OwnedFd>,
+    hard: Option<Duration>,
+    grace: Duration,
+) -> (std::io::Result<ExitStatus>, bool) {
+    // The sandbox's report of the main process's exit (pending without a sandbox, or when it
+    // ends without one).
+    let reported = async move {
+        match status_r {
+            Some(r) => match tokio::task::spawn_blocking(move || read_exit_status(r)).await {
+                Ok(Some(code)) => code,
+                _ => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        s = child.wait() => (s.map(exit_status_of), false),
+        code = reported => (Ok(ExitStatus::Code(code)), true),
+        () = sleep_or_forever(hard) => {
+            if r.kill_reason.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(KillReason::HardTimeout) == &KillReason::HardTimeout {
+                kill_blocking(r, grace).await;
+            }
+            (child.wait().await.map(exit_status_of), false)
+        }
+    }
+}
+
+/// The names of the descendants still running now that the main process is gone (not the
+/// sandbox itself, which waits for them), and whether their output keeps flowing into the
+/// command ([`Background::Keep`]); with [`Background::Stop`] they are killed.
+async fn left_behind(r: &Arc<Record>, policy: Background, grace: Duration) -> (Vec<String>, bool) {
+    let t = Arc::clone(r);
+    let left: Vec<i32> = tokio::task::spawn_blocking(move || background_of(&t.tree, true))
+        .await
+        .unwrap_or_default();
+    let background = left.iter().map(|&p| process_name(p)).collect();
+    let mut keep_pumping = false;
+    if !left.is_empty() {
+        match policy {
+            Background::Stop => kill_blocking(r, grace).await,
+            Background::Keep => keep_pumping = true,
+        }
+    }
+    (background, keep_pumping)
+}
+
+/// Reaps a sandbox that reported the main process's exit: whenever it ends while background
+/// processes run (`keep_pumping`), else now (nothing is left for it to wait for), waiting at
+/// most `drain_max`.
+async fn reap_sandbox(mut child: tokio::process::Child, keep_pumping: bool, drain_max: Duration) {
+    if keep_pumping {
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+    } else {
+        let _ = tokio::time::timeout(drain_max, child.wait()).await;
+    }
+}
+
+/// The output for the result: with background processes still writing (`keep_pumping`),
+/// what came until the output settled, the pump still running; else all of it, after the
+/// bounded drain of the pipe.
+async fn output_at_end(
+    r: &Record,
+    pump_done: &mut tokio::sync::oneshot::Receiver<()>,
+    keep_pumping: bool,
+    s: &Supervision,
+) -> Intercepted {
+    if keep_pumping {
+        settle(&r.interceptor, s.drain_max, s.drain_idle).await;
+        let mut i = r.interceptor.lock().unwrap_or_else(|e| e.into_inner());
+        i.keep_artifact();
+        i.snapshot()
+    } else {
+        r.pump.begin_drain(s.drain_max, s.drain_idle);
+        let _ = pump_done.await;
+        r.interceptor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .finish()
+    }
+}
+
+/// The final status and result text: the kill's text when the engine killed the command,
+/// else the result with the background note and, for a failed sandboxed command, the denial
+/// hint.
+fn final_text(
+    r: &Record,
+    exit: &ExitStatus,
+    intercepted: &Intercepted,
+    background: &[String],
+    keep_pumping: bool,
+    s: &Supervision,
+) -> (Status, String) {
+    let reason = *r.kill_reason.lock().unwrap_or_else(|e| e.into_inner());
+    match reason {
+        Some(KillReason::HardTimeout) => (
+            Status::TimedOut,
+            killed_text(
+                &text::hard_timeout_text(r.hard_timeout_secs.unwrap_or(0.0)),
+                intercepted,
+            ),
+        ),
+        Some(KillReason::Abort) => (
+            Status::Terminated,
+            killed_text(text::ABORTED_TEXT, intercepted),
+        ),
+        Some(KillReason::Terminate) => (
+            Status::Terminated,
+            result_text(&r.cwd, exit, intercepted, ""),
+        ),
+        None => {
+            let mut note = text::background_note(background, s.background == Background::Keep);
+            if keep_pumping {
+                if let Some(a) = &intercepted.artifact {
+                    note.push_str(&text::background_artifact_note(a.as_str(), r.id));
+                }
+            }
+            let mut t = result_text(&r.cwd, exit, intercepted, &note);
+            if let (Some(w), true) = (&s.writable, *exit != ExitStatus::Code(0)) {
+                let w: Vec<&str> = w.iter().map(String::as_str).collect();
+                if let Some(h) = denial_hint(&intercepted.preview.text, &w) {
+                    t.push('\n');
+                    t.push_str(&h);
+                }
+            }
+            (Status::Exited, t)
+        }
+    }
+}
+
+/// Background leftovers (`daemon &`) stay in the tree; while any lives, rescan now and then
+/// so that their zombies, reparented to us as subreaper, get reaped. (A killed tree has none:
+/// the killer scanned until it found no member.)
+async fn reap_leftovers(r: &Arc<Record>) {
+    loop {
+        let t = Arc::clone(r);
+        let live = tokio::task::spawn_blocking(move || t.tree.members().len()).await;
+        if live.map_or(true, |n| n == 0) {
+            break;
+        }
+        tokio::time::sleep(LEFTOVER_RESCAN).await;
     }
 }
 

@@ -700,14 +700,14 @@ fn list_jobs(artifacts: &std::path::Path) -> Result<String, String> {
         .iter()
         .map(|j| {
             serde_json::json!({
-                "id": j.id,
-                "command": j.command,
-                "cwd": j.cwd,
+                "id": j.outcome.id,
+                "command": j.outcome.command,
+                "cwd": j.outcome.cwd,
                 "status": j.status_word(),
-                "exit_code": j.exit_code,
-                "signal": j.signal,
-                "artifact_id": j.artifact_id,
-                "background": j.background,
+                "exit_code": j.outcome.exit_code,
+                "signal": j.outcome.signal,
+                "artifact_id": j.outcome.artifact_id,
+                "background": j.outcome.background,
             })
         })
         .collect();
@@ -738,7 +738,7 @@ fn kill_jobs(artifacts: &std::path::Path, id: Option<u64>, all: bool) -> Result<
             .map_err(|e| e.to_string())?
             .iter()
             .filter(|j| j.status_word() == "running")
-            .map(|j| j.id)
+            .map(|j| j.outcome.id)
             .collect(),
     };
     if ids.is_empty() {
@@ -749,13 +749,16 @@ fn kill_jobs(artifacts: &std::path::Path, id: Option<u64>, all: bool) -> Result<
         // The supervisor's tree kill takes at most its grace plus a few seconds.
         let job = detach::kill(artifacts, id, Duration::from_secs(15))
             .map_err(|e| no_job(artifacts, id, &e))?;
-        out.push(match job.status {
-            Status::Running => format!("Command {id} ({}) did not stop in time.", job.command),
+        out.push(match job.outcome.status {
+            Status::Running => format!(
+                "Command {id} ({}) did not stop in time.",
+                job.outcome.command
+            ),
             _ => format!(
                 "Command {id} ({}) is {}.\n\n{}",
-                job.command,
+                job.outcome.command,
                 job.status_word(),
-                job.text
+                job.outcome.text
             ),
         });
     }

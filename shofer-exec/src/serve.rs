@@ -536,20 +536,11 @@ fn private_base(base: &std::path::Path, writable: &[PathBuf]) -> std::io::Result
 }
 
 /// The places a sandboxed command may write besides `--allow-write` paths: the worktree,
-/// `/tmp`, `$TMPDIR` and `/dev/shm` (see `docs/ARCHITECTURE.md`).
+/// `/tmp`, `$TMPDIR` and `/dev/shm` ([`crate::Sandbox::default_writable`] with our
+/// `$TMPDIR`; see `docs/ARCHITECTURE.md`).
 pub fn sandbox_writable(worktree: &std::path::Path) -> Vec<PathBuf> {
-    let mut w = vec![
-        worktree.to_path_buf(),
-        PathBuf::from("/tmp"),
-        PathBuf::from("/dev/shm"),
-    ];
-    if let Some(t) = std::env::var_os("TMPDIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-    {
-        w.push(t);
-    }
-    w
+    let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
+    crate::Sandbox::default_writable(worktree, tmpdir.as_deref())
 }
 
 /// Kills every command's tree (running ones and leftovers of finished ones) at once, with one

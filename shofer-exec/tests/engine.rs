@@ -637,3 +637,62 @@ async fn exited_background_leftovers_are_reaped_when_they_finish() {
         shofer_sys::proc::read(pids[0])
     );
 }
+
+/// The engine explains a sandboxed command's refused write with the sandbox's own default
+/// writable set (`shofer_core::policy::default_writable`): `$TMPDIR` — the command's, here set
+/// by the caller's `env` — and `/dev/shm` are writable places, not denials to explain, and the
+/// note lists them. (The engine's copy of the set used to lack both.) The sandbox is a stand-in
+/// that runs what follows `--`: only the engine's reading of the output is under test.
+#[tokio::test]
+async fn denial_hints_see_tmpdir_and_dev_shm_as_the_sandbox_does() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    let fake = d.path().join("fake-sandbox");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nwhile [ \"$1\" != -- ]; do shift; done\nshift\nexec \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let wt = d.path().join("wt");
+    std::fs::create_dir(&wt).unwrap();
+    // Outside /tmp and the worktree: only $TMPDIR makes it writable.
+    let tmpdir = format!("/var/tmp/shofer-engine-tmpdir-{}", std::process::id());
+    let e = engine_in(d.path(), |c| {
+        c.sandbox = Some(shofer_exec::Sandbox {
+            binary: fake.clone(),
+            worktree: wt.clone(),
+            extra_args: Vec::new(),
+        });
+        c.background = shofer_exec::Background::Stop;
+        c.env = vec![("TMPDIR".into(), tmpdir.clone().into())];
+    });
+    for inside in ["$TMPDIR/cache/x", "/dev/shm/sem.x", "/tmp/x"] {
+        let o = run(
+            &e,
+            &format!("echo \"touch: cannot touch '{inside}': Permission denied\"; exit 1"),
+        )
+        .await;
+        // The command's $TMPDIR is the caller's.
+        assert!(
+            !inside.starts_with('$') || o.text.contains(&format!("'{tmpdir}/")),
+            "{}",
+            o.text
+        );
+        assert!(!o.text.contains("Note: the"), "{inside}: {}", o.text);
+    }
+    let o = run(
+        &e,
+        "echo \"touch: cannot touch '/root/.shofer-outside/x': Permission denied\"; exit 1",
+    )
+    .await;
+    let note = o.text.trim_end().lines().last().unwrap();
+    assert!(
+        note.contains(&format!(
+            "only {}, /tmp, {tmpdir}, /dev/shm (and a few devices) are writable",
+            wt.display()
+        )),
+        "{}",
+        o.text
+    );
+}

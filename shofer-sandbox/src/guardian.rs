@@ -134,7 +134,7 @@ fn guard(supervisor: libc::pid_t, set: &libc::sigset_t, interactive: bool) -> ! 
     // no descriptor it holds now: the tree killer opens what it needs).
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+        shofer_sys::fd::close_from(0, shofer_sys::fd::CloseFrom::Close);
     }
     let session_leader = rustix::process::getsid(None).ok() == Some(rustix::process::getpid());
     let status = loop {

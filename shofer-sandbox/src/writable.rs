@@ -10,7 +10,7 @@
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use shofer_core::policy::{NetPolicy, Policy, RuleOrigin, WritableRule};
+use shofer_core::policy::{default_writable, NetPolicy, Policy, RuleOrigin, WritableRule};
 
 use crate::error::SetupError;
 use crate::paths::{self, Kind};
@@ -73,11 +73,6 @@ impl OpenedPolicy {
     }
 }
 
-/// Device files writable by every command (ARCHITECTURE §2.1).
-const DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
-/// Terminal devices: write and, from Landlock ABI 5, device ioctls.
-const TERMINALS: [&str; 3] = ["/dev/tty", "/dev/ptmx", "/dev/pts"];
-
 /// Builds the writable set for `worktree`.
 ///
 /// # Errors
@@ -107,20 +102,10 @@ pub fn build(
     let mut set = RuleSet::default();
     set.push_opened(wt.clone(), wt_fd, RuleOrigin::Worktree);
 
-    set.add_system("/tmp", RuleOrigin::Tmp);
-    if let Some(tmpdir) = std::env::var_os("TMPDIR") {
-        set.add_system(tmpdir, RuleOrigin::Tmp);
+    let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
+    for (path, origin) in default_writable(tmpdir.as_deref(), &caller_terminals()) {
+        set.add_system(path, origin);
     }
-    for dev in DEVICES {
-        set.add_system(dev, RuleOrigin::Device);
-    }
-    for term in TERMINALS {
-        set.add_system(term, RuleOrigin::Terminal);
-    }
-    for tty in caller_terminals() {
-        set.add_system(&tty, RuleOrigin::Terminal);
-    }
-    set.add_system("/dev/shm", RuleOrigin::SharedMemory);
 
     let wt_lexical = lexical_absolute(worktree);
     for path in allow_write {

@@ -1,4 +1,6 @@
-//! Descriptors: pipes, `eventfd`, `poll`, `read`, `splice`, and close-on-exec from 3 up.
+//! Descriptors: pipes, `eventfd`, `poll`, `read`, `splice`, and closing (or marking
+//! close-on-exec) every descriptor from one up: [`close_from`], the one version of it that is
+//! safe between fork and exec, and [`cloexec_from_3`], which keeps a few.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -112,6 +114,69 @@ pub fn splice(pipe: impl AsFd, file: impl AsFd, len: usize) -> io::Result<usize>
     retry(|| rustix::pipe::splice(pipe, None, file, None, len, SpliceFlags::MOVE))
 }
 
+/// What [`close_from`] does to each descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseFrom {
+    /// Close it now.
+    Close,
+    /// Mark it close-on-exec: it stays usable until `execve`, which closes it.
+    Cloexec,
+}
+
+/// Most descriptors the fallback of [`close_from`] walks (`RLIMIT_NOFILE` may be unlimited).
+const FALLBACK_MAX_FDS: u64 = 1 << 20;
+
+/// `close_range(first, last, flags)` (Linux 5.9; `CLOSE_RANGE_CLOEXEC` 5.11); true when it
+/// succeeded. A raw system call on integers: async-signal-safe.
+fn close_range(first: libc::c_uint, last: libc::c_uint, mode: CloseFrom) -> bool {
+    let flags = match mode {
+        CloseFrom::Close => 0,
+        CloseFrom::Cloexec => libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+    };
+    // Raw syscall: rustix has no close_range.
+    // Safety: close_range changes (closes, or sets flags on) only this process's descriptors
+    // in the range; no memory is passed.
+    unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) == 0 }
+}
+
+/// Closes, or marks close-on-exec (`mode`), every descriptor from `first` up. For the child
+/// between `fork` and `execve` (or a forked process that lives on): async-signal-safe, it
+/// allocates nothing and takes no lock.
+///
+/// One `close_range(2)` call (Linux 5.9; [`CloseFrom::Cloexec`] needs 5.11). Where that
+/// fails (an older kernel: `ENOSYS`, or `EINVAL` for the flag), the fallback handles each
+/// descriptor number from `first` below the soft `RLIMIT_NOFILE` (at most 2^20 of them) with
+/// `close(2)` or `fcntl(F_SETFD, FD_CLOEXEC)`, ignoring the numbers that are not open. It
+/// cannot fail: afterwards no descriptor from `first` up is left open (or without
+/// close-on-exec).
+pub fn close_from(first: RawFd, mode: CloseFrom) {
+    let first = libc::c_uint::try_from(first).unwrap_or(0);
+    if !close_range(first, libc::c_uint::MAX, mode) {
+        close_each_from(first, mode);
+    }
+}
+
+/// The fallback of [`close_from`]: one call per descriptor number below the soft
+/// `RLIMIT_NOFILE` (at most [`FALLBACK_MAX_FDS`]). Async-signal-safe.
+fn close_each_from(first: libc::c_uint, mode: CloseFrom) {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .map_or(FALLBACK_MAX_FDS, |n| n.min(FALLBACK_MAX_FDS));
+    for fd in u64::from(first)..limit {
+        let fd = fd as RawFd;
+        // Raw close/fcntl: `fd` is a number that may not be open, which rustix's OwnedFd and
+        // BorrowedFd must not represent.
+        // Safety: close and F_SETFD act on this process's descriptor table only; a number
+        // that is not open is EBADF.
+        unsafe {
+            match mode {
+                CloseFrom::Close => libc::close(fd),
+                CloseFrom::Cloexec => libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC),
+            };
+        }
+    }
+}
+
 /// Marks every descriptor from 3 up close-on-exec except those in `keep` (any order;
 /// duplicates and fds ≤ 2 ignored), which get `FD_CLOEXEC` cleared so they survive `execve`.
 /// Uses `close_range(CLOSE_RANGE_CLOEXEC)` (Linux 5.11), falling back to walking
@@ -138,18 +203,7 @@ pub fn cloexec_from_3(keep: &[RawFd]) -> io::Result<()> {
     }
     ranges.push((lo, libc::c_uint::MAX));
     for (lo, hi) in ranges {
-        // Raw syscall: rustix has no close_range.
-        // Safety: close_range with CLOSE_RANGE_CLOEXEC only changes this process's descriptor
-        // flags; no memory is passed.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_close_range,
-                lo,
-                hi,
-                libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
-            )
-        };
-        if ret != 0 {
+        if !close_range(lo, hi, CloseFrom::Cloexec) {
             return cloexec_by_walking(&keep);
         }
     }
@@ -295,17 +349,17 @@ mod tests {
         assert!(set_cloexec(-1, true).is_err());
     }
 
-    #[test]
-    fn cloexec_from_3_keeps_only_what_is_asked() {
-        // In a child: the flags change for the whole process.
+    /// Runs the test `fd::tests::<child>` in a child process with `var` set (descriptor changes
+    /// hold for the whole process) and checks that it succeeded and printed `ok`.
+    fn in_child(child: &str, var: &str, ok: &str) {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "fd::tests::cloexec_child",
+                &format!("fd::tests::{child}"),
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env("SHOFER_SYS_CLOEXEC_CHILD", "1")
+            .env(var, "1")
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -314,7 +368,75 @@ mod tests {
             "{text}{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(text.contains("cloexec ok"), "{text}");
+        assert!(text.contains(ok), "{text}");
+    }
+
+    #[test]
+    fn cloexec_from_3_keeps_only_what_is_asked() {
+        in_child("cloexec_child", "SHOFER_SYS_CLOEXEC_CHILD", "cloexec ok");
+    }
+
+    #[test]
+    fn close_from_closes_or_marks_from_its_first_descriptor_up() {
+        in_child(
+            "close_from_child",
+            "SHOFER_SYS_CLOSE_FROM_CHILD",
+            "close_from ok",
+        );
+    }
+
+    #[test]
+    fn close_from_child() {
+        if std::env::var_os("SHOFER_SYS_CLOSE_FROM_CHILD").is_none() {
+            return;
+        }
+        // Safety: F_GETFD on descriptor numbers, open or not.
+        let flags = |fd| unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        let four = || {
+            let fds: Vec<OwnedFd> = (0..2)
+                .flat_map(|_| {
+                    let (r, w) = pipe_cloexec().unwrap();
+                    [r, w]
+                })
+                .collect();
+            for fd in &fds {
+                set_cloexec(fd.as_raw_fd(), false).unwrap();
+            }
+            let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+            // Closed below, or left to exec: not ours to close again.
+            fds.into_iter().for_each(std::mem::forget);
+            raw
+        };
+        for (mode, each) in [
+            (CloseFrom::Cloexec, false),
+            (CloseFrom::Close, false),
+            (CloseFrom::Cloexec, true),
+            (CloseFrom::Close, true),
+        ] {
+            let fds = four();
+            let cut = fds[2];
+            if each {
+                close_each_from(cut as libc::c_uint, mode);
+            } else {
+                close_from(cut, mode);
+            }
+            for &fd in &fds {
+                let f = flags(fd);
+                if fd < cut {
+                    assert_eq!(f, 0, "{fd} below {cut} untouched");
+                } else if mode == CloseFrom::Close {
+                    assert!(f < 0, "{fd} closed ({mode:?}, fallback {each})");
+                } else {
+                    assert_eq!(
+                        f,
+                        libc::FD_CLOEXEC,
+                        "{fd} marked ({mode:?}, fallback {each})"
+                    );
+                }
+            }
+            close_from(fds[0], CloseFrom::Close);
+        }
+        println!("close_from ok");
     }
 
     #[test]

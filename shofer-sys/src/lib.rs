@@ -9,7 +9,8 @@
 //!   [`kill::Targets`] that selects all of them.
 //! - [`pidfd`]: `pidfd_open` (its `ENOSYS` remembered), `pidfd_send_signal`, and
 //!   [`pidfd::signal_if_same`], the identity check (pid + start time) every signal goes through.
-//! - [`fd`]: pipes, `eventfd`, `poll`, `splice`, close-on-exec from descriptor 3 up.
+//! - [`fd`]: pipes, `eventfd`, `poll`, `splice`; [`fd::close_from`], the one way to close or
+//!   mark close-on-exec every descriptor from N up (safe after fork).
 //! - [`process`]: the child-subreaper flag and reaping.
 //! - [`signal`]: signal masks, synchronous waits, default dispositions and `_exit`.
 //! - [`errno`]: errno names for messages and reports.

@@ -84,7 +84,7 @@ pub fn close_after_exit(fd: OwnedFd) {
             if libc::dup2(keep, 0) < 0 || libc::dup2(wait, 1) < 0 {
                 libc::_exit(0);
             }
-            libc::syscall(libc::SYS_close_range, 2u32, u32::MAX, 0u32);
+            crate::fd::close_from(2, crate::fd::CloseFrom::Close);
             let mut b = 0u8;
             while libc::read(1, (&mut b as *mut u8).cast(), 1) != 0 {
                 if *libc::__errno_location() != libc::EINTR {

@@ -202,9 +202,10 @@ pub(crate) fn start_in_child(spawn: &Spawn, close: &[RawFd]) -> io::Result<()> {
             // rest: the supervisor's error pipe would never see EOF).
             let mut exe = spawn.exe.as_raw_fd();
             if !spawn.wait_ready {
-                let closed = moved
-                    && move_to(exe, READY_FD)
-                    && libc::syscall(libc::SYS_close_range, READY_FD + 1, u32::MAX, 0) == 0;
+                let closed = moved && move_to(exe, READY_FD) && {
+                    shofer_sys::fd::close_from(READY_FD + 1, shofer_sys::fd::CloseFrom::Close);
+                    true
+                };
                 exe = READY_FD;
                 let mut peek = 0u8;
                 if !closed
