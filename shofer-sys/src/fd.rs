@@ -259,7 +259,14 @@ pub fn sigio_when_readable(fd: impl AsFd) -> io::Result<()> {
     let fd = fd.as_fd();
     // Raw fcntl: rustix has no F_SETOWN.
     // Safety: fcntl on a descriptor borrowed for the call, with integer arguments.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETOWN, crate::process::getpid()) } < 0 {
+    if unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_SETOWN,
+            rustix::process::getpid().as_raw_nonzero().get(),
+        )
+    } < 0
+    {
         return Err(io::Error::last_os_error());
     }
     let flags = rustix::fs::fcntl_getfl(fd)?;

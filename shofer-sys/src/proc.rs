@@ -228,7 +228,7 @@ pub fn read(pid: i32) -> Option<ProcInfo> {
 /// arguments, each ended by a NUL) satisfies `matches`: how tests find what a command left
 /// behind by a unique marker in its arguments.
 pub fn live_with_cmdline(matches: impl Fn(&[u8]) -> bool) -> Vec<ProcInfo> {
-    let me = crate::process::getpid();
+    let me = rustix::process::getpid().as_raw_nonzero().get();
     ProcTable::scan()
         .procs
         .into_iter()
