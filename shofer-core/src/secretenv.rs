@@ -40,7 +40,8 @@
 //!
 //! # Caveats
 //! - Names only: a secret inside an ordinary variable (`DATABASE_URL=postgres://u:pw@h`,
-//!   `PIP_INDEX_URL` with credentials, a webhook URL) is not recognised. `DATABASE_URL` stays
+//!   `PIP_INDEX_URL` with credentials, a webhook URL, an `http.extraHeader` passed as
+//!   `GIT_CONFIG_VALUE_<n>`) is not recognised. `DATABASE_URL` stays
 //!   on purpose: builds need it (`sqlx` checks queries against it at compile time).
 //! - Variables that only name a *configuration* (`KUBECONFIG`, `DOCKER_CONFIG`,
 //!   `AWS_CONFIG_FILE`, `CLOUDSDK_CONFIG`, `PGPASSFILE`) pass: they change where a tool looks,
