@@ -12,6 +12,7 @@
 //! - [`denial`]: the hint line that tells a sandbox denial from a bug.
 //! - [`strip`]: the streaming filter that removes terminal control bytes from output.
 //! - [`gitenv`]: git configuration handed to a command through `GIT_CONFIG_COUNT`.
+//! - [`secretenv`]: the secret environment variables a command does not inherit.
 //!
 //! ```
 //! use shofer_core::policy::{degradations, Backend, NetPolicy};
@@ -27,5 +28,6 @@ pub mod gitenv;
 pub mod policy;
 pub mod preview;
 pub mod rights;
+pub mod secretenv;
 pub mod strip;
 pub mod text;

@@ -53,6 +53,9 @@ pub struct RunArgs {
     pub pass_fds: Vec<i32>,
     /// `--keep-caps`: do not drop capabilities when run as root.
     pub keep_caps: bool,
+    /// `--keep-env`: names (globs with `*`, compared exactly) of secret variables to pass to
+    /// the command anyway; the others are withheld (`shofer_core::secretenv`).
+    pub keep_env: Vec<OsString>,
     /// `--keep-descendants`: wait for descendants after the main process exits instead of
     /// killing them.
     pub keep_descendants: bool,
@@ -125,6 +128,10 @@ Options:
                            works)
   --pass-fd <N>            keep descriptor N (> 2) open in the command (repeatable)
   --keep-caps              as root, keep capabilities (they are dropped by default)
+  --keep-env <NAME>        pass the secret variable NAME to the command anyway; a glob
+                           with * keeps every secret it matches (repeatable). Secret
+                           variables (*TOKEN*, *SECRET*, *PASSWORD*, *API_KEY*, cloud
+                           keys, ...) are withheld by default and named on stderr
   --keep-descendants       after the command exits, wait for its descendants
                            instead of killing them
   --report <FD>            write a JSON report of what is enforced to descriptor FD
@@ -183,6 +190,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut allow_degraded = false;
     let mut pass_fds = Vec::new();
     let mut keep_caps = false;
+    let mut keep_env = Vec::new();
     let mut keep_descendants = false;
     let mut report_fd = None;
     let mut status_fd = None;
@@ -267,6 +275,16 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
                 pass_fds.push(fd);
             }
             Long("keep-caps") => keep_caps = true,
+            Long("keep-env") => {
+                let v = parser.value().map_err(err)?;
+                if v.is_empty() || v.as_encoded_bytes().contains(&b'=') {
+                    return Err(usage(format!(
+                        "--keep-env {}: expected a variable name or a glob with * (no '=')",
+                        v.to_string_lossy()
+                    )));
+                }
+                keep_env.push(v);
+            }
             Long("keep-descendants") => keep_descendants = true,
             Long("report") => {
                 report_fd = Some(parse_number(
@@ -356,6 +374,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         allow_degraded,
         pass_fds,
         keep_caps,
+        keep_env,
         keep_descendants,
         report_fd,
         status_fd,
@@ -453,6 +472,22 @@ mod tests {
             Invocation::PrintAppArmorProfile
         ));
         assert!(fails(&["--print-apparmor-profile", "/wt", "ls"]).contains("takes no other"));
+    }
+
+    #[test]
+    fn keep_env_repeats_and_takes_names_or_globs() {
+        let r = run(&[
+            "--keep-env",
+            "GITHUB_TOKEN",
+            "/wt",
+            "--keep-env",
+            "NPM_*",
+            "true",
+        ]);
+        assert_eq!(r.keep_env, ["GITHUB_TOKEN", "NPM_*"]);
+        assert!(run(&["/wt", "true"]).keep_env.is_empty());
+        assert!(fails(&["--keep-env", "", "/wt", "true"]).contains("expected a variable name"));
+        assert!(fails(&["--keep-env", "A=b", "/wt", "true"]).contains("no '='"));
     }
 
     #[test]

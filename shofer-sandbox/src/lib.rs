@@ -12,8 +12,9 @@
 //! 4. **opened policy**: [`writable`] builds the writable set, opening every rule path
 //!    without following symlinks; [`git::Repo::discover`] adds a validated linked worktree's
 //!    metadata; [`git::Run::prepare`] prepares git's protection for the chosen backend and
-//!    yields its [`spec::Layers`] and gate handlers; the `--report` record ([`report`]) is
-//!    written from the choice, the opened policy and git's section;
+//!    yields its [`spec::Layers`] and gate handlers; [`secretenv`] withholds the secret
+//!    variables (named once on stderr); the `--report` record ([`report`]) is written from
+//!    the choice, the opened policy, git's section and the withheld names;
 //! 5. **plan**: the chosen backend's module builds its [`plan::Confinement`] ([`ruleset`],
 //!    [`namespaces`], [`bwrap`]) around the common [`spec::ExecSpec`] and [`spec::Layers`];
 //! 6. **spawn**: [`spawn`] clones the child, which runs the exec-time sequence of [`exec`]
@@ -80,6 +81,7 @@ mod plan;
 mod report;
 mod ruleset;
 mod seccomp;
+mod secretenv;
 mod signals;
 mod spawn;
 mod spec;
@@ -219,8 +221,20 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     drop(before);
     // (Still one thread here.)
     git::set_git_settings();
+    // Before any thread or child exists, so every backend starts the command without them.
+    let env_withheld = secretenv::withhold(&args.keep_env)?;
+    if let Some(note) = secretenv::note(&env_withheld) {
+        // Once per run: a second attempt (below) does not withhold again.
+        eprintln!("{note}");
+    }
     let (opened, repo) = open()?;
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
+    let step4 = Opened {
+        policy: &opened,
+        repo: &repo,
+        allow_unix: &allow_unix,
+        env_withheld: &env_withheld,
+    };
     let mut told = Vec::new();
     loop {
         // 3. choice
@@ -232,15 +246,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
             args.allow_degraded,
         )?
         .with_foreign_owner(owner);
-        match attempt(
-            &args,
-            &facts,
-            &choice,
-            &opened,
-            &repo,
-            &allow_unix,
-            &mut told,
-        ) {
+        match attempt(&args, &facts, &choice, &step4, &mut told) {
             // The namespaces could not be built (before the command ran): `auto` chooses
             // again without them.
             Err(SetupError::Unusable(error::Unusable::Userns(why)))
@@ -255,6 +261,18 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     }
 }
 
+/// What step 4 opened and decided once, for every attempt.
+struct Opened<'a> {
+    /// The writable set, its rule paths open.
+    policy: &'a OpenedPolicy,
+    /// The worktree's git layout.
+    repo: &'a git::Repo,
+    /// The `--allow-unix` sockets and directories, open.
+    allow_unix: &'a gate::AllowUnix,
+    /// The secret variables withheld from the command (names, sorted).
+    env_withheld: &'a [String],
+}
+
 /// Steps 4 (the run's messages and report) to 8 with `choice`. `told` collects the stderr
 /// lines already printed (a second attempt does not repeat them). Also returns whether a git
 /// restore failed (or a git object was destroyed).
@@ -262,11 +280,15 @@ fn attempt(
     args: &RunArgs,
     facts: &Facts,
     choice: &Choice,
-    opened: &OpenedPolicy,
-    repo: &git::Repo,
-    allow_unix: &gate::AllowUnix,
+    step4: &Opened<'_>,
     told: &mut Vec<String>,
 ) -> Result<(Outcome, bool), SetupError> {
+    let Opened {
+        policy: opened,
+        repo,
+        allow_unix,
+        env_withheld,
+    } = *step4;
     let exec = exec_spec(args, choice.foreign_owner)?;
     let mut tell = |line: String| {
         if !told.contains(&line) {
@@ -320,7 +342,14 @@ fn attempt(
     let before = (|| -> Result<_, SetupError> {
         let mut report_file = None;
         if let Some(fd) = args.report_fd {
-            let record = report::run(facts, choice, opened, git_run.report(), &allow_unix.paths);
+            let record = report::run(
+                facts,
+                choice,
+                opened,
+                git_run.report(),
+                &allow_unix.paths,
+                env_withheld,
+            );
             report_file = Some(write_record(fd, &record)?);
         }
         let sockets = facts.unix_gate_runs(choice.backend);

@@ -86,13 +86,16 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, SetupError>, net: NetPolicy)
 }
 
 /// The record of a real run: the probe object for the chosen backend, plus the worktree,
-/// the writable set, the `--allow-unix` paths and `git`, git's section (`crate::git::Run::report`).
+/// the writable set, the `--allow-unix` paths, `git`, git's section
+/// (`crate::git::Run::report`), and `env_withheld`, the names of the secret variables the
+/// command does not get (`crate::secretenv`; never a value; `[]` when none).
 pub fn run(
     facts: &Facts,
     choice: &Choice,
     opened: &OpenedPolicy,
     git: Value,
     allow_unix: &[std::path::PathBuf],
+    env_withheld: &[String],
 ) -> Value {
     let mut obj = probe(facts, &Ok(choice.clone()), opened.policy.net);
     let map = obj.as_object_mut().expect("object literal");
@@ -110,6 +113,7 @@ pub fn run(
         ),
     );
     map.insert("git".into(), git);
+    map.insert("env_withheld".into(), json!(env_withheld));
     obj
 }
 

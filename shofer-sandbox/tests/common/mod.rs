@@ -136,6 +136,8 @@ pub struct Run {
     args: Vec<OsString>,
     dir: Option<PathBuf>,
     uid: Option<u32>,
+    envs: Vec<(OsString, Option<OsString>)>,
+    fd9: Option<std::fs::File>,
 }
 
 impl Run {
@@ -144,6 +146,8 @@ impl Run {
             args: vec![worktree.into()],
             dir: worktree.is_dir().then(|| worktree.to_path_buf()),
             uid: None,
+            envs: Vec::new(),
+            fd9: None,
         }
     }
 
@@ -160,6 +164,31 @@ impl Run {
     {
         self.args
             .extend(args.into_iter().map(|a| a.as_ref().to_os_string()));
+        self
+    }
+
+    /// Sets the variable `name` in the sandbox's environment.
+    pub fn env(
+        mut self,
+        name: impl AsRef<std::ffi::OsStr>,
+        value: impl AsRef<std::ffi::OsStr>,
+    ) -> Run {
+        self.envs.push((
+            name.as_ref().to_os_string(),
+            Some(value.as_ref().to_os_string()),
+        ));
+        self
+    }
+
+    /// Removes the variable `name` from the sandbox's environment.
+    pub fn env_remove(mut self, name: impl AsRef<std::ffi::OsStr>) -> Run {
+        self.envs.push((name.as_ref().to_os_string(), None));
+        self
+    }
+
+    /// Gives the sandbox `file` (opened close-on-exec) as descriptor 9, e.g. for `--report 9`.
+    pub fn fd9(mut self, file: std::fs::File) -> Run {
+        self.fd9 = Some(file);
         self
     }
 
@@ -191,6 +220,31 @@ impl Run {
             cmd.current_dir(d);
         }
         cmd.envs(git_env()).args(&self.args);
+        for (name, value) in &self.envs {
+            match value {
+                Some(v) => cmd.env(name, v),
+                None => cmd.env_remove(name),
+            };
+        }
+        if let Some(file) = &self.fd9 {
+            use std::os::fd::AsRawFd;
+            let fd = file.as_raw_fd();
+            // Safety: dup2 is async-signal-safe; the new descriptor is not close-on-exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    // dup2 onto itself would leave close-on-exec set.
+                    let ok = if fd == 9 {
+                        libc::fcntl(9, libc::F_SETFD, 0) == 0
+                    } else {
+                        libc::dup2(fd, 9) == 9
+                    };
+                    if !ok {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         if let Some(uid) = self.uid {
             // Safety: only async-signal-safe syscalls between fork and exec.
             unsafe {

@@ -1,0 +1,81 @@
+//! Withholding the caller's secret variables from the command (ARCHITECTURE §2.1).
+//!
+//! - Owns the one step that takes them out: [`withhold`], run once by [`crate::run`] before
+//!   any thread or child exists; the list is [`shofer_core::secretenv`]'s, `--keep-env` globs
+//!   keep names back.
+//! - [`note`] is the stderr line that names what was withheld; the `--report` record lists
+//!   the same names (`env_withheld`).
+//! - It must never print, store or report a value: names only.
+//!
+//! # How
+//! The variables are removed from this process's own environment, not from an `envp` built
+//! for the command: every backend then starts the command with that environment as it is
+//! (the exec-time sequence's `execv`, bubblewrap, which passes its environment through, the
+//! Landlock guardian's fork), so no backend can forget the filter, and the code between
+//! `clone` and `execve` (where nothing may allocate) stays as it is. The supervisor needs none
+//! of them itself. `setenv`/`unsetenv` are not thread-safe, hence the one-thread rule, the
+//! same as `git::set_git_settings`.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+
+use crate::error::SetupError;
+
+/// Removes every variable that [`shofer_core::secretenv::withheld`] names from this process's
+/// environment (which the command inherits), except those a `keep` glob (`--keep-env`)
+/// names exactly. Returns the removed names, sorted, each once (a name that is not UTF-8 is
+/// shown lossily).
+///
+/// Must run while the process has one thread (unsetenv(3) is not thread-safe).
+///
+/// # Errors
+/// [`SetupError::Syscall`] (`EINVAL`) when a secret's environment entry cannot be removed: its
+/// name holds `=` (an entry such as `=GITHUB_TOKEN=…`, which only a caller that builds its
+/// environment by hand makes). The run is refused rather than the entry passed on.
+pub(crate) fn withhold(keep: &[OsString]) -> Result<Vec<String>, SetupError> {
+    let keep: Vec<&[u8]> = keep.iter().map(|k| k.as_bytes()).collect();
+    let mut names: Vec<OsString> = std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| shofer_core::secretenv::withheld(name.as_bytes(), &keep))
+        .collect();
+    names.sort();
+    names.dedup();
+    if names.iter().any(|n| n.as_bytes().contains(&b'=')) {
+        // std's remove_var would panic on it; unsetenv(3) refuses it.
+        return Err(SetupError::Syscall {
+            op: "unsetenv of a secret variable whose name holds '='",
+            source: std::io::Error::from_raw_os_error(libc::EINVAL),
+        });
+    }
+    for name in &names {
+        std::env::remove_var(name);
+    }
+    Ok(names
+        .iter()
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect())
+}
+
+/// The stderr line naming the withheld variables, or `None` when nothing was withheld.
+pub(crate) fn note(withheld: &[String]) -> Option<String> {
+    (!withheld.is_empty()).then(|| {
+        format!(
+            "shofer-sandbox: note: secret variables withheld from the command: {} (keep one with --keep-env NAME)",
+            withheld.join(", ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn note_names_each_variable_once_and_says_how_to_keep_one() {
+        assert_eq!(note(&[]), None);
+        assert_eq!(
+            note(&["AWS_SECRET_ACCESS_KEY".into(), "GITHUB_TOKEN".into()]).unwrap(),
+            "shofer-sandbox: note: secret variables withheld from the command: AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN (keep one with --keep-env NAME)"
+        );
+    }
+}
