@@ -164,6 +164,38 @@ impl Sandbox {
     }
 }
 
+impl Sandbox {
+    /// The `--keep-env NAME` globs among the extra arguments.
+    pub fn keep_env(&self) -> Vec<OsString> {
+        let mut keep = Vec::new();
+        let mut args = self.extra_args.iter();
+        while let Some(a) = args.next() {
+            if a == "--keep-env" {
+                keep.extend(args.next().cloned());
+            } else if let Some(k) = a.to_str().and_then(|a| a.strip_prefix("--keep-env=")) {
+                keep.push(k.into());
+            }
+        }
+        keep
+    }
+
+    /// The inherited variables this sandbox withholds from every command
+    /// ([`shofer_core::secretenv`]): secret names that no `--keep-env` glob keeps and the
+    /// caller does not set explicitly (`env`, which the command gets). Names only, sorted.
+    pub fn withheld(&self, env: &[(OsString, OsString)]) -> Vec<OsString> {
+        use std::os::unix::ffi::OsStrExt;
+        let keep = self.keep_env();
+        let keep: Vec<&[u8]> = keep.iter().map(|k| k.as_bytes()).collect();
+        let mut names: Vec<OsString> = std::env::vars_os()
+            .map(|(k, _)| k)
+            .filter(|k| !env.iter().any(|(e, _)| e == k))
+            .filter(|k| shofer_core::secretenv::withheld(k.as_bytes(), &keep))
+            .collect();
+        names.sort();
+        names
+    }
+}
+
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -556,6 +588,18 @@ impl Engine {
         if config.subreaper {
             tree::enable_subreaper().map_err(ExecError::Subreaper)?;
         }
+        // Said once per session (one `shofer run`, one `shofer serve`), names only; every
+        // sandboxed command then runs without them (`configure_child`).
+        if let Some(sb) = &config.sandbox {
+            let withheld = sb.withheld(&config.env);
+            if !withheld.is_empty() {
+                let names: Vec<_> = withheld.iter().map(|n| n.to_string_lossy()).collect();
+                eprintln!(
+                    "shofer: note: secret variables withheld from the sandboxed commands: {} (keep one with --keep-env NAME)",
+                    names.join(", ")
+                );
+            }
+        }
         Ok(Engine {
             inner: Arc::new(Inner {
                 config,
@@ -937,8 +981,17 @@ fn command_line(
             if status_fd {
                 c.args(["--keep-descendants", "--status-fd", "3"]);
             }
-            c.args(&sb.extra_args)
-                .arg(&sb.worktree)
+            c.args(&sb.extra_args);
+            // A secret variable the caller sets explicitly (`--env K=V`) is meant for the
+            // command: the sandbox keeps that name (a name with a glob character could keep
+            // more, and is left to the sandbox's list).
+            for (k, _) in &cfg.env {
+                let name = k.as_encoded_bytes();
+                if shofer_core::secretenv::secret_rule(name).is_some() && !name.contains(&b'*') {
+                    c.arg("--keep-env").arg(k);
+                }
+            }
+            c.arg(&sb.worktree)
                 .arg("--")
                 .arg("/bin/sh")
                 .arg("-c")
@@ -964,6 +1017,13 @@ fn configure_child(
         .stderr(Stdio::from(stderr))
         .env("LANG", "C.UTF-8")
         .env("LC_ALL", "C.UTF-8");
+    // The sandbox would withhold them too, and say so on the command's stderr each time:
+    // the engine said it once (`Engine::new`).
+    if let Some(sb) = &cfg.sandbox {
+        for k in sb.withheld(&cfg.env) {
+            cmd.env_remove(k);
+        }
+    }
     for (k, v) in childenv::changes(&cfg.env) {
         match v {
             Some(v) => cmd.env(k, v),

@@ -57,6 +57,49 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// Options passed on to `shofer-sandbox` (with `--worktree`), which checks them.
+#[derive(clap::Args, Debug, Default)]
+struct SandboxOpts {
+    /// With --worktree: also let commands reach the unix socket PATH (or any beneath the
+    /// directory PATH), e.g. $SSH_AUTH_SOCK (repeatable; see shofer-sandbox --help).
+    #[arg(long = "allow-unix", value_name = "PATH")]
+    allow_unix: Vec<PathBuf>,
+    /// With --worktree: pass the secret variable NAME on to commands, which are otherwise
+    /// run without the caller's secret variables (repeatable; `*` globs; see shofer-sandbox
+    /// --help).
+    #[arg(long = "keep-env", value_name = "NAME")]
+    keep_env: Vec<std::ffi::OsString>,
+}
+
+impl SandboxOpts {
+    /// The usage error for options given without --worktree, naming the first.
+    fn without_worktree(&self) -> Option<End> {
+        let given = if !self.allow_unix.is_empty() {
+            "--allow-unix"
+        } else if !self.keep_env.is_empty() {
+            "--keep-env"
+        } else {
+            return None;
+        };
+        Some(End::Usage(format!(
+            "{given} needs --worktree (it is a sandbox option)"
+        )))
+    }
+
+    /// `sb` with these options among its arguments.
+    fn apply(&self, mut sb: Sandbox) -> Sandbox {
+        for p in &self.allow_unix {
+            sb.extra_args.push("--allow-unix".into());
+            sb.extra_args.push(p.clone().into_os_string());
+        }
+        for k in &self.keep_env {
+            sb.extra_args.push("--keep-env".into());
+            sb.extra_args.push(k.clone());
+        }
+        sb
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Run a shell command (/bin/sh -c) and print the agent's result text.
@@ -67,10 +110,8 @@ enum Cmd {
         /// Working directory, relative to the task cwd (the worktree, else the current dir).
         #[arg(long, value_name = "DIR")]
         cwd: Option<String>,
-        /// With --worktree: also let the command reach the unix socket PATH (or any beneath
-        /// the directory PATH), e.g. $SSH_AUTH_SOCK (repeatable; see shofer-sandbox --help).
-        #[arg(long = "allow-unix", value_name = "PATH")]
-        allow_unix: Vec<PathBuf>,
+        #[command(flatten)]
+        sandbox: SandboxOpts,
         /// Soft (agent) timeout in seconds: print the output so far and stop waiting.
         #[arg(long, value_name = "S", value_parser = parse_seconds)]
         timeout: Option<f64>,
@@ -150,10 +191,8 @@ enum Cmd {
         /// [default: the worktree, else the current directory].
         #[arg(long, value_name = "DIR")]
         cwd: Option<PathBuf>,
-        /// With --worktree: also let commands reach the unix socket PATH (or any beneath the
-        /// directory PATH) (repeatable; see shofer-sandbox --help).
-        #[arg(long = "allow-unix", value_name = "PATH")]
-        allow_unix: Vec<PathBuf>,
+        #[command(flatten)]
+        sandbox: SandboxOpts,
         /// Artifact directory [default: a fresh temporary directory, removed at exit].
         #[arg(long, value_name = "DIR")]
         artifacts: Option<PathBuf>,
@@ -296,7 +335,7 @@ fn main() -> ExitCode {
         Cmd::Run {
             worktree,
             cwd,
-            allow_unix,
+            sandbox,
             timeout,
             hard_timeout,
             preview,
@@ -308,7 +347,7 @@ fn main() -> ExitCode {
             run(
                 worktree,
                 cwd,
-                allow_unix,
+                sandbox,
                 timeout,
                 hard_timeout,
                 preview,
@@ -334,7 +373,7 @@ fn main() -> ExitCode {
         Cmd::Serve {
             worktree,
             cwd,
-            allow_unix,
+            sandbox,
             artifacts,
             preview,
             hard_timeout,
@@ -346,7 +385,7 @@ fn main() -> ExitCode {
             serve_cmd(
                 worktree,
                 cwd,
-                allow_unix,
+                sandbox,
                 artifacts,
                 preview,
                 hard_timeout,
@@ -391,7 +430,7 @@ fn main() -> ExitCode {
 fn run(
     worktree: Option<PathBuf>,
     cwd: Option<String>,
-    allow_unix: Vec<PathBuf>,
+    sandbox: SandboxOpts,
     timeout: Option<f64>,
     hard_timeout: Option<f64>,
     preview: PreviewSize,
@@ -435,11 +474,11 @@ fn run(
     let grace = config.kill_grace;
     if worktree.is_some() {
         match Sandbox::locate(&config.task_cwd) {
-            Ok(sb) => config.sandbox = Some(with_allow_unix(sb, &allow_unix)),
+            Ok(sb) => config.sandbox = Some(sandbox.apply(sb)),
             Err(e) => return End::CouldNotRun(e.to_string()),
         }
-    } else if !allow_unix.is_empty() {
-        return End::Usage("--allow-unix needs --worktree (it is a sandbox option)".into());
+    } else if let Some(usage) = sandbox.without_worktree() {
+        return usage;
     }
     if timeout.is_some_and(|t| t > 0.0) {
         return run_detached(config, command, cwd, timeout);
@@ -800,7 +839,7 @@ fn read(
 fn serve_cmd(
     worktree: Option<PathBuf>,
     cwd: Option<PathBuf>,
-    allow_unix: Vec<PathBuf>,
+    sandbox: SandboxOpts,
     artifacts: Option<PathBuf>,
     preview: PreviewSize,
     hard_timeout: Option<f64>,
@@ -856,12 +895,12 @@ fn serve_cmd(
     config.hard_timeout_allowlist = timeout_allowlist;
     config.subreaper = true;
     config.env = env;
-    if worktree.is_none() && !allow_unix.is_empty() {
-        return End::Usage("--allow-unix needs --worktree (it is a sandbox option)".into());
+    if let Some(usage) = sandbox.without_worktree().filter(|_| worktree.is_none()) {
+        return usage;
     }
     if let Some(w) = &worktree {
         match Sandbox::locate(&here.join(w)) {
-            Ok(sb) => config.sandbox = Some(with_allow_unix(sb, &allow_unix)),
+            Ok(sb) => config.sandbox = Some(sandbox.apply(sb)),
             Err(e) => return End::CouldNotRun(e.to_string()),
         }
     }
@@ -891,13 +930,4 @@ fn serve_cmd(
         Err(e @ serve::ServeError::Engine(_)) => End::CouldNotRun(e.to_string()),
         other => End::Served(other.map_err(|e| e.to_string())),
     }
-}
-
-/// Passes each `--allow-unix PATH` on to `shofer-sandbox`, which checks it.
-fn with_allow_unix(mut sb: Sandbox, paths: &[PathBuf]) -> Sandbox {
-    for p in paths {
-        sb.extra_args.push("--allow-unix".into());
-        sb.extra_args.push(p.clone().into_os_string());
-    }
-    sb
 }

@@ -381,3 +381,56 @@ fn cli_allow_unix_is_passed_to_the_sandbox() {
     assert_ne!(o.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--allow-unix needs --worktree"));
 }
+
+#[test]
+fn cli_secret_variables_are_withheld_said_once_and_kept_when_named() {
+    // An inherited secret (GITHUB_TOKEN), one given explicitly (--env NPM_TOKEN=…) and an
+    // ordinary variable, through `shofer run --worktree` and the sandbox.
+    let w = linked_worktree();
+    let root = w.wt.parent().unwrap();
+    let run = |keep: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_shofer"));
+        c.current_dir(root)
+            .args(["run", "--artifacts", "artifacts", "--worktree", "wt"])
+            .args(["--env", "NPM_TOKEN=explicit-npm"]);
+        if let Some(k) = keep {
+            c.args(["--keep-env", k]);
+        }
+        c.args(["--", "env"])
+            .env("SHOFER_SANDBOX", sandbox_binary())
+            .env("XDG_STATE_HOME", root.join("state"))
+            .env("GITHUB_TOKEN", "inherited-gh-value")
+            .env("SHOFER_TEST_ORDINARY", "plain")
+            .output()
+            .unwrap()
+    };
+    let o = run(None);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(!out.contains("GITHUB_TOKEN"), "{out}");
+    assert!(out.contains("NPM_TOKEN=explicit-npm"), "{out}");
+    assert!(out.contains("SHOFER_TEST_ORDINARY=plain"), "{out}");
+    // Said by shofer, once, names only; not by the sandbox in the command's output.
+    assert_eq!(err.matches("secret variables withheld").count(), 1, "{err}");
+    assert!(
+        err.contains("GITHUB_TOKEN") && !err.contains("inherited-gh-value"),
+        "{err}"
+    );
+    assert!(!out.contains("secret variables withheld"), "{out}");
+    let kept = run(Some("GITHUB_TOKEN"));
+    let out = String::from_utf8_lossy(&kept.stdout);
+    assert!(out.contains("GITHUB_TOKEN=inherited-gh-value"), "{out}");
+    assert!(
+        !String::from_utf8_lossy(&kept.stderr).contains("secret variables withheld"),
+        "{kept:?}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_shofer"))
+        .args(["run", "--keep-env", "X", "--", "true"])
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--keep-env needs --worktree"));
+}
