@@ -229,6 +229,11 @@ pub struct Choice {
     /// A root caller's command runs over a worktree owned by this (uid, gid)
     /// ([`Choice::with_foreign_owner`]).
     pub foreign_owner: Option<(u32, u32)>,
+    /// Whether the gate can answer calls beside this backend, or why not
+    /// ([`Facts::gate_beside`]): for the handlers of other protections.
+    pub gate: Result<(), String>,
+    /// Whether the gate traps the unix-socket calls ([`Facts::unix_gate_runs`]).
+    pub unix_gate: bool,
     /// Why this backend was chosen, in one sentence.
     pub reason: String,
     /// The bubblewrap to run, for the `bwrap` backend.
@@ -252,6 +257,8 @@ impl Choice {
             hardening: facts.hardening_gaps(backend, abi, net),
             verdicts: facts.protections(backend, abi, net),
             foreign_owner: None,
+            gate: facts.gate_beside(backend),
+            unix_gate: facts.unix_gate_runs(backend),
             reason,
             bwrap,
         }

@@ -335,7 +335,7 @@ fn attempt(
     let git_choice = git::Choice {
         backend: choice.backend,
         keep_caps: args.keep_caps,
-        gate: facts.gate_beside(choice.backend),
+        gate: choice.gate.clone(),
     };
     let mut git_run = git::Run::prepare(opened, repo, &git_choice, &mut tell)?;
     // From here every way out goes through `git_run.finish` (it removes the placeholders).
@@ -352,7 +352,7 @@ fn attempt(
             );
             report_file = Some(write_record(fd, &record)?);
         }
-        let sockets = facts.unix_gate_runs(choice.backend);
+        let sockets = choice.unix_gate;
         let handlers = git_run.handlers();
         let gate = if sockets || !handlers.is_empty() {
             Some(gate_setup(
