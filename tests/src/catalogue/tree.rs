@@ -108,18 +108,24 @@ fn tree_spawn(c: &Ctx, mode: &[&str]) -> Outcome {
     }
 }
 
-fn supervisor_sigterm(c: &Ctx) -> Outcome {
+/// Runs a command that builds a tree of marked processes and waits; `sig` goes to
+/// shofer-sandbox 400 ms in. Returns the tree's marker and the run.
+fn tree_then_signal(c: &Ctx, sig: i32) -> (String, crate::runner::Run) {
     let marker = c.w.marker();
     let me = c.w.me.display().to_string();
     let mut spec = Sb::new(Cmd::Attack(Attack::TreeThenWait, vec![me, marker.clone()]));
     spec.timeout = Duration::from_secs(15);
-    spec.during = Some(Box::new(|pid| {
+    spec.during = Some(Box::new(move |pid| {
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(400));
-            let _ = sys::kill(pid, libc::SIGTERM);
+            let _ = sys::kill(pid, sig);
         });
     }));
-    let run = c.sb(spec);
+    (marker, c.sb(spec))
+}
+
+fn supervisor_sigterm(c: &Ctx) -> Outcome {
+    let (marker, run) = tree_then_signal(c, libc::SIGTERM);
     let left = reap_marked(&marker);
     if !left.is_empty() {
         return Outcome::Escaped(format!(
@@ -136,17 +142,7 @@ fn supervisor_sigterm(c: &Ctx) -> Outcome {
 /// Issue 29: on Landlock (no PID namespace) the guardian, the process the caller started,
 /// kills the tree when it or the supervisor below it is killed.
 fn sandbox_sigkill(c: &Ctx) -> Outcome {
-    let marker = c.w.marker();
-    let me = c.w.me.display().to_string();
-    let mut spec = Sb::new(Cmd::Attack(Attack::TreeThenWait, vec![me, marker.clone()]));
-    spec.timeout = Duration::from_secs(15);
-    spec.during = Some(Box::new(|pid| {
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(400));
-            let _ = sys::kill(pid, libc::SIGKILL);
-        });
-    }));
-    let run = c.sb(spec);
+    let (marker, run) = tree_then_signal(c, libc::SIGKILL);
     if run.timed_out {
         reap_marked(&marker);
         return Outcome::Error(format!(
