@@ -50,10 +50,62 @@ pub(crate) fn withhold(keep: &[OsString]) -> Result<Vec<String>, SetupError> {
     for name in &names {
         std::env::remove_var(name);
     }
+    scrub_original(&names).map_err(|source| SetupError::Syscall {
+        op: "overwriting the withheld values in this process's environment block (/proc/self/mem)",
+        source,
+    })?;
     Ok(names
         .iter()
         .map(|n| n.to_string_lossy().into_owned())
         .collect())
+}
+
+/// Overwrites with NUL bytes the values of `names` in this process's original environment
+/// block, which `unsetenv` leaves in memory and `/proc/<pid>/environ` keeps showing to anyone
+/// allowed to read it (a command as root with `--keep-caps` under Landlock alone reads the
+/// supervisor's and the guardian's): only the name and its `=` stay. Written through
+/// `/proc/self/mem`, never through a pointer; run after [`std::env::remove_var`], so nothing
+/// of this process refers to those bytes any more. Processes forked later (the guardian, the
+/// command) copy the overwritten block.
+///
+/// # Errors
+/// Reading `/proc/self/stat` or `/proc/self/mem`.
+fn scrub_original(names: &[OsString]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    if names.is_empty() {
+        return Ok(());
+    }
+    let Some((start, end)) = shofer_sys::proc::own_environment_region() else {
+        return Err(std::io::Error::other(
+            "env_start/env_end unreadable in /proc/self/stat",
+        ));
+    };
+    let mem = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/proc/self/mem")?;
+    let mut block = vec![0u8; end - start];
+    mem.read_exact_at(&mut block, start as u64)?;
+    for (offset, len) in secret_values(&block, names) {
+        mem.write_all_at(&vec![0u8; len], (start + offset) as u64)?;
+    }
+    Ok(())
+}
+
+/// Where the values of `names` lie in an environment block (`NAME=value` entries, each ended
+/// by a NUL): (offset, length) of each value.
+fn secret_values(block: &[u8], names: &[OsString]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for entry in block.split(|b| *b == 0) {
+        if let Some(eq) = entry.iter().position(|b| *b == b'=') {
+            if names.iter().any(|n| n.as_bytes() == &entry[..eq]) && entry.len() > eq + 1 {
+                out.push((at + eq + 1, entry.len() - eq - 1));
+            }
+        }
+        at += entry.len() + 1;
+    }
+    out
 }
 
 /// The stderr line naming the withheld variables, or `None` when nothing was withheld.
@@ -69,6 +121,19 @@ pub(crate) fn note(withheld: &[String]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_values_are_found_where_they_lie_and_nothing_else() {
+        let block = b"PATH=/bin\0GITHUB_TOKEN=abc\0X=\0GITHUB_TOKENX=no\0AWS_SECRET_ACCESS_KEY=k\0";
+        let names: Vec<OsString> = vec![
+            "GITHUB_TOKEN".into(),
+            "AWS_SECRET_ACCESS_KEY".into(),
+            "X".into(),
+        ];
+        let found = secret_values(block, &names);
+        let values: Vec<&[u8]> = found.iter().map(|&(o, l)| &block[o..o + l]).collect();
+        assert_eq!(values, [&b"abc"[..], &b"k"[..]]);
+    }
 
     #[test]
     fn note_names_each_variable_once_and_says_how_to_keep_one() {

@@ -301,3 +301,27 @@ fn keep_env_with_an_equals_sign_is_refused() {
     assert_eq!(out.status.code(), Some(125), "{}", show(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--keep-env"));
 }
+
+#[test]
+fn a_withheld_value_is_not_left_in_any_process_environment_block() {
+    // unsetenv(3) leaves the original strings in memory, where /proc/<pid>/environ shows them;
+    // as root with --keep-caps under Landlock alone, the command may read the supervisor's and
+    // the guardian's. Every backend, with the capabilities kept where the caller is root.
+    let value = format!("withheld-value-{}", std::process::id());
+    let scan = format!(
+        "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -q '{value}' && echo \"LEAK $p $(cat $p/comm)\"; done; echo scanned"
+    );
+    for b in backends() {
+        let s = Scratch::new();
+        let wt = s.path().join("wt");
+        std::fs::create_dir(&wt).unwrap();
+        let mut r = Run::new(&wt).backend(b).env("GITHUB_TOKEN", &value);
+        if is_root() {
+            r = r.args(["--keep-caps"]);
+        }
+        let out = r.sh(&scan).output();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.ends_with("scanned\n"), "{b}: {}", show(&out));
+        assert!(!stdout.contains("LEAK"), "{b}: {}", show(&out));
+    }
+}

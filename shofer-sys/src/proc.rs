@@ -209,13 +209,25 @@ fn stat_path<'a>(buf: &'a mut [u8; 24], pid: &[u8]) -> Option<&'a CStr> {
 /// `/proc/self/stat` (fields 48 and 49, proc(5)); `None` when they cannot be read (a kernel
 /// hiding them shows 0).
 pub fn own_command_line_region() -> Option<(usize, usize)> {
+    own_stat_region(48)
+}
+
+/// Where this process's original environment block lives in its memory (what
+/// `/proc/<pid>/environ` shows): `env_start`, `env_end` of `/proc/self/stat` (fields 50 and
+/// 51, proc(5)); `None` when they cannot be read.
+pub fn own_environment_region() -> Option<(usize, usize)> {
+    own_stat_region(50)
+}
+
+/// Fields `first` and `first + 1` of `/proc/self/stat`, a start and an end address.
+fn own_stat_region(first: usize) -> Option<(usize, usize)> {
     let buf = std::fs::read("/proc/self/stat").ok()?;
     let close = memchr::memrchr(b')', &buf)?;
     let rest = std::str::from_utf8(buf.get(close + 2..)?).ok()?;
     // `rest` starts at field 3 (state): field N is at index N - 3.
     let mut it = rest.split(' ');
-    let start: usize = it.nth(48 - 3)?.parse().ok()?;
-    let end: usize = it.next()?.parse().ok()?;
+    let start: usize = it.nth(first - 3)?.parse().ok()?;
+    let end: usize = it.next()?.trim_end().parse().ok()?;
     (start != 0 && end > start).then_some((start, end))
 }
 
