@@ -100,7 +100,7 @@ use std::os::unix::ffi::OsStrExt;
 use backend::{Choice, Facts};
 use cli::RunArgs;
 use error::PlanError;
-use plan::{Confinement, Plan};
+use plan::Plan;
 use shofer_core::policy::{Backend, NetPolicy};
 use signals::{die_by_signal, wait_status_to_exit};
 use spawn::Spawn;
@@ -207,6 +207,18 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         // `auto` with --report probes); a sysctl that already says "blocked" saves the clone.
         facts.assume_userns();
     }
+    // 3. choice (again, without user namespaces, if building them fails below)
+    let choose = |facts: &Facts| {
+        backend::choose(
+            args.backend,
+            facts,
+            args.max_abi,
+            args.net,
+            args.allow_degraded,
+        )
+        .map(|c| c.with_foreign_owner(owner))
+    };
+    let mut choice = choose(&facts)?;
     // 4. opened policy (once: a second attempt reuses it; first, a restore that a killed
     // run left is finished)
     // Journals are read only from outside this run's writable set (built twice: the restore
@@ -221,14 +233,14 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     drop(before);
     // (Still one thread here.)
     git::set_git_settings();
+    let (opened, repo) = open()?;
+    let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
     // Before any thread or child exists, so every backend starts the command without them.
     let env_withheld = secretenv::withhold(&args.keep_env)?;
     if let Some(note) = secretenv::note(&env_withheld) {
         // Once per run: a second attempt (below) does not withhold again.
         eprintln!("{note}");
     }
-    let (opened, repo) = open()?;
-    let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
     let step4 = Opened {
         policy: &opened,
         repo: &repo,
@@ -237,15 +249,6 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     };
     let mut told = Vec::new();
     loop {
-        // 3. choice
-        let choice = backend::choose(
-            args.backend,
-            &facts,
-            args.max_abi,
-            args.net,
-            args.allow_degraded,
-        )?
-        .with_foreign_owner(owner);
         match attempt(&args, &facts, &choice, &step4, &mut told) {
             // The namespaces could not be built (before the command ran): `auto` chooses
             // again without them.
@@ -255,6 +258,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
                     && matches!(choice.backend, Backend::Layered | Backend::Userns) =>
             {
                 facts.userns_failed(why);
+                choice = choose(&facts)?;
             }
             outcome => return outcome,
         }
@@ -354,10 +358,25 @@ fn attempt(
         }
         let sockets = choice.unix_gate;
         let handlers = git_run.handlers();
+        // The gate thread drops its capabilities when the command has none, except:
+        // bubblewrap needs its privileges for its own set-up (loopback, mounts), which goes
+        // through the gate too; a command switched to the worktree's owner is reached only
+        // with CAP_SYS_PTRACE. Then the gate keeps them and drops them per call of an
+        // unprivileged caller.
+        let drop_caps =
+            !args.keep_caps && choice.backend != Backend::Bwrap && exec.foreign_owner.is_none();
         let gate = if sockets || !handlers.is_empty() {
-            Some(gate_setup(
-                args, choice, opened, allow_unix, &exec, sockets, handlers,
-            )?)
+            let setup = gate::Setup::new(
+                opened.worktree_fd(),
+                allow_unix,
+                drop_caps,
+                sockets,
+                handlers,
+            );
+            Some(setup.map_err(|source| SetupError::Syscall {
+                op: "preparing the unix socket gate",
+                source,
+            })?)
         } else {
             None
         };
@@ -377,18 +396,19 @@ fn attempt(
     let status = args.status_fd.map(|fd| unsafe { StatusFd::from_raw(fd) });
     // Landlock: this process becomes the guardian of the tree and the rest of the run goes on
     // in its child (guardian.rs), forked here while no thread runs yet.
-    let outcome = guardian::split(choice.backend, exec.interactive).and_then(|caller_mask| {
-        match plan(choice, opened, allow_unix, exec, git_run.layers()) {
-            Ok(mut plan) => {
-                plan.spawned_gate = git_run.start();
-                supervised(plan, status, gate, caller_mask)
-            }
-            Err(PlanError::Setup(e)) => Err(e),
-            Err(PlanError::NotRunnable { code, message }) => {
-                Ok(Outcome::NotExecuted(code, message))
-            }
-        }
-    });
+    let outcome =
+        guardian::split(choice.backend, exec.interactive).and_then(
+            |caller_mask| match Plan::build(choice, opened, allow_unix, exec, git_run.layers()) {
+                Ok(mut plan) => {
+                    plan.spawned_gate = git_run.start();
+                    supervised(plan, status, gate, caller_mask)
+                }
+                Err(PlanError::Setup(e)) => Err(e),
+                Err(PlanError::NotRunnable { code, message }) => {
+                    Ok(Outcome::NotExecuted(code, message))
+                }
+            },
+        );
     let refused: Vec<String> = refused
         .and_then(|r| r.lock().ok().map(|r| r.clone()))
         .unwrap_or_default();
@@ -473,62 +493,6 @@ fn write_record(fd: i32, record: &serde_json::Value) -> Result<std::fs::File, Se
         source: e,
     })?;
     Ok(file)
-}
-
-/// The gate's rules for this run: with `sockets`, the unix-socket calls trapped and the
-/// worktree and the `--allow-unix` paths reachable; `handlers` answer the calls they register.
-fn gate_setup(
-    args: &RunArgs,
-    choice: &Choice,
-    opened: &OpenedPolicy,
-    allow_unix: &gate::AllowUnix,
-    exec: &ExecSpec,
-    sockets: bool,
-    handlers: Vec<Box<dyn gate::handler::Handler>>,
-) -> Result<gate::Setup, SetupError> {
-    let worktree = opened.worktree_fd();
-    // The gate thread drops its capabilities when the command has none, except: bubblewrap
-    // needs its privileges for its own set-up (loopback, mounts), which goes through the gate
-    // too; a command switched to the worktree's owner is reached only with CAP_SYS_PTRACE.
-    // Then the gate keeps them and drops them per call of an unprivileged caller.
-    let drop_caps =
-        !args.keep_caps && choice.backend != Backend::Bwrap && exec.foreign_owner.is_none();
-    gate::Setup::new(worktree, allow_unix, drop_caps, sockets, handlers).map_err(|source| {
-        SetupError::Syscall {
-            op: "preparing the unix socket gate",
-            source,
-        }
-    })
-}
-
-/// Step 5: the chosen backend builds its confinement.
-fn plan<'a>(
-    choice: &Choice,
-    opened: &'a OpenedPolicy,
-    unix: &gate::AllowUnix,
-    exec: ExecSpec,
-    layers: spec::Layers,
-) -> Result<Plan<'a>, PlanError> {
-    let confinement = match choice.backend {
-        Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, unix, choice.abi)?),
-        Backend::Userns | Backend::Layered => {
-            let mut setup = namespaces::plan(opened, unix, choice.abi, layers)?;
-            setup.full_map = exec.foreign_owner.is_some();
-            Confinement::Namespaces(setup)
-        }
-        Backend::Bwrap => {
-            let b = choice
-                .bwrap
-                .as_ref()
-                .expect("bwrap choice carries its binary");
-            Confinement::Bwrap(bwrap::plan(b, opened, &exec, &layers)?)
-        }
-    };
-    Ok(Plan {
-        exec,
-        confinement,
-        spawned_gate: None,
-    })
 }
 
 /// Steps 6 and 7: spawn, then supervise until the tree is gone (serving the unix-socket

@@ -9,7 +9,13 @@
 
 use std::os::fd::RawFd;
 
-use crate::spec::ExecSpec;
+use shofer_core::policy::Backend;
+
+use crate::backend::Choice;
+use crate::error::PlanError;
+use crate::gate::AllowUnix;
+use crate::spec::{ExecSpec, Layers};
+use crate::writable::OpenedPolicy;
 use crate::{bwrap, namespaces, ruleset};
 
 /// How the command is confined: one variant per backend.
@@ -33,4 +39,41 @@ pub(crate) struct Plan<'a> {
     /// Written to (one byte) once the command's process exists: a watcher that must not run
     /// during a fork-like clone (git's, `crate::git::guard::Watcher`).
     pub spawned_gate: Option<RawFd>,
+}
+
+impl<'a> Plan<'a> {
+    /// Step 5: the chosen backend builds its confinement for `exec` over `opened`, with the
+    /// `--allow-unix` paths `unix` and the protections' `layers`.
+    ///
+    /// # Errors
+    /// The backend's: a rule the kernel refuses, a command that cannot run (bubblewrap decides
+    /// that before it starts).
+    pub(crate) fn build(
+        choice: &Choice,
+        opened: &'a OpenedPolicy,
+        unix: &AllowUnix,
+        exec: ExecSpec,
+        layers: Layers,
+    ) -> Result<Plan<'a>, PlanError> {
+        let confinement = match choice.backend {
+            Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, unix, choice.abi)?),
+            Backend::Userns | Backend::Layered => {
+                let mut setup = namespaces::plan(opened, unix, choice.abi, layers)?;
+                setup.full_map = exec.foreign_owner.is_some();
+                Confinement::Namespaces(setup)
+            }
+            Backend::Bwrap => {
+                let b = choice
+                    .bwrap
+                    .as_ref()
+                    .expect("bwrap choice carries its binary");
+                Confinement::Bwrap(bwrap::plan(b, opened, &exec, &layers)?)
+            }
+        };
+        Ok(Plan {
+            exec,
+            confinement,
+            spawned_gate: None,
+        })
+    }
 }
