@@ -9,7 +9,8 @@
 //!   namespace backends bind ([`Run::layers`], a [`crate::spec::Layers`]), the gate handlers
 //!   it registers ([`Run::handlers`]) and the report's `git` section ([`Run::report`]);
 //! - [`Run::start`] just before the command, [`Run::finish`] once the whole tree is gone;
-//! - [`repair_before_run`], [`repair_command`] (`--repair`) and [`set_git_settings`].
+//! - [`repair_before_run`], [`repair_command`] (`--repair`) and [`set_git_settings`];
+//! - [`Error`]: what it can fail with (each refuses the run).
 //!
 //! Inside: [`layout`] and [`repo`] (where the metadata is), [`protect`] (what the host's git
 //! trusts), [`run`] (the run's lifecycle), [`guard`] (snapshot, journal, watcher, restore),
@@ -20,6 +21,7 @@
 //! It must never let the command change what the host's git trusts without putting it back,
 //! nor act for the command outside the command's confinement beyond the exact git steps its
 //! handlers recognise.
+mod error;
 mod freshen;
 mod fsck;
 mod gate;
@@ -49,10 +51,10 @@ pub(crate) mod parsers {
 
 use shofer_core::policy::Backend;
 
-use crate::error::SetupError;
 use crate::gate::handler::Handler;
 use crate::spec::{Layers, Redirect};
 use crate::writable::OpenedPolicy;
+pub(crate) use error::Error;
 use layout::GitLayout;
 pub(crate) use repo::Repo;
 pub(crate) use run::{repair_before_run, repair_command, set_git_settings};
@@ -95,7 +97,7 @@ impl<'a> Run<'a> {
         repo: &'a Repo,
         choice: &Choice,
         tell: &mut dyn FnMut(String),
-    ) -> Result<Run<'a>, SetupError> {
+    ) -> Result<Run<'a>, Error> {
         let open = |dir: &std::path::Path| {
             choice.gate.clone().and_then(|()| {
                 packed_refs::CommonDir::open(dir).map_err(|e| format!("{}: {e}", dir.display()))

@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use shofer_core::policy::Backend;
 
 use super::repo::Repo;
-use crate::error::SetupError;
 use crate::git::guard::{self, GitGuard, Restored, Watcher};
 use crate::git::layout::GitLayout;
 use crate::git::objects::ObjectStore;
@@ -73,13 +72,12 @@ impl GitRun {
         repo: &Repo,
         backend: Backend,
         keep_caps: bool,
-    ) -> Result<GitRun, SetupError> {
+    ) -> Result<GitRun, super::Error> {
         let structural = backend != Backend::Landlock;
         let remountable = structural && keep_caps && backend == Backend::Bwrap;
         let placeholders = if structural {
-            protect::prepare(&repo.controls).map_err(|(path, why)| {
-                SetupError::Usage(format!("git control file '{}' {why}", path.display()))
-            })?
+            protect::prepare(&repo.controls)
+                .map_err(|(path, why)| super::Error::ControlFile { path, why })?
         } else {
             Vec::new()
         };
@@ -430,17 +428,17 @@ fn writable_paths(opened: &OpenedPolicy) -> Vec<PathBuf> {
 /// # Errors
 /// A restore that still fails: the run is refused (a control file may hold the command's
 /// version).
-pub fn repair_before_run(worktree: &Path, opened: &OpenedPolicy) -> Result<(), SetupError> {
+pub fn repair_before_run(worktree: &Path, opened: &OpenedPolicy) -> Result<(), super::Error> {
     let Some(r) = repair(worktree, &writable_paths(opened)) else {
         return Ok(());
     };
     guard::announce(&r, "restored from the journal of a run that was killed");
     if let Some((p, e)) = r.failed.first() {
-        return Err(SetupError::Usage(format!(
-            "a killed run left {} changed and it cannot be restored ({e}); fix it by hand, then run `shofer-sandbox --repair {}`",
-            p.display(),
-            worktree.display()
-        )));
+        return Err(super::Error::UnfinishedRestore {
+            path: p.clone(),
+            error: e.clone(),
+            worktree: worktree.to_path_buf(),
+        });
     }
     Ok(())
 }
