@@ -136,7 +136,7 @@ fn guard(supervisor: libc::pid_t, set: &libc::sigset_t, interactive: bool) -> ! 
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         shofer_sys::fd::close_from(0, shofer_sys::fd::CloseFrom::Close);
     }
-    let session_leader = rustix::process::getsid(None).ok() == Some(rustix::process::getpid());
+    let session_leader = shofer_sys::process::session_id() == shofer_sys::process::getpid();
     let status = loop {
         // `set` holds only signals blocked in this process.
         let (sig, code) = signal::wait_info(set).unwrap_or((-1, 0));

@@ -197,3 +197,34 @@ fn namespace_backends_at_landlock_abi_1_keep_renames_working_or_refuse() {
     assert_eq!(out.status.code(), Some(125), "{}", show(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("rename"));
 }
+
+/// Below a PID namespace whose session leader lives outside it (`unshare --pid --fork`, a
+/// container whose init started no session), getsid(2) answers 0. The Landlock guardian took
+/// that for a pid and aborted (CI runs in such a namespace): every backend must run there.
+#[test]
+fn every_backend_runs_where_the_session_leader_is_outside_the_pid_namespace() {
+    let test = "every_backend_runs_where_the_session_leader_is_outside_the_pid_namespace";
+    if skip_unless_root(test) {
+        return;
+    }
+    let s = Scratch::new();
+    for b in backends() {
+        let out = Command::new("unshare")
+            .args(["--pid", "--fork", "--mount-proc", SANDBOX, "--backend", b])
+            .arg(s.path())
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "echo sid=$(cut -d' ' -f6 /proc/self/stat)",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{b}: {}", show(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).starts_with("sid="),
+            "{b}: {}",
+            show(&out)
+        );
+    }
+}

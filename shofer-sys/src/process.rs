@@ -45,6 +45,16 @@ pub fn getpid() -> i32 {
     rustix::process::getpid().as_raw_nonzero().get()
 }
 
+/// This process's session id: 0 when the session's leader lives in an ancestor PID
+/// namespace (run under `unshare --pid --fork`, or a container whose init did not start a
+/// session), which getsid(2) reports as 0.
+pub fn session_id() -> i32 {
+    // Raw libc: rustix's getsid makes a non-zero `Pid` of the answer unchecked, and 0 is a
+    // valid answer here (debug builds abort on it, release builds would hold an invalid Pid).
+    // Safety: getsid(0) asks about this process; it has no memory argument.
+    unsafe { libc::getsid(0) }
+}
+
 /// Closes `fd` after this process has exited, in a forked child that waits for it: for a
 /// descriptor whose last close waits in the kernel — an inotify instance's waits until its
 /// marks are freed after an SRCU grace period (`fsnotify_destroy_group`, fs/notify/group.c;
