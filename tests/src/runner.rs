@@ -392,7 +392,7 @@ impl Run {
         }
         let err = self.stderr.trim();
         if !err.is_empty() {
-            let _ = write!(s, "; stderr: {}", clip(err, 300));
+            let _ = write!(s, "; stderr: {}", clip_ends(err, 300, 600));
         }
         s
     }
@@ -420,6 +420,17 @@ pub fn clip(s: &str, n: usize) -> String {
     } else {
         format!("{}…", s.chars().take(n).collect::<String>())
     }
+}
+
+/// `s` cut to its first `head` and last `tail` characters: a panic message or a child's
+/// failure comes last, after the run's notes.
+pub fn clip_ends(s: &str, head: usize, tail: usize) -> String {
+    let n = s.chars().count();
+    if n <= head + tail {
+        return s.to_string();
+    }
+    let end: String = s.chars().skip(n - tail).collect();
+    format!("{} … {end}", clip(s, head))
 }
 
 /// What to run inside the sandbox.
@@ -1061,15 +1072,23 @@ pub fn preflight(w: &World, cell: &mut Cell) -> (Vec<Row>, bool) {
                 rows.push(report_row(w, cell, &second, &pctx.wt));
                 return (rows, true);
             }
-            rows.push(mk(
-                "(cell)",
-                "skip",
-                format!(
-                    "not available even with --allow-degraded: {}",
-                    clip(second.stderr.trim(), 300)
-                ),
-                cell,
-            ));
+            // Refused again (125): not available. Anything else is a broken run, which a
+            // skip row would hide.
+            let (result, detail) = if second.code == Some(125) {
+                (
+                    "skip",
+                    format!(
+                        "not available even with --allow-degraded: {}",
+                        clip_ends(second.stderr.trim(), 300, 600)
+                    ),
+                )
+            } else {
+                (
+                    "FAIL",
+                    format!("a no-op with --allow-degraded failed: {}", second.how()),
+                )
+            };
+            rows.push(mk("(cell)", result, detail, cell));
             return (rows, false);
         }
         if let Some(why) = probe_says_usable(w, &cell.backend) {
