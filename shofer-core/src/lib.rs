@@ -13,6 +13,7 @@
 //! - [`strip`]: the streaming filter that removes terminal control bytes from output.
 //! - [`gitenv`]: git configuration handed to a command through `GIT_CONFIG_COUNT`.
 //! - [`secretenv`]: the secret environment variables a command does not inherit.
+//! - [`secretpaths`]: the secret locations (credential files and directories) a command cannot read.
 //!
 //! ```
 //! use shofer_core::policy::{degradations, Backend, NetPolicy};
@@ -29,5 +30,6 @@ pub mod policy;
 pub mod preview;
 pub mod rights;
 pub mod secretenv;
+pub mod secretpaths;
 pub mod strip;
 pub mod text;

@@ -209,6 +209,8 @@ pub enum Protection {
     Keyrings,
     /// The user's other terminals (`/dev/pts/N` other than the caller's own).
     OtherTerminals,
+    /// The secret locations ([`crate::secretpaths`]) cannot be read.
+    SecretsHidden,
 }
 
 /// How much a protection matters (the two tiers of docs/ARCHITECTURE.md).
@@ -235,7 +237,7 @@ impl Tier {
 
 impl Protection {
     /// Every protection, in report order.
-    pub const ALL: [Protection; 18] = [
+    pub const ALL: [Protection; 19] = [
         Protection::WriteOutside,
         Protection::Truncate,
         Protection::RenameLinkAcross,
@@ -254,6 +256,7 @@ impl Protection {
         Protection::SysvIpc,
         Protection::Keyrings,
         Protection::OtherTerminals,
+        Protection::SecretsHidden,
     ];
 
     /// Stable snake-case key used in JSON.
@@ -277,6 +280,7 @@ impl Protection {
             Protection::SysvIpc => "sysv_ipc",
             Protection::Keyrings => "keyrings",
             Protection::OtherTerminals => "other_terminals",
+            Protection::SecretsHidden => "secrets_hidden",
         }
     }
 
@@ -301,6 +305,7 @@ impl Protection {
             | Protection::SysvIpc
             | Protection::Keyrings
             | Protection::OtherTerminals
+            | Protection::SecretsHidden
             | Protection::AbstractSockets => Tier::Hardening,
             // Descriptors the caller hands over on purpose (0-2, --pass-fd), whether terminal
             // programs work, and the capability drop describe the run.
@@ -451,6 +456,14 @@ fn verdict(
                 no("Landlock grants /dev/pts whole (new ptys need it): the user's other terminals stay writable")
             }
         }
+        // Landlock handling the read rights, granted on every entry of each directory that
+        // holds a secret location but on those locations (shofer-sandbox's secretpaths): the
+        // command's own ruleset on Landlock alone, its layer on the namespaces.
+        Protection::SecretsHidden => match backend {
+            Backend::Bwrap => no("bubblewrap runs the command without a Landlock layer of shofer's: the secret locations stay readable (use --backend layered)"),
+            _ if abi >= 1 => Enforced("landlock read rights"),
+            _ => no("no Landlock on this kernel: the secret locations stay readable"),
+        },
         Protection::AbstractSockets => {
             if abi >= 6 {
                 Enforced("landlock scope")

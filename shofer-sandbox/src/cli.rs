@@ -35,6 +35,11 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
     /// `--allow-write` paths, in order.
     pub allow_write: Vec<PathBuf>,
+    /// `--allow-read` paths, in order: secret locations (`shofer_core::secretpaths`) the
+    /// command may read after all (each unhides the default locations at or beneath it).
+    pub allow_read: Vec<PathBuf>,
+    /// `--hide` paths, in order: more secret locations.
+    pub hide: Vec<PathBuf>,
     /// `--allow-unix` paths (sockets or directories), in order: reachable unix sockets besides
     /// the worktree's and the run's own.
     pub allow_unix: Vec<PathBuf>,
@@ -109,6 +114,13 @@ Writable: the worktree, /tmp and $TMPDIR, /dev/null, /dev/zero, /dev/full, termi
 (/dev/tty, /dev/pts/*, /dev/ptmx), /dev/shm, a linked worktree's git metadata, and every
 --allow-write path. Everything else is read-only.
 
+Secrets: the user's credential locations (~/.ssh, ~/.gnupg, ~/.aws, ~/.azure, gcloud's,
+~/.kube, registry logins, ~/.netrc, git credential stores, token files of npm's peers,
+password stores, keyrings, browser profiles, shell histories, agents' credential files;
+every user's when run as root) cannot be read: opening one fails with EACCES, and so does
+any entry the host makes beside one during the run; names stay listable (Landlock read
+rights: every backend but bwrap, on kernels with Landlock). --allow-read and --hide adjust it.
+
 Unix sockets: the command may connect to (or send to) a pathname unix socket only if a
 process of this run created it, --allow-unix names it, or its listener bound it beneath the
 worktree or an --allow-unix directory; anything else fails with EACCES (a seccomp gate in
@@ -117,6 +129,11 @@ the supervisor; a helper inside the command's confinement performs what it allow
 Options:
   -c <SHELL-STRING>        run /bin/sh -c <SHELL-STRING>
   --allow-write <PATH>     also make PATH writable (repeatable)
+  --allow-read <PATH>      let the command read the secret location PATH after all, and
+                           any default one beneath it, or just PATH inside one
+                           (repeatable)
+  --hide <PATH>            also hide PATH, a file or directory, like the secret
+                           locations (repeatable)
   --allow-unix <PATH>      also allow connecting to the unix socket PATH, or to any
                            socket bound beneath the directory PATH (repeatable)
   --backend <NAME>         auto (default), landlock, userns, bwrap or layered
@@ -183,6 +200,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut shell: Option<OsString> = None;
     let mut allow_write = Vec::new();
     let mut allow_unix = Vec::new();
+    let mut allow_read = Vec::new();
+    let mut hide = Vec::new();
     let mut no_unix_gate = false;
     let mut backend = BackendChoice::Auto;
     let mut max_abi = None;
@@ -221,6 +240,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
             }
             Long("allow-write") => allow_write.push(PathBuf::from(parser.value().map_err(err)?)),
             Long("allow-unix") => allow_unix.push(PathBuf::from(parser.value().map_err(err)?)),
+            Long("allow-read") => allow_read.push(PathBuf::from(parser.value().map_err(err)?)),
+            Long("hide") => hide.push(PathBuf::from(parser.value().map_err(err)?)),
             Long("no-unix-gate") => no_unix_gate = true,
             Long("backend") => {
                 let v = parser.value().map_err(err)?;
@@ -366,6 +387,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         worktree,
         command,
         allow_write,
+        allow_read,
+        hide,
         allow_unix,
         no_unix_gate,
         backend,
@@ -472,6 +495,26 @@ mod tests {
             Invocation::PrintAppArmorProfile
         ));
         assert!(fails(&["--print-apparmor-profile", "/wt", "ls"]).contains("takes no other"));
+    }
+
+    #[test]
+    fn allow_read_and_hide_repeat() {
+        let r = run(&[
+            "--allow-read",
+            "/h/.ssh",
+            "/wt",
+            "--hide",
+            "/h/.npmrc",
+            "--allow-read",
+            "/h/.aws",
+            "true",
+        ]);
+        assert_eq!(
+            r.allow_read,
+            [PathBuf::from("/h/.ssh"), PathBuf::from("/h/.aws")]
+        );
+        assert_eq!(r.hide, [PathBuf::from("/h/.npmrc")]);
+        assert!(run(&["/wt", "true"]).allow_read.is_empty());
     }
 
     #[test]

@@ -411,7 +411,13 @@ mod tests {
         let (_dir, opened) = opened();
         for privileged in [false, true] {
             let ll = Confinement::Landlock(LandlockPlan {
-                ruleset: ruleset::create(&opened, &crate::gate::AllowUnix::none(), abi).unwrap(),
+                ruleset: ruleset::create(
+                    &opened,
+                    &crate::gate::AllowUnix::none(),
+                    &Default::default(),
+                    abi,
+                )
+                .unwrap(),
                 caller_privileged: privileged,
                 abi,
             });

@@ -82,6 +82,7 @@ mod report;
 mod ruleset;
 mod seccomp;
 mod secretenv;
+mod secretpaths;
 mod signals;
 mod spawn;
 mod spec;
@@ -235,6 +236,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     git::set_git_settings();
     let (opened, repo) = open()?;
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
+    let secrets = secretpaths::resolve(&opened, &args.allow_read, &args.hide);
     // Before any thread or child exists, so every backend starts the command without them.
     let env_withheld = secretenv::withhold(&args.keep_env)?;
     if let Some(note) = secretenv::note(&env_withheld) {
@@ -246,6 +248,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         repo: &repo,
         allow_unix: &allow_unix,
         env_withheld: &env_withheld,
+        secrets: &secrets,
     };
     let mut told = Vec::new();
     loop {
@@ -275,6 +278,8 @@ struct Opened<'a> {
     allow_unix: &'a gate::AllowUnix,
     /// The secret variables withheld from the command (names, sorted).
     env_withheld: &'a [String],
+    /// The secret locations hidden, and their read rules.
+    secrets: &'a secretpaths::Resolved,
 }
 
 /// Steps 4 (the run's messages and report) to 8 with `choice`. `told` collects the stderr
@@ -292,6 +297,7 @@ fn attempt(
         repo,
         allow_unix,
         env_withheld,
+        secrets,
     } = *step4;
     let exec = exec_spec(args, choice.foreign_owner)?;
     let mut tell = |line: String| {
@@ -308,6 +314,9 @@ fn attempt(
         }
     }
     if let Some(note) = repo.note() {
+        tell(note);
+    }
+    if let Some(note) = secretpaths::note(&secrets.not_hidden) {
         tell(note);
     }
     for (p, why) in &choice.degraded {
@@ -353,6 +362,7 @@ fn attempt(
                 git_run.report(),
                 &allow_unix.paths,
                 env_withheld,
+                secrets,
             );
             report_file = Some(write_record(fd, &record)?);
         }
@@ -398,7 +408,14 @@ fn attempt(
     // in its child (guardian.rs), forked here while no thread runs yet.
     let outcome =
         guardian::split(choice.backend, exec.interactive).and_then(
-            |caller_mask| match Plan::build(choice, opened, allow_unix, exec, git_run.layers()) {
+            |caller_mask| match Plan::build(
+                choice,
+                opened,
+                allow_unix,
+                &secrets.rules,
+                exec,
+                git_run.layers(),
+            ) {
                 Ok(mut plan) => {
                     plan.spawned_gate = git_run.start();
                     supervised(plan, status, gate, caller_mask)

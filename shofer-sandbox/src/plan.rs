@@ -14,6 +14,7 @@ use shofer_core::policy::Backend;
 use crate::backend::Choice;
 use crate::error::PlanError;
 use crate::gate::AllowUnix;
+use crate::secretpaths::ReadRules;
 use crate::spec::{ExecSpec, Layers};
 use crate::writable::OpenedPolicy;
 use crate::{bwrap, namespaces, ruleset};
@@ -43,7 +44,8 @@ pub(crate) struct Plan<'a> {
 
 impl<'a> Plan<'a> {
     /// Step 5: the chosen backend builds its confinement for `exec` over `opened`, with the
-    /// `--allow-unix` paths `unix` and the protections' `layers`.
+    /// `--allow-unix` paths `unix`, the read rules that hide the secret locations `reads`
+    /// (Landlock's; bubblewrap has none) and the protections' `layers`.
     ///
     /// # Errors
     /// The backend's: a rule the kernel refuses, a command that cannot run (bubblewrap decides
@@ -52,13 +54,16 @@ impl<'a> Plan<'a> {
         choice: &Choice,
         opened: &'a OpenedPolicy,
         unix: &AllowUnix,
+        reads: &ReadRules,
         exec: ExecSpec,
         layers: Layers,
     ) -> Result<Plan<'a>, PlanError> {
         let confinement = match choice.backend {
-            Backend::Landlock => Confinement::Landlock(ruleset::plan(opened, unix, choice.abi)?),
+            Backend::Landlock => {
+                Confinement::Landlock(ruleset::plan(opened, unix, reads, choice.abi)?)
+            }
             Backend::Userns | Backend::Layered => {
-                let mut setup = namespaces::plan(opened, unix, choice.abi, layers)?;
+                let mut setup = namespaces::plan(opened, unix, reads, choice.abi, layers)?;
                 setup.full_map = exec.foreign_owner.is_some();
                 Confinement::Namespaces(setup)
             }

@@ -96,6 +96,7 @@ pub fn run(
     git: Value,
     allow_unix: &[std::path::PathBuf],
     env_withheld: &[String],
+    secrets: &crate::secretpaths::Resolved,
 ) -> Value {
     let mut obj = probe(facts, &Ok(choice.clone()), opened.policy.net);
     let map = obj.as_object_mut().expect("object literal");
@@ -114,6 +115,13 @@ pub fn run(
     );
     map.insert("git".into(), git);
     map.insert("env_withheld".into(), json!(env_withheld));
+    map.insert(
+        "secrets".into(),
+        json!({
+            "hidden": secrets.hidden,
+            "left_readable": secrets.not_hidden.iter().map(|(p, why)| json!({"path": p, "why": why})).collect::<Vec<_>>(),
+        }),
+    );
     obj
 }
 

@@ -13,13 +13,16 @@
 //! the kernel lets the command reach its own sockets (created in its domain) and those, and
 //! nothing else.
 //!
+//! When a secret location is hidden ([`crate::secretpaths`]), `READ_FILE` and `READ_DIR` are
+//! handled too: granted on every writable rule and on the [`ReadRules`], refused elsewhere.
+//!
 //! Kernel doc: <https://docs.kernel.org/userspace-api/landlock.html>.
 //!
 //! The backend's plan ([`plan`]) is the ruleset alone; the namespace backends layer the same
 //! ruleset on their mounts ([`crate::namespaces::plan`]).
 
 use landlock::{
-    AccessFs, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr, RulesetCreated,
+    AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr, RulesetCreated,
     RulesetCreatedAttr,
 };
 use shofer_core::policy::{NetPolicy, RuleOrigin};
@@ -27,6 +30,7 @@ use shofer_core::rights;
 
 use crate::capabilities;
 use crate::error::SetupError;
+use crate::secretpaths::ReadRules;
 use crate::writable::OpenedPolicy;
 
 /// Creates the ruleset for `opened` and the `--allow-unix` paths `unix` at Landlock ABI `abi`
@@ -39,11 +43,13 @@ use crate::writable::OpenedPolicy;
 pub(crate) fn create(
     opened: &OpenedPolicy,
     unix: &crate::gate::AllowUnix,
+    reads: &ReadRules,
     abi: u32,
 ) -> Result<RulesetCreated, SetupError> {
     let err = |source| SetupError::Landlock { rule: None, source };
-    let fs = rights::fs_write_rights(abi);
-    let file = rights::fs_file_rights(abi);
+    let read = read_rights(reads.active());
+    let fs = rights::fs_write_rights(abi) | read;
+    let file = rights::fs_file_rights(abi) | (read & AccessFs::ReadFile);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(fs)
@@ -69,6 +75,26 @@ pub(crate) fn create(
                 source,
             })?;
     }
+    // The secret locations (crate::secretpaths): reading allowed everywhere else.
+    let secret_err = |source| SetupError::Landlock {
+        rule: Some("a read rule beside a secret location".into()),
+        source,
+    };
+    for fd in &reads.listable {
+        created = created
+            .add_rule(PathBeneath::new(fd, AccessFs::ReadDir))
+            .map_err(secret_err)?;
+    }
+    for (fd, is_dir) in &reads.readable {
+        let access = if *is_dir {
+            read
+        } else {
+            read & AccessFs::ReadFile
+        };
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(secret_err)?;
+    }
     if fs.contains(AccessFs::ResolveUnix) {
         for (path, fd) in unix.paths.iter().zip(&unix.fds) {
             created = created
@@ -90,12 +116,13 @@ pub(crate) fn create(
 pub(crate) fn plan(
     opened: &OpenedPolicy,
     unix: &crate::gate::AllowUnix,
+    reads: &ReadRules,
     abi: u32,
 ) -> Result<LandlockPlan, SetupError> {
     // Safety: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     Ok(LandlockPlan {
-        ruleset: create(opened, unix, abi)?,
+        ruleset: create(opened, unix, reads, abi)?,
         caller_privileged: root || capabilities::holds_any(),
         abi,
     })
@@ -111,6 +138,7 @@ pub(crate) fn plan(
 pub(crate) fn add_dir(
     created: RulesetCreated,
     path: &std::path::Path,
+    reads: &ReadRules,
     abi: u32,
 ) -> Result<RulesetCreated, SetupError> {
     let fd = crate::paths::open_nofollow(path).map_err(|source| SetupError::Syscall {
@@ -122,12 +150,22 @@ pub(crate) fn add_dir(
     created
         .add_rule(PathBeneath::new(
             &fd,
-            rights::fs_write_rights(abi) & !AccessFs::ResolveUnix,
+            (rights::fs_write_rights(abi) | read_rights(reads.active())) & !AccessFs::ResolveUnix,
         ))
         .map_err(|source| SetupError::Landlock {
             rule: Some(path.to_path_buf()),
             source,
         })
+}
+
+/// The read rights the ruleset handles: both when a secret location is hidden, else none
+/// (reading is not Landlock's business then, and the run pays nothing for it).
+fn read_rights(hiding: bool) -> BitFlags<AccessFs> {
+    if hiding {
+        AccessFs::ReadFile | AccessFs::ReadDir
+    } else {
+        BitFlags::EMPTY
+    }
 }
 
 /// The `landlock` backend's part of the plan.

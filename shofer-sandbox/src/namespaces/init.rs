@@ -58,18 +58,30 @@ pub(crate) fn run(
         };
         fail(stage, e);
     }
-    // The private /dev/shm and the new devpts are new inodes: Landlock needs rules for them.
+    // The private /dev/shm and the new devpts are new inodes: Landlock needs rules for them;
+    // when it handles reading, so do the new /proc and /dev (a rule on the host's /proc or
+    // /dev does not reach the mounts over them: Landlock skips a covered mount point).
     let extended = setup.landlock.as_ref().map(|layered| {
         let mut ruleset = match layered.ruleset.try_clone() {
             Ok(r) => r,
             Err(e) => fail(Stage::Landlock, e),
         };
-        for dir in ["/dev/shm", "/dev/pts"] {
+        let read = if layered.reads {
+            landlock::AccessFs::ReadFile | landlock::AccessFs::ReadDir
+        } else {
+            landlock::BitFlags::EMPTY
+        };
+        let write = shofer_core::rights::fs_write_rights(layered.abi);
+        let rules = [
+            ("/dev/shm", write | read),
+            ("/dev/pts", write | read),
+            ("/proc", read),
+            ("/dev", read),
+        ];
+        for (dir, rights) in rules.into_iter().filter(|(_, r)| !r.is_empty()) {
             let rule = paths::open_following(Path::new(dir)).map(|fd| {
                 // Not RESOLVE_UNIX: only the worktree and --allow-unix paths get it.
-                let rights = shofer_core::rights::fs_write_rights(layered.abi)
-                    & !landlock::AccessFs::ResolveUnix;
-                landlock::PathBeneath::new(fd, rights)
+                landlock::PathBeneath::new(fd, rights & !landlock::AccessFs::ResolveUnix)
             });
             match rule.map(|r| landlock::RulesetCreatedAttr::add_rule(ruleset, r)) {
                 Ok(Ok(r)) => ruleset = r,

@@ -119,6 +119,9 @@ pub(crate) struct Layered {
     pub ruleset: RulesetCreated,
     /// Its ABI (for the rights of the rules A adds).
     pub abi: u32,
+    /// Whether the ruleset handles reading (a secret location is hidden): process A then
+    /// grants it on the namespace's own `/proc` and `/dev`, new inodes no host rule reaches.
+    pub reads: bool,
 }
 
 /// The namespace backends' plan for `opened`, with Landlock at `abi` layered on top when
@@ -130,6 +133,7 @@ pub(crate) struct Layered {
 pub(crate) fn plan<'a>(
     opened: &'a OpenedPolicy,
     unix: &crate::gate::AllowUnix,
+    reads: &crate::secretpaths::ReadRules,
     abi: u32,
     layers: crate::spec::Layers,
 ) -> Result<Setup<'a>, SetupError> {
@@ -158,12 +162,16 @@ pub(crate) fn plan<'a>(
         }
     }
     let landlock = if abi > 0 {
-        let mut ruleset = crate::ruleset::create(opened, unix, abi)?;
+        let mut ruleset = crate::ruleset::create(opened, unix, reads, abi)?;
         // The mounts decide what of these is writable; Landlock must allow what they allow.
         for dir in &layers.landlock_dirs {
-            ruleset = crate::ruleset::add_dir(ruleset, dir, abi)?;
+            ruleset = crate::ruleset::add_dir(ruleset, dir, reads, abi)?;
         }
-        Some(Layered { ruleset, abi })
+        Some(Layered {
+            ruleset,
+            abi,
+            reads: reads.active(),
+        })
     } else {
         None
     };

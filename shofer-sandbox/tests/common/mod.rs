@@ -262,6 +262,23 @@ impl Run {
         cmd
     }
 
+    /// Starts the run with its output piped; keep the returned copy (a run as another uid)
+    /// until the child has been waited for.
+    pub fn spawn(self) -> (std::process::Child, Option<ReachableCopy>) {
+        let copy = self
+            .uid
+            .map(|uid| ReachableCopy::new(Path::new(SANDBOX), uid));
+        let program = copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path());
+        let child = self
+            .build(program)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("run {}: {e}", program.display()));
+        (child, copy)
+    }
+
     pub fn output(self) -> Output {
         let copy = self
             .uid

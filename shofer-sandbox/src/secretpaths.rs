@@ -1,0 +1,354 @@
+//! Which secret locations this run hides, and the Landlock read rules that hide them
+//! (ARCHITECTURE §2.1): the reader around [`shofer_core::secretpaths`].
+//!
+//! - Entry point: [`resolve`], once per run in step 4, before any thread: reads `$HOME`, the
+//!   caller's `/etc/passwd` home, the XDG variables and (for a root caller) every passwd home,
+//!   applies `--allow-read` and `--hide`, keeps the locations that exist (canonical) and opens
+//!   the [`ReadRules`] that the Landlock ruleset (Landlock alone, or its layer on the
+//!   namespaces: `crate::ruleset::create`) grants.
+//! - [`note`] names the existing locations left readable (the writable set holds them).
+//! - Never: hide the worktree, anything inside it, an `--allow-write` path or git's metadata,
+//!   or a directory that holds one of them (the writable set, which the user chose, wins).
+//!
+//! # How: by construction, on the objects the kernel reaches
+//! When at least one location exists, the ruleset handles `READ_FILE` and `READ_DIR`, which
+//! Landlock then refuses everywhere but beneath a rule. Every directory that holds a hidden
+//! location (each ancestor, from `/` down) gets `READ_DIR` (listing); each entry of such a
+//! directory gets `READ_FILE` (and `READ_DIR` for a directory) except the hidden locations and
+//! the ancestors themselves, which their own level handles. The writable rules grant reading
+//! too. So:
+//! - a hidden location is unreadable (`EACCES`) by any name: `..`, `/proc/self/root/…`, a
+//!   symlink the command plants, a bind mount — Landlock walks the real path of the object;
+//! - the rules are on inodes, not names: a hidden directory renamed by the host stays
+//!   unreadable under its new name, and an entry the host creates (or renames into place) in
+//!   a directory that holds a hidden location after the start is unreadable too (it has no
+//!   rule), which keeps a secret written during the run (`ssh-keygen`, `aws configure`) from
+//!   the command;
+//! - names stay listable: `ls ~/.ssh` works, `cat ~/.ssh/id_ed25519` fails (`READ_DIR` on an
+//!   ancestor covers what is beneath it, and listing `/` or `~` must keep working);
+//! - a location that is a symlink (a dotfiles repository's link) is hidden at its target;
+//! - a hard link the host made to a hidden file from a readable place stays readable through
+//!   that place (Landlock reads paths); the command cannot make one (Landlock refuses a link
+//!   that would gain a right, and one across directories before ABI 2).
+//!
+//! With nothing to hide, reading is not handled at all: the run pays nothing.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags};
+use shofer_core::policy::RuleOrigin;
+use shofer_core::secretpaths::{self, UserDirs};
+
+use crate::writable::OpenedPolicy;
+
+/// What [`resolve`] decided, with the rules open.
+#[derive(Debug, Default)]
+pub(crate) struct Resolved {
+    /// The hidden locations (they exist), canonical.
+    pub hidden: Vec<PathBuf>,
+    /// Existing locations left readable because of the writable set: (path, why).
+    pub not_hidden: Vec<(PathBuf, &'static str)>,
+    /// The read rules; empty when nothing is hidden.
+    pub rules: ReadRules,
+}
+
+/// The Landlock read rules of [`resolve`]: open `O_PATH` descriptors.
+#[derive(Debug, Default)]
+pub(crate) struct ReadRules {
+    /// Directories that hold a hidden location: `READ_DIR` beneath.
+    pub listable: Vec<OwnedFd>,
+    /// Their other entries, and `--allow-read` paths inside hidden locations: (descriptor,
+    /// is a directory): `READ_FILE` (and `READ_DIR` for a directory) beneath.
+    pub readable: Vec<(OwnedFd, bool)>,
+}
+
+impl ReadRules {
+    /// Whether reading is handled at all (something is hidden).
+    pub fn active(&self) -> bool {
+        !self.listable.is_empty()
+    }
+}
+
+/// `path` made absolute against `cwd` and cleaned lexically (`.` dropped, `..` pops).
+fn absolute(path: &Path, cwd: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    };
+    for c in joined.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// The caller's own directories: `$HOME` and the XDG variables, and the passwd home of the
+/// caller's uid when it differs (or `$HOME` is unset): a changed `$HOME` must not leave the
+/// real home readable.
+fn caller_dirs(passwd: &str) -> Vec<UserDirs> {
+    let var = |n: &str| std::env::var_os(n).map(PathBuf::from);
+    let uid = rustix::process::getuid().as_raw();
+    let mut out = Vec::new();
+    if let Some(home) = var("HOME").filter(|h| h.is_absolute()) {
+        out.push(UserDirs {
+            home,
+            config_home: var("XDG_CONFIG_HOME"),
+            data_home: var("XDG_DATA_HOME"),
+            runtime_dir: var("XDG_RUNTIME_DIR"),
+            uid,
+        });
+    }
+    for (u, home) in secretpaths::passwd_homes(passwd) {
+        if u == uid && !out.iter().any(|d| d.home == home) {
+            out.push(UserDirs::defaults(&home, uid));
+        }
+    }
+    out
+}
+
+/// The locations this run hides, the existing ones it leaves readable, and the read rules.
+/// A location that does not exist costs one `lstat`.
+pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[PathBuf]) -> Resolved {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let others = if rustix::process::geteuid().is_root() {
+        secretpaths::passwd_homes(&passwd)
+    } else {
+        Vec::new()
+    };
+    let mut set = Vec::new();
+    for dirs in caller_dirs(&passwd) {
+        for p in secretpaths::default_set(&dirs, &others) {
+            if !set.contains(&p) {
+                set.push(p);
+            }
+        }
+    }
+    if set.is_empty() {
+        set = secretpaths::default_set(&UserDirs::defaults(Path::new(""), 0), &others);
+    }
+    // An --allow-read names a location by either of its names: as written and canonical.
+    let mut allow: Vec<PathBuf> = Vec::new();
+    for a in allow_read {
+        let a = absolute(a, &cwd);
+        if let Ok(c) = std::fs::canonicalize(&a) {
+            allow.push(c);
+        }
+        allow.push(a);
+    }
+    let hide: Vec<PathBuf> = hide.iter().map(|h| absolute(h, &cwd)).collect();
+    let wanted = secretpaths::adjust(set, &allow, &hide);
+
+    let mut out = Resolved::default();
+    for loc in wanted {
+        if std::fs::symlink_metadata(&loc).is_err() {
+            continue;
+        }
+        let Ok(canonical) = std::fs::canonicalize(&loc) else {
+            continue; // a dangling symlink: nothing to read behind it
+        };
+        if allow.iter().any(|a| canonical.starts_with(a)) && !hide.contains(&loc) {
+            continue;
+        }
+        if let Some(why) = conflict(opened, &canonical) {
+            out.not_hidden.push((canonical, why));
+            continue;
+        }
+        if canonical != Path::new("/") && !out.hidden.contains(&canonical) {
+            out.hidden.push(canonical);
+        }
+    }
+    // A location inside another is hidden with it.
+    let all = out.hidden.clone();
+    out.hidden
+        .retain(|h| !all.iter().any(|o| o != h && h.starts_with(o)));
+    // An --allow-read inside a hidden location opens exactly what it names.
+    let inside: Vec<PathBuf> = allow
+        .iter()
+        .filter(|a| out.hidden.iter().any(|h| a.starts_with(h) && *a != h))
+        .cloned()
+        .collect();
+    out.rules = read_rules(&out.hidden, &inside);
+    out
+}
+
+/// The rules that leave `hidden` (canonical, none inside another) unreadable and everything
+/// else readable, plus a read rule on each of `also` (paths inside hidden locations).
+fn read_rules(hidden: &[PathBuf], also: &[PathBuf]) -> ReadRules {
+    let mut rules = ReadRules::default();
+    if hidden.is_empty() {
+        return rules;
+    }
+    // Every ancestor of a hidden location, `/` first.
+    let mut ancestors: Vec<PathBuf> = Vec::new();
+    for h in hidden {
+        for a in h.ancestors().skip(1) {
+            if !ancestors.iter().any(|x| x == a) {
+                ancestors.push(a.to_path_buf());
+            }
+        }
+    }
+    ancestors.sort_by_key(|a| a.components().count());
+    for dir in &ancestors {
+        let Ok(fd) = open_path(rustix::fs::CWD, dir, true) else {
+            continue; // gone or unreachable: nothing beneath it is readable either
+        };
+        let Ok(names) = crate::paths::list(&fd) else {
+            rules.listable.push(fd);
+            continue;
+        };
+        for name in names {
+            let child = dir.join(&name);
+            if hidden.contains(&child) || ancestors.contains(&child) {
+                continue;
+            }
+            // A symlink needs no rule: the walk reaches its target by the target's own path.
+            if let Ok(entry) = open_path(&fd, Path::new(&name), false) {
+                if let Some(is_dir) = rule_kind(&entry) {
+                    rules.readable.push((entry, is_dir));
+                }
+            }
+        }
+        rules.listable.push(fd);
+    }
+    for a in also {
+        if let Ok(fd) = open_path(rustix::fs::CWD, a, false) {
+            if let Some(is_dir) = rule_kind(&fd) {
+                rules.readable.push((fd, is_dir));
+            }
+        }
+    }
+    rules
+}
+
+/// `O_PATH` descriptor of `path` relative to `dir`, without following a final symlink
+/// (`dir_only`: it must be a directory).
+fn open_path(dir: impl AsFd, path: &Path, dir_only: bool) -> rustix::io::Result<OwnedFd> {
+    let mut flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    if dir_only {
+        flags |= OFlags::DIRECTORY;
+    }
+    rustix::fs::openat(dir, path, flags, Mode::empty())
+}
+
+/// Whether `fd` takes a rule, and as a directory: `None` for a symlink.
+fn rule_kind(fd: &OwnedFd) -> Option<bool> {
+    let st = rustix::fs::fstat(fd).ok()?;
+    match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+        rustix::fs::FileType::Symlink => None,
+        rustix::fs::FileType::Directory => Some(true),
+        _ => Some(false),
+    }
+}
+
+/// Why `path` may not be hidden in this run, if it may not: it is, lies inside or holds the
+/// worktree, an `--allow-write` path or git's metadata, or holds any other writable path (a
+/// writable rule grants reading beneath it).
+fn conflict(opened: &OpenedPolicy, path: &Path) -> Option<&'static str> {
+    for rule in &opened.policy.writable {
+        if rule.path.starts_with(path) {
+            return Some(match rule.origin {
+                RuleOrigin::Worktree => "it holds the worktree",
+                RuleOrigin::AllowWrite => "it holds an --allow-write path",
+                RuleOrigin::GitMetadata => "it holds the worktree's git metadata",
+                _ => "it holds a writable path",
+            });
+        }
+        if path.starts_with(&rule.path) {
+            return Some(match rule.origin {
+                RuleOrigin::Worktree => "it lies inside the worktree",
+                RuleOrigin::AllowWrite => "it lies inside an --allow-write path",
+                RuleOrigin::GitMetadata => "it lies inside the worktree's git metadata",
+                _ => "it lies inside a writable path",
+            });
+        }
+    }
+    None
+}
+
+/// The stderr line naming the existing secret locations left readable, or `None`.
+pub(crate) fn note(not_hidden: &[(PathBuf, &'static str)]) -> Option<String> {
+    (!not_hidden.is_empty()).then(|| {
+        let list: Vec<String> = not_hidden
+            .iter()
+            .map(|(p, why)| format!("{} ({why})", p.display()))
+            .collect();
+        format!(
+            "shofer-sandbox: note: secret locations left readable because the writable set holds them: {}",
+            list.join(", ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_paths_are_cleaned_lexically() {
+        let cwd = Path::new("/w/d");
+        assert_eq!(absolute(Path::new("x/../y"), cwd), PathBuf::from("/w/d/y"));
+        assert_eq!(absolute(Path::new("/a/./b/"), cwd), PathBuf::from("/a/b"));
+        assert_eq!(absolute(Path::new("../../.."), cwd), PathBuf::from("/"));
+    }
+
+    #[test]
+    fn note_names_each_location_with_its_reason() {
+        assert_eq!(note(&[]), None);
+        let n = note(&[(PathBuf::from("/h/wt/.netrc"), "it lies inside the worktree")]).unwrap();
+        assert!(
+            n.contains("/h/wt/.netrc (it lies inside the worktree)"),
+            "{n}"
+        );
+    }
+
+    #[test]
+    fn read_rules_skip_hidden_entries_and_ancestors_and_list_each_ancestor() {
+        let t = tempfile::tempdir_in("/var/tmp").unwrap();
+        let home = t.path().join("home");
+        for d in [".ssh", ".config/gh", ".config/other", "src"] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        std::fs::write(home.join(".bashrc"), "").unwrap();
+        std::os::unix::fs::symlink("src", home.join("link")).unwrap();
+        let hidden = [home.join(".ssh"), home.join(".config/gh")];
+        let rules = read_rules(&hidden, &[]);
+        let name = |fd: &OwnedFd| {
+            std::fs::read_link(format!(
+                "/proc/self/fd/{}",
+                std::os::fd::AsRawFd::as_raw_fd(fd)
+            ))
+            .unwrap()
+        };
+        let readable: Vec<PathBuf> = rules.readable.iter().map(|(f, _)| name(f)).collect();
+        let listable: Vec<PathBuf> = rules.listable.iter().map(name).collect();
+        for r in [
+            home.join(".bashrc"),
+            home.join("src"),
+            home.join(".config/other"),
+        ] {
+            assert!(readable.contains(&r), "{r:?} in {readable:?}");
+        }
+        for h in &hidden {
+            assert!(
+                !readable.iter().any(|r| r.starts_with(h)),
+                "{h:?} in {readable:?}"
+            );
+        }
+        assert!(!readable.contains(&home), "{readable:?}");
+        assert!(
+            !readable.contains(&home.join("link")),
+            "symlinks take no rule"
+        );
+        assert!(listable.contains(&home) && listable.contains(&home.join(".config")));
+        assert!(listable.contains(&PathBuf::from("/")));
+    }
+}
