@@ -16,9 +16,9 @@
 //! ```
 //! use shofer_core::denial::denial_hint;
 //! let out = "npm ERR! code EACCES\nnpm ERR! path /root/.npm/_cacache\n";
-//! let hint = denial_hint(out, &["/home/me/wt", "/tmp"]).unwrap();
+//! let hint = denial_hint(out, &["/home/me/wt", "/tmp"], &[]).unwrap();
 //! assert!(!hint.contains("/root/.npm") && hint.contains("npm_config_cache"));
-//! assert_eq!(denial_hint("rm: cannot remove '/tmp/x': Permission denied", &["/tmp"]), None);
+//! assert_eq!(denial_hint("rm: cannot remove '/tmp/x': Permission denied", &["/tmp"], &[]), None);
 //! ```
 
 /// Words that mark a refused write in a line of output.
@@ -40,8 +40,13 @@ const SOCKET_REFUSED: &str = "shofer-sandbox: connect to ";
 /// [`crate::policy::default_writable_dirs`], extra `--allow-write`s).
 /// npm's multi-line errors name the code on one line and the path on another, so a line with
 /// a path counts when a denial word is within three lines of it.
-pub fn denial_hint(output: &str, writable: &[&str]) -> Option<String> {
+pub fn denial_hint(output: &str, writable: &[&str], secrets: &[&str]) -> Option<String> {
     let lines: Vec<&str> = output.lines().collect();
+    if let Some(location) = refused_secret(&lines, secrets) {
+        return Some(format!(
+            "Note: the output above shows a read refused inside {location}, a secret location the sandbox hides by default (credentials). This is not a bug to work around, and no other path leads to it: the task cannot read it. A human who wants it readable runs shofer with --allow-read {location} (which exposes that location, and only it, to every command of the task)."
+        ));
+    }
     for line in &lines {
         if line
             .find(SOCKET_REFUSED)
@@ -69,6 +74,25 @@ pub fn denial_hint(output: &str, writable: &[&str]) -> Option<String> {
     None
 }
 
+/// The secret location (one of `secrets`, the engine's own list) that a path on a line near a
+/// denial word lies in, if any.
+fn refused_secret<'s>(lines: &[&str], secrets: &[&'s str]) -> Option<&'s str> {
+    for (n, line) in lines.iter().enumerate() {
+        let near_denial = lines[n.saturating_sub(3)..(n + 4).min(lines.len())]
+            .iter()
+            .any(|l| DENIED.iter().any(|w| l.contains(w)));
+        if !near_denial {
+            continue;
+        }
+        for path in absolute_paths(line) {
+            if let Some(s) = secrets.iter().find(|s| under(path, s)) {
+                return Some(s);
+            }
+        }
+    }
+    None
+}
+
 /// Absolute paths in a line: words starting with `/`, quotes and trailing punctuation removed.
 fn absolute_paths(line: &str) -> impl Iterator<Item = &str> {
     line.split(|c: char| c.is_whitespace() || "'\"`(‘’“”«»".contains(c))
@@ -80,10 +104,13 @@ fn is_writable(path: &str, writable: &[&str]) -> bool {
     // Devices and kernel interfaces are not where caches go; a denial there is not ours to
     // explain.
     let exempt = ["/dev", "/proc", "/sys"];
-    exempt.iter().chain(writable.iter()).any(|w| {
-        let w = w.trim_end_matches('/');
-        path == w || path.strip_prefix(w).is_some_and(|r| r.starts_with('/'))
-    })
+    exempt.iter().chain(writable.iter()).any(|w| under(path, w))
+}
+
+/// Whether `path` is `dir` or lies beneath it (component-wise).
+fn under(path: &str, dir: &str) -> bool {
+    let dir = dir.trim_end_matches('/');
+    path == dir || path.strip_prefix(dir).is_some_and(|r| r.starts_with('/'))
 }
 
 #[cfg(test)]
@@ -102,7 +129,7 @@ mod tests {
             "touch: cannot touch '/home/me/outside': Permission denied",
             "mkdir: cannot create directory ‘/root/.cache’: Permission denied",
         ] {
-            let h = denial_hint(out, &WT).unwrap_or_else(|| panic!("no hint for {out}"));
+            let h = denial_hint(out, &WT, &[]).unwrap_or_else(|| panic!("no hint for {out}"));
             assert!(h.starts_with("Note: the output above shows a write outside"), "{h}");
             assert!(h.contains("/home/me/wt, /tmp") && !h.contains("/root"), "{h}");
         }
@@ -118,7 +145,7 @@ mod tests {
             "error: /root/.npm: no such file",
             "tee: /dev/full: Operation not permitted",
         ] {
-            assert_eq!(denial_hint(out, &WT), None, "{out}");
+            assert_eq!(denial_hint(out, &WT, &[]), None, "{out}");
         }
         assert!(!is_writable("/home/me/wtx", &WT));
     }
@@ -128,11 +155,41 @@ mod tests {
         let h = denial_hint(
             "shofer-sandbox: connect to /run/docker.sock refused: a host socket (allow with --allow-unix)\n",
             &WT,
+            &[],
         )
         .unwrap();
         assert!(
             !h.contains("/run/docker.sock") && h.contains("--allow-unix"),
             "{h}"
+        );
+    }
+
+    /// Issue 32: a refused read inside a secret location names the location (the engine's
+    /// own string) and the one flag that opens exactly it.
+    #[test]
+    fn a_refused_secret_names_the_location_and_allow_read() {
+        let secrets = ["/home/me/.ssh", "/home/me/.netrc"];
+        for out in [
+            "cat: /home/me/.ssh/id_ed25519: Permission denied",
+            "Load key \"/home/me/.ssh/id_ed25519\": Permission denied",
+            "error: could not read '/home/me/.netrc': Permission denied (os error 13)",
+        ] {
+            let h = denial_hint(out, &WT, &secrets).unwrap_or_else(|| panic!("no hint for {out}"));
+            assert!(h.contains("secret location"), "{h}");
+            assert!(h.contains("--allow-read /home/me/"), "{h}");
+            assert!(!h.contains("id_ed25519"), "{h}");
+        }
+        // A write denial elsewhere keeps its own hint; a secret-looking path without a denial
+        // has none.
+        let h = denial_hint(
+            "touch: cannot touch '/root/x': Permission denied",
+            &WT,
+            &secrets,
+        );
+        assert!(h.unwrap().contains("write outside"));
+        assert_eq!(
+            denial_hint("/home/me/.ssh/config: 3 hosts", &WT, &secrets),
+            None
         );
     }
 
@@ -145,7 +202,7 @@ mod tests {
             format!("EACCES /{}\n", bait.replace(' ', "_")),
             format!("touch: cannot touch '/etc/{bait}': Permission denied\n"),
         ] {
-            let h = denial_hint(&out, &WT).unwrap_or_else(|| panic!("no hint for {out}"));
+            let h = denial_hint(&out, &WT, &[]).unwrap_or_else(|| panic!("no hint for {out}"));
             for word in ["curl", "evil", "agent", "must", "/etc"] {
                 assert!(!h.contains(word), "{word:?} in {h}");
             }

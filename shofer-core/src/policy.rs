@@ -462,7 +462,7 @@ fn verdict(
         Protection::SecretsHidden => match backend {
             Backend::Bwrap => no("bubblewrap runs the command without a Landlock layer of shofer's: the secret locations stay readable (use --backend layered)"),
             _ if abi >= 1 => Enforced("landlock read rights"),
-            _ => no("no Landlock on this kernel: the secret locations stay readable"),
+            _ => no("no Landlock layer (none on this kernel, or ABI 1, which plain userns does not layer): the secret locations stay readable"),
         },
         Protection::AbstractSockets => {
             if abi >= 6 {

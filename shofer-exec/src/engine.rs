@@ -165,6 +165,43 @@ impl Sandbox {
 }
 
 impl Sandbox {
+    /// The secret locations the sandbox hides from commands, by name (for the denial hint):
+    /// [`shofer_core::secretpaths`]'s default set for the caller's `$HOME` and XDG directories
+    /// (and, as root, every passwd home), without the `--allow-read` paths and with the
+    /// `--hide` ones among the extra arguments. Strings only: nothing is looked up.
+    pub fn secret_locations(&self) -> Vec<String> {
+        use shofer_core::secretpaths::{self, UserDirs};
+        let var = |n: &str| std::env::var_os(n).map(PathBuf::from);
+        let uid = rustix::process::getuid().as_raw();
+        let others = if uid == 0 {
+            secretpaths::passwd_homes(&std::fs::read_to_string("/etc/passwd").unwrap_or_default())
+        } else {
+            Vec::new()
+        };
+        let caller = UserDirs {
+            home: var("HOME").unwrap_or_default(),
+            config_home: var("XDG_CONFIG_HOME"),
+            data_home: var("XDG_DATA_HOME"),
+            runtime_dir: var("XDG_RUNTIME_DIR"),
+            uid,
+        };
+        let flag = |name: &str| -> Vec<PathBuf> {
+            let mut out = Vec::new();
+            let mut args = self.extra_args.iter();
+            while let Some(a) = args.next() {
+                if a == name {
+                    out.extend(args.next().map(PathBuf::from));
+                }
+            }
+            out
+        };
+        let set = secretpaths::default_set(&caller, &others);
+        secretpaths::adjust(set, &flag("--allow-read"), &flag("--hide"))
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect()
+    }
+
     /// The `--keep-env NAME` globs among the extra arguments.
     pub fn keep_env(&self) -> Vec<OsString> {
         let mut keep = Vec::new();
@@ -714,6 +751,11 @@ impl Engine {
             grace: cfg.kill_grace,
             background: cfg.background,
             writable: cfg.sandbox.as_ref().map(|sb| sb.writable(&cfg.env)),
+            secrets: cfg
+                .sandbox
+                .as_ref()
+                .map(Sandbox::secret_locations)
+                .unwrap_or_default(),
         };
         let rec = self.register(Record {
             id,
@@ -1084,6 +1126,8 @@ struct Supervision {
     background: Background,
     /// The sandbox's writable places, for the denial hint; `None` without a sandbox.
     writable: Option<Vec<String>>,
+    /// The secret locations the sandbox hides, for the denial hint (empty without a sandbox).
+    secrets: Vec<String>,
 }
 
 /// A command's supervisor task: waits for the main process (or the hard timeout), deals
@@ -1276,7 +1320,8 @@ fn final_text(
             let mut t = result_text(&r.cwd, exit, intercepted, &note);
             if let (Some(w), true) = (&s.writable, *exit != ExitStatus::Code(0)) {
                 let w: Vec<&str> = w.iter().map(String::as_str).collect();
-                if let Some(h) = denial_hint(&intercepted.preview.text, &w) {
+                let secrets: Vec<&str> = s.secrets.iter().map(String::as_str).collect();
+                if let Some(h) = denial_hint(&intercepted.preview.text, &w, &secrets) {
                     t.push('\n');
                     t.push_str(&h);
                 }

@@ -69,6 +69,14 @@ struct SandboxOpts {
     /// --help).
     #[arg(long = "keep-env", value_name = "NAME")]
     keep_env: Vec<std::ffi::OsString>,
+    /// With --worktree: let commands read the secret location PATH after all, or just PATH
+    /// inside one (repeatable; see shofer-sandbox --help).
+    #[arg(long = "allow-read", value_name = "PATH")]
+    allow_read: Vec<PathBuf>,
+    /// With --worktree: hide PATH from commands like the default secret locations
+    /// (repeatable).
+    #[arg(long = "hide", value_name = "PATH")]
+    hide: Vec<PathBuf>,
 }
 
 impl SandboxOpts {
@@ -78,6 +86,10 @@ impl SandboxOpts {
             "--allow-unix"
         } else if !self.keep_env.is_empty() {
             "--keep-env"
+        } else if !self.allow_read.is_empty() {
+            "--allow-read"
+        } else if !self.hide.is_empty() {
+            "--hide"
         } else {
             return None;
         };
@@ -95,6 +107,12 @@ impl SandboxOpts {
         for k in &self.keep_env {
             sb.extra_args.push("--keep-env".into());
             sb.extra_args.push(k.clone());
+        }
+        for (flag, paths) in [("--allow-read", &self.allow_read), ("--hide", &self.hide)] {
+            for p in paths {
+                sb.extra_args.push(flag.into());
+                sb.extra_args.push(p.clone().into_os_string());
+            }
         }
         sb
     }

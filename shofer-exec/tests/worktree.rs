@@ -383,6 +383,65 @@ fn cli_allow_unix_is_passed_to_the_sandbox() {
 }
 
 #[test]
+fn cli_allow_read_and_hide_are_passed_to_the_sandbox_and_a_refused_secret_explained() {
+    // A scratch home with a secret location (~/.netrc) and a file only --hide hides.
+    let w = linked_worktree();
+    let root = w.wt.parent().unwrap();
+    let home = root.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join(".netrc"), "netrc-secret-in-home").unwrap();
+    std::fs::write(home.join("notes"), "notes-hidden-by-flag").unwrap();
+    let script = format!(
+        "cat {h}/.netrc; echo; cat {h}/notes; true",
+        h = home.display()
+    );
+    let run_script = |flags: &[&str], script: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_shofer"));
+        c.current_dir(root)
+            .args(["run", "--artifacts", "artifacts", "--worktree", "wt"])
+            .args(flags)
+            .arg("--")
+            .arg(script)
+            .env("SHOFER_SANDBOX", sandbox_binary())
+            .env("HOME", &home)
+            .env("XDG_STATE_HOME", root.join("state"));
+        let o = c.output().unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let run = |flags: &[&str]| run_script(flags, &script);
+    let plain = run(&[]);
+    assert!(!plain.contains("netrc-secret-in-home"), "{plain}");
+    // A failed read of it: the engine's note names the location and the one flag.
+    let failed = run_script(&[], &format!("cat {}/.netrc", home.display()));
+    assert!(
+        failed.contains("a secret location the sandbox hides by default (credentials)")
+            && failed.contains(&format!("--allow-read {}/.netrc", home.display())),
+        "{failed}"
+    );
+    assert!(plain.contains("notes-hidden-by-flag"), "{plain}");
+    let netrc = home.join(".netrc");
+    let notes = home.join("notes");
+    let flagged = run(&[
+        "--allow-read",
+        netrc.to_str().unwrap(),
+        "--hide",
+        notes.to_str().unwrap(),
+    ]);
+    assert!(flagged.contains("netrc-secret-in-home"), "{flagged}");
+    assert!(!flagged.contains("notes-hidden-by-flag"), "{flagged}");
+    let o = Command::new(env!("CARGO_BIN_EXE_shofer"))
+        .args(["run", "--hide", "/x", "--", "true"])
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--hide needs --worktree"));
+}
+
+#[test]
 fn cli_secret_variables_are_withheld_said_once_and_kept_when_named() {
     // An inherited secret (GITHUB_TOKEN), one given explicitly (--env NPM_TOKEN=…) and an
     // ordinary variable, through `shofer run --worktree` and the sandbox.

@@ -181,7 +181,7 @@ fn mount_bind(wt: &Path, out: &Path, host_mntns: &str) -> Seen {
 }
 
 /// Becomes root of a new user namespace with a mount namespace (uid/gid maps written).
-fn enter_userns() -> Result<(), String> {
+pub(super) fn enter_userns() -> Result<(), String> {
     let (u, g) = sys::ids();
     // Safety: plain flags.
     if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {

@@ -18,6 +18,7 @@ mod fs;
 mod git;
 mod net;
 mod proc;
+pub(crate) mod secrets;
 mod tree;
 mod tty;
 
@@ -233,6 +234,10 @@ attacks! {
     SigtermIgnoringDescendant = "sigterm-ignoring-descendant" => tree::sigterm_ignoring_descendant,
     TreeThenWait = "tree-then-wait" => tree::tree_then_wait,
     SpawnThenExit = "spawn-then-exit" => tree::spawn_then_exit,
+    // --- secret locations
+    SecretRead = "secret-read" => secrets::secret_read,
+    SecretLink = "secret-link" => secrets::secret_link,
+    SecretMount = "secret-mount" => secrets::secret_mount,
     // --- git metadata
     GitWrite = "git-write" => git::git_write,
     GitFakeLayout = "git-fake-layout" => git::git_fake_layout,

@@ -5,7 +5,8 @@
 //!
 //! One file per family, each with its table of cases (`cases()`) and the host side of them:
 //! [`fs`] files, [`proc`] processes and /proc, [`tty`] terminals, [`net`] sockets, [`caps`]
-//! privileges and mounts, [`tree`] the process tree, [`git`] git metadata, [`machine`] the
+//! privileges and mounts, [`tree`] the process tree, [`git`] git metadata, [`secrets`] the
+//! secret locations, [`machine`] the
 //! machine-level cases run once per suite. What runs inside the sandbox is in
 //! [`crate::attacks`], named by [`crate::attacks::Attack`] variant.
 
@@ -109,6 +110,7 @@ mod git;
 mod machine;
 mod net;
 mod proc;
+mod secrets;
 mod tree;
 mod tty;
 
@@ -128,6 +130,7 @@ pub fn all() -> Vec<Case> {
         caps::cases(),
         tree::cases(),
         git::cases(),
+        secrets::cases(),
         machine::cases(),
     ]
     .into_iter()
