@@ -6,7 +6,8 @@
 //!   [`NOT_SECRET_LOCATIONS`].
 //! - Entry points: [`for_user`] (the default set of one user, from their home and XDG
 //!   directories), [`passwd_homes`] (every user's home, from `/etc/passwd`'s text, for a root
-//!   caller), [`default_set`] (both together) and [`adjust`] (`--hide` and `--allow-read`).
+//!   caller), [`default_set`] (both together), [`pieces`] (one user's set as base and path,
+//!   for a reader that lists each base once) and [`adjust`] (`--hide` and `--allow-read`).
 //! - Pure functions over given paths and text: it never touches the filesystem or the
 //!   environment (`shofer-sandbox` reads those, checks which locations exist and hides them).
 //!
@@ -62,46 +63,41 @@ pub enum Base {
     RuntimeDir,
 }
 
-/// One secret location: where it is and why it is hidden.
+/// One secret location: where it is. What it holds is the comment above its entry in the
+/// tables (text, not data: the static sandbox binary carries only the paths).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Location {
     /// What `path` is relative to.
     pub base: Base,
     /// The path under `base` (relative, no `..`).
     pub path: &'static str,
-    /// What it holds (for the docs and a future policy file's comments).
-    pub why: &'static str,
 }
 
-const fn home(path: &'static str, why: &'static str) -> Location {
+const fn home(path: &'static str) -> Location {
     Location {
         base: Base::Home,
         path,
-        why,
     }
 }
 
-const fn config(path: &'static str, why: &'static str) -> Location {
+const fn config(path: &'static str) -> Location {
     Location {
         base: Base::ConfigHome,
         path,
-        why,
     }
 }
 
-const fn data(path: &'static str, why: &'static str) -> Location {
+const fn data(path: &'static str) -> Location {
     Location {
         base: Base::DataHome,
         path,
-        why,
     }
 }
 
-const fn runtime(path: &'static str, why: &'static str) -> Location {
+const fn runtime(path: &'static str) -> Location {
     Location {
         base: Base::RuntimeDir,
         path,
-        why,
     }
 }
 
@@ -109,167 +105,123 @@ const fn runtime(path: &'static str, why: &'static str) -> Location {
 /// names one.
 pub const SECRET_LOCATIONS: &[Location] = &[
     // Keys.
-    home(
-        ".ssh",
-        "SSH: private keys (any name, IdentityFile), plus known_hosts and config (see the module docs)",
-    ),
-    home(
-        ".gnupg",
-        "GnuPG: private keys (private-keys-v1.d), trust database, agent sockets",
-    ),
+    // SSH: private keys (any name, IdentityFile), plus known_hosts and config (see the module docs)
+    home(".ssh"),
+    // GnuPG: private keys (private-keys-v1.d), trust database, agent sockets
+    home(".gnupg"),
     // Cloud CLIs.
-    home(
-        ".aws",
-        "AWS CLI and SDKs: credentials (access keys), config, sso/cache and cli/cache tokens",
-    ),
-    home(
-        ".azure",
-        "Azure CLI: msal_token_cache.json, service principal entries, accessTokens.json",
-    ),
-    config(
-        "gcloud",
-        "Google Cloud SDK: credentials.db, access_tokens.db, application_default_credentials.json, legacy_credentials",
-    ),
-    home(
-        ".kube",
-        "Kubernetes: kubeconfig (client keys, bearer tokens, exec credentials), http cache",
-    ),
+    // AWS CLI and SDKs: credentials (access keys), config, sso/cache and cli/cache tokens
+    home(".aws"),
+    // Azure CLI: msal_token_cache.json, service principal entries, accessTokens.json
+    home(".azure"),
+    // Google Cloud SDK: credentials.db, access_tokens.db, application_default_credentials.json, legacy_credentials
+    config("gcloud"),
+    // Kubernetes: kubeconfig (client keys, bearer tokens, exec credentials), http cache
+    home(".kube"),
     // Container registries.
-    home(
-        ".docker/config.json",
-        "Docker: registry logins (`auths`, base64 user:password or identity tokens)",
-    ),
-    runtime(
-        "containers/auth.json",
-        "Podman, Buildah, Skopeo: registry logins (podman login's default)",
-    ),
-    config(
-        "containers/auth.json",
-        "Podman, Buildah, Skopeo: registry logins (persistent location)",
-    ),
+    // Docker: registry logins (`auths`, base64 user:password or identity tokens)
+    home(".docker/config.json"),
+    // Podman, Buildah, Skopeo: registry logins (podman login's default)
+    runtime("containers/auth.json"),
+    // Podman, Buildah, Skopeo: registry logins (persistent location)
+    config("containers/auth.json"),
     // Git and HTTP credentials.
-    home(".netrc", "curl, git, ftp, pip: machine/login/password lines"),
-    home(
-        ".git-credentials",
-        "git credential-store: https://user:token@host lines",
-    ),
-    config("git/credentials", "git credential-store: its XDG location"),
-    config(
-        "gh/hosts.yml",
-        "GitHub CLI: oauth_token per host (config.yml, ordinary settings, stays readable)",
-    ),
-    config(
-        "github-copilot",
-        "GitHub Copilot (editors, CLI): hosts.json and apps.json with OAuth tokens",
-    ),
-    config("hub", "hub (GitHub's older CLI): oauth_token"),
+    // curl, git, ftp, pip: machine/login/password lines
+    home(".netrc"),
+    // git credential-store: https://user:token@host lines
+    home(".git-credentials"),
+    // git credential-store: its XDG location
+    config("git/credentials"),
+    // GitHub CLI: oauth_token per host (config.yml, ordinary settings, stays readable)
+    config("gh/hosts.yml"),
+    // GitHub Copilot (editors, CLI): hosts.json and apps.json with OAuth tokens
+    config("github-copilot"),
+    // hub (GitHub's older CLI): oauth_token
+    config("hub"),
     // Package registries' token files (files that hold only credentials).
-    home(
-        ".pypirc",
-        "PyPI uploads (twine): repository passwords and API tokens (pip does not read it)",
-    ),
-    home(
-        ".cargo/credentials.toml",
-        "cargo: registry tokens (cargo login)",
-    ),
-    home(
-        ".cargo/credentials",
-        "cargo: registry tokens, the name before Rust 1.39",
-    ),
-    home(".gem/credentials", "RubyGems: API keys (gem push)"),
-    home(
-        ".terraform.d/credentials.tfrc.json",
-        "Terraform: HCP Terraform / registry API tokens (terraform login)",
-    ),
-    home(".vault-token", "HashiCorp Vault CLI: the login token"),
-    home(".pgpass", "PostgreSQL clients: passwords"),
+    // PyPI uploads (twine): repository passwords and API tokens (pip does not read it)
+    home(".pypirc"),
+    // cargo: registry tokens (cargo login)
+    home(".cargo/credentials.toml"),
+    // cargo: registry tokens, the name before Rust 1.39
+    home(".cargo/credentials"),
+    // RubyGems: API keys (gem push)
+    home(".gem/credentials"),
+    // Terraform: HCP Terraform / registry API tokens (terraform login)
+    home(".terraform.d/credentials.tfrc.json"),
+    // HashiCorp Vault CLI: the login token
+    home(".vault-token"),
+    // PostgreSQL clients: passwords
+    home(".pgpass"),
     // Password stores and keyrings.
-    home(
-        ".password-store",
-        "pass: GPG-encrypted passwords and their names",
-    ),
-    data(
-        "keyrings",
-        "GNOME Keyring: the login keyring (passwords, tokens, Wi-Fi keys)",
-    ),
-    data("kwalletd", "KDE Wallet: the wallets"),
+    // pass: GPG-encrypted passwords and their names
+    home(".password-store"),
+    // GNOME Keyring: the login keyring (passwords, tokens, Wi-Fi keys)
+    data("keyrings"),
+    // KDE Wallet: the wallets
+    data("kwalletd"),
     // Browser profiles: cookies, saved passwords, session tokens.
-    home(
-        ".mozilla",
-        "Firefox: profiles (cookies.sqlite, logins.json, key4.db)",
-    ),
-    config(
-        "google-chrome",
-        "Google Chrome: profiles (Cookies, Login Data)",
-    ),
-    config("chromium", "Chromium: profiles (Cookies, Login Data)"),
-    config(
-        "BraveSoftware",
-        "Brave: profiles (Cookies, Login Data)",
-    ),
-    config(
-        "microsoft-edge",
-        "Microsoft Edge: profiles (Cookies, Login Data)",
-    ),
+    // Firefox: profiles (cookies.sqlite, logins.json, key4.db)
+    home(".mozilla"),
+    // Google Chrome: profiles (Cookies, Login Data)
+    config("google-chrome"),
+    // Chromium: profiles (Cookies, Login Data)
+    config("chromium"),
+    // Brave: profiles (Cookies, Login Data)
+    config("BraveSoftware"),
+    // Microsoft Edge: profiles (Cookies, Login Data)
+    config("microsoft-edge"),
     // Shell and REPL histories: pasted tokens, passwords on command lines.
-    home(".bash_history", "bash: command history"),
-    home(".zsh_history", "zsh: command history"),
-    data("fish/fish_history", "fish: command history"),
-    home(".python_history", "Python REPL: history"),
-    home(".node_repl_history", "Node.js REPL: history"),
-    home(".psql_history", "psql: history (ALTER ROLE ... PASSWORD)"),
-    home(".mysql_history", "mysql client: history (passwords in statements)"),
+    // bash: command history
+    home(".bash_history"),
+    // zsh: command history
+    home(".zsh_history"),
+    // fish: command history
+    data("fish/fish_history"),
+    // Python REPL: history
+    home(".python_history"),
+    // Node.js REPL: history
+    home(".node_repl_history"),
+    // psql: history (ALTER ROLE ... PASSWORD)
+    home(".psql_history"),
+    // mysql client: history (passwords in statements)
+    home(".mysql_history"),
     // Agents' own credentials.
-    home(
-        ".claude/.credentials.json",
-        "Claude Code on Linux: the claude.ai OAuth tokens (CLAUDE_CONFIG_DIR moves it)",
-    ),
-    home(
-        ".claude.json",
-        "Claude Code: settings and project state, and `primaryApiKey` after a Console login",
-    ),
-    home(
-        ".codex/auth.json",
-        "Codex CLI: OPENAI_API_KEY or the ChatGPT login's tokens",
-    ),
-    home(
-        ".gemini/oauth_creds.json",
-        "Gemini CLI: the Google login's OAuth tokens",
-    ),
-    home(
-        ".gemini/mcp-oauth-tokens.json",
-        "Gemini CLI: MCP servers' OAuth tokens",
-    ),
-    data(
-        "opencode/auth.json",
-        "opencode: providers' API keys and OAuth tokens",
-    ),
+    // Claude Code on Linux: the claude.ai OAuth tokens (CLAUDE_CONFIG_DIR moves it)
+    home(".claude/.credentials.json"),
+    // Claude Code: settings and project state, and `primaryApiKey` after a Console login
+    home(".claude.json"),
+    // Codex CLI: OPENAI_API_KEY or the ChatGPT login's tokens
+    home(".codex/auth.json"),
+    // Gemini CLI: the Google login's OAuth tokens
+    home(".gemini/oauth_creds.json"),
+    // Gemini CLI: MCP servers' OAuth tokens
+    home(".gemini/mcp-oauth-tokens.json"),
+    // opencode: providers' API keys and OAuth tokens
+    data("opencode/auth.json"),
 ];
 
 /// Files that may hold a credential but also hold ordinary settings that tools inside the
 /// sandbox need: *not* hidden (hide one with `--hide`). Listed so the decision is written down.
 pub const NOT_SECRET_LOCATIONS: &[Location] = &[
-    home(
-        ".npmrc",
-        "npm, pnpm, yarn 1: registry, proxy, cache settings; `//host/:_authToken=` lines too. npm must keep working with an .npmrc without tokens; tokens belong in NPM_TOKEN (withheld) referenced as ${NPM_TOKEN}",
-    ),
-    home(
-        ".yarnrc.yml",
-        "yarn 2+: settings; npmAuthToken entries too (same decision as .npmrc)",
-    ),
-    home(".gitconfig", "git: settings (credential helpers are named, not stored)"),
-    config("git/config", "git: settings, XDG location"),
-    config("gh/config.yml", "GitHub CLI: settings and aliases"),
-    config("pip/pip.conf", "pip: index settings (a URL with a password is possible)"),
-    home(
-        ".docker",
-        "Docker: only config.json (in the set) holds logins; contexts, buildx and CLI plugins must stay readable",
-    ),
-    home(
-        ".claude",
-        "Claude Code: settings, agents, commands that a nested run reads; only .credentials.json is hidden",
-    ),
-    home(".cargo", "cargo: config.toml, the registry cache and installed binaries"),
+    // npm, pnpm, yarn 1: registry, proxy, cache settings; `//host/:_authToken=` lines too. npm must keep working with an .npmrc without tokens; tokens belong in NPM_TOKEN (withheld) referenced as ${NPM_TOKEN}
+    home(".npmrc"),
+    // yarn 2+: settings; npmAuthToken entries too (same decision as .npmrc)
+    home(".yarnrc.yml"),
+    // git: settings (credential helpers are named, not stored)
+    home(".gitconfig"),
+    // git: settings, XDG location
+    config("git/config"),
+    // GitHub CLI: settings and aliases
+    config("gh/config.yml"),
+    // pip: index settings (a URL with a password is possible)
+    config("pip/pip.conf"),
+    // Docker: only config.json (in the set) holds logins; contexts, buildx and CLI plugins must stay readable
+    home(".docker"),
+    // Claude Code: settings, agents, commands that a nested run reads; only .credentials.json is hidden
+    home(".claude"),
+    // cargo: config.toml, the registry cache and installed binaries
+    home(".cargo"),
 ];
 
 /// Where one user's [`Base`] directories are.
@@ -324,12 +276,22 @@ impl UserDirs {
 /// table order, without repeats. A relative home yields nothing (no location could be named).
 pub fn for_user(dirs: &UserDirs) -> Vec<PathBuf> {
     let mut out = Vec::new();
+    for (base, path) in pieces(dirs) {
+        push_new(&mut out, base.join(path));
+    }
+    out
+}
+
+/// [`for_user`] as `(base directory, path under it)`, in table order, repeats included: a
+/// reader can list each base once and look only at the entries whose first component is there.
+pub fn pieces(dirs: &UserDirs) -> Vec<(PathBuf, &'static str)> {
+    let mut out = Vec::new();
     if !dirs.home.is_absolute() {
         return out;
     }
     for loc in SECRET_LOCATIONS {
         for base in dirs.bases(loc.base) {
-            push_new(&mut out, base.join(loc.path));
+            out.push((base, loc.path));
         }
     }
     out
@@ -406,7 +368,7 @@ mod tests {
     #[test]
     fn every_entry_is_relative_clean_and_has_a_reason() {
         for loc in SECRET_LOCATIONS.iter().chain(NOT_SECRET_LOCATIONS) {
-            assert!(!loc.path.is_empty() && !loc.why.is_empty(), "{loc:?}");
+            assert!(!loc.path.is_empty(), "{loc:?}");
             let path = Path::new(loc.path);
             assert!(path.is_relative(), "{loc:?}");
             assert!(

@@ -117,9 +117,10 @@ Writable: the worktree, /tmp and $TMPDIR, /dev/null, /dev/zero, /dev/full, termi
 Secrets: the user's credential locations (~/.ssh, ~/.gnupg, ~/.aws, ~/.azure, gcloud's,
 ~/.kube, registry logins, ~/.netrc, git credential stores, token files of npm's peers,
 password stores, keyrings, browser profiles, shell histories, agents' credential files;
-every user's when run as root) cannot be read: opening one fails with EACCES, and so does
-any entry the host makes beside one during the run; names stay listable (Landlock read
-rights: every backend but bwrap, on kernels with Landlock). --allow-read and --hide adjust it.
+every user's when run as root) that exist when the run starts cannot be read: opening one
+fails with EACCES, and so does any entry the host makes beside one during the run; names stay
+listable (Landlock read rights: every backend but bwrap, on kernels with Landlock).
+--allow-read and --hide adjust the set.
 
 Unix sockets: the command may connect to (or send to) a pathname unix socket only if a
 process of this run created it, --allow-unix names it, or its listener bound it beneath the

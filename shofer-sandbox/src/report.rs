@@ -115,12 +115,29 @@ pub fn run(
     );
     map.insert("git".into(), git);
     map.insert("env_withheld".into(), json!(env_withheld));
+    // Where the backend does not hide them (bubblewrap, no Landlock layer), every location is
+    // readable: listed as such, with the row's reason.
+    let hiding = choice
+        .verdicts
+        .iter()
+        .any(|(p, v)| *p == shofer_core::policy::Protection::SecretsHidden && v.is_enforced());
+    let mut left: Vec<Value> = secrets
+        .not_hidden
+        .iter()
+        .map(|(p, why)| json!({"path": p, "why": why}))
+        .collect();
+    if !hiding {
+        left.extend(
+            secrets
+                .hidden
+                .iter()
+                .map(|p| json!({"path": p, "why": "this backend does not hide secret locations (see protections.secrets_hidden)"})),
+        );
+    }
+    let hidden: &[std::path::PathBuf] = if hiding { &secrets.hidden } else { &[] };
     map.insert(
         "secrets".into(),
-        json!({
-            "hidden": secrets.hidden,
-            "left_readable": secrets.not_hidden.iter().map(|(p, why)| json!({"path": p, "why": why})).collect::<Vec<_>>(),
-        }),
+        json!({"hidden": hidden, "left_readable": left}),
     );
     obj
 }

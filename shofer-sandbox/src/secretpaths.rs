@@ -29,7 +29,20 @@
 //! - a location that is a symlink (a dotfiles repository's link) is hidden at its target;
 //! - a hard link the host made to a hidden file from a readable place stays readable through
 //!   that place (Landlock reads paths); the command cannot make one (Landlock refuses a link
-//!   that would gain a right, and one across directories before ABI 2).
+//!   that would gain a right, and one across directories before ABI 2);
+//! - a bind mount that shows a hidden location elsewhere (a home mounted twice) is found in
+//!   the mount table and hidden at that path too, if it reaches the same inode; an alias in
+//!   the writable set leaves the location readable (named as such);
+//! - block devices get no rule (a disk would hand uid 0 every file): `/dev` is granted entry
+//!   by entry, a directory without one beneath it whole.
+//!
+//! Limits, by the same construction: a location that does not exist at the start is not
+//! watched (one created during the run in a directory that held no hidden location — `gh auth
+//! login` in another terminal — is readable); a file the host replaces by rename during the run
+//! in a directory that holds one (`git config --global` rewriting `~/.gitconfig`) becomes
+//! unreadable until the next run; a directory that holds one but that the caller cannot list
+//! (mode 0711) gets no entry rules, so its other entries are unreadable; a relative `$HOME`
+//! counts for nothing (the passwd home still does).
 //!
 //! With nothing to hide, reading is not handled at all: the run pays nothing.
 
@@ -115,25 +128,47 @@ fn caller_dirs(passwd: &str) -> Vec<UserDirs> {
 }
 
 /// The locations this run hides, the existing ones it leaves readable, and the read rules.
-/// A location that does not exist costs one `lstat`.
+///
+/// Cost: each base directory (a home, its XDG directories) is listed once, and only the
+/// locations whose first component is listed there are looked up; as root, a passwd home
+/// counts only when its user owns it (system accounts name shared directories such as `/bin`
+/// or `/var/www`, or none).
 pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[PathBuf]) -> Resolved {
+    use std::os::unix::fs::MetadataExt;
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let others = if rustix::process::geteuid().is_root() {
-        secretpaths::passwd_homes(&passwd)
-    } else {
-        Vec::new()
-    };
-    let mut set = Vec::new();
-    for dirs in caller_dirs(&passwd) {
-        for p in secretpaths::default_set(&dirs, &others) {
-            if !set.contains(&p) {
-                set.push(p);
+    let mut users = caller_dirs(&passwd);
+    if rustix::process::geteuid().is_root() {
+        for (uid, home) in secretpaths::passwd_homes(&passwd) {
+            let owned = std::fs::metadata(&home).is_ok_and(|m| m.is_dir() && m.uid() == uid);
+            if owned && !users.iter().any(|d| d.home == home) {
+                users.push(UserDirs::defaults(&home, uid));
             }
         }
     }
-    if set.is_empty() {
-        set = secretpaths::default_set(&UserDirs::defaults(Path::new(""), 0), &others);
+    let mut listed: Vec<(PathBuf, Vec<std::ffi::OsString>)> = Vec::new();
+    let mut set: Vec<PathBuf> = Vec::new();
+    for dirs in &users {
+        for (base, path) in secretpaths::pieces(dirs) {
+            let first = Path::new(path)
+                .components()
+                .next()
+                .map(|c| c.as_os_str().to_owned());
+            let names = match listed.iter().position(|(b, _)| *b == base) {
+                Some(i) => &listed[i].1,
+                None => {
+                    let names = std::fs::read_dir(&base)
+                        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+                        .unwrap_or_default();
+                    listed.push((base.clone(), names));
+                    &listed[listed.len() - 1].1
+                }
+            };
+            let candidate = base.join(path);
+            if first.is_some_and(|f| names.contains(&f)) && !set.contains(&candidate) {
+                set.push(candidate);
+            }
+        }
     }
     // An --allow-read names a location by either of its names: as written and canonical.
     let mut allow: Vec<PathBuf> = Vec::new();
@@ -147,6 +182,7 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
     let hide: Vec<PathBuf> = hide.iter().map(|h| absolute(h, &cwd)).collect();
     let wanted = secretpaths::adjust(set, &allow, &hide);
 
+    let mounts = shofer_sys::proc::mounts().unwrap_or_default();
     let mut out = Resolved::default();
     for loc in wanted {
         if std::fs::symlink_metadata(&loc).is_err() {
@@ -158,12 +194,17 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
         if allow.iter().any(|a| canonical.starts_with(a)) && !hide.contains(&loc) {
             continue;
         }
-        if let Some(why) = conflict(opened, &canonical) {
+        let names: Vec<PathBuf> = std::iter::once(canonical.clone())
+            .chain(aliases(&canonical, &mounts))
+            .collect();
+        if let Some(why) = names.iter().find_map(|n| conflict(opened, n)) {
             out.not_hidden.push((canonical, why));
             continue;
         }
-        if canonical != Path::new("/") && !out.hidden.contains(&canonical) {
-            out.hidden.push(canonical);
+        for n in names {
+            if n != Path::new("/") && !out.hidden.contains(&n) {
+                out.hidden.push(n);
+            }
         }
     }
     // A location inside another is hidden with it.
@@ -201,19 +242,30 @@ fn read_rules(hidden: &[PathBuf], also: &[PathBuf]) -> ReadRules {
         let Ok(fd) = open_path(rustix::fs::CWD, dir, true) else {
             continue; // gone or unreachable: nothing beneath it is readable either
         };
-        let Ok(names) = crate::paths::list(&fd) else {
-            rules.listable.push(fd);
-            continue;
-        };
-        for name in names {
+        // Listed by path (the directory was just opened by it; an entry swapped in between
+        // only gets a rule if it is not a symlink, and never a hidden location's).
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = entry.file_name();
             let child = dir.join(&name);
             if hidden.contains(&child) || ancestors.contains(&child) {
                 continue;
             }
             // A symlink needs no rule: the walk reaches its target by the target's own path.
-            if let Ok(entry) = open_path(&fd, Path::new(&name), false) {
-                if let Some(is_dir) = rule_kind(&entry) {
-                    rules.readable.push((entry, is_dir));
+            let kind = entry.file_type().ok();
+            if kind.is_some_and(|k| k.is_symlink()) {
+                continue;
+            }
+            if child == Path::new("/dev") {
+                device_rules(&child, 0, &mut rules.readable);
+                continue;
+            }
+            if let Ok(opened) = open_path(&fd, Path::new(&name), false) {
+                let is_dir = match kind {
+                    Some(k) if k.is_dir() || k.is_file() => Some(k.is_dir()),
+                    _ => rule_kind(&opened),
+                };
+                if let Some(is_dir) = is_dir {
+                    rules.readable.push((opened, is_dir));
                 }
             }
         }
@@ -227,6 +279,87 @@ fn read_rules(hidden: &[PathBuf], also: &[PathBuf]) -> ReadRules {
         }
     }
     rules
+}
+
+/// Read rules for what `dir` (under `/dev`) holds, leaving out block devices: root's command
+/// runs as uid 0 on Landlock alone, and a disk (`root:disk 0660`) would hand it every file of
+/// the filesystem, hidden ones included. A directory without a block device beneath it gets
+/// one rule; one with any is walked (4 levels at most; deeper ones stay unreadable), so a
+/// device that appears later is unreadable too. Returns whether a block device was found.
+fn device_rules(dir: &Path, depth: u32, out: &mut Vec<(OwnedFd, bool)>) -> bool {
+    let mut mine = Vec::new();
+    let mut block = false;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_symlink() {
+            continue;
+        }
+        if kind.is_block_device() {
+            block = true;
+            continue;
+        }
+        let path = entry.path();
+        if kind.is_dir() {
+            let mut below = Vec::new();
+            if depth < 4 && !device_rules(&path, depth + 1, &mut below) {
+                if let Ok(fd) = open_path(rustix::fs::CWD, &path, true) {
+                    mine.push((fd, true));
+                }
+            } else {
+                block = true;
+                mine.append(&mut below);
+            }
+            continue;
+        }
+        if let Ok(fd) = open_path(rustix::fs::CWD, &path, false) {
+            mine.push((fd, false));
+        }
+    }
+    if !block && depth > 0 {
+        // The caller gives the whole directory one rule instead.
+        return false;
+    }
+    out.append(&mut mine);
+    block
+}
+
+/// Every other path at which the mount table shows the object at `path` (a bind mount of a
+/// home elsewhere, a filesystem mounted twice): Landlock walks a bind mount's path up from its
+/// mount point, so each such alias must be hidden too. Only aliases that reach the same inode
+/// are kept (a mount stacked over one shows something else).
+fn aliases(path: &Path, mounts: &[shofer_sys::proc::Mount]) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(me) = std::fs::symlink_metadata(path) else {
+        return Vec::new();
+    };
+    // The mount that shows `path`: the deepest mount point above it, the last one mounted.
+    let Some(own) = mounts
+        .iter()
+        .filter(|m| path.starts_with(&m.point))
+        .max_by_key(|m| Path::new(&m.point).components().count())
+    else {
+        return Vec::new();
+    };
+    let Ok(rest) = path.strip_prefix(&own.point) else {
+        return Vec::new();
+    };
+    let in_fs = Path::new(&own.root).join(rest);
+    let mut out: Vec<PathBuf> = Vec::new();
+    for m in mounts.iter().filter(|m| m.dev == own.dev) {
+        let Ok(below) = in_fs.strip_prefix(&m.root) else {
+            continue;
+        };
+        let alias = Path::new(&m.point).join(below);
+        let same = std::fs::symlink_metadata(&alias)
+            .is_ok_and(|a| (a.dev(), a.ino()) == (me.dev(), me.ino()));
+        if alias != path && same && !out.contains(&alias) {
+            out.push(alias);
+        }
+    }
+    out
 }
 
 /// `O_PATH` descriptor of `path` relative to `dir`, without following a final symlink

@@ -500,3 +500,70 @@ fn the_worktree_wins_over_a_secret_location_inside_it() {
         assert!(v.contains("\"left_readable\":[{\"path\""), "{b}: {v}");
     }
 }
+
+/// Root's command runs as uid 0 on Landlock alone: the disks under /dev would hand it every
+/// file, hidden ones included. A bind mount of the home elsewhere shows the secrets by another
+/// path: that alias is hidden too (and a writable alias leaves them readable, said so).
+#[test]
+fn block_devices_and_bind_mount_aliases_do_not_reveal_secrets() {
+    if skip_unless_root("block_devices_and_bind_mount_aliases_do_not_reveal_secrets") {
+        return;
+    }
+    let h = Home::new(None);
+    let alias = h.scratch.path().join("alias");
+    std::fs::create_dir(&alias).unwrap();
+    let disk = h.scratch.path().join("disk.img");
+    std::fs::write(&disk, "disk-bytes-secret-3f4a".repeat(64)).unwrap();
+    let ok = |c: &mut std::process::Command| c.status().is_ok_and(|s| s.success());
+    assert!(ok(std::process::Command::new("mount")
+        .arg("--bind")
+        .arg(&h.home)
+        .arg(&alias)));
+    let out = std::process::Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&disk)
+        .output()
+        .unwrap();
+    let loopdev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let result = std::panic::catch_unwind(|| {
+        assert!(loopdev.starts_with("/dev/loop"), "losetup: {}", show(&out));
+        for b in hiding_backends() {
+            let out = h
+                .run(b, None)
+                .sh(&format!(
+                    "cat '{a}/.netrc' '{a}/.ssh/id_ed25519'; head -c 100 {loopdev}; true",
+                    a = alias.display()
+                ))
+                .output();
+            assert_eq!(out.status.code(), Some(0), "{b}: {}", show(&out));
+            assert_no_leak(&out, &[], b);
+            assert!(
+                !text(&out).contains("disk-bytes-secret-3f4a"),
+                "{b}: {}",
+                show(&out)
+            );
+            assert_denied(&out, &alias.join(".netrc"), b);
+        }
+        // Writable through the alias: readable, and the report says why.
+        let report = h.scratch.path().join("report.json");
+        let out = h
+            .run("landlock", None)
+            .arg("--allow-write")
+            .arg(&alias)
+            .arg("--report")
+            .arg("9")
+            .fd9(std::fs::File::create(&report).unwrap())
+            .sh("true")
+            .output();
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+        let v = std::fs::read_to_string(&report).unwrap();
+        assert!(v.contains("it lies inside an --allow-write path"), "{v}");
+    });
+    let _ = std::process::Command::new("umount").arg(&alias).status();
+    let _ = std::process::Command::new("losetup")
+        .args(["-d", &loopdev])
+        .status();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}

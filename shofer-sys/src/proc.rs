@@ -309,6 +309,74 @@ impl ProcTable {
     }
 }
 
+/// One line of `/proc/<pid>/mountinfo` (proc(5)), the fields shofer uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// The device (`major:minor` of the filesystem).
+    pub dev: (u32, u32),
+    /// The directory of the filesystem this mount shows (`/` for a whole filesystem, deeper
+    /// for a bind mount), unescaped.
+    pub root: String,
+    /// Where it is mounted, unescaped.
+    pub point: String,
+    /// The per-mount options (`rw,nosuid,relatime`, …).
+    pub options: String,
+}
+
+/// The mounts of a `mountinfo` text, in order; malformed lines are skipped. Paths are
+/// unescaped (`\040` is a space).
+pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let dev = fields.nth(2)?;
+            let (major, minor) = dev.split_once(':')?;
+            let dev = (major.parse().ok()?, minor.parse().ok()?);
+            let root = unescape(fields.next()?);
+            let point = unescape(fields.next()?);
+            let options = fields.next()?.to_string();
+            Some(Mount {
+                dev,
+                root,
+                point,
+                options,
+            })
+        })
+        .collect()
+}
+
+/// This process's mounts (`/proc/self/mountinfo`).
+///
+/// # Errors
+/// Reading the file.
+pub fn mounts() -> io::Result<Vec<Mount>> {
+    Ok(parse_mountinfo(&std::fs::read_to_string(
+        "/proc/self/mountinfo",
+    )?))
+}
+
+/// Undoes the octal escapes of mountinfo (`\040` space, `\011` tab, `\012` newline, `\134`
+/// backslash).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 4 <= b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,5 +480,27 @@ mod tests {
         d.sort_unstable();
         assert_eq!(d, vec![11, 12, 13]);
         assert!(t.descendants(12).is_empty());
+    }
+
+    #[test]
+    fn mountinfo_lines_give_device_root_point_and_options() {
+        let text = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n\
+                    28 27 0:25 /sub/dir /mnt/a\\040b ro,nosuid,nodev,relatime - tmpfs x ro\n\
+                    garbage\n";
+        let m = parse_mountinfo(text);
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            (m[0].dev, m[0].root.as_str(), m[0].point.as_str()),
+            ((254, 0), "/", "/")
+        );
+        assert_eq!(m[1].root, "/sub/dir");
+        assert_eq!(m[1].point, "/mnt/a b");
+        assert_eq!(m[1].options, "ro,nosuid,nodev,relatime");
+    }
+
+    #[test]
+    fn unescape_leaves_plain_text_and_short_escapes() {
+        assert_eq!(unescape("/a\\134b\\011"), "/a\\b\t");
+        assert_eq!(unescape("/x\\04"), "/x\\04");
     }
 }

@@ -313,17 +313,14 @@ fn readonly_tree(keep_rw: &[String]) -> io::Result<bool> {
     Ok(true)
 }
 
-/// (mount point, flags to keep) for each line of `/proc/self/mountinfo`, in order. Mount
-/// points are unescaped (`\040` is a space); the kept flags are the per-mount options the
-/// kernel may have locked.
+/// (mount point, flags to keep) for each line of `/proc/self/mountinfo`, in order; the kept
+/// flags are the per-mount options the kernel may have locked.
 fn parse_mountinfo(text: &str) -> Vec<(String, libc::c_ulong)> {
-    text.lines()
-        .filter_map(|line| {
-            let mut fields = line.split(' ');
-            let point = fields.nth(4)?;
-            let opts = fields.next()?;
+    shofer_sys::proc::parse_mountinfo(text)
+        .into_iter()
+        .map(|m| {
             let mut flags = 0;
-            for opt in opts.split(',') {
+            for opt in m.options.split(',') {
                 flags |= match opt {
                     "nosuid" => libc::MS_NOSUID,
                     "nodev" => libc::MS_NODEV,
@@ -335,31 +332,9 @@ fn parse_mountinfo(text: &str) -> Vec<(String, libc::c_ulong)> {
                     _ => 0,
                 };
             }
-            Some((unescape(point), flags))
+            (m.point, flags)
         })
         .collect()
-}
-
-/// Undoes the octal escapes of mountinfo (`\040` space, `\011` tab, `\012` newline, `\134`
-/// backslash).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 4 <= b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -377,11 +352,5 @@ mod tests {
             parsed[1].1,
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_RELATIME
         );
-    }
-
-    #[test]
-    fn unescape_leaves_plain_text_and_short_escapes() {
-        assert_eq!(unescape("/a\\134b\\011"), "/a\\b\t");
-        assert_eq!(unescape("/x\\04"), "/x\\04");
     }
 }
