@@ -415,6 +415,7 @@ mod tests {
                     &opened,
                     &crate::gate::AllowUnix::none(),
                     &Default::default(),
+                    true,
                     abi,
                 )
                 .unwrap(),

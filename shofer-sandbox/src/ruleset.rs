@@ -33,8 +33,9 @@ use crate::error::SetupError;
 use crate::secretpaths::ReadRules;
 use crate::writable::OpenedPolicy;
 
-/// Creates the ruleset for `opened` and the `--allow-unix` paths `unix` at Landlock ABI `abi`
-/// (1..=10). The rule descriptors are
+/// Creates the ruleset for `opened`, the `--allow-unix` paths `unix` and the secret
+/// locations' read rules `reads` (with the host's `/dev` when the command sees it,
+/// `host_dev`) at Landlock ABI `abi` (1..=10). The rule descriptors are
 /// only borrowed (the namespace backends bind-mount them too). Apply the result with
 /// `RulesetCreated::restrict_self` in the child, last before exec.
 ///
@@ -44,6 +45,7 @@ pub(crate) fn create(
     opened: &OpenedPolicy,
     unix: &crate::gate::AllowUnix,
     reads: &ReadRules,
+    host_dev: bool,
     abi: u32,
 ) -> Result<RulesetCreated, SetupError> {
     let err = |source| SetupError::Landlock { rule: None, source };
@@ -85,7 +87,12 @@ pub(crate) fn create(
             .add_rule(PathBeneath::new(fd, AccessFs::ReadDir))
             .map_err(secret_err)?;
     }
-    for (fd, is_dir) in &reads.readable {
+    let dev = if host_dev && reads.active() {
+        reads.host_dev()
+    } else {
+        Vec::new()
+    };
+    for (fd, is_dir) in reads.readable.iter().chain(&dev) {
         let access = if *is_dir {
             read
         } else {
@@ -122,7 +129,7 @@ pub(crate) fn plan(
     // Safety: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     Ok(LandlockPlan {
-        ruleset: create(opened, unix, reads, abi)?,
+        ruleset: create(opened, unix, reads, true, abi)?,
         caller_privileged: root || capabilities::holds_any(),
         abi,
     })

@@ -74,6 +74,8 @@ pub(crate) struct ReadRules {
     /// Their other entries, and `--allow-read` paths inside hidden locations: (descriptor,
     /// is a directory): `READ_FILE` (and `READ_DIR` for a directory) beneath.
     pub readable: Vec<(OwnedFd, bool)>,
+    /// The host's `/dev`, an entry of `/`: see [`ReadRules::host_dev`].
+    pub dev: Option<OwnedFd>,
 }
 
 impl ReadRules {
@@ -81,6 +83,41 @@ impl ReadRules {
     pub fn active(&self) -> bool {
         !self.listable.is_empty()
     }
+
+    /// The read rules for the host's `/dev`, for a command that sees it (Landlock alone; the
+    /// namespace backends mount a private `/dev` without disks, which process A grants): the
+    /// whole directory, or — when the caller can read a block device there (root: a disk
+    /// would hand it every file, hidden ones included) — entry by entry without block devices.
+    pub fn host_dev(&self) -> Vec<(OwnedFd, bool)> {
+        let Some(dev) = &self.dev else {
+            return Vec::new();
+        };
+        if !a_block_device_is_readable(Path::new("/dev")) {
+            return dev.try_clone().map(|d| vec![(d, true)]).unwrap_or_default();
+        }
+        let mut out = Vec::new();
+        device_rules(Path::new("/dev"), 0, &mut out);
+        out
+    }
+}
+
+/// Whether the caller (its effective ids) may read a block device directly in `dir`.
+fn a_block_device_is_readable(dir: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            e.file_type().is_ok_and(|k| k.is_block_device())
+                && rustix::fs::accessat(
+                    rustix::fs::CWD,
+                    e.path(),
+                    rustix::fs::Access::READ_OK,
+                    rustix::fs::AtFlags::EACCESS,
+                )
+                .is_ok()
+        })
 }
 
 /// `path` made absolute against `cwd` and cleaned lexically (`.` dropped, `..` pops).
@@ -256,7 +293,8 @@ fn read_rules(hidden: &[PathBuf], also: &[PathBuf]) -> ReadRules {
                 continue;
             }
             if child == Path::new("/dev") {
-                device_rules(&child, 0, &mut rules.readable);
+                // Its rules depend on the backend ([`ReadRules::host_dev`]).
+                rules.dev = open_path(&fd, Path::new(&name), true).ok();
                 continue;
             }
             if let Ok(opened) = open_path(&fd, Path::new(&name), false) {

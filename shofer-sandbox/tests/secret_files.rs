@@ -567,3 +567,113 @@ fn block_devices_and_bind_mount_aliases_do_not_reveal_secrets() {
         std::panic::resume_unwind(e);
     }
 }
+
+/// Real tools over real credentials in the scratch home: `ssh-keygen -y` (derives the public
+/// key, so it must read the private one), `ssh -i`, `gpg --list-secret-keys` and `git
+/// credential fill` with the store helper find nothing inside, on every backend that hides,
+/// as root and as uid 65534.
+#[test]
+fn ssh_gpg_and_git_credential_find_nothing() {
+    let test = "ssh_gpg_and_git_credential_find_nothing";
+    for tool in ["ssh-keygen", "ssh", "gpg", "git"] {
+        if which(tool).is_none() {
+            skip(test, &format!("{tool} not installed"));
+            return;
+        }
+    }
+    for b in hiding_backends() {
+        for uid in uids() {
+            let cell = format!("{b} as {uid:?}");
+            let scratch = Scratch::new();
+            let home = scratch.path().join("home");
+            let wt = scratch.path().join("wt");
+            std::fs::create_dir_all(home.join(".ssh")).unwrap();
+            std::fs::create_dir_all(&wt).unwrap();
+            let host = |prog: &str, args: &[&str]| {
+                let out = std::process::Command::new(prog)
+                    .args(args)
+                    .env("HOME", &home)
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{prog} {args:?}: {}", show(&out));
+            };
+            let key = home.join(".ssh/id_ed25519");
+            host(
+                "ssh-keygen",
+                &["-q", "-t", "ed25519", "-N", "", "-f", key.to_str().unwrap()],
+            );
+            let gnupg = home.join(".gnupg");
+            std::fs::create_dir_all(&gnupg).unwrap();
+            host(
+                "gpg",
+                &[
+                    "--batch",
+                    "--homedir",
+                    gnupg.to_str().unwrap(),
+                    "--passphrase",
+                    "",
+                    "--quick-gen-key",
+                    "secret-owner@shofer.invalid",
+                    "ed25519",
+                ],
+            );
+            let _ = std::process::Command::new("gpgconf")
+                .args(["--homedir", gnupg.to_str().unwrap(), "--kill", "all"])
+                .status();
+            std::fs::write(
+                home.join(".git-credentials"),
+                "https://agent:git-store-secret-6b7c@forge.invalid\n",
+            )
+            .unwrap();
+            if let Some(u) = uid {
+                scratch.chown_all(u);
+            }
+            let mut run = Run::new(&wt)
+                .backend(b)
+                .env("HOME", &home)
+                .env("GIT_TERMINAL_PROMPT", "0")
+                .env_remove("XDG_RUNTIME_DIR");
+            if let Some(u) = uid {
+                run = run.with_uid(u);
+            }
+            let out = run
+                .sh(&format!(
+                    "ssh-keygen -y -f '{k}'; echo ssh-keygen=$?; \
+                     ssh -i '{k}' -o BatchMode=yes -o ConnectTimeout=1 -p 1 127.0.0.1 true; \
+                     gpg --batch --list-secret-keys; echo gpg=$?; \
+                     printf 'protocol=https\\nhost=forge.invalid\\n\\n' | \
+                       git -c credential.helper=store credential fill; echo git=$?",
+                    k = key.display()
+                ))
+                .output();
+            let all = text(&out);
+            assert!(
+                all.contains("ssh-keygen=255") || all.contains("ssh-keygen=1"),
+                "{cell}: {all}"
+            );
+            assert!(
+                !all.contains("ssh-ed25519 "),
+                "{cell}: the public key was derived:\n{all}"
+            );
+            assert!(all.contains("Permission denied"), "{cell}: {all}");
+            assert!(
+                !all.contains("secret-owner@shofer.invalid"),
+                "{cell}: gpg listed the key:\n{all}"
+            );
+            assert!(!all.contains("git-store-secret-6b7c"), "{cell}: {all}");
+            assert!(
+                !all.contains("git=0"),
+                "{cell}: git found a credential:\n{all}"
+            );
+        }
+    }
+}
+
+/// `prog` on `PATH`.
+fn which(prog: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(prog))
+            .find(|c| c.is_file())
+    })
+}

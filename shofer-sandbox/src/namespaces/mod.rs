@@ -162,7 +162,7 @@ pub(crate) fn plan<'a>(
         }
     }
     let landlock = if abi > 0 {
-        let mut ruleset = crate::ruleset::create(opened, unix, reads, abi)?;
+        let mut ruleset = crate::ruleset::create(opened, unix, reads, false, abi)?;
         // The mounts decide what of these is writable; Landlock must allow what they allow.
         for dir in &layers.landlock_dirs {
             ruleset = crate::ruleset::add_dir(ruleset, dir, reads, abi)?;
