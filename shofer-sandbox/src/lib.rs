@@ -161,6 +161,14 @@ enum Outcome {
     NotExecuted(i32, String),
 }
 
+/// Restores `SIGCHLD`'s default disposition, first thing: a caller that ignores it
+/// (`SIG_IGN` survives exec) would have the kernel reap our children itself and never queue
+/// the signal, and the guardian and the supervisor, which wait for it with `sigwaitinfo`,
+/// would wait forever; the probes' `waitpid` would fail.
+pub fn take_back_sigchld() {
+    shofer_sys::signal::set_default(libc::SIGCHLD);
+}
+
 /// Runs one sandboxed command and returns the exit status to use: the command's own status,
 /// 126/127 when it could not be executed, 125 when the sandbox could not be set up (after
 /// printing why on stderr). A command killed by signal N makes this process die by N

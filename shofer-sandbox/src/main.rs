@@ -22,6 +22,7 @@ extern "C" fn main(
     {
         shofer_sandbox::gate_helper_main(&args[1..]);
     }
+    shofer_sandbox::take_back_sigchld();
     let code = match cli::parse(args) {
         Ok(Invocation::Help) => {
             print!("{}", cli::HELP);

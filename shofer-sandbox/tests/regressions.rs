@@ -228,3 +228,44 @@ fn every_backend_runs_where_the_session_leader_is_outside_the_pid_namespace() {
         );
     }
 }
+
+/// A caller that ignores SIGCHLD (SIG_IGN survives exec) made the kernel reap the sandbox's
+/// children itself: the Landlock guardian waited for a SIGCHLD that never came, for ever.
+#[test]
+fn every_backend_ends_when_the_caller_ignores_sigchld() {
+    use std::os::unix::process::CommandExt;
+    let s = Scratch::new();
+    for b in backends() {
+        let mut cmd = Command::new(SANDBOX);
+        cmd.args(["--backend", b])
+            .arg(s.path())
+            .args(["--", "true"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        // Safety: signal(2) is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break Some(st);
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(0),
+            "{b}: hung or failed with SIGCHLD ignored"
+        );
+    }
+}
