@@ -327,14 +327,9 @@ fn unmounting_or_binding_from_inside_reveals_nothing() {
             }
         }
     }
-    // The nested attempts mean something only where a nested user namespace can be made.
+    // Where a nested user namespace was made, its mounts revealed nothing (above); where none
+    // could be (Landlock refuses the uid_map write and any mount), the route is closed earlier.
     eprintln!("a nested user namespace was made in: {nested_ran:?}");
-    if nested_ran.is_empty() {
-        skip(
-            "unmounting_or_binding_from_inside_reveals_nothing",
-            "no backend here lets the command make a nested user namespace",
-        );
-    }
 }
 
 #[test]
