@@ -57,13 +57,7 @@ pub fn denial_hint(output: &str, writable: &[&str], secrets: &[&str]) -> Option<
             );
         }
     }
-    for (n, line) in lines.iter().enumerate() {
-        let near_denial = lines[n.saturating_sub(3)..(n + 4).min(lines.len())]
-            .iter()
-            .any(|l| DENIED.iter().any(|w| l.contains(w)));
-        if !near_denial {
-            continue;
-        }
+    for line in near_denial(&lines) {
         if absolute_paths(line).any(|p| !is_writable(p, writable)) {
             return Some(format!(
                 "Note: the output above shows a write outside the sandbox's writable places refused: only {} (and a few devices) are writable for this task. This is not a permission problem to fix; write under those instead, e.g. npm_config_cache=/tmp/npm-cache, UV_CACHE_DIR=/tmp/uv-cache, CARGO_HOME=/tmp/cargo-home, PIP_CACHE_DIR=/tmp/pip-cache.",
@@ -77,20 +71,20 @@ pub fn denial_hint(output: &str, writable: &[&str], secrets: &[&str]) -> Option<
 /// The secret location (one of `secrets`, the engine's own list) that a path on a line near a
 /// denial word lies in, if any.
 fn refused_secret<'s>(lines: &[&str], secrets: &[&'s str]) -> Option<&'s str> {
-    for (n, line) in lines.iter().enumerate() {
-        let near_denial = lines[n.saturating_sub(3)..(n + 4).min(lines.len())]
+    near_denial(lines)
+        .flat_map(absolute_paths)
+        .find_map(|path| secrets.iter().find(|s| under(path, s)).copied())
+}
+
+/// The lines with a denial word within three lines of them (npm names the code on one line
+/// and the path on another).
+fn near_denial<'a>(lines: &'a [&'a str]) -> impl Iterator<Item = &'a str> {
+    lines.iter().enumerate().filter_map(move |(n, line)| {
+        lines[n.saturating_sub(3)..(n + 4).min(lines.len())]
             .iter()
-            .any(|l| DENIED.iter().any(|w| l.contains(w)));
-        if !near_denial {
-            continue;
-        }
-        for path in absolute_paths(line) {
-            if let Some(s) = secrets.iter().find(|s| under(path, s)) {
-                return Some(s);
-            }
-        }
-    }
-    None
+            .any(|l| DENIED.iter().any(|w| l.contains(w)))
+            .then_some(*line)
+    })
 }
 
 /// Absolute paths in a line: words starting with `/`, quotes and trailing punctuation removed.

@@ -103,6 +103,12 @@ impl Home {
     }
 }
 
+/// The first `--report` record written to `path`.
+fn first_record(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_json::from_str(text.lines().next().unwrap()).unwrap()
+}
+
 fn text(out: &Output) -> String {
     format!(
         "{}{}",
@@ -392,14 +398,7 @@ fn root_with_capabilities_cannot_read_hidden_files() {
         assert_no_leak(&out, &[], &cell);
         assert_denied(&out, &h.home.join(".netrc"), &cell);
         assert_denied(&out, &h.home.join(".ssh/id_ed25519"), &cell);
-        let v: serde_json::Value = serde_json::from_str(
-            std::fs::read_to_string(&report)
-                .unwrap()
-                .lines()
-                .next()
-                .unwrap(),
-        )
-        .unwrap();
+        let v = first_record(&report);
         let enforced = v["protections"]["secrets_hidden"]["enforced"]
             .as_bool()
             .unwrap();
@@ -422,14 +421,7 @@ fn report_lists_the_hidden_locations_that_exist() {
             .sh("true")
             .output();
         assert_eq!(out.status.code(), Some(0), "{b}: {}", show(&out));
-        let v: serde_json::Value = serde_json::from_str(
-            std::fs::read_to_string(&report)
-                .unwrap()
-                .lines()
-                .next()
-                .unwrap(),
-        )
-        .unwrap();
+        let v = first_record(&report);
         let hidden: Vec<PathBuf> = v["secrets"]["hidden"]
             .as_array()
             .unwrap()
