@@ -30,11 +30,17 @@
 //! - a hard link the host made to a hidden file from a readable place stays readable through
 //!   that place (Landlock reads paths); the command cannot make one (Landlock refuses a link
 //!   that would gain a right, and one across directories before ABI 2);
-//! - a bind mount that shows a hidden location elsewhere (a home mounted twice) is found in
-//!   the mount table and hidden at that path too, if it reaches the same inode; an alias in
-//!   the writable set leaves the location readable (named as such);
-//! - block devices get no rule (a disk would hand uid 0 every file): `/dev` is granted entry
-//!   by entry, a directory without one beneath it whole.
+//! - a bind mount that shows a hidden location, or a directory above it, elsewhere (a home
+//!   mounted twice) is found in the mount table and hidden at that path too, if it reaches
+//!   the same inode; an alias in the writable set leaves the location readable (named as
+//!   such);
+//! - where the caller can read a block device directly in `/dev` (root), `/dev` is granted
+//!   entry by entry without block devices (a disk would hand uid 0 every file).
+//!
+//! Open bypasses, each needing a mount or a node the host made (ARCHITECTURE §2.1): a bind of
+//! something inside a hidden location, an overlayfs over it, a bind of a parent placed inside
+//! that parent, a non-UTF-8 mount point anywhere, a bind made during the run (Landlock alone),
+//! a block device node elsewhere.
 //!
 //! Limits, by the same construction: a location that does not exist at the start is not
 //! watched (one created during the run in a directory that held no hidden location — `gh auth
