@@ -30,17 +30,17 @@
 //! - a hard link the host made to a hidden file from a readable place stays readable through
 //!   that place (Landlock reads paths); the command cannot make one (Landlock refuses a link
 //!   that would gain a right, and one across directories before ABI 2);
-//! - a bind mount that shows a hidden location, or a directory above it, elsewhere (a home
-//!   mounted twice) is found in the mount table and hidden at that path too, if it reaches
-//!   the same inode; an alias in the writable set leaves the location readable (named as
-//!   such);
-//! - where the caller can read a block device directly in `/dev` (root), `/dev` is granted
-//!   entry by entry without block devices (a disk would hand uid 0 every file).
+//! - a bind mount that shows a hidden location elsewhere (a home mounted twice, one key file
+//!   bound somewhere) is found in the mount table and hidden at that path too, if it reaches
+//!   the same inode; entries are compared with the hidden locations and their ancestors by
+//!   inode as well as by name (a bind of `/` placed below the home shows them again); an alias
+//!   in the writable set leaves the location readable (named as such);
+//! - where the caller can read a block device under `/dev` (root), `/dev` is granted entry by
+//!   entry without block devices (a disk would hand uid 0 every file).
 //!
-//! Open bypasses, each needing a mount or a node the host made (ARCHITECTURE §2.1): a bind of
-//! something inside a hidden location, an overlayfs over it, a bind of a parent placed inside
-//! that parent, a non-UTF-8 mount point anywhere, a bind made during the run (Landlock alone),
-//! a block device node elsewhere.
+//! Open bypasses, each needing a mount or a node the host made (ARCHITECTURE §2.1): an
+//! overlayfs over a hidden location (another device), a bind made during the run (Landlock
+//! alone), a block device node outside `/dev`.
 //!
 //! Limits, by the same construction: a location that does not exist at the start is not
 //! watched (one created during the run in a directory that held no hidden location — `gh auth
@@ -107,23 +107,33 @@ impl ReadRules {
     }
 }
 
-/// Whether the caller (its effective ids) may read a block device directly in `dir`.
+/// Whether the caller (its effective ids) may read a block device in `dir` or below it (4
+/// levels, as [`device_rules`] walks).
 fn a_block_device_is_readable(dir: &Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|e| {
-            e.file_type().is_ok_and(|k| k.is_block_device())
-                && rustix::fs::accessat(
-                    rustix::fs::CWD,
-                    e.path(),
-                    rustix::fs::Access::READ_OK,
-                    rustix::fs::AtFlags::EACCESS,
-                )
-                .is_ok()
-        })
+    fn walk(dir: &Path, depth: u32) -> bool {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                let Ok(k) = e.file_type() else {
+                    return false;
+                };
+                if k.is_dir() {
+                    return depth < 4 && walk(&e.path(), depth + 1);
+                }
+                k.is_block_device()
+                    && rustix::fs::accessat(
+                        rustix::fs::CWD,
+                        e.path(),
+                        rustix::fs::Access::READ_OK,
+                        rustix::fs::AtFlags::EACCESS,
+                    )
+                    .is_ok()
+            })
+    }
+    walk(dir, 0)
 }
 
 /// `path` made absolute against `cwd` and cleaned lexically (`.` dropped, `..` pops).
@@ -281,10 +291,22 @@ fn read_rules(hidden: &[PathBuf], also: &[PathBuf]) -> ReadRules {
         }
     }
     ancestors.sort_by_key(|a| a.components().count());
+    // The same objects by inode: a bind of a parent placed inside it shows an ancestor (or a
+    // hidden location) under another name, which must not get a rule either.
+    let ids: Vec<(u64, u64)> = ancestors
+        .iter()
+        .chain(hidden)
+        .filter_map(|p| std::fs::symlink_metadata(p).ok())
+        .map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        })
+        .collect();
     for dir in &ancestors {
         let Ok(fd) = open_path(rustix::fs::CWD, dir, true) else {
             continue; // gone or unreachable: nothing beneath it is readable either
         };
+        let dir_dev = rustix::fs::fstat(&fd).map_or(0, |st| st.st_dev);
         // Listed by path (the directory was just opened by it; an entry swapped in between
         // only gets a rule if it is not a symlink, and never a hidden location's).
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -292,6 +314,13 @@ fn read_rules(hidden: &[PathBuf], also: &[PathBuf]) -> ReadRules {
             let child = dir.join(&name);
             if hidden.contains(&child) || ancestors.contains(&child) {
                 continue;
+            }
+            {
+                use std::os::unix::fs::DirEntryExt;
+                // d_ino: the entry's own inode (for a mount point, the covered one).
+                if ids.contains(&(dir_dev, entry.ino())) {
+                    continue;
+                }
             }
             // A symlink needs no rule: the walk reaches its target by the target's own path.
             let kind = entry.file_type().ok();
@@ -393,14 +422,29 @@ fn aliases(path: &Path, mounts: &[shofer_sys::proc::Mount]) -> Vec<PathBuf> {
     let in_fs = Path::new(&own.root).join(rest);
     let mut out: Vec<PathBuf> = Vec::new();
     for m in mounts.iter().filter(|m| m.dev == own.dev) {
-        let Ok(below) = in_fs.strip_prefix(&m.root) else {
+        // The mount shows the location or a directory above it: the alias is below its point.
+        if let Ok(below) = in_fs.strip_prefix(&m.root) {
+            let alias = Path::new(&m.point).join(below);
+            let same = std::fs::symlink_metadata(&alias)
+                .is_ok_and(|a| (a.dev(), a.ino()) == (me.dev(), me.ino()));
+            if alias != path && same && !out.contains(&alias) {
+                out.push(alias);
+            }
             continue;
-        };
-        let alias = Path::new(&m.point).join(below);
-        let same = std::fs::symlink_metadata(&alias)
-            .is_ok_and(|a| (a.dev(), a.ino()) == (me.dev(), me.ino()));
-        if alias != path && same && !out.contains(&alias) {
-            out.push(alias);
+        }
+        // The mount shows something inside the location (a bind of one key file): its point
+        // is hidden whole, if it reaches the object at that place inside.
+        if let Ok(inside) = Path::new(&m.root).strip_prefix(&in_fs) {
+            let point = PathBuf::from(&m.point);
+            let target = std::fs::symlink_metadata(path.join(inside));
+            let same = std::fs::symlink_metadata(&point).is_ok_and(|a| {
+                target
+                    .as_ref()
+                    .is_ok_and(|t| (a.dev(), a.ino()) == (t.dev(), t.ino()))
+            });
+            if same && point != path && !out.contains(&point) {
+                out.push(point);
+            }
         }
     }
     out

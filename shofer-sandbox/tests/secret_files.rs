@@ -664,3 +664,79 @@ fn which(prog: &str) -> Option<PathBuf> {
             .find(|c| c.is_file())
     })
 }
+
+/// The second attack's host mounts: a bind of one key file and of a directory inside a hidden
+/// location, a bind of `/` placed below it, a bind of a parent inside itself, and a mount point
+/// that is not UTF-8 (which once made the mount table unreadable, and every alias readable).
+#[test]
+fn host_binds_inside_above_and_beside_a_hidden_location_reveal_nothing() {
+    use std::os::unix::ffi::OsStrExt;
+    if skip_unless_root("host_binds_inside_above_and_beside_a_hidden_location_reveal_nothing") {
+        return;
+    }
+    let h = Home::new(None);
+    std::fs::create_dir_all(h.home.join(".ssh/sub")).unwrap();
+    std::fs::write(h.home.join(".ssh/sub/k"), "ssh-key-secret-0a1b in sub").unwrap();
+    let top = h.scratch.path().to_path_buf();
+    let pubd = top.join("pub");
+    let odd = pubd.join(std::ffi::OsStr::from_bytes(b"x\xff"));
+    for d in ["subd", "rootb", "plain", "par"] {
+        std::fs::create_dir_all(pubd.join(d)).unwrap();
+    }
+    std::fs::create_dir_all(&odd).unwrap();
+    std::fs::write(pubd.join("keyfile"), "").unwrap();
+    let mounts: Vec<(Vec<&str>, PathBuf, PathBuf)> = vec![
+        (
+            vec!["--bind"],
+            h.home.join(".ssh/id_ed25519"),
+            pubd.join("keyfile"),
+        ),
+        (vec!["--bind"], h.home.join(".ssh/sub"), pubd.join("subd")),
+        (vec!["--bind"], PathBuf::from("/"), pubd.join("rootb")),
+        (vec!["-t", "tmpfs"], PathBuf::from("none"), odd.clone()),
+        (vec!["--bind"], h.home.clone(), pubd.join("plain")),
+        (vec!["--bind"], top.clone(), pubd.join("par")),
+    ];
+    let mut done = Vec::new();
+    for (opts, src, dst) in &mounts {
+        let ok = std::process::Command::new("mount")
+            .args(opts)
+            .arg(src)
+            .arg(dst)
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            done.push(dst.clone());
+        }
+    }
+    let result = std::panic::catch_unwind(|| {
+        assert_eq!(done.len(), mounts.len(), "mounts made: {done:?}");
+        let home_rel = h.home.strip_prefix("/").unwrap();
+        let paths = [
+            pubd.join("keyfile"),
+            pubd.join("subd/k"),
+            pubd.join("rootb").join(home_rel).join(".netrc"),
+            pubd.join("plain/.netrc"),
+            pubd.join("par/pub/plain/.netrc"),
+        ];
+        for b in hiding_backends() {
+            let script: String = paths
+                .iter()
+                .map(|p| format!("cat '{}'; ", p.display()))
+                .collect();
+            let out = h
+                .run(b, None)
+                .sh(&format!("{script}ls / >/dev/null && echo ls-ok"))
+                .output();
+            assert_eq!(out.status.code(), Some(0), "{b}: {}", show(&out));
+            assert_no_leak(&out, &[], b);
+            assert!(text(&out).contains("ls-ok"), "{b}: {}", show(&out));
+        }
+    });
+    for dst in done.iter().rev() {
+        let _ = std::process::Command::new("umount").arg(dst).status();
+    }
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}

@@ -350,9 +350,9 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
 /// # Errors
 /// Reading the file.
 pub fn mounts() -> io::Result<Vec<Mount>> {
-    Ok(parse_mountinfo(&std::fs::read_to_string(
-        "/proc/self/mountinfo",
-    )?))
+    // Bytes, not a string: one mount point that is not UTF-8 must not cost every other line.
+    let bytes = std::fs::read("/proc/self/mountinfo")?;
+    Ok(parse_mountinfo(&String::from_utf8_lossy(&bytes)))
 }
 
 /// Undoes the octal escapes of mountinfo (`\040` space, `\011` tab, `\012` newline, `\134`
