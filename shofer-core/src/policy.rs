@@ -458,9 +458,11 @@ fn verdict(
         }
         // Landlock handling the read rights, granted on every entry of each directory that
         // holds a secret location but on those locations (shofer-sandbox's secretpaths): the
-        // command's own ruleset on Landlock alone, its layer on the namespaces.
+        // command's own ruleset on Landlock alone, its layer on the namespaces. bubblewrap
+        // (without a Landlock layer) mounts over them; with --keep-caps, root's command could
+        // unmount them (shofer-sandbox's `Choice::with_keep_caps`).
         Protection::SecretsHidden => match backend {
-            Backend::Bwrap => no("bubblewrap runs the command without a Landlock layer of shofer's: the secret locations stay readable (use --backend layered)"),
+            Backend::Bwrap => Enforced("mounts (/dev/null bound nodev over each file, an empty read-only tmpfs of mode 0 over each directory)"),
             _ if abi >= 1 => Enforced("landlock read rights"),
             _ => no("no Landlock layer (none on this kernel, or ABI 1, which plain userns does not layer): the secret locations stay readable"),
         },

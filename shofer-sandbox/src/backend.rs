@@ -264,6 +264,24 @@ impl Choice {
         }
     }
 
+    /// This choice for a root caller that asked to keep its capabilities (`keep_caps`):
+    /// bubblewrap then leaves the command `CAP_SYS_ADMIN`, which unmounts what hides the
+    /// secret locations, so it does not mount them at all (`crate::bwrap`) and says so.
+    #[must_use]
+    pub fn with_keep_caps(mut self, keep_caps: bool) -> Choice {
+        if !(keep_caps && self.backend == Backend::Bwrap && rustix::process::geteuid().is_root()) {
+            return self;
+        }
+        let why = "with --keep-caps, bubblewrap leaves root's command CAP_SYS_ADMIN, which would unmount what hides the secret locations: they stay readable".to_string();
+        for (p, v) in &mut self.verdicts {
+            if *p == Protection::SecretsHidden {
+                *v = Verdict::NotEnforced(why.clone());
+            }
+        }
+        self.hardening.push((Protection::SecretsHidden, why));
+        self
+    }
+
     /// This choice for a root caller whose command runs over a worktree owned by `owner`
     /// (uid, gid): the capability drop is described as it happens (`crate::spec::ExecSpec`'s
     /// `foreign_owner`).

@@ -440,10 +440,11 @@ mod tests {
                 setuid,
             };
             let drop = spec(CapPolicy::Drop, "sh");
-            let launch = match bwrap::plan(&b, &opened, &drop, &Default::default()) {
-                Ok(l) => l,
-                Err(e) => panic!("{e:?}"),
-            };
+            let launch =
+                match bwrap::plan(&b, &opened, &drop, &Default::default(), &Default::default()) {
+                    Ok(l) => l,
+                    Err(e) => panic!("{e:?}"),
+                };
             let inherited = launch.inherited_fds();
             let confinement = Confinement::Bwrap(launch);
             let s = Steps::of(&drop, &confinement);
@@ -462,13 +463,19 @@ mod tests {
         };
         let missing = spec(CapPolicy::Drop, "shofer-no-such-command-4711");
         assert!(matches!(
-            bwrap::plan(&b, &opened, &missing, &Default::default()),
+            bwrap::plan(
+                &b,
+                &opened,
+                &missing,
+                &Default::default(),
+                &Default::default()
+            ),
             Err(PlanError::NotRunnable { code: 127, .. })
         ));
         let mut keep = spec(CapPolicy::Drop, "sh");
         keep.keep_descendants = true;
         assert!(matches!(
-            bwrap::plan(&b, &opened, &keep, &Default::default()),
+            bwrap::plan(&b, &opened, &keep, &Default::default(), &Default::default()),
             Err(PlanError::Setup(SetupError::KeepDescendantsWithBwrap))
         ));
     }

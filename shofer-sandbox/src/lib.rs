@@ -225,7 +225,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
             args.net,
             args.allow_degraded,
         )
-        .map(|c| c.with_foreign_owner(owner))
+        .map(|c| c.with_foreign_owner(owner).with_keep_caps(args.keep_caps))
     };
     let mut choice = choose(&facts)?;
     // 4. opened policy (once: a second attempt reuses it; first, a restore that a killed
@@ -420,7 +420,7 @@ fn attempt(
                 choice,
                 opened,
                 allow_unix,
-                &secrets.rules,
+                secrets,
                 exec,
                 git_run.layers(),
             ) {

@@ -14,7 +14,7 @@ use shofer_core::policy::Backend;
 use crate::backend::Choice;
 use crate::error::PlanError;
 use crate::gate::AllowUnix;
-use crate::secretpaths::ReadRules;
+use crate::secretpaths::Resolved;
 use crate::spec::{ExecSpec, Layers};
 use crate::writable::OpenedPolicy;
 use crate::{bwrap, namespaces, ruleset};
@@ -44,8 +44,8 @@ pub(crate) struct Plan<'a> {
 
 impl<'a> Plan<'a> {
     /// Step 5: the chosen backend builds its confinement for `exec` over `opened`, with the
-    /// `--allow-unix` paths `unix`, the read rules that hide the secret locations `reads`
-    /// (Landlock's; bubblewrap has none) and the protections' `layers`.
+    /// `--allow-unix` paths `unix`, the secret locations to hide `secrets` (Landlock's read
+    /// rules; bubblewrap's mounts) and the protections' `layers`.
     ///
     /// # Errors
     /// The backend's: a rule the kernel refuses, a command that cannot run (bubblewrap decides
@@ -54,16 +54,16 @@ impl<'a> Plan<'a> {
         choice: &Choice,
         opened: &'a OpenedPolicy,
         unix: &AllowUnix,
-        reads: &ReadRules,
+        secrets: &Resolved,
         exec: ExecSpec,
         layers: Layers,
     ) -> Result<Plan<'a>, PlanError> {
         let confinement = match choice.backend {
             Backend::Landlock => {
-                Confinement::Landlock(ruleset::plan(opened, unix, reads, choice.abi)?)
+                Confinement::Landlock(ruleset::plan(opened, unix, &secrets.rules, choice.abi)?)
             }
             Backend::Userns | Backend::Layered => {
-                let mut setup = namespaces::plan(opened, unix, reads, choice.abi, layers)?;
+                let mut setup = namespaces::plan(opened, unix, &secrets.rules, choice.abi, layers)?;
                 setup.full_map = exec.foreign_owner.is_some();
                 Confinement::Namespaces(setup)
             }
@@ -72,7 +72,7 @@ impl<'a> Plan<'a> {
                     .bwrap
                     .as_ref()
                     .expect("bwrap choice carries its binary");
-                Confinement::Bwrap(bwrap::plan(b, opened, &exec, &layers)?)
+                Confinement::Bwrap(bwrap::plan(b, opened, &exec, &layers, secrets)?)
             }
         };
         Ok(Plan {

@@ -115,7 +115,7 @@ pub fn run(
     );
     map.insert("git".into(), git);
     map.insert("env_withheld".into(), json!(env_withheld));
-    // Where the backend does not hide them (bubblewrap, no Landlock layer), every location is
+    // Where the backend does not hide them (no Landlock layer, bubblewrap with --keep-caps), every location is
     // readable: listed as such, with the row's reason.
     let hiding = choice
         .verdicts

@@ -51,6 +51,9 @@
 //! counts for nothing (the passwd home still does).
 //!
 //! With nothing to hide, reading is not handled at all: the run pays nothing.
+//!
+//! bubblewrap gets no Landlock layer of ours: it mounts over [`Resolved::hidden`] instead
+//! (`crate::bwrap`'s `hiding`), with the limits said there.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
@@ -68,6 +71,8 @@ pub(crate) struct Resolved {
     pub hidden: Vec<PathBuf>,
     /// Existing locations left readable because of the writable set: (path, why).
     pub not_hidden: Vec<(PathBuf, &'static str)>,
+    /// `--allow-read` paths inside hidden locations (they exist): each opens exactly itself.
+    pub allowed_inside: Vec<PathBuf>,
     /// The read rules; empty when nothing is hidden.
     pub rules: ReadRules,
 }
@@ -265,12 +270,13 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
     out.hidden
         .retain(|h| !all.iter().any(|o| o != h && h.starts_with(o)));
     // An --allow-read inside a hidden location opens exactly what it names.
-    let inside: Vec<PathBuf> = allow
+    out.allowed_inside = allow
         .iter()
         .filter(|a| out.hidden.iter().any(|h| a.starts_with(h) && *a != h))
+        .filter(|a| std::fs::symlink_metadata(a).is_ok())
         .cloned()
         .collect();
-    out.rules = read_rules(&out.hidden, &inside);
+    out.rules = read_rules(&out.hidden, &out.allowed_inside);
     out
 }
 

@@ -6,8 +6,10 @@
 //! `--allow-read` opens exactly what it names, `--hide` adds a location, a secret the host
 //! writes beside one (or renames) during the run stays unreadable, mounting from inside (a
 //! nested user namespace) reveals nothing, root keeping `CAP_DAC_OVERRIDE` still cannot read
-//! them, and `--report` lists what is hidden. bubblewrap has no Landlock layer of ours: its
-//! report says so.
+//! them, and `--report` lists what is hidden. bubblewrap hides them by mounts (no Landlock
+//! layer of ours): a hidden directory cannot be listed there, and a location the host makes or
+//! replaces during the run is not covered; with `--keep-caps` as root its report says they stay
+//! readable.
 
 mod common;
 
@@ -39,14 +41,12 @@ const ORDINARY: &[(&str, &str)] = &[
     (".claude/settings.json", "ordinary-claude-settings-3a4b"),
 ];
 
-/// The backends that hide the secret locations, usable here (Landlock's read rights).
+/// The backends that hide the secret locations, usable here: Landlock's read rights, or
+/// bubblewrap's mounts.
 fn hiding_backends() -> Vec<&'static str> {
-    if landlock_abi() == 0 {
-        return Vec::new();
-    }
     backends()
         .into_iter()
-        .filter(|b| ["landlock", "userns", "layered"].contains(b))
+        .filter(|b| *b == "bwrap" || landlock_abi() > 0)
         .collect()
 }
 
@@ -177,11 +177,20 @@ fn hidden_files_and_directories_refuse_every_open() {
             assert_denied(&out, &home.join(".config/../.netrc"), &cell);
             assert_denied(&out, &home.join(".gnupg/private.key"), &cell);
             let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                stdout.contains("id_ed25519"),
-                "{cell}: names listable: {}",
-                show(&out)
-            );
+            if b == "bwrap" {
+                // An empty tmpfs of mode 0 covers the directory.
+                let line = format!(
+                    "cannot open directory '{}': Permission denied",
+                    home.join(".ssh").display()
+                );
+                assert!(text(&out).contains(&line), "{cell}: {}", show(&out));
+            } else {
+                assert!(
+                    stdout.contains("id_ed25519"),
+                    "{cell}: names listable: {}",
+                    show(&out)
+                );
+            }
             assert!(!h.wt.join("hard-link").exists(), "{cell}: {}", show(&out));
             for (_, content) in ORDINARY {
                 assert!(
@@ -285,6 +294,17 @@ fn a_secret_the_host_writes_or_renames_during_the_run_stays_hidden() {
             std::fs::write(&go, "").unwrap();
             let out = child.wait_with_output().unwrap();
             assert_eq!(out.status.code(), Some(0), "{cell}: {}", show(&out));
+            if b == "bwrap" {
+                // Mounts cover the objects of the start: the renamed directory stays covered;
+                // what the host makes or puts in place afterwards is not (ARCHITECTURE §2.1).
+                assert_denied(&out, &h.home.join(".ssh-old/id_ed25519"), &cell);
+                assert!(
+                    !text(&out).contains("ssh-key-secret-0a1b"),
+                    "{cell}: {}",
+                    show(&out)
+                );
+                continue;
+            }
             let all = text(&out);
             for leak in ["new-token-secret-9d0e", "new-key-secret-1f2a"] {
                 assert!(!all.contains(leak), "{cell}: {leak} leaked:\n{all}");
@@ -366,7 +386,7 @@ fn root_with_capabilities_cannot_read_hidden_files() {
         assert_denied(&out, &h.home.join(".netrc"), &cell);
         assert_denied(&out, Path::new("netrc-link"), &cell);
         assert_denied(&out, &h.home.join(".ssh/id_ed25519"), &cell);
-        if b != "landlock" {
+        if b == "userns" || b == "layered" {
             // The run does hold CAP_DAC_OVERRIDE (bit 1): the refusal is not a mode bit's.
             let caps = String::from_utf8_lossy(&out.stdout);
             let eff = caps
@@ -378,7 +398,8 @@ fn root_with_capabilities_cannot_read_hidden_files() {
         }
     }
     // --keep-caps: every capability (of the user namespace on the namespace backends): Landlock
-    // refuses the reads whatever the capabilities.
+    // refuses the reads whatever the capabilities. bubblewrap would leave root CAP_SYS_ADMIN,
+    // which unmounts anything: it says the locations stay readable instead.
     for b in hiding_backends() {
         let cell = format!("{b} --keep-caps");
         let h = Home::new(None);
@@ -395,13 +416,23 @@ fn root_with_capabilities_cannot_read_hidden_files() {
             ))
             .output();
         assert_eq!(out.status.code(), Some(0), "{cell}: {}", show(&out));
-        assert_no_leak(&out, &[], &cell);
-        assert_denied(&out, &h.home.join(".netrc"), &cell);
-        assert_denied(&out, &h.home.join(".ssh/id_ed25519"), &cell);
         let v = first_record(&report);
         let enforced = v["protections"]["secrets_hidden"]["enforced"]
             .as_bool()
             .unwrap();
+        if b == "bwrap" {
+            assert!(!enforced, "{cell}: {v}");
+            assert!(
+                text(&out).contains("hardening not enforced (secrets_hidden): with --keep-caps"),
+                "{cell}: {}",
+                show(&out)
+            );
+            assert_eq!(v["secrets"]["hidden"], serde_json::json!([]), "{cell}: {v}");
+            continue;
+        }
+        assert_no_leak(&out, &[], &cell);
+        assert_denied(&out, &h.home.join(".netrc"), &cell);
+        assert_denied(&out, &h.home.join(".ssh/id_ed25519"), &cell);
         assert!(enforced, "{cell}: {v}");
     }
 }
@@ -431,7 +462,7 @@ fn report_lists_the_hidden_locations_that_exist() {
         let row = &v["protections"]["secrets_hidden"];
         assert_eq!(row["tier"], "hardening", "{b}: {v}");
         let err = String::from_utf8_lossy(&out.stderr);
-        if b == "bwrap" || landlock_abi() == 0 {
+        if b != "bwrap" && landlock_abi() == 0 {
             assert_eq!(row["enforced"], false, "{b}: {v}");
             assert!(
                 err.contains("hardening not enforced (secrets_hidden)"),

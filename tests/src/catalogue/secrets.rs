@@ -2,7 +2,7 @@
 //! ([`crate::attacks::secrets::FILES`], each holding its mark) and an ordinary `~/.gitconfig`,
 //! owned by the cell's user, with `$HOME` pointing at it and a symlink to `~/.netrc` planted in
 //! the worktree; the attacks then read, link and mount their way to the secrets. The report's
-//! `secrets_hidden` row explains a gap (bubblewrap, a kernel without Landlock).
+//! `secrets_hidden` row explains a gap (a kernel without Landlock, `userns` at ABI 1).
 
 use super::{nothing, Case, Scope};
 use crate::attacks::secrets::{FILES, MARK};
