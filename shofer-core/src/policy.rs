@@ -456,15 +456,16 @@ fn verdict(
                 no("Landlock grants /dev/pts whole (new ptys need it): the user's other terminals stay writable")
             }
         }
-        // Landlock handling the read rights, granted on every entry of each directory that
-        // holds a secret location but on those locations (shofer-sandbox's secretpaths): the
-        // command's own ruleset on Landlock alone, its layer on the namespaces. bubblewrap
-        // (without a Landlock layer) mounts over them; with --keep-caps, root's command could
-        // unmount them (shofer-sandbox's `Choice::with_keep_caps`).
+        // Landlock handling the read rights on Landlock alone, granted on every entry of each
+        // directory that holds a secret location but on those locations; mounts over them
+        // elsewhere (shofer-sandbox's secretpaths), with the read rules layered too for a
+        // command that keeps a capability over file modes. With --keep-caps, bubblewrap and
+        // unlayered namespaces leave CAP_SYS_ADMIN, which unmounts (shofer-sandbox's
+        // `Choice::with_keep_caps`).
         Protection::SecretsHidden => match backend {
-            Backend::Bwrap => Enforced("mounts (/dev/null bound nodev over each file, an empty read-only tmpfs of mode 0 over each directory)"),
-            _ if abi >= 1 => Enforced("landlock read rights"),
-            _ => no("no Landlock layer (none on this kernel, or ABI 1, which plain userns does not layer): the secret locations stay readable"),
+            Backend::Landlock if abi >= 1 => Enforced("landlock read rights"),
+            Backend::Landlock => no("no Landlock on this kernel: the secret locations stay readable"),
+            _ => Enforced("mounts (/dev/null bound nodev over each file, an empty read-only tmpfs of mode 0 over each directory)"),
         },
         Protection::AbstractSockets => {
             if abi >= 6 {

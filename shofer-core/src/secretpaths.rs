@@ -276,22 +276,44 @@ impl UserDirs {
 /// table order, without repeats. A relative home yields nothing (no location could be named).
 pub fn for_user(dirs: &UserDirs) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for (base, path) in pieces(dirs) {
-        push_new(&mut out, base.join(path));
-    }
-    out
-}
-
-/// [`for_user`] as `(base directory, path under it)`, in table order, repeats included: a
-/// reader can list each base once and look only at the entries whose first component is there.
-pub fn pieces(dirs: &UserDirs) -> Vec<(PathBuf, &'static str)> {
-    let mut out = Vec::new();
     if !dirs.home.is_absolute() {
         return out;
     }
     for loc in SECRET_LOCATIONS {
         for base in dirs.bases(loc.base) {
-            out.push((base, loc.path));
+            push_new(&mut out, base.join(loc.path));
+        }
+    }
+    out
+}
+
+/// [`for_user`] grouped by base directory: `(base, paths under it)`, each base once, the paths
+/// in table order: a reader can list each base once and look only at the entries whose first
+/// component is there.
+pub fn pieces(dirs: &UserDirs) -> Vec<(PathBuf, Vec<&'static str>)> {
+    let mut out: Vec<(PathBuf, Vec<&'static str>)> = Vec::new();
+    if !dirs.home.is_absolute() {
+        return out;
+    }
+    let kinds = [
+        Base::Home,
+        Base::ConfigHome,
+        Base::DataHome,
+        Base::RuntimeDir,
+    ];
+    let bases: Vec<(Base, Vec<PathBuf>)> = kinds.iter().map(|&k| (k, dirs.bases(k))).collect();
+    for loc in SECRET_LOCATIONS {
+        let Some((_, of_kind)) = bases.iter().find(|(k, _)| *k == loc.base) else {
+            continue;
+        };
+        for base in of_kind {
+            match out
+                .iter_mut()
+                .find(|(b, _)| b.as_os_str() == base.as_os_str())
+            {
+                Some((_, paths)) => paths.push(loc.path),
+                None => out.push((base.clone(), vec![loc.path])),
+            }
         }
     }
     out

@@ -264,15 +264,21 @@ impl Choice {
         }
     }
 
-    /// This choice for a root caller that asked to keep its capabilities (`keep_caps`):
-    /// bubblewrap then leaves the command `CAP_SYS_ADMIN`, which unmounts what hides the
-    /// secret locations, so it does not mount them at all (`crate::bwrap`) and says so.
+    /// This choice for a caller that asked to keep its capabilities (`keep_caps`): where no
+    /// Landlock layer forbids mount changes, the command keeps `CAP_SYS_ADMIN` over its mounts
+    /// (bubblewrap as root; the namespace backends without Landlock), which would unmount what
+    /// hides the secret locations; bubblewrap then mounts nothing (`crate::bwrap`). Says so.
     #[must_use]
     pub fn with_keep_caps(mut self, keep_caps: bool) -> Choice {
-        if !(keep_caps && self.backend == Backend::Bwrap && rustix::process::geteuid().is_root()) {
+        let unmounts = match self.backend {
+            Backend::Bwrap => rustix::process::geteuid().is_root(),
+            Backend::Userns | Backend::Layered => self.abi == 0,
+            Backend::Landlock => false,
+        };
+        if !(keep_caps && unmounts) {
             return self;
         }
-        let why = "with --keep-caps, bubblewrap leaves root's command CAP_SYS_ADMIN, which would unmount what hides the secret locations: they stay readable".to_string();
+        let why = "with --keep-caps the command keeps CAP_SYS_ADMIN and no Landlock layer forbids unmounting what hides the secret locations".to_string();
         for (p, v) in &mut self.verdicts {
             if *p == Protection::SecretsHidden {
                 *v = Verdict::NotEnforced(why.clone());

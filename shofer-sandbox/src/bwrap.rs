@@ -10,7 +10,7 @@ use std::ffi::{CString, OsStr};
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use shofer_core::policy::{NetPolicy, RuleOrigin};
@@ -353,77 +353,32 @@ fn argv(
     Ok((fd, argv))
 }
 
-/// bubblewrap's arguments that hide the secret locations of `secrets` (ARCHITECTURE §2.1),
-/// for a bubblewrap of `version`, shallowest first (bubblewrap binds from the host's tree):
-/// - a file (anything but a directory) gets `/dev/null` bound read-only over it: bubblewrap
-///   remounts a read-only bind `nodev`, so opening it fails with `EACCES` whoever asks;
-/// - a directory gets an empty tmpfs of mode 0000, remounted read-only so its owner cannot
-///   `chmod` it: listing or reading fails with `EACCES` for a command without capabilities,
-///   and nothing of what lies beneath is there to read. When an `--allow-read` path lies
-///   inside, the directory's entries are covered one by one instead, each as above, and the
-///   directories on the way to that path mirrored (mode 0555), so exactly that path is bound
-///   back, read-only. bubblewrap before 0.5 lacks `--chmod`: a tmpfs keeps its default mode
-///   (an empty directory).
-///
-/// The command cannot undo a mount: without capabilities it can only unshare a nested user
-/// namespace, where the kernel locks these mounts (no unmount, no bind of a tree holding one).
+/// bubblewrap's arguments that hide the secret locations of `secrets` by mounts
+/// ([`crate::secretpaths::Cover`]) for a bubblewrap of `version`. bubblewrap remounts a
+/// read-only bind `nodev`, so `--ro-bind /dev/null` is the file's cover; before 0.5 it lacks
+/// `--chmod`, and a directory's tmpfs keeps its default mode (an empty directory).
 fn hiding(secrets: &Resolved, version: (u32, u32, u32)) -> Vec<Vec<u8>> {
-    let mut hidden: Vec<&PathBuf> = secrets.hidden.iter().collect();
-    hidden.sort_by_key(|p| p.components().count());
-    let mut out = Vec::new();
-    for h in hidden {
-        let allowed: Vec<&Path> = secrets
-            .allowed_inside
-            .iter()
-            .filter(|a| a.starts_with(h))
-            .map(PathBuf::as_path)
-            .collect();
-        cover(h, &allowed, version, &mut out);
+    use crate::secretpaths::Cover;
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut push = |words: &[&[u8]]| out.extend(words.iter().map(|w| w.to_vec()));
+    for step in secrets.covers() {
+        match &step {
+            Cover::File(p) => push(&[b"--ro-bind", b"/dev/null", p.as_os_str().as_bytes()]),
+            Cover::Dir { path, .. } => push(&[b"--tmpfs", path.as_os_str().as_bytes()]),
+            Cover::Reveal(p) => {
+                let p = p.as_os_str().as_bytes();
+                push(&[b"--ro-bind", p, p]);
+            }
+            Cover::Seal { path, mode } => {
+                let p = path.as_os_str().as_bytes();
+                if version >= (0, 5, 0) {
+                    push(&[b"--chmod", format!("{mode:04o}").as_bytes(), p]);
+                }
+                push(&[b"--remount-ro", p]);
+            }
+        }
     }
     out
-}
-
-/// Appends the arguments that cover `path` but `allowed` (paths beneath it): see [`hiding`].
-fn cover(path: &Path, allowed: &[&Path], version: (u32, u32, u32), out: &mut Vec<Vec<u8>>) {
-    let allowed: Vec<&Path> = allowed
-        .iter()
-        .copied()
-        .filter(|a| a.starts_with(path))
-        .collect();
-    let mut push = |words: &[&[u8]]| out.extend(words.iter().map(|w| w.to_vec()));
-    let p = path.as_os_str().as_bytes();
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return; // gone since step 4: nothing to read there
-    };
-    if meta.file_type().is_symlink() {
-        return; // not shown (the tmpfs above it holds nothing): its target is judged on its own
-    }
-    if !meta.is_dir() {
-        push(&[b"--ro-bind", b"/dev/null", p]);
-        return;
-    }
-    let chmod = |mode: &'static [u8], out: &mut Vec<Vec<u8>>| {
-        if version >= (0, 5, 0) {
-            out.extend([b"--chmod".to_vec(), mode.to_vec(), p.to_vec()]);
-        }
-    };
-    push(&[b"--tmpfs", p]);
-    if allowed.is_empty() {
-        chmod(b"0000", out);
-        out.extend([b"--remount-ro".to_vec(), p.to_vec()]);
-        return;
-    }
-    for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
-        let child = entry.path();
-        if allowed.contains(&child.as_path()) {
-            let c = child.as_os_str().as_bytes().to_vec();
-            out.extend([b"--ro-bind".to_vec(), c.clone(), c]);
-        } else {
-            cover(&child, &allowed, version, out);
-        }
-    }
-    chmod(b"0555", out);
-    out.extend([b"--remount-ro".to_vec(), p.to_vec()]);
 }
 
 /// Reads bubblewrap's `--info-fd` record until EOF and returns the command's PID (in our PID

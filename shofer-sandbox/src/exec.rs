@@ -384,6 +384,7 @@ mod tests {
             redirect: None,
             net_deny: false,
             landlock: None,
+            covers: Vec::new(),
             full_map: false,
         });
         let drop = spec(CapPolicy::Drop, "true");

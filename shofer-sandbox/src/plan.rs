@@ -14,8 +14,8 @@ use shofer_core::policy::Backend;
 use crate::backend::Choice;
 use crate::error::PlanError;
 use crate::gate::AllowUnix;
-use crate::secretpaths::Resolved;
-use crate::spec::{ExecSpec, Layers};
+use crate::secretpaths::{ReadRules, Resolved};
+use crate::spec::{CapPolicy, ExecSpec, Layers};
 use crate::writable::OpenedPolicy;
 use crate::{bwrap, namespaces, ruleset};
 
@@ -59,12 +59,29 @@ impl<'a> Plan<'a> {
         layers: Layers,
     ) -> Result<Plan<'a>, PlanError> {
         let confinement = match choice.backend {
-            Backend::Landlock => {
-                Confinement::Landlock(ruleset::plan(opened, unix, &secrets.rules, choice.abi)?)
-            }
+            Backend::Landlock => Confinement::Landlock(ruleset::plan(
+                opened,
+                unix,
+                &secrets.read_rules(),
+                choice.abi,
+            )?),
             Backend::Userns | Backend::Layered => {
-                let mut setup = namespaces::plan(opened, unix, &secrets.rules, choice.abi, layers)?;
+                // Mounts hide the secrets. A command that keeps a capability over file modes
+                // (a foreign-owned worktree, --keep-caps) would see a mode-0 directory's
+                // tmpfs empty rather than refused: where Landlock is layered, its read rules
+                // refuse the real entries instead (they cost a rule per neighbour).
+                let capable = exec.foreign_owner.is_some() || exec.caps == CapPolicy::Keep;
+                let by_rules = capable && choice.abi > 0;
+                let reads = if by_rules {
+                    secrets.read_rules()
+                } else {
+                    ReadRules::default()
+                };
+                let mut setup = namespaces::plan(opened, unix, &reads, choice.abi, layers)?;
                 setup.full_map = exec.foreign_owner.is_some();
+                if !by_rules {
+                    setup.covers = secrets.covers();
+                }
                 Confinement::Namespaces(setup)
             }
             Backend::Bwrap => {

@@ -1,16 +1,24 @@
-//! Which secret locations this run hides, and the Landlock read rules that hide them
-//! (ARCHITECTURE §2.1): the reader around [`shofer_core::secretpaths`].
+//! Which secret locations this run hides, and how: Landlock's read rules on Landlock alone,
+//! mounts over them elsewhere (ARCHITECTURE §2.1): the reader around
+//! [`shofer_core::secretpaths`].
 //!
 //! - Entry point: [`resolve`], once per run in step 4, before any thread: reads `$HOME`, the
 //!   caller's `/etc/passwd` home, the XDG variables and (for a root caller) every passwd home,
-//!   applies `--allow-read` and `--hide`, keeps the locations that exist (canonical) and opens
-//!   the [`ReadRules`] that the Landlock ruleset (Landlock alone, or its layer on the
-//!   namespaces: `crate::ruleset::create`) grants.
+//!   applies `--allow-read` and `--hide`, and keeps the locations that exist (canonical, with
+//!   their mount-table aliases).
+//! - [`Resolved::covers`]: the mounts over them ([`Cover`]), for bubblewrap's arguments
+//!   (`crate::bwrap`) and the namespace backends' process A (`crate::namespaces`), where a
+//!   command without a capability over file modes runs: a few mounts per run, whatever the
+//!   home holds.
+//! - [`Resolved::read_rules`]: the [`ReadRules`] that the Landlock ruleset grants
+//!   (`crate::ruleset::create`): on Landlock alone, and layered on the namespaces for a command
+//!   that keeps `CAP_DAC_OVERRIDE` (a foreign-owned worktree, `--keep-caps`), which a mode-0
+//!   directory would not stop.
 //! - [`note`] names the existing locations left readable (the writable set holds them).
 //! - Never: hide the worktree, anything inside it, an `--allow-write` path or git's metadata,
 //!   or a directory that holds one of them (the writable set, which the user chose, wins).
 //!
-//! # How: by construction, on the objects the kernel reaches
+//! # The read rules: by construction, on the objects the kernel reaches
 //! When at least one location exists, the ruleset handles `READ_FILE` and `READ_DIR`, which
 //! Landlock then refuses everywhere but beneath a rule. Every directory that holds a hidden
 //! location (each ancestor, from `/` down) gets `READ_DIR` (listing); each entry of such a
@@ -52,8 +60,9 @@
 //!
 //! With nothing to hide, reading is not handled at all: the run pays nothing.
 //!
-//! bubblewrap gets no Landlock layer of ours: it mounts over [`Resolved::hidden`] instead
-//! (`crate::bwrap`'s `hiding`), with the limits said there.
+//! The mounts' properties and limits are [`Cover`]'s: by every path too (a mount covers the
+//! object wherever the walk reaches it, and the aliases are covered as well), but what the
+//! host creates or puts in place during the run is not covered.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
@@ -64,7 +73,7 @@ use shofer_core::secretpaths::{self, UserDirs};
 
 use crate::writable::OpenedPolicy;
 
-/// What [`resolve`] decided, with the rules open.
+/// What [`resolve`] decided.
 #[derive(Debug, Default)]
 pub(crate) struct Resolved {
     /// The hidden locations (they exist), canonical.
@@ -73,8 +82,97 @@ pub(crate) struct Resolved {
     pub not_hidden: Vec<(PathBuf, &'static str)>,
     /// `--allow-read` paths inside hidden locations (they exist): each opens exactly itself.
     pub allowed_inside: Vec<PathBuf>,
-    /// The read rules; empty when nothing is hidden.
-    pub rules: ReadRules,
+}
+
+impl Resolved {
+    /// The Landlock read rules that hide [`Resolved::hidden`], opened now: one rule per entry
+    /// of every directory that holds a hidden location (empty when nothing is hidden).
+    pub fn read_rules(&self) -> ReadRules {
+        read_rules(&self.hidden, &self.allowed_inside)
+    }
+
+    /// The mounts that hide [`Resolved::hidden`] instead, in order ([`Cover`]): for
+    /// bubblewrap's arguments and the namespace backends' process A.
+    pub fn covers(&self) -> Vec<Cover> {
+        let mut hidden: Vec<&PathBuf> = self.hidden.iter().collect();
+        hidden.sort_by_key(|p| p.components().count());
+        let mut out = Vec::new();
+        for h in hidden {
+            let allowed: Vec<&Path> = self.allowed_inside.iter().map(PathBuf::as_path).collect();
+            cover(h, &allowed, &mut out);
+        }
+        out
+    }
+}
+
+/// One step of hiding the secret locations by mounts, where no Landlock read rule does
+/// (bubblewrap, and the namespace backends for a command without a capability over file
+/// modes): the steps of [`Resolved::covers`], in order.
+///
+/// - A file (anything but a directory) gets `/dev/null` bound over it, read-only and `nodev`:
+///   opening it fails with `EACCES` whoever asks (the kernel refuses a device on a `nodev`
+///   mount before any permission check).
+/// - A directory gets an empty tmpfs, mode 0000 and read-only (its owner cannot `chmod` it
+///   back): listing or reading beneath fails with `EACCES` for a command without
+///   `CAP_DAC_OVERRIDE`, and nothing of what lies beneath is there to read for one with it.
+///   When an `--allow-read` path lies inside, the directory is *mirrored*: its entries are
+///   covered one by one (directories on the way to that path mirrored too, mode 0555) and
+///   that path bound back from the host's view.
+///
+/// A mount cannot be undone from inside: without capabilities the command can only unshare a
+/// nested user namespace, where the kernel locks these mounts (no unmount, no bind of a tree
+/// holding one); Landlock forbids mount changes where it is layered. Mounts cover the objects
+/// of the start: a location the host creates, or puts in place by rename, during the run is
+/// readable (Landlock's rules, on Landlock alone, leave such entries unreadable instead).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Cover {
+    /// `/dev/null` over this file, read-only and `nodev`.
+    File(PathBuf),
+    /// An empty tmpfs over this directory; the steps up to its [`Cover::Seal`] fill it when
+    /// `mirrored`.
+    Dir { path: PathBuf, mirrored: bool },
+    /// This `--allow-read` path (inside a mirrored directory) bound back, read-only.
+    Reveal(PathBuf),
+    /// The tmpfs over this directory is complete: `mode`, then read-only.
+    Seal { path: PathBuf, mode: u32 },
+}
+
+/// Appends the [`Cover`] steps for `path`, leaving the `allowed` paths beneath it readable.
+fn cover(path: &Path, allowed: &[&Path], out: &mut Vec<Cover>) {
+    let allowed: Vec<&Path> = allowed
+        .iter()
+        .copied()
+        .filter(|a| a.starts_with(path) && *a != path)
+        .collect();
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return; // gone since step 4: nothing to read there
+    };
+    if meta.file_type().is_symlink() {
+        return; // only inside a mirrored directory: left out, its target judged on its own
+    }
+    if !meta.is_dir() {
+        out.push(Cover::File(path.to_path_buf()));
+        return;
+    }
+    let mirrored = !allowed.is_empty();
+    out.push(Cover::Dir {
+        path: path.to_path_buf(),
+        mirrored,
+    });
+    if mirrored {
+        for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            let child = entry.path();
+            if allowed.contains(&child.as_path()) {
+                out.push(Cover::Reveal(child));
+            } else {
+                cover(&child, &allowed, out);
+            }
+        }
+    }
+    out.push(Cover::Seal {
+        path: path.to_path_buf(),
+        mode: if mirrored { 0o555 } else { 0 },
+    });
 }
 
 /// The Landlock read rules of [`resolve`]: open `O_PATH` descriptors.
@@ -141,6 +239,21 @@ fn a_block_device_is_readable(dir: &Path) -> bool {
     walk(dir, 0)
 }
 
+/// The canonical path of the existing `path` (symlinks followed), as the kernel names the
+/// object it opens: one `open(O_PATH)` and one `readlink` of `/proc/self/fd/N` (realpath(3)
+/// costs a `readlink` and a `stat` per component, for every location at every start).
+/// `canonicalize` where `/proc` does not answer with a path.
+fn canonical(path: &Path) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    let fd = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+        Ok(p) if p.is_absolute() && !p.as_os_str().as_encoded_bytes().ends_with(b" (deleted)") => {
+            Some(p)
+        }
+        _ => std::fs::canonicalize(path).ok(),
+    }
+}
+
 /// `path` made absolute against `cwd` and cleaned lexically (`.` dropped, `..` pops).
 fn absolute(path: &Path, cwd: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
@@ -204,27 +317,39 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
             }
         }
     }
+    // Each base listed once (its names sorted); a location is looked at only when its first
+    // component is there. Compared as bytes: `Path`'s equality parses components.
     let mut listed: Vec<(PathBuf, Vec<std::ffi::OsString>)> = Vec::new();
     let mut set: Vec<PathBuf> = Vec::new();
     for dirs in &users {
-        for (base, path) in secretpaths::pieces(dirs) {
-            let first = Path::new(path)
-                .components()
-                .next()
-                .map(|c| c.as_os_str().to_owned());
-            let names = match listed.iter().position(|(b, _)| *b == base) {
-                Some(i) => &listed[i].1,
+        for (base, paths) in secretpaths::pieces(dirs) {
+            let i = match listed
+                .iter()
+                .position(|(b, _)| b.as_os_str() == base.as_os_str())
+            {
+                Some(i) => i,
                 None => {
-                    let names = std::fs::read_dir(&base)
+                    let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(&base)
                         .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
                         .unwrap_or_default();
-                    listed.push((base.clone(), names));
-                    &listed[listed.len() - 1].1
+                    names.sort_unstable();
+                    listed.push((base, names));
+                    listed.len() - 1
                 }
             };
-            let candidate = base.join(path);
-            if first.is_some_and(|f| names.contains(&f)) && !set.contains(&candidate) {
-                set.push(candidate);
+            let (base, names) = &listed[i];
+            for path in paths {
+                let first = path.split('/').next().unwrap_or(path);
+                if names
+                    .binary_search_by(|n| n.as_encoded_bytes().cmp(first.as_bytes()))
+                    .is_err()
+                {
+                    continue;
+                }
+                let candidate = base.join(path);
+                if !set.iter().any(|s| s.as_os_str() == candidate.as_os_str()) {
+                    set.push(candidate);
+                }
             }
         }
     }
@@ -240,20 +365,19 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
     let hide: Vec<PathBuf> = hide.iter().map(|h| absolute(h, &cwd)).collect();
     let wanted = secretpaths::adjust(set, &allow, &hide);
 
-    let mounts = shofer_sys::proc::mounts().unwrap_or_default();
+    // The mount table, read only once a location exists.
+    let mut mounts: Option<Vec<shofer_sys::proc::Mount>> = None;
     let mut out = Resolved::default();
     for loc in wanted {
-        if std::fs::symlink_metadata(&loc).is_err() {
-            continue;
-        }
-        let Ok(canonical) = std::fs::canonicalize(&loc) else {
-            continue; // a dangling symlink: nothing to read behind it
+        let Some(canonical) = canonical(&loc) else {
+            continue; // missing, or a dangling symlink: nothing to read behind it
         };
+        let mounts = mounts.get_or_insert_with(|| shofer_sys::proc::mounts().unwrap_or_default());
         if allow.iter().any(|a| canonical.starts_with(a)) && !hide.contains(&loc) {
             continue;
         }
         let names: Vec<PathBuf> = std::iter::once(canonical.clone())
-            .chain(aliases(&canonical, &mounts))
+            .chain(aliases(&canonical, mounts))
             .collect();
         if let Some(why) = names.iter().find_map(|n| conflict(opened, n)) {
             out.not_hidden.push((canonical, why));
@@ -276,7 +400,8 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
         .filter(|a| std::fs::symlink_metadata(a).is_ok())
         .cloned()
         .collect();
-    out.rules = read_rules(&out.hidden, &out.allowed_inside);
+    out.allowed_inside.sort();
+    out.allowed_inside.dedup();
     out
 }
 

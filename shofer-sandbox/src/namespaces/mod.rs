@@ -37,6 +37,9 @@
 //! 5. binds each writable path onto itself, addressing both source and target through
 //!    `/proc/self/fd/N` of the descriptor opened (without following symlinks) before the clone,
 //!    so a path swapped for a symlink since cannot redirect the mount;
+//!    5d. hides the secret locations (`crate::secretpaths::Cover`): `/dev/null` bound over each
+//!    file and remounted `nodev`, an empty tmpfs of mode 0 over each directory (the host's
+//!    entries bound back where an `--allow-read` path lies inside, opened before any cover);
 //! 6. makes the whole tree read-only with one `mount_setattr(AT_RECURSIVE)` (Linux 5.12) and
 //!    the writable set read-write again; before 5.12 it walks `/proc/self/mountinfo` and
 //!    remounts every other mount point read-only, keeping its existing
@@ -103,6 +106,8 @@ pub(crate) struct Setup<'a> {
     pub net_deny: bool,
     /// Landlock layered on the namespaces.
     pub landlock: Option<Layered>,
+    /// The mounts that hide the secret locations (step 5d), in order.
+    pub covers: Vec<crate::secretpaths::Cover>,
     /// Every id mapped to itself instead of only the caller's, written by the supervisor
     /// (only a process with `CAP_SETUID` over the parent namespace may): a root caller over a
     /// worktree owned by another uid, whose kept capabilities must apply to that owner's
@@ -191,6 +196,7 @@ pub(crate) fn plan<'a>(
         redirect: layers.redirect,
         net_deny: opened.policy.net == NetPolicy::Deny,
         landlock,
+        covers: Vec::new(),
         full_map: false,
     })
 }

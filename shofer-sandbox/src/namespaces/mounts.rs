@@ -15,6 +15,7 @@ use std::path::Path;
 use super::sys::{cstr, mount, write_file};
 use super::Setup;
 use crate::paths;
+use crate::secretpaths::Cover;
 
 /// Where setting up the namespace failed, for the message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,6 +215,9 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         keep_rw.push(objects.to_string_lossy().into_owned());
     }
 
+    // Step 5d: the secret locations' covers; step 6 makes them read-only with the rest.
+    covers(&plan.covers)?;
+
     // Step 6: everything else read-only: the whole tree at once, then the writable set back.
     if readonly_tree(&keep_rw)? {
         return Ok(());
@@ -241,6 +245,142 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Step 5d: performs `steps` in order ([`Cover`]). Each target is opened without following
+/// symlinks (a location swapped for one fails closed); one inside a mirrored directory's
+/// tmpfs is made there first; what [`Cover::Reveal`] brings back is opened before any cover,
+/// while the host's entry is still in view.
+fn covers(steps: &[Cover]) -> io::Result<()> {
+    if steps.is_empty() {
+        return Ok(());
+    }
+    let mut revealed = Vec::new();
+    for step in steps {
+        if let Cover::Reveal(p) = step {
+            revealed.push((p, paths::open_nofollow(p)?));
+        }
+    }
+    // Step 3's node: the host's /dev/null, bound. The first file's cover (made `nodev`) and the
+    // first empty directory's tmpfs are the sources of the others: a bind copies its source's
+    // flags, and shares its superblock (one tmpfs, however many directories; fewer mounts to
+    // make, and to tear down when the run ends).
+    let null = paths::open_following(Path::new("/dev/null"))?;
+    let mut file_cover: Option<std::os::fd::OwnedFd> = None;
+    let mut empty_dir: Option<std::os::fd::OwnedFd> = None;
+    let mut filling: Vec<&Path> = Vec::new();
+    let made_here = |p: &Path, filling: &[&Path]| p.parent().is_some_and(|d| filling.contains(&d));
+    let file_point = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(p)
+            .map(drop)
+    };
+    for step in steps {
+        match step {
+            Cover::File(p) => {
+                if made_here(p, &filling) {
+                    file_point(p)?;
+                }
+                let target = paths::open_nofollow(p)?;
+                let source = file_cover.as_ref().unwrap_or(&null);
+                mount(
+                    Some(&fd_path(source.as_raw_fd())),
+                    &fd_path(target.as_raw_fd()),
+                    None,
+                    libc::MS_BIND,
+                    None,
+                )?;
+                if file_cover.is_none() {
+                    // The new mount (the descriptor above still names what it covers).
+                    let cover = paths::open_nofollow(p)?;
+                    remount_nodev(&fd_path(cover.as_raw_fd()), &cover)?;
+                    file_cover = Some(cover);
+                }
+            }
+            Cover::Dir { path, mirrored } => {
+                if made_here(path, &filling) {
+                    std::fs::create_dir(path)?;
+                }
+                let target = paths::open_nofollow(path)?;
+                if paths::kind(&target)? != paths::Kind::Dir {
+                    return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+                }
+                if let (Some(empty), false) = (&empty_dir, *mirrored) {
+                    mount(
+                        Some(&fd_path(empty.as_raw_fd())),
+                        &fd_path(target.as_raw_fd()),
+                        None,
+                        libc::MS_BIND,
+                        None,
+                    )?;
+                    continue;
+                }
+                // Its final mode at once, unless entries are to be made in it (the seal's).
+                mount(
+                    Some("tmpfs"),
+                    &fd_path(target.as_raw_fd()),
+                    Some("tmpfs"),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    Some(if *mirrored { "mode=0700" } else { "mode=0000" }),
+                )?;
+                if *mirrored {
+                    filling.push(path);
+                } else {
+                    empty_dir = Some(paths::open_nofollow(path)?);
+                }
+            }
+            Cover::Reveal(p) => {
+                let Some((_, source)) = revealed.iter().find(|(r, _)| *r == p) else {
+                    continue;
+                };
+                if paths::kind(source)? == paths::Kind::Dir {
+                    std::fs::create_dir(p)?;
+                } else {
+                    file_point(p)?;
+                }
+                let target = paths::open_nofollow(p)?;
+                mount(
+                    Some(&fd_path(source.as_raw_fd())),
+                    &fd_path(target.as_raw_fd()),
+                    None,
+                    libc::MS_BIND | libc::MS_REC,
+                    None,
+                )?;
+            }
+            Cover::Seal { path, mode } if filling.contains(&path.as_path()) => {
+                paths::chmod_pinned(&paths::open_nofollow(path)?, *mode)?;
+                filling.retain(|f| f != path);
+            }
+            Cover::Seal { .. } => {}
+        }
+    }
+    Ok(())
+}
+
+/// Remounts the bind mount at `target` (`fd` its root) read-only, `nodev`, `nosuid` and
+/// `noexec`, keeping its atime flags (the kernel refuses to change flags a more privileged
+/// namespace locked, and keeps those it set as they are).
+fn remount_nodev(target: &str, fd: &std::os::fd::OwnedFd) -> io::Result<()> {
+    use rustix::fs::StatVfsMountFlags as F;
+    let have = rustix::fs::fstatvfs(fd)?.f_flag;
+    let mut flags = libc::MS_REMOUNT
+        | libc::MS_BIND
+        | libc::MS_RDONLY
+        | libc::MS_NODEV
+        | libc::MS_NOSUID
+        | libc::MS_NOEXEC;
+    for (f, ms) in [
+        (F::NOATIME, libc::MS_NOATIME),
+        (F::NODIRATIME, libc::MS_NODIRATIME),
+        (F::RELATIME, libc::MS_RELATIME),
+    ] {
+        if have.contains(f) {
+            flags |= ms;
+        }
+    }
+    mount(None, target, None, flags, None)
 }
 
 /// `struct mount_attr` of mount_setattr(2).
