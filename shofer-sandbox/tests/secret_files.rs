@@ -642,6 +642,15 @@ fn ssh_gpg_and_git_credential_find_nothing() {
                 "https://agent:git-store-secret-6b7c@forge.invalid\n",
             )
             .unwrap();
+            // `aws configure list` shows the last four characters of a key it can read.
+            std::fs::create_dir_all(home.join(".aws")).unwrap();
+            std::fs::write(
+                home.join(".aws/credentials"),
+                "[default]\naws_access_key_id = AKIAEXAMPLEKEYQ7Z9\naws_secret_access_key = aws-secret-8d9e\n",
+            )
+            .unwrap();
+            // Where installed (issue 32): a pyenv install under root's home is root's only.
+            let aws = which("aws").filter(|_| uid.is_none());
             if let Some(u) = uid {
                 scratch.chown_all(u);
             }
@@ -659,8 +668,12 @@ fn ssh_gpg_and_git_credential_find_nothing() {
                      ssh -i '{k}' -o BatchMode=yes -o ConnectTimeout=1 -p 1 127.0.0.1 true; \
                      gpg --batch --list-secret-keys; echo gpg=$?; \
                      printf 'protocol=https\\nhost=forge.invalid\\n\\n' | \
-                       git -c credential.helper=store credential fill; echo git=$?",
-                    k = key.display()
+                       git -c credential.helper=store credential fill; echo git=$?; {aws}",
+                    k = key.display(),
+                    aws = aws
+                        .as_ref()
+                        .map(|a| format!("'{}' configure list; echo aws=$?", a.display()))
+                        .unwrap_or_default()
                 ))
                 .output();
             let all = text(&out);
@@ -682,6 +695,10 @@ fn ssh_gpg_and_git_credential_find_nothing() {
                 !all.contains("git=0"),
                 "{cell}: git found a credential:\n{all}"
             );
+            if aws.is_some() {
+                assert!(all.contains("aws="), "{cell}: aws did not run:\n{all}");
+                assert!(!all.contains("Q7Z9"), "{cell}: aws read the key:\n{all}");
+            }
         }
     }
 }
