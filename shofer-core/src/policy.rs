@@ -494,8 +494,14 @@ fn verdict(
                 no("Landlock before ABI 9 cannot stop connect() to a pathname unix socket, and the seccomp gate cannot run here")
             }
         }
+        // Landlock alone keeps the host's network namespace: its rules name TCP ports, so the
+        // host filter refuses every other network socket (shofer-sandbox's hostfilter).
         Protection::Tcp => match net {
             NetPolicy::Allow => Verdict::NotRequested,
+            NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 && tiocsti_filter => {
+                Enforced("landlock (TCP) and seccomp (no UDP, raw, SCTP or other network socket)")
+            }
+            NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 => no("Landlock refuses TCP only, and the seccomp filter that refuses UDP and other network sockets exists only for x86-64"),
             NetPolicy::Deny if abi >= 4 => Enforced("landlock"),
             NetPolicy::Deny if backend.has_readonly_root() => Enforced("network namespace"),
             NetPolicy::Deny => no("Landlock controls TCP only from ABI 4"),

@@ -81,6 +81,9 @@ pub(crate) struct Steps<'a> {
     /// (where the supervisor is in reach: no PID namespace) ([`crate::hostfilter`]).
     pub refuse_mptcp: bool,
     pub refuse_foreign_prlimit: bool,
+    /// With `seccomp`: refuse every socket but unix, netlink and TCP (`--net deny` on Landlock
+    /// alone, in the host's network namespace) ([`crate::hostfilter`]).
+    pub refuse_other_sockets: bool,
     /// Install the TIOCSTI/TIOCLINUX filter (needs `no_new_privs` unless privileged).
     pub seccomp: bool,
     /// The Landlock ruleset, and the ABI it is made for.
@@ -112,6 +115,7 @@ impl<'a> Steps<'a> {
             refuse_id_changes: drop,
             refuse_mptcp: spec.net_deny,
             refuse_foreign_prlimit: false,
+            refuse_other_sockets: false,
             seccomp: seccomp::FILTER_AVAILABLE,
             landlock: None,
             landlock_abi: 0,
@@ -129,6 +133,8 @@ impl<'a> Steps<'a> {
                 steps.run_as = spec.foreign_owner.filter(|_| steps.drop_caps);
                 // No PID namespace: the supervisor and the guardian are the command's to name.
                 steps.refuse_foreign_prlimit = true;
+                // No network namespace: Landlock's rules name TCP ports only.
+                steps.refuse_other_sockets = spec.net_deny;
             }
             // In a user namespace the command holds capabilities there until exec: drop them
             // whoever the caller is.
@@ -297,6 +303,7 @@ pub(crate) fn run(
             crate::hostfilter::install(crate::hostfilter::Refuse {
                 id_changes: steps.refuse_id_changes,
                 mptcp: steps.refuse_mptcp,
+                other_sockets: steps.refuse_other_sockets,
                 foreign_prlimit: steps.refuse_foreign_prlimit,
             })
         }) {

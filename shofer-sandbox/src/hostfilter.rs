@@ -18,6 +18,14 @@
 //! - **MPTCP** (`--net deny`): `socket(…, IPPROTO_MPTCP)` fails with `EPROTONOSUPPORT`, as on
 //!   a kernel without MPTCP, so programs fall back to TCP. Landlock's TCP rules cover
 //!   `IPPROTO_TCP` sockets only.
+//! - **every other network socket** (`--net deny` on Landlock alone, which keeps the host's
+//!   network namespace and whose rules name TCP ports only): `socket(2)` is an allow-list —
+//!   `AF_UNIX` (the gate judges its connects), `AF_NETLINK` (the kernel's own information:
+//!   `getaddrinfo` asks it for the interfaces) and `AF_INET`/`AF_INET6` `SOCK_STREAM` with TCP
+//!   (which Landlock refuses at `connect` and `bind`). A UDP, raw, ICMP, SCTP or other inet
+//!   socket fails with `EACCES`; any other family (packet, vsock, TIPC, Bluetooth…) with
+//!   `EAFNOSUPPORT`, as on a kernel without it. `io_uring_setup` fails with `ENOSYS`: its
+//!   `IORING_OP_SOCKET` would make a socket without a `socket(2)` call.
 //!
 //! x86-64 only. It starts with [`crate::seccomp::NATIVE_ONLY`], as every filter of this
 //! crate: an i386 call (`int $0x80`) kills the process and an x32 call fails with `ENOSYS`,
@@ -35,6 +43,8 @@ pub struct Refuse {
     pub id_changes: bool,
     /// MPTCP sockets.
     pub mptcp: bool,
+    /// Every socket but unix, netlink and TCP ones (and `io_uring`).
+    pub other_sockets: bool,
     /// `prlimit64` setting another process's limits.
     pub foreign_prlimit: bool,
 }
@@ -55,6 +65,10 @@ mod x86_64 {
     const NR_SOCKET: u32 = 41;
     const NR_PRLIMIT64: u32 = 302;
     const IPPROTO_MPTCP: u32 = 262;
+    const NR_IO_URING_SETUP: u32 = 425;
+    /// `socket(2)`'s type argument: the type is its low 4 bits (`SOCK_NONBLOCK`,
+    /// `SOCK_CLOEXEC` above them).
+    const SOCK_TYPE_MASK: u32 = 0xf;
     /// (syscall, how many id arguments, uid or gid)
     const ID_CALLS: [(u32, u32, bool); 6] = [
         (105, 1, true),  // setuid
@@ -69,6 +83,8 @@ mod x86_64 {
     /// One instruction with symbolic jump targets, resolved by [`assemble`].
     enum Insn {
         Load(u32),
+        /// A &= k
+        And(u32),
         /// if A == k goto then else goto otherwise (labels; `None` = the next instruction).
         Jeq(u32, Option<usize>, Option<usize>),
         Ret(u32),
@@ -80,6 +96,10 @@ mod x86_64 {
     const NO_PROTOCOL: usize = 2;
     const SOCKET: usize = 3;
     const PRLIMIT: usize = 4;
+    const NO_FAMILY: usize = 5;
+    const REFUSED: usize = 6;
+    const INET: usize = 7;
+    const NO_SYSCALL: usize = 8;
 
     /// Resolves labels into forward jump offsets (BPF jumps go forward only, at most 255).
     fn assemble(prog: &[Insn]) -> Vec<libc::sock_filter> {
@@ -109,6 +129,12 @@ mod x86_64 {
                     jt: 0,
                     jf: 0,
                     k: *off,
+                },
+                Insn::And(k) => libc::sock_filter {
+                    code: (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16,
+                    jt: 0,
+                    jf: 0,
+                    k: *k,
                 },
                 Insn::Jeq(k, then, otherwise) => libc::sock_filter {
                     code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
@@ -147,8 +173,11 @@ mod x86_64 {
             Jeq(NR_REQUEST_KEY, Some(DENY), None),
             Jeq(NR_KEYCTL, Some(DENY), None),
         ];
-        if refuse.mptcp {
+        if refuse.mptcp || refuse.other_sockets {
             p.push(Jeq(NR_SOCKET, Some(SOCKET), None));
+        }
+        if refuse.other_sockets {
+            p.push(Jeq(NR_IO_URING_SETUP, Some(NO_SYSCALL), None));
         }
         if refuse.foreign_prlimit {
             p.push(Jeq(NR_PRLIMIT64, Some(PRLIMIT), None));
@@ -159,8 +188,27 @@ mod x86_64 {
             }
         }
         p.push(Ret(libc::SECCOMP_RET_ALLOW));
-        if refuse.mptcp {
-            // The protocol is an int: its low half is what the kernel reads.
+        // socket(domain, type, protocol): ints, whose low halves the kernel reads.
+        if refuse.other_sockets {
+            let (unix, netlink) = (libc::AF_UNIX as u32, libc::AF_NETLINK as u32);
+            let (inet, inet6) = (libc::AF_INET as u32, libc::AF_INET6 as u32);
+            p.extend([
+                Label(SOCKET),
+                Load(off_arg_lo(0)),
+                Jeq(unix, Some(ALLOW), None),
+                Jeq(netlink, Some(ALLOW), None),
+                Jeq(inet, Some(INET), None),
+                Jeq(inet6, Some(INET), Some(NO_FAMILY)),
+                Label(INET),
+                Load(off_arg_lo(1)),
+                And(SOCK_TYPE_MASK),
+                Jeq(libc::SOCK_STREAM as u32, None, Some(REFUSED)),
+                Load(off_arg_lo(2)),
+                Jeq(0, Some(ALLOW), None),
+                Jeq(libc::IPPROTO_TCP as u32, Some(ALLOW), None),
+                Jeq(IPPROTO_MPTCP, Some(NO_PROTOCOL), Some(REFUSED)),
+            ]);
+        } else if refuse.mptcp {
             p.extend([
                 Label(SOCKET),
                 Load(off_arg_lo(2)),
@@ -198,6 +246,12 @@ mod x86_64 {
         p.push(Ret(libc::SECCOMP_RET_ALLOW));
         p.push(Label(NO_PROTOCOL));
         p.push(Ret(libc::SECCOMP_RET_ERRNO | libc::EPROTONOSUPPORT as u32));
+        p.push(Label(NO_FAMILY));
+        p.push(Ret(libc::SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32));
+        p.push(Label(REFUSED));
+        p.push(Ret(libc::SECCOMP_RET_ERRNO | libc::EACCES as u32));
+        p.push(Label(NO_SYSCALL));
+        p.push(Ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32));
         assemble(&p)
     }
 
@@ -267,6 +321,7 @@ mod x86_64 {
             let on = super::super::Refuse {
                 id_changes: false,
                 mptcp: true,
+                other_sockets: false,
                 foreign_prlimit: true,
             };
             let p = program(None, on);
@@ -297,6 +352,89 @@ mod x86_64 {
             assert_eq!(prlimit(&both, 1234, 0x7fff_0000), EPERM);
             assert_eq!(call(&both, 105, &[0]), EPERM);
             assert_eq!(call(&both, NR_SOCKET, &socket(IPPROTO_MPTCP)), noproto);
+        }
+
+        #[test]
+        fn other_sockets_allow_only_unix_netlink_and_tcp() {
+            let p = program(
+                None,
+                super::super::Refuse {
+                    mptcp: true,
+                    other_sockets: true,
+                    ..Default::default()
+                },
+            );
+            let off = program(None, super::super::Refuse::default());
+            let err = |e: i32| libc::SECCOMP_RET_ERRNO | e as u32;
+            let socket = |prog: &[libc::sock_filter], domain: i32, ty: i32, proto: i32| {
+                // High halves set: the kernel reads ints, so they must not matter.
+                let wide = |v: i32| u64::from(v as u32) | 0xdead_0000_0000_0000;
+                verdict(
+                    prog,
+                    X86,
+                    NR_SOCKET,
+                    [wide(domain), wide(ty), wide(proto), 0, 0, 0],
+                )
+            };
+            let (inet, inet6) = (libc::AF_INET, libc::AF_INET6);
+            let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+            for (domain, ty, proto, want) in [
+                (inet, libc::SOCK_STREAM, 0, OK),
+                (inet6, libc::SOCK_STREAM | flags, libc::IPPROTO_TCP, OK),
+                (libc::AF_UNIX, libc::SOCK_DGRAM, 0, OK),
+                (libc::AF_UNIX, libc::SOCK_SEQPACKET | flags, 0, OK),
+                (libc::AF_NETLINK, libc::SOCK_RAW | flags, 0, OK),
+                (inet, libc::SOCK_DGRAM, 0, err(libc::EACCES)),
+                (
+                    inet6,
+                    libc::SOCK_DGRAM | flags,
+                    libc::IPPROTO_UDP,
+                    err(libc::EACCES),
+                ),
+                (
+                    inet,
+                    libc::SOCK_DGRAM,
+                    libc::IPPROTO_ICMP,
+                    err(libc::EACCES),
+                ),
+                (inet, libc::SOCK_RAW, libc::IPPROTO_RAW, err(libc::EACCES)),
+                (
+                    inet,
+                    libc::SOCK_STREAM,
+                    libc::IPPROTO_SCTP,
+                    err(libc::EACCES),
+                ),
+                (
+                    inet6,
+                    libc::SOCK_SEQPACKET,
+                    libc::IPPROTO_SCTP,
+                    err(libc::EACCES),
+                ),
+                (
+                    inet,
+                    libc::SOCK_STREAM,
+                    IPPROTO_MPTCP as i32,
+                    err(libc::EPROTONOSUPPORT),
+                ),
+                (
+                    libc::AF_PACKET,
+                    libc::SOCK_RAW,
+                    0x0300,
+                    err(libc::EAFNOSUPPORT),
+                ),
+                (
+                    libc::AF_VSOCK,
+                    libc::SOCK_STREAM,
+                    0,
+                    err(libc::EAFNOSUPPORT),
+                ),
+                (libc::AF_TIPC, libc::SOCK_RDM, 0, err(libc::EAFNOSUPPORT)),
+            ] {
+                assert_eq!(socket(&p, domain, ty, proto), want, "{domain} {ty} {proto}");
+                assert_eq!(socket(&off, domain, ty, proto), OK);
+            }
+            assert_eq!(call(&p, NR_IO_URING_SETUP, &[]), err(libc::ENOSYS));
+            assert_eq!(call(&off, NR_IO_URING_SETUP, &[]), OK);
         }
 
         #[test]

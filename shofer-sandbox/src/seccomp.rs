@@ -181,7 +181,7 @@ mod x86_64 {
 }
 
 /// Runs a classic-BPF seccomp program on one `struct seccomp_data` (the instructions this
-/// crate's programs use: `LD|W|ABS`, `JEQ`, `JSET`, `RET`): the one interpreter every
+/// crate's programs use: `LD|W|ABS`, `ALU|AND|K`, `JEQ`, `JSET`, `RET`): the one interpreter every
 /// filter's tests decide with, instead of installing the filter.
 #[cfg(test)]
 pub(crate) fn verdict(p: &[libc::sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
@@ -189,6 +189,7 @@ pub(crate) fn verdict(p: &[libc::sock_filter], arch: u32, nr: u32, args: [u64; 6
     const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
     const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
     const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    const AND_K: u16 = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16;
     let mut data = Vec::new();
     data.extend(nr.to_ne_bytes());
     data.extend(arch.to_ne_bytes());
@@ -213,6 +214,7 @@ pub(crate) fn verdict(p: &[libc::sock_filter], arch: u32, nr: u32, args: [u64; 6
                 };
                 pc += if hit { i.jt } else { i.jf } as usize;
             }
+            AND_K => acc &= i.k,
             RET_K => return i.k,
             c => panic!("unexpected instruction {c:#x}"),
         }

@@ -351,6 +351,54 @@ pub fn tcp_connect(port: u16) -> SysResult<OwnedFd> {
     Ok(s)
 }
 
+/// A UDP socket bound to 127.0.0.1 on a free port, non-blocking: the socket and its port.
+pub fn udp_bind() -> SysResult<(OwnedFd, u16)> {
+    let s = socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK)?;
+    let a = sockaddr_in(0);
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // Safety: `a` is a valid sockaddr_in.
+    check_i(unsafe { libc::bind(s.as_raw_fd(), (&a as *const libc::sockaddr_in).cast(), len) })?;
+    // Safety: an all-zero sockaddr_in is valid; getsockname fills it.
+    let mut got: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut got_len = len;
+    // Safety: `got` has room for `got_len` bytes.
+    check_i(unsafe {
+        libc::getsockname(
+            s.as_raw_fd(),
+            (&mut got as *mut libc::sockaddr_in).cast(),
+            &mut got_len,
+        )
+    })?;
+    Ok((s, u16::from_be(got.sin_port)))
+}
+
+/// `socket(AF_INET, SOCK_DGRAM)` and `sendto(2)` of one datagram to 127.0.0.1:`port`.
+pub fn udp_send(port: u16) -> SysResult<()> {
+    let s = socket(libc::AF_INET, libc::SOCK_DGRAM)?;
+    let a = sockaddr_in(port);
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let msg = b"shofer-containment datagram";
+    // Safety: `msg` and `a` are valid for the lengths given.
+    check(unsafe {
+        libc::sendto(
+            s.as_raw_fd(),
+            msg.as_ptr().cast(),
+            msg.len(),
+            0,
+            (&a as *const libc::sockaddr_in).cast(),
+            len,
+        )
+    } as libc::c_long)
+    .map(drop)
+}
+
+/// Whether a datagram waits on the non-blocking socket `s`.
+pub fn datagram_arrived(s: &OwnedFd) -> bool {
+    let mut buf = [0u8; 64];
+    // Safety: a non-blocking receive into our buffer.
+    unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) >= 0 }
+}
+
 /// `bind(2)` to 127.0.0.1:`port` (0 = any free port) and, if `listen`, `listen(2)`
 /// non-blocking. Returns the socket and the bound port.
 pub fn tcp_bind(port: u16, listen: bool) -> SysResult<(OwnedFd, u16)> {

@@ -215,6 +215,7 @@ attacks! {
     AbstractUnixTwin = "abstract-unix-twin" => net::abstract_unix_twin,
     PathnameUnixMovedIn = "pathname-unix-moved-in" => net::pathname_unix_moved_in,
     TcpFastopen = "tcp-fastopen" => net::tcp_fastopen,
+    UdpSend = "udp-send" => net::udp_send,
     CmsgLenWrap = "cmsg-len-wrap" => net::cmsg_len_wrap,
     // --- privileges and mounts
     MountBindOutside = "mount-bind-outside" => caps::mount_bind_outside,

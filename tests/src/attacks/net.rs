@@ -51,6 +51,23 @@ pub(crate) fn tcp_bind(a: &[String]) -> Seen {
     }
 }
 
+/// `udp-send <port> <host netns>`: issue 33: a datagram to an outside UDP socket on
+/// 127.0.0.1:<port> (what DNS to a local resolver is too).
+pub(crate) fn udp_send(a: &[String]) -> Seen {
+    let port: u16 = arg(a, 2).parse().unwrap_or(0);
+    let my_net = std::fs::read_link("/proc/self/ns/net")
+        .map(|l| l.display().to_string())
+        .unwrap_or_default();
+    match sys::udp_send(port) {
+        // The outside socket is not in a private network namespace: the host side checks
+        // that nothing arrived.
+        Ok(()) if !arg(a, 3).is_empty() && my_net != arg(a, 3) => Seen::Blocked(
+            "sent inside a private network namespace (the outside socket is not there)".into(),
+        ),
+        r => contain("sendto(127.0.0.1:<outside UDP socket>)", r),
+    }
+}
+
 /// One unix connect by `path` (as given: relative paths resolve from the cwd).
 fn connect_path(path: &[u8]) -> Result<std::os::fd::OwnedFd, sys::Errno> {
     sys::unix_connect(path, false)

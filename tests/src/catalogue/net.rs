@@ -84,6 +84,12 @@ pub(super) fn cases() -> Vec<Case> {
             tcp_bind_deny
         ),
         case!(
+            "udp-send-net-deny",
+            "issue 33: --net deny: a datagram to an outside 127.0.0.1 UDP socket",
+            Some(Protection::Tcp),
+            udp_send_deny
+        ),
+        case!(
             "tcp-connect-net-allow",
             "--net allow (default): connecting works",
             None,
@@ -264,6 +270,28 @@ fn silent_net_downgrade(c: &Ctx) -> Option<Outcome> {
             tcp["reason"]
         ))
     })
+}
+
+fn udp_send_deny(c: &Ctx) -> Outcome {
+    let (s, port) = match sys::udp_bind() {
+        Ok(x) => x,
+        Err(e) => return Outcome::Error(format!("harness: udp socket: {e}")),
+    };
+    let mut spec = Sb::new(Cmd::Attack(
+        Attack::UdpSend,
+        vec![port.to_string(), c.w.netns.clone()],
+    ));
+    spec.extra = vec!["--net".into(), "deny".into()];
+    let o = attack_spec_checked(c, spec);
+    if let Some(f) = silent_net_downgrade(c) {
+        return f;
+    }
+    if sys::datagram_arrived(&s) {
+        return Outcome::Escaped(format!(
+            "the outside 127.0.0.1:{port} UDP socket got a datagram"
+        ));
+    }
+    o
 }
 
 fn tcp_connect_allow(c: &Ctx) -> Outcome {
