@@ -211,6 +211,9 @@ pub enum Protection {
     OtherTerminals,
     /// The secret locations ([`crate::secretpaths`]) cannot be read.
     SecretsHidden,
+    /// No file is made set-user-ID or set-group-ID (it would run with its owner's rights for
+    /// whoever executes it later).
+    SetidFiles,
 }
 
 /// How much a protection matters (the two tiers of docs/ARCHITECTURE.md).
@@ -237,7 +240,7 @@ impl Tier {
 
 impl Protection {
     /// Every protection, in report order.
-    pub const ALL: [Protection; 19] = [
+    pub const ALL: [Protection; 20] = [
         Protection::WriteOutside,
         Protection::Truncate,
         Protection::RenameLinkAcross,
@@ -257,6 +260,7 @@ impl Protection {
         Protection::Keyrings,
         Protection::OtherTerminals,
         Protection::SecretsHidden,
+        Protection::SetidFiles,
     ];
 
     /// Stable snake-case key used in JSON.
@@ -281,6 +285,7 @@ impl Protection {
             Protection::Keyrings => "keyrings",
             Protection::OtherTerminals => "other_terminals",
             Protection::SecretsHidden => "secrets_hidden",
+            Protection::SetidFiles => "setid_files",
         }
     }
 
@@ -306,6 +311,7 @@ impl Protection {
             | Protection::Keyrings
             | Protection::OtherTerminals
             | Protection::SecretsHidden
+            | Protection::SetidFiles
             | Protection::AbstractSockets => Tier::Hardening,
             // Descriptors the caller hands over on purpose (0-2, --pass-fd), whether terminal
             // programs work, and the capability drop describe the run.
@@ -449,6 +455,12 @@ fn verdict(
             Enforced("seccomp (add_key, request_key, keyctl refused)")
         }
         Protection::Keyrings => no("the seccomp filters exist only for x86-64: the command may use the caller's keyrings"),
+        // The host filter refuses the modes (shofer-sandbox's hostfilter); with --keep-caps it
+        // does not (`Choice::with_keep_caps`).
+        Protection::SetidFiles if tiocsti_filter => {
+            Enforced("seccomp (chmod-family calls and file creation with S_ISUID or S_ISGID refused)")
+        }
+        Protection::SetidFiles => no("the seccomp filters exist only for x86-64: the command may make set-user-ID and set-group-ID files"),
         Protection::OtherTerminals => {
             if backend.has_pid_namespace() {
                 Enforced("private devpts")

@@ -264,12 +264,29 @@ impl Choice {
         }
     }
 
-    /// This choice for a caller that asked to keep its capabilities (`keep_caps`): where no
-    /// Landlock layer forbids mount changes, the command keeps `CAP_SYS_ADMIN` over its mounts
-    /// (bubblewrap as root; the namespace backends without Landlock), which would unmount what
-    /// hides the secret locations; bubblewrap then mounts nothing (`crate::bwrap`). Says so.
+    /// This choice for a caller that asked to keep its capabilities (`keep_caps`): the host
+    /// filter then leaves set-ID files alone; and where no Landlock layer forbids mount
+    /// changes, the command keeps `CAP_SYS_ADMIN` over its mounts (bubblewrap as root; the
+    /// namespace backends without Landlock), which would unmount what hides the secret
+    /// locations; bubblewrap then mounts nothing (`crate::bwrap`). Says so.
     #[must_use]
     pub fn with_keep_caps(mut self, keep_caps: bool) -> Choice {
+        if keep_caps
+            && self
+                .verdicts
+                .iter()
+                .any(|(p, v)| *p == Protection::SetidFiles && v.is_enforced())
+        {
+            let why =
+                "with --keep-caps the host filter leaves the command its set-ID calls and modes"
+                    .to_string();
+            for (p, v) in &mut self.verdicts {
+                if *p == Protection::SetidFiles {
+                    *v = Verdict::NotEnforced(why.clone());
+                }
+            }
+            self.hardening.push((Protection::SetidFiles, why));
+        }
         let unmounts = match self.backend {
             Backend::Bwrap => rustix::process::geteuid().is_root(),
             Backend::Userns | Backend::Layered => self.abi == 0,

@@ -75,7 +75,8 @@ pub(crate) struct Steps<'a> {
     pub kept_caps: &'static [caps::Capability],
     /// With `drop_caps`: run the command as this (uid, gid).
     pub run_as: Option<(u32, u32)>,
-    /// With `seccomp`: refuse set*id calls to ids other than the command's own.
+    /// With `seccomp`: refuse set*id calls to ids other than the command's own, and files
+    /// made set-user-ID or set-group-ID.
     pub refuse_id_changes: bool,
     /// With `seccomp`: refuse MPTCP sockets (`--net deny`) and `prlimit` on another process
     /// (where the supervisor is in reach: no PID namespace) ([`crate::hostfilter`]).
@@ -302,6 +303,7 @@ pub(crate) fn run(
         if let Err(e) = seccomp::refuse_terminal_injection().and_then(|()| {
             crate::hostfilter::install(crate::hostfilter::Refuse {
                 id_changes: steps.refuse_id_changes,
+                setid_files: steps.refuse_id_changes,
                 mptcp: steps.refuse_mptcp,
                 other_sockets: steps.refuse_other_sockets,
                 foreign_prlimit: steps.refuse_foreign_prlimit,

@@ -15,6 +15,15 @@
 //!   `EPERM`. Landlock does not control it, and a command could starve its own supervisor or
 //!   guardian (`RLIMIT_NOFILE` of 0: they could no longer find and kill the tree). Reading
 //!   another process's limits, and setting one's own (`setrlimit`, `prlimit(0, …)`), work.
+//! - **set-user-ID and set-group-ID files**: `chmod`, `fchmod`, `fchmodat`, `fchmodat2` with
+//!   `S_ISUID` or `S_ISGID` in the mode, and `open`, `openat`, `creat`, `mknod`, `mknodat`
+//!   creating a file with either, fail with `EPERM` (the mode is a value: decided on what the
+//!   kernel would use, with no window). `openat2` fails with `ENOSYS` (its mode lies in a
+//!   structure the filter cannot read; callers fall back to `openat`), and so does
+//!   `io_uring_setup` (`IORING_OP_OPENAT` would create without a call). A set-ID file the
+//!   command left in the worktree or `/tmp` would run with its owner's (or group's) rights for
+//!   whoever executes it later: root's, for a root caller. `tar xp` restores owners then, not
+//!   these bits, and says so.
 //! - **MPTCP** (`--net deny`): `socket(…, IPPROTO_MPTCP)` fails with `EPROTONOSUPPORT`, as on
 //!   a kernel without MPTCP, so programs fall back to TCP. Landlock's TCP rules cover
 //!   `IPPROTO_TCP` sockets only.
@@ -41,6 +50,8 @@ pub use x86_64::install;
 pub struct Refuse {
     /// `set*id` to ids other than the caller's own.
     pub id_changes: bool,
+    /// Files made set-user-ID or set-group-ID.
+    pub setid_files: bool,
     /// MPTCP sockets.
     pub mptcp: bool,
     /// Every socket but unix, netlink and TCP ones (and `io_uring`).
@@ -66,6 +77,27 @@ mod x86_64 {
     const NR_PRLIMIT64: u32 = 302;
     const IPPROTO_MPTCP: u32 = 262;
     const NR_IO_URING_SETUP: u32 = 425;
+    /// (syscall, the argument holding the mode) of the chmod family and of `creat`, `mknod`,
+    /// `mknodat`.
+    const MODE_CALLS: [(u32, u32); 7] = [
+        (90, 1),  // chmod
+        (91, 1),  // fchmod
+        (268, 2), // fchmodat
+        (452, 2), // fchmodat2
+        (85, 1),  // creat
+        (133, 1), // mknod
+        (259, 2), // mknodat
+    ];
+    /// (syscall, flags argument, mode argument) of the opens that may create.
+    const OPEN_CALLS: [(u32, u32, u32); 2] = [
+        (2, 1, 2),   // open
+        (257, 2, 3), // openat
+    ];
+    const NR_OPENAT2: u32 = 437;
+    /// `S_ISUID | S_ISGID`.
+    const SETID_BITS: u32 = 0o6000;
+    /// `O_CREAT | __O_TMPFILE`: the flags with which an open makes a file.
+    const CREATING: u32 = 0o100 | 0o20000000;
     /// `socket(2)`'s type argument: the type is its low 4 bits (`SOCK_NONBLOCK`,
     /// `SOCK_CLOEXEC` above them).
     const SOCK_TYPE_MASK: u32 = 0xf;
@@ -85,6 +117,8 @@ mod x86_64 {
         Load(u32),
         /// A &= k
         And(u32),
+        /// if A & k goto then else goto otherwise.
+        Jset(u32, Option<usize>, Option<usize>),
         /// if A == k goto then else goto otherwise (labels; `None` = the next instruction).
         Jeq(u32, Option<usize>, Option<usize>),
         Ret(u32),
@@ -142,6 +176,12 @@ mod x86_64 {
                     jf: rel(*otherwise),
                     k: *k,
                 },
+                Insn::Jset(k, then, otherwise) => libc::sock_filter {
+                    code: (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16,
+                    jt: rel(*then),
+                    jf: rel(*otherwise),
+                    k: *k,
+                },
                 Insn::Ret(k) => libc::sock_filter {
                     code: (libc::BPF_RET | libc::BPF_K) as u16,
                     jt: 0,
@@ -176,8 +216,17 @@ mod x86_64 {
         if refuse.mptcp || refuse.other_sockets {
             p.push(Jeq(NR_SOCKET, Some(SOCKET), None));
         }
-        if refuse.other_sockets {
+        if refuse.other_sockets || refuse.setid_files {
             p.push(Jeq(NR_IO_URING_SETUP, Some(NO_SYSCALL), None));
+        }
+        if refuse.setid_files {
+            p.push(Jeq(NR_OPENAT2, Some(NO_SYSCALL), None));
+            for (i, (nr, _)) in MODE_CALLS.iter().enumerate() {
+                p.push(Jeq(*nr, Some(30 + i), None));
+            }
+            for (i, (nr, _, _)) in OPEN_CALLS.iter().enumerate() {
+                p.push(Jeq(*nr, Some(40 + i), None));
+            }
         }
         if refuse.foreign_prlimit {
             p.push(Jeq(NR_PRLIMIT64, Some(PRLIMIT), None));
@@ -226,6 +275,25 @@ mod x86_64 {
                 Load(off_arg_lo(2) + 4),
                 Jeq(0, Some(ALLOW), Some(DENY)),
             ]);
+        }
+        if refuse.setid_files {
+            // The mode is a umode_t: its low half is what the kernel reads.
+            for (i, (_, arg)) in MODE_CALLS.iter().enumerate() {
+                p.extend([
+                    Label(30 + i),
+                    Load(off_arg_lo(*arg)),
+                    Jset(SETID_BITS, Some(DENY), Some(ALLOW)),
+                ]);
+            }
+            for (i, (_, flags, mode)) in OPEN_CALLS.iter().enumerate() {
+                p.extend([
+                    Label(40 + i),
+                    Load(off_arg_lo(*flags)),
+                    Jset(CREATING, None, Some(ALLOW)),
+                    Load(off_arg_lo(*mode)),
+                    Jset(SETID_BITS, Some(DENY), Some(ALLOW)),
+                ]);
+            }
         }
         let (uid, gid) = ids.unwrap_or((0, 0));
         for (i, (_, args, is_uid)) in ID_CALLS.iter().enumerate().filter(|_| ids.is_some()) {
@@ -320,6 +388,7 @@ mod x86_64 {
         fn mptcp_and_other_processes_limits_are_refused_when_asked() {
             let on = super::super::Refuse {
                 id_changes: false,
+                setid_files: false,
                 mptcp: true,
                 other_sockets: false,
                 foreign_prlimit: true,
@@ -435,6 +504,57 @@ mod x86_64 {
             }
             assert_eq!(call(&p, NR_IO_URING_SETUP, &[]), err(libc::ENOSYS));
             assert_eq!(call(&off, NR_IO_URING_SETUP, &[]), OK);
+        }
+
+        #[test]
+        fn set_id_bits_are_refused_in_modes_and_creating_opens_only() {
+            let p = program(
+                None,
+                super::super::Refuse {
+                    setid_files: true,
+                    ..Default::default()
+                },
+            );
+            let off = program(None, super::super::Refuse::default());
+            let at =
+                |prog: &[libc::sock_filter], nr: u32, args: [u64; 6]| verdict(prog, X86, nr, args);
+            let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+            // High halves set: the kernel reads umode_t and int, so they must not matter.
+            let hi = 0xdead_0000_0000_0000u64;
+            for (nr, arg) in MODE_CALLS {
+                for (mode, want) in [
+                    (0o4755, EPERM),
+                    (0o2755, EPERM),
+                    (0o6755, EPERM),
+                    (0o755, OK),
+                    (0o1777, OK),
+                ] {
+                    let mut args = [hi; 6];
+                    args[arg as usize] = hi | mode;
+                    assert_eq!(at(&p, nr, args), want, "{nr} {mode:o}");
+                    assert_eq!(at(&off, nr, args), OK);
+                }
+            }
+            let creat = u64::from(libc::O_CREAT as u32 | libc::O_WRONLY as u32);
+            let tmpfile = u64::from(libc::O_TMPFILE as u32 | libc::O_RDWR as u32);
+            let read = u64::from(libc::O_RDONLY as u32);
+            for (nr, flags, mode) in OPEN_CALLS {
+                for (f, m, want) in [
+                    (creat, 0o4755, EPERM),
+                    (tmpfile, 0o2700, EPERM),
+                    (creat, 0o644, OK),
+                    // Without O_CREAT the mode argument is not read (often garbage).
+                    (read, 0o6777, OK),
+                ] {
+                    let mut args = [hi; 6];
+                    args[flags as usize] = hi | f;
+                    args[mode as usize] = hi | m;
+                    assert_eq!(at(&p, nr, args), want, "{nr} {f:o} {m:o}");
+                }
+            }
+            assert_eq!(call(&p, NR_OPENAT2, &[]), enosys);
+            assert_eq!(call(&p, NR_IO_URING_SETUP, &[]), enosys);
+            assert_eq!(call(&off, NR_OPENAT2, &[]), OK);
         }
 
         #[test]

@@ -987,3 +987,123 @@ fn the_command_cannot_change_its_supervisors_limits() {
         assert_eq!(out.status.code(), Some(0), "uid {uid:?}: {}", show(&out));
     }
 }
+
+/// Issue 34, deliverable 3: no file is made set-user-ID or set-group-ID, in the worktree or in
+/// `/tmp`: the chmod family, creating opens and `mknod` with either bit fail with `EPERM`;
+/// `tar xp` of an archive holding a setuid file extracts it without the bit and says so;
+/// plain modes work. Every backend, as root and as uid 65534; with `--keep-caps` (root) the
+/// filter is off and the report says so.
+#[test]
+fn no_set_id_file_is_made_inside() {
+    if !need("/usr/bin/python3") || !need("/usr/bin/tar") {
+        return;
+    }
+    let uids: Vec<Option<u32>> = if is_root() {
+        vec![None, Some(65534)]
+    } else {
+        vec![None]
+    };
+    for b in backends() {
+        for uid in &uids {
+            let cell = format!("{b} as {uid:?}");
+            let s = Scratch::new();
+            let wt = s.path().join("wt");
+            let src = s.path().join("src");
+            std::fs::create_dir_all(&wt).unwrap();
+            std::fs::create_dir_all(&src).unwrap();
+            std::fs::write(src.join("suid"), "#!/bin/sh\n").unwrap();
+            let st = Command::new("chmod")
+                .args(["4755"])
+                .arg(src.join("suid"))
+                .status()
+                .unwrap();
+            assert!(st.success());
+            let archive = s.path().join("a.tar");
+            let st = Command::new("tar")
+                .arg("cf")
+                .arg(&archive)
+                .arg("-C")
+                .arg(&src)
+                .arg("suid")
+                .status()
+                .unwrap();
+            assert!(st.success());
+            let tmp = format!("/tmp/shofer-setid-{}-{}", std::process::id(), b);
+            let _ = std::fs::remove_file(&tmp);
+            if let Some(u) = uid {
+                s.chown_all(*u);
+            }
+            let script = format!(
+                "cd '{wt}' && touch f && chmod u+s f; echo chmod-u=$?; chmod g+s f; echo chmod-g=$?; \
+                 chmod 750 f; echo chmod-plain=$?; \
+                 python3 -c 'import os; os.open(\"g\", os.O_CREAT | os.O_WRONLY, 0o4755)'; echo open=$?; \
+                 python3 -c 'import os, stat; os.mknod(\"h\", stat.S_IFREG | 0o2755)'; echo mknod=$?; \
+                 mkdir t && tar xpf '{archive}' -C t; echo tar=$?; \
+                 touch '{tmp}' && chmod 4755 '{tmp}'; echo tmp=$?",
+                wt = wt.display(),
+                archive = archive.display()
+            );
+            let mut run = Run::new(&wt).backend(b);
+            if let Some(u) = uid {
+                run = run.with_uid(*u);
+            }
+            let out = run.sh(&script).output();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            for want in [
+                "chmod-u=1",
+                "chmod-g=1",
+                "chmod-plain=0",
+                "open=1",
+                "mknod=1",
+                "tar=2",
+                "tmp=1",
+            ] {
+                assert!(stdout.contains(want), "{cell}: no {want}:\n{}", show(&out));
+            }
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("Cannot change mode to rwsr-xr-x: Operation not permitted"),
+                "{cell}: tar says nothing:\n{}",
+                show(&out)
+            );
+            let mode = |p: &Path| {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::symlink_metadata(p).map(|m| m.permissions().mode())
+            };
+            for p in [
+                wt.join("f"),
+                wt.join("t/suid"),
+                Path::new(&tmp).to_path_buf(),
+            ] {
+                let m = mode(&p).unwrap_or_else(|e| panic!("{cell}: {}: {e}", p.display()));
+                assert_eq!(m & 0o6000, 0, "{cell}: {} is {m:o}", p.display());
+            }
+            assert_eq!(mode(&wt.join("f")).unwrap() & 0o777, 0o750, "{cell}");
+            for p in ["g", "h"] {
+                assert!(!wt.join(p).exists(), "{cell}: {p} was made");
+            }
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    // Root keeping its capabilities on purpose: the filter is off, and the report says so.
+    if is_root() {
+        let s = Scratch::new();
+        let report = s.path().join("report.json");
+        let out = Run::new(&s.path())
+            .arg("--keep-caps")
+            .arg("--report")
+            .arg("9")
+            .fd9(std::fs::File::create(&report).unwrap())
+            .sh("touch f && chmod u+s f; echo chmod-u=$?")
+            .output();
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("chmod-u=0"),
+            "{}",
+            show(&out)
+        );
+        let text = std::fs::read_to_string(&report).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(v["protections"]["setid_files"]["enforced"], false, "{v}");
+        let _ = std::fs::remove_file(s.path().join("f"));
+    }
+}

@@ -339,6 +339,24 @@ pub(crate) fn report_creds(_: &[String]) -> Seen {
     ))
 }
 
+/// `setid-file`: issue 34: make a set-user-ID file in the working directory (the worktree)
+/// by `chmod`, and a set-group-ID one by a creating `open`.
+pub(crate) fn setid_file(_: &[String]) -> Seen {
+    let made = sys::open("setid-f", libc::O_CREAT | libc::O_WRONLY, 0o755);
+    if let Err(e) = made {
+        return Seen::Broken(format!("open(setid-f, O_CREAT, 0755) -> {e}"));
+    }
+    let chmod = sys::chmod(Path::new("setid-f"), 0o4755);
+    let open = sys::open("setid-g", libc::O_CREAT | libc::O_WRONLY, 0o2755);
+    match (chmod, open) {
+        (Err(a), Err(b)) => Seen::Blocked(format!(
+            "chmod(setid-f, 04755) -> {a}; open(setid-g, O_CREAT, 02755) -> {b}"
+        )),
+        (Ok(_), _) => Seen::Escaped("chmod(setid-f, 04755) succeeded".into()),
+        (_, Ok(_)) => Seen::Escaped("open(setid-g, O_CREAT, 02755) succeeded".into()),
+    }
+}
+
 /// `suid-exec`: execs the setuid-root copy of the harness: no euid 0, no capabilities.
 pub(crate) fn suid_exec(a: &[String]) -> Seen {
     let prog = arg(a, 2);

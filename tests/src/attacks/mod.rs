@@ -224,6 +224,7 @@ attacks! {
     ReportCreds = "report-creds" => caps::report_creds,
     SuidExec = "suid-exec" => caps::suid_exec,
     CapsAndNnp = "caps-and-nnp" => caps::caps_and_nnp,
+    SetidFile = "setid-file" => caps::setid_file,
     RootChownForeign = "root-chown-foreign" => caps::root_chown_foreign,
     RootDacRead = "root-dac-read" => caps::root_dac_read,
     SethostnameUts = "sethostname-uts" => caps::sethostname_uts,

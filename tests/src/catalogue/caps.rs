@@ -47,6 +47,12 @@ pub(super) fn cases() -> Vec<Case> {
             needs = need_suid
         ),
         case!(
+            "setid-file",
+            "issue 34: chmod u+s a file in the worktree, open(O_CREAT) one with mode 02755",
+            Some(Protection::SetidFiles),
+            setid_file
+        ),
+        case!(
             "caps-and-nnp",
             "no capabilities in any set, NoNewPrivs=1",
             Some(Protection::Capabilities),
@@ -112,4 +118,19 @@ fn root_dac_read(c: &Ctx) -> Outcome {
         return Outcome::Error("harness: cannot make a uid-4242 0600 file".into());
     }
     attack_checked(c, Attack::RootDacRead, &[])
+}
+
+/// The attack, then the host's own look at what it left in the worktree.
+fn setid_file(c: &Ctx) -> Outcome {
+    let o = attack_checked(c, Attack::SetidFile, &[]);
+    for name in ["setid-f", "setid-g"] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::symlink_metadata(c.wt.join(name)).map(|m| m.permissions().mode());
+        if let Ok(m) = mode {
+            if m & 0o6000 != 0 {
+                return Outcome::Escaped(format!("wt/{name} has mode {m:o}"));
+            }
+        }
+    }
+    o
 }
