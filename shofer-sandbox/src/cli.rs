@@ -142,8 +142,7 @@ Options:
   --net <allow|deny>       deny TCP bind/connect (Landlock ABI 4+); default allow
   --allow-degraded         accept a backend that cannot enforce the whole policy
   --no-unix-gate           do not mediate unix-socket connects with the seccomp gate
-                           (a degradation: needs --allow-degraded; io_uring then
-                           works)
+                           (a degradation: needs --allow-degraded)
   --pass-fd <N>            keep descriptor N (> 2) open in the command (repeatable)
   --keep-caps              as root, keep capabilities (they are dropped by default)
   --keep-env <NAME>        pass the secret variable NAME to the command anyway; a glob

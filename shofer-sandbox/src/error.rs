@@ -43,6 +43,14 @@ pub enum SetupError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The working directory lies in a hidden secret location: relative paths would name what
+    /// the run hides (and the namespace backends could not enter it at all).
+    CwdHidden {
+        /// The working directory.
+        cwd: PathBuf,
+        /// The hidden location that holds it.
+        location: PathBuf,
+    },
     /// The requested (or chosen) backend cannot enforce the policy here.
     Unusable(Unusable),
     /// `auto`: no backend can enforce the policy; each mechanism tried and why not, in order.
@@ -223,6 +231,13 @@ impl fmt::Display for SetupError {
             SetupError::AllowWrite { path, reason } => {
                 write!(f, "--allow-write '{}': {reason}", path.display())
             }
+            SetupError::CwdHidden { cwd, location } => write!(
+                f,
+                "the working directory {} lies in {}, a secret location the sandbox hides: run from another directory (a human may allow it with --allow-read {})",
+                cwd.display(),
+                location.display(),
+                location.display()
+            ),
             SetupError::Unusable(u) => write!(f, "{u}"),
             SetupError::NoBackend(tried) => {
                 let tried: Vec<String> = tried.iter().map(ToString::to_string).collect();

@@ -14,7 +14,10 @@
 //!   (`crate::ruleset::create`): on Landlock alone, and layered on the namespaces for a command
 //!   that keeps `CAP_DAC_OVERRIDE` (a foreign-owned worktree, `--keep-caps`), which a mode-0
 //!   directory would not stop.
-//! - [`note`] names the existing locations left readable (the writable set holds them).
+//! - [`note`] names the existing locations left readable (the writable set holds them);
+//!   [`Resolved::check_cwd`] refuses a working directory inside a hidden location.
+//! - Also hidden: the targets of the symlinks among a hidden directory's entries that lead out
+//!   of it (one level), and every other mount of a filesystem mounted inside a location.
 //! - Never: hide the worktree, anything inside it, an `--allow-write` path or git's metadata,
 //!   or a directory that holds one of them (the writable set, which the user chose, wins).
 //!
@@ -71,6 +74,7 @@ use rustix::fs::{Mode, OFlags};
 use shofer_core::policy::RuleOrigin;
 use shofer_core::secretpaths::{self, UserDirs};
 
+use crate::error::SetupError;
 use crate::writable::OpenedPolicy;
 
 /// What [`resolve`] decided.
@@ -89,6 +93,28 @@ impl Resolved {
     /// of every directory that holds a hidden location (empty when nothing is hidden).
     pub fn read_rules(&self) -> ReadRules {
         read_rules(&self.hidden, &self.allowed_inside)
+    }
+
+    /// Refuses a working directory inside a hidden location: the command's relative paths
+    /// would start from what the run hides (beneath a mount's cover, the namespace backends'
+    /// process A could not even enter it again).
+    ///
+    /// # Errors
+    /// [`SetupError::CwdHidden`] naming the location.
+    pub fn check_cwd(&self) -> Result<(), SetupError> {
+        let Ok(cwd) = std::env::current_dir() else {
+            return Ok(());
+        };
+        let inside = |h: &&PathBuf| {
+            cwd.starts_with(h) && !self.allowed_inside.iter().any(|a| cwd.starts_with(a))
+        };
+        match self.hidden.iter().find(inside) {
+            Some(location) => Err(SetupError::CwdHidden {
+                cwd: cwd.clone(),
+                location: location.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The mounts that hide [`Resolved::hidden`] instead, in order ([`Cover`]): for
@@ -368,7 +394,10 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
     // The mount table, read only once a location exists.
     let mut mounts: Option<Vec<shofer_sys::proc::Mount>> = None;
     let mut out = Resolved::default();
-    for loc in wanted {
+    // (location, whether its symlinks are looked at): the default set's and --hide's, then the
+    // targets of the symlinks found in them.
+    let mut queue: Vec<(PathBuf, bool)> = wanted.into_iter().rev().map(|w| (w, true)).collect();
+    while let Some((loc, look_at_links)) = queue.pop() {
         let Some(canonical) = canonical(&loc) else {
             continue; // missing, or a dangling symlink: nothing to read behind it
         };
@@ -382,6 +411,9 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
         if let Some(why) = names.iter().find_map(|n| conflict(opened, n)) {
             out.not_hidden.push((canonical, why));
             continue;
+        }
+        if look_at_links {
+            queue.extend(links_out(&canonical).into_iter().map(|t| (t, false)));
         }
         for n in names {
             if n != Path::new("/") && !out.hidden.contains(&n) {
@@ -530,11 +562,43 @@ fn device_rules(dir: &Path, depth: u32, out: &mut Vec<(OwnedFd, bool)>) -> bool 
     block
 }
 
+/// The targets outside the directory `dir` of the symlinks among its entries (a dotfiles
+/// repository's `~/.ssh/id_ed25519 -> ~/dotfiles/ssh/id_ed25519`): the key is there, and the
+/// link would lead to it. One level: links deeper inside are not looked at.
+fn links_out(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new(); // a file, or unreadable to the caller as well
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|k| k.is_symlink()))
+        .filter_map(|e| canonical(&e.path()))
+        .filter(|t| !t.starts_with(dir))
+        .collect()
+}
+
+/// Every other path at which the mount table shows the object at `path`, or at a filesystem
+/// mounted inside it (its own alias elsewhere shows what lies inside `path`).
+fn aliases(path: &Path, mounts: &[shofer_sys::proc::Mount]) -> Vec<PathBuf> {
+    let mut out = aliases_of(path, mounts);
+    for inner in mounts.iter().map(|m| Path::new(&m.point)) {
+        if inner == path || !inner.starts_with(path) {
+            continue;
+        }
+        for a in aliases_of(inner, mounts) {
+            if !a.starts_with(path) && !out.contains(&a) {
+                out.push(a);
+            }
+        }
+    }
+    out
+}
+
 /// Every other path at which the mount table shows the object at `path` (a bind mount of a
 /// home elsewhere, a filesystem mounted twice): Landlock walks a bind mount's path up from its
 /// mount point, so each such alias must be hidden too. Only aliases that reach the same inode
 /// are kept (a mount stacked over one shows something else).
-fn aliases(path: &Path, mounts: &[shofer_sys::proc::Mount]) -> Vec<PathBuf> {
+fn aliases_of(path: &Path, mounts: &[shofer_sys::proc::Mount]) -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let Ok(me) = std::fs::symlink_metadata(path) else {
         return Vec::new();

@@ -727,7 +727,7 @@ fn host_binds_inside_above_and_beside_a_hidden_location_reveal_nothing() {
     let top = h.scratch.path().to_path_buf();
     let pubd = top.join("pub");
     let odd = pubd.join(std::ffi::OsStr::from_bytes(b"x\xff"));
-    for d in ["subd", "rootb", "plain", "par"] {
+    for d in ["subd", "rootb", "plain", "par", "alias2"] {
         std::fs::create_dir_all(pubd.join(d)).unwrap();
     }
     std::fs::create_dir_all(&odd).unwrap();
@@ -743,7 +743,19 @@ fn host_binds_inside_above_and_beside_a_hidden_location_reveal_nothing() {
         (vec!["-t", "tmpfs"], PathBuf::from("none"), odd.clone()),
         (vec!["--bind"], h.home.clone(), pubd.join("plain")),
         (vec!["--bind"], top.clone(), pubd.join("par")),
+        // A filesystem mounted inside a hidden location, and again elsewhere.
+        (
+            vec!["-t", "tmpfs"],
+            PathBuf::from("none"),
+            h.home.join(".ssh/inner"),
+        ),
+        (
+            vec!["--bind"],
+            h.home.join(".ssh/inner"),
+            pubd.join("alias2"),
+        ),
     ];
+    std::fs::create_dir_all(h.home.join(".ssh/inner")).unwrap();
     let mut done = Vec::new();
     for (opts, src, dst) in &mounts {
         let ok = std::process::Command::new("mount")
@@ -758,6 +770,11 @@ fn host_binds_inside_above_and_beside_a_hidden_location_reveal_nothing() {
     }
     let result = std::panic::catch_unwind(|| {
         assert_eq!(done.len(), mounts.len(), "mounts made: {done:?}");
+        std::fs::write(
+            h.home.join(".ssh/inner/k2"),
+            "ssh-key-secret-0a1b in a tmpfs",
+        )
+        .unwrap();
         let home_rel = h.home.strip_prefix("/").unwrap();
         let paths = [
             pubd.join("keyfile"),
@@ -765,6 +782,8 @@ fn host_binds_inside_above_and_beside_a_hidden_location_reveal_nothing() {
             pubd.join("rootb").join(home_rel).join(".netrc"),
             pubd.join("plain/.netrc"),
             pubd.join("par/pub/plain/.netrc"),
+            pubd.join("alias2/k2"),
+            h.home.join(".ssh/inner/k2"),
         ];
         for b in hiding_backends() {
             let script: String = paths
@@ -876,6 +895,66 @@ fn ordinary_tools_read_their_settings_beside_hidden_credentials() {
             assert!(
                 !text(&out).contains("secret-"),
                 "{cell}: a secret leaked:\n{}",
+                show(&out)
+            );
+        }
+    }
+}
+
+/// The attack pass's first leak: a working directory inside a hidden directory (the MCP
+/// tool's `cwd`) left the namespace backends' command in the host's directory beneath the
+/// cover. Every backend refuses such a run before it starts, naming the location.
+#[test]
+fn a_working_directory_inside_a_hidden_location_is_refused() {
+    for b in backends() {
+        let h = Home::new(None);
+        let sub = h.home.join(".ssh/sub");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(sub.join("k"), "ssh-key-secret-0a1b in sub").unwrap();
+        let mut cmd = h.run(b, None).sh("cat ./k; cat ../id_ed25519").command();
+        cmd.current_dir(&sub);
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(125), "{b}: {}", show(&out));
+        assert_no_leak(&out, &[], b);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let want = format!(
+            "lies in {}, a secret location the sandbox hides",
+            h.home.join(".ssh").display()
+        );
+        assert!(err.contains(&want), "{b}: {err}");
+    }
+}
+
+/// A symlink inside a hidden directory that leads out of it (a dotfiles repository's key)
+/// hides its target too, on every backend: by the target's own path and through the link.
+#[test]
+fn a_link_out_of_a_hidden_directory_hides_its_target() {
+    for b in hiding_backends() {
+        for uid in uids() {
+            let cell = format!("{b} as {uid:?}");
+            let h = Home::new(None);
+            let dot = h.home.join("dotfiles-keys");
+            std::fs::create_dir_all(&dot).unwrap();
+            std::fs::write(dot.join("id_rsa"), "ssh-key-secret-0a1b behind a link").unwrap();
+            std::fs::write(dot.join("README"), "ordinary-dotfiles-readme-5c6d").unwrap();
+            symlink("../dotfiles-keys/id_rsa", h.home.join(".ssh/id_rsa")).unwrap();
+            if let Some(u) = uid {
+                h.scratch.chown_all(u);
+            }
+            let out = h
+                .run(b, uid)
+                .sh(&format!(
+                    "cat '{d}/id_rsa'; cat '{h}/.ssh/id_rsa'; cat '{d}/README'; true",
+                    d = dot.display(),
+                    h = h.home.display()
+                ))
+                .output();
+            assert_eq!(out.status.code(), Some(0), "{cell}: {}", show(&out));
+            assert_no_leak(&out, &[], &cell);
+            assert_denied(&out, &dot.join("id_rsa"), &cell);
+            assert!(
+                text(&out).contains("ordinary-dotfiles-readme-5c6d"),
+                "{cell}: {}",
                 show(&out)
             );
         }
