@@ -682,6 +682,7 @@ fn supervise(
 ) {
     let _ = writeln!(pipe, "pid {}", std::process::id());
     let artifacts = config.artifacts_dir.clone();
+    let grace = config.kill_grace;
     config.subreaper = true;
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -690,12 +691,14 @@ fn supervise(
         let _ = writeln!(pipe, "error cannot start the supervisor's runtime");
         return;
     };
-    rt.block_on(async move {
+    let record = artifacts.clone();
+    let last = rt.block_on(async move {
+        let artifacts = record;
         let engine = match Engine::new(config) {
             Ok(e) => e,
             Err(e) => {
                 let _ = writeln!(pipe, "error {e}");
-                return;
+                return None;
             }
         };
         let abort = CancellationToken::new();
@@ -720,12 +723,12 @@ fn supervise(
             Ok(o) => o,
             Err(e) => {
                 let _ = writeln!(pipe, "error {e}");
-                return;
+                return None;
             }
         };
         if first.status != Status::Running {
             detach::send_result(pipe, &first);
-            return;
+            return None;
         }
         // Detached from here on: the state file is how later invocations find the command.
         let _ = JobState::of(&first, budget).save(&artifacts);
@@ -734,11 +737,22 @@ fn supervise(
             o = engine.wait(first.id) => o,
             _ = &mut sig => engine.terminate(first.id).await,
         };
-        if let Some(o) = last {
-            let _ = JobState::of(&o, budget).save(&artifacts);
+        if let Some(o) = &last {
+            let _ = JobState::of(o, budget).save(&artifacts);
         }
         // Dropping the engine (at the end of this block) kills whatever is left of the tree.
+        last
     });
+    // Then everything else below us, as `shofer run` does at its end: a detached orphan the
+    // tree scan never saw (`setsid env -i daemon &` whose shell exited first) was reparented
+    // to this subreaper. Nothing outlives the detached command either, and its record names
+    // what was stopped.
+    let stopped = tree::names_below_us();
+    tree::kill_everything_below_us(grace);
+    if let (Some(mut o), false) = (last, stopped.is_empty()) {
+        o.background.extend(stopped);
+        let _ = JobState::of(&o, budget).save(&artifacts);
+    }
 }
 
 fn jobs(

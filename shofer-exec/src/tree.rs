@@ -311,6 +311,22 @@ pub fn kill_everything_below_us(grace: Duration) -> KillReport {
     kill::kill(&mut Descendants::of_self(), grace)
 }
 
+/// The names of this process's live descendants (their `comm`), sorted, repeats kept: what
+/// [`kill_everything_below_us`] is about to stop, for the record.
+pub fn names_below_us() -> Vec<String> {
+    let table = shofer_sys::proc::ProcTable::scan();
+    let procs = table.procs();
+    let mut names: Vec<String> = table
+        .descendants(shofer_sys::process::getpid())
+        .into_iter()
+        .map(|i| procs[i])
+        .filter(|p| !p.is_dead())
+        .map(|p| String::from_utf8_lossy(p.comm.as_bytes()).into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// Signals each process group held by `groups` (pidfds of their leaders, opened while those
 /// were unreaped children: the kernel keeps such a group's id from being reused while any
 /// member lives, so no other process can be hit) in one call per group

@@ -307,6 +307,53 @@ fn cases_4_and_9_detached_soft_timeout_across_three_invocations() {
     }
 }
 
+/// Issue 34, deliverable 4: a detached command that ends on its own leaves no daemon behind
+/// (one that left its session and environment, `setsid env -i`, is never in the tree scan),
+/// and `shofer list` names what the supervisor stopped.
+#[test]
+fn a_detached_command_that_ends_on_its_own_leaves_no_daemon() {
+    for m in Mode::both() {
+        let mk = marker();
+        let o = m.run(
+            &["--timeout", "0.5"],
+            &format!(
+                "setsid env -i /bin/sleep {mk} & setsid env -i /bin/sleep {mk} & sleep 1.5; echo done"
+            ),
+        );
+        assert_eq!(o.status.code(), Some(124), "{}: {}", m.name(), text(&o));
+        let id = text(&o)
+            .split("`shofer kill ")
+            .nth(1)
+            .and_then(|r| r.split('`').next())
+            .unwrap_or_else(|| panic!("no id in {}", text(&o)))
+            .to_string();
+        let start = Instant::now();
+        let mut l = String::new();
+        while start.elapsed() < Duration::from_secs(20) {
+            l = text(&m.other(&["list"]));
+            if l.contains("\"status\": \"exited\"") && survivors(&mk).is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let left = survivors(&mk);
+        kill_leftovers(&mk);
+        assert!(left.is_empty(), "{}: daemons left: {left:?}", m.name());
+        let v: serde_json::Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        let job = v["commands"]
+            .as_array()
+            .and_then(|a| a.iter().find(|j| j["id"].as_u64() == id.parse().ok()))
+            .unwrap_or_else(|| panic!("{}: no job {id} in {l}", m.name()));
+        assert_eq!(job["status"], "exited", "{}: {l}", m.name());
+        // Under --worktree the sandbox's end took them with its PID namespace: nothing was
+        // left for the supervisor to stop and name.
+        if m.name() == "plain" {
+            let stopped = job["background"].to_string();
+            assert!(stopped.matches("sleep").count() >= 2, "{}: {l}", m.name());
+        }
+    }
+}
+
 #[test]
 fn detached_command_still_bounded_by_the_hard_timeout() {
     let m = Mode::both().into_iter().next().unwrap();
