@@ -510,10 +510,11 @@ fn verdict(
         // host filter refuses every other network socket (shofer-sandbox's hostfilter).
         Protection::Tcp => match net {
             NetPolicy::Allow => Verdict::NotRequested,
-            NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 && tiocsti_filter => {
-                Enforced("landlock (TCP) and seccomp (no UDP, raw, SCTP or other network socket)")
+            NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 && !tiocsti_filter => no("Landlock refuses TCP only, and the seccomp filter that refuses UDP and other network sockets exists only for x86-64"),
+            NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 && gate => {
+                Enforced("landlock (TCP connect and bind), the seccomp gate (listen on inet sockets) and seccomp (no UDP, raw, SCTP or other network socket)")
             }
-            NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 => no("Landlock refuses TCP only, and the seccomp filter that refuses UDP and other network sockets exists only for x86-64"),
+            NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 => no("listen() on an unbound TCP socket takes a port Landlock's bind rule does not check, and the seccomp gate that refuses it does not run here"),
             NetPolicy::Deny if abi >= 4 => Enforced("landlock"),
             NetPolicy::Deny if backend.has_readonly_root() => Enforced("network namespace"),
             NetPolicy::Deny => no("Landlock controls TCP only from ABI 4"),

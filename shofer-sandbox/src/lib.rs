@@ -376,6 +376,8 @@ fn attempt(
             report_file = Some(write_record(fd, &record)?);
         }
         let sockets = choice.unix_gate;
+        // Landlock alone keeps the host's network: `listen` would bind a port unchecked.
+        let listens = sockets && choice.backend == Backend::Landlock && args.net == NetPolicy::Deny;
         let handlers = git_run.handlers();
         // The gate thread drops its capabilities when the command has none, except:
         // bubblewrap needs its privileges for its own set-up (loopback, mounts), which goes
@@ -389,7 +391,7 @@ fn attempt(
                 opened.worktree_fd(),
                 allow_unix,
                 drop_caps,
-                sockets,
+                (sockets, listens),
                 handlers,
             );
             Some(setup.map_err(|source| SetupError::Syscall {

@@ -392,6 +392,25 @@ pub fn udp_send(port: u16) -> SysResult<()> {
     .map(drop)
 }
 
+/// `listen(2)` on a TCP socket never bound (the kernel binds it): the socket and its port.
+pub fn tcp_listen_unbound() -> SysResult<(OwnedFd, u16)> {
+    let s = socket(libc::AF_INET, libc::SOCK_STREAM)?;
+    // Safety: a plain call on our socket.
+    check_i(unsafe { libc::listen(s.as_raw_fd(), 1) })?;
+    // Safety: an all-zero sockaddr_in is valid; getsockname fills it.
+    let mut got: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // Safety: `got` has room for `len` bytes.
+    check_i(unsafe {
+        libc::getsockname(
+            s.as_raw_fd(),
+            (&mut got as *mut libc::sockaddr_in).cast(),
+            &mut len,
+        )
+    })?;
+    Ok((s, u16::from_be(got.sin_port)))
+}
+
 /// Whether a datagram waits on the non-blocking socket `s`.
 pub fn datagram_arrived(s: &OwnedFd) -> bool {
     let mut buf = [0u8; 64];

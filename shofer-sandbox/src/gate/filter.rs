@@ -6,6 +6,9 @@
 //! - `sendto`: notified only when `dest_addr` (argument 4) is not NULL; `send()` and
 //!   `sendto(…, NULL, 0)` run untouched, so a connected socket costs nothing.
 //! - `io_uring_setup`: `ENOSYS` (`IORING_OP_CONNECT` would bypass a syscall-level gate).
+//! - With [`Traps::listens`] (`--net deny` on Landlock alone) also `listen`: the kernel gives
+//!   an unbound inet socket a port of its own choosing there, which Landlock's bind rule never
+//!   sees.
 //! - Before all of these, [`crate::seccomp::NATIVE_ONLY`], as in every filter of this crate:
 //!   an i386 call kills the process, an x32 call fails with `ENOSYS` (the gate reads 64-bit
 //!   argument layouts only, and no rule depends on another ABI's numbers).
@@ -51,6 +54,7 @@ pub(crate) const NR_CONNECT: u32 = 42;
 pub(crate) const NR_SENDTO: u32 = 44;
 pub(crate) const NR_SENDMSG: u32 = 46;
 pub(crate) const NR_BIND: u32 = 49;
+pub(crate) const NR_LISTEN: u32 = 50;
 pub(crate) const NR_SENDMMSG: u32 = 307;
 const NR_IO_URING_SETUP: u32 = 425;
 pub(crate) const NR_OPEN: u32 = 2;
@@ -153,6 +157,8 @@ pub struct Traps {
     pub touches: bool,
     /// `chmod(path)` and `fchmodat(AT_FDCWD, path)`.
     pub chmods: bool,
+    /// `listen` (the gate refuses it on inet sockets: `--net deny` on Landlock alone).
+    pub listens: bool,
 }
 
 impl Traps {
@@ -163,6 +169,7 @@ impl Traps {
         renames: false,
         touches: false,
         chmods: false,
+        listens: false,
     };
 
     /// The unix-socket calls alone.
@@ -180,6 +187,7 @@ impl Traps {
             renames: self.renames || other.renames,
             touches: self.touches || other.touches,
             chmods: self.chmods || other.chmods,
+            listens: self.listens || other.listens,
         }
     }
 
@@ -193,6 +201,7 @@ impl Traps {
             NR_RENAME | NR_RENAMEAT | NR_RENAMEAT2 => renames,
             NR_UTIMENSAT => self.touches,
             NR_CHMOD | NR_FCHMODAT | NR_FCHMODAT2 => self.chmods,
+            NR_LISTEN => self.listens,
             _ => false,
         }
     }
@@ -238,6 +247,9 @@ fn body(traps: Traps) -> Vec<libc::sock_filter> {
     }
     if traps.touches {
         code.push(Jeq(NR_UTIMENSAT, L::UtimensatArgs, L::Next));
+    }
+    if traps.listens {
+        code.push(Jeq(NR_LISTEN, L::Notify, L::Next));
     }
     if traps.chmods {
         code.extend([
@@ -366,6 +378,7 @@ mod tests {
             renames: false,
             touches: false,
             chmods: false,
+            listens: false,
         },
         Traps {
             sockets: false,
@@ -373,6 +386,7 @@ mod tests {
             renames: false,
             touches: false,
             chmods: false,
+            listens: false,
         },
         Traps {
             sockets: true,
@@ -380,6 +394,7 @@ mod tests {
             renames: false,
             touches: false,
             chmods: false,
+            listens: false,
         },
         Traps {
             sockets: true,
@@ -387,6 +402,7 @@ mod tests {
             renames: true,
             touches: false,
             chmods: false,
+            listens: false,
         },
         Traps {
             sockets: false,
@@ -394,6 +410,7 @@ mod tests {
             renames: true,
             touches: true,
             chmods: false,
+            listens: false,
         },
         Traps {
             sockets: true,
@@ -401,6 +418,7 @@ mod tests {
             renames: false,
             touches: true,
             chmods: true,
+            listens: true,
         },
     ];
 

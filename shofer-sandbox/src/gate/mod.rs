@@ -191,19 +191,19 @@ pub struct Setup {
 
 impl Setup {
     /// The gate's rules for a run: with `sockets`, the unix-socket calls trapped and the
-    /// worktree and `allow` reachable; `handlers` answer the calls they register. The filter
-    /// traps exactly the union of both.
+    /// worktree and `allow` reachable, and with `listens` too `listen` on inet sockets refused;
+    /// `handlers` answer the calls they register. The filter traps exactly the union of all.
     pub fn new(
         worktree: &OwnedFd,
         allow: &AllowUnix,
         drop_caps: bool,
-        sockets: bool,
+        (sockets, listens): (bool, bool),
         handlers: Vec<Box<dyn handler::Handler>>,
     ) -> std::io::Result<Setup> {
-        let own = if sockets {
-            filter::Traps::SOCKETS
-        } else {
-            filter::Traps::NONE
+        let own = filter::Traps {
+            sockets,
+            listens,
+            ..filter::Traps::NONE
         };
         let traps = handlers.iter().fold(own, |t, h| t.union(h.traps()));
         use std::os::unix::ffi::OsStrExt;

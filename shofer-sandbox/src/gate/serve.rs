@@ -42,7 +42,7 @@ use rustix::fs::Stat;
 
 use super::answer::{answer, tgid_of};
 use super::diag::{self, Lookup};
-use super::filter::{NR_BIND, NR_CONNECT, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO};
+use super::filter::{NR_BIND, NR_CONNECT, NR_LISTEN, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO};
 use super::handler::{Gatekeeper, Handler, Installer, Performed, Reply};
 use super::helper::{self, Link, Msg, Pending, Request};
 use super::notify::{self, AddFd, Notif};
@@ -336,6 +336,7 @@ impl Gate {
             NR_SENDMSG => self.sendmsg(n),
             NR_SENDMMSG => self.sendmmsg(n),
             NR_BIND => return self.bind(n),
+            NR_LISTEN => return self.listen(n),
             nr => return self.by_handler(nr, n),
         };
         match r {
@@ -798,6 +799,25 @@ impl Gate {
             }
         }
         Reply::Continue
+    }
+
+    /// `listen` (trapped only with `--net deny` on Landlock alone): refused on any socket but a
+    /// unix one. Landlock refuses every TCP `bind`, so an inet socket that gets this far is
+    /// unbound, and the kernel would bind it itself to a port of its choosing on every
+    /// interface, unchecked: a server the outside could reach.
+    fn listen(&mut self, n: &Notif) -> Reply {
+        let Ok(sock) = self.socket_of(n.pid, n.args[0]) else {
+            return Reply::Continue; // the kernel reports EBADF/ENOTSOCK itself
+        };
+        if helper::is_unix(&sock) {
+            return Reply::Continue;
+        }
+        if self.shown.insert("listen on an inet socket".into()) {
+            eprintln!(
+                "shofer-sandbox: listen() on an inet socket refused: --net deny (the kernel would pick a port for it that Landlock does not check)"
+            );
+        }
+        Reply::Now(Err(libc::EACCES))
     }
 
     /// The socket being bound is in a network namespace none of our sock_diag sockets sees

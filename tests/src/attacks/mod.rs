@@ -216,6 +216,7 @@ attacks! {
     PathnameUnixMovedIn = "pathname-unix-moved-in" => net::pathname_unix_moved_in,
     TcpFastopen = "tcp-fastopen" => net::tcp_fastopen,
     UdpSend = "udp-send" => net::udp_send,
+    TcpListen = "tcp-listen" => net::tcp_listen,
     CmsgLenWrap = "cmsg-len-wrap" => net::cmsg_len_wrap,
     // --- privileges and mounts
     MountBindOutside = "mount-bind-outside" => caps::mount_bind_outside,

@@ -68,6 +68,26 @@ pub(crate) fn udp_send(a: &[String]) -> Seen {
     }
 }
 
+/// `tcp-listen <host netns>`: the second attack pass: `listen` on an unbound TCP socket, which
+/// the kernel binds itself (on every interface, to a port of its choosing); prints the port.
+pub(crate) fn tcp_listen(a: &[String]) -> Seen {
+    let my_net = std::fs::read_link("/proc/self/ns/net")
+        .map(|l| l.display().to_string())
+        .unwrap_or_default();
+    match sys::tcp_listen_unbound() {
+        Ok(_) if !arg(a, 2).is_empty() && my_net != arg(a, 2) => Seen::Blocked(
+            "listen worked inside a private network namespace (unreachable from the host)".into(),
+        ),
+        Ok((s, port)) => {
+            // Held open while the host side looks (it reads the port from this line).
+            let seen = Seen::Escaped(format!("listen() on an unbound TCP socket got port {port}"));
+            std::mem::forget(s);
+            seen
+        }
+        Err(e) => Seen::Blocked(format!("listen(unbound TCP socket) -> {e}")),
+    }
+}
+
 /// One unix connect by `path` (as given: relative paths resolve from the cwd).
 fn connect_path(path: &[u8]) -> Result<std::os::fd::OwnedFd, sys::Errno> {
     sys::unix_connect(path, false)

@@ -90,6 +90,12 @@ pub(super) fn cases() -> Vec<Case> {
             udp_send_deny
         ),
         case!(
+            "tcp-listen-net-deny",
+            "--net deny: listen() on an unbound TCP socket (the kernel picks the port)",
+            Some(Protection::Tcp),
+            tcp_listen_deny
+        ),
+        case!(
             "tcp-connect-net-allow",
             "--net allow (default): connecting works",
             None,
@@ -292,6 +298,13 @@ fn udp_send_deny(c: &Ctx) -> Outcome {
         ));
     }
     o
+}
+
+fn tcp_listen_deny(c: &Ctx) -> Outcome {
+    let mut spec = Sb::new(Cmd::Attack(Attack::TcpListen, vec![c.w.netns.clone()]));
+    spec.extra = vec!["--net".into(), "deny".into()];
+    let o = attack_spec_checked(c, spec);
+    silent_net_downgrade(c).unwrap_or(o)
 }
 
 fn tcp_connect_allow(c: &Ctx) -> Outcome {
