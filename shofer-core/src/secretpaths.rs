@@ -6,7 +6,8 @@
 //!   [`NOT_SECRET_LOCATIONS`].
 //! - Entry points: [`for_user`] (the default set of one user, from their home and XDG
 //!   directories), [`passwd_homes`] (every user's home, from `/etc/passwd`'s text, for a root
-//!   caller), [`default_set`] (both together), [`pieces`] (one user's set as base and path,
+//!   caller), [`users`] (whose locations a run hides), [`default_set`] (theirs together),
+//!   [`pieces`] (one user's set as base and path,
 //!   for a reader that lists each base once) and [`adjust`] (`--hide` and `--allow-read`).
 //! - Pure functions over given paths and text: it never touches the filesystem or the
 //!   environment (`shofer-sandbox` reads those, checks which locations exist and hides them).
@@ -45,7 +46,8 @@
 //! *and* under its default (`~/.config`, `~/.local/share`, `/run/user/<uid>`) when they
 //! differ: tools disagree on whether they honour the variable. Relative XDG values are
 //! ignored, as the XDG Base Directory specification says. When the caller is root, every home
-//! of `/etc/passwd` gets the same set with the default XDG directories ([`default_set`]).
+//! of `/etc/passwd` its user owns gets the same set with the default XDG directories
+//! ([`users`]).
 //! A location that does not exist costs nothing: the sandbox skips it.
 
 use std::path::{Path, PathBuf};
@@ -346,15 +348,47 @@ pub fn passwd_homes(passwd: &str) -> Vec<(u32, PathBuf)> {
     out
 }
 
-/// The default set: the caller's ([`for_user`] of `caller`), then every other home's with the
-/// default XDG directories (`others`: [`passwd_homes`] when the caller is root, else empty),
-/// without repeats.
-pub fn default_set(caller: &UserDirs, others: &[(u32, PathBuf)]) -> Vec<PathBuf> {
-    let mut out = for_user(caller);
-    for (uid, home) in others {
-        for p in for_user(&UserDirs::defaults(home, *uid)) {
-            push_new(&mut out, p);
+/// The users whose locations a run hides, in order: the caller's own directories (`var` reads
+/// `HOME` and the XDG variables) and the passwd home of the caller's `uid` when it differs, or
+/// when `$HOME` is unset or relative (a changed `$HOME` must not leave the real home
+/// readable); then, for a root caller (`root`), every other passwd home, with the default XDG
+/// directories, that `owns(uid, home)` accepts (a reader checks the user owns it: system
+/// accounts name shared directories such as `/bin` or `/var/www`, or none).
+pub fn users(
+    var: impl Fn(&str) -> Option<PathBuf>,
+    uid: u32,
+    root: bool,
+    passwd: &str,
+    owns: impl Fn(u32, &Path) -> bool,
+) -> Vec<UserDirs> {
+    let mut out = Vec::new();
+    if let Some(home) = var("HOME").filter(|h| h.is_absolute()) {
+        out.push(UserDirs {
+            home,
+            config_home: var("XDG_CONFIG_HOME"),
+            data_home: var("XDG_DATA_HOME"),
+            runtime_dir: var("XDG_RUNTIME_DIR"),
+            uid,
+        });
+    }
+    let homes = passwd_homes(passwd);
+    let own = homes.iter().filter(|(u, _)| *u == uid);
+    let others = homes
+        .iter()
+        .filter(|(u, home)| root && *u != uid && owns(*u, home));
+    for (u, home) in own.chain(others) {
+        if !out.iter().any(|d| d.home == *home) {
+            out.push(UserDirs::defaults(home, *u));
         }
+    }
+    out
+}
+
+/// The default set of `users` ([`users`]): each one's [`for_user`], without repeats.
+pub fn default_set(users: &[UserDirs]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for p in users.iter().flat_map(for_user) {
+        push_new(&mut out, p);
     }
     out
 }
@@ -505,6 +539,33 @@ mod tests {
     }
 
     #[test]
+    fn users_are_the_caller_its_passwd_home_and_for_root_every_owned_home() {
+        let passwd = "root:x:0:0:root:/root:/bin/sh\nme:x:1000:1000::/home/me:/bin/sh\n\
+                      bin:x:2:2::/bin:/usr/sbin/nologin\n";
+        let env = |home: &'static str| {
+            move |n: &str| match n {
+                "HOME" => Some(p(home)),
+                "XDG_CONFIG_HOME" => Some(p("/elsewhere/cfg")),
+                _ => None,
+            }
+        };
+        let owned = |_: u32, h: &Path| h != Path::new("/bin");
+        // A changed $HOME keeps the real one (the passwd home) too; others only for root.
+        let me = users(env("/tmp/h"), 1000, false, passwd, owned);
+        let homes: Vec<&Path> = me.iter().map(|d| d.home.as_path()).collect();
+        assert_eq!(homes, [Path::new("/tmp/h"), Path::new("/home/me")]);
+        assert_eq!(me[0].config_home, Some(p("/elsewhere/cfg")));
+        assert_eq!(me[1].config_home, None);
+        let root = users(env("/root"), 0, true, passwd, owned);
+        let homes: Vec<&Path> = root.iter().map(|d| d.home.as_path()).collect();
+        assert_eq!(homes, [Path::new("/root"), Path::new("/home/me")]);
+        // A relative $HOME counts for nothing; the passwd home still does.
+        let rel = users(env("rel"), 1000, false, passwd, owned);
+        assert_eq!(rel.len(), 1);
+        assert_eq!(rel[0].home, p("/home/me"));
+    }
+
+    #[test]
     fn default_set_adds_other_homes_with_default_xdg_dirs() {
         let caller = UserDirs {
             home: p("/root"),
@@ -513,7 +574,12 @@ mod tests {
             runtime_dir: None,
             uid: 0,
         };
-        let set = default_set(&caller, &[(0, p("/root")), (1000, p("/home/me"))]);
+        let users = [
+            caller,
+            UserDirs::defaults(&p("/root"), 0),
+            UserDirs::defaults(&p("/home/me"), 1000),
+        ];
+        let set = default_set(&users);
         assert!(set.contains(&p("/root/.ssh")));
         assert!(set.contains(&p("/root/cfg/gcloud")));
         assert!(set.contains(&p("/home/me/.ssh")));

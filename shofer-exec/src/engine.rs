@@ -166,25 +166,19 @@ impl Sandbox {
 
 impl Sandbox {
     /// The secret locations the sandbox hides from commands, by name (for the denial hint):
-    /// [`shofer_core::secretpaths`]'s default set for the caller's `$HOME` and XDG directories
-    /// (and, as root, every passwd home), without the `--allow-read` paths and with the
-    /// `--hide` ones among the extra arguments. Strings only: nothing is looked up.
+    /// [`shofer_core::secretpaths`]'s default set for the same users the sandbox takes
+    /// ([`shofer_core::secretpaths::users`]), without the `--allow-read` paths and with the
+    /// `--hide` ones among the extra arguments. Which of them exist is not looked up.
     pub fn secret_locations(&self) -> Vec<String> {
-        use shofer_core::secretpaths::{self, UserDirs};
-        let var = |n: &str| std::env::var_os(n).map(PathBuf::from);
-        let uid = rustix::process::getuid().as_raw();
-        let others = if uid == 0 {
-            secretpaths::passwd_homes(&std::fs::read_to_string("/etc/passwd").unwrap_or_default())
-        } else {
-            Vec::new()
-        };
-        let caller = UserDirs {
-            home: var("HOME").unwrap_or_default(),
-            config_home: var("XDG_CONFIG_HOME"),
-            data_home: var("XDG_DATA_HOME"),
-            runtime_dir: var("XDG_RUNTIME_DIR"),
-            uid,
-        };
+        use shofer_core::secretpaths;
+        use std::os::unix::fs::MetadataExt;
+        let users = secretpaths::users(
+            |n| std::env::var_os(n).map(PathBuf::from),
+            rustix::process::getuid().as_raw(),
+            rustix::process::geteuid().is_root(),
+            &std::fs::read_to_string("/etc/passwd").unwrap_or_default(),
+            |uid, home| std::fs::metadata(home).is_ok_and(|m| m.is_dir() && m.uid() == uid),
+        );
         let flag = |name: &str| -> Vec<PathBuf> {
             let mut out = Vec::new();
             let mut args = self.extra_args.iter();
@@ -195,7 +189,7 @@ impl Sandbox {
             }
             out
         };
-        let set = secretpaths::default_set(&caller, &others);
+        let set = secretpaths::default_set(&users);
         secretpaths::adjust(set, &flag("--allow-read"), &flag("--hide"))
             .iter()
             .map(|p| p.display().to_string())

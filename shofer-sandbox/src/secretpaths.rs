@@ -72,7 +72,7 @@ use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
 use shofer_core::policy::RuleOrigin;
-use shofer_core::secretpaths::{self, UserDirs};
+use shofer_core::secretpaths;
 
 use crate::error::SetupError;
 use crate::writable::OpenedPolicy;
@@ -300,30 +300,6 @@ fn absolute(path: &Path, cwd: &Path) -> PathBuf {
     out
 }
 
-/// The caller's own directories: `$HOME` and the XDG variables, and the passwd home of the
-/// caller's uid when it differs (or `$HOME` is unset): a changed `$HOME` must not leave the
-/// real home readable.
-fn caller_dirs(passwd: &str) -> Vec<UserDirs> {
-    let var = |n: &str| std::env::var_os(n).map(PathBuf::from);
-    let uid = rustix::process::getuid().as_raw();
-    let mut out = Vec::new();
-    if let Some(home) = var("HOME").filter(|h| h.is_absolute()) {
-        out.push(UserDirs {
-            home,
-            config_home: var("XDG_CONFIG_HOME"),
-            data_home: var("XDG_DATA_HOME"),
-            runtime_dir: var("XDG_RUNTIME_DIR"),
-            uid,
-        });
-    }
-    for (u, home) in secretpaths::passwd_homes(passwd) {
-        if u == uid && !out.iter().any(|d| d.home == home) {
-            out.push(UserDirs::defaults(&home, uid));
-        }
-    }
-    out
-}
-
 /// The locations this run hides, the existing ones it leaves readable, and the read rules.
 ///
 /// Cost: each base directory (a home, its XDG directories) is listed once, and only the
@@ -334,15 +310,13 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
     use std::os::unix::fs::MetadataExt;
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let mut users = caller_dirs(&passwd);
-    if rustix::process::geteuid().is_root() {
-        for (uid, home) in secretpaths::passwd_homes(&passwd) {
-            let owned = std::fs::metadata(&home).is_ok_and(|m| m.is_dir() && m.uid() == uid);
-            if owned && !users.iter().any(|d| d.home == home) {
-                users.push(UserDirs::defaults(&home, uid));
-            }
-        }
-    }
+    let users = secretpaths::users(
+        |n| std::env::var_os(n).map(PathBuf::from),
+        rustix::process::getuid().as_raw(),
+        rustix::process::geteuid().is_root(),
+        &passwd,
+        |uid, home| std::fs::metadata(home).is_ok_and(|m| m.is_dir() && m.uid() == uid),
+    );
     // Each base listed once (its names sorted); a location is looked at only when its first
     // component is there. Compared as bytes: `Path`'s equality parses components.
     let mut listed: Vec<(PathBuf, Vec<std::ffi::OsString>)> = Vec::new();

@@ -419,10 +419,14 @@ fn no_tampering_attack_makes_the_host_git_run_the_commands_program() {
                 // Landlock cannot make a file inside the writable gitdir read-only: the guard
                 // restores it at once, and a host git that reads between the write and the
                 // restore sees the command's version — the window the report and README state
-                // ("git_guard"). A hit during the run is that window there (counted, printed);
-                // everywhere else, and after any run, it is an escape.
-                if ran_during && b == "landlock" {
-                    println!("{cell}: the host's git read in the guard's stated window");
+                // ("git_guard"). A nested repository's config is checked when the index
+                // changes and every 200 ms, on every backend: the window the report names
+                // (`nested_repositories_during_run`, until issue 31's private view). A hit
+                // during the run is such a window there (printed); everywhere else, and after
+                // any run, it is an escape.
+                let nested = a.name.contains("gitlink");
+                if ran_during && (b == "landlock" || nested) {
+                    println!("{cell}: the host's git read in the stated window");
                 } else if ran_during || ran_after {
                     failures.push(format!(
                         "{cell}: the host's git ran the command's program ({}): {}",

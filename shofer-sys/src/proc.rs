@@ -1,5 +1,5 @@
 //! `/proc` scanning and parsing: one [`ProcInfo`] per process, one scan ([`ProcTable`]), one
-//! descendant walk.
+//! descendant walk; a task's `status` fields ([`Status`]); the mount table ([`mounts`]).
 //!
 //! The fields come from `/proc/<pid>/stat` (proc(5)). The command name (`comm`, field 2) is
 //! written between parentheses and may itself hold spaces and `)`; the kernel does not escape
@@ -236,6 +236,33 @@ pub fn read(pid: i32) -> Option<ProcInfo> {
     parse_stat(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// A task's `/proc/<pid>/status` (proc(5)): `Name:\tvalue` lines, read once.
+#[derive(Debug, Clone)]
+pub struct Status(String);
+
+impl Status {
+    /// The status of task `pid` now, or `None` when there is none.
+    pub fn read(pid: i32) -> Option<Status> {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .map(Status)
+    }
+
+    /// The whitespace-separated words of the field `name` (`"Uid"`: real, effective, saved
+    /// and filesystem uid), or `None` without such a line.
+    pub fn field(&self, name: &str) -> Option<Vec<&str>> {
+        self.0.lines().find_map(|l| {
+            let value = l.strip_prefix(name)?.strip_prefix(':')?;
+            Some(value.split_whitespace().collect())
+        })
+    }
+
+    /// The first word of the field `name`.
+    pub fn first(&self, name: &str) -> Option<&str> {
+        self.field(name)?.first().copied()
+    }
+}
+
 /// The live processes (this one excepted) whose command line (`/proc/<pid>/cmdline`: the
 /// arguments, each ended by a NUL) satisfies `matches`: how tests find what a command left
 /// behind by a unique marker in its arguments.
@@ -380,6 +407,20 @@ fn unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_fields_are_found_by_whole_name() {
+        let s =
+            Status("Name:\tsh\nUmask:\t0022\nTgid:\t41\nUid:\t0\t1000\t0\t0\nGroups:\t\n".into());
+        assert_eq!(s.first("Tgid"), Some("41"));
+        assert_eq!(s.field("Uid"), Some(vec!["0", "1000", "0", "0"]));
+        assert_eq!(s.field("Groups"), Some(vec![]));
+        assert_eq!(s.first("Umask"), Some("0022"));
+        assert_eq!(s.first("Ui"), None); // a prefix is not the field
+        let me = crate::process::getpid();
+        let pid = me.to_string();
+        assert_eq!(Status::read(me).unwrap().first("Tgid"), Some(pid.as_str()));
+    }
 
     proptest::proptest! {
         /// The command names its processes (`comm`, up to 15 bytes: any but NUL): no stat

@@ -9,11 +9,8 @@ use super::notify;
 
 /// The thread group (process) of thread `tid`, from `/proc/<tid>/status`.
 pub(super) fn tgid_of(tid: libc::pid_t) -> Option<libc::pid_t> {
-    std::fs::read_to_string(format!("/proc/{tid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))?
-        .trim()
+    shofer_sys::proc::Status::read(tid)?
+        .first("Tgid")?
         .parse()
         .ok()
 }

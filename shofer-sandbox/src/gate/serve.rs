@@ -178,20 +178,15 @@ struct Caller {
 /// The identity of thread `pid` when it runs without effective capabilities; `None` when it
 /// holds some (or cannot be read: then the call is refused).
 fn unprivileged_caller(pid: libc::pid_t) -> Option<Caller> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
-    };
-    if !field("CapEff:")?.first()?.chars().all(|c| c == '0') {
+    let status = shofer_sys::proc::Status::read(pid)?;
+    if !status.first("CapEff")?.chars().all(|c| c == '0') {
         return None;
     }
     Some(Caller {
-        uid: field("Uid:")?.get(1)?.parse().ok()?,
-        gid: field("Gid:")?.get(1)?.parse().ok()?,
-        groups: field("Groups:")?
+        uid: status.field("Uid")?.get(1)?.parse().ok()?,
+        gid: status.field("Gid")?.get(1)?.parse().ok()?,
+        groups: status
+            .field("Groups")?
             .iter()
             .filter_map(|g| g.parse().ok())
             .collect(),

@@ -261,9 +261,7 @@ pub fn decide(
 
 /// The file-creation mask of thread `pid` (`Umask:` of `/proc/PID/status`, Linux 4.7).
 pub fn umask_of(pid: libc::pid_t) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let v = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
-    u32::from_str_radix(v.trim(), 8).ok()
+    u32::from_str_radix(shofer_sys::proc::Status::read(pid)?.first("Umask")?, 8).ok()
 }
 
 std::thread_local! {
