@@ -112,19 +112,6 @@ mod x86_64 {
     ];
     const UNCHANGED: u32 = u32::MAX;
 
-    /// One instruction with symbolic jump targets, resolved by [`assemble`].
-    enum Insn {
-        Load(u32),
-        /// A &= k
-        And(u32),
-        /// if A & k goto then else goto otherwise.
-        Jset(u32, Option<usize>, Option<usize>),
-        /// if A == k goto then else goto otherwise (labels; `None` = the next instruction).
-        Jeq(u32, Option<usize>, Option<usize>),
-        Ret(u32),
-        Label(usize),
-    }
-
     const DENY: usize = 0;
     const ALLOW: usize = 1;
     const NO_PROTOCOL: usize = 2;
@@ -134,65 +121,6 @@ mod x86_64 {
     const REFUSED: usize = 6;
     const INET: usize = 7;
     const NO_SYSCALL: usize = 8;
-
-    /// Resolves labels into forward jump offsets (BPF jumps go forward only, at most 255).
-    fn assemble(prog: &[Insn]) -> Vec<libc::sock_filter> {
-        let mut at = std::collections::HashMap::new();
-        let mut n = 0usize;
-        for insn in prog {
-            match insn {
-                Insn::Label(l) => {
-                    at.insert(*l, n);
-                }
-                _ => n += 1,
-            }
-        }
-        let mut out = Vec::with_capacity(n);
-        for insn in prog {
-            let here = out.len();
-            let rel = |target: Option<usize>| -> u8 {
-                target.map_or(0, |l| {
-                    let dist = at[&l] - here - 1;
-                    u8::try_from(dist).expect("seccomp jump within 255 instructions")
-                })
-            };
-            let f = match insn {
-                Insn::Label(_) => continue,
-                Insn::Load(off) => libc::sock_filter {
-                    code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
-                    jt: 0,
-                    jf: 0,
-                    k: *off,
-                },
-                Insn::And(k) => libc::sock_filter {
-                    code: (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16,
-                    jt: 0,
-                    jf: 0,
-                    k: *k,
-                },
-                Insn::Jeq(k, then, otherwise) => libc::sock_filter {
-                    code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-                    jt: rel(*then),
-                    jf: rel(*otherwise),
-                    k: *k,
-                },
-                Insn::Jset(k, then, otherwise) => libc::sock_filter {
-                    code: (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16,
-                    jt: rel(*then),
-                    jf: rel(*otherwise),
-                    k: *k,
-                },
-                Insn::Ret(k) => libc::sock_filter {
-                    code: (libc::BPF_RET | libc::BPF_K) as u16,
-                    jt: 0,
-                    jf: 0,
-                    k: *k,
-                },
-            };
-            out.push(f);
-        }
-        out
-    }
 
     /// The program: [`crate::seccomp::NATIVE_ONLY`] (which leaves the syscall number
     /// loaded), keyrings refused, and with `ids = Some((uid, gid))` identity changes to other
@@ -207,7 +135,7 @@ mod x86_64 {
     }
 
     fn body(ids: Option<(u32, u32)>, refuse: super::Refuse) -> Vec<libc::sock_filter> {
-        use Insn::*;
+        use crate::seccomp::{assemble, Insn::*};
         let mut p = vec![
             Jeq(NR_ADD_KEY, Some(DENY), None),
             Jeq(NR_REQUEST_KEY, Some(DENY), None),

@@ -49,6 +49,80 @@ pub(crate) fn install(filter: &[libc::sock_filter], flags: libc::c_ulong) -> io:
     Ok(ret)
 }
 
+/// One classic-BPF instruction of this crate's filters, with symbolic jump targets (labels of
+/// type `L`; `None` is the next instruction) that [`assemble`] resolves: the one assembler of
+/// the host filter ([`crate::hostfilter`]) and the gate's ([`crate::gate::filter`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Insn<L> {
+    /// A = the 32-bit word at offset `k` of `struct seccomp_data`.
+    Load(u32),
+    /// A &= k.
+    And(u32),
+    /// If A == k go to the first target, else to the second.
+    Jeq(u32, Option<L>, Option<L>),
+    /// If A & k go to the first target, else to the second.
+    Jset(u32, Option<L>, Option<L>),
+    /// Return k.
+    Ret(u32),
+    /// Where a jump to this label lands: the next real instruction.
+    Label(L),
+}
+
+/// Resolves the labels of `prog` into jump offsets (classic BPF jumps go forward only, by at
+/// most 255 instructions).
+///
+/// # Panics
+/// On a jump to an undefined label, backwards or too far: a mistake in a program written in
+/// this crate, which every filter's tests build.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn assemble<L: Copy + PartialEq + std::fmt::Debug>(
+    prog: &[Insn<L>],
+) -> Vec<libc::sock_filter> {
+    let mut at: Vec<(L, usize)> = Vec::new();
+    let mut n = 0usize;
+    for insn in prog {
+        match insn {
+            Insn::Label(l) => at.push((*l, n)),
+            _ => n += 1,
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    for insn in prog {
+        let here = out.len();
+        let rel = |target: Option<L>| -> u8 {
+            target.map_or(0, |l| {
+                let to = at
+                    .iter()
+                    .find(|(k, _)| *k == l)
+                    .unwrap_or_else(|| panic!("seccomp label {l:?} defined"))
+                    .1;
+                u8::try_from(to - here - 1).expect("seccomp jump forward within 255 instructions")
+            })
+        };
+        let op = |class: u32, code: u32| (class | code) as u16;
+        let (code, jt, jf, k) = match *insn {
+            Insn::Label(_) => continue,
+            Insn::Load(k) => (op(libc::BPF_LD, libc::BPF_W | libc::BPF_ABS), 0, 0, k),
+            Insn::And(k) => (op(libc::BPF_ALU, libc::BPF_AND | libc::BPF_K), 0, 0, k),
+            Insn::Jeq(k, t, f) => (
+                op(libc::BPF_JMP, libc::BPF_JEQ | libc::BPF_K),
+                rel(t),
+                rel(f),
+                k,
+            ),
+            Insn::Jset(k, t, f) => (
+                op(libc::BPF_JMP, libc::BPF_JSET | libc::BPF_K),
+                rel(t),
+                rel(f),
+                k,
+            ),
+            Insn::Ret(k) => (op(libc::BPF_RET, libc::BPF_K), 0, 0, k),
+        };
+        out.push(libc::sock_filter { code, jt, jf, k });
+    }
+    out
+}
+
 /// Whether this build has the filter for the architecture it runs on.
 pub(crate) const FILTER_AVAILABLE: bool = cfg!(target_arch = "x86_64");
 

@@ -69,14 +69,9 @@ pub(crate) const NR_CHMOD: u32 = 90;
 pub(crate) const NR_FCHMODAT: u32 = 268;
 pub(crate) const NR_FCHMODAT2: u32 = 452;
 
-const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
-const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
-
+/// The gate program's labels ([`crate::seccomp::Insn`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum L {
-    Next,
     Notify,
     Allow,
     NoSys,
@@ -91,52 +86,6 @@ enum L {
     Renameat2Hi,
     UtimensatArgs,
     FchmodatArgs,
-}
-
-enum Ins {
-    Ld(u32),
-    Jeq(u32, L, L),
-    Jset(u32, L, L),
-    Ret(u32),
-    Label(L),
-}
-
-fn assemble(code: &[Ins]) -> Vec<libc::sock_filter> {
-    // Position of each label (index of the next real instruction).
-    let mut pos = Vec::new();
-    let mut n = 0usize;
-    for i in code {
-        match i {
-            Ins::Label(l) => pos.push((*l, n)),
-            _ => n += 1,
-        }
-    }
-    let at = |l: L, here: usize| -> u8 {
-        if l == L::Next {
-            return 0;
-        }
-        let target = pos.iter().find(|(k, _)| *k == l).expect("label defined").1;
-        let off = target - here - 1;
-        u8::try_from(off).expect("BPF jump fits in 8 bits")
-    };
-    let mut out = Vec::with_capacity(n);
-    for i in code {
-        let here = out.len();
-        let ins = match *i {
-            Ins::Label(_) => continue,
-            Ins::Ld(k) => (LD_W_ABS, 0, 0, k),
-            Ins::Ret(k) => (RET_K, 0, 0, k),
-            Ins::Jeq(k, t, f) => (JEQ_K, at(t, here), at(f, here), k),
-            Ins::Jset(k, t, f) => (JSET_K, at(t, here), at(f, here), k),
-        };
-        out.push(libc::sock_filter {
-            code: ins.0,
-            jt: ins.1,
-            jf: ins.2,
-            k: ins.3,
-        });
-    }
-    out
 }
 
 /// Which syscalls the gate traps, by shape: what a [`super::handler::Handler`] registers, and
@@ -216,113 +165,113 @@ pub fn program(traps: Traps) -> Vec<libc::sock_filter> {
 }
 
 fn body(traps: Traps) -> Vec<libc::sock_filter> {
-    use Ins::*;
+    use crate::seccomp::{assemble, Insn::*};
     let nosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
     let mut code = Vec::new();
     if traps.sockets {
         code.extend([
-            Jeq(NR_CONNECT, L::Notify, L::Next),
-            Jeq(NR_BIND, L::Notify, L::Next),
-            Jeq(NR_SENDMSG, L::Notify, L::Next),
-            Jeq(NR_SENDMMSG, L::Notify, L::Next),
-            Jeq(NR_IO_URING_SETUP, L::NoSys, L::Next),
-            Jeq(NR_SENDTO, L::SendtoArgs, L::Next),
+            Jeq(NR_CONNECT, Some(L::Notify), None),
+            Jeq(NR_BIND, Some(L::Notify), None),
+            Jeq(NR_SENDMSG, Some(L::Notify), None),
+            Jeq(NR_SENDMMSG, Some(L::Notify), None),
+            Jeq(NR_IO_URING_SETUP, Some(L::NoSys), None),
+            Jeq(NR_SENDTO, Some(L::SendtoArgs), None),
         ]);
     }
     let renames = traps.creates || traps.renames;
     if traps.creates {
         code.extend([
-            Jeq(NR_OPENAT, L::OpenatArgs, L::Next),
-            Jeq(NR_OPEN, L::OpenArgs, L::Next),
-            Jeq(NR_UNLINK, L::Notify, L::Next),
-            Jeq(NR_UNLINKAT, L::UnlinkatArgs, L::Next),
+            Jeq(NR_OPENAT, Some(L::OpenatArgs), None),
+            Jeq(NR_OPEN, Some(L::OpenArgs), None),
+            Jeq(NR_UNLINK, Some(L::Notify), None),
+            Jeq(NR_UNLINKAT, Some(L::UnlinkatArgs), None),
         ]);
     }
     if renames {
         code.extend([
-            Jeq(NR_RENAME, L::Notify, L::Next),
-            Jeq(NR_RENAMEAT, L::RenameatArgs, L::Next),
-            Jeq(NR_RENAMEAT2, L::Renameat2Args, L::Next),
+            Jeq(NR_RENAME, Some(L::Notify), None),
+            Jeq(NR_RENAMEAT, Some(L::RenameatArgs), None),
+            Jeq(NR_RENAMEAT2, Some(L::Renameat2Args), None),
         ]);
     }
     if traps.touches {
-        code.push(Jeq(NR_UTIMENSAT, L::UtimensatArgs, L::Next));
+        code.push(Jeq(NR_UTIMENSAT, Some(L::UtimensatArgs), None));
     }
     if traps.listens {
-        code.push(Jeq(NR_LISTEN, L::Notify, L::Next));
+        code.push(Jeq(NR_LISTEN, Some(L::Notify), None));
     }
     if traps.chmods {
         code.extend([
-            Jeq(NR_CHMOD, L::Notify, L::Next),
-            Jeq(NR_FCHMODAT, L::FchmodatArgs, L::Next),
-            Jeq(NR_FCHMODAT2, L::FchmodatArgs, L::Next),
+            Jeq(NR_CHMOD, Some(L::Notify), None),
+            Jeq(NR_FCHMODAT, Some(L::FchmodatArgs), None),
+            Jeq(NR_FCHMODAT2, Some(L::FchmodatArgs), None),
         ]);
     }
     code.push(Ret(libc::SECCOMP_RET_ALLOW));
     if traps.chmods {
         code.extend([
             Label(L::FchmodatArgs),
-            Ld(OFF_ARG0_LO),
-            Jeq(AT_FDCWD, L::Notify, L::Allow),
+            Load(OFF_ARG0_LO),
+            Jeq(AT_FDCWD, Some(L::Notify), Some(L::Allow)),
         ]);
     }
     if traps.touches {
         // The directory an int (low half); the times a pointer (both halves); flags an int.
         code.extend([
             Label(L::UtimensatArgs),
-            Ld(OFF_ARG0_LO),
-            Jeq(AT_FDCWD, L::Next, L::Allow),
-            Ld(OFF_ARG2_LO),
-            Jeq(0, L::Next, L::Allow),
-            Ld(OFF_ARG2_HI),
-            Jeq(0, L::Next, L::Allow),
-            Ld(OFF_ARG3_LO),
-            Jeq(0, L::Notify, L::Allow),
+            Load(OFF_ARG0_LO),
+            Jeq(AT_FDCWD, None, Some(L::Allow)),
+            Load(OFF_ARG2_LO),
+            Jeq(0, None, Some(L::Allow)),
+            Load(OFF_ARG2_HI),
+            Jeq(0, None, Some(L::Allow)),
+            Load(OFF_ARG3_LO),
+            Jeq(0, Some(L::Notify), Some(L::Allow)),
         ]);
     }
     if traps.sockets {
         code.extend([
             Label(L::SendtoArgs),
-            Ld(OFF_ARG4_LO),
-            Jeq(0, L::SendtoHi, L::Notify),
+            Load(OFF_ARG4_LO),
+            Jeq(0, Some(L::SendtoHi), Some(L::Notify)),
             Label(L::SendtoHi),
-            Ld(OFF_ARG4_HI),
-            Jeq(0, L::Allow, L::Notify),
+            Load(OFF_ARG4_HI),
+            Jeq(0, Some(L::Allow), Some(L::Notify)),
         ]);
     }
     if traps.creates {
         // Flags are an int: the low half of the argument is all the kernel reads.
         code.extend([
             Label(L::OpenatArgs),
-            Ld(OFF_ARG0_LO),
-            Jeq(AT_FDCWD, L::Next, L::Allow),
-            Ld(OFF_ARG2_LO),
-            Jset(libc::O_CREAT as u32, L::CreatExcl, L::Allow),
+            Load(OFF_ARG0_LO),
+            Jeq(AT_FDCWD, None, Some(L::Allow)),
+            Load(OFF_ARG2_LO),
+            Jset(libc::O_CREAT as u32, Some(L::CreatExcl), Some(L::Allow)),
             Label(L::OpenArgs),
-            Ld(OFF_ARG1_LO),
-            Jset(libc::O_CREAT as u32, L::CreatExcl, L::Allow),
+            Load(OFF_ARG1_LO),
+            Jset(libc::O_CREAT as u32, Some(L::CreatExcl), Some(L::Allow)),
             Label(L::CreatExcl),
-            Jset(libc::O_EXCL as u32, L::Notify, L::Allow),
+            Jset(libc::O_EXCL as u32, Some(L::Notify), Some(L::Allow)),
             Label(L::UnlinkatArgs),
-            Ld(OFF_ARG0_LO),
-            Jeq(AT_FDCWD, L::Next, L::Allow),
-            Ld(OFF_ARG2_LO),
-            Jset(libc::AT_REMOVEDIR as u32, L::Allow, L::Notify),
+            Load(OFF_ARG0_LO),
+            Jeq(AT_FDCWD, None, Some(L::Allow)),
+            Load(OFF_ARG2_LO),
+            Jset(libc::AT_REMOVEDIR as u32, Some(L::Allow), Some(L::Notify)),
         ]);
     }
     if renames {
         code.extend([
             Label(L::Renameat2Args),
-            Ld(OFF_ARG4_LO),
-            Jeq(0, L::Renameat2Hi, L::Allow),
+            Load(OFF_ARG4_LO),
+            Jeq(0, Some(L::Renameat2Hi), Some(L::Allow)),
             Label(L::Renameat2Hi),
-            Ld(OFF_ARG4_HI),
-            Jeq(0, L::RenameatArgs, L::Allow),
+            Load(OFF_ARG4_HI),
+            Jeq(0, Some(L::RenameatArgs), Some(L::Allow)),
             Label(L::RenameatArgs),
-            Ld(OFF_ARG0_LO),
-            Jeq(AT_FDCWD, L::Next, L::Allow),
-            Ld(OFF_ARG2_LO),
-            Jeq(AT_FDCWD, L::Notify, L::Allow),
+            Load(OFF_ARG0_LO),
+            Jeq(AT_FDCWD, None, Some(L::Allow)),
+            Load(OFF_ARG2_LO),
+            Jeq(AT_FDCWD, Some(L::Notify), Some(L::Allow)),
         ]);
     }
     code.extend([
@@ -370,6 +319,10 @@ pub fn install(traps: Traps) -> io::Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+    const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 
     const ALL: [Traps; 6] = [
         Traps {
