@@ -271,38 +271,47 @@ impl Choice {
     /// locations; bubblewrap then mounts nothing (`crate::bwrap`). Says so.
     #[must_use]
     pub fn with_keep_caps(mut self, keep_caps: bool) -> Choice {
-        if keep_caps
-            && self
-                .verdicts
-                .iter()
-                .any(|(p, v)| *p == Protection::SetidFiles && v.is_enforced())
-        {
-            let why =
-                "with --keep-caps the host filter leaves the command its set-ID calls and modes"
-                    .to_string();
-            for (p, v) in &mut self.verdicts {
-                if *p == Protection::SetidFiles {
-                    *v = Verdict::NotEnforced(why.clone());
-                }
-            }
-            self.hardening.push((Protection::SetidFiles, why));
+        if !keep_caps {
+            return self;
+        }
+        if self.is_enforced(Protection::SetidFiles) {
+            self.hardening_lost(
+                Protection::SetidFiles,
+                "with --keep-caps the host filter leaves the command its set-ID calls and modes",
+            );
         }
         let unmounts = match self.backend {
             Backend::Bwrap => rustix::process::geteuid().is_root(),
             Backend::Userns | Backend::Layered => self.abi == 0,
             Backend::Landlock => false,
         };
-        if !(keep_caps && unmounts) {
-            return self;
+        if unmounts {
+            self.hardening_lost(Protection::SecretsHidden, "with --keep-caps the command keeps CAP_SYS_ADMIN and no Landlock layer forbids unmounting what hides the secret locations");
         }
-        let why = "with --keep-caps the command keeps CAP_SYS_ADMIN and no Landlock layer forbids unmounting what hides the secret locations".to_string();
-        for (p, v) in &mut self.verdicts {
-            if *p == Protection::SecretsHidden {
-                *v = Verdict::NotEnforced(why.clone());
+        self
+    }
+
+    /// Whether this choice enforces `p`.
+    fn is_enforced(&self, p: Protection) -> bool {
+        self.verdicts
+            .iter()
+            .any(|(q, v)| *q == p && v.is_enforced())
+    }
+
+    /// Sets the verdict of `p` to not enforced for `why`.
+    fn set_not_enforced(&mut self, p: Protection, why: &str) {
+        for (q, v) in &mut self.verdicts {
+            if *q == p {
+                *v = Verdict::NotEnforced(why.to_string());
             }
         }
-        self.hardening.push((Protection::SecretsHidden, why));
-        self
+    }
+
+    /// The hardening protection `p` is lost for `why`: its verdict, and one stderr line
+    /// ([`Choice::hardening`]).
+    fn hardening_lost(&mut self, p: Protection, why: &str) {
+        self.set_not_enforced(p, why);
+        self.hardening.push((p, why.to_string()));
     }
 
     /// This choice for a root caller whose command runs over a worktree owned by `owner`
@@ -319,11 +328,7 @@ impl Choice {
             Backend::Userns | Backend::Layered => format!("CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER and CAP_FSETID kept inside the user namespace (every id mapped) for a worktree owned by uid {uid}; every other capability dropped, no_new_privs"),
             Backend::Bwrap => return self,
         };
-        for (p, v) in &mut self.verdicts {
-            if *p == Protection::Capabilities {
-                *v = Verdict::NotEnforced(how.clone());
-            }
-        }
+        self.set_not_enforced(Protection::Capabilities, &how);
         self
     }
 }
