@@ -122,9 +122,9 @@ impl Resolved {
     pub fn covers(&self) -> Vec<Cover> {
         let mut hidden: Vec<&PathBuf> = self.hidden.iter().collect();
         hidden.sort_by_key(|p| p.components().count());
+        let allowed: Vec<&Path> = self.allowed_inside.iter().map(PathBuf::as_path).collect();
         let mut out = Vec::new();
         for h in hidden {
-            let allowed: Vec<&Path> = self.allowed_inside.iter().map(PathBuf::as_path).collect();
             cover(h, &allowed, &mut out);
         }
         out

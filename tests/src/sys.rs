@@ -358,18 +358,23 @@ pub fn udp_bind() -> SysResult<(OwnedFd, u16)> {
     let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
     // Safety: `a` is a valid sockaddr_in.
     check_i(unsafe { libc::bind(s.as_raw_fd(), (&a as *const libc::sockaddr_in).cast(), len) })?;
-    // Safety: an all-zero sockaddr_in is valid; getsockname fills it.
-    let mut got: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    let mut got_len = len;
-    // Safety: `got` has room for `got_len` bytes.
+    let port = bound_port(&s)?;
+    Ok((s, port))
+}
+
+/// The port an inet socket is bound to (`getsockname(2)`).
+fn bound_port(s: &OwnedFd) -> SysResult<u16> {
+    let mut got = sockaddr_in(0);
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // Safety: `got` and `len` are valid out-parameters.
     check_i(unsafe {
         libc::getsockname(
             s.as_raw_fd(),
             (&mut got as *mut libc::sockaddr_in).cast(),
-            &mut got_len,
+            &mut len,
         )
     })?;
-    Ok((s, u16::from_be(got.sin_port)))
+    Ok(u16::from_be(got.sin_port))
 }
 
 /// `socket(AF_INET, SOCK_DGRAM)` and `sendto(2)` of one datagram to 127.0.0.1:`port`.
@@ -397,18 +402,8 @@ pub fn tcp_listen_unbound() -> SysResult<(OwnedFd, u16)> {
     let s = socket(libc::AF_INET, libc::SOCK_STREAM)?;
     // Safety: a plain call on our socket.
     check_i(unsafe { libc::listen(s.as_raw_fd(), 1) })?;
-    // Safety: an all-zero sockaddr_in is valid; getsockname fills it.
-    let mut got: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // Safety: `got` has room for `len` bytes.
-    check_i(unsafe {
-        libc::getsockname(
-            s.as_raw_fd(),
-            (&mut got as *mut libc::sockaddr_in).cast(),
-            &mut len,
-        )
-    })?;
-    Ok((s, u16::from_be(got.sin_port)))
+    let port = bound_port(&s)?;
+    Ok((s, port))
 }
 
 /// Whether a datagram waits on the non-blocking socket `s`.
@@ -434,23 +429,15 @@ pub fn tcp_bind(port: u16, listen: bool) -> SysResult<(OwnedFd, u16)> {
         )
     };
     let a = sockaddr_in(port);
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
     // Safety: `a` is a valid sockaddr_in.
     check_i(unsafe { libc::bind(s.as_raw_fd(), (&a as *const libc::sockaddr_in).cast(), len) })?;
     if listen {
         // Safety: plain integers.
         check_i(unsafe { libc::listen(s.as_raw_fd(), 16) })?;
     }
-    let mut got = sockaddr_in(0);
-    // Safety: `got` and `len` are valid out-parameters.
-    check_i(unsafe {
-        libc::getsockname(
-            s.as_raw_fd(),
-            (&mut got as *mut libc::sockaddr_in).cast(),
-            &mut len,
-        )
-    })?;
-    Ok((s, u16::from_be(got.sin_port)))
+    let port = bound_port(&s)?;
+    Ok((s, port))
 }
 
 /// Non-blocking `accept(2)`: how many connections are queued on a listener (each accepted

@@ -293,14 +293,7 @@ fn covers(steps: &[Cover]) -> io::Result<()> {
                     file_point(p)?;
                 }
                 let target = paths::open_nofollow(p)?;
-                let source = file_cover.as_ref().unwrap_or(&null);
-                mount(
-                    Some(&fd_path(source.as_raw_fd())),
-                    &fd_path(target.as_raw_fd()),
-                    None,
-                    libc::MS_BIND,
-                    None,
-                )?;
+                bind(file_cover.as_ref().unwrap_or(&null), &target, libc::MS_BIND)?;
                 if file_cover.is_none() {
                     // The new mount (the descriptor above still names what it covers).
                     let cover = paths::open_nofollow(p)?;
@@ -317,13 +310,7 @@ fn covers(steps: &[Cover]) -> io::Result<()> {
                     return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
                 }
                 if let (Some(empty), false) = (&empty_dir, *mirrored) {
-                    mount(
-                        Some(&fd_path(empty.as_raw_fd())),
-                        &fd_path(target.as_raw_fd()),
-                        None,
-                        libc::MS_BIND,
-                        None,
-                    )?;
+                    bind(empty, &target, libc::MS_BIND)?;
                     continue;
                 }
                 // Its final mode at once, unless entries are to be made in it (the seal's).
@@ -349,13 +336,10 @@ fn covers(steps: &[Cover]) -> io::Result<()> {
                 } else {
                     file_point(p)?;
                 }
-                let target = paths::open_nofollow(p)?;
-                mount(
-                    Some(&fd_path(source.as_raw_fd())),
-                    &fd_path(target.as_raw_fd()),
-                    None,
+                bind(
+                    source,
+                    &paths::open_nofollow(p)?,
                     libc::MS_BIND | libc::MS_REC,
-                    None,
                 )?;
             }
             Cover::Seal { path, mode } if filling.contains(&path.as_path()) => {
@@ -366,6 +350,22 @@ fn covers(steps: &[Cover]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Binds the object `source` names over the one `target` names, both addressed through their
+/// descriptors; `flags` is `MS_BIND`, with `MS_REC` or not.
+fn bind(
+    source: &std::os::fd::OwnedFd,
+    target: &std::os::fd::OwnedFd,
+    flags: libc::c_ulong,
+) -> io::Result<()> {
+    mount(
+        Some(&fd_path(source.as_raw_fd())),
+        &fd_path(target.as_raw_fd()),
+        None,
+        flags,
+        None,
+    )
 }
 
 /// Remounts the bind mount at `target` (`fd` its root) read-only, `nodev`, `nosuid` and
