@@ -29,7 +29,8 @@
 //! git's refresh of an object's time (a `touch` works on its descriptor, and calls with times never
 //! trap).
 //!
-//! Written by hand like [`crate::seccomp`], with symbolic jump labels resolved at build time.
+//! Written by hand like [`crate::seccomp`], with symbolic jump labels resolved by
+//! [`crate::seccomp::assemble`].
 //! See seccomp(2) and seccomp_unotify(2).
 
 use std::io;
