@@ -51,6 +51,9 @@ pub enum SetupError {
         /// The hidden location that holds it.
         location: PathBuf,
     },
+    /// The working directory has no name (deleted, or beneath a mount gone): it cannot be
+    /// checked against the hidden locations, nor entered again beneath the namespaces' mounts.
+    CwdUnnamed(std::io::Error),
     /// The requested (or chosen) backend cannot enforce the policy here.
     Unusable(Unusable),
     /// `auto`: no backend can enforce the policy; each mechanism tried and why not, in order.
@@ -237,6 +240,10 @@ impl fmt::Display for SetupError {
                 cwd.display(),
                 location.display(),
                 location.display()
+            ),
+            SetupError::CwdUnnamed(e) => write!(
+                f,
+                "the working directory has no name ({e}: deleted, or beneath a mount that is gone): run from an existing directory"
             ),
             SetupError::Unusable(u) => write!(f, "{u}"),
             SetupError::NoBackend(tried) => {

@@ -97,14 +97,13 @@ impl Resolved {
 
     /// Refuses a working directory inside a hidden location: the command's relative paths
     /// would start from what the run hides (beneath a mount's cover, the namespace backends'
-    /// process A could not even enter it again).
+    /// process A could not even enter it again). One without a name (deleted, or beneath a
+    /// mount that is gone) cannot be judged, and is refused too.
     ///
     /// # Errors
-    /// [`SetupError::CwdHidden`] naming the location.
+    /// [`SetupError::CwdHidden`] naming the location; [`SetupError::CwdUnnamed`].
     pub fn check_cwd(&self) -> Result<(), SetupError> {
-        let Ok(cwd) = std::env::current_dir() else {
-            return Ok(());
-        };
+        let cwd = std::env::current_dir().map_err(SetupError::CwdUnnamed)?;
         let inside = |h: &&PathBuf| {
             cwd.starts_with(h) && !self.allowed_inside.iter().any(|a| cwd.starts_with(a))
         };
@@ -379,12 +378,20 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
         if allow.iter().any(|a| canonical.starts_with(a)) && !hide.contains(&loc) {
             continue;
         }
-        let names: Vec<PathBuf> = std::iter::once(canonical.clone())
-            .chain(aliases(&canonical, mounts))
+        let mut names: Vec<PathBuf> = std::iter::once(canonical.clone())
+            .chain(aliases_of(&canonical, mounts))
             .collect();
         if let Some(why) = names.iter().find_map(|n| conflict(opened, n)) {
             out.not_hidden.push((canonical, why));
             continue;
+        }
+        // An inner filesystem's alias the writable set holds leaves that filesystem readable
+        // there (named), not the whole location.
+        for inner in inner_aliases(&canonical, mounts) {
+            match conflict(opened, &inner) {
+                Some(why) => out.not_hidden.push((inner, why)),
+                None => names.push(inner),
+            }
         }
         if look_at_links {
             queue.extend(links_out(&canonical).into_iter().map(|t| (t, false)));
@@ -551,10 +558,10 @@ fn links_out(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Every other path at which the mount table shows the object at `path`, or at a filesystem
-/// mounted inside it (its own alias elsewhere shows what lies inside `path`).
-fn aliases(path: &Path, mounts: &[shofer_sys::proc::Mount]) -> Vec<PathBuf> {
-    let mut out = aliases_of(path, mounts);
+/// The other paths at which the mount table shows a filesystem mounted inside `path`: each
+/// shows part of what lies inside `path`, and no more.
+fn inner_aliases(path: &Path, mounts: &[shofer_sys::proc::Mount]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
     for inner in mounts.iter().map(|m| Path::new(&m.point)) {
         if inner == path || !inner.starts_with(path) {
             continue;

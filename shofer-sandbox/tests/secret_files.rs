@@ -726,6 +726,8 @@ fn host_binds_inside_above_and_beside_a_hidden_location_reveal_nothing() {
     std::fs::write(h.home.join(".ssh/sub/k"), "ssh-key-secret-0a1b in sub").unwrap();
     let top = h.scratch.path().to_path_buf();
     let pubd = top.join("pub");
+    let in_tmp = PathBuf::from(format!("/tmp/shofer-secret-inner-{}", std::process::id()));
+    std::fs::create_dir_all(&in_tmp).unwrap();
     let odd = pubd.join(std::ffi::OsStr::from_bytes(b"x\xff"));
     for d in ["subd", "rootb", "plain", "par", "alias2"] {
         std::fs::create_dir_all(pubd.join(d)).unwrap();
@@ -743,7 +745,8 @@ fn host_binds_inside_above_and_beside_a_hidden_location_reveal_nothing() {
         (vec!["-t", "tmpfs"], PathBuf::from("none"), odd.clone()),
         (vec!["--bind"], h.home.clone(), pubd.join("plain")),
         (vec!["--bind"], top.clone(), pubd.join("par")),
-        // A filesystem mounted inside a hidden location, and again elsewhere.
+        // A filesystem mounted inside a hidden location, and again elsewhere: also in /tmp,
+        // writable, which leaves that filesystem readable there but not the location.
         (
             vec!["-t", "tmpfs"],
             PathBuf::from("none"),
@@ -754,6 +757,7 @@ fn host_binds_inside_above_and_beside_a_hidden_location_reveal_nothing() {
             h.home.join(".ssh/inner"),
             pubd.join("alias2"),
         ),
+        (vec!["--bind"], h.home.join(".ssh/inner"), in_tmp.clone()),
     ];
     std::fs::create_dir_all(h.home.join(".ssh/inner")).unwrap();
     let mut done = Vec::new();
@@ -784,6 +788,8 @@ fn host_binds_inside_above_and_beside_a_hidden_location_reveal_nothing() {
             pubd.join("par/pub/plain/.netrc"),
             pubd.join("alias2/k2"),
             h.home.join(".ssh/inner/k2"),
+            h.home.join(".ssh/id_ed25519"),
+            h.home.join(".netrc"),
         ];
         for b in hiding_backends() {
             let script: String = paths
@@ -808,7 +814,10 @@ fn host_binds_inside_above_and_beside_a_hidden_location_reveal_nothing() {
             .status();
     }
     let table = std::fs::read("/proc/self/mountinfo").unwrap();
-    let left = String::from_utf8_lossy(&table).contains(&*top.to_string_lossy());
+    let table = String::from_utf8_lossy(&table);
+    let left =
+        table.contains(&*top.to_string_lossy()) || table.contains(&*in_tmp.to_string_lossy());
+    let _ = std::fs::remove_dir(&in_tmp);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
@@ -922,6 +931,30 @@ fn a_working_directory_inside_a_hidden_location_is_refused() {
             h.home.join(".ssh").display()
         );
         assert!(err.contains(&want), "{b}: {err}");
+        // The third attack pass: a working directory deleted beneath it has no name to judge,
+        // and `..` from it reached the host's directory beneath the cover.
+        let gone = sub.join("gone");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "mkdir '{g}' && cd '{g}' && rmdir '{g}' && exec '{SANDBOX}' --backend {b} '{wt}' -- \
+                 sh -c 'cat ../k; cat ../../id_ed25519'",
+                g = gone.display(),
+                wt = h.wt.display()
+            ))
+            .env("HOME", &h.home)
+            .env("XDG_CONFIG_HOME", h.home.join(".config"))
+            .env("XDG_DATA_HOME", h.home.join(".local/share"))
+            .env_remove("XDG_RUNTIME_DIR")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{b}: {}", show(&out));
+        assert_no_leak(&out, &[], b);
+        assert!(
+            text(&out).contains("the working directory has no name"),
+            "{b}: {}",
+            show(&out)
+        );
     }
 }
 

@@ -800,12 +800,32 @@ impl Gate {
     /// unix one. Landlock refuses every TCP `bind`, so an inet socket that gets this far is
     /// unbound, and the kernel would bind it itself to a port of its choosing on every
     /// interface, unchecked: a server the outside could reach.
+    ///
+    /// Never continued: the kernel would look the descriptor up again, and another thread of
+    /// the command can have swapped an inet socket in since (`dup2`). The gate listens on its
+    /// own copy of the very socket it judged, or refuses — also when it cannot take the
+    /// caller's descriptor at all (a non-dumpable caller: `pidfd_getfd` gives `EPERM`).
     fn listen(&mut self, n: &Notif) -> Reply {
-        let Ok(sock) = self.socket_of(n.pid, n.args[0]) else {
-            return Reply::Continue; // the kernel reports EBADF/ENOTSOCK itself
+        let sock = match self.socket_of(n.pid, n.args[0]) {
+            Ok(sock) => sock,
+            Err(libc::EBADF) => return Reply::Now(Err(libc::EBADF)),
+            Err(_) => return Reply::Now(Err(libc::EACCES)),
         };
-        if helper::is_unix(&sock) {
-            return Reply::Continue;
+        if !self.valid(n) {
+            return Reply::Later; // /proc/PID may have named another process meanwhile
+        }
+        match rustix::net::sockopt::socket_domain(&sock) {
+            Ok(rustix::net::AddressFamily::UNIX) => {
+                // An int: the low half is what the kernel reads.
+                let backlog = n.args[1] as i32;
+                return Reply::Now(
+                    rustix::net::listen(&sock, backlog)
+                        .map(|()| 0)
+                        .map_err(|e| e.raw_os_error()),
+                );
+            }
+            Err(e) => return Reply::Now(Err(e.raw_os_error())), // ENOTSOCK
+            Ok(_) => {}
         }
         if self.shown.insert("listen on an inet socket".into()) {
             eprintln!(

@@ -40,21 +40,20 @@ pub(super) fn build(plan: &Setup<'_>) -> Result<(), (NsStep, io::Error)> {
     if !plan.full_map {
         maps().map_err(|e| (NsStep::IdMaps, e))?;
     }
-    let cwd = std::env::current_dir();
+    // Without a name it could not be entered again (the supervisor refuses such a run first).
+    let cwd = std::env::current_dir().map_err(|e| (NsStep::Mounts, e))?;
     mounts(plan).map_err(|e| (NsStep::Mounts, e))?;
     // The working directory still points into the mount as it was before the binds:
     // resolve it again so relative paths see the new (read-write or read-only) mounts. One
     // that cannot be entered now must not be kept: it is the host's directory beneath a mount
     // that replaced it (a secret location's cover, the host's /dev under the new one), and
     // relative paths would read what the mount hides.
-    if let Ok(cwd) = cwd {
-        if let Err(e) = std::env::set_current_dir(&cwd) {
-            eprintln!(
-                "shofer-sandbox: the working directory {} cannot be entered inside the sandbox ({e}): it lies in a hidden secret location or a directory the sandbox replaces; run from another directory",
-                cwd.display()
-            );
-            return Err((NsStep::Mounts, e));
-        }
+    if let Err(e) = std::env::set_current_dir(&cwd) {
+        eprintln!(
+            "shofer-sandbox: the working directory {} cannot be entered inside the sandbox ({e}): it lies in a hidden secret location or a directory the sandbox replaces; run from another directory",
+            cwd.display()
+        );
+        return Err((NsStep::Mounts, e));
     }
     Ok(())
 }
