@@ -51,6 +51,16 @@ pub enum SetupError {
         /// The hidden location that holds it.
         location: PathBuf,
     },
+    /// A descriptor the command gets is a directory at, inside or above a hidden location: its
+    /// `/proc/self/fd/N` walks the host's tree, beneath every mount that hides the location.
+    FdHidden {
+        /// The descriptor.
+        fd: i32,
+        /// The directory it names.
+        path: PathBuf,
+        /// The hidden location.
+        location: PathBuf,
+    },
     /// The working directory has no name (deleted, or beneath a mount gone): it cannot be
     /// checked against the hidden locations, nor entered again beneath the namespaces' mounts.
     CwdUnnamed(std::io::Error),
@@ -238,6 +248,13 @@ impl fmt::Display for SetupError {
                 f,
                 "the working directory {} lies in {}, a secret location the sandbox hides: run from another directory (a human may allow it with --allow-read {})",
                 cwd.display(),
+                location.display(),
+                location.display()
+            ),
+            SetupError::FdHidden { fd, path, location } => write!(
+                f,
+                "descriptor {fd} is the directory {}, which reaches {}, a secret location the sandbox hides (through /proc/self/fd/{fd}): give the command another one (a human may allow the location with --allow-read {})",
+                path.display(),
                 location.display(),
                 location.display()
             ),

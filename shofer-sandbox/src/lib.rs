@@ -246,6 +246,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
     let secrets = secretpaths::resolve(&opened, &args.allow_read, &args.hide);
     secrets.check_cwd()?;
+    secrets.check_fds([0, 1, 2].into_iter().chain(args.pass_fds.iter().copied()))?;
     // Before any thread or child exists, so every backend starts the command without them.
     let env_withheld = secretenv::withhold(&args.keep_env)?;
     if let Some(note) = secretenv::note(&env_withheld) {

@@ -116,6 +116,37 @@ impl Resolved {
         }
     }
 
+    /// Refuses a descriptor the command gets (`fds`: 0-2 and `--pass-fd`) that is a directory at,
+    /// inside or above a hidden location (`< ~`): a walk from it through `/proc/self/fd/N`
+    /// starts in the host's tree, beneath the mounts that cover the location. Files are the
+    /// caller's to give (`< ~/.netrc` hands over that content on purpose).
+    ///
+    /// # Errors
+    /// [`SetupError::FdHidden`] naming the descriptor and the location.
+    pub fn check_fds(&self, fds: impl IntoIterator<Item = i32>) -> Result<(), SetupError> {
+        for fd in fds {
+            let dir = std::fs::metadata(format!("/proc/self/fd/{fd}")).is_ok_and(|m| m.is_dir());
+            let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
+                continue;
+            };
+            if !dir {
+                continue;
+            }
+            let reaches = |h: &&PathBuf| {
+                (h.starts_with(&path) || path.starts_with(h))
+                    && !self.allowed_inside.iter().any(|a| path.starts_with(a))
+            };
+            if let Some(location) = self.hidden.iter().find(reaches) {
+                return Err(SetupError::FdHidden {
+                    fd,
+                    path,
+                    location: location.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The mounts that hide [`Resolved::hidden`] instead, in order ([`Cover`]): for
     /// bubblewrap's arguments and the namespace backends' process A.
     pub fn covers(&self) -> Vec<Cover> {

@@ -912,7 +912,8 @@ fn ordinary_tools_read_their_settings_beside_hidden_credentials() {
 
 /// The attack pass's first leak: a working directory inside a hidden directory (the MCP
 /// tool's `cwd`) left the namespace backends' command in the host's directory beneath the
-/// cover. Every backend refuses such a run before it starts, naming the location.
+/// cover. Every backend refuses such a run before it starts, naming the location; so it does
+/// a nameless working directory, and a directory at or above a location given as stdin.
 #[test]
 fn a_working_directory_inside_a_hidden_location_is_refused() {
     for b in backends() {
@@ -955,6 +956,23 @@ fn a_working_directory_inside_a_hidden_location_is_refused() {
             "{b}: {}",
             show(&out)
         );
+        // The fourth: a directory given as a descriptor (`< ~/.ssh`, `< ~`) walks the host's
+        // tree through /proc/self/fd, beneath the covers.
+        for dir in [h.home.join(".ssh"), h.home.clone()] {
+            let mut cmd = h
+                .run(b, None)
+                .sh("cat /proc/self/fd/0/id_ed25519 /proc/self/fd/0/.ssh/id_ed25519")
+                .command();
+            cmd.stdin(std::fs::File::open(&dir).unwrap());
+            let out = cmd.output().unwrap();
+            assert_eq!(out.status.code(), Some(125), "{b}: {}", show(&out));
+            assert_no_leak(&out, &[], b);
+            assert!(
+                text(&out).contains("descriptor 0 is the directory"),
+                "{b}: {}",
+                show(&out)
+            );
+        }
     }
 }
 
