@@ -330,6 +330,16 @@ fn argv(
             inside.as_os_str().as_bytes().to_vec(),
         )
     });
+    // The replacement (git's private view) first, the redirect inside it.
+    let replace = layers.replace.as_ref().map(|(over, by)| {
+        (
+            by.as_os_str().as_bytes().to_vec(),
+            over.as_os_str().as_bytes().to_vec(),
+        )
+    });
+    if let Some((by, over)) = &replace {
+        args.extend_from_slice(&[b"--bind", by, over]);
+    }
     if let Some((dir, objects, inside)) = &q_paths {
         args.extend_from_slice(&[b"--bind", dir, objects, b"--ro-bind", objects, inside]);
     }

@@ -384,18 +384,19 @@ mod tests {
 
     #[test]
     fn namespaces_drop_capabilities_whoever_the_caller_is() {
-        let ns = Confinement::Namespaces(namespaces::Setup {
+        let ns = Confinement::Namespaces(Box::new(namespaces::Setup {
             binds: Vec::new(),
             uid: 0,
             gid: 0,
             devices: Vec::new(),
             layers: Vec::new(),
+            replace: None,
             redirect: None,
             net_deny: false,
             landlock: None,
             covers: Vec::new(),
             full_map: false,
-        });
+        }));
         let drop = spec(CapPolicy::Drop, "true");
         let s = Steps::of(&drop, &ns);
         assert!(s.drop_caps && s.no_new_privs && s.landlock.is_none());

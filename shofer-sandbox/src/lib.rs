@@ -237,11 +237,14 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         let repo = git::Repo::discover(&mut opened);
         Ok((opened, repo))
     };
-    let (before, _) = open()?;
+    let (before, repo) = open()?;
     git::repair_before_run(&args.worktree, &before)?;
+    // (Still one thread here.) Not where git works in a private view: the caller's
+    // environment passes unchanged there.
+    if !repo.private_view_likely(choice.backend, args.keep_caps, &before.policy.worktree) {
+        git::set_git_settings();
+    }
     drop(before);
-    // (Still one thread here.)
-    git::set_git_settings();
     let (opened, repo) = open()?;
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
     let secrets = secretpaths::resolve(&opened, &args.allow_read, &args.hide);

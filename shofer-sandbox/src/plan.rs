@@ -25,7 +25,7 @@ pub(crate) enum Confinement<'a> {
     Landlock(ruleset::LandlockPlan),
     /// The `userns` and `layered` backends: process A builds the namespaces, then the command
     /// runs under an optional Landlock ruleset.
-    Namespaces(namespaces::Setup<'a>),
+    Namespaces(Box<namespaces::Setup<'a>>),
     /// The `bwrap` backend: bubblewrap runs the command; its arguments and info pipe are
     /// owned here until the command runs.
     Bwrap(bwrap::Launch),
@@ -82,7 +82,7 @@ impl<'a> Plan<'a> {
                 if !by_rules {
                     setup.covers = secrets.covers();
                 }
-                Confinement::Namespaces(setup)
+                Confinement::Namespaces(Box::new(setup))
             }
             Backend::Bwrap => {
                 let b = choice

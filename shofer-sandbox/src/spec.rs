@@ -52,7 +52,11 @@ pub(crate) struct Layers {
     /// Binds over themselves after the writable set, in order: (path, writable). A
     /// read-only path that is absent is skipped.
     pub binds: Vec<(PathBuf, bool)>,
-    /// A directory replaced by another, after the binds.
+    /// A directory whose contents are replaced by another directory, bound writable over it
+    /// after the binds (git's private view: (the common dir, its copy)).
+    pub replace: Option<(PathBuf, PathBuf)>,
+    /// A directory replaced by another, after the binds and the replacement (inside it, if
+    /// it lies there; the original's path is the host's).
     pub redirect: Option<Redirect>,
     /// Directories the Landlock ruleset layered on the namespaces must allow writes in (the
     /// binds decide what of them is writable).

@@ -34,10 +34,12 @@ mod objects;
 mod packed_refs;
 mod protect;
 mod quarantine;
+mod refs;
 mod remove;
 mod repo;
 mod report;
 mod run;
+mod view;
 
 /// git's parsers of bytes the command controls, for the fuzz entry points
 /// (`crate::fuzzing`).
@@ -106,7 +108,14 @@ impl<'a> Run<'a> {
         let namespaces = choice.backend != Backend::Landlock;
         let mut handlers: Vec<Box<dyn Handler>> = Vec::new();
         let mut packed_refs_by_gate = false;
-        match (&repo.layout, namespaces) {
+        let inner = run::GitRun::prepare(opened, repo, choice.backend, choice.keep_caps)?;
+        // The private view is the command's own: git needs no help there.
+        let guarded = if inner.view.is_some() {
+            &GitLayout::None
+        } else {
+            &repo.layout
+        };
+        match (guarded, namespaces) {
             (GitLayout::Linked { .. }, false) if repo.controls.common_beneath.is_some() => {}
             (GitLayout::Linked { common, .. }, _) => match open(common) {
                 // The namespace backends' common dir is a read-only bind: git's `chmod` of the
@@ -126,7 +135,6 @@ impl<'a> Run<'a> {
             }
             _ => {}
         }
-        let inner = run::GitRun::prepare(opened, repo, choice.backend, choice.keep_caps)?;
         // git's freshen of an object in the quarantine's read-only store, performed by the
         // gate ([`freshen`]); without it git writes every object it finds there again.
         if let (Some(q), Ok(())) = (&inner.quarantine, &choice.gate) {
@@ -158,19 +166,30 @@ impl<'a> Run<'a> {
     pub(crate) fn layers(&self) -> Layers {
         let c = &self.repo.controls;
         let q = self.inner.quarantine.as_ref();
+        let view = self.inner.view.as_ref();
         Layers {
             pins: c.ancestors.iter().map(|(p, _)| p.clone()).collect(),
+            // The view covers every control file of the common dir these binds keep
+            // read-only (not the worktree's `.git`).
             binds: c
                 .layers()
                 .into_iter()
                 .filter(|(p, _)| q.is_none_or(|q| !p.starts_with(&q.objects)))
+                .filter(|(p, _)| view.is_none_or(|v| !p.starts_with(&v.over)))
                 .collect(),
+            replace: view.map(|v| (v.over.clone(), v.dir.clone())),
             redirect: q.map(|q| Redirect {
                 over: q.objects.clone(),
                 by: q.dir.clone(),
                 original_at: q.store_mount.clone(),
             }),
-            landlock_dirs: c.common.iter().map(|l| l.common.clone()).collect(),
+            // Landlock does not look at a covered mount point: the view is a rule of its own.
+            landlock_dirs: c
+                .common
+                .iter()
+                .map(|l| l.common.clone())
+                .chain(view.map(|v| v.dir.clone()))
+                .collect(),
         }
     }
 

@@ -326,7 +326,7 @@ impl Migrated {
 ///
 /// # Errors
 /// open(2); `WouldBlock` when a running supervisor holds it.
-fn lock(dir: &Path) -> io::Result<OwnedFd> {
+pub(super) fn lock(dir: &Path) -> io::Result<OwnedFd> {
     use std::os::unix::fs::OpenOptionsExt;
     let fd: OwnedFd = std::fs::OpenOptions::new()
         .read(true)
@@ -501,7 +501,7 @@ fn repo_prefix(objects: &Path) -> String {
 /// The name prefix of the quarantines of the worktree `worktree` (its name under
 /// `<common>/worktrees/`, or `""` for the main worktree) of the store `objects`: the
 /// repository's prefix, a hash of the name, a dot.
-fn owned_prefix(objects: &Path, worktree: &str) -> String {
+pub(super) fn owned_prefix(objects: &Path, worktree: &str) -> String {
     format!(
         "{}{}.",
         repo_prefix(objects),

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use shofer_core::policy::{RuleOrigin, WritableRule};
+use shofer_core::policy::{Backend, RuleOrigin, WritableRule};
 
 use super::layout::{self, GitLayout};
 use super::protect::{self, ControlSet};
@@ -64,6 +64,25 @@ impl Repo {
             )),
             _ => None,
         }
+    }
+
+    /// Whether git will work in a private view on `backend` ([`crate::git::view`]): the
+    /// namespace backends, unless bubblewrap keeps `CAP_SYS_ADMIN` (`keep_caps`), for a
+    /// repository the view serves. (Taking it can still fail: then git works guarded.)
+    pub(crate) fn private_view_likely(
+        &self,
+        backend: Backend,
+        keep_caps: bool,
+        worktree: &Path,
+    ) -> bool {
+        let common = match &self.layout {
+            GitLayout::Linked { common, .. } => common.clone(),
+            GitLayout::MainWorktree => worktree.join(".git"),
+            _ => return false,
+        };
+        backend != Backend::Landlock
+            && !(backend == Backend::Bwrap && keep_caps)
+            && super::view::unsupported(&common).is_none()
     }
 
     /// The linked worktree's common dir.

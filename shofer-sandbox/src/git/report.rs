@@ -50,12 +50,26 @@ pub(super) fn section(repo: &Repo, git_run: &GitRun, packed_refs_by_gate: bool) 
             "journal_missing": git_run.journal_missing,
         })
     };
+    if let Some(v) = &git_run.view {
+        git["view"] = json!({
+            "how": "private view: the command's git works on a copy of the control files (config, hooks/, info/, HEAD, refs, packed-refs, logs/, the worktrees' state) bound over the common dir, with the object quarantine inside it; the host's git reads none of it during the run; when the command ends, refs this worktree may move (its branch, refs its runs created; never a branch another worktree has checked out, never refs/stash) are moved with git update-ref --stdin against the values the run started from, hooks off; its HEAD, index (after the nested check) and reflog are put in place; everything else stays private to this worktree's runs and is named",
+            "dir": v.dir,
+        });
+    }
     git["not_enforced"] = json!([
         {"what": "hard links", "reason": "a hard link the command can reach that points to a file outside the worktree (a local clone's objects, a pnpm/uv store) is the same inode: writes through it change the outside file; path-based rules (Landlock, bind mounts) cannot tell. Avoid: `git clone --no-hardlinks`, pnpm `package-import-method=copy`, uv `--link-mode=copy`"},
         {"what": "nested repositories", "reason": "a repository the command creates inside the worktree (with its own config) is run by a host git only through a gitlink the command adds to the index; shofer does not remove it: review `git status` for new submodules before committing"},
-        {"what": "nested repositories during the run", "key": "nested_repositories_during_run", "reason": super::guard::NESTED_GAP},
         {"what": "in-tree scripts run by hooks", "reason": "hooks that run files of the worktree (lefthook.yml, npm scripts, Makefiles) run what the command wrote"},
     ]);
+    // With the private view the host's index gains no gitlink during the run: only those it
+    // listed before are exposed.
+    let reason = match &git_run.view {
+        Some(_) => format!("{} (private view: only through gitlinks the repository's index listed before the run; the command's own reach the host's index when the run has ended and been checked)", super::guard::NESTED_GAP),
+        None => super::guard::NESTED_GAP.to_string(),
+    };
+    if let Some(rows) = git["not_enforced"].as_array_mut() {
+        rows.push(json!({"what": "nested repositories during the run", "key": "nested_repositories_during_run", "reason": reason}));
+    }
     git
 }
 

@@ -23,6 +23,7 @@ use crate::git::layout::GitLayout;
 use crate::git::objects::ObjectStore;
 use crate::git::protect::{self, Created};
 use crate::git::quarantine::{self, Migrated, Quarantine};
+use crate::git::view::{self, View};
 use crate::paths;
 use crate::writable::OpenedPolicy;
 
@@ -34,6 +35,8 @@ pub struct GitRun {
     objects: Option<ObjectStore>,
     /// The namespace backends' object quarantine ([`crate::git::quarantine`]).
     pub quarantine: Option<Quarantine>,
+    /// The namespace backends' private view of the control files ([`crate::git::view`]).
+    pub view: Option<View>,
     /// Copies the quarantine's new objects into the store while the run lasts.
     copier: Option<quarantine::Copier>,
     worktree: PathBuf,
@@ -75,6 +78,12 @@ impl GitRun {
     ) -> Result<GitRun, super::Error> {
         let structural = backend != Backend::Landlock;
         let remountable = structural && keep_caps && backend == Backend::Bwrap;
+        let view = if structural && !remountable {
+            take_view(opened, repo)
+        } else {
+            None
+        };
+        // (Placeholders also serve the binds outside the view: an in-tree hooks path.)
         let placeholders = if structural {
             protect::prepare(&repo.controls)
                 .map_err(|(path, why)| super::Error::ControlFile { path, why })?
@@ -173,6 +182,12 @@ impl GitRun {
             guard: Arc::new(Mutex::new(guard)),
             objects,
             quarantine: object_quarantine,
+            ref_locks: if view.is_none() {
+                protect::absent_ref_locks(&repo.controls)
+            } else {
+                Vec::new()
+            },
+            view,
             copier: None,
             worktree: opened.policy.worktree.clone(),
             journal,
@@ -180,7 +195,6 @@ impl GitRun {
             remountable,
             journal_missing,
             placeholders,
-            ref_locks: protect::absent_ref_locks(&repo.controls),
             locations,
             watcher: None,
             watch: has_entries,
@@ -277,6 +291,26 @@ impl GitRun {
             .map(Quarantine::migrate)
             .unwrap_or_default();
         announce_migrated(&migrated, "of this run", &self.worktree);
+        let carried = self.view.take().map(|v| {
+            let check_index = |mut scan: crate::git::nested::NestedScan| {
+                let (checked, _) = scan.check();
+                let clean = checked.failed.is_empty();
+                guard::announce(
+                    &Restored {
+                        quarantined: checked.quarantined,
+                        failed: checked.failed,
+                        ..Restored::default()
+                    },
+                    "restored",
+                );
+                clean
+            };
+            v.finish(&check_index)
+        });
+        if let Some(c) = &carried {
+            view::announce(c);
+        }
+        let view_failed = carried.as_ref().is_some_and(|c| !c.failed.is_empty());
         let damage = self
             .objects
             .as_ref()
@@ -295,7 +329,8 @@ impl GitRun {
                 p.display()
             );
         }
-        let failed_now = !last.failed.is_empty()
+        let failed_now = view_failed
+            || !last.failed.is_empty()
             || !damage.is_empty()
             || !moved.is_empty()
             || !migrated.failed.is_empty();
@@ -371,6 +406,37 @@ pub fn set_git_settings() {
     for (k, v) in shofer_core::gitenv::append(&GIT_SETTINGS, |k| std::env::var(k).ok()) {
         std::env::set_var(k, v);
     }
+}
+
+/// The private view of `repo`'s control files ([`View::take`]), where it serves; a note on
+/// stderr where it cannot.
+fn take_view(opened: &OpenedPolicy, repo: &Repo) -> Option<View> {
+    let (common, gitdir) = match &repo.layout {
+        GitLayout::Linked { common, gitdir } => (common.clone(), gitdir.clone()),
+        GitLayout::MainWorktree => {
+            let dot = opened.policy.worktree.join(".git");
+            (dot.clone(), dot)
+        }
+        _ => return None,
+    };
+    let why = match view::unsupported(&common) {
+        Some(why) => why.to_string(),
+        None => match View::take(
+            &common,
+            &gitdir,
+            &opened.policy.worktree,
+            protect::uses_sha256(&common),
+            &writable_paths(opened),
+        ) {
+            Ok(v) => return Some(v),
+            Err(e) => e,
+        },
+    };
+    eprintln!(
+        "shofer-sandbox: note: git works in the repository itself, guarded, not in a private view ({}: {why})",
+        common.display()
+    );
+    None
 }
 
 /// Says on stderr what a migration of the object quarantine ([`crate::git::quarantine`]) `whose`

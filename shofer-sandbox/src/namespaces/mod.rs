@@ -100,7 +100,8 @@ pub(crate) struct Setup<'a> {
     /// Binds after the writable ones, in order: (path, writable), each over itself: the
     /// layers' pins, then their binds ([`crate::spec::Layers`]).
     pub layers: Vec<(PathBuf, bool)>,
-    /// The layers' redirect: bound after them.
+    /// The layers' replacement, then their redirect: bound after them.
+    pub replace: Option<(PathBuf, PathBuf)>,
     pub redirect: Option<crate::spec::Redirect>,
     /// Also unshare the network namespace (`--net deny`).
     pub net_deny: bool,
@@ -193,6 +194,7 @@ pub(crate) fn plan<'a>(
             .map(|p| (p, true))
             .chain(layers.binds)
             .collect(),
+        replace: layers.replace,
         redirect: layers.redirect,
         net_deny: opened.policy.net == NetPolicy::Deny,
         landlock,

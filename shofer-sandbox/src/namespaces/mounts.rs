@@ -192,16 +192,38 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         }
     }
 
-    // Step 5c: the redirect (git's object quarantine, crate::git::quarantine). All three opened
-    // before any mount and checked to be directories; the original's bind is read-only in
-    // step 6.
-    if let Some(crate::spec::Redirect {
-        over: objects,
-        by: dir,
-        original_at: store_mount,
-    }) = &plan.redirect
+    // Step 5c: the replacement (git's private view, crate::git::view), then the redirect
+    // (git's object quarantine, crate::git::quarantine), inside the replacement when it lies
+    // there. Every source opened before any mount, and checked to be a directory; the
+    // original's bind is read-only in step 6.
+    let store = match &plan.redirect {
+        Some(r) => Some(paths::open_nofollow(&r.over)?),
+        None => None,
+    };
+    if let Some((over, by)) = &plan.replace {
+        let target = paths::open_nofollow(over)?;
+        let source = paths::open_nofollow(by)?;
+        for (fd, path) in [(&target, over), (&source, by)] {
+            if paths::kind(fd)? != paths::Kind::Dir {
+                eprintln!("shofer-sandbox: {} is not a directory", path.display());
+                return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+            }
+        }
+        let (source, target) = (fd_path(source.as_raw_fd()), fd_path(target.as_raw_fd()));
+        mount(Some(&source), &target, None, libc::MS_BIND, None)?;
+        // The binds beneath it (a linked worktree's gitdir) are out of reach now.
+        keep_rw.retain(|p| !Path::new(p).starts_with(over));
+        keep_rw.push(over.to_string_lossy().into_owned());
+    }
+    if let (
+        Some(store),
+        Some(crate::spec::Redirect {
+            over: objects,
+            by: dir,
+            original_at: store_mount,
+        }),
+    ) = (store, &plan.redirect)
     {
-        let store = paths::open_nofollow(objects)?;
         let q = paths::open_nofollow(dir)?;
         let mount_point = paths::open_nofollow(store_mount)?;
         for (fd, path) in [(&store, objects), (&q, dir), (&mount_point, store_mount)] {
@@ -212,14 +234,20 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         }
         // Targets by descriptor too (the store's descriptor keeps naming the store itself
         // once the quarantine covers its path). The store on the mount point first, then the
-        // quarantine with it (recursive: that bind is the only mount under the quarantine).
+        // quarantine with it (recursive: that bind is the only mount under the quarantine)
+        // over what is at the store's path now (the replacement's directory, if any).
         let (q, store, mount_point) = (
             fd_path(q.as_raw_fd()),
             fd_path(store.as_raw_fd()),
             fd_path(mount_point.as_raw_fd()),
         );
         mount(Some(&store), &mount_point, None, libc::MS_BIND, None)?;
-        mount(Some(&q), &store, None, libc::MS_BIND | libc::MS_REC, None)?;
+        let inside = match plan.replace {
+            Some(_) => Some(paths::open_nofollow(objects)?),
+            None => None,
+        };
+        let target = inside.as_ref().map_or(store, |fd| fd_path(fd.as_raw_fd()));
+        mount(Some(&q), &target, None, libc::MS_BIND | libc::MS_REC, None)?;
         keep_rw.push(objects.to_string_lossy().into_owned());
     }
 
@@ -249,6 +277,14 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
             // A mount point we cannot even look up is not reachable by the command either
             // (bubblewrap makes the same call).
             Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::ENOENT)) => {}
+            // Beneath the replacement, a path that is no mount point any more: the mount
+            // there is covered, out of reach.
+            Err(e)
+                if e.raw_os_error() == Some(libc::EINVAL)
+                    && plan
+                        .replace
+                        .as_ref()
+                        .is_some_and(|(over, _)| Path::new(&point).starts_with(over)) => {}
             Err(e) => return Err(e),
         }
     }

@@ -1,0 +1,899 @@
+//! The private view: on the namespace backends the command's git works on a copy of the
+//! repository's control files, bound over the common dir, and what it may change is carried
+//! back with git's own tools when it ends (docs/ARCHITECTURE.md, "The private view").
+//!
+//! - [`View::take`]: before the run, in the supervisor's state directory (an entry per
+//!   worktree, `flock`ed): a new copy (`v.<random>/`) of the common dir's control files — not
+//!   `objects/` (the quarantine is bound there), not other worktrees' indexes and logs — with
+//!   what earlier runs of this worktree kept private laid over it (`private/`);
+//! - [`View::finish`]: after the whole tree is gone and the quarantine migrated: reads the
+//!   copy's refs ([`crate::git::refs`]), moves the refs this worktree may move in the real
+//!   repository with `git update-ref --stdin` (compare-and-swap against the values the run
+//!   started from; hooks off), puts the worktree's own `HEAD`, index (after the nested check)
+//!   and `logs/HEAD` in place, keeps everything else changed for the next run (`private/`)
+//!   and names it once, then removes the copy.
+//!
+//! The host's git never reads a byte the command wrote during the run; after it, only refs
+//! git itself checked (names, object existence), the worktree's `HEAD` (parsed), its index
+//! (checked for gitlinks into repositories that name programs) and its reflog.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::nested::NestedScan;
+use super::refs::{self, Refs, Value};
+use crate::paths;
+
+/// The state directory's leaf.
+const LEAF: &str = "views";
+/// What the worktree's own gitdir gives back to the real one, besides its refs.
+const OWN_FILES: [&str; 4] = ["HEAD", "index", "ORIG_HEAD", "logs/HEAD"];
+/// The most a run may keep private (bytes, files); beyond, the rest is dropped and named.
+const PRIVATE_BYTES: u64 = 64 << 20;
+const PRIVATE_FILES: usize = 20_000;
+/// The most the copy of the control files may take (bytes, entries): a repository beyond
+/// keeps the guarded mechanisms.
+const COPY_BYTES: u64 = 256 << 20;
+const COPY_ENTRIES: usize = 200_000;
+/// The largest file read back from the view (an index), and the largest reflog.
+const MAX_FILE: usize = 1 << 30;
+const MAX_LOG: usize = 64 << 20;
+
+/// One run's private view of a repository's control files.
+pub struct View {
+    /// The entry in the state directory.
+    entry: PathBuf,
+    /// The entry's `flock` (one run of a worktree at a time uses its view).
+    _lock: OwnedFd,
+    /// The copy, bound over [`View::over`].
+    pub dir: PathBuf,
+    /// The real common dir.
+    pub over: PathBuf,
+    /// The worktree's gitdir relative to the common dir (`""` for the main worktree).
+    gitdir_rel: PathBuf,
+    /// The worktree's real gitdir.
+    gitdir: PathBuf,
+    /// The worktree, and the writable set (for the nested check).
+    worktree: PathBuf,
+    writable: Vec<PathBuf>,
+    hex_len: usize,
+    /// The host's refs when the run started.
+    host_refs: Refs,
+    /// The view's refs when the run started (the host's, what earlier runs kept private over
+    /// them).
+    view_refs: Refs,
+    /// Each copied file's fingerprint, by its path relative to the common dir, as the host
+    /// had it.
+    copied: HashMap<PathBuf, u64>,
+    /// The branch the worktree had checked out at the start.
+    own_branch: Option<String>,
+    /// Refs runs of this worktree created (they may move them).
+    created: BTreeSet<String>,
+    /// The host's `HEAD` of the worktree at the start.
+    head: Option<Vec<u8>>,
+}
+
+/// What [`View::finish`] did.
+#[derive(Default)]
+pub struct Carried {
+    /// Refs moved in the real repository.
+    pub refs: Vec<String>,
+    /// What stays in the view for the next run, named.
+    pub kept_private: Vec<String>,
+    /// What went wrong (the run fails).
+    pub failed: Vec<String>,
+}
+
+fn fingerprint(bytes: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+/// Why the view cannot serve `common` (the guarded mechanisms do), or `None`.
+pub fn unsupported(common: &Path) -> Option<&'static str> {
+    if common.join("reftable").exists() {
+        return Some("its refs are in the reftable format");
+    }
+    if common.join("modules").exists() {
+        return Some("it has submodules (modules/)");
+    }
+    if common.join("lfs").exists() {
+        return Some("it has git-lfs objects (lfs/)");
+    }
+    None
+}
+
+impl View {
+    /// Makes the view of `common` for the worktree whose gitdir is `gitdir` (`common` itself
+    /// for the main worktree), in the supervisor's state directory outside `writable`.
+    ///
+    /// # Errors
+    /// No state directory, another run of this worktree holds its view, or the copy fails.
+    pub fn take(
+        common: &Path,
+        gitdir: &Path,
+        worktree: &Path,
+        sha256: bool,
+        writable: &[PathBuf],
+    ) -> Result<View, String> {
+        let root = super::guard::state_dir(LEAF, writable)
+            .ok_or("no directory of the supervisor's own outside the writable set")?;
+        let gitdir_rel = gitdir
+            .strip_prefix(common)
+            .unwrap_or(Path::new(""))
+            .to_path_buf();
+        let name = gitdir_rel
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        let key =
+            super::quarantine::owned_prefix(&common.join("objects"), name.as_deref().unwrap_or(""));
+        let entry = root.join(key.trim_end_matches('.'));
+        match fs::DirBuilder::new().mode(0o700).create(&entry) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(format!("{}: {e}", entry.display()))
+            }
+            _ => {}
+        }
+        let lock = super::quarantine::lock(&entry).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock => "another run of this worktree is using its view".into(),
+            _ => format!("{}: {e}", entry.display()),
+        })?;
+        // What a killed run left.
+        discard_views(&entry);
+        let dir = entry.join(format!("v.{}", super::names::random_suffix()));
+        fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut view = View {
+            entry,
+            _lock: lock,
+            dir,
+            over: common.to_path_buf(),
+            gitdir: gitdir.to_path_buf(),
+            worktree: worktree.to_path_buf(),
+            writable: writable.to_vec(),
+            gitdir_rel,
+            hex_len: if sha256 { 64 } else { 40 },
+            host_refs: Refs::new(),
+            view_refs: Refs::new(),
+            copied: HashMap::new(),
+            own_branch: None,
+            created: BTreeSet::new(),
+            head: None,
+        };
+        if let Err(e) = view.fill() {
+            view.remove();
+            return Err(e);
+        }
+        Ok(view)
+    }
+
+    /// Copies the control files and lays what was kept private over them.
+    fn fill(&mut self) -> Result<(), String> {
+        let common_fd = paths::open_nofollow(&self.over).map_err(|e| e.to_string())?;
+        let common_fd = paths::openat_dir(&common_fd, Path::new(".")).map_err(|e| e.to_string())?;
+        self.host_refs = refs::read(&common_fd, self.hex_len)?;
+        self.head = fs::read(self.gitdir.join("HEAD")).ok();
+        self.own_branch = self
+            .head
+            .as_deref()
+            .and_then(|h| refs::parse_value(h, self.hex_len))
+            .and_then(|v| match v {
+                Value::Symbolic(n) => Some(n),
+                Value::Oid(_) => None,
+            });
+        let mut budget = Budget {
+            bytes: COPY_BYTES,
+            entries: COPY_ENTRIES,
+        };
+        let own = self.gitdir_rel.clone();
+        let skip = |rel: &Path| -> bool {
+            if rel == Path::new("objects") {
+                return true;
+            }
+            // Other worktrees: what git reads of them (HEAD, gitdir, locked, rebase and
+            // bisect state), not their indexes and logs.
+            if let Ok(rest) = rel.strip_prefix("worktrees") {
+                let mut c = rest.components();
+                if let Some(first) = c.next() {
+                    let mine =
+                        own.strip_prefix("worktrees").ok() == Some(Path::new(first.as_os_str()));
+                    if !mine {
+                        let second = c.next().map(|s| s.as_os_str().as_bytes().to_vec());
+                        return matches!(second.as_deref(), Some(b"index" | b"logs"));
+                    }
+                }
+            }
+            false
+        };
+        copy_tree(
+            &self.over,
+            &self.dir,
+            &skip,
+            Some(&mut self.copied),
+            &mut budget,
+        )
+        .map_err(|e| format!("copying {}: {e}", self.over.display()))?;
+        fs::create_dir(self.dir.join("objects")).map_err(|e| e.to_string())?;
+        // Earlier runs' private files, then their private refs.
+        let private = self.entry.join("private");
+        if private.join("files").is_dir() {
+            let mut budget = Budget {
+                bytes: PRIVATE_BYTES,
+                entries: PRIVATE_FILES,
+            };
+            copy_tree(
+                &private.join("files"),
+                &self.dir,
+                &|_| false,
+                None,
+                &mut budget,
+            )
+            .map_err(|e| format!("{}: {e}", private.display()))?;
+        }
+        self.view_refs = self.host_refs.clone();
+        for (name, value) in read_private_refs(&private.join("refs"), self.hex_len) {
+            match &value {
+                Some(v) => refs::write_loose(&self.dir, &name, v),
+                None => refs::remove(&self.dir, &name),
+            }
+            .map_err(|e| format!("{name}: {e}"))?;
+            match value {
+                Some(v) => self.view_refs.insert(name, v),
+                None => self.view_refs.remove(&name),
+            };
+        }
+        self.created = fs::read_to_string(self.entry.join("created"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|n| refs::valid_name(n))
+            .map(str::to_string)
+            .collect();
+        Ok(())
+    }
+
+    /// The nested check ([`crate::git::nested`]) of the index in `gitdir`.
+    fn nested_scan(&self, gitdir: &Path) -> NestedScan {
+        NestedScan::new(&self.worktree, gitdir, self.hex_len == 64, &self.writable)
+    }
+
+    /// After the run (every process gone, the objects migrated): carries back what this
+    /// worktree may change, keeps the rest private, removes the copy. `check_index` is the
+    /// nested check of a gitdir holding the view's index: whether it may reach the host.
+    pub fn finish(self, check_index: &dyn Fn(NestedScan) -> bool) -> Carried {
+        let mut out = Carried::default();
+        let view_fd =
+            paths::open_nofollow(&self.dir).and_then(|fd| paths::openat_dir(&fd, Path::new(".")));
+        let end = match view_fd
+            .as_ref()
+            .map_err(|e| e.to_string())
+            .and_then(|fd| refs::read(fd, self.hex_len))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                out.failed.push(format!(
+                    "the command's refs cannot be read ({e}): nothing is carried back"
+                ));
+                self.remove();
+                return out;
+            }
+        };
+        let elsewhere = self.checked_out_elsewhere();
+        // The view's gitdir, each component opened without following a symlink.
+        let gitdir_fd = view_fd.as_ref().ok().and_then(|fd| {
+            self.gitdir_rel
+                .components()
+                .try_fold(paths::openat_dir(fd, Path::new(".")).ok()?, |d, c| {
+                    paths::openat_dir(&d, Path::new(c.as_os_str())).ok()
+                })
+        });
+        let new_head = gitdir_fd
+            .as_ref()
+            .and_then(|fd| paths::read_small_file(fd, "HEAD", 4096).ok());
+        let head_branch = new_head
+            .as_deref()
+            .and_then(|h| refs::parse_value(h, self.hex_len))
+            .and_then(|v| match v {
+                Value::Symbolic(n) => Some(n),
+                Value::Oid(_) => None,
+            });
+        let mut created = self.created.clone();
+        let mut changes = Vec::new();
+        let names: BTreeSet<&String> = self.view_refs.keys().chain(end.keys()).collect();
+        for name in names {
+            let (before, after) = (self.view_refs.get(name), end.get(name));
+            if before == after {
+                continue;
+            }
+            let new_here = !self.host_refs.contains_key(name) && after.is_some();
+            let owned = self.own_branch.as_ref() == Some(name)
+                || created.contains(name)
+                || new_here
+                || (head_branch.as_ref() == Some(name) && !self.host_refs.contains_key(name));
+            let plain = matches!(after, None | Some(Value::Oid(_)))
+                && matches!(self.host_refs.get(name), None | Some(Value::Oid(_)));
+            if owned && plain && name != "refs/stash" && !elsewhere.contains(name) {
+                if new_here {
+                    created.insert(name.clone());
+                }
+                changes.push((
+                    name.clone(),
+                    self.host_refs.get(name).cloned(),
+                    after.cloned(),
+                ));
+            }
+        }
+        let carried = self.update_refs(&changes, &mut out);
+        let mut host_after = self.host_refs.clone();
+        for (name, _, new) in &changes {
+            if !carried.contains(name) {
+                continue;
+            }
+            match new {
+                Some(v) => host_after.insert(name.clone(), v.clone()),
+                None => {
+                    created.remove(name);
+                    host_after.remove(name)
+                }
+            };
+            out.refs.push(name.clone());
+        }
+        // The worktree's own HEAD, index, ORIG_HEAD and reflog.
+        let own_changed =
+            self.carry_own_files(gitdir_fd.as_ref(), &elsewhere, check_index, &mut out);
+        // Everything else that differs from the host stays private.
+        let private_refs: BTreeMap<String, Option<Value>> = host_after
+            .keys()
+            .chain(end.keys())
+            .filter(|n| host_after.get(*n) != end.get(*n))
+            .map(|n| (n.clone(), end.get(n).cloned()))
+            .collect();
+        for (n, v) in &private_refs {
+            out.kept_private.push(match v {
+                None => format!("{n} deletion"),
+                Some(_) if self.host_refs.contains_key(n) => n.clone(),
+                Some(_) => format!("{n} (new)"),
+            });
+        }
+        let carried_logs: BTreeSet<PathBuf> =
+            out.refs.iter().map(|r| Path::new("logs").join(r)).collect();
+        let files =
+            self.private_files(view_fd.as_ref().ok(), &own_changed, &carried_logs, &mut out);
+        self.save_private(&private_refs, &files, &created, &mut out);
+        self.remove();
+        out
+    }
+
+    /// The branches other worktrees have checked out in the real repository now.
+    fn checked_out_elsewhere(&self) -> BTreeSet<String> {
+        let mut heads = vec![self.over.join("HEAD")];
+        if let Ok(dir) = fs::read_dir(self.over.join("worktrees")) {
+            heads.extend(dir.flatten().map(|e| e.path().join("HEAD")));
+        }
+        heads
+            .iter()
+            .filter(|h| **h != self.gitdir.join("HEAD"))
+            .filter_map(|h| paths::read_regular(h, 4096).ok())
+            .filter_map(|b| match refs::parse_value(&b, self.hex_len) {
+                Some(Value::Symbolic(n)) => Some(n),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `git update-ref --stdin` in the real repository, with the old values as they were at
+    /// the start: all in one transaction, or each alone when that fails. Returns the refs
+    /// moved; a ref that was not is named as kept private.
+    fn update_refs(
+        &self,
+        changes: &[(String, Option<Value>, Option<Value>)],
+        out: &mut Carried,
+    ) -> BTreeSet<String> {
+        let zero = "0".repeat(self.hex_len);
+        let line = |(name, old, new): &(String, Option<Value>, Option<Value>)| {
+            let hex = |v: &Option<Value>| match v {
+                Some(Value::Oid(h)) => h.clone(),
+                _ => zero.clone(),
+            };
+            match new {
+                Some(_) => format!("update {name} {} {}\n", hex(new), hex(old)),
+                None => format!("delete {name} {}\n", hex(old)),
+            }
+        };
+        if changes.is_empty() {
+            return BTreeSet::new();
+        }
+        let all: String = changes.iter().map(line).collect();
+        if self.git_update_ref(&all).is_ok() {
+            return changes.iter().map(|c| c.0.clone()).collect();
+        }
+        let mut done = BTreeSet::new();
+        for c in changes {
+            match self.git_update_ref(&line(c)) {
+                Ok(()) => {
+                    done.insert(c.0.clone());
+                }
+                Err(why) => out
+                    .kept_private
+                    .push(format!("{} (the repository's changed: {why})", c.0)),
+            }
+        }
+        done
+    }
+
+    /// One `git update-ref --stdin` in the real common dir: the repository's own
+    /// configuration, hooks off, none of the caller's `GIT_*` variables, bounded.
+    fn git_update_ref(&self, input: &str) -> Result<(), String> {
+        let mut cmd = git_command(&self.over);
+        cmd.args([
+            "update-ref",
+            "--stdin",
+            "-m",
+            "shofer: carried back from a sandboxed run",
+        ]);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("git: {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(input.as_bytes());
+        }
+        let o = child.wait_with_output().map_err(|e| format!("git: {e}"))?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&o.stderr)
+                .trim()
+                .replace('\n', "; "))
+        }
+    }
+
+    /// Puts the view's `HEAD` (parsed; not a branch another worktree has checked out),
+    /// `index` (when `check_index` passes it, on a copy of the supervisor's), `ORIG_HEAD`
+    /// (parsed) and `logs/HEAD` in the real gitdir when they changed. Returns those it
+    /// handled (relative to the common dir), carried or named.
+    fn carry_own_files(
+        &self,
+        gitdir: Option<&OwnedFd>,
+        elsewhere: &BTreeSet<String>,
+        check_index: &dyn Fn(NestedScan) -> bool,
+        out: &mut Carried,
+    ) -> BTreeSet<PathBuf> {
+        let mut handled: BTreeSet<PathBuf> =
+            OWN_FILES.iter().map(|n| self.gitdir_rel.join(n)).collect();
+        let Some(gitdir) = gitdir else { return handled };
+        let logs = paths::openat_dir(gitdir, Path::new("logs")).ok();
+        for name in OWN_FILES {
+            let rel = self.gitdir_rel.join(name);
+            let read = match name.strip_prefix("logs/") {
+                Some(n) => logs.as_ref().map(|l| paths::read_small_file(l, n, MAX_LOG)),
+                None => Some(paths::read_small_file(gitdir, name, MAX_FILE)),
+            };
+            let bytes = match read {
+                Some(Ok(b)) => b,
+                Some(Err(e)) if e.kind() != io::ErrorKind::NotFound => {
+                    out.kept_private
+                        .push(format!("{} (not carried back: {e})", rel.display()));
+                    handled.remove(&rel);
+                    continue;
+                }
+                _ => continue,
+            };
+            if self.copied.get(&rel) == Some(&fingerprint(&bytes)) {
+                continue;
+            }
+            let refused = match name {
+                "HEAD" | "ORIG_HEAD" => match refs::parse_value(&bytes, self.hex_len) {
+                    None => Some("not a ref value"),
+                    Some(Value::Symbolic(b)) if elsewhere.contains(&b) => {
+                        Some("its branch is checked out in another worktree")
+                    }
+                    Some(_) => None,
+                },
+                "index" => (!self.index_checks(&bytes, check_index))
+                    .then_some("a nested repository it leads to could not be checked"),
+                _ => None,
+            };
+            if let Some(why) = refused {
+                out.kept_private
+                    .push(format!("{} (not carried back: {why})", rel.display()));
+                handled.remove(&rel);
+                continue;
+            }
+            if let Err(e) = replace_file(&self.gitdir.join(name), &bytes) {
+                out.failed
+                    .push(format!("{}: {e}", self.gitdir.join(name).display()));
+            }
+        }
+        handled
+    }
+
+    /// Whether `check_index` passes the index `bytes`, written to a gitdir of the
+    /// supervisor's own first (the view's could change between the check and the copy).
+    fn index_checks(&self, bytes: &[u8], check_index: &dyn Fn(NestedScan) -> bool) -> bool {
+        let stage = self
+            .entry
+            .join(format!("stage.{}", super::names::random_suffix()));
+        let ok = fs::DirBuilder::new().mode(0o700).create(&stage).is_ok()
+            && fs::write(stage.join("index"), bytes).is_ok()
+            && check_index(self.nested_scan(&stage));
+        remove_tree(&self.entry, &stage);
+        ok
+    }
+
+    /// The view's files (outside `objects/`, refs, and the files carried back) that are not
+    /// what the host had: new ones, changed ones.
+    fn private_files(
+        &self,
+        view: Option<&OwnedFd>,
+        own: &BTreeSet<PathBuf>,
+        carried_logs: &BTreeSet<PathBuf>,
+        out: &mut Carried,
+    ) -> Vec<(PathBuf, Vec<u8>, u32)> {
+        let mut files = Vec::new();
+        let Some(view) = view else { return files };
+        let (mut bytes_left, mut files_left) = (PRIVATE_BYTES, PRIVATE_FILES);
+        let mut dropped = 0usize;
+        let mut todo: Vec<(OwnedFd, PathBuf, usize)> = match paths::openat_dir(view, Path::new("."))
+        {
+            Ok(fd) => vec![(fd, PathBuf::new(), 0)],
+            Err(_) => return files,
+        };
+        let mut seen = 0usize;
+        let mut named = BTreeSet::new();
+        while let Some((fd, rel, depth)) = todo.pop() {
+            let Ok(names) = paths::list(&fd) else {
+                continue;
+            };
+            for name in names {
+                seen += 1;
+                if seen > COPY_ENTRIES {
+                    dropped += 1;
+                    continue;
+                }
+                let path = rel.join(&name);
+                if path == Path::new("objects")
+                    || transient(&path)
+                    || path == Path::new("packed-refs")
+                    || path.starts_with("refs")
+                    || own.contains(&path)
+                    || carried_logs.contains(&path)
+                {
+                    continue;
+                }
+                let Some(n) = name.to_str() else { continue };
+                let Ok(st) = paths::stat_at(&fd, n) else {
+                    continue;
+                };
+                match st.st_mode & libc::S_IFMT {
+                    libc::S_IFDIR if depth < 32 => {
+                        if let Ok(sub) = paths::openat_dir(&fd, Path::new(n)) {
+                            todo.push((sub, path, depth + 1));
+                        }
+                    }
+                    libc::S_IFREG => {
+                        let size = st.st_size as u64;
+                        if size > bytes_left || files_left == 0 {
+                            dropped += 1;
+                            continue;
+                        }
+                        let Ok(bytes) = paths::read_small_file(&fd, n, size as usize + 1) else {
+                            continue;
+                        };
+                        if self.copied.get(&path) == Some(&fingerprint(&bytes)) {
+                            continue;
+                        }
+                        bytes_left -= bytes.len() as u64;
+                        files_left -= 1;
+                        // Named by their top-level place: `config`, `hooks/`, `logs/refs/stash`.
+                        let shown = if path.starts_with("logs") {
+                            path.display().to_string()
+                        } else {
+                            let mut c = path.components();
+                            let top = c
+                                .next()
+                                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                                .unwrap_or_default();
+                            if c.next().is_some() {
+                                format!("{top}/")
+                            } else {
+                                top
+                            }
+                        };
+                        if !path.starts_with("logs") {
+                            named.insert(shown);
+                        }
+                        files.push((path, bytes, st.st_mode & 0o777));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out.kept_private.extend(named);
+        if dropped > 0 {
+            out.kept_private.push(format!(
+                "{dropped} more files dropped (beyond what a view keeps)"
+            ));
+        }
+        files
+    }
+
+    /// Replaces `private/` with these refs and files, and records the created refs.
+    fn save_private(
+        &self,
+        private_refs: &BTreeMap<String, Option<Value>>,
+        files: &[(PathBuf, Vec<u8>, u32)],
+        created: &BTreeSet<String>,
+        out: &mut Carried,
+    ) {
+        let new = self
+            .entry
+            .join(format!("private.{}", super::names::random_suffix()));
+        let result = (|| -> io::Result<()> {
+            fs::DirBuilder::new().mode(0o700).create(&new)?;
+            let mut text = String::new();
+            for (name, v) in private_refs {
+                match v {
+                    Some(Value::Oid(h)) => text.push_str(&format!("{h} {name}\n")),
+                    Some(Value::Symbolic(t)) => text.push_str(&format!("ref:{t} {name}\n")),
+                    None => text.push_str(&format!("- {name}\n")),
+                }
+            }
+            fs::write(new.join("refs"), text)?;
+            for (rel, bytes, mode) in files {
+                let path = new.join("files").join(rel);
+                if let Some(p) = path.parent() {
+                    fs::create_dir_all(p)?;
+                }
+                fs::write(&path, bytes)?;
+                fs::set_permissions(&path, fs::Permissions::from_mode(mode & 0o777))?;
+            }
+            let names: String = created.iter().map(|n| format!("{n}\n")).collect();
+            fs::write(self.entry.join("created.new"), names)?;
+            fs::rename(self.entry.join("created.new"), self.entry.join("created"))?;
+            let old = self.entry.join("private");
+            if old.exists() {
+                let trash = self
+                    .entry
+                    .join(format!("trash.{}", super::names::random_suffix()));
+                fs::rename(&old, &trash)?;
+                remove_tree(&self.entry, &trash);
+            }
+            fs::rename(&new, &old)
+        })();
+        if let Err(e) = result {
+            out.failed.push(format!(
+                "keeping the view's private state in {}: {e}",
+                self.entry.display()
+            ));
+            remove_tree(&self.entry, &new);
+        }
+    }
+
+    /// Removes the copy.
+    fn remove(&self) {
+        remove_tree(&self.entry, &self.dir);
+    }
+}
+
+/// Files git makes anew whenever it needs them, which a view does not keep: the last commit
+/// message, what `gc` writes for dumb HTTP servers, its pid file and log, lock files.
+fn transient(rel: &Path) -> bool {
+    let name = rel.file_name().unwrap_or_default().as_bytes();
+    name == b"COMMIT_EDITMSG"
+        || name.ends_with(b".lock")
+        || [
+            Path::new("info/refs"),
+            Path::new("gc.pid"),
+            Path::new("gc.log"),
+        ]
+        .contains(&rel)
+}
+
+/// Removes `path`, a tree in the state directory `entry` (the command may have built it).
+fn remove_tree(entry: &Path, path: &Path) {
+    let Ok(dir) = paths::open_nofollow(entry) else {
+        return;
+    };
+    let Ok(dir) = paths::openat_dir(&dir, Path::new(".")) else {
+        return;
+    };
+    if let Some(name) = path.file_name() {
+        let mut budget = super::remove::BUDGET;
+        let _ = super::remove::take_apart(&dir, name, &mut budget, &|| false);
+    }
+}
+
+/// Removes the copies and half-written private states a killed run left in `entry`.
+fn discard_views(entry: &Path) {
+    let Ok(list) = fs::read_dir(entry) else {
+        return;
+    };
+    for e in list.flatten() {
+        let n = e.file_name();
+        let b = n.as_bytes();
+        if b.starts_with(b"v.")
+            || b.starts_with(b"stage.")
+            || b.starts_with(b"private.")
+            || b.starts_with(b"trash.")
+        {
+            remove_tree(entry, &e.path());
+        }
+    }
+}
+
+/// The private refs an earlier run recorded: `<oid> <name>`, `ref:<name> <name>`, `- <name>`.
+fn read_private_refs(path: &Path, hex_len: usize) -> Vec<(String, Option<Value>)> {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (v, name) = l.split_once(' ')?;
+            if !refs::valid_name(name) {
+                return None;
+            }
+            let value = match v {
+                "-" => None,
+                _ => Some(match v.strip_prefix("ref:") {
+                    Some(t) => refs::parse_value(format!("ref: {t}").as_bytes(), hex_len)?,
+                    None => refs::parse_value(v.as_bytes(), hex_len)?,
+                }),
+            };
+            Some((name.to_string(), value))
+        })
+        .collect()
+}
+
+/// git for the real repository `git_dir`: its own configuration, hooks off, none of the
+/// caller's `GIT_*` variables, CPU-bounded, dying with the supervisor.
+fn git_command(git_dir: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    for (k, _) in std::env::vars_os() {
+        if k.as_bytes().starts_with(b"GIT_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(["-c", "core.hooksPath=/dev/null", "-c", "safe.directory=*"])
+        .env("GIT_DIR", git_dir)
+        .current_dir(git_dir);
+    // Safety: setrlimit(2) and prctl(2) are async-signal-safe; nothing else runs between fork
+    // and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 60,
+                rlim_max: 60,
+            };
+            if libc::setrlimit(libc::RLIMIT_CPU, &limit) != 0
+                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// Writes `bytes` to a new file beside `path` and renames it over `path`, owned as `path`'s
+/// directory is.
+fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    fs::create_dir_all(parent)?;
+    let tmp = parent.join(format!(
+        ".{}.shofer-{}",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        super::names::random_suffix()
+    ));
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    let written = f.write_all(bytes).and_then(|()| {
+        let st = fs::metadata(parent)?;
+        if rustix::process::geteuid().is_root() {
+            use std::os::unix::fs::MetadataExt;
+            std::os::unix::fs::fchown(&f, Some(st.uid()), Some(st.gid()))?;
+        }
+        fs::rename(&tmp, path)
+    });
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// How much a copy may still take.
+struct Budget {
+    bytes: u64,
+    entries: usize,
+}
+
+/// Copies the tree `src` into `dst` (which exists): directories, regular files (mode without
+/// set-id bits) and symlinks, skipping each path relative to `src` that `skip` names;
+/// records each file's fingerprint in `prints`. Nothing is followed.
+///
+/// # Errors
+/// Any failure, or the budget spent.
+fn copy_tree(
+    src: &Path,
+    dst: &Path,
+    skip: &dyn Fn(&Path) -> bool,
+    mut prints: Option<&mut HashMap<PathBuf, u64>>,
+    budget: &mut Budget,
+) -> io::Result<()> {
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        for e in fs::read_dir(src.join(&rel))? {
+            let e = e?;
+            let rel = rel.join(e.file_name());
+            if skip(&rel) {
+                continue;
+            }
+            budget.entries = budget
+                .entries
+                .checked_sub(1)
+                .ok_or_else(|| io::Error::other("too many files"))?;
+            let (from, to) = (src.join(&rel), dst.join(&rel));
+            let meta = fs::symlink_metadata(&from)?;
+            let ft = meta.file_type();
+            if ft.is_dir() {
+                match fs::DirBuilder::new()
+                    .mode(meta.permissions().mode() & 0o777 | 0o700)
+                    .create(&to)
+                {
+                    Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                    _ => {}
+                }
+                todo.push(rel);
+            } else if ft.is_file() {
+                budget.bytes = budget
+                    .bytes
+                    .checked_sub(meta.len())
+                    .ok_or_else(|| io::Error::other("too large"))?;
+                let bytes = paths::read_regular(&from, meta.len() as usize + 1)?;
+                if let Some(p) = prints.as_deref_mut() {
+                    p.insert(rel.clone(), fingerprint(&bytes));
+                }
+                let _ = fs::remove_file(&to);
+                let mut f = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(meta.permissions().mode() & 0o777)
+                    .open(&to)?;
+                f.write_all(&bytes)?;
+            } else if ft.is_symlink() {
+                let _ = fs::remove_file(&to);
+                std::os::unix::fs::symlink(fs::read_link(&from)?, &to)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Says on stderr what the run's end did with the view: the refs moved, what stays private
+/// (once), what failed.
+pub fn announce(c: &Carried) {
+    if !c.kept_private.is_empty() {
+        eprintln!(
+            "shofer-sandbox: note: kept private to this worktree's runs, not in the repository: {}",
+            c.kept_private.join(", ")
+        );
+    }
+    for f in &c.failed {
+        eprintln!("shofer-sandbox: error: git: {f}");
+    }
+}
