@@ -13,6 +13,7 @@
 //! | [`loose_object`] | `objects::loose_object_id_of` (zlib, header, size, fsck) | a loose object the run added |
 //! | [`object_header`] | `objects::object_header` | an inflated loose object |
 //! | [`fsck_object`] | `fsck::check` | a tree, commit or tag the run added |
+//! | [`git_refs`] | `refs::parse_packed`, `refs::parse_value`, `nested::index_fit_for_host` | a private view's `packed-refs`, loose refs, index |
 //!
 //! Not part of the crate's interface: hidden from its docs, and free to change.
 
@@ -86,6 +87,15 @@ pub fn fsck_object(data: &[u8]) {
     let _ = crate::git::parsers::fsck_check(kind, content, if pick & 0x80 != 0 { 32 } else { 20 });
 }
 
+/// A private view's `packed-refs`, a loose ref and an index (SHA-1 and SHA-256).
+pub fn git_refs(data: &[u8]) {
+    for hash_len in [20, 32] {
+        let _ = crate::git::parsers::parse_packed(data, hash_len * 2);
+        let _ = crate::git::parsers::parse_value(data, hash_len * 2);
+        let _ = crate::git::parsers::index_fit_for_host(data, hash_len);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Arbitrary bytes into every entry point (no panic), and for each parser valid input
@@ -118,6 +128,31 @@ mod tests {
         b
     }
 
+    #[test]
+    fn an_index_is_fit_for_the_host_only_with_paths_git_accepts() {
+        use crate::git::parsers::index_fit_for_host;
+        for (name, ok) in [
+            ("a/b", true),
+            ("a/.gitignore", true),
+            ("../x", false),
+            (".git/hooks/x", false),
+            ("a/.GIT/x", false),
+            ("a/.git. /x", false),
+            ("GIT~1/x", false),
+            ("/abs", false),
+            ("a//b", false),
+            ("a/./b", false),
+            ("a\\b", false),
+        ] {
+            let data = index_v2(&[(name.to_string(), 0o100644)]);
+            assert_eq!(index_fit_for_host(&data, 20).is_ok(), ok, "{name}");
+        }
+        let mut data = index_v2(&[("a".into(), 0o100644)]);
+        let last = data.len() - 1;
+        data[last] = 1;
+        assert!(index_fit_for_host(&data, 20).is_err(), "a wrong checksum");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -131,6 +166,7 @@ mod tests {
             loose_object(&data);
             object_header(&data);
             fsck_object(&data);
+            git_refs(&data);
         }
 
         #[test]

@@ -831,17 +831,33 @@ fn repo_with_remote(uid: Option<u32>) -> Layout {
     Layout::build(uid, &[], true)
 }
 
+/// What a private view adds to [`GIT_OPS`] (issue 31): what changes the common dir's own
+/// files, a rebase with `exec`, a push to a bare repository in the writable set, and a
+/// branch of its own deleted with `-D`.
+const GIT_OPS_VIEW: &str = r#"run git config --local user.agent yes
+run git gc -q
+run git pack-refs --all
+run git reflog expire --all
+run env GIT_SEQUENCE_EDITOR="sed -i 1aexec\ true" GIT_EDITOR=true git rebase -q -i HEAD~1
+run git branch own; run git branch -D own
+bare=$(mktemp -d); run git init -q --bare "$bare/p.git"; run git push -q "$bare/p.git" HEAD:refs/heads/x
+"#;
+
 /// Every git command works in a linked worktree on every backend: exit 0, and no `error:`
 /// line. On Landlock the supervisor performs git's `packed-refs.lock` protocol (README,
 /// "Landlock limits"); on every backend it answers `git branch -d`'s rewrite of the unchanged,
-/// read-only `config`.
+/// read-only `config`. In a private view, [`GIT_OPS_VIEW`] as well.
 #[test]
 fn every_git_command_works_in_a_linked_worktree_on_every_backend() {
     let mut failures = Vec::new();
     for b in backends() {
         for uid in uids() {
             let l = repo_with_remote(uid);
-            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, GIT_OPS);
+            let ops = match private_view(b) {
+                true => GIT_OPS.replace("echo ALL-OK", &format!("{GIT_OPS_VIEW}echo ALL-OK")),
+                false => GIT_OPS.to_string(),
+            };
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, &ops);
             cmd.envs(l.vars())
                 .env("XDG_CONFIG_HOME", l.s.path().join("state"))
                 .stdin(Stdio::null());
@@ -2543,6 +2559,216 @@ fn a_planted_journal_is_never_acted_on() {
                 if now != "original\n" {
                     failures.push(format!("{cell}: the planted journal wrote {now:?}"));
                     std::fs::write(&bashrc, "original\n").unwrap();
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Issue 31: in a private view (the namespace backends) the command's git may do anything to
+/// the repository's control files, and the user's data survives: `branch -D` of a branch the
+/// worktree did not create and `stash clear` change only the command's view; its own branch,
+/// the branches its runs create and its HEAD reach the repository; what it changed beyond
+/// that (config, the stash, the deletion) is named, stays private and is there in the next run
+/// of the same worktree — which may delete a branch an earlier run created. Root and uid 65534.
+#[test]
+fn the_users_branches_and_stash_survive_and_a_views_changes_last_across_runs() {
+    let mut failures = Vec::new();
+    let setup: &[&[&str]] = &[
+        &["branch", "userbranch"],
+        &["update-ref", "refs/stash", "HEAD"],
+    ];
+    for b in backends().into_iter().filter(|b| private_view(b)) {
+        for uid in uids() {
+            let cell = format!("{b} / uid {uid:?}");
+            println!("{cell}");
+            let l = Layout::new(uid, setup);
+            let refs = |l: &Layout| {
+                let out = host_git_in(
+                    l,
+                    &l.repo,
+                    &["for-each-ref", "--format=%(refname) %(objectname)"],
+                );
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            };
+            let before = refs(&l);
+            let first =
+                "git branch -D userbranch && git stash clear && git config user.private yes \
+                 && echo one > one && git add one && git commit -qm one && git branch mine \
+                 && echo two > two && git stash push -q -u -m private-stash && git gc -q \
+                 && git pack-refs --all && git reflog expire --all && echo FIRST_OK";
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, first);
+            cmd.envs(l.vars()).stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            let text = show(&out);
+            if !String::from_utf8_lossy(&out.stdout).contains("FIRST_OK")
+                || !git_failures(&out).is_empty()
+            {
+                failures.push(format!("{cell}: the first run failed\n{text}"));
+                continue;
+            }
+            let after = refs(&l);
+            let line = |all: &str, name: &str| {
+                all.lines()
+                    .find(|x| x.starts_with(&format!("{name} ")))
+                    .map(str::to_string)
+            };
+            for kept in ["refs/heads/userbranch", "refs/stash", "refs/heads/main"] {
+                if line(&before, kept) != line(&after, kept) {
+                    failures.push(format!(
+                        "{cell}: {kept} changed in the repository: {:?} -> {:?}\n{text}",
+                        line(&before, kept),
+                        line(&after, kept)
+                    ));
+                }
+            }
+            if line(&after, "refs/heads/mine").is_none() {
+                failures.push(format!(
+                    "{cell}: the branch the run created is not in the repository\n{text}"
+                ));
+            }
+            let log = host_git_in(&l, &l.wt, &["log", "-1", "--format=%s"]);
+            if String::from_utf8_lossy(&log.stdout).trim() != "one" {
+                failures.push(format!(
+                    "{cell}: the worktree's commit did not reach its branch: {}",
+                    show(&log)
+                ));
+            }
+            let config = std::fs::read_to_string(l.repo.join(".git/config")).unwrap();
+            if config.contains("private") {
+                failures.push(format!(
+                    "{cell}: the command's config reached the repository"
+                ));
+            }
+            let err = String::from_utf8_lossy(&out.stderr);
+            if !err.contains("kept private")
+                || !err.contains("refs/heads/userbranch deletion")
+                || !err.contains("config")
+            {
+                failures.push(format!("{cell}: what stays private is not named\n{text}"));
+            }
+            let second = "git stash list | grep -q private-stash && test \"$(git config user.private)\" = yes \
+                 && ! git rev-parse -q --verify refs/heads/userbranch >/dev/null && git branch -D mine >/dev/null && echo SECOND_OK";
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, second);
+            cmd.envs(l.vars()).stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            if !String::from_utf8_lossy(&out.stdout).contains("SECOND_OK") {
+                failures.push(format!(
+                    "{cell}: the second run did not find the first's private state\n{}",
+                    show(&out)
+                ));
+            }
+            if line(&refs(&l), "refs/heads/mine").is_some() {
+                failures.push(format!(
+                    "{cell}: a branch an earlier run created could not be deleted\n{}",
+                    show(&out)
+                ));
+            }
+            if !l.host_git().is_empty() || l.ran() {
+                failures.push(format!("{cell}: host git after: {:?}", l.host_git()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Issue 31, the private view attacked (a fresh attack pass): what reaches the repository
+/// from the view is only what git itself would trust. Each attack in one run, then what the
+/// host sees: an index naming `../repo/.git/hooks/…` (a later `git restore .` would write a
+/// hook), a HEAD switched to the user's branch or a tag (a later run would own and delete
+/// it), a new `refs/replace/` ref (every existing object would mean another), a detached
+/// HEAD naming no object, an index with garbage after it. Root and uid 65534.
+#[test]
+fn a_views_carry_back_takes_only_what_git_would_trust() {
+    let attacks: &[(&str, &str)] = &[
+        (
+            "index path out of the worktree",
+            r#"mkdir -p aaaaaaaaaaaa/hooks && printf '#!/bin/sh\ntouch "$SCRATCH/ran"\n' > aaaaaaaaaaaa/hooks/post-checkout && chmod +x aaaaaaaaaaaa/hooks/post-checkout && git add aaaaaaaaaaaa && G=$(git rev-parse --git-dir) && python3 -c '
+import hashlib,sys
+p=sys.argv[1]; d=bytearray(open(p,"rb").read()); d=d[:-20]
+d=d.replace(b"aaaaaaaaaaaa/hooks/post-checkout", b"../repo/.git/hooks/post-checkout")
+open(p,"wb").write(bytes(d)+hashlib.sha1(bytes(d)).digest())' "$G/index""#,
+        ),
+        ("HEAD to the user's branch", "git checkout -q userbranch"),
+        ("HEAD to a tag", "printf 'ref: refs/tags/v1\\n' > \"$(git rev-parse --git-dir)/HEAD\""),
+        ("HEAD to the stash", "printf 'ref: refs/stash\\n' > \"$(git rev-parse --git-dir)/HEAD\""),
+        (
+            "a replace ref",
+            "echo evil > evil && git add evil && git update-ref refs/replace/$(git rev-parse userbranch) $(git commit-tree -m x $(git write-tree))",
+        ),
+        ("a HEAD naming no object", "printf '%040d\\n' 0 > \"$(git rev-parse --git-dir)/HEAD\""),
+        ("garbage after the index", "head -c 20 /dev/urandom >> \"$(git rev-parse --git-dir)/index\""),
+    ];
+    let mut failures = Vec::new();
+    let setup: &[&[&str]] = &[&["branch", "userbranch"], &["tag", "v1"]];
+    for b in backends().into_iter().filter(|b| private_view(b)) {
+        for uid in uids() {
+            for (what, script) in attacks {
+                let cell = format!("{b} / uid {uid:?} / {what}");
+                let l = Layout::new(uid, setup);
+                let show_refs = |l: &Layout| {
+                    let out = host_git_in(
+                        l,
+                        &l.repo,
+                        &["for-each-ref", "--format=%(refname) %(objectname)"],
+                    );
+                    String::from_utf8_lossy(&out.stdout).into_owned()
+                };
+                let before = show_refs(&l);
+                let head_before = std::fs::read(l.repo.join(".git/worktrees/wt/HEAD")).unwrap();
+                // Twice: a second run must not own what the first switched to.
+                for (run, script) in [
+                    (1, *script),
+                    (2, "git branch -D userbranch; git tag -d v1; true"),
+                ] {
+                    let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, script);
+                    cmd.envs(l.vars()).stdin(Stdio::null());
+                    let out = cmd.output().unwrap();
+                    if out.status.code() != Some(0) {
+                        failures.push(format!("{cell}: run {run}: {}", show(&out)));
+                    }
+                    let err = String::from_utf8_lossy(&out.stderr);
+                    if run == 1 && !what.contains("replace") && !err.contains("(dropped: ") {
+                        failures.push(format!("{cell}: nothing was named dropped: {}", show(&out)));
+                    }
+                }
+                let after = show_refs(&l);
+                let line = |all: &str, name: &str| {
+                    all.lines()
+                        .find(|x| x.starts_with(&format!("{name} ")))
+                        .map(str::to_string)
+                };
+                for kept in ["refs/heads/userbranch", "refs/tags/v1", "refs/heads/main"] {
+                    if line(&before, kept) != line(&after, kept) {
+                        failures.push(format!(
+                            "{cell}: {kept} changed: {:?} -> {:?}",
+                            line(&before, kept),
+                            line(&after, kept)
+                        ));
+                    }
+                }
+                if after.contains("refs/replace/") {
+                    failures.push(format!("{cell}: a replace ref reached the repository"));
+                }
+                let head_after = std::fs::read(l.repo.join(".git/worktrees/wt/HEAD")).unwrap();
+                if head_after != head_before && !what.starts_with("index") {
+                    failures.push(format!(
+                        "{cell}: HEAD became {:?}",
+                        String::from_utf8_lossy(&head_after)
+                    ));
+                }
+                let restore = host_git_in(&l, &l.wt, &["restore", "."]);
+                let status = host_git_in(&l, &l.wt, &["status", "--short"]);
+                if !status.status.success()
+                    || l.ran()
+                    || l.repo.join(".git/hooks/post-checkout").exists()
+                {
+                    failures.push(format!(
+                        "{cell}: the host's git after: {}\n{}",
+                        show(&restore),
+                        show(&status)
+                    ));
                 }
             }
         }

@@ -46,9 +46,10 @@ mod view;
 pub(crate) mod parsers {
     pub(crate) use super::fsck::check as fsck_check;
     pub(crate) use super::layout::parse_pointer;
-    pub(crate) use super::nested::parse_index_bytes;
+    pub(crate) use super::nested::{index_fit_for_host, parse_index_bytes};
     pub(crate) use super::objects::{loose_object_id_of, loose_object_size, object_header};
     pub(crate) use super::protect::config_entries;
+    pub(crate) use super::refs::{parse_packed, parse_value};
 }
 
 use shofer_core::policy::Backend;

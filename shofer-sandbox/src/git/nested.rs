@@ -752,6 +752,71 @@ pub(crate) fn parse_index_bytes(
     ))
 }
 
+/// Whether the whole index `data` may replace the host's: its trailing checksum holds (or is
+/// zero, `index.skipHash`), it is no split index (its shared index would not come with it),
+/// and git's `verify_path` would accept every entry's name (no empty, `.` or `..` component,
+/// no leading `/`, no `.git` in any case or with the trailing dots and spaces, or the short
+/// name, that other filesystems fold onto it, no backslash): git does not check the names
+/// when it reads an index, and a checkout writes each where it names.
+///
+/// # Errors
+/// Why not, in words.
+pub(crate) fn index_fit_for_host(data: &[u8], hash_len: usize) -> Result<(), String> {
+    use sha1::Digest as _;
+    let body_len = data
+        .len()
+        .checked_sub(hash_len)
+        .ok_or("shorter than a checksum")?;
+    let (body, sum) = data.split_at(body_len);
+    let ok = sum.iter().all(|&b| b == 0)
+        || match hash_len {
+            32 => sha2::Sha256::digest(body).as_slice() == sum,
+            _ => sha1::Sha1::digest(body).as_slice() == sum,
+        };
+    if !ok {
+        return Err("its checksum does not match".into());
+    }
+    let mut bad: Option<String> = None;
+    let src = IndexBytes::whole(data);
+    let starts = visit_entries(&src, hash_len, &mut |_, _, _, name| {
+        if bad.is_none() && !path_git_accepts(name) {
+            bad = Some(String::from_utf8_lossy(name).into_owned());
+        }
+    })
+    .ok_or("it is no index git reads")?;
+    if let Some(name) = bad {
+        return Err(format!("it names a path git refuses ({name:?})"));
+    }
+    for start in starts {
+        let exts = extensions(&src, start, hash_len).ok_or("its extensions are malformed")?;
+        if exts.iter().any(|(sig, _, _)| sig == b"link") {
+            return Err("it is a split index".into());
+        }
+    }
+    Ok(())
+}
+
+/// git's `verify_path` with `core.protectNTFS` and `core.protectHFS` (see
+/// [`index_fit_for_host`]).
+fn path_git_accepts(name: &[u8]) -> bool {
+    !name.is_empty()
+        && !name.contains(&b'\\')
+        && name.split(|&b| b == b'/').all(|c| {
+            let trimmed = {
+                let mut t = c;
+                while let [rest @ .., b' ' | b'.'] = t {
+                    t = rest;
+                }
+                t
+            };
+            !c.is_empty()
+                && c != b"."
+                && c != b".."
+                && !trimmed.eq_ignore_ascii_case(b".git")
+                && !c.eq_ignore_ascii_case(b"git~1")
+        })
+}
+
 /// Calls `f(ordinal, mode, raw name, name)` for every entry of index `src` as git reads it
 /// ([`parse_index`]; `name` is the raw name up to a NUL, as git's C string is), and
 /// returns the offsets where git starts reading extensions. The entries must lie in the

@@ -43,7 +43,7 @@ const PRIVATE_FILES: usize = 20_000;
 const COPY_BYTES: u64 = 256 << 20;
 const COPY_ENTRIES: usize = 200_000;
 /// The largest file read back from the view (an index), and the largest reflog.
-const MAX_FILE: usize = 1 << 30;
+const MAX_FILE: usize = 256 << 20;
 const MAX_LOG: usize = 64 << 20;
 
 /// One run's private view of a repository's control files.
@@ -296,16 +296,6 @@ impl View {
                     paths::openat_dir(&d, Path::new(c.as_os_str())).ok()
                 })
         });
-        let new_head = gitdir_fd
-            .as_ref()
-            .and_then(|fd| paths::read_small_file(fd, "HEAD", 4096).ok());
-        let head_branch = new_head
-            .as_deref()
-            .and_then(|h| refs::parse_value(h, self.hex_len))
-            .and_then(|v| match v {
-                Value::Symbolic(n) => Some(n),
-                Value::Oid(_) => None,
-            });
         let mut created = self.created.clone();
         let mut changes = Vec::new();
         let names: BTreeSet<&String> = self.view_refs.keys().chain(end.keys()).collect();
@@ -314,11 +304,16 @@ impl View {
             if before == after {
                 continue;
             }
-            let new_here = !self.host_refs.contains_key(name) && after.is_some();
-            let owned = self.own_branch.as_ref() == Some(name)
-                || created.contains(name)
-                || new_here
-                || (head_branch.as_ref() == Some(name) && !self.host_refs.contains_key(name));
+            // New branches, tags and remote-tracking refs only: a new `refs/replace/` ref
+            // would change what every existing object means to the host's git, a note what
+            // it shows.
+            let new_here = !self.host_refs.contains_key(name)
+                && after.is_some()
+                && ["refs/heads/", "refs/tags/", "refs/remotes/"]
+                    .iter()
+                    .any(|p| name.starts_with(p));
+            let owned =
+                self.own_branch.as_ref() == Some(name) || created.contains(name) || new_here;
             let plain = matches!(after, None | Some(Value::Oid(_)))
                 && matches!(self.host_refs.get(name), None | Some(Value::Oid(_)));
             if owned && plain && name != "refs/stash" && !elsewhere.contains(name) {
@@ -348,8 +343,13 @@ impl View {
             out.refs.push(name.clone());
         }
         // The worktree's own HEAD, index, ORIG_HEAD and reflog.
-        let own_changed =
-            self.carry_own_files(gitdir_fd.as_ref(), &elsewhere, check_index, &mut out);
+        let own_changed = self.carry_own_files(
+            gitdir_fd.as_ref(),
+            &elsewhere,
+            &created,
+            check_index,
+            &mut out,
+        );
         // Everything else that differs from the host stays private.
         let private_refs: BTreeMap<String, Option<Value>> = host_after
             .keys()
@@ -467,10 +467,11 @@ impl View {
         &self,
         gitdir: Option<&OwnedFd>,
         elsewhere: &BTreeSet<String>,
+        created: &BTreeSet<String>,
         check_index: &dyn Fn(NestedScan) -> bool,
         out: &mut Carried,
     ) -> BTreeSet<PathBuf> {
-        let mut handled: BTreeSet<PathBuf> =
+        let handled: BTreeSet<PathBuf> =
             OWN_FILES.iter().map(|n| self.gitdir_rel.join(n)).collect();
         let Some(gitdir) = gitdir else { return handled };
         let logs = paths::openat_dir(gitdir, Path::new("logs")).ok();
@@ -480,12 +481,13 @@ impl View {
                 Some(n) => logs.as_ref().map(|l| paths::read_small_file(l, n, MAX_LOG)),
                 None => Some(paths::read_small_file(gitdir, name, MAX_FILE)),
             };
+            // What is not carried back is dropped, never kept: the next run starts from the
+            // host's.
             let bytes = match read {
                 Some(Ok(b)) => b,
                 Some(Err(e)) if e.kind() != io::ErrorKind::NotFound => {
                     out.kept_private
-                        .push(format!("{} (not carried back: {e})", rel.display()));
-                    handled.remove(&rel);
+                        .push(format!("{} (dropped: {e})", rel.display()));
                     continue;
                 }
                 _ => continue,
@@ -494,21 +496,34 @@ impl View {
                 continue;
             }
             let refused = match name {
+                // A branch of this worktree's (checked out at the start, or created by its
+                // runs), or a commit the repository has.
                 "HEAD" | "ORIG_HEAD" => match refs::parse_value(&bytes, self.hex_len) {
-                    None => Some("not a ref value"),
+                    None => Some("not a ref value".to_string()),
+                    Some(Value::Symbolic(b))
+                        if name == "ORIG_HEAD" || !b.starts_with("refs/heads/") =>
+                    {
+                        Some(format!("{b} is no branch"))
+                    }
                     Some(Value::Symbolic(b)) if elsewhere.contains(&b) => {
-                        Some("its branch is checked out in another worktree")
+                        Some(format!("{b} is checked out in another worktree"))
+                    }
+                    Some(Value::Symbolic(b))
+                        if self.own_branch.as_ref() != Some(&b) && !created.contains(&b) =>
+                    {
+                        Some(format!("{b} is a branch this worktree did not create"))
+                    }
+                    Some(Value::Oid(o)) if !self.has_commit(&o) => {
+                        Some(format!("{o} is no commit of the repository"))
                     }
                     Some(_) => None,
                 },
-                "index" => (!self.index_checks(&bytes, check_index))
-                    .then_some("a nested repository it leads to could not be checked"),
+                "index" => self.index_checks(&bytes, check_index).err(),
                 _ => None,
             };
             if let Some(why) = refused {
                 out.kept_private
-                    .push(format!("{} (not carried back: {why})", rel.display()));
-                handled.remove(&rel);
+                    .push(format!("{} (dropped: {why})", rel.display()));
                 continue;
             }
             if let Err(e) = replace_file(&self.gitdir.join(name), &bytes) {
@@ -519,9 +534,16 @@ impl View {
         handled
     }
 
-    /// Whether `check_index` passes the index `bytes`, written to a gitdir of the
-    /// supervisor's own first (the view's could change between the check and the copy).
-    fn index_checks(&self, bytes: &[u8], check_index: &dyn Fn(NestedScan) -> bool) -> bool {
+    /// Whether the index `bytes` may reach the host: fit for it
+    /// ([`super::nested::index_fit_for_host`]), and passed by `check_index`, written to a
+    /// gitdir of the supervisor's own first (the view's could change between the check and
+    /// the copy).
+    fn index_checks(
+        &self,
+        bytes: &[u8],
+        check_index: &dyn Fn(NestedScan) -> bool,
+    ) -> Result<(), String> {
+        super::nested::index_fit_for_host(bytes, self.hex_len / 2)?;
         let stage = self
             .entry
             .join(format!("stage.{}", super::names::random_suffix()));
@@ -529,7 +551,18 @@ impl View {
             && fs::write(stage.join("index"), bytes).is_ok()
             && check_index(self.nested_scan(&stage));
         remove_tree(&self.entry, &stage);
-        ok
+        ok.then_some(())
+            .ok_or_else(|| "a nested repository it leads to could not be checked".into())
+    }
+
+    /// Whether the real repository has the commit `oid` (after the migration).
+    fn has_commit(&self, oid: &str) -> bool {
+        let mut cmd = git_command(&self.over);
+        cmd.args(["cat-file", "-e", &format!("{oid}^{{commit}}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd.status().is_ok_and(|s| s.success())
     }
 
     /// The view's files (outside `objects/`, refs, and the files carried back) that are not
