@@ -26,6 +26,7 @@
 pub mod artifact;
 pub mod denial;
 pub mod gitenv;
+pub mod limits;
 pub mod policy;
 pub mod preview;
 pub mod rights;

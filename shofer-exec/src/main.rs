@@ -77,6 +77,17 @@ struct SandboxOpts {
     /// (repeatable).
     #[arg(long = "hide", value_name = "PATH")]
     hide: Vec<PathBuf>,
+    /// With --worktree: at most N processes and threads at once per command, or `off`
+    /// (default 4096; see shofer-sandbox --help).
+    #[arg(long = "limit-procs", value_name = "N|off")]
+    limit_procs: Option<String>,
+    /// With --worktree: at most SIZE of memory per command (512M, 8G), or `off` (default
+    /// three quarters of the machine's).
+    #[arg(long = "limit-memory", value_name = "SIZE|off")]
+    limit_memory: Option<String>,
+    /// With --worktree: at most PCT percent of one CPU per command, or `off` (the default).
+    #[arg(long = "limit-cpu", value_name = "PCT|off")]
+    limit_cpu: Option<String>,
 }
 
 impl SandboxOpts {
@@ -90,6 +101,12 @@ impl SandboxOpts {
             "--allow-read"
         } else if !self.hide.is_empty() {
             "--hide"
+        } else if self.limit_procs.is_some() {
+            "--limit-procs"
+        } else if self.limit_memory.is_some() {
+            "--limit-memory"
+        } else if self.limit_cpu.is_some() {
+            "--limit-cpu"
         } else {
             return None;
         };
@@ -112,6 +129,16 @@ impl SandboxOpts {
             for p in paths {
                 sb.extra_args.push(flag.into());
                 sb.extra_args.push(p.clone().into_os_string());
+            }
+        }
+        for (flag, value) in [
+            ("--limit-procs", &self.limit_procs),
+            ("--limit-memory", &self.limit_memory),
+            ("--limit-cpu", &self.limit_cpu),
+        ] {
+            if let Some(v) = value {
+                sb.extra_args.push(flag.into());
+                sb.extra_args.push(v.into());
             }
         }
         sb

@@ -30,6 +30,7 @@ pub(crate) enum Stage {
     Mounts,
     Fork,
     Identity,
+    Limits,
 }
 
 impl Stage {
@@ -48,6 +49,7 @@ impl Stage {
             Mounts,
             Fork,
             Identity,
+            Limits,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -68,6 +70,7 @@ impl Stage {
             Stage::Mounts => "mount",
             Stage::Fork => "fork",
             Stage::Identity => "switching to the worktree's owner (setgroups/setresgid/setresuid)",
+            Stage::Limits => "entering the run's cgroup or setting RLIMIT_NPROC",
         }
     }
 }

@@ -13,6 +13,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use shofer_core::limits::{self, Setting};
 use shofer_core::policy::NetPolicy;
 
 use crate::error::SetupError;
@@ -69,6 +70,8 @@ pub struct RunArgs {
     /// `--status-fd FD`: write the command's PID and exit status to this descriptor as JSON
     /// lines (see the `status` module).
     pub status_fd: Option<i32>,
+    /// `--limit-procs`, `--limit-memory`, `--limit-cpu` ([`shofer_core::limits`]).
+    pub limits: [Setting; 3],
 }
 
 /// What the command line asks for.
@@ -151,6 +154,14 @@ Options:
                            keys, ...) are withheld by default and named on stderr
   --keep-descendants       after the command exits, wait for its descendants
                            instead of killing them
+  --limit-procs <N|off>    at most N processes and threads at once (default 4096)
+  --limit-memory <SIZE|off>
+                           at most SIZE of memory (512M, 8G; default three quarters
+                           of the machine's); a process past it is killed (137)
+  --limit-cpu <PCT|off>    at most PCT percent of one CPU (150: one and a half);
+                           default off. Limits hold through a cgroup of the run's
+                           (root, or a delegated cgroup v2); the process limit also
+                           through RLIMIT_NPROC in the run's user namespace
   --report <FD>            write a JSON report of what is enforced to descriptor FD
   --status-fd <FD>         write JSON lines to descriptor FD: {\"child-pid\": N} when the
                            command has started, {\"exit-status\": N} as soon as it exits
@@ -211,6 +222,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut keep_caps = false;
     let mut keep_env = Vec::new();
     let mut keep_descendants = false;
+    let mut limits = [Setting::Default; 3];
     let mut report_fd = None;
     let mut status_fd = None;
     let mut probe = false;
@@ -307,6 +319,18 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
                 keep_env.push(v);
             }
             Long("keep-descendants") => keep_descendants = true,
+            Long(flag @ ("limit-procs" | "limit-memory" | "limit-cpu")) => {
+                let flag = flag.to_string();
+                type Parse = fn(&str) -> Result<u64, String>;
+                let (at, parse): (usize, Parse) = match flag.as_str() {
+                    "limit-procs" => (0, limits::parse_count),
+                    "limit-memory" => (1, limits::parse_size),
+                    _ => (2, limits::parse_percent),
+                };
+                let v = parser.value().map_err(err)?;
+                limits[at] = limits::setting(&v.to_string_lossy(), parse)
+                    .map_err(|e| usage(format!("--{flag} {e}")))?;
+            }
             Long("report") => {
                 report_fd = Some(parse_number(
                     "--report",
@@ -401,6 +425,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         keep_descendants,
         report_fd,
         status_fd,
+        limits,
     })))
 }
 

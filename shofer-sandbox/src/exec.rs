@@ -99,6 +99,10 @@ pub(crate) struct Steps<'a> {
     pub gate: Option<RawFd>,
     /// What the gate's filter traps (wherever it is installed).
     pub gate_traps: crate::gate::filter::Traps,
+    /// The run's cgroups' `cgroup.procs` (written `0`: the child moves itself in), and
+    /// `RLIMIT_NPROC` ([`crate::limits`]).
+    pub cgroup_procs: &'a [RawFd],
+    pub nproc: Option<u64>,
 }
 
 impl<'a> Steps<'a> {
@@ -123,6 +127,8 @@ impl<'a> Steps<'a> {
             gate_helper: None,
             gate: None,
             gate_traps: crate::gate::filter::Traps::SOCKETS,
+            cgroup_procs: &spec.cgroup_procs,
+            nproc: None,
         };
         match confinement {
             Confinement::Landlock(l) => {
@@ -140,6 +146,8 @@ impl<'a> Steps<'a> {
             // In a user namespace the command holds capabilities there until exec: drop them
             // whoever the caller is.
             Confinement::Namespaces(ns) => {
+                // Counted in the run's user namespace (Linux 5.14).
+                steps.nproc = spec.nproc;
                 steps.landlock = ns.landlock.as_ref().map(|l| &l.ruleset);
                 steps.landlock_abi = ns.landlock.as_ref().map_or(0, |l| l.abi);
                 if ns.full_map && drop {
@@ -272,6 +280,24 @@ pub(crate) fn run(
     if rustix::process::Pid::as_raw(rustix::process::getppid()) != expected_parent {
         signal::exit_now(125);
     }
+    // The run's limits (crate::limits), before anything that could fork.
+    for &fd in steps.cgroup_procs {
+        // Safety: the supervisor opened it and keeps it open until this child has exec'd.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        if let Err(e) = rustix::io::write(fd, b"0") {
+            fail(Stage::Limits, e.into());
+        }
+    }
+    if let Some(n) = steps.nproc {
+        let limit = rustix::process::Rlimit {
+            current: Some(n),
+            maximum: Some(n),
+        };
+        check(
+            Stage::Limits,
+            rustix::process::setrlimit(rustix::process::Resource::Nproc, limit),
+        );
+    }
     if let Err(e) = shofer_sys::fd::cloexec_from_3(&steps.keep_fds) {
         fail(Stage::Descriptors, e);
     }
@@ -373,6 +399,8 @@ mod tests {
             keep_descendants: false,
             foreign_owner: None,
             net_deny: false,
+            cgroup_procs: Vec::new(),
+            nproc: None,
         }
     }
 

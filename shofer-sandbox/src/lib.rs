@@ -73,6 +73,7 @@ pub fn gate_helper_main(args: &[std::ffi::OsString]) -> ! {
 }
 mod guardian;
 mod hostfilter;
+mod limits;
 mod namespaces;
 mod nofile;
 pub mod path_search;
@@ -312,7 +313,15 @@ fn attempt(
         env_withheld,
         secrets,
     } = *step4;
-    let exec = exec_spec(args, choice.foreign_owner)?;
+    let mut exec = exec_spec(args, choice.foreign_owner)?;
+    let [procs, memory, cpu] = args.limits;
+    let limits = limits::Enforced::prepare(
+        shofer_core::limits::Limits::resolve(procs, memory, cpu, mem_total()),
+        matches!(choice.backend, Backend::Layered | Backend::Userns),
+        rustix::process::geteuid().is_root(),
+    );
+    exec.cgroup_procs = limits.procs_fds();
+    exec.nproc = limits.nproc;
     let mut tell = |line: String| {
         if !told.contains(&line) {
             eprintln!("{line}");
@@ -343,6 +352,14 @@ fn attempt(
                     "shofer-sandbox: note: the unix socket gate: {gate}"
                 ));
             }
+        }
+    }
+    for row in &limits.rows {
+        if let Err(why) = &row.how {
+            tell(format!(
+                "shofer-sandbox: hardening not enforced (limit_{}): {} {}: {why}",
+                row.key, row.key, row.value
+            ));
         }
     }
     for (p, why) in &choice.hardening {
@@ -377,6 +394,8 @@ fn attempt(
                 env_withheld,
                 secrets,
             );
+            let mut record = record;
+            record["limits"] = report::limits(&limits.rows);
             report_file = Some(write_record(fd, &record)?);
         }
         let sockets = choice.unix_gate;
@@ -450,7 +469,18 @@ fn attempt(
     // 8. report: the whole tree is gone (or the command never started): put back what it
     // changed, name what it destroyed.
     let failed = git_run.finish(report_file.as_mut());
+    for line in limits.finish() {
+        eprintln!("{line}");
+    }
     outcome.map(|o| (o, failed))
+}
+
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`).
+fn mem_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = text.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
+    let kib: u64 = kib.trim().trim_end_matches("kB").trim().parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// The worktree's owner (uid, gid) when a root caller drops capabilities over a worktree that
@@ -506,6 +536,8 @@ fn exec_spec(args: &RunArgs, owner: Option<(u32, u32)>) -> Result<ExecSpec, Setu
         keep_descendants: args.keep_descendants,
         foreign_owner: owner,
         net_deny: args.net == NetPolicy::Deny,
+        cgroup_procs: Vec::new(),
+        nproc: None,
     })
 }
 

@@ -85,6 +85,21 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, SetupError>, net: NetPolicy)
     obj
 }
 
+/// The report's `limits` section: each limit's value, and how it holds or why not.
+pub fn limits(rows: &[crate::limits::Row]) -> Value {
+    let limits: serde_json::Map<String, Value> = rows
+        .iter()
+        .map(|r| {
+            let row = match &r.how {
+                Ok(how) => json!({"value": r.value, "status": "enforced", "how": how}),
+                Err(why) => json!({"value": r.value, "status": "not_enforced", "reason": why}),
+            };
+            (r.key.to_string(), row)
+        })
+        .collect();
+    Value::Object(limits)
+}
+
 /// The record of a real run: the probe object for the chosen backend, plus the worktree,
 /// the writable set, the `--allow-unix` paths, `git`, git's section
 /// (`crate::git::Run::report`), and `env_withheld`, the names of the secret variables the

@@ -29,6 +29,10 @@ pub(crate) struct ExecSpec {
     /// `--net deny`: TCP is refused, so MPTCP sockets (which Landlock's TCP rules do not
     /// cover) cannot be made.
     pub net_deny: bool,
+    /// The run's cgroups' `cgroup.procs`, which the command's first process writes `0` to,
+    /// and `RLIMIT_NPROC` in the run's user namespace ([`crate::limits`]).
+    pub cgroup_procs: Vec<RawFd>,
+    pub nproc: Option<u64>,
 }
 
 /// Capabilities of the command (capabilities(7)).

@@ -2584,15 +2584,7 @@ fn the_users_branches_and_stash_survive_and_a_views_changes_last_across_runs() {
             let cell = format!("{b} / uid {uid:?}");
             println!("{cell}");
             let l = Layout::new(uid, setup);
-            let refs = |l: &Layout| {
-                let out = host_git_in(
-                    l,
-                    &l.repo,
-                    &["for-each-ref", "--format=%(refname) %(objectname)"],
-                );
-                String::from_utf8_lossy(&out.stdout).into_owned()
-            };
-            let before = refs(&l);
+            let before = repo_refs(&l);
             let first =
                 "git branch -D userbranch && git stash clear && git config user.private yes \
                  && echo one > one && git add one && git commit -qm one && git branch mine \
@@ -2608,22 +2600,17 @@ fn the_users_branches_and_stash_survive_and_a_views_changes_last_across_runs() {
                 failures.push(format!("{cell}: the first run failed\n{text}"));
                 continue;
             }
-            let after = refs(&l);
-            let line = |all: &str, name: &str| {
-                all.lines()
-                    .find(|x| x.starts_with(&format!("{name} ")))
-                    .map(str::to_string)
-            };
+            let after = repo_refs(&l);
             for kept in ["refs/heads/userbranch", "refs/stash", "refs/heads/main"] {
-                if line(&before, kept) != line(&after, kept) {
+                if before.get(kept) != after.get(kept) {
                     failures.push(format!(
                         "{cell}: {kept} changed in the repository: {:?} -> {:?}\n{text}",
-                        line(&before, kept),
-                        line(&after, kept)
+                        before.get(kept),
+                        after.get(kept)
                     ));
                 }
             }
-            if line(&after, "refs/heads/mine").is_none() {
+            if !after.contains_key("refs/heads/mine") {
                 failures.push(format!(
                     "{cell}: the branch the run created is not in the repository\n{text}"
                 ));
@@ -2659,9 +2646,21 @@ fn the_users_branches_and_stash_survive_and_a_views_changes_last_across_runs() {
                     show(&out)
                 ));
             }
-            if line(&refs(&l), "refs/heads/mine").is_some() {
+            if repo_refs(&l).contains_key("refs/heads/mine") {
                 failures.push(format!(
                     "{cell}: a branch an earlier run created could not be deleted\n{}",
+                    show(&out)
+                ));
+            }
+            // Once the user makes `mine` again, it is theirs: a later run cannot delete it.
+            host_git_in(&l, &l.repo, &["branch", "mine", "main"]);
+            let third = "git branch -D mine >/dev/null 2>&1; true";
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, third);
+            cmd.envs(l.vars()).stdin(Stdio::null());
+            let out = cmd.output().unwrap();
+            if !repo_refs(&l).contains_key("refs/heads/mine") {
+                failures.push(format!(
+                    "{cell}: the user's own `mine`, made after a run had made and deleted one, was deleted\n{}",
                     show(&out)
                 ));
             }
@@ -2699,6 +2698,10 @@ open(p,"wb").write(bytes(d)+hashlib.sha1(bytes(d)).digest())' "$G/index""#,
         ),
         ("a HEAD naming no object", "printf '%040d\\n' 0 > \"$(git rev-parse --git-dir)/HEAD\""),
         ("garbage after the index", "head -c 20 /dev/urandom >> \"$(git rev-parse --git-dir)/index\""),
+        ("a tag named like a branch", "git tag main HEAD && git tag userbranch HEAD"),
+        ("a branch named like an option", "git update-ref refs/heads/--output=x HEAD"),
+        ("HEAD naming a tag object", "git tag -a -m t annotated HEAD && o=$(git rev-parse annotated) && echo $o > \"$(git rev-parse --git-dir)/HEAD\""),
+        ("an emptied reflog", ": > \"$(git rev-parse --git-dir)/logs/HEAD\""),
     ];
     let mut failures = Vec::new();
     let setup: &[&[&str]] = &[&["branch", "userbranch"], &["tag", "v1"]];
@@ -2707,16 +2710,10 @@ open(p,"wb").write(bytes(d)+hashlib.sha1(bytes(d)).digest())' "$G/index""#,
             for (what, script) in attacks {
                 let cell = format!("{b} / uid {uid:?} / {what}");
                 let l = Layout::new(uid, setup);
-                let show_refs = |l: &Layout| {
-                    let out = host_git_in(
-                        l,
-                        &l.repo,
-                        &["for-each-ref", "--format=%(refname) %(objectname)"],
-                    );
-                    String::from_utf8_lossy(&out.stdout).into_owned()
-                };
-                let before = show_refs(&l);
+                let before = repo_refs(&l);
                 let head_before = std::fs::read(l.repo.join(".git/worktrees/wt/HEAD")).unwrap();
+                let reflog = l.repo.join(".git/worktrees/wt/logs/HEAD");
+                let reflog_before = std::fs::read(&reflog).unwrap_or_default();
                 // Twice: a second run must not own what the first switched to.
                 for (run, script) in [
                     (1, *script),
@@ -2729,26 +2726,36 @@ open(p,"wb").write(bytes(d)+hashlib.sha1(bytes(d)).digest())' "$G/index""#,
                         failures.push(format!("{cell}: run {run}: {}", show(&out)));
                     }
                     let err = String::from_utf8_lossy(&out.stderr);
-                    if run == 1 && !what.contains("replace") && !err.contains("(dropped: ") {
+                    let silent = ["replace", "named like"].iter().any(|w| what.contains(w));
+                    if run == 1 && !silent && !err.contains("(dropped: ") {
                         failures.push(format!("{cell}: nothing was named dropped: {}", show(&out)));
                     }
                 }
-                let after = show_refs(&l);
-                let line = |all: &str, name: &str| {
-                    all.lines()
-                        .find(|x| x.starts_with(&format!("{name} ")))
-                        .map(str::to_string)
-                };
+                let after = repo_refs(&l);
                 for kept in ["refs/heads/userbranch", "refs/tags/v1", "refs/heads/main"] {
-                    if line(&before, kept) != line(&after, kept) {
+                    if before.get(kept) != after.get(kept) {
                         failures.push(format!(
                             "{cell}: {kept} changed: {:?} -> {:?}",
-                            line(&before, kept),
-                            line(&after, kept)
+                            before.get(kept),
+                            after.get(kept)
                         ));
                     }
                 }
-                if after.contains("refs/replace/") {
+                if !std::fs::read(&reflog)
+                    .unwrap_or_default()
+                    .starts_with(&reflog_before)
+                {
+                    failures.push(format!("{cell}: the worktree's reflog lost entries"));
+                }
+                let strays = [
+                    "refs/tags/main",
+                    "refs/tags/userbranch",
+                    "refs/heads/--output=x",
+                ];
+                if let Some(r) = strays.iter().find(|r| after.contains_key(**r)) {
+                    failures.push(format!("{cell}: {r} reached the repository"));
+                }
+                if after.keys().any(|r| r.starts_with("refs/replace/")) {
                     failures.push(format!("{cell}: a replace ref reached the repository"));
                 }
                 let head_after = std::fs::read(l.repo.join(".git/worktrees/wt/HEAD")).unwrap();
@@ -2774,4 +2781,15 @@ open(p,"wb").write(bytes(d)+hashlib.sha1(bytes(d)).digest())' "$G/index""#,
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The repository's refs as the host's git lists them: name, object.
+fn repo_refs(l: &Layout) -> std::collections::BTreeMap<String, String> {
+    let format = "--format=%(refname) %(objectname)";
+    let out = host_git_in(l, &l.repo, &["for-each-ref", format]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|x| x.split_once(' '))
+        .map(|(n, o)| (n.to_string(), o.to_string()))
+        .collect()
 }

@@ -65,8 +65,15 @@ pub fn valid_name(name: &str) -> bool {
     if name.bytes().any(bad) {
         return false;
     }
-    name.split('/')
-        .all(|c| !c.is_empty() && !c.starts_with('.') && !c.ends_with(".lock") && c != "@")
+    // A leading `-` too: git's own commands refuse such branches, and a script handing
+    // names to git would pass an option.
+    name.split('/').all(|c| {
+        !c.is_empty()
+            && !c.starts_with('.')
+            && !c.starts_with('-')
+            && !c.ends_with(".lock")
+            && c != "@"
+    })
 }
 
 /// A loose ref's contents: `<oid>\n` or `ref: <name>\n` (`hex_len`: 40 or 64).
@@ -246,6 +253,7 @@ mod tests {
             "refs//x",
             "refs/heads/x.",
             "refs/heads/@",
+            "refs/heads/--output=x",
         ] {
             assert!(!valid_name(bad), "{bad:?}");
         }

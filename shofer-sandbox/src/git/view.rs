@@ -74,8 +74,10 @@ pub struct View {
     copied: HashMap<PathBuf, u64>,
     /// The branch the worktree had checked out at the start.
     own_branch: Option<String>,
-    /// Refs runs of this worktree created (they may move them).
-    created: BTreeSet<String>,
+    /// Refs runs of this worktree created, with the object each last carried: they may
+    /// move them while the repository still has exactly that (a ref the user deleted,
+    /// re-made or moved is theirs again).
+    created: BTreeMap<String, String>,
     /// The host's `HEAD` of the worktree at the start.
     head: Option<Vec<u8>>,
 }
@@ -167,7 +169,7 @@ impl View {
             view_refs: Refs::new(),
             copied: HashMap::new(),
             own_branch: None,
-            created: BTreeSet::new(),
+            created: BTreeMap::new(),
             head: None,
         };
         if let Err(e) = view.fill() {
@@ -252,11 +254,13 @@ impl View {
                 None => self.view_refs.remove(&name),
             };
         }
+        let host = &self.host_refs;
         self.created = fs::read_to_string(self.entry.join("created"))
             .unwrap_or_default()
             .lines()
-            .filter(|n| refs::valid_name(n))
-            .map(str::to_string)
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(oid, name)| host.get(*name) == Some(&Value::Oid(oid.to_string())))
+            .map(|(oid, name)| (name.to_string(), oid.to_string()))
             .collect();
         Ok(())
     }
@@ -298,6 +302,8 @@ impl View {
         });
         let mut created = self.created.clone();
         let mut changes = Vec::new();
+        let shadowed = shadowed_names(&self.host_refs);
+        let mut new_refs = 0usize;
         let names: BTreeSet<&String> = self.view_refs.keys().chain(end.keys()).collect();
         for name in names {
             let (before, after) = (self.view_refs.get(name), end.get(name));
@@ -307,19 +313,18 @@ impl View {
             // New branches, tags and remote-tracking refs only: a new `refs/replace/` ref
             // would change what every existing object means to the host's git, a note what
             // it shows.
+            // Nor one whose short name another ref already answers to (`git log main`
+            // would find a new tag `main` first), and not too many.
             let new_here = !self.host_refs.contains_key(name)
                 && after.is_some()
-                && ["refs/heads/", "refs/tags/", "refs/remotes/"]
-                    .iter()
-                    .any(|p| name.starts_with(p));
+                && short_name(name).is_some_and(|n| !shadowed.contains(n))
+                && new_refs < MAX_NEW_REFS;
+            new_refs += usize::from(new_here);
             let owned =
-                self.own_branch.as_ref() == Some(name) || created.contains(name) || new_here;
+                self.own_branch.as_ref() == Some(name) || created.contains_key(name) || new_here;
             let plain = matches!(after, None | Some(Value::Oid(_)))
                 && matches!(self.host_refs.get(name), None | Some(Value::Oid(_)));
             if owned && plain && name != "refs/stash" && !elsewhere.contains(name) {
-                if new_here {
-                    created.insert(name.clone());
-                }
                 changes.push((
                     name.clone(),
                     self.host_refs.get(name).cloned(),
@@ -333,12 +338,18 @@ impl View {
             if !carried.contains(name) {
                 continue;
             }
+            // Recorded only once carried (a creation the repository refused is not ours).
+            match new {
+                Some(Value::Oid(o)) if self.own_branch.as_ref() != Some(name) => {
+                    created.insert(name.clone(), o.clone());
+                }
+                _ => {
+                    created.remove(name);
+                }
+            }
             match new {
                 Some(v) => host_after.insert(name.clone(), v.clone()),
-                None => {
-                    created.remove(name);
-                    host_after.remove(name)
-                }
+                None => host_after.remove(name),
             };
             out.refs.push(name.clone());
         }
@@ -467,7 +478,7 @@ impl View {
         &self,
         gitdir: Option<&OwnedFd>,
         elsewhere: &BTreeSet<String>,
-        created: &BTreeSet<String>,
+        created: &BTreeMap<String, String>,
         check_index: &dyn Fn(NestedScan) -> bool,
         out: &mut Carried,
     ) -> BTreeSet<PathBuf> {
@@ -509,7 +520,7 @@ impl View {
                         Some(format!("{b} is checked out in another worktree"))
                     }
                     Some(Value::Symbolic(b))
-                        if self.own_branch.as_ref() != Some(&b) && !created.contains(&b) =>
+                        if self.own_branch.as_ref() != Some(&b) && !created.contains_key(&b) =>
                     {
                         Some(format!("{b} is a branch this worktree did not create"))
                     }
@@ -519,7 +530,10 @@ impl View {
                     Some(_) => None,
                 },
                 "index" => self.index_checks(&bytes, check_index).err(),
-                _ => None,
+                // The reflog only grows: what the host's held (recovery of commits nothing
+                // else names) stays.
+                _ => (!bytes.starts_with(&fs::read(self.gitdir.join(name)).unwrap_or_default()))
+                    .then(|| "it does not keep the repository's entries".to_string()),
             };
             if let Some(why) = refused {
                 out.kept_private
@@ -555,14 +569,15 @@ impl View {
             .ok_or_else(|| "a nested repository it leads to could not be checked".into())
     }
 
-    /// Whether the real repository has the commit `oid` (after the migration).
+    /// Whether `oid` is a commit of the real repository (after the migration): not a tag
+    /// that leads to one.
     fn has_commit(&self, oid: &str) -> bool {
         let mut cmd = git_command(&self.over);
-        cmd.args(["cat-file", "-e", &format!("{oid}^{{commit}}")])
+        cmd.args(["cat-file", "-t", oid])
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
             .stderr(Stdio::null());
-        cmd.status().is_ok_and(|s| s.success())
+        cmd.output()
+            .is_ok_and(|o| o.status.success() && o.stdout == b"commit\n")
     }
 
     /// The view's files (outside `objects/`, refs, and the files carried back) that are not
@@ -667,7 +682,7 @@ impl View {
         &self,
         private_refs: &BTreeMap<String, Option<Value>>,
         files: &[(PathBuf, Vec<u8>, u32)],
-        created: &BTreeSet<String>,
+        created: &BTreeMap<String, String>,
         out: &mut Carried,
     ) {
         let new = self
@@ -692,7 +707,7 @@ impl View {
                 fs::write(&path, bytes)?;
                 fs::set_permissions(&path, fs::Permissions::from_mode(mode & 0o777))?;
             }
-            let names: String = created.iter().map(|n| format!("{n}\n")).collect();
+            let names: String = created.iter().map(|(n, o)| format!("{o} {n}\n")).collect();
             fs::write(self.entry.join("created.new"), names)?;
             fs::rename(self.entry.join("created.new"), self.entry.join("created"))?;
             let old = self.entry.join("private");
@@ -718,6 +733,39 @@ impl View {
     fn remove(&self) {
         remove_tree(&self.entry, &self.dir);
     }
+}
+
+/// The most new refs one run carries back; the rest stay private.
+const MAX_NEW_REFS: usize = 1000;
+
+/// A new ref's short name, for the namespaces a run may create refs in (branches, tags,
+/// remote-tracking refs).
+fn short_name(name: &str) -> Option<&str> {
+    ["refs/heads/", "refs/tags/", "refs/remotes/"]
+        .iter()
+        .find_map(|p| name.strip_prefix(p))
+}
+
+/// The short names the repository's refs answer to (`main`, `v1.0`, `origin/main`, a
+/// remote's name `origin`), and `HEAD` and its kin: a new ref of one of these names would
+/// change what a name the user types means (git looks up tags before branches before
+/// remote-tracking refs).
+fn shadowed_names(host: &Refs) -> BTreeSet<&str> {
+    let mut out: BTreeSet<&str> = ["HEAD", "FETCH_HEAD", "ORIG_HEAD", "MERGE_HEAD", "stash"]
+        .into_iter()
+        .collect();
+    for name in host.keys() {
+        if let Some(short) = short_name(name) {
+            out.insert(short);
+        }
+        if let Some(remote) = name
+            .strip_prefix("refs/remotes/")
+            .and_then(|r| r.split('/').next())
+        {
+            out.insert(remote);
+        }
+    }
+    out
 }
 
 /// Files git makes anew whenever it needs them, which a view does not keep: the last commit
