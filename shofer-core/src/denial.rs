@@ -32,6 +32,18 @@ const DENIED: [&str; 7] = [
     "Read-only file system",
 ];
 
+/// What the sandbox prints when a limit of the run stopped something, and the note for it.
+const LIMIT_HINTS: [(&str, &str); 2] = [
+    (
+        "shofer-sandbox: the memory limit stopped the command",
+        "Note: the sandbox's memory limit killed a process of this command (exit 137): not a crash to debug. Use less memory at once (fewer parallel jobs: make -j2, cargo build -j2, pytest without -n), or a human raises the limit with --limit-memory.",
+    ),
+    (
+        "shofer-sandbox: the process limit refused",
+        "Note: the sandbox's process limit refused new processes of this command (fork: Resource temporarily unavailable): not a bug to work around. Start fewer processes or threads at once, or a human raises the limit with --limit-procs.",
+    ),
+];
+
 /// What the sandbox prints when it refuses a connection to a host socket.
 const SOCKET_REFUSED: &str = "shofer-sandbox: connect to ";
 
@@ -42,6 +54,12 @@ const SOCKET_REFUSED: &str = "shofer-sandbox: connect to ";
 /// a path counts when a denial word is within three lines of it.
 pub fn denial_hint(output: &str, writable: &[&str], secrets: &[&str]) -> Option<String> {
     let lines: Vec<&str> = output.lines().collect();
+    // The run's limits (the sandbox's closing lines).
+    for (start, hint) in LIMIT_HINTS {
+        if lines.iter().any(|l| l.starts_with(start)) {
+            return Some(hint.into());
+        }
+    }
     if let Some(location) = refused_secret(&lines, secrets) {
         return Some(format!(
             "Note: the output above shows a read refused inside {location}, a secret location the sandbox hides by default (credentials). This is not a bug to work around, and no other path leads to it: the task cannot read it. A human who wants it readable runs shofer with --allow-read {location} (which exposes that location, and only it, to every command of the task)."
@@ -112,6 +130,21 @@ mod tests {
     use super::*;
 
     const WT: [&str; 2] = ["/home/me/wt", "/tmp"];
+
+    #[test]
+    fn a_limit_that_stopped_the_command_gets_its_note() {
+        let out = "Killed\nshofer-sandbox: the memory limit stopped the command: 1 process killed at --limit-memory 8G\n";
+        let hint = denial_hint(out, &["/tmp"], &[]).unwrap();
+        assert!(
+            hint.contains("memory limit")
+                && hint.contains("--limit-memory")
+                && !hint.contains("8G")
+        );
+        let out = "shofer-sandbox: the process limit refused 12 forks at --limit-procs 64\n";
+        assert!(denial_hint(out, &["/tmp"], &[])
+            .unwrap()
+            .contains("--limit-procs"));
+    }
 
     #[test]
     fn npm_cargo_uv_pip_denials_are_explained() {

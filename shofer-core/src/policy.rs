@@ -420,8 +420,10 @@ fn verdict(
                 Enforced("landlock scope")
             } else if backend.has_pid_namespace() {
                 Enforced("pid namespace")
+            } else if gate {
+                Enforced("seccomp gate (signals, pidfd_open and SIGIO owners outside the run's processes refused; the rest sent through pidfds)")
             } else {
-                NotEnforced(format!("Landlock scopes signals only from ABI 6 (ABI {abi} here): the command can signal every process of its user"))
+                NotEnforced(format!("Landlock scopes signals only from ABI 6 (ABI {abi} here) and the seccomp gate cannot run here: the command can signal every process of its user"))
             }
         }
         Protection::PtraceOut => {
@@ -440,8 +442,10 @@ fn verdict(
                 Enforced("pid namespace (its init's death kills every process in it)")
             } else if abi >= 6 {
                 Enforced("guardian (a subreaper parent that kills the tree when the supervisor dies) and landlock scope")
+            } else if gate {
+                Enforced("guardian (a subreaper parent that kills the tree when the supervisor dies) and the seccomp gate (no signal reaches either)")
             } else {
-                NotEnforced(format!("Landlock scopes signals only from ABI 6 (ABI {abi} here): the command can SIGKILL the guardian and the supervisor together"))
+                NotEnforced(format!("Landlock scopes signals only from ABI 6 (ABI {abi} here) and the seccomp gate cannot run here: the command can SIGKILL the guardian and the supervisor together"))
             }
         }
         Protection::SysvIpc => {
@@ -745,18 +749,23 @@ mod tests {
                 Protection::OtherTerminals,
             ]
         );
-        // ABI 4-5: no signal scoping, and the report must say so.
+        // ABI 4-5: no signal scoping; the gate keeps signals in the run, and without it the
+        // report must say so.
         for abi in [4, 5] {
-            let gaps = keys(hardening_gaps(
-                Backend::Landlock,
-                abi,
-                NetPolicy::Allow,
-                true,
-                true,
-            ));
-            assert!(gaps.contains(&Protection::SignalsOut));
-            // The command could kill the guardian and the supervisor together.
-            assert!(gaps.contains(&Protection::SigkillKillsTree));
+            let gaps = |gate| {
+                keys(hardening_gaps(
+                    Backend::Landlock,
+                    abi,
+                    NetPolicy::Allow,
+                    true,
+                    gate,
+                ))
+            };
+            assert!(!gaps(true).contains(&Protection::SignalsOut));
+            assert!(gaps(false).contains(&Protection::SignalsOut));
+            // Without the gate the command could kill the guardian and the supervisor together.
+            assert!(!gaps(true).contains(&Protection::SigkillKillsTree));
+            assert!(gaps(false).contains(&Protection::SigkillKillsTree));
         }
     }
 

@@ -84,6 +84,7 @@ mod ruleset;
 mod seccomp;
 mod secretenv;
 mod secretpaths;
+mod signalgate;
 mod signals;
 mod spawn;
 mod spec;
@@ -401,7 +402,11 @@ fn attempt(
         let sockets = choice.unix_gate;
         // Landlock alone keeps the host's network: `listen` would bind a port unchecked.
         let listens = sockets && choice.backend == Backend::Landlock && args.net == NetPolicy::Deny;
-        let handlers = git_run.handlers();
+        let mut handlers = git_run.handlers();
+        // Landlock alone before ABI 6 scopes no signal (crate::signalgate).
+        if choice.backend == Backend::Landlock && choice.abi < 6 && sockets {
+            handlers.push(Box::new(signalgate::SignalGate::new()));
+        }
         // The gate thread drops its capabilities when the command has none, except:
         // bubblewrap needs its privileges for its own set-up (loopback, mounts), which goes
         // through the gate too; a command switched to the worktree's owner is reached only

@@ -2652,15 +2652,23 @@ fn the_users_branches_and_stash_survive_and_a_views_changes_last_across_runs() {
                     show(&out)
                 ));
             }
-            // Once the user makes `mine` again, it is theirs: a later run cannot delete it.
-            host_git_in(&l, &l.repo, &["branch", "mine", "main"]);
-            let third = "git branch -D mine >/dev/null 2>&1; true";
+            // A branch a run made is the user's once they delete and make it again (or move
+            // it): a later run can no longer delete it.
+            let make = "git branch mine2 && echo MADE";
+            let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, make);
+            cmd.envs(l.vars()).stdin(Stdio::null());
+            let made = cmd.output().unwrap();
+            host_git_in(&l, &l.repo, &["branch", "-D", "mine2"]);
+            host_git_in(&l, &l.repo, &["branch", "mine2", "main"]);
+            let third = "git branch -D mine2 >/dev/null 2>&1; true";
             let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, third);
             cmd.envs(l.vars()).stdin(Stdio::null());
             let out = cmd.output().unwrap();
-            if !repo_refs(&l).contains_key("refs/heads/mine") {
+            if !String::from_utf8_lossy(&made.stdout).contains("MADE")
+                || !repo_refs(&l).contains_key("refs/heads/mine2")
+            {
                 failures.push(format!(
-                    "{cell}: the user's own `mine`, made after a run had made and deleted one, was deleted\n{}",
+                    "{cell}: the user's own `mine2`, made again after a run had made it, was deleted\n{}",
                     show(&out)
                 ));
             }

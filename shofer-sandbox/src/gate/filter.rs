@@ -29,6 +29,12 @@
 //! git's refresh of an object's time (a `touch` works on its descriptor, and calls with times never
 //! trap).
 //!
+//! With [`Traps::signals`] (Landlock alone below ABI 6, which does not scope signals:
+//! `crate::signalgate`) also every call that names a process to signal: `kill`, `tkill`,
+//! `tgkill`, `rt_sigqueueinfo`, `rt_tgsigqueueinfo`, `pidfd_send_signal`, `pidfd_open`, and
+//! the calls that name where `SIGIO` goes: `fcntl` with `F_SETOWN` or `F_SETOWN_EX`, `ioctl`
+//! with `FIOSETOWN` or `SIOCSPGRP` (every other `fcntl` and `ioctl` never traps).
+//!
 //! Written by hand like [`crate::seccomp`], with symbolic jump labels resolved by
 //! [`crate::seccomp::assemble`].
 //! See seccomp(2) and seccomp_unotify(2).
@@ -69,6 +75,20 @@ pub(crate) const NR_UTIMENSAT: u32 = 280;
 pub(crate) const NR_CHMOD: u32 = 90;
 pub(crate) const NR_FCHMODAT: u32 = 268;
 pub(crate) const NR_FCHMODAT2: u32 = 452;
+pub(crate) const NR_KILL: u32 = 62;
+pub(crate) const NR_TKILL: u32 = 200;
+pub(crate) const NR_TGKILL: u32 = 234;
+pub(crate) const NR_RT_SIGQUEUEINFO: u32 = 129;
+pub(crate) const NR_RT_TGSIGQUEUEINFO: u32 = 297;
+pub(crate) const NR_PIDFD_SEND_SIGNAL: u32 = 424;
+pub(crate) const NR_PIDFD_OPEN: u32 = 434;
+pub(crate) const NR_FCNTL: u32 = 72;
+pub(crate) const NR_IOCTL: u32 = 16;
+/// `fcntl` commands and `ioctl` requests that set where `SIGIO` goes.
+pub(crate) const F_SETOWN: u32 = 8;
+pub(crate) const F_SETOWN_EX: u32 = 15;
+pub(crate) const FIOSETOWN: u32 = 0x8901;
+pub(crate) const SIOCSPGRP: u32 = 0x8902;
 
 /// The gate program's labels ([`crate::seccomp::Insn`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -87,6 +107,8 @@ enum L {
     Renameat2Hi,
     UtimensatArgs,
     FchmodatArgs,
+    FcntlArgs,
+    IoctlArgs,
 }
 
 /// Which syscalls the gate traps, by shape: what a [`super::handler::Handler`] registers, and
@@ -109,6 +131,9 @@ pub struct Traps {
     pub chmods: bool,
     /// `listen` (the gate refuses it on inet sockets: `--net deny` on Landlock alone).
     pub listens: bool,
+    /// The calls that signal a process or name where `SIGIO` goes (Landlock alone below ABI
+    /// 6: `crate::signalgate`).
+    pub signals: bool,
 }
 
 impl Traps {
@@ -120,6 +145,7 @@ impl Traps {
         touches: false,
         chmods: false,
         listens: false,
+        signals: false,
     };
 
     /// The unix-socket calls alone.
@@ -138,6 +164,7 @@ impl Traps {
             touches: self.touches || other.touches,
             chmods: self.chmods || other.chmods,
             listens: self.listens || other.listens,
+            signals: self.signals || other.signals,
         }
     }
 
@@ -152,6 +179,8 @@ impl Traps {
             NR_UTIMENSAT => self.touches,
             NR_CHMOD | NR_FCHMODAT | NR_FCHMODAT2 => self.chmods,
             NR_LISTEN => self.listens,
+            NR_KILL | NR_TKILL | NR_TGKILL | NR_RT_SIGQUEUEINFO | NR_RT_TGSIGQUEUEINFO
+            | NR_PIDFD_SEND_SIGNAL | NR_PIDFD_OPEN | NR_FCNTL | NR_IOCTL => self.signals,
             _ => false,
         }
     }
@@ -208,7 +237,33 @@ fn body(traps: Traps) -> Vec<libc::sock_filter> {
             Jeq(NR_FCHMODAT2, Some(L::FchmodatArgs), None),
         ]);
     }
+    if traps.signals {
+        code.extend([
+            Jeq(NR_KILL, Some(L::Notify), None),
+            Jeq(NR_TKILL, Some(L::Notify), None),
+            Jeq(NR_TGKILL, Some(L::Notify), None),
+            Jeq(NR_RT_SIGQUEUEINFO, Some(L::Notify), None),
+            Jeq(NR_RT_TGSIGQUEUEINFO, Some(L::Notify), None),
+            Jeq(NR_PIDFD_SEND_SIGNAL, Some(L::Notify), None),
+            Jeq(NR_PIDFD_OPEN, Some(L::Notify), None),
+            Jeq(NR_FCNTL, Some(L::FcntlArgs), None),
+            Jeq(NR_IOCTL, Some(L::IoctlArgs), None),
+        ]);
+    }
     code.push(Ret(libc::SECCOMP_RET_ALLOW));
+    if traps.signals {
+        // The command and the request are ints: the low half is what the kernel reads.
+        code.extend([
+            Label(L::FcntlArgs),
+            Load(OFF_ARG1_LO),
+            Jeq(F_SETOWN, Some(L::Notify), None),
+            Jeq(F_SETOWN_EX, Some(L::Notify), Some(L::Allow)),
+            Label(L::IoctlArgs),
+            Load(OFF_ARG1_LO),
+            Jeq(FIOSETOWN, Some(L::Notify), None),
+            Jeq(SIOCSPGRP, Some(L::Notify), Some(L::Allow)),
+        ]);
+    }
     if traps.chmods {
         code.extend([
             Label(L::FchmodatArgs),
@@ -333,6 +388,7 @@ mod tests {
             touches: false,
             chmods: false,
             listens: false,
+            signals: false,
         },
         Traps {
             sockets: false,
@@ -341,6 +397,7 @@ mod tests {
             touches: false,
             chmods: false,
             listens: false,
+            signals: false,
         },
         Traps {
             sockets: true,
@@ -349,6 +406,7 @@ mod tests {
             touches: false,
             chmods: false,
             listens: false,
+            signals: false,
         },
         Traps {
             sockets: true,
@@ -357,6 +415,7 @@ mod tests {
             touches: false,
             chmods: false,
             listens: false,
+            signals: false,
         },
         Traps {
             sockets: false,
@@ -365,6 +424,7 @@ mod tests {
             touches: true,
             chmods: false,
             listens: false,
+            signals: false,
         },
         Traps {
             sockets: true,
@@ -373,6 +433,7 @@ mod tests {
             touches: true,
             chmods: true,
             listens: true,
+            signals: true,
         },
     ];
 
@@ -392,6 +453,36 @@ mod tests {
             (NR_FCHMODAT2, [cwd, 0, 0o644, 0, 0, 0], notify),
             (NR_FCHMODAT, [3, 0, 0o644, 0, 0, 0], allow),
             (NR_FCHMODAT2, [3, 0, 0o644, 0, 0, 0], allow),
+        ] {
+            assert_eq!(verdict(&with, x86, nr, args), want, "nr {nr} {args:?}");
+            assert_eq!(verdict(&without, x86, nr, args), allow, "nr {nr} {args:?}");
+        }
+    }
+
+    /// With `signals`, every call that names a process to signal traps, and `fcntl`/`ioctl`
+    /// only with the commands that set where `SIGIO` goes.
+    #[test]
+    fn signal_traps_catch_signal_calls_and_sigio_owners_only() {
+        let x86 = AUDIT_ARCH_X86_64;
+        let notify = libc::SECCOMP_RET_USER_NOTIF;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let with = program(ALL[5]);
+        let without = program(ALL[2]);
+        for (nr, args, want) in [
+            (NR_KILL, [1, 9, 0, 0, 0, 0], notify),
+            (NR_TKILL, [1, 9, 0, 0, 0, 0], notify),
+            (NR_TGKILL, [1, 1, 9, 0, 0, 0], notify),
+            (NR_RT_SIGQUEUEINFO, [1, 9, 0, 0, 0, 0], notify),
+            (NR_RT_TGSIGQUEUEINFO, [1, 1, 9, 0, 0, 0], notify),
+            (NR_PIDFD_SEND_SIGNAL, [3, 9, 0, 0, 0, 0], notify),
+            (NR_PIDFD_OPEN, [1, 0, 0, 0, 0, 0], notify),
+            (NR_FCNTL, [3, u64::from(F_SETOWN), 1, 0, 0, 0], notify),
+            (NR_FCNTL, [3, u64::from(F_SETOWN_EX), 1, 0, 0, 0], notify),
+            (NR_FCNTL, [3, libc::F_GETFL as u64, 0, 0, 0, 0], allow),
+            (NR_FCNTL, [3, libc::F_SETFD as u64, 1, 0, 0, 0], allow),
+            (NR_IOCTL, [3, u64::from(FIOSETOWN), 0, 0, 0, 0], notify),
+            (NR_IOCTL, [3, u64::from(SIOCSPGRP), 0, 0, 0, 0], notify),
+            (NR_IOCTL, [3, libc::TIOCGWINSZ, 0, 0, 0, 0], allow),
         ] {
             assert_eq!(verdict(&with, x86, nr, args), want, "nr {nr} {args:?}");
             assert_eq!(verdict(&without, x86, nr, args), allow, "nr {nr} {args:?}");

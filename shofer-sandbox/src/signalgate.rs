@@ -1,0 +1,292 @@
+//! Signals stay inside the run on Landlock alone below ABI 6 (which does not scope them, and
+//! there is no PID namespace): a gate handler ([`crate::gate::handler`]) for every call that
+//! names a process to signal or to receive `SIGIO` (issue 34; the filter's
+//! [`Traps::signals`]).
+//!
+//! The run's processes are the supervisor's descendants (it is their child subreaper, so an
+//! orphan comes back to it): a process is the run's when its chain of parents reaches the
+//! supervisor. The decision is made on a pidfd the supervisor opened on the target, and the
+//! signal is sent through that pidfd — never by continuing the call with a PID that could
+//! name another process by then:
+//! - `kill(pid)`, `rt_sigqueueinfo(pid)`, `tgkill`/`rt_tgsigqueueinfo` to another process,
+//!   `tkill` of a thread outside the caller: sent through the pidfd when the target is the
+//!   run's (to the process: a thread of another process is reached as its process), else
+//!   `EPERM`, as for a process the caller may not signal;
+//! - `kill(0)`, `kill(-pgid)`, `kill(-1)`: emulated over the run's processes of that group
+//!   (every one but the caller for `-1`), each through a pidfd checked against its start
+//!   time ([`shofer_sys::pidfd::signal_if_same`]); `ESRCH` when there is none;
+//! - a signal to the caller itself or to one of its threads, and `pidfd_send_signal` on a
+//!   pidfd (or `/proc/<pid>` directory) naming one of the run's processes, continue: the
+//!   caller cannot be reused while it waits, and a pidfd names one process for good;
+//! - `pidfd_open` of one of the run's processes gets the supervisor's pidfd installed
+//!   (`SECCOMP_IOCTL_NOTIF_ADDFD`), any other `ESRCH`;
+//! - `fcntl(F_SETOWN/F_SETOWN_EX)`, `ioctl(FIOSETOWN/SIOCSPGRP)`: continued when they name
+//!   the run's process or a process group of the run's processes only, else `EPERM`. The
+//!   kernel keeps that owner by number: a process of the run that exits before the I/O
+//!   leaves its number to be reused (a window of the PID space wrapping around).
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use shofer_sys::proc::{self, ProcDir, ProcTable};
+
+use crate::gate::filter::{
+    Traps, F_SETOWN, F_SETOWN_EX, NR_FCNTL, NR_IOCTL, NR_KILL, NR_PIDFD_OPEN, NR_PIDFD_SEND_SIGNAL,
+    NR_RT_SIGQUEUEINFO, NR_RT_TGSIGQUEUEINFO, NR_TGKILL, NR_TKILL,
+};
+use crate::gate::handler::{Gatekeeper, Handler, Reply};
+use crate::gate::notify::{self, Notif};
+
+/// The handler: the supervisor's PID (the run's processes are its descendants).
+pub(crate) struct SignalGate {
+    supervisor: i32,
+}
+
+impl SignalGate {
+    /// Made before the guardian forks the supervisor off (`crate::guardian`): the
+    /// supervisor's PID is taken when the gate starts serving, in the supervisor.
+    pub(crate) fn new() -> SignalGate {
+        SignalGate { supervisor: 0 }
+    }
+
+    /// Whether `pid` is one of the run's processes now: its parents lead to the supervisor.
+    fn is_runs(&self, pid: i32) -> bool {
+        let mut p = pid;
+        for _ in 0..4096 {
+            if p == self.supervisor {
+                return p != pid;
+            }
+            match proc::read(p) {
+                Some(info) if info.ppid > 0 => p = info.ppid,
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    /// A pidfd on `pid` when it is one of the run's processes (checked after opening it, and
+    /// the process still alive after the check), else the errno to answer.
+    fn runs_pidfd(&self, pid: i32, outside: i32) -> Result<OwnedFd, i32> {
+        if pid <= 0 {
+            return Err(libc::ESRCH);
+        }
+        let fd = match shofer_sys::pidfd::open(pid) {
+            Ok(Some(fd)) => fd,
+            Ok(None) => return Err(libc::ENOSYS),
+            Err(e) => return Err(e.raw_os_error().unwrap_or(libc::ESRCH)),
+        };
+        if !self.is_runs(pid) {
+            return Err(outside);
+        }
+        // Still the process the check read (a reaped one's pid may name another by now).
+        send(&fd, 0, None).map_err(|_| libc::ESRCH)?;
+        Ok(fd)
+    }
+
+    /// `sig` (with the caller's `siginfo` at `info`, if any) to `pid`, one of the run's.
+    fn to_process(&self, n: &Notif, pid: i32, sig: i32, info: u64) -> Reply {
+        let fd = match self.runs_pidfd(pid, libc::EPERM) {
+            Ok(fd) => fd,
+            Err(e) => return Reply::Now(Err(e)),
+        };
+        let info = if info == 0 {
+            None
+        } else {
+            match notify::read_mem(n.pid, info, SIGINFO_SIZE) {
+                Ok(b) => Some(b),
+                Err(e) => return Reply::Now(Err(e)),
+            }
+        };
+        Reply::Now(send(&fd, sig, info.as_deref()).map(|()| 0))
+    }
+
+    /// `kill(0)`, `kill(-pgid)`, `kill(-1)` over the run's processes.
+    fn to_group(&self, caller: i32, pid: i32, sig: i32) -> Reply {
+        let Ok(dir) = ProcDir::open() else {
+            return Reply::Now(Err(libc::EAGAIN));
+        };
+        let table = ProcTable::scan();
+        let runs: Vec<&proc::ProcInfo> = table
+            .descendants(self.supervisor)
+            .into_iter()
+            .map(|i| &table.procs()[i])
+            .collect();
+        let group = match pid {
+            0 => match proc::read(caller) {
+                Some(info) => Some(info.pgid),
+                None => return Reply::Now(Err(libc::ESRCH)),
+            },
+            -1 => None,
+            p => Some(-p),
+        };
+        let targets: Vec<&proc::ProcInfo> = runs
+            .into_iter()
+            .filter(|p| match group {
+                Some(g) => p.pgid == g,
+                None => p.pid != caller,
+            })
+            .collect();
+        if targets.is_empty() {
+            return Reply::Now(Err(libc::ESRCH));
+        }
+        let Some(signal) = (sig != 0)
+            .then(|| rustix::process::Signal::from_named_raw(sig))
+            .flatten()
+        else {
+            // Signal 0 (is anyone there?), or no signal rustix knows by name: answered.
+            return Reply::Now(if sig == 0 { Ok(0) } else { Err(libc::EINVAL) });
+        };
+        let sent = targets
+            .iter()
+            .filter(|p| shofer_sys::pidfd::signal_if_same(&dir, p, signal))
+            .count();
+        Reply::Now(if sent > 0 { Ok(0) } else { Err(libc::ESRCH) })
+    }
+
+    /// Whether `owner` (a PID, or a process group as a negative number) names the run's
+    /// processes only (`F_SETOWN`'s convention; 0 clears the owner).
+    fn owner_is_runs(&self, owner: i32) -> bool {
+        match owner {
+            0 => true,
+            p if p > 0 => self.is_runs(p),
+            g => {
+                let table = ProcTable::scan();
+                let members: Vec<&proc::ProcInfo> =
+                    table.procs().iter().filter(|p| p.pgid == -g).collect();
+                !members.is_empty() && members.iter().all(|p| self.is_runs(p.pid))
+            }
+        }
+    }
+}
+
+/// The size of `siginfo_t`.
+const SIGINFO_SIZE: usize = 128;
+
+/// `pidfd_send_signal(fd, sig, info, 0)`. Raw: rustix's takes no `siginfo`, and signal 0
+/// (the liveness check) is no `Signal` of its.
+fn send(fd: &OwnedFd, sig: i32, info: Option<&[u8]>) -> Result<(), i32> {
+    let info = info.map_or(std::ptr::null(), <[u8]>::as_ptr);
+    // Safety: a pidfd we own, and either NULL or a buffer of SIGINFO_SIZE bytes the kernel
+    // only reads.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_fd().as_raw_fd(),
+            sig,
+            info,
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EPERM))
+    }
+}
+
+/// The thread-group ID of task `tid`.
+fn tgid(tid: i32) -> Option<i32> {
+    proc::Status::read(tid)?.first("Tgid")?.parse().ok()
+}
+
+/// The PID a pidfd (or a `/proc/<pid>` directory descriptor) names: its fdinfo's `Pid:`, or
+/// the directory's name.
+fn pid_of_fd(fd: &OwnedFd) -> Option<i32> {
+    let fdinfo = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
+    if let Some(pid) = fdinfo.lines().find_map(|l| l.strip_prefix("Pid:")) {
+        return pid.trim().parse().ok();
+    }
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    link.strip_prefix("/proc").ok()?.to_str()?.parse().ok()
+}
+
+impl Handler for SignalGate {
+    fn traps(&self) -> Traps {
+        Traps {
+            signals: true,
+            ..Traps::NONE
+        }
+    }
+
+    fn started(&mut self, _installer: &crate::gate::handler::Installer) {
+        self.supervisor = std::process::id() as i32;
+    }
+
+    fn handle(&mut self, gate: &mut dyn Gatekeeper, n: &Notif) -> Reply {
+        if self.supervisor <= 1 {
+            return Reply::Now(Err(libc::EPERM));
+        }
+        let Some(caller) = tgid(n.pid) else {
+            return Reply::Now(Err(libc::ESRCH));
+        };
+        let a = n.args;
+        let int = |i: usize| a[i] as i32;
+        let reply = match n.nr {
+            NR_KILL if int(0) == caller => Reply::Continue,
+            NR_KILL if int(0) > 0 => self.to_process(n, int(0), int(1), 0),
+            NR_KILL => self.to_group(caller, int(0), int(1)),
+            // A thread of the caller's own, or else a process.
+            NR_TKILL if tgid(int(0)) == Some(caller) => Reply::Continue,
+            NR_TKILL => self.to_process(n, int(0), int(1), 0),
+            NR_TGKILL if int(0) == caller => Reply::Continue,
+            NR_TGKILL => self.to_process(n, int(0), int(2), 0),
+            NR_RT_SIGQUEUEINFO if int(0) == caller => Reply::Continue,
+            NR_RT_SIGQUEUEINFO => self.to_process(n, int(0), int(1), a[2]),
+            NR_RT_TGSIGQUEUEINFO if int(0) == caller => Reply::Continue,
+            NR_RT_TGSIGQUEUEINFO => self.to_process(n, int(0), int(2), a[3]),
+            NR_PIDFD_SEND_SIGNAL => match gate.caller_fd(n.pid, a[0]) {
+                Ok(fd) => match pid_of_fd(&fd) {
+                    Some(pid) if pid == caller || self.runs_pidfd(pid, libc::EPERM).is_ok() => {
+                        Reply::Continue
+                    }
+                    Some(_) => Reply::Now(Err(libc::EPERM)),
+                    // Not a process's descriptor: the kernel's EBADF or EINVAL.
+                    None => Reply::Continue,
+                },
+                Err(e) => Reply::Now(Err(e)),
+            },
+            NR_PIDFD_OPEN => match self.runs_pidfd(int(0), libc::ESRCH) {
+                Ok(fd) if int(0) == caller || gate.installer().available() => {
+                    let cloexec = true; // pidfd_open(2): always close-on-exec
+                    match gate.installer().install(n.id, fd.as_raw_fd(), cloexec) {
+                        Ok(_) => Reply::Later,
+                        Err(e) => Reply::Now(Err(e)),
+                    }
+                }
+                Ok(_) => Reply::Now(Err(libc::ENOSYS)),
+                Err(e) => Reply::Now(Err(e)),
+            },
+            NR_FCNTL | NR_IOCTL => {
+                let owner = match (n.nr, a[1] as u32) {
+                    (NR_FCNTL, F_SETOWN) => Some(int(2)),
+                    (NR_FCNTL, F_SETOWN_EX) => notify::read_mem(n.pid, a[2], 8).ok().map(|b| {
+                        // struct f_owner_ex { int type; pid_t pid; }: F_OWNER_PGRP is 2.
+                        let kind = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+                        let pid = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
+                        if kind == 2 {
+                            -pid
+                        } else {
+                            pid
+                        }
+                    }),
+                    // FIOSETOWN, SIOCSPGRP: a pointer to the owner (F_SETOWN's convention).
+                    _ => notify::read_mem(n.pid, a[2], 4)
+                        .ok()
+                        .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])),
+                };
+                match owner {
+                    Some(o) if o == caller || self.owner_is_runs(o) => Reply::Continue,
+                    Some(_) => Reply::Now(Err(libc::EPERM)),
+                    None => Reply::Now(Err(libc::EFAULT)),
+                }
+            }
+            _ => Reply::Continue,
+        };
+        // What /proc said was about the caller only while its call waits.
+        match reply {
+            Reply::Continue if !gate.still_valid(n) => Reply::Later,
+            r => r,
+        }
+    }
+}

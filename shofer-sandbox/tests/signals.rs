@@ -1,0 +1,117 @@
+//! Issue 34: no signal leaves the run, on every backend — at Landlock ABI 4 too (Ubuntu
+//! 24.04's kernel), where Landlock scopes no signal and, on the Landlock backend, no PID
+//! namespace hides the host's processes. A victim outside (the test's own `sleep`, of the
+//! same uid) must survive `pkill -f`, `kill -9`, `pidfd_send_signal` on a pidfd or a
+//! `/proc/<pid>` directory, and `F_SETOWN` aiming `SIGIO` at it; `kill -9 -1` runs only as uid
+//! 65534 against victims of that uid (on a build without the protection it kills everything
+//! the caller may signal). The run's own processes stay the command's to signal.
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use common::*;
+
+/// A `sleep` of `uid`'s (or ours), outside any sandbox, marked by `tag`.
+fn victim(uid: Option<u32>, tag: u32) -> std::process::Child {
+    let mut cmd = Command::new("sleep");
+    cmd.arg(format!("{}", 3000 + tag)).stdin(Stdio::null());
+    if let Some(u) = uid {
+        // Safety: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setgid(u) != 0 || libc::setuid(u) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    cmd.spawn().unwrap()
+}
+
+const ATTACKS: &str = r#"
+v=$VICTIM
+pkill -9 -f "sleep $VICTIM_SECS" 2>/dev/null
+kill -9 $v 2>/dev/null
+python3 - "$v" <<'PY'
+import fcntl, os, signal, socket, sys
+v = int(sys.argv[1])
+for attempt in (lambda: signal.pidfd_send_signal(os.pidfd_open(v), 9),
+                lambda: signal.pidfd_send_signal(os.open(f"/proc/{v}", os.O_RDONLY | os.O_DIRECTORY), 9),
+                lambda: os.kill(v, 9)):
+    try:
+        attempt()
+    except OSError:
+        pass
+a, b = socket.socketpair()
+try:
+    fcntl.fcntl(a, fcntl.F_SETOWN, v)
+    fcntl.fcntl(a, fcntl.F_SETSIG, 9)
+    fcntl.fcntl(a, fcntl.F_SETFL, os.O_ASYNC | os.O_NONBLOCK)
+    b.send(b"x")
+    print("SETOWN outside allowed")
+except OSError:
+    pass
+# The run's own: a child it starts is its to signal, through every call.
+c = os.fork()
+if c == 0:
+    import time
+    time.sleep(30)
+    os._exit(0)
+signal.pidfd_send_signal(os.pidfd_open(c), 15)
+_, status = os.waitpid(c, 0)
+print("OWN", "ok" if os.WIFSIGNALED(status) else "survived")
+PY
+sleep 30 & kill $! && wait $! ; echo "OWN-KILL $?"
+"#;
+
+#[test]
+fn no_signal_reaches_a_process_outside_the_run() {
+    let mut failures = Vec::new();
+    let s = Scratch::new();
+    let mut tag = 0;
+    for b in backends() {
+        for abi in [4u32, 5] {
+            for uid in [None, Some(UNPRIV)]
+                .into_iter()
+                .filter(|u| u.is_none() || is_root())
+            {
+                tag += 1;
+                let cell = format!("{b} / --max-abi {abi} / uid {uid:?}");
+                let mut v = victim(uid, tag);
+                let mut run = Run::new(&s.path())
+                    .args(["--backend", b, "--max-abi", &abi.to_string()])
+                    .env("VICTIM", v.id().to_string())
+                    .env("VICTIM_SECS", (3000 + tag).to_string());
+                // kill -1 only where the victims are of the uid that runs it.
+                let script = match uid {
+                    Some(_) => format!("{ATTACKS}\nkill -9 -1; echo KILLED-ALL $?"),
+                    None => ATTACKS.to_string(),
+                };
+                if let Some(u) = uid {
+                    s.chown_all(u);
+                    run = run.with_uid(u);
+                }
+                let out = run.sh(&script).output();
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let alive = v.try_wait().unwrap().is_none();
+                if !alive {
+                    failures.push(format!("{cell}: the victim outside died\n{}", show(&out)));
+                }
+                if stdout.contains("SETOWN outside allowed") {
+                    failures.push(format!("{cell}: F_SETOWN to a process outside was allowed"));
+                }
+                if !stdout.contains("OWN ok") || !stdout.contains("OWN-KILL 143") {
+                    failures.push(format!(
+                        "{cell}: the run's own processes could not be signalled\n{}",
+                        show(&out)
+                    ));
+                }
+                let _ = v.kill();
+                let _ = v.wait();
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
