@@ -66,8 +66,31 @@ fn own_cgroups() -> Vec<(String, String)> {
         .collect()
 }
 
-/// A new cgroup `name` under the directory `parent`.
+/// A new cgroup `name` under the directory `parent`, after removing the empty ones runs left
+/// there whose supervisor is gone (a SIGKILLed sandbox removes nothing).
 fn make(parent: &Path, name: &str) -> io::Result<PathBuf> {
+    if let Ok(entries) = fs::read_dir(parent) {
+        for e in entries.flatten() {
+            let n = e.file_name();
+            let pid = n
+                .to_str()
+                .and_then(|n| n.strip_prefix("shofer-"))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok());
+            // A minute old at least: a supervisor in another PID namespace names its cgroup
+            // by a PID this one may not see, and has one empty until its command enters.
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|d| d.as_secs() > 60));
+            if let (Some(pid), true) = (pid, old) {
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    // Fails on one that still holds a process: left alone.
+                    let _ = fs::remove_dir(e.path());
+                }
+            }
+        }
+    }
     let dir = parent.join(name);
     fs::create_dir(&dir)?;
     Ok(dir)

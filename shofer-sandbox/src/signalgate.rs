@@ -30,8 +30,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use shofer_sys::proc::{self, ProcDir, ProcTable};
 
 use crate::gate::filter::{
-    Traps, F_SETOWN, F_SETOWN_EX, NR_FCNTL, NR_IOCTL, NR_KILL, NR_PIDFD_OPEN, NR_PIDFD_SEND_SIGNAL,
-    NR_RT_SIGQUEUEINFO, NR_RT_TGSIGQUEUEINFO, NR_TGKILL, NR_TKILL,
+    Traps, FIOASYNC, F_SETFL, F_SETOWN, F_SETOWN_EX, NR_FCNTL, NR_IOCTL, NR_KILL, NR_PIDFD_OPEN,
+    NR_PIDFD_SEND_SIGNAL, NR_RT_SIGQUEUEINFO, NR_RT_TGSIGQUEUEINFO, NR_TGKILL, NR_TKILL, TIOCSPGRP,
 };
 use crate::gate::handler::{Gatekeeper, Handler, Reply};
 use crate::gate::notify::{self, Notif};
@@ -116,7 +116,10 @@ impl SignalGate {
                 None => return Reply::Now(Err(libc::ESRCH)),
             },
             -1 => None,
-            p => Some(-p),
+            p => match p.checked_neg() {
+                Some(g) => Some(g),
+                None => return Reply::Now(Err(libc::ESRCH)),
+            },
         };
         let targets: Vec<&proc::ProcInfo> = runs
             .into_iter()
@@ -142,6 +145,90 @@ impl SignalGate {
         Reply::Now(if sent > 0 { Ok(0) } else { Err(libc::ESRCH) })
     }
 
+    /// The caller's `siginfo_t` at `addr`, read once (`None` for NULL).
+    fn siginfo(&self, n: &Notif, addr: u64) -> Result<Option<Vec<u8>>, i32> {
+        if addr == 0 {
+            return Ok(None);
+        }
+        notify::read_mem(n.pid, addr, SIGINFO_SIZE).map(Some)
+    }
+
+    /// `fcntl(F_SETOWN_EX/F_SETFL)` or `ioctl(FIOSETOWN/SIOCSPGRP/FIOASYNC/TIOCSPGRP)` of
+    /// notification `n`, performed on `fd` (the caller's descriptor, ours): an owner or a
+    /// foreground process group of the run's only; `O_ASYNC` on no terminal (a terminal
+    /// names its foreground process group as the owner itself).
+    fn on_copy(&self, n: &Notif, caller: i32, fd: &OwnedFd) -> Result<i64, i32> {
+        let a = n.args;
+        let raw = fd.as_raw_fd();
+        let int_at = |addr: u64| -> Result<i32, i32> {
+            let b = notify::read_mem(n.pid, addr, 4)?;
+            Ok(i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let ours = |o: i32| o == caller || self.owner_is_runs(o);
+        let tty = rustix::termios::isatty(fd);
+        // Raw libc below: rustix wraps none of these commands.
+        let r = match (n.nr, a[1] as u32) {
+            (NR_FCNTL, F_SETOWN_EX) => {
+                let b = notify::read_mem(n.pid, a[2], 8)?;
+                let (kind, pid) = (
+                    i32::from_ne_bytes([b[0], b[1], b[2], b[3]]),
+                    i32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
+                );
+                // F_OWNER_PGRP is 2: a process group.
+                let owner = if kind == 2 {
+                    pid.checked_neg().ok_or(libc::EINVAL)?
+                } else {
+                    pid
+                };
+                if !ours(owner) {
+                    return Err(libc::EPERM);
+                }
+                // struct f_owner_ex { int type; pid_t pid; } (libc names neither).
+                let ox: [i32; 2] = [kind, pid];
+                // Safety: our descriptor; the kernel reads the two ints of `ox`.
+                unsafe { libc::fcntl(raw, F_SETOWN_EX as libc::c_int, ox.as_ptr()) }
+            }
+            (NR_FCNTL, F_SETFL) if tty => return Err(libc::EPERM),
+            (NR_FCNTL, F_SETFL) => {
+                // Safety: our descriptor; an int argument.
+                unsafe { libc::fcntl(raw, libc::F_SETFL, a[2] as libc::c_int) }
+            }
+            (NR_IOCTL, FIOASYNC) => {
+                let on = int_at(a[2])?;
+                if on != 0 && tty {
+                    return Err(libc::EPERM);
+                }
+                // Safety: our descriptor; the kernel reads the int `on`.
+                unsafe { libc::ioctl(raw, libc::FIOASYNC, &on) }
+            }
+            (NR_IOCTL, TIOCSPGRP) => {
+                let pgrp = int_at(a[2])?;
+                if pgrp <= 0 || !ours(pgrp.checked_neg().ok_or(libc::EINVAL)?) {
+                    return Err(libc::EPERM);
+                }
+                // Safety: our descriptor; the kernel reads the int `pgrp`.
+                unsafe { libc::ioctl(raw, libc::TIOCSPGRP, &pgrp) }
+            }
+            // FIOSETOWN, SIOCSPGRP: F_SETOWN's convention, through a pointer.
+            (NR_IOCTL, req) => {
+                let owner = int_at(a[2])?;
+                if !ours(owner) {
+                    return Err(libc::EPERM);
+                }
+                // Safety: our descriptor; the kernel reads the int `owner`.
+                unsafe { libc::ioctl(raw, libc::c_ulong::from(req), &owner) }
+            }
+            _ => return Err(libc::EINVAL),
+        };
+        if r < 0 {
+            Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL))
+        } else {
+            Ok(i64::from(r))
+        }
+    }
+
     /// Whether `owner` (a PID, or a process group as a negative number) names the run's
     /// processes only (`F_SETOWN`'s convention; 0 clears the owner).
     fn owner_is_runs(&self, owner: i32) -> bool {
@@ -149,9 +236,12 @@ impl SignalGate {
             0 => true,
             p if p > 0 => self.is_runs(p),
             g => {
+                let Some(g) = g.checked_neg() else {
+                    return false;
+                };
                 let table = ProcTable::scan();
                 let members: Vec<&proc::ProcInfo> =
-                    table.procs().iter().filter(|p| p.pgid == -g).collect();
+                    table.procs().iter().filter(|p| p.pgid == g).collect();
                 !members.is_empty() && members.iter().all(|p| self.is_runs(p.pid))
             }
         }
@@ -164,6 +254,11 @@ const SIGINFO_SIZE: usize = 128;
 /// `pidfd_send_signal(fd, sig, info, 0)`. Raw: rustix's takes no `siginfo`, and signal 0
 /// (the liveness check) is no `Signal` of its.
 fn send(fd: &OwnedFd, sig: i32, info: Option<&[u8]>) -> Result<(), i32> {
+    send_flags(fd, sig, info, 0)
+}
+
+/// `pidfd_send_signal(fd, sig, info, flags)` (see [`send`]).
+fn send_flags(fd: &OwnedFd, sig: i32, info: Option<&[u8]>, flags: u32) -> Result<(), i32> {
     let info = info.map_or(std::ptr::null(), <[u8]>::as_ptr);
     // Safety: a pidfd we own, and either NULL or a buffer of SIGINFO_SIZE bytes the kernel
     // only reads.
@@ -173,7 +268,7 @@ fn send(fd: &OwnedFd, sig: i32, info: Option<&[u8]>) -> Result<(), i32> {
             fd.as_fd().as_raw_fd(),
             sig,
             info,
-            0,
+            flags,
         )
     };
     if r == 0 {
@@ -235,14 +330,21 @@ impl Handler for SignalGate {
             NR_RT_SIGQUEUEINFO => self.to_process(n, int(0), int(1), a[2]),
             NR_RT_TGSIGQUEUEINFO if int(0) == caller => Reply::Continue,
             NR_RT_TGSIGQUEUEINFO => self.to_process(n, int(0), int(2), a[3]),
+            // Performed on the supervisor's copy of the caller's descriptor — the object
+            // checked — never continued: the caller's table could name another by then.
             NR_PIDFD_SEND_SIGNAL => match gate.caller_fd(n.pid, a[0]) {
                 Ok(fd) => match pid_of_fd(&fd) {
-                    Some(pid) if pid == caller || self.runs_pidfd(pid, libc::EPERM).is_ok() => {
-                        Reply::Continue
+                    Some(pid) if pid == caller || self.is_runs(pid) => {
+                        match self.siginfo(n, a[2]) {
+                            Ok(info) => Reply::Now(
+                                send_flags(&fd, int(1), info.as_deref(), a[3] as u32).map(|()| 0),
+                            ),
+                            Err(e) => Reply::Now(Err(e)),
+                        }
                     }
                     Some(_) => Reply::Now(Err(libc::EPERM)),
-                    // Not a process's descriptor: the kernel's EBADF or EINVAL.
-                    None => Reply::Continue,
+                    // Not a process's descriptor.
+                    None => Reply::Now(Err(libc::EBADF)),
                 },
                 Err(e) => Reply::Now(Err(e)),
             },
@@ -257,30 +359,22 @@ impl Handler for SignalGate {
                 Ok(_) => Reply::Now(Err(libc::ENOSYS)),
                 Err(e) => Reply::Now(Err(e)),
             },
-            NR_FCNTL | NR_IOCTL => {
-                let owner = match (n.nr, a[1] as u32) {
-                    (NR_FCNTL, F_SETOWN) => Some(int(2)),
-                    (NR_FCNTL, F_SETOWN_EX) => notify::read_mem(n.pid, a[2], 8).ok().map(|b| {
-                        // struct f_owner_ex { int type; pid_t pid; }: F_OWNER_PGRP is 2.
-                        let kind = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-                        let pid = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
-                        if kind == 2 {
-                            -pid
-                        } else {
-                            pid
-                        }
-                    }),
-                    // FIOSETOWN, SIOCSPGRP: a pointer to the owner (F_SETOWN's convention).
-                    _ => notify::read_mem(n.pid, a[2], 4)
-                        .ok()
-                        .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])),
-                };
-                match owner {
-                    Some(o) if o == caller || self.owner_is_runs(o) => Reply::Continue,
-                    Some(_) => Reply::Now(Err(libc::EPERM)),
-                    None => Reply::Now(Err(libc::EFAULT)),
+            // F_SETOWN's owner is in a register: what was checked is what the kernel uses.
+            NR_FCNTL if a[1] as u32 == F_SETOWN => {
+                let o = int(2);
+                if o == caller || self.owner_is_runs(o) {
+                    Reply::Continue
+                } else {
+                    Reply::Now(Err(libc::EPERM))
                 }
             }
+            // The rest name memory or a descriptor the kernel would read again: performed on
+            // the supervisor's copy of the caller's descriptor (the same open file), with
+            // what was read once.
+            NR_FCNTL | NR_IOCTL => match gate.caller_fd(n.pid, a[0]) {
+                Ok(fd) => Reply::Now(self.on_copy(n, caller, &fd)),
+                Err(e) => Reply::Now(Err(e)),
+            },
             _ => Reply::Continue,
         };
         // What /proc said was about the caller only while its call waits.

@@ -32,8 +32,9 @@
 //! With [`Traps::signals`] (Landlock alone below ABI 6, which does not scope signals:
 //! `crate::signalgate`) also every call that names a process to signal: `kill`, `tkill`,
 //! `tgkill`, `rt_sigqueueinfo`, `rt_tgsigqueueinfo`, `pidfd_send_signal`, `pidfd_open`, and
-//! the calls that name where `SIGIO` goes: `fcntl` with `F_SETOWN` or `F_SETOWN_EX`, `ioctl`
-//! with `FIOSETOWN` or `SIOCSPGRP` (every other `fcntl` and `ioctl` never traps).
+//! the calls that name where `SIGIO` goes: `fcntl` with `F_SETOWN` or `F_SETOWN_EX`, or
+//! `F_SETFL` with `O_ASYNC`, `ioctl` with `FIOSETOWN`, `SIOCSPGRP`, `FIOASYNC` or `TIOCSPGRP`
+//! (every other `fcntl` and `ioctl` never traps).
 //!
 //! Written by hand like [`crate::seccomp`], with symbolic jump labels resolved by
 //! [`crate::seccomp::assemble`].
@@ -89,6 +90,12 @@ pub(crate) const F_SETOWN: u32 = 8;
 pub(crate) const F_SETOWN_EX: u32 = 15;
 pub(crate) const FIOSETOWN: u32 = 0x8901;
 pub(crate) const SIOCSPGRP: u32 = 0x8902;
+/// `fcntl(F_SETFL)` with `O_ASYNC`, and `ioctl(FIOASYNC)`: a terminal then names its own
+/// `SIGIO` owner (its foreground process group). `ioctl(TIOCSPGRP)`: a terminal's foreground
+/// process group, which its signals go to.
+pub(crate) const F_SETFL: u32 = 4;
+pub(crate) const FIOASYNC: u32 = 0x5452;
+pub(crate) const TIOCSPGRP: u32 = 0x5410;
 
 /// The gate program's labels ([`crate::seccomp::Insn`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -257,11 +264,16 @@ fn body(traps: Traps) -> Vec<libc::sock_filter> {
             Label(L::FcntlArgs),
             Load(OFF_ARG1_LO),
             Jeq(F_SETOWN, Some(L::Notify), None),
-            Jeq(F_SETOWN_EX, Some(L::Notify), Some(L::Allow)),
+            Jeq(F_SETOWN_EX, Some(L::Notify), None),
+            Jeq(F_SETFL, None, Some(L::Allow)),
+            Load(OFF_ARG2_LO),
+            Jset(libc::O_ASYNC as u32, Some(L::Notify), Some(L::Allow)),
             Label(L::IoctlArgs),
             Load(OFF_ARG1_LO),
             Jeq(FIOSETOWN, Some(L::Notify), None),
-            Jeq(SIOCSPGRP, Some(L::Notify), Some(L::Allow)),
+            Jeq(SIOCSPGRP, Some(L::Notify), None),
+            Jeq(FIOASYNC, Some(L::Notify), None),
+            Jeq(TIOCSPGRP, Some(L::Notify), Some(L::Allow)),
         ]);
     }
     if traps.chmods {
@@ -480,6 +492,18 @@ mod tests {
             (NR_FCNTL, [3, u64::from(F_SETOWN_EX), 1, 0, 0, 0], notify),
             (NR_FCNTL, [3, libc::F_GETFL as u64, 0, 0, 0, 0], allow),
             (NR_FCNTL, [3, libc::F_SETFD as u64, 1, 0, 0, 0], allow),
+            (
+                NR_FCNTL,
+                [3, u64::from(F_SETFL), libc::O_NONBLOCK as u64, 0, 0, 0],
+                allow,
+            ),
+            (
+                NR_FCNTL,
+                [3, u64::from(F_SETFL), libc::O_ASYNC as u64, 0, 0, 0],
+                notify,
+            ),
+            (NR_IOCTL, [3, u64::from(FIOASYNC), 0, 0, 0, 0], notify),
+            (NR_IOCTL, [3, u64::from(TIOCSPGRP), 0, 0, 0, 0], notify),
             (NR_IOCTL, [3, u64::from(FIOSETOWN), 0, 0, 0, 0], notify),
             (NR_IOCTL, [3, u64::from(SIOCSPGRP), 0, 0, 0, 0], notify),
             (NR_IOCTL, [3, libc::TIOCGWINSZ, 0, 0, 0, 0], allow),
