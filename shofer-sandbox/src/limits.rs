@@ -152,27 +152,18 @@ impl Enforced {
                 how,
             });
         }
-        if let Some(m) = limits.memory {
-            let how = match &why {
-                None => Ok(out.how("memory")),
-                Some(w) => Err(format!("no cgroup ({w})")),
-            };
-            out.rows.push(Row {
-                key: "memory",
-                value: show_size(m),
-                how,
-            });
-        }
-        if let Some(c) = limits.cpu_percent {
-            let how = match &why {
-                None => Ok(out.how("cpu")),
-                Some(w) => Err(format!("no cgroup ({w})")),
-            };
-            out.rows.push(Row {
-                key: "cpu",
-                value: format!("{c}%"),
-                how,
-            });
+        // Memory and CPU hold through a cgroup only.
+        for (key, value) in [
+            ("memory", limits.memory.map(show_size)),
+            ("cpu", limits.cpu_percent.map(|c| format!("{c}%"))),
+        ] {
+            if let Some(value) = value {
+                let how = match &why {
+                    None => Ok(out.how(key)),
+                    Some(w) => Err(format!("no cgroup ({w})")),
+                };
+                out.rows.push(Row { key, value, how });
+            }
         }
         out
     }

@@ -20,10 +20,15 @@
 //!   caller cannot be reused while it waits, and a pidfd names one process for good;
 //! - `pidfd_open` of one of the run's processes gets the supervisor's pidfd installed
 //!   (`SECCOMP_IOCTL_NOTIF_ADDFD`), any other `ESRCH`;
-//! - `fcntl(F_SETOWN/F_SETOWN_EX)`, `ioctl(FIOSETOWN/SIOCSPGRP)`: continued when they name
-//!   the run's process or a process group of the run's processes only, else `EPERM`. The
-//!   kernel keeps that owner by number: a process of the run that exits before the I/O
-//!   leaves its number to be reused (a window of the PID space wrapping around).
+//! - `fcntl(F_SETOWN)` (its owner in a register) continues when it names one of the run's
+//!   processes or a group of the run's processes only (the kernel keeps the owner as a
+//!   `struct pid`, so a number reused later does not inherit it), else `EPERM`;
+//!   `F_SETOWN_EX`, `FIOSETOWN`, `SIOCSPGRP` (an owner in memory), `F_SETFL` with `O_ASYNC`
+//!   and `FIOASYNC` are performed on the supervisor's copy of the caller's descriptor (the
+//!   same open file) with what was read once — `O_ASYNC` never on a terminal, which names
+//!   its foreground group as the owner itself; `TIOCSPGRP` is refused (moving the caller's
+//!   job, and the supervisor, to the background stops them); `TIOCSWINSZ` (`SIGWINCH` to the
+//!   foreground group) only on a terminal whose foreground group is the run's.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
@@ -32,6 +37,7 @@ use shofer_sys::proc::{self, ProcDir, ProcTable};
 use crate::gate::filter::{
     Traps, FIOASYNC, F_SETFL, F_SETOWN, F_SETOWN_EX, NR_FCNTL, NR_IOCTL, NR_KILL, NR_PIDFD_OPEN,
     NR_PIDFD_SEND_SIGNAL, NR_RT_SIGQUEUEINFO, NR_RT_TGSIGQUEUEINFO, NR_TGKILL, NR_TKILL, TIOCSPGRP,
+    TIOCSWINSZ,
 };
 use crate::gate::handler::{Gatekeeper, Handler, Reply};
 use crate::gate::notify::{self, Notif};
@@ -153,10 +159,10 @@ impl SignalGate {
         notify::read_mem(n.pid, addr, SIGINFO_SIZE).map(Some)
     }
 
-    /// `fcntl(F_SETOWN_EX/F_SETFL)` or `ioctl(FIOSETOWN/SIOCSPGRP/FIOASYNC/TIOCSPGRP)` of
-    /// notification `n`, performed on `fd` (the caller's descriptor, ours): an owner or a
-    /// foreground process group of the run's only; `O_ASYNC` on no terminal (a terminal
-    /// names its foreground process group as the owner itself).
+    /// `fcntl(F_SETOWN_EX/F_SETFL)` or `ioctl(FIOSETOWN/SIOCSPGRP/FIOASYNC/TIOCSWINSZ)` of
+    /// notification `n`, performed on `fd` (the caller's descriptor, ours), or refused
+    /// (`TIOCSPGRP`; an owner, or a terminal's foreground group, that is not the run's;
+    /// `O_ASYNC` on a terminal, which names its foreground group as the owner itself).
     fn on_copy(&self, n: &Notif, caller: i32, fd: &OwnedFd) -> Result<i64, i32> {
         let a = n.args;
         let raw = fd.as_raw_fd();
@@ -201,13 +207,19 @@ impl SignalGate {
                 // Safety: our descriptor; the kernel reads the int `on`.
                 unsafe { libc::ioctl(raw, libc::FIOASYNC, &on) }
             }
-            (NR_IOCTL, TIOCSPGRP) => {
-                let pgrp = int_at(a[2])?;
-                if pgrp <= 0 || !ours(pgrp.checked_neg().ok_or(libc::EINVAL)?) {
+            // Which group a terminal's signals go to: moving the caller's job (and the
+            // supervisor) to the background stops it at its next terminal call, and done by
+            // the supervisor on its own terminal it stops the supervisor (SIGTTOU).
+            (NR_IOCTL, TIOCSPGRP) => return Err(libc::EPERM),
+            // SIGWINCH to the terminal's foreground group: the run's only.
+            (NR_IOCTL, TIOCSWINSZ) => {
+                let size = notify::read_mem(n.pid, a[2], 8)?;
+                let fg = rustix::termios::tcgetpgrp(fd).map_err(|e| e.raw_os_error())?;
+                if !self.owner_is_runs(-fg.as_raw_nonzero().get()) {
                     return Err(libc::EPERM);
                 }
-                // Safety: our descriptor; the kernel reads the int `pgrp`.
-                unsafe { libc::ioctl(raw, libc::TIOCSPGRP, &pgrp) }
+                // Safety: our descriptor; the kernel reads the 8 bytes of `size`.
+                unsafe { libc::ioctl(raw, libc::TIOCSWINSZ, size.as_ptr()) }
             }
             // FIOSETOWN, SIOCSPGRP: F_SETOWN's convention, through a pointer.
             (NR_IOCTL, req) => {

@@ -90,6 +90,15 @@ fn sandbox(
     (cmd, copy)
 }
 
+/// A scratch directory for a run as `uid` (owned by it).
+fn scratch_for(uid: Option<u32>) -> Scratch {
+    let s = Scratch::new();
+    if let Some(u) = uid {
+        s.chown_all(u);
+    }
+    s
+}
+
 fn report_limit(s: &Scratch, key: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(s.path().join("report.json")).unwrap_or_default();
     let first: serde_json::Value =
@@ -118,10 +127,7 @@ fn a_fork_bomb_stops_at_the_process_limit_while_the_host_keeps_forking() {
     for b in backends() {
         for uid in [None, Some(UNPRIV)] {
             let cell = format!("{b} / uid {uid:?}");
-            let s = Scratch::new();
-            if let Some(u) = uid {
-                s.chown_all(u);
-            }
+            let s = scratch_for(uid);
             let (mut cmd, _copy) = sandbox(
                 &s,
                 uid,
@@ -194,10 +200,7 @@ fn an_allocation_past_the_memory_limit_is_killed_and_named() {
     for b in backends() {
         for uid in [None, Some(UNPRIV)] {
             let cell = format!("{b} / uid {uid:?}");
-            let s = Scratch::new();
-            if let Some(u) = uid {
-                s.chown_all(u);
-            }
+            let s = scratch_for(uid);
             let (mut cmd, _copy) = sandbox(&s, uid, b, &["--limit-memory", "64M"], hog, None, 1024);
             let out = cmd.stdin(Stdio::null()).output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);

@@ -101,6 +101,13 @@ try:
     print("ASYNC on a terminal allowed")
 except OSError:
     pass
+# A terminal's foreground group (where its job-control signals go) is not the command's to move.
+import struct, termios
+try:
+    fcntl.ioctl(slave, termios.TIOCSPGRP, struct.pack("i", os.getpgrp()))
+    print("TIOCSPGRP allowed")
+except OSError:
+    pass
 # Numbers at the edges answer, and the gate goes on answering.
 for call in (lambda: os.kill(-2**31, 0), lambda: fcntl.fcntl(a, fcntl.F_SETOWN, -2**31)):
     try:
