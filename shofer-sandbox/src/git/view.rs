@@ -530,16 +530,27 @@ impl View {
                     Some(_) => None,
                 },
                 "index" => self.index_checks(&bytes, check_index).err(),
-                // The reflog only grows: what the host's held (recovery of commits nothing
-                // else names) stays.
-                _ => (!bytes.starts_with(&fs::read(self.gitdir.join(name)).unwrap_or_default()))
-                    .then(|| "it does not keep the repository's entries".to_string()),
+                _ => None,
             };
             if let Some(why) = refused {
                 out.kept_private
                     .push(format!("{} (dropped: {why})", rel.display()));
                 continue;
             }
+            // The reflog only grows: the host's entries (the way back to commits nothing
+            // else names) stay, the run's new ones are added after them (a `gc` in the view
+            // expires entries there, not here).
+            let bytes = match name {
+                "logs/HEAD" => {
+                    let host = fs::read(self.gitdir.join(name)).unwrap_or_default();
+                    let merged = grown_reflog(&host, &bytes);
+                    if merged == host {
+                        continue;
+                    }
+                    merged
+                }
+                _ => bytes,
+            };
             if let Err(e) = replace_file(&self.gitdir.join(name), &bytes) {
                 out.failed
                     .push(format!("{}: {e}", self.gitdir.join(name).display()));
@@ -733,6 +744,23 @@ impl View {
     fn remove(&self) {
         remove_tree(&self.entry, &self.dir);
     }
+}
+
+/// The reflog `host` with the lines of `view` it lacks added after it, in `view`'s order.
+fn grown_reflog(host: &[u8], view: &[u8]) -> Vec<u8> {
+    let known: std::collections::HashSet<&[u8]> = host.split(|&b| b == b'\n').collect();
+    let mut out = host.to_vec();
+    if !out.is_empty() && !out.ends_with(b"\n") {
+        out.push(b'\n');
+    }
+    for line in view
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty() && !known.contains(l))
+    {
+        out.extend_from_slice(line);
+        out.push(b'\n');
+    }
+    out
 }
 
 /// The most new refs one run carries back; the rest stay private.
@@ -976,5 +1004,22 @@ pub fn announce(c: &Carried) {
     }
     for f in &c.failed {
         eprintln!("shofer-sandbox: error: git: {f}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reflog_only_grows() {
+        let host = b"a b one\nb c two\n";
+        assert_eq!(grown_reflog(host, b""), host.to_vec());
+        assert_eq!(grown_reflog(host, b"b c two\n"), host.to_vec());
+        assert_eq!(
+            grown_reflog(host, b"b c two\nc d three\n"),
+            b"a b one\nb c two\nc d three\n".to_vec()
+        );
+        assert_eq!(grown_reflog(b"x", b"y\n"), b"x\ny\n".to_vec());
     }
 }
