@@ -135,7 +135,12 @@ impl Enforced {
                     "no cgroup ({w}); before Linux 5.14 RLIMIT_NPROC counts the user's processes on the whole host"
                 )),
                 Some(_) if userns && !root => {
-                    out.nproc = Some(p);
+                    // Not above the hard limit the caller already has (raising it needs
+                    // CAP_SYS_RESOURCE): that one is the stricter.
+                    let hard = rustix::process::getrlimit(rustix::process::Resource::Nproc)
+                        .maximum
+                        .unwrap_or(u64::MAX);
+                    out.nproc = Some(p.min(hard));
                     Ok(
                         "RLIMIT_NPROC in the run's user namespace (counted there since Linux 5.14)"
                             .into(),
