@@ -33,7 +33,7 @@ const DENIED: [&str; 7] = [
 ];
 
 /// What the sandbox prints when a limit of the run stopped something, and the note for it.
-const LIMIT_HINTS: [(&str, &str); 2] = [
+const LIMIT_HINTS: [(&str, &str); 3] = [
     (
         "shofer-sandbox: the memory limit stopped the command",
         "Note: the sandbox's memory limit killed a process of this command (exit 137): not a crash to debug. Use less memory at once (fewer parallel jobs: make -j2, cargo build -j2, pytest without -n), or a human raises the limit with --limit-memory.",
@@ -41,6 +41,10 @@ const LIMIT_HINTS: [(&str, &str); 2] = [
     (
         "shofer-sandbox: the process limit refused",
         "Note: the sandbox's process limit refused new processes of this command (fork: Resource temporarily unavailable): not a bug to work around. Start fewer processes or threads at once, or a human raises the limit with --limit-procs.",
+    ),
+    (
+        "shofer-sandbox: net refused: ",
+        "Note: the sandbox's network proxy refused a destination outside its allow-list (the shofer-sandbox line names it and the --allow-domain flag that would allow it): not a network failure to retry or work around; no other route leads out. Use an allowed host, or a human adds the domain with --allow-domain. Clients that ignore http_proxy/https_proxy (Node.js before 22.21 without NODE_USE_ENV_PROXY) cannot connect at all.",
     ),
 ];
 
@@ -140,6 +144,10 @@ mod tests {
                 && hint.contains("--limit-memory")
                 && !hint.contains("8G")
         );
+        let out = "curl: (56) CONNECT tunnel failed, response 403\nshofer-sandbox: net refused: evil.test:443: not in the allow-list (--allow-domain evil.test:443 would allow it)\n";
+        assert!(denial_hint(out, &[], &[])
+            .unwrap()
+            .contains("--allow-domain"));
         let out = "shofer-sandbox: the process limit refused 12 forks at --limit-procs 64\n";
         assert!(denial_hint(out, &["/tmp"], &[])
             .unwrap()

@@ -10,6 +10,7 @@
 //! - [`text`]: the result texts the agent reads (templates, sizes, exit status, fixed messages).
 //! - [`artifact`]: execution ids and the validated artifact id `cmd-<digits>.txt`.
 //! - [`denial`]: the hint line that tells a sandbox denial from a bug.
+//! - [`egress`]: the allow-list of `--net proxy` and which addresses are not the public internet.
 //! - [`strip`]: the streaming filter that removes terminal control bytes from output.
 //! - [`gitenv`]: git configuration handed to a command through `GIT_CONFIG_COUNT`.
 //! - [`secretenv`]: the secret environment variables a command does not inherit.
@@ -25,6 +26,7 @@
 
 pub mod artifact;
 pub mod denial;
+pub mod egress;
 pub mod gitenv;
 pub mod limits;
 pub mod policy;

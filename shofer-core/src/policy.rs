@@ -105,7 +105,8 @@ pub fn default_writable_dirs(tmpdir: Option<&Path>) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Network policy: `--net allow` (default) or `--net deny` (TCP bind/connect denied).
+/// Network policy: `--net allow` (default), `--net deny` (no network) or `--net proxy` (only
+/// the supervisor's proxy, to the allow-list of [`crate::egress`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum NetPolicy {
     /// No network restriction.
@@ -113,6 +114,25 @@ pub enum NetPolicy {
     Allow,
     /// Deny TCP `bind()` and `connect()` (Landlock ABI 4+, or a new network namespace).
     Deny,
+    /// A new network namespace with loopback only, where a listener the supervisor serves is
+    /// the one way out: an HTTP CONNECT / SOCKS5 proxy to the allow-list's destinations.
+    Proxy,
+}
+
+impl NetPolicy {
+    /// The name `--net` takes and the report shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetPolicy::Allow => "allow",
+            NetPolicy::Deny => "deny",
+            NetPolicy::Proxy => "proxy",
+        }
+    }
+
+    /// Whether the namespace backends give the command a network namespace of its own.
+    pub fn own_namespace(self) -> bool {
+        self != NetPolicy::Allow
+    }
 }
 
 /// A sandbox backend (ARCHITECTURE §2.4).
@@ -301,7 +321,7 @@ impl Protection {
             | Protection::RenameInside
             | Protection::PathnameSockets
             | Protection::Tiocsti => Tier::Required,
-            Protection::Tcp if net == NetPolicy::Deny => Tier::Required,
+            Protection::Tcp if net != NetPolicy::Allow => Tier::Required,
             Protection::Tcp => Tier::Info,
             Protection::MetadataOutside
             | Protection::SignalsOut
@@ -488,7 +508,7 @@ fn verdict(
                 Enforced("landlock scope")
             } else if gate {
                 Enforced("seccomp gate")
-            } else if backend.has_pid_namespace() && net == NetPolicy::Deny {
+            } else if backend.has_pid_namespace() && net.own_namespace() {
                 Enforced("network namespace")
             } else if backend == Backend::Bwrap {
                 no("bubblewrap keeps the host's network namespace without --net deny, and abstract unix sockets belong to it")
@@ -514,6 +534,8 @@ fn verdict(
         // host filter refuses every other network socket (shofer-sandbox's hostfilter).
         Protection::Tcp => match net {
             NetPolicy::Allow => Verdict::NotRequested,
+            NetPolicy::Proxy if backend == Backend::Landlock => no("--net proxy needs a network namespace of the command's own (the layered, userns or bwrap backend): Landlock's network rules name ports, not addresses"),
+            NetPolicy::Proxy => Enforced("network namespace with loopback only: the supervisor's proxy is the one way out, to the allow-list"),
             NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 && !tiocsti_filter => no("Landlock refuses TCP only, and the seccomp filter that refuses UDP and other network sockets exists only for x86-64"),
             NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 && gate => {
                 Enforced("landlock (TCP connect and bind), the seccomp gate (listen on inet sockets) and seccomp (no UDP, raw, SCTP or other network socket)")

@@ -88,6 +88,19 @@ struct SandboxOpts {
     /// With --worktree: at most PCT percent of one CPU per command, or `off` (the default).
     #[arg(long = "limit-cpu", value_name = "PCT|off")]
     limit_cpu: Option<String>,
+    /// With --worktree: the network of commands: allow (the host's, the default), deny
+    /// (none) or proxy (only the supervisor's proxy, to the allow-list; see shofer-sandbox
+    /// --help).
+    #[arg(long = "net", value_name = "allow|deny|proxy")]
+    net: Option<String>,
+    /// With --worktree --net proxy: also allow NAME (*.SUFFIX, or an IP address) on PORT
+    /// (default 443 and 80) (repeatable).
+    #[arg(long = "allow-domain", value_name = "NAME[:PORT[,PORT...]]")]
+    allow_domain: Vec<String>,
+    /// With --worktree --net proxy: start from an empty allow-list instead of the public
+    /// package registries and source hosts.
+    #[arg(long = "no-default-domains")]
+    no_default_domains: bool,
 }
 
 impl SandboxOpts {
@@ -107,6 +120,12 @@ impl SandboxOpts {
             "--limit-memory"
         } else if self.limit_cpu.is_some() {
             "--limit-cpu"
+        } else if self.net.is_some() {
+            "--net"
+        } else if !self.allow_domain.is_empty() {
+            "--allow-domain"
+        } else if self.no_default_domains {
+            "--no-default-domains"
         } else {
             return None;
         };
@@ -135,11 +154,19 @@ impl SandboxOpts {
             ("--limit-procs", &self.limit_procs),
             ("--limit-memory", &self.limit_memory),
             ("--limit-cpu", &self.limit_cpu),
+            ("--net", &self.net),
         ] {
             if let Some(v) = value {
                 sb.extra_args.push(flag.into());
                 sb.extra_args.push(v.into());
             }
+        }
+        for d in &self.allow_domain {
+            sb.extra_args.push("--allow-domain".into());
+            sb.extra_args.push(d.into());
+        }
+        if self.no_default_domains {
+            sb.extra_args.push("--no-default-domains".into());
         }
         sb
     }

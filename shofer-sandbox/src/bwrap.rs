@@ -140,27 +140,45 @@ pub(crate) struct Launch {
     args: OwnedFd,
     /// bubblewrap's `--info-fd` pipe.
     info_read: OwnedFd,
-    info_write: OwnedFd,
+    info_write: Option<OwnedFd>,
+    /// `--net proxy`: bubblewrap's `--block-fd` pipe: its child waits, namespaces made,
+    /// until the supervisor has made the proxy's listener there ([`Launch::proxy_listener`]).
+    block: Option<(OwnedFd, OwnedFd)>,
+    /// The command's PID once read from the info pipe.
+    pid: Option<Option<libc::pid_t>>,
 }
 
 impl Launch {
-    /// The descriptors bubblewrap must inherit: its arguments and the info pipe's write end.
-    pub fn inherited_fds(&self) -> [RawFd; 2] {
-        [self.args.as_raw_fd(), self.info_write.as_raw_fd()]
+    /// The descriptors bubblewrap must inherit: its arguments, the info pipe's write end and
+    /// the block pipe's read end.
+    pub fn inherited_fds(&self) -> Vec<RawFd> {
+        let mut fds = vec![self.args.as_raw_fd()];
+        fds.extend(self.info_write.as_ref().map(AsRawFd::as_raw_fd));
+        fds.extend(self.block.as_ref().map(|(read, _)| read.as_raw_fd()));
+        fds
     }
 
-    /// After bubblewrap has exec'd: closes what only it needed and reads the command's PID
-    /// from the info pipe (`None` if bubblewrap exited before starting the command).
-    pub fn command_pid(self) -> Option<libc::pid_t> {
-        let Launch {
-            info_read,
-            info_write,
-            args,
-            ..
-        } = self;
-        drop(info_write);
-        drop(args);
-        child_pid(info_read)
+    /// After bubblewrap has exec'd: the command's PID (bubblewrap's child, in our PID
+    /// namespace) from the info pipe, read once; `None` if bubblewrap exited before starting
+    /// it.
+    pub fn command_pid(&mut self) -> Option<libc::pid_t> {
+        if self.pid.is_none() {
+            // Our copy of the write end goes, so a bubblewrap that fails means end of file.
+            self.info_write = None;
+            self.pid = Some(child_pid(&self.info_read));
+        }
+        self.pid.flatten()
+    }
+
+    /// `--net proxy`: the proxy's listener, made in the network namespace of bubblewrap's
+    /// child, which then goes on to run the command. `None` (and bubblewrap killed with the
+    /// run) when it cannot be made.
+    pub fn proxy_listener(&mut self) -> Option<OwnedFd> {
+        let pid = self.command_pid()?;
+        let listener = crate::egress::listener_in(pid, false)?;
+        let (_, write) = self.block.take()?;
+        rustix::io::write(&write, b"1").ok()?;
+        Some(listener)
     }
 }
 
@@ -192,6 +210,16 @@ pub(crate) fn plan(
             op: "pipe2",
             source,
         })?;
+    let block = if opened.policy.net == NetPolicy::Proxy {
+        Some(
+            shofer_sys::fd::pipe_cloexec().map_err(|source| SetupError::Syscall {
+                op: "pipe2",
+                source,
+            })?,
+        )
+    } else {
+        None
+    };
     let drop_caps = spec.caps == CapPolicy::Drop;
     // With --keep-caps, root's command keeps CAP_SYS_ADMIN and could unmount what hides them
     // (the report says so: `crate::backend::Choice::with_keep_caps`).
@@ -205,7 +233,10 @@ pub(crate) fn plan(
         opened,
         &command,
         drop_caps,
-        info_write.as_raw_fd(),
+        (
+            info_write.as_raw_fd(),
+            block.as_ref().map(|(read, _)| read.as_raw_fd()),
+        ),
         layers,
         &hide,
     )
@@ -218,7 +249,9 @@ pub(crate) fn plan(
         setuid: b.setuid,
         args,
         info_read,
-        info_write,
+        info_write: Some(info_write),
+        block,
+        pid: None,
     })
 }
 
@@ -226,8 +259,9 @@ pub(crate) fn plan(
 /// runs `command` (`bwrap --args FD -- command…`). The memfd must survive exec. With
 /// `drop_caps` (no `--keep-caps`), bubblewrap drops every capability of the command
 /// (`--cap-drop ALL`); it keeps them for root otherwise. bubblewrap writes
-/// `{"child-pid": N}` to `info_fd` (which must survive exec too) once the command runs: see
-/// [`child_pid`].
+/// `{"child-pid": N}` to the info descriptor of `(info_fd, block_fd)` (which must survive
+/// exec too) once the command runs: see [`child_pid`]; with a block descriptor, it holds the
+/// command until a byte arrives there.
 ///
 /// # Errors
 /// `memfd_create` or write failures.
@@ -236,7 +270,7 @@ fn argv(
     opened: &OpenedPolicy,
     command: &[CString],
     drop_caps: bool,
-    info_fd: std::os::fd::RawFd,
+    (info_fd, block_fd): (RawFd, Option<RawFd>),
     layers: &crate::spec::Layers,
     hide: &[Vec<u8>],
 ) -> std::io::Result<(OwnedFd, Vec<CString>)> {
@@ -271,8 +305,12 @@ fn argv(
         b"/proc/bus",
         b"/proc/bus",
     ];
-    if opened.policy.net == NetPolicy::Deny {
+    if opened.policy.net.own_namespace() {
         args.push(b"--unshare-net");
+    }
+    let block = block_fd.map(|fd| fd.to_string());
+    if let Some(fd) = &block {
+        args.extend_from_slice(&[b"--block-fd", fd.as_bytes()]);
     }
     let mut owned: Vec<(&[u8], Vec<u8>)> = Vec::new();
     if drop_caps {
@@ -391,13 +429,23 @@ fn hiding(secrets: &Resolved, version: (u32, u32, u32)) -> Vec<Vec<u8>> {
     out
 }
 
-/// Reads bubblewrap's `--info-fd` record until EOF and returns the command's PID (in our PID
-/// namespace). `None` if bubblewrap exited before starting the command.
-fn child_pid(info: OwnedFd) -> Option<libc::pid_t> {
-    use std::io::Read;
-    let mut text = String::new();
-    std::fs::File::from(info).read_to_string(&mut text).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+/// Reads bubblewrap's `--info-fd` record until it is a whole JSON object (bubblewrap keeps the
+/// pipe open in its child until the command runs, which `--block-fd` holds up) or EOF, and
+/// returns the command's PID (in our PID namespace). `None` if bubblewrap exited before
+/// starting the command.
+fn child_pid(info: &OwnedFd) -> Option<libc::pid_t> {
+    let mut text = Vec::new();
+    let mut chunk = [0u8; 512];
+    let v: serde_json::Value = loop {
+        let n = shofer_sys::fd::read(info, &mut chunk).ok()?;
+        if n == 0 || text.len() > 1 << 16 {
+            return None;
+        }
+        text.extend_from_slice(chunk.get(..n)?);
+        if let Ok(v) = serde_json::from_slice(&text) {
+            break v;
+        }
+    };
     v.get("child-pid")?.as_i64().map(|p| p as libc::pid_t)
 }
 

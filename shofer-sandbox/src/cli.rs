@@ -13,6 +13,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use shofer_core::egress::{AllowList, Rule};
 use shofer_core::limits::{self, Setting};
 use shofer_core::policy::NetPolicy;
 
@@ -53,6 +54,9 @@ pub struct RunArgs {
     pub max_abi: Option<u32>,
     /// `--net`, default `allow`.
     pub net: NetPolicy,
+    /// With `--net proxy`: the destinations the proxy opens (the default list unless
+    /// `--no-default-domains`, then every `--allow-domain`).
+    pub allow_domains: AllowList,
     /// `--allow-degraded`: accept a backend that cannot enforce every required protection.
     pub allow_degraded: bool,
     /// `--pass-fd`: descriptors above 2 to keep open across exec.
@@ -142,7 +146,19 @@ Options:
                            socket bound beneath the directory PATH (repeatable)
   --backend <NAME>         auto (default), landlock, userns, bwrap or layered
   --max-abi <N>            use at most Landlock ABI N (to test older kernels)
-  --net <allow|deny>       deny TCP bind/connect (Landlock ABI 4+); default allow
+  --net <allow|deny|proxy> allow (default): the host's network; deny: none (a network
+                           namespace of loopback only; Landlock alone: TCP refused from
+                           ABI 4, other network sockets by seccomp); proxy: only
+                           through the supervisor's HTTP/SOCKS5 proxy, to the
+                           allow-list (layered, userns or bwrap; http_proxy and the
+                           like are set for the command)
+  --allow-domain <NAME[:PORT[,PORT...]]>
+                           with --net proxy: also allow NAME (*.SUFFIX: every name
+                           below it; an IP address: that address, the only way to
+                           reach a loopback, private or link-local one) on PORT
+                           (default 443 and 80) (repeatable)
+  --no-default-domains     with --net proxy: start from an empty allow-list instead of
+                           the public package registries and source hosts
   --allow-degraded         accept a backend that cannot enforce the whole policy
   --no-unix-gate           do not mediate unix-socket connects with the seccomp gate
                            (a degradation: needs --allow-degraded)
@@ -217,6 +233,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut backend = BackendChoice::Auto;
     let mut max_abi = None;
     let mut net = NetPolicy::Allow;
+    let mut allow_domain = Vec::new();
+    let mut no_default_domains = false;
     let mut allow_degraded = false;
     let mut pass_fds = Vec::new();
     let mut keep_caps = false;
@@ -285,14 +303,20 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
                 net = match v.to_str() {
                     Some("allow") => NetPolicy::Allow,
                     Some("deny") => NetPolicy::Deny,
+                    Some("proxy") => NetPolicy::Proxy,
                     _ => {
                         return Err(usage(format!(
-                            "--net {}: expected allow or deny",
+                            "--net {}: expected allow, deny or proxy",
                             v.to_string_lossy()
                         )))
                     }
                 }
             }
+            Long("allow-domain") => {
+                let v = parser.value().map_err(err)?;
+                allow_domain.push(Rule::parse(&v.to_string_lossy()).map_err(usage)?);
+            }
+            Long("no-default-domains") => no_default_domains = true,
             Long("allow-degraded") => allow_degraded = true,
             Long("pass-fd") => {
                 let fd: i32 = parse_number(
@@ -384,6 +408,17 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     if json {
         return Err(usage("--json only goes with --probe"));
     }
+    if net != NetPolicy::Proxy && (!allow_domain.is_empty() || no_default_domains) {
+        let flag = if no_default_domains {
+            "--no-default-domains"
+        } else {
+            "--allow-domain"
+        };
+        return Err(usage(format!(
+            "{flag} needs --net proxy (--net {} has no allow-list)",
+            net.as_str()
+        )));
+    }
     let worktree = worktree.ok_or_else(|| usage("missing <WORKTREE> and <COMMAND>"))?;
     if worktree.as_os_str().is_empty() {
         return Err(usage(
@@ -418,6 +453,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         backend,
         max_abi,
         net,
+        allow_domains: AllowList::new(no_default_domains, allow_domain),
         allow_degraded,
         pass_fds,
         keep_caps,
@@ -477,6 +513,28 @@ mod tests {
     }
 
     #[test]
+    fn the_proxy_takes_an_allow_list_and_only_it_does() {
+        let r = run(&[
+            "--net",
+            "proxy",
+            "--allow-domain",
+            "a.test:8080",
+            "/wt",
+            "true",
+        ]);
+        assert_eq!(r.net, NetPolicy::Proxy);
+        assert!(r.allow_domains.permits_name("a.test", 8080));
+        assert!(r.allow_domains.permits_name("registry.npmjs.org", 443));
+        let r = run(&["--net", "proxy", "--no-default-domains", "/wt", "true"]);
+        assert!(r.allow_domains.rules.is_empty());
+        assert!(fails(&["--allow-domain", "a.test", "/wt", "true"]).contains("needs --net proxy"));
+        assert!(
+            fails(&["--net", "proxy", "--allow-domain", "a:b", "/wt", "true"])
+                .contains("--allow-domain a:b: a port is a number")
+        );
+    }
+
+    #[test]
     fn options_may_follow_the_worktree() {
         let r = run(&[
             "/wt",
@@ -508,7 +566,7 @@ mod tests {
         assert!(fails(&["--backend", "docker", "/wt", "ls"]).contains("expected auto, landlock"));
         assert!(fails(&["--max-abi", "x", "/wt", "ls"]).contains("expected a Landlock ABI"));
         assert!(fails(&["--pass-fd", "1", "/wt", "ls"]).contains("above 2"));
-        assert!(fails(&["--net", "maybe", "/wt", "ls"]).contains("allow or deny"));
+        assert!(fails(&["--net", "maybe", "/wt", "ls"]).contains("allow, deny or proxy"));
         assert!(fails(&["--bogus", "/wt", "ls"]).contains("--bogus"));
         assert!(fails(&["", "ls"]).contains("empty string"));
     }

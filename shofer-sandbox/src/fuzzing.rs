@@ -14,6 +14,9 @@
 //! | [`object_header`] | `objects::object_header` | an inflated loose object |
 //! | [`fsck_object`] | `fsck::check` | a tree, commit or tag the run added |
 //! | [`git_refs`] | `refs::parse_packed`, `refs::parse_value`, `nested::index_fit_for_host` | a private view's `packed-refs`, loose refs, index |
+//! | [`proxy_head`] | `egress::head` (HTTP with `httparse`, SOCKS5) | what the command sends the proxy |
+//! | [`tls_client_hello`] | `egress::sni::client_hello` | the first bytes of a tunnel |
+//! | [`dns_reply`] | `egress::dns::parse_reply` | a resolver's datagram for a name the command asked for |
 //!
 //! Not part of the crate's interface: hidden from its docs, and free to change.
 
@@ -96,6 +99,35 @@ pub fn git_refs(data: &[u8]) {
     }
 }
 
+/// A request head to the proxy, read as HTTP and as SOCKS5.
+pub fn proxy_head(data: &[u8]) {
+    let _ = crate::egress::head::http(data);
+    let _ = crate::egress::head::socks_greeting(data);
+    let _ = crate::egress::head::socks_request(data);
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = crate::egress::head::authority_of(s, Some(80));
+    }
+}
+
+/// The first bytes of a tunnel, read as a TLS ClientHello.
+pub fn tls_client_hello(data: &[u8]) {
+    let _ = crate::egress::sni::client_hello(data);
+}
+
+/// A resolver's reply (the question id and type from the first three bytes).
+pub fn dns_reply(data: &[u8]) {
+    let id = u16::from_be_bytes([
+        data.first().copied().unwrap_or(0),
+        data.get(1).copied().unwrap_or(0),
+    ]);
+    let qtype = if data.get(2).copied().unwrap_or(0) & 1 == 0 {
+        1
+    } else {
+        28
+    };
+    let _ = crate::egress::dns::parse_reply(data.get(3..).unwrap_or_default(), id, qtype);
+}
+
 #[cfg(test)]
 mod tests {
     //! Arbitrary bytes into every entry point (no panic), and for each parser valid input
@@ -167,6 +199,9 @@ mod tests {
             object_header(&data);
             fsck_object(&data);
             git_refs(&data);
+            proxy_head(&data);
+            tls_client_hello(&data);
+            dns_reply(&data);
         }
 
         #[test]

@@ -54,6 +54,7 @@ mod capabilities;
 mod childfail;
 pub mod cli;
 mod devpts;
+mod egress;
 mod error;
 mod exec;
 #[doc(hidden)]
@@ -246,6 +247,9 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     if !repo.private_view_likely(choice.backend, args.keep_caps, &before.policy.worktree) {
         git::set_git_settings();
     }
+    if args.net == NetPolicy::Proxy {
+        egress::set_environment();
+    }
     drop(before);
     let (opened, repo) = open()?;
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
@@ -314,6 +318,9 @@ fn attempt(
         env_withheld,
         secrets,
     } = *step4;
+    if args.net == NetPolicy::Proxy && choice.backend == Backend::Landlock {
+        return Err(SetupError::ProxyWithoutNamespace);
+    }
     let mut exec = exec_spec(args, choice.foreign_owner)?;
     let [procs, memory, cpu] = args.limits;
     let limits = limits::Enforced::prepare(
@@ -439,6 +446,7 @@ fn attempt(
         }
     };
     let refused = gate.as_ref().map(|g| g.refused.clone());
+    let net_refused = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     // 5.-7. plan, spawn, supervise
     // Safety: the caller handed us this descriptor with --status-fd and `exec_spec` checked
     // it is open; nothing else here owns it.
@@ -457,7 +465,8 @@ fn attempt(
             ) {
                 Ok(mut plan) => {
                     plan.spawned_gate = git_run.start();
-                    supervised(plan, status, gate, caller_mask)
+                    let proxy = (args.net == NetPolicy::Proxy).then_some(&args.allow_domains);
+                    supervised(plan, status, gate, proxy, &net_refused, caller_mask)
                 }
                 Err(PlanError::Setup(e)) => Err(e),
                 Err(PlanError::NotRunnable { code, message }) => {
@@ -470,6 +479,10 @@ fn attempt(
         .unwrap_or_default();
     if let (Some(file), false) = (report_file.as_mut(), refused.is_empty()) {
         let _ = writeln!(file, "{}", report::unix_refused(&refused));
+    }
+    let net_refused = net_refused.lock().map(|r| r.clone()).unwrap_or_default();
+    if let (Some(file), false) = (report_file.as_mut(), net_refused.is_empty()) {
+        let _ = writeln!(file, "{}", report::net_refused(&net_refused));
     }
     // 8. report: the whole tree is gone (or the command never started): put back what it
     // changed, name what it destroyed.
@@ -567,9 +580,11 @@ fn write_record(fd: i32, record: &serde_json::Value) -> Result<std::fs::File, Se
 /// Steps 6 and 7: spawn, then supervise until the tree is gone (serving the unix-socket
 /// gate, when it runs, from a thread).
 fn supervised(
-    plan: Plan<'_>,
+    mut plan: Plan<'_>,
     status: Option<StatusFd>,
     gate: Option<gate::Setup>,
+    proxy: Option<&shofer_core::egress::AllowList>,
+    net_refused: &egress::serve::Refused,
     caller_mask: Option<libc::sigset_t>,
 ) -> Result<Outcome, SetupError> {
     let mut gate = gate;
@@ -584,6 +599,22 @@ fn supervised(
                         let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                     }
                     eprintln!("shofer-sandbox: the unix socket gate could not start: {e}");
+                }
+            }
+            if let Some(allow) = proxy {
+                // bubblewrap's child waits (--block-fd) until its listener is made.
+                let listener = match &mut plan.confinement {
+                    plan::Confinement::Bwrap(launch) => launch.proxy_listener(),
+                    _ => running.proxy.take(),
+                };
+                let started = listener.map(|l| egress::serve::start(l, allow.clone(), net_refused));
+                if !matches!(started, Some(Ok(()))) {
+                    // No way out but the proxy, and no proxy: stop before the command runs on.
+                    // Killing our own child.
+                    if let Some(pid) = rustix::process::Pid::from_raw(running.main) {
+                        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                    }
+                    eprintln!("shofer-sandbox: the proxy of --net proxy could not start");
                 }
             }
             let mut supervisor = supervise::Supervisor::new(running, plan, status);

@@ -197,6 +197,16 @@ pub fn unix_refused(paths: &[String]) -> Value {
     json!({ "unix_refused": paths })
 }
 
+/// The closing record of a `--net proxy` run: the destinations its proxy refused, each once,
+/// with the reason.
+pub fn net_refused(refused: &[crate::egress::decide::Refusal]) -> Value {
+    let list: Vec<Value> = refused
+        .iter()
+        .map(|r| json!({ "destination": r.destination, "reason": r.reason }))
+        .collect();
+    json!({ "net_refused": list })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,6 +40,10 @@ pub(crate) struct Running {
     pub main_exit: Option<OwnedFd>,
     /// The unix-socket gate's listener and, for a namespace, a sock_diag socket in it.
     pub gate: Option<(OwnedFd, Option<OwnedFd>)>,
+    /// `--net proxy` on the namespace backends: the proxy's listener, made in the command's
+    /// network namespace before the command ran (bubblewrap's comes later:
+    /// `crate::bwrap::Launch::proxy_listener`).
+    pub proxy: Option<OwnedFd>,
 }
 
 /// How the spawn ended.
@@ -164,11 +168,13 @@ pub(crate) fn spawn(
         gate_pipe: gate_pipe.as_ref().map(|(_, w)| w.as_raw_fd()),
         helper_fds,
     };
+    let mut proxy = None;
     let main = match &plan.confinement {
         Confinement::Namespaces(setup) => {
-            // Only we, with CAP_SETUID over the parent namespace, may map every id: A waits
-            // on this pipe until we have (EOF: we could not).
-            let maps = if setup.full_map {
+            // Only we, with CAP_SETUID over the parent namespace, may map every id; the
+            // proxy's listener is made from here too: A waits on this pipe until both are
+            // done (EOF: we could not).
+            let ready = if setup.full_map || setup.proxy {
                 Some(pipe("pipe2")?)
             } else {
                 None
@@ -178,12 +184,27 @@ pub(crate) fn spawn(
                 setup,
                 plan.exec.keep_descendants,
                 main_exit.as_ref().map(|(_, w)| w.as_fd()),
-                maps.as_ref().map(|(r, w)| (r.as_fd(), w.as_raw_fd())),
+                ready.as_ref().map(|(r, w)| (r.as_fd(), w.as_raw_fd())),
             )?;
-            if let Some((_, ready)) = maps {
-                let written = ["uid_map", "gid_map"].iter().all(|f| {
-                    std::fs::write(format!("/proc/{pid}/{f}"), namespaces::FULL_MAP).is_ok()
-                });
+            if let Some((_, ready)) = ready {
+                let written = !setup.full_map
+                    || ["uid_map", "gid_map"].iter().all(|f| {
+                        std::fs::write(format!("/proc/{pid}/{f}"), namespaces::FULL_MAP).is_ok()
+                    });
+                if written && setup.proxy {
+                    proxy = crate::egress::listener_in(pid, true);
+                    if proxy.is_none() {
+                        // Our own child, waiting on `ready`: it never runs the command.
+                        if let Some(p) = shofer_sys::process::pid(pid) {
+                            let _ = rustix::process::kill_process(p, Signal::KILL);
+                            let _ = rustix::process::waitpid(Some(p), WaitOptions::empty());
+                        }
+                        return Err(SetupError::Syscall {
+                            op: "making the proxy's listener in the command's network namespace",
+                            source: io::Error::from_raw_os_error(libc::EIO),
+                        });
+                    }
+                }
                 if written {
                     let _ = rustix::io::write(&ready, b"1");
                 }
@@ -235,22 +256,23 @@ pub(crate) fn spawn(
         set,
         main_exit,
         gate,
+        proxy,
     }))
 }
 
 /// Starts process A in new user, mount, PID and IPC namespaces (and a network namespace with
-/// `--net deny`) with a fork-like `clone`: A outlives the exec of the command, so it cannot
+/// `--net deny` or `--net proxy`) with a fork-like `clone`: A outlives the exec of the command, so it cannot
 /// share our memory. A runs [`namespaces::init::run`].
 fn spawn_namespaced(
     args: &ChildArgs<'_>,
     setup: &namespaces::Setup<'_>,
     keep_descendants: bool,
     main_exit: Option<BorrowedFd<'_>>,
-    maps_ready: Option<(BorrowedFd<'_>, RawFd)>,
+    ready: Option<(BorrowedFd<'_>, RawFd)>,
 ) -> Result<libc::pid_t, SetupError> {
     let mut flags =
         libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
-    if setup.net_deny {
+    if setup.own_net {
         flags |= libc::CLONE_NEWNET;
     }
     // Raw syscall: rustix has no clone(2) (and libc's wrapper needs a stack).
@@ -264,7 +286,7 @@ fn spawn_namespaced(
         )));
     }
     if pid == 0 {
-        namespaces::init::run(args, setup, keep_descendants, main_exit, maps_ready);
+        namespaces::init::run(args, setup, keep_descendants, main_exit, ready);
     }
     Ok(pid as libc::pid_t)
 }

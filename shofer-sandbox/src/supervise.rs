@@ -72,12 +72,14 @@ impl Supervisor {
     /// Writes `{"child-pid": N}` to `status`.
     pub fn new(running: Running, plan: Plan<'_>, status: Option<StatusFd>) -> Supervisor {
         let Plan {
-            exec, confinement, ..
+            exec,
+            mut confinement,
+            ..
         } = plan;
         let main = running.main;
         let namespaced = matches!(confinement, Confinement::Namespaces(_));
         // Behind bubblewrap, signals go to the command's own session (bwrap --new-session).
-        let command = match confinement {
+        let command = match &mut confinement {
             Confinement::Bwrap(launch) => launch.command_pid(),
             _ => None,
         };

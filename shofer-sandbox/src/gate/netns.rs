@@ -1,7 +1,8 @@
-//! A `NETLINK_SOCK_DIAG` socket inside another process's network namespace, for the run's own
-//! sockets in a namespace the supervisor did not create (bubblewrap's `--unshare-net`, or one
-//! the command made itself): a netlink socket answers for the namespace it was created in, and
-//! no system call creates a socket in a namespace by descriptor.
+//! A socket inside another process's network namespace: a `NETLINK_SOCK_DIAG` socket for the
+//! run's own sockets in a namespace the supervisor did not create (bubblewrap's
+//! `--unshare-net`, or one the command made itself: a netlink socket answers for the namespace
+//! it was created in), and the listener of `--net proxy` ([`crate::egress`]); no system call
+//! creates a socket in a namespace by descriptor.
 //!
 //! A forked child enters the process's user namespace and then its network namespace
 //! (setns(2): a user namespace owned by this uid grants its owner every capability there, so
@@ -10,7 +11,7 @@
 //! first: inside the command's user namespace the command may hold `CAP_SYS_PTRACE`, and a
 //! non-dumpable process can only be traced with that capability in the initial namespace,
 //! so the command cannot take it over and hand back a socket of its choosing. The socket
-//! received is checked to be a `NETLINK_SOCK_DIAG` socket.
+//! received is checked to be the kind asked for.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -52,6 +53,20 @@ pub fn ns_id(who: &str, ns: &str) -> Option<u64> {
 /// made (the namespace belongs to a user namespace this uid does not own, the process is
 /// gone, a system call failed).
 pub fn diag_of(pid: libc::pid_t) -> Option<OwnedFd> {
+    let got = socket_in(pid, super::diag::socket)?;
+    (rustix::net::sockopt::socket_domain(&got) == Ok(AddressFamily::NETLINK)
+        && rustix::net::sockopt::socket_protocol(&got) == Ok(Some(netlink::SOCK_DIAG)))
+    .then_some(got)
+}
+
+/// The socket `make` returns when called in the network namespace of process `pid` (and the
+/// user namespace that owns it); `None` when it cannot be made. `make` runs in a forked child
+/// of this (threaded) process: it must make raw system calls only, no allocation. The caller
+/// checks what came back is the kind of socket it asked for.
+pub(crate) fn socket_in(
+    pid: libc::pid_t,
+    make: fn() -> rustix::io::Result<OwnedFd>,
+) -> Option<OwnedFd> {
     let net = open_ns(pid, "net")?;
     // The user namespace that owns the network namespace (not necessarily the process's: a
     // user namespace nested inside it has no capability over it).
@@ -71,7 +86,7 @@ pub fn diag_of(pid: libc::pid_t) -> Option<OwnedFd> {
     // Safety: see above; nothing in the child touches a lock, the allocator or Rust state.
     let child = unsafe { libc::fork() };
     if child == 0 {
-        let code = match in_child(user.as_ref(), &net, &theirs) {
+        let code = match in_child(user.as_ref(), &net, &theirs, make) {
             Ok(()) => 0,
             Err(_) => 1,
         };
@@ -83,23 +98,25 @@ pub fn diag_of(pid: libc::pid_t) -> Option<OwnedFd> {
     let child = shofer_sys::process::pid(child)?; // fork failed (-1)
     let got = recv_fd(&ours);
     let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
-    let got = got?;
-    (rustix::net::sockopt::socket_domain(&got) == Ok(AddressFamily::NETLINK)
-        && rustix::net::sockopt::socket_protocol(&got) == Ok(Some(netlink::SOCK_DIAG)))
-    .then_some(got)
+    got
 }
 
-/// The forked child of [`diag_of`]: non-dumpable, into `user` (when given) and `net`, and a
-/// sock_diag socket made there sent back on `sock`. Raw syscalls only: no allocation.
-fn in_child(user: Option<&OwnedFd>, net: &OwnedFd, sock: &OwnedFd) -> rustix::io::Result<()> {
+/// The forked child of [`socket_in`]: non-dumpable, into `user` (when given) and `net`, and
+/// the socket `make` returns there sent back on `sock`. Raw syscalls only: no allocation.
+fn in_child(
+    user: Option<&OwnedFd>,
+    net: &OwnedFd,
+    sock: &OwnedFd,
+    make: fn() -> rustix::io::Result<OwnedFd>,
+) -> rustix::io::Result<()> {
     use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     if let Some(user) = user {
         move_into_link_name_space(user.as_fd(), Some(LinkNameSpaceType::User))?;
     }
     move_into_link_name_space(net.as_fd(), Some(LinkNameSpaceType::Network))?;
-    let diag = super::diag::socket()?;
-    send_fd(sock, &diag);
+    let made = make()?;
+    send_fd(sock, &made);
     Ok(())
 }
 

@@ -28,21 +28,23 @@ use crate::signals::{reap_any, wait_status_to_exit, FORWARDED};
 /// command (B), then reaps and forwards signals until B exits, and exits with its status (the
 /// kernel then kills whatever is left in the namespace). With `keep_descendants` it waits for
 /// every process of the namespace first, and writes B's raw wait status to `main_exit` (if
-/// given) the moment B exits.
+/// given) the moment B exits. With `ready`, A first waits for the supervisor's byte on it
+/// (every id mapped, the proxy's listener made).
 pub(crate) fn run(
     args: &ChildArgs<'_>,
     setup: &Setup<'_>,
     keep_descendants: bool,
     main_exit: Option<BorrowedFd<'_>>,
-    maps_ready: Option<(BorrowedFd<'_>, RawFd)>,
+    ready: Option<(BorrowedFd<'_>, RawFd)>,
 ) -> ! {
     let err = args.err;
     let fail = |stage: Stage, e: io::Error| -> ! { report_failure(err, stage, e) };
     // SIGKILL for PID 1 takes the namespace with it.
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
-    if let Some((read, write)) = maps_ready {
+    if let Some((read, write)) = ready {
         // Our copy of the write end goes (so a supervisor that gives up means EOF), then a
-        // one-byte read from the pipe it writes once the maps are in.
+        // one-byte read from the pipe it writes once the maps are in and the proxy's
+        // listener made.
         // Safety: closing our copy of the supervisor's descriptor (A owns its copies: it never
         // returns into the code that owns the originals), never used again.
         unsafe { rustix::io::close(write) };

@@ -1,5 +1,6 @@
 //! The namespace backends, `layered` (auto's first choice) and `userns` (docs/ARCHITECTURE.md):
-//! new user, mount, PID and IPC namespaces (and a new network namespace with `--net deny`),
+//! new user, mount, PID and IPC namespaces (and a new network namespace with `--net deny` or
+//! `--net proxy`),
 //! the root read-only, the writable set bound read-write, a minimal `/dev` with a private
 //! devpts, `/dev/shm` and `/dev/mqueue`, and a fresh `/proc`.
 //!
@@ -103,8 +104,11 @@ pub(crate) struct Setup<'a> {
     /// The layers' replacement, then their redirect: bound after them.
     pub replace: Option<(PathBuf, PathBuf)>,
     pub redirect: Option<crate::spec::Redirect>,
-    /// Also unshare the network namespace (`--net deny`).
-    pub net_deny: bool,
+    /// Also unshare the network namespace (`--net deny`, `--net proxy`).
+    pub own_net: bool,
+    /// `--net proxy`: the supervisor makes the proxy's listener in the new network namespace
+    /// (`crate::egress::listener_in`) before process A goes on.
+    pub proxy: bool,
     /// Landlock layered on the namespaces.
     pub landlock: Option<Layered>,
     /// The mounts that hide the secret locations (step 5d), in order.
@@ -196,7 +200,8 @@ pub(crate) fn plan<'a>(
             .collect(),
         replace: layers.replace,
         redirect: layers.redirect,
-        net_deny: opened.policy.net == NetPolicy::Deny,
+        own_net: opened.policy.net.own_namespace(),
+        proxy: opened.policy.net == NetPolicy::Proxy,
         landlock,
         covers: Vec::new(),
         full_map: false,
