@@ -49,13 +49,13 @@ pub fn both_ways(client: TcpStream, server: TcpStream, early: &[u8]) {
 /// `from` to `to` until end of file or failure; then `to`'s writing side shut (end of file)
 /// or, on failure or idling out, both sockets shut both ways (the other direction wakes).
 fn one_way(from: &TcpStream, to: &TcpStream, start: Instant, last: &AtomicU64) {
-    let Ok((pipe_r, pipe_w)) = rustix::pipe::pipe() else {
+    let Ok((pipe_r, pipe_w)) = shofer_sys::fd::pipe_large() else {
         shut_all(from, to);
         return;
     };
     let flags = SpliceFlags::MOVE;
     loop {
-        match rustix::pipe::splice(from.as_fd(), None, &pipe_w, None, 1 << 16, flags) {
+        match rustix::pipe::splice(from.as_fd(), None, &pipe_w, None, 1 << 20, flags) {
             Ok(0) => {
                 let _ = to.shutdown(Shutdown::Write);
                 return;
