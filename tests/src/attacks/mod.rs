@@ -218,6 +218,7 @@ attacks! {
     UdpSend = "udp-send" => net::udp_send,
     TcpListen = "tcp-listen" => net::tcp_listen,
     CmsgLenWrap = "cmsg-len-wrap" => net::cmsg_len_wrap,
+    ProxyConnect = "proxy-connect" => net::proxy_connect,
     // --- privileges and mounts
     MountBindOutside = "mount-bind-outside" => caps::mount_bind_outside,
     UnshareRemount = "unshare-remount" => caps::unshare_remount,

@@ -34,6 +34,38 @@ pub(crate) fn tcp_connect(a: &[String]) -> Seen {
     }
 }
 
+/// `proxy-connect <port> expect-ok|expect-refused`: issue 33: `CONNECT 127.0.0.1:<port>`
+/// through the run's proxy (`127.0.0.1:3128` in its network namespace, `--net proxy`).
+pub(crate) fn proxy_connect(a: &[String]) -> Seen {
+    use std::io::{Read, Write};
+    let port = arg(a, 2);
+    let want_ok = arg(a, 3) == "expect-ok";
+    let status = (|| -> std::io::Result<String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", 3128))?;
+        s.set_read_timeout(Some(std::time::Duration::from_secs(15)))?;
+        write!(
+            s,
+            "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+        )?;
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf)?;
+        let head = String::from_utf8_lossy(buf.get(..n).unwrap_or_default()).to_string();
+        Ok(head.lines().next().unwrap_or("").to_string())
+    })();
+    let opened = |l: &str| l.starts_with("HTTP/1.1 200");
+    match (status, want_ok) {
+        (Ok(l), true) if opened(&l) => Seen::Ok(format!("the proxy opened the tunnel: {l}")),
+        (Ok(l), false) if opened(&l) => Seen::Escaped(format!(
+            "the proxy opened a tunnel to the unlisted 127.0.0.1:{port}: {l}"
+        )),
+        (Ok(l), false) => Seen::Blocked(format!("the proxy answered {l}")),
+        (Err(e), false) => Seen::Blocked(format!("CONNECT through the proxy -> {e}")),
+        (r, true) => Seen::Broken(format!(
+            "CONNECT to an address the allow-list names, through the proxy: {r:?}"
+        )),
+    }
+}
+
 /// `tcp-bind <port> <host netns>`: bind 127.0.0.1:<port> (blocked if the listener would be
 /// reachable from the host).
 pub(crate) fn tcp_bind(a: &[String]) -> Seen {

@@ -1,5 +1,5 @@
 //! Host side — sockets: abstract and pathname unix sockets of outside listeners, TCP with `--net
-//! deny` / `--net allow`.
+//! deny` / `--net allow`, and `--net proxy`'s way out (issue 33).
 
 use super::{nothing, Case, Scope};
 use crate::attacks::Attack;
@@ -69,13 +69,13 @@ pub(super) fn cases() -> Vec<Case> {
             "tcp-connect-net-deny",
             "--net deny: connect to a 127.0.0.1 listener outside",
             Some(Protection::Tcp),
-            |c| tcp_deny_listener(c, Attack::TcpConnect)
+            |c| tcp_deny_listener(c, Attack::TcpConnect, "deny")
         ),
         case!(
             "tcp-fastopen-net-deny",
             "issue 29 F3: --net deny: sendto(MSG_FASTOPEN) to a 127.0.0.1 listener outside",
             Some(Protection::Tcp),
-            |c| tcp_deny_listener(c, Attack::TcpFastopen)
+            |c| tcp_deny_listener(c, Attack::TcpFastopen, "deny")
         ),
         case!(
             "tcp-bind-net-deny",
@@ -94,6 +94,24 @@ pub(super) fn cases() -> Vec<Case> {
             "--net deny: listen() on an unbound TCP socket (the kernel picks the port)",
             Some(Protection::Tcp),
             tcp_listen_deny
+        ),
+        case!(
+            "tcp-connect-net-proxy",
+            "issue 33: --net proxy: connect straight to a 127.0.0.1 listener outside",
+            Some(Protection::Tcp),
+            |c| tcp_deny_listener(c, Attack::TcpConnect, "proxy")
+        ),
+        case!(
+            "proxy-unlisted-refused",
+            "issue 33: --net proxy: CONNECT through the proxy to a 127.0.0.1 listener outside that the allow-list does not name",
+            Some(Protection::Tcp),
+            |c| proxy_connect(c, false)
+        ),
+        case!(
+            "proxy-named-reached",
+            "issue 33: --net proxy --allow-domain 127.0.0.1:PORT: CONNECT through the proxy reaches that listener (landlock: the mode is refused)",
+            None,
+            |c| proxy_connect(c, true)
         ),
         case!(
             "tcp-connect-net-allow",
@@ -229,13 +247,17 @@ fn own_unix_socket(c: &Ctx) -> Outcome {
 
 /// `--net deny`, and `attack` reaches for an outside 127.0.0.1 listener: escaped if the
 /// listener has a connection.
-fn tcp_deny_listener(c: &Ctx, attack: Attack) -> Outcome {
+/// `attack` against a listener outside, under `--net <mode>` (deny, proxy).
+fn tcp_deny_listener(c: &Ctx, attack: Attack, mode: &str) -> Outcome {
     let (l, port) = match sys::tcp_bind(0, true) {
         Ok(x) => x,
         Err(e) => return Outcome::Error(format!("harness: tcp listener: {e}")),
     };
     let mut spec = Sb::new(Cmd::Attack(attack, vec![port.to_string()]));
-    spec.extra = vec!["--net".into(), "deny".into()];
+    spec.extra = vec!["--net".into(), mode.into()];
+    if mode == "proxy" && c.cell.backend == "landlock" {
+        return proxy_refused_on_landlock(c, spec);
+    }
     let o = attack_spec_checked(c, spec);
     if let Some(f) = silent_net_downgrade(c) {
         return f;
@@ -247,6 +269,55 @@ fn tcp_deny_listener(c: &Ctx, attack: Attack) -> Outcome {
         ));
     }
     o
+}
+
+/// `--net proxy` through the proxy to an outside listener: refused unless `named` (then
+/// `--allow-domain 127.0.0.1:PORT` names it and the tunnel must open).
+fn proxy_connect(c: &Ctx, named: bool) -> Outcome {
+    let (l, port) = match sys::tcp_bind(0, true) {
+        Ok(x) => x,
+        Err(e) => return Outcome::Error(format!("harness: tcp listener: {e}")),
+    };
+    let expect = if named { "expect-ok" } else { "expect-refused" };
+    let mut spec = Sb::new(Cmd::Attack(
+        Attack::ProxyConnect,
+        vec![port.to_string(), expect.into()],
+    ));
+    spec.extra = vec![
+        "--net".into(),
+        "proxy".into(),
+        "--no-default-domains".into(),
+    ];
+    if named {
+        spec.extra.push("--allow-domain".into());
+        spec.extra.push(format!("127.0.0.1:{port}"));
+    }
+    if c.cell.backend == "landlock" {
+        return proxy_refused_on_landlock(c, spec);
+    }
+    let o = attack_spec_checked(c, spec);
+    let n = sys::accept_all(l.as_raw_fd());
+    if !named && n > 0 {
+        return Outcome::Escaped(format!(
+            "the outside 127.0.0.1:{port} listener got {n} connection(s) through the proxy"
+        ));
+    }
+    o
+}
+
+/// Landlock alone has no network namespace for the proxy: the run must be refused (125), with
+/// or without `--allow-degraded`.
+fn proxy_refused_on_landlock(c: &Ctx, spec: Sb) -> Outcome {
+    let run = c.sb(spec);
+    if run.code == Some(125) && run.stderr.contains("--net proxy needs a network namespace") {
+        Outcome::Blocked("landlock refuses --net proxy (no network namespace of its own)".into())
+    } else {
+        Outcome::Fail(format!(
+            "landlock ran --net proxy (exit {:?}): {}",
+            run.code,
+            crate::runner::clip(&run.stderr, 300)
+        ))
+    }
 }
 
 fn tcp_bind_deny(c: &Ctx) -> Outcome {
@@ -272,7 +343,7 @@ fn silent_net_downgrade(c: &Ctx) -> Option<Outcome> {
     let flagged = c.cell.degraded || c.last_needed_degraded.get();
     (unenforced && !flagged).then(|| {
         Outcome::Fail(format!(
-            "--net deny ran without --allow-degraded although the report says TCP is not enforced ({})",
+            "--net deny/proxy ran without --allow-degraded although the report says TCP is not enforced ({})",
             tcp["reason"]
         ))
     })
