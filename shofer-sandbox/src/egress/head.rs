@@ -52,6 +52,20 @@ pub struct Ask {
     /// For a forwarded request: its head as the server gets it (origin-form request line,
     /// `Host` from the URI, no `Proxy-*` or hop-by-hop headers, `Connection: close`).
     pub forward: Vec<u8>,
+    /// For a forwarded request: how its body is framed (what is forwarded after the head;
+    /// nothing after the body is).
+    pub body: Body,
+}
+
+/// How a forwarded request's body ends (RFC 9112 §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    /// No body.
+    None,
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
 }
 
 /// Reads an HTTP request head from `buf`.
@@ -103,6 +117,10 @@ pub fn http(buf: &[u8]) -> Step<Ask> {
             ));
         }
     }
+    let body = match body_of(req.headers) {
+        Ok(b) => b,
+        Err(why) => return bad(why),
+    };
     let forward = if connect {
         Vec::new()
     } else {
@@ -118,6 +136,7 @@ pub fn http(buf: &[u8]) -> Step<Ask> {
                 n.as_str(),
                 "host" | "connection" | "keep-alive" | "te" | "trailer" | "upgrade"
             ) || n.starts_with("proxy-");
+            // The body's framing stays as read: `Transfer-Encoding` is only ever "chunked".
             if !hop {
                 out.push_str(h.name);
                 out.push_str(": ");
@@ -134,9 +153,45 @@ pub fn http(buf: &[u8]) -> Step<Ask> {
             port,
             connect,
             forward,
+            body,
         },
         len,
     )
+}
+
+/// The body framing of a request's `headers`: one `Content-Length` (every copy the same
+/// number) or `Transfer-Encoding: chunked` alone; both, or any other coding, is refused (the
+/// server might frame the body otherwise than the proxy does).
+fn body_of(headers: &[httparse::Header<'_>]) -> Result<Body, &'static str> {
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    for h in headers {
+        let value = std::str::from_utf8(h.value).map_err(|_| "a framing header is not text")?;
+        if h.name.eq_ignore_ascii_case("content-length") {
+            for v in value.split(',') {
+                let v = v.trim();
+                let n = (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| v.parse::<u64>().ok())
+                    .flatten()
+                    .ok_or("a Content-Length that is not a number")?;
+                if length.is_some_and(|l| l != n) {
+                    return Err("two different Content-Length values");
+                }
+                length = Some(n);
+            }
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            if chunked || !value.trim().eq_ignore_ascii_case("chunked") {
+                return Err("a Transfer-Encoding other than one \"chunked\"");
+            }
+            chunked = true;
+        }
+    }
+    match (length, chunked) {
+        (Some(_), true) => Err("both Content-Length and Transfer-Encoding"),
+        (Some(n), false) => Ok(Body::Length(n)),
+        (None, true) => Ok(Body::Chunked),
+        (None, false) => Ok(Body::None),
+    }
 }
 
 fn bad<T>(why: &str) -> Step<T> {
@@ -289,6 +344,17 @@ mod tests {
             String::from_utf8(a.forward).unwrap(),
             "GET /x?y HTTP/1.1\r\nHost: a.test:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
         );
+        let a = done(http(
+            b"POST http://a.test/ HTTP/1.1\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n",
+        ));
+        assert_eq!(a.body, Body::Length(5));
+        assert!(String::from_utf8(a.forward)
+            .unwrap()
+            .contains("Content-Length: 5\r\n"));
+        let a = done(http(
+            b"PUT http://a.test/ HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n",
+        ));
+        assert_eq!(a.body, Body::Chunked);
         let a = done(http(b"GET http://a.test?q HTTP/1.0\r\n\r\n"));
         assert!(a
             .forward
@@ -323,6 +389,10 @@ mod tests {
                 "not a host and port",
             ),
             (b"\x16\x03\x01", "not an HTTP request"),
+            (b"POST http://a.test/ HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", "both"),
+            (b"POST http://a.test/ HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", "two different"),
+            (b"POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "Transfer-Encoding"),
+            (b"POST http://a.test/ HTTP/1.1\r\nContent-Length: +3\r\n\r\n", "not a number"),
         ] {
             match http(req) {
                 Step::Bad(w) => assert!(w.contains(why), "{w}"),

@@ -145,7 +145,7 @@ fn serve(client: TcpStream, shared: &Shared) {
             tunnel(client, server, early, &ask.host, ask.port, shared);
         }
     } else if (&server).write_all(&ask.forward).is_ok() {
-        super::relay::both_ways(client, server, &early);
+        super::relay::one_request(client, server, &early, ask.body);
     }
 }
 
