@@ -85,9 +85,14 @@ pub fn destination(
 
 /// Whether `addr` is one of the host's own, as the kernel sees it now: a UDP socket can be
 /// bound to it (every address of the local routing table, AnyIP routes and addresses added
-/// since the run began included), in the supervisor's network namespace.
+/// since the run began included), in the supervisor's network namespace. Only the kernel's
+/// "not a local address" answer says no: any other failure (no descriptor left) counts as
+/// local, so the proxy refuses rather than guesses.
 pub fn is_local(addr: IpAddr) -> bool {
-    std::net::UdpSocket::bind(SocketAddr::new(addr, 0)).is_ok()
+    match std::net::UdpSocket::bind(SocketAddr::new(addr, 0)) {
+        Ok(_) => true,
+        Err(e) => e.raw_os_error() != Some(libc::EADDRNOTAVAIL),
+    }
 }
 
 #[cfg(test)]

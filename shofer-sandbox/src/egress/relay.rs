@@ -29,38 +29,37 @@ pub fn both_ways(client: TcpStream, server: TcpStream, early: &[u8]) {
     if !early.is_empty() && (&server).write_all(early).is_err() {
         return;
     }
-    let start = Instant::now();
-    let last = Arc::new(AtomicU64::new(0));
-    for s in [&client, &server] {
-        let _ = s.set_read_timeout(Some(TICK));
-        let _ = s.set_write_timeout(Some(IDLE));
-    }
-    let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
-        return;
-    };
-    let back = {
-        let last = last.clone();
-        std::thread::Builder::new()
-            .stack_size(64 * 1024)
-            .spawn(move || one_way(&s2, &c2, start, &last))
-    };
-    one_way(&client, &server, start, &last);
-    if let Ok(back) = back {
-        let _ = back.join();
-    }
+    with_reply(&client, &server, |client, server, start, last| {
+        one_way(client, server, start, last);
+    });
 }
 
 /// A forwarded request whose head the server has: its body (`early`, then the client's bytes)
 /// as `body` frames it goes to the server, nothing the client sends after it does, and the
 /// server's reply goes back whole.
 pub fn one_request(client: TcpStream, server: TcpStream, early: &[u8], body: Body) {
+    with_reply(&client, &server, |client, server, _, _| {
+        let _ = client.set_read_timeout(Some(IDLE));
+        let mut from = std::io::BufReader::new(Source { early, client });
+        if forward_body(&mut from, &mut &*server, body).is_err() {
+            shut_all(client, server);
+        }
+    });
+}
+
+/// The connection's timeouts set, the server's bytes copied to the client on a thread of
+/// their own while `forward` sends the client's, until both end.
+fn with_reply(
+    client: &TcpStream,
+    server: &TcpStream,
+    forward: impl FnOnce(&TcpStream, &TcpStream, Instant, &AtomicU64),
+) {
     let start = Instant::now();
     let last = Arc::new(AtomicU64::new(0));
-    for s in [&client, &server] {
+    for s in [client, server] {
         let _ = s.set_read_timeout(Some(TICK));
         let _ = s.set_write_timeout(Some(IDLE));
     }
-    let _ = client.set_read_timeout(Some(IDLE));
     let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
         return;
     };
@@ -70,13 +69,7 @@ pub fn one_request(client: TcpStream, server: TcpStream, early: &[u8], body: Bod
             .stack_size(64 * 1024)
             .spawn(move || one_way(&s2, &c2, start, &last))
     };
-    let mut from = std::io::BufReader::new(Source {
-        early,
-        client: &client,
-    });
-    if forward_body(&mut from, &mut &server, body).is_err() {
-        shut_all(&client, &server);
-    }
+    forward(client, server, start, &last);
     if let Ok(back) = back {
         let _ = back.join();
     }

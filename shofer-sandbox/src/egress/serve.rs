@@ -5,7 +5,8 @@
 //! "not allowed by ruleset"), one stderr line per destination, and a place in the report's
 //! `net_refused`.
 //!
-//! Bounds: [`MAX_CONNECTIONS`] at once, a head of [`super::head::MAX_HEAD`] bytes arriving
+//! Bounds: [`MAX_CONNECTIONS`] at once (fewer when the descriptor limit would not hold them:
+//! [`connections_allowed`]), a head of [`super::head::MAX_HEAD`] bytes arriving
 //! within [`HEAD_TIME`] (a client that trickles it is closed), [`CONNECT_TIME`] to reach the
 //! server, and [`super::relay::IDLE`].
 
@@ -24,6 +25,22 @@ use super::sni::{self, Hello};
 
 /// Connections served at once; more wait in the listener's backlog.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Descriptors one relayed connection holds: both sockets, a clone of each, two pipes.
+const FDS_PER_CONNECTION: u64 = 8;
+/// Descriptors kept for the rest of the supervisor (the gate's calls, the resolver, git).
+const FDS_KEPT: u64 = 256;
+
+/// How many connections the supervisor's descriptor limit holds alongside its other work, at
+/// most [`MAX_CONNECTIONS`], at least 4.
+pub fn connections_allowed() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let room = limit.saturating_sub(FDS_KEPT) / FDS_PER_CONNECTION;
+    usize::try_from(room)
+        .unwrap_or(usize::MAX)
+        .clamp(4, MAX_CONNECTIONS)
+}
 /// How long a client has to send its whole request head.
 pub const HEAD_TIME: Duration = Duration::from_secs(10);
 /// How long the proxy tries to reach a server.
@@ -37,6 +54,7 @@ pub type Refused = Arc<Mutex<Vec<Refusal>>>;
 
 struct Shared {
     allow: AllowList,
+    max: usize,
     refused: Refused,
     active: AtomicUsize,
 }
@@ -49,6 +67,7 @@ struct Shared {
 pub fn start(listener: OwnedFd, allow: AllowList, refused: &Refused) -> std::io::Result<()> {
     let shared = Arc::new(Shared {
         allow,
+        max: connections_allowed(),
         refused: refused.clone(),
         active: AtomicUsize::new(0),
     });
@@ -70,7 +89,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 continue;
             }
         };
-        if shared.active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+        if shared.active.load(Ordering::Relaxed) >= shared.max {
             continue; // dropped: the client sees the connection closed
         }
         shared.active.fetch_add(1, Ordering::Relaxed);

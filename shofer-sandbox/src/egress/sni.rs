@@ -33,6 +33,9 @@ pub fn client_hello(bytes: &[u8]) -> Hello {
     if head[1] != 3 {
         return Hello::NotTls;
     }
+    if !(1..=4).contains(&head[2]) {
+        return Hello::Unreadable; // SSL 3.0, or a version no client sends
+    }
     let len = usize::from(u16::from_be_bytes([head[3], head[4]]));
     let Some(record) = bytes.get(5..5 + len) else {
         return if len > 16384 + 2048 {
@@ -44,6 +47,10 @@ pub fn client_hello(bytes: &[u8]) -> Hello {
     parse_hello(record).unwrap_or(Hello::Unreadable)
 }
 
+/// The `encrypted_client_hello` extension (RFC draft-ietf-tls-esni): the outer name is a
+/// decoy for the server's front end, which routes by the encrypted inner one.
+const ECH: u16 = 0xfe0d;
+
 fn parse_hello(record: &[u8]) -> Option<Hello> {
     let mut c = Cursor(record);
     if c.u8()? != 1 {
@@ -51,6 +58,9 @@ fn parse_hello(record: &[u8]) -> Option<Hello> {
     }
     let len = usize::try_from(c.u24()?).ok()?;
     let mut body = Cursor(c.take(len)?); // a hello longer than its record: None
+    if !c.0.is_empty() {
+        return None; // more after the hello in its record (a second hello?)
+    }
     body.take(2 + 32)?; // version, random
     let sid = usize::from(body.u8()?);
     body.take(sid)?;
@@ -68,6 +78,9 @@ fn parse_hello(record: &[u8]) -> Option<Hello> {
         let ty = exts.u16()?;
         let len = usize::from(exts.u16()?);
         let data = exts.take(len)?;
+        if ty == ECH {
+            return None; // the real server name travels encrypted inside
+        }
         if ty != 0 {
             continue;
         }
@@ -81,13 +94,11 @@ fn parse_hello(record: &[u8]) -> Option<Hello> {
             let kind = entries.u8()?;
             let len = usize::from(entries.u16()?);
             let host = entries.take(len)?;
-            if kind == 0 {
-                if name.is_some() {
-                    return None; // two host names
-                }
-                let host = std::str::from_utf8(host).ok()?;
-                name = Some(shofer_core::egress::valid_name(host)?);
+            if kind != 0 || name.is_some() {
+                return None; // a name of another kind, or two host names
             }
+            let host = std::str::from_utf8(host).ok()?;
+            name = Some(shofer_core::egress::valid_name(host)?);
         }
     }
     Some(name.map_or(Hello::NoName, Hello::Name))
@@ -168,5 +179,15 @@ pub(crate) mod tests {
         long[7] = 0xff;
         assert_eq!(client_hello(&long), Hello::Unreadable);
         assert_eq!(client_hello(&hello(Some("a b"))), Hello::Unreadable);
+        // SSL 3.0 records; a second hello after the first in its record.
+        let mut ssl3 = h.clone();
+        ssl3[2] = 0;
+        assert_eq!(client_hello(&ssl3), Hello::Unreadable);
+        let mut two = h.clone();
+        let inner = h[5..].to_vec();
+        two.extend_from_slice(&inner);
+        let len = (two.len() - 5) as u16;
+        two[3..5].copy_from_slice(&len.to_be_bytes());
+        assert_eq!(client_hello(&two), Hello::Unreadable);
     }
 }
