@@ -120,7 +120,11 @@ impl Enforced {
         };
         let wanted =
             limits.procs.is_some() || limits.memory.is_some() || limits.cpu_percent.is_some();
-        let name = format!("shofer-{}-{}", std::process::id(), random());
+        let name = format!(
+            "shofer-{}-{}",
+            std::process::id(),
+            shofer_sys::statedir::random_suffix()
+        );
         let cgroup = if wanted {
             out.cgroup_v2(&name)
                 .or_else(|v2| out.cgroup_v1(&name).map_err(|v1| format!("{v2}; {v1}")))
@@ -351,10 +355,4 @@ fn counts_per_userns() -> bool {
         .split(|c: char| !c.is_ascii_digit())
         .map(|x| x.parse::<u32>().unwrap_or(0));
     (n.next().unwrap_or(0), n.next().unwrap_or(0)) >= (5, 14)
-}
-
-fn random() -> String {
-    let mut buf = [0u8; 4];
-    let _ = rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty());
-    buf.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -293,10 +293,6 @@ fn send_flags(fd: &OwnedFd, sig: i32, info: Option<&[u8]>, flags: u32) -> Result
 }
 
 /// The thread-group ID of task `tid`.
-fn tgid(tid: i32) -> Option<i32> {
-    proc::Status::read(tid)?.first("Tgid")?.parse().ok()
-}
-
 /// The PID a pidfd (or a `/proc/<pid>` directory descriptor) names: its fdinfo's `Pid:`, or
 /// the directory's name.
 fn pid_of_fd(fd: &OwnedFd) -> Option<i32> {
@@ -324,7 +320,7 @@ impl Handler for SignalGate {
         if self.supervisor <= 1 {
             return Reply::Now(Err(libc::EPERM));
         }
-        let Some(caller) = tgid(n.pid) else {
+        let Some(caller) = proc::Status::tgid(n.pid) else {
             return Reply::Now(Err(libc::ESRCH));
         };
         let a = n.args;
@@ -334,7 +330,7 @@ impl Handler for SignalGate {
             NR_KILL if int(0) > 0 => self.to_process(n, int(0), int(1), 0),
             NR_KILL => self.to_group(caller, int(0), int(1)),
             // A thread of the caller's own, or else a process.
-            NR_TKILL if tgid(int(0)) == Some(caller) => Reply::Continue,
+            NR_TKILL if proc::Status::tgid(int(0)) == Some(caller) => Reply::Continue,
             NR_TKILL => self.to_process(n, int(0), int(1), 0),
             NR_TGKILL if int(0) == caller => Reply::Continue,
             NR_TGKILL => self.to_process(n, int(0), int(2), 0),

@@ -261,6 +261,11 @@ impl Status {
     pub fn first(&self, name: &str) -> Option<&str> {
         self.field(name)?.first().copied()
     }
+
+    /// The thread group (process) of thread `tid`, from its `Tgid:` line.
+    pub fn tgid(tid: i32) -> Option<i32> {
+        Status::read(tid)?.first("Tgid")?.parse().ok()
+    }
 }
 
 /// The live processes (this one excepted) whose command line (`/proc/<pid>/cmdline`: the

@@ -7,18 +7,10 @@ use std::os::fd::RawFd;
 
 use super::notify;
 
-/// The thread group (process) of thread `tid`, from `/proc/<tid>/status`.
-pub(super) fn tgid_of(tid: libc::pid_t) -> Option<libc::pid_t> {
-    shofer_sys::proc::Status::read(tid)?
-        .first("Tgid")?
-        .parse()
-        .ok()
-}
-
 /// The kernel raises SIGPIPE in the sending thread on `EPIPE` unless `MSG_NOSIGNAL`: done for
 /// the caller `tid`, as the helper sends with `MSG_NOSIGNAL`.
 pub(super) fn raise_sigpipe(tid: libc::pid_t) {
-    if let Some(tgid) = tgid_of(tid) {
+    if let Some(tgid) = shofer_sys::proc::Status::tgid(tid) {
         // Raw syscall: rustix has no tgkill.
         // Safety: tgkill takes integers only, here a thread of the sandboxed run.
         unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, libc::SIGPIPE) };

@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex};
 
 use rustix::fs::Stat;
 
-use super::answer::{answer, tgid_of};
+use super::answer::answer;
 use super::diag::{self, Lookup};
 use super::filter::{NR_BIND, NR_CONNECT, NR_LISTEN, NR_SENDMMSG, NR_SENDMSG, NR_SENDTO};
 use super::handler::{Gatekeeper, Handler, Installer, Performed, Reply};
@@ -237,7 +237,7 @@ fn thread_pidfd(tid: libc::pid_t) -> Result<OwnedFd, i32> {
         Err(libc::EINVAL) => {}
         other => return other,
     }
-    open(tgid_of(tid).ok_or(libc::ESRCH)?, 0)
+    open(shofer_sys::proc::Status::tgid(tid).ok_or(libc::ESRCH)?, 0)
 }
 
 /// Where a call goes, decided.

@@ -586,14 +586,20 @@ impl DotGitDir {
             return Err(gone());
         }
         if here.is_ok() {
-            let aside = format!(".git.shofer-moved-{}", super::names::random_suffix());
+            let aside = format!(
+                ".git.shofer-moved-{}",
+                shofer_sys::statedir::random_suffix()
+            );
             rename_in(&self.worktree, ".git", &aside)?;
         }
         paths::rename_noreplace_between(&parent, name, &self.worktree, ".git".as_ref())?;
         // Swapped between the look and the rename: what came is set aside, not kept as `.git`.
         let now = paths::openat_path(&self.worktree, Path::new(".git"))?;
         if paths::identity(&now)? != self.identity {
-            let aside = format!(".git.shofer-moved-{}", super::names::random_suffix());
+            let aside = format!(
+                ".git.shofer-moved-{}",
+                shofer_sys::statedir::random_suffix()
+            );
             rename_in(&self.worktree, ".git", &aside)?;
             return Err(gone());
         }
@@ -1364,7 +1370,10 @@ fn write_over(dir: &OwnedFd, name: &str, data: &[u8], mode: u32) -> io::Result<(
 }
 
 fn write_over_once(dir: &OwnedFd, name: &str, data: &[u8], mode: u32) -> io::Result<()> {
-    let tmp = format!(".{name}.shofer-restore-{}", super::names::random_suffix());
+    let tmp = format!(
+        ".{name}.shofer-restore-{}",
+        shofer_sys::statedir::random_suffix()
+    );
     use rustix::fs::{Mode, OFlags};
     // O_EXCL|O_NOFOLLOW creates a new file only.
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;

@@ -15,7 +15,7 @@
 //! Inside: [`layout`] and [`repo`] (where the metadata is), [`protect`] (what the host's git
 //! trusts), [`run`] (the run's lifecycle), [`guard`] (snapshot, journal, watcher, restore),
 //! [`quarantine`] and [`objects`] (the object store), [`nested`] and [`nestedconfig`]
-//! (repositories the command makes), [`fsck`], [`remove`], [`names`], and the gate handlers [`gate`],
+//! (repositories the command makes), [`fsck`], [`remove`], and the gate handlers [`gate`],
 //! [`packed_refs`] and [`freshen`].
 //!
 //! It must never let the command change what the host's git trusts without putting it back,
@@ -27,7 +27,6 @@ mod fsck;
 mod gate;
 mod guard;
 mod layout;
-mod names;
 mod nested;
 pub mod nestedconfig;
 mod objects;

@@ -451,7 +451,7 @@ impl NestedScan {
         let mut new_name = std::ffi::OsString::from(config.name);
         new_name.push(format!(
             ".shofer-quarantined-{}",
-            super::names::random_suffix()
+            shofer_sys::statedir::random_suffix()
         ));
         match crate::paths::rename_noreplace_at(&config.dir, config.name.as_ref(), &new_name) {
             Ok(()) => out.quarantined.push(Quarantined {
@@ -488,7 +488,7 @@ impl NestedScan {
         let mut new_name = name.to_os_string();
         new_name.push(format!(
             ".shofer-quarantined-{}",
-            super::names::random_suffix()
+            shofer_sys::statedir::random_suffix()
         ));
         let moved = crate::paths::open_nofollow(&parent)
             .and_then(|dir| crate::paths::rename_noreplace_at(&dir, name, &new_name));

@@ -234,7 +234,10 @@ fn write_new(
     fill: impl FnOnce(&mut std::fs::File) -> io::Result<Result<(), String>>,
 ) -> io::Result<Result<bool, String>> {
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = format!("tmp_shofer_{what}_{}", super::names::random_suffix());
+    let tmp = format!(
+        "tmp_shofer_{what}_{}",
+        shofer_sys::statedir::random_suffix()
+    );
     let tmp_path = PathBuf::from(format!("/proc/self/fd/{}/{tmp}", dir.as_raw_fd()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -396,7 +399,7 @@ impl Quarantine {
         let (entry, lock) = match mine {
             Some(m) => m,
             None => {
-                let entry = root.join(format!("{prefix}{}", super::names::random_suffix()));
+                let entry = root.join(format!("{prefix}{}", shofer_sys::statedir::random_suffix()));
                 std::fs::DirBuilder::new().mode(0o700).create(&entry)?;
                 let lock = lock(&entry)?;
                 std::fs::write(entry.join("store"), objects.as_os_str().as_bytes())?;
@@ -728,7 +731,7 @@ fn discard(entry: &Path, path: &Path) -> io::Result<()> {
         remove_entry(&trash)?;
         std::fs::DirBuilder::new().mode(0o700).create(&trash)?;
     }
-    match std::fs::rename(path, trash.join(super::names::random_suffix())) {
+    match std::fs::rename(path, trash.join(shofer_sys::statedir::random_suffix())) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         other => other,
     }

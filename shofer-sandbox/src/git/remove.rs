@@ -96,7 +96,7 @@ pub fn take_apart(
                 if !spend(budget, stop) {
                     return Ok(Removal::Unfinished);
                 }
-                let up = format!(".shofer-removing-{}", super::names::random_suffix());
+                let up = format!(".shofer-removing-{}", shofer_sys::statedir::random_suffix());
                 let mut moved = paths::rename_noreplace_between(&child, &g, &top, up.as_ref());
                 if moved
                     .as_ref()

@@ -150,7 +150,7 @@ impl View {
         })?;
         // What a killed run left.
         discard_views(&entry);
-        let dir = entry.join(format!("v.{}", super::names::random_suffix()));
+        let dir = entry.join(format!("v.{}", shofer_sys::statedir::random_suffix()));
         fs::DirBuilder::new()
             .mode(0o755)
             .create(&dir)
@@ -571,7 +571,7 @@ impl View {
         super::nested::index_fit_for_host(bytes, self.hex_len / 2)?;
         let stage = self
             .entry
-            .join(format!("stage.{}", super::names::random_suffix()));
+            .join(format!("stage.{}", shofer_sys::statedir::random_suffix()));
         let ok = fs::DirBuilder::new().mode(0o700).create(&stage).is_ok()
             && fs::write(stage.join("index"), bytes).is_ok()
             && check_index(self.nested_scan(&stage));
@@ -698,7 +698,7 @@ impl View {
     ) {
         let new = self
             .entry
-            .join(format!("private.{}", super::names::random_suffix()));
+            .join(format!("private.{}", shofer_sys::statedir::random_suffix()));
         let result = (|| -> io::Result<()> {
             fs::DirBuilder::new().mode(0o700).create(&new)?;
             let mut text = String::new();
@@ -725,7 +725,7 @@ impl View {
             if old.exists() {
                 let trash = self
                     .entry
-                    .join(format!("trash.{}", super::names::random_suffix()));
+                    .join(format!("trash.{}", shofer_sys::statedir::random_suffix()));
                 fs::rename(&old, &trash)?;
                 remove_tree(&self.entry, &trash);
             }
@@ -903,7 +903,7 @@ fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = parent.join(format!(
         ".{}.shofer-{}",
         path.file_name().unwrap_or_default().to_string_lossy(),
-        super::names::random_suffix()
+        shofer_sys::statedir::random_suffix()
     ));
     let mut f = fs::OpenOptions::new()
         .write(true)
