@@ -48,6 +48,26 @@ const LIMIT_HINTS: [(&str, &str); 3] = [
     ),
 ];
 
+/// What a client that ignores the proxy variables prints under `--net proxy`, where the only
+/// way out is the proxy: no name resolves, no address is reachable.
+const NO_ROUTE: [&str; 7] = [
+    "EAI_AGAIN",
+    "ENOTFOUND",
+    "ENETUNREACH",
+    "Network is unreachable",
+    "Temporary failure in name resolution",
+    "Could not resolve host",
+    "Name or service not known",
+];
+
+/// The note for a failed command under `--net proxy` whose `output` shows a client that went
+/// around the proxy (a refusal by the proxy itself has its own note, [`denial_hint`]).
+pub fn proxy_hint(output: &str) -> Option<String> {
+    NO_ROUTE.iter().any(|m| output.contains(m)).then(|| {
+        "Note: this command runs with --net proxy: the only way out is the sandbox's proxy at http://127.0.0.1:3128 (http_proxy, https_proxy, all_proxy and NODE_USE_ENV_PROXY are set). A client that ignores those variables cannot resolve or reach anything: not a network failure to retry. Node.js before 22.21 (24.5 on 24) ignores them; pass the proxy to the tool explicitly (its --proxy option or config), or use one that honours them.".to_string()
+    })
+}
+
 /// What the sandbox prints when it refuses a connection to a host socket.
 const SOCKET_REFUSED: &str = "shofer-sandbox: connect to ";
 
@@ -152,6 +172,13 @@ mod tests {
         assert!(denial_hint(out, &["/tmp"], &[])
             .unwrap()
             .contains("--limit-procs"));
+    }
+
+    #[test]
+    fn a_client_around_the_proxy_gets_the_proxy_note() {
+        let out = "npm error code EAI_AGAIN\nnpm error request to https://registry.npmjs.org/x failed, reason: getaddrinfo EAI_AGAIN registry.npmjs.org\n";
+        assert!(proxy_hint(out).unwrap().contains("Node.js before 22.21"));
+        assert!(proxy_hint("error: could not compile").is_none());
     }
 
     #[test]

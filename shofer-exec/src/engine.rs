@@ -42,7 +42,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use shofer_core::artifact::next_unique;
-use shofer_core::denial::denial_hint;
+use shofer_core::denial::{denial_hint, proxy_hint};
 use shofer_core::preview::PreviewSize;
 use shofer_core::text::{self, ExitStatus, KilledOutput, Persisted};
 use tokio::sync::watch;
@@ -161,6 +161,17 @@ impl Sandbox {
             }
         }
         w
+    }
+
+    /// Whether the sandbox's options say `--net proxy`.
+    pub fn proxied(&self) -> bool {
+        let mut args = self.extra_args.iter();
+        while let Some(a) = args.next() {
+            if a == "--net=proxy" || (a == "--net" && args.next().is_some_and(|v| v == "proxy")) {
+                return true;
+            }
+        }
+        false
     }
 }
 
@@ -750,6 +761,7 @@ impl Engine {
                 .as_ref()
                 .map(Sandbox::secret_locations)
                 .unwrap_or_default(),
+            proxied: cfg.sandbox.as_ref().is_some_and(Sandbox::proxied),
         };
         let rec = self.register(Record {
             id,
@@ -1122,6 +1134,8 @@ struct Supervision {
     writable: Option<Vec<String>>,
     /// The secret locations the sandbox hides, for the denial hint (empty without a sandbox).
     secrets: Vec<String>,
+    /// The sandbox runs with `--net proxy`: a client around the proxy gets its note.
+    proxied: bool,
 }
 
 /// A command's supervisor task: waits for the main process (or the hard timeout), deals
@@ -1315,7 +1329,12 @@ fn final_text(
             if let (Some(w), true) = (&s.writable, *exit != ExitStatus::Code(0)) {
                 let w: Vec<&str> = w.iter().map(String::as_str).collect();
                 let secrets: Vec<&str> = s.secrets.iter().map(String::as_str).collect();
-                if let Some(h) = denial_hint(&intercepted.preview.text, &w, &secrets) {
+                let hint = denial_hint(&intercepted.preview.text, &w, &secrets).or_else(|| {
+                    s.proxied
+                        .then(|| proxy_hint(&intercepted.preview.text))
+                        .flatten()
+                });
+                if let Some(h) = hint {
                     t.push('\n');
                     t.push_str(&h);
                 }

@@ -524,6 +524,42 @@ fn case_10_sandbox_denials_are_explained() {
     assert!(!text(&o).contains("Note: the"), "{}", text(&o));
 }
 
+/// Issue 33: under `--net proxy`, a destination the proxy refuses and a client that goes
+/// around the proxy each get the note that says so, naming the flag.
+#[test]
+fn proxy_refusals_and_clients_around_the_proxy_are_explained() {
+    let [_, wt] = Mode::both();
+    let proxy = ["--net", "proxy", "--no-default-domains"];
+    let o = wt.run(&proxy, "curl -sSf -m 10 http://unlisted.test/");
+    let t = text(&o);
+    assert!(
+        t.contains("shofer-sandbox: net refused: unlisted.test:80: not in the allow-list (--allow-domain unlisted.test:80 would allow it)"),
+        "{t}"
+    );
+    let note = t.trim_end().lines().last().unwrap();
+    assert!(
+        note.starts_with("Note: the sandbox's network proxy refused")
+            && note.contains("--allow-domain"),
+        "{t}"
+    );
+    let o = wt.run(
+        &proxy,
+        "python3 -c 'import socket; socket.getaddrinfo(\"registry.npmjs.org\", 443)'",
+    );
+    let t = text(&o);
+    let note = t.trim_end().lines().last().unwrap();
+    assert!(
+        note.starts_with("Note: this command runs with --net proxy") && note.contains("Node.js"),
+        "{t}"
+    );
+    // Without --net proxy the same failure is the network's own: no proxy note.
+    let o = wt.run(
+        &["--net", "deny"],
+        "python3 -c 'import socket; socket.getaddrinfo(\"registry.npmjs.org\", 443)'",
+    );
+    assert!(!text(&o).contains("--net proxy"), "{}", text(&o));
+}
+
 /// git's automatic maintenance is never cut short: a commit in a repository that needs a gc
 /// (`gc.auto = 1`, three committed blobs loose in `objects/17`, the directory git samples) runs it in
 /// the foreground in plain mode — it packs the objects, nothing is stopped at the end — and not
