@@ -18,9 +18,11 @@ const WORLD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/egress/world.sh"
 const CHECKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/egress/checks.sh");
 
 /// Every check of `checks.sh`, which must each print `ok NAME`.
-const EXPECTED: [&str; 23] = [
+const EXPECTED: [&str; 25] = [
     "http",
     "git-clone-http",
+    "git-clone-smart-https",
+    "pip-local-index",
     "connect-tls",
     "socks5-hostname",
     "named-address",
@@ -104,7 +106,7 @@ fn only_the_allow_list_is_reached_through_the_proxy_on_every_namespace_backend()
                     "--allow-domain",
                     "reg.test",
                     "--allow-domain",
-                    "reg.test:8080",
+                    "reg.test:8080,9443",
                 ])
                 .args(["--allow-domain", "local.test:8765"])
                 .args([

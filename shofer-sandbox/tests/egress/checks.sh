@@ -24,6 +24,11 @@ say connect-tls "$(curl -sS -m 10 --cacert "$ca" https://reg.test/ 2>&1)" reg-ht
 say socks5-hostname "$(curl -sS -m 10 -x socks5h://127.0.0.1:3128 --cacert "$ca" https://reg.test/ 2>&1)" reg-https
 clone=$(mktemp -d)
 say git-clone-http "$(git clone -q http://reg.test:8080/repo.git "$clone/r" 2>&1 && git -C "$clone/r" log --format=%s)" "served through the proxy"
+say git-clone-smart-https "$(GIT_SSL_CAINFO="$ca" git clone -q https://reg.test:9443/cgi-bin/git/repo.git "$clone/s" 2>&1 && git -C "$clone/s" log --format=%s)" "served through the proxy"
+pipdir=$(mktemp -d)
+out=$($py -m pip download --no-deps --no-cache-dir --disable-pip-version-check -q --index-url http://reg.test:8080/simple/ --trusted-host reg.test -d "$pipdir" shoferdemo 2>&1)
+say pip-local-index "$(ls "$pipdir")" "shoferdemo-0.1-py3-none-any.whl"
+[ -n "$out" ] && echo "pip said: $out"
 say named-address "$(curl -sS -m 10 http://private.test/ 2>&1)" private-secret
 code() { curl -s -m 10 -o /dev/null -w '%{http_code}' "$@"; }
 say unlisted-name "$(code http://unlisted.test/)" 403

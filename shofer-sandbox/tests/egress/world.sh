@@ -57,12 +57,50 @@ git init -q "$world/src"
 git -C "$world/src" -c user.name=t -c user.email=t@t commit -q --allow-empty -m "served through the proxy"
 git clone -q --bare "$world/src" "$world/www/repo.git"
 git -C "$world/www/repo.git" update-server-info
+# The same repository over smart HTTP (git http-backend as CGI) behind TLS on reg.test:9443.
+mkdir -p "$world/smart/cgi-bin"
+printf '#!/bin/sh\nGIT_PROJECT_ROOT=%s GIT_HTTP_EXPORT_ALL=1 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0=* exec git http-backend\n' "$world/www" \
+  > "$world/smart/cgi-bin/git"
+chmod 755 "$world/smart/cgi-bin/git"
+# A package index (PEP 503) with one wheel, on reg.test:8080/simple/.
+mkdir -p "$world/www/simple/shoferdemo"
+$py - "$world/www" <<'PY'
+import base64, hashlib, sys, zipfile
+www = sys.argv[1]
+name = "shoferdemo-0.1-py3-none-any.whl"
+files = {
+    "shoferdemo/__init__.py": b"VALUE = 'through the proxy'\n",
+    "shoferdemo-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: shoferdemo\nVersion: 0.1\n",
+    "shoferdemo-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: shofer-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = ""
+for path, data in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record += f"{path},sha256={digest},{len(data)}\n"
+record += "shoferdemo-0.1.dist-info/RECORD,,\n"
+with zipfile.ZipFile(f"{www}/simple/shoferdemo/{name}", "w") as z:
+    for path, data in files.items():
+        z.writestr(path, data)
+    z.writestr("shoferdemo-0.1.dist-info/RECORD", record)
+open(f"{www}/simple/shoferdemo/index.html", "w").write(f'<a href="{name}">{name}</a>\n')
+open(f"{www}/simple/index.html", "w").write('<a href="shoferdemo/">shoferdemo</a>\n')
+PY
 # Servers: each answers with its own name, so a test sees who it reached.
 cat > "$world/serve.py" <<'PY'
 import http.server, ssl, sys, socketserver
 addr, port, body = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
 tls = len(sys.argv) > 4
-class H(http.server.BaseHTTPRequestHandler):
+if body == b"cgi":
+    # git http-backend as CGI, from the directory holding cgi-bin/.
+    import functools, os
+    os.chdir(sys.argv[6])
+    H = http.server.CGIHTTPRequestHandler
+    # Through self.wfile (TLS), not a forked child writing to the raw socket.
+    H.have_fork = False
+    H.log_message = lambda *a: None
+else:
+    H = None
+class Fixed(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200)
         self.send_header("Content-Length", str(len(body) + 1))
@@ -70,8 +108,17 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body + b"\n")
     def log_message(self, *a):
         pass
+H = H or Fixed
 class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
+    def shutdown_request(self, request):
+        # TLS ends with close_notify (a body that ends at the close needs it).
+        try:
+            request.settimeout(2)
+            request.unwrap()
+        except Exception:
+            pass
+        super().shutdown_request(request)
 s = S((addr, port), H)
 if tls:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -83,6 +130,7 @@ nsenter -t "$inet" -n $py "$world/serve.py" 198.51.100.2 80 reg-http & pids+=($!
 nsenter -t "$inet" -n $py "$world/serve.py" 198.51.100.2 443 reg-https "$world/srv.pem" "$world/srv.key" & pids+=($!)
 nsenter -t "$inet" -n $py "$world/serve.py" 198.51.100.2 8443 reg-8443 & pids+=($!)
 nsenter -t "$inet" -n $py -m http.server 8080 --bind 198.51.100.2 --directory "$world/www" >/dev/null 2>&1 & pids+=($!)
+nsenter -t "$inet" -n $py "$world/serve.py" 198.51.100.2 9443 cgi "$world/srv.pem" "$world/srv.key" "$world/smart" & pids+=($!)
 nsenter -t "$inet" -n $py "$world/serve.py" 169.254.169.254 80 metadata-secret & pids+=($!)
 nsenter -t "$inet" -n $py "$world/serve.py" 10.9.9.9 80 private-secret & pids+=($!)
 $py "$world/serve.py" 127.0.0.1 "${LOCAL_PORT:-8765}" host-local-secret & pids+=($!)
@@ -106,7 +154,7 @@ mount --bind "$world/hosts" /etc/hosts
 # Every server listening before the sandbox starts.
 for _ in $(seq 200); do
   n=$( (ss -Hltn; in_inet ss -Hltn) 2>/dev/null | grep -c LISTEN || true)
-  [ "$n" -ge 7 ] && break
+  [ "$n" -ge 8 ] && break
   sleep 0.05
 done
 WORLD=$world "$@"
