@@ -160,12 +160,16 @@ impl Launch {
 
     /// After bubblewrap has exec'd: the command's PID (bubblewrap's child, in our PID
     /// namespace) from the info pipe, read once; `None` if bubblewrap exited before starting
-    /// it.
+    /// it. Without a block pipe, also waits for the pipe's end of file: the command has then
+    /// been exec'd (in its own session, where forwarded signals reach it).
     pub fn command_pid(&mut self) -> Option<libc::pid_t> {
         if self.pid.is_none() {
             // Our copy of the write end goes, so a bubblewrap that fails means end of file.
             self.info_write = None;
             self.pid = Some(child_pid(&self.info_read));
+            if self.block.is_none() {
+                drain(&self.info_read);
+            }
         }
         self.pid.flatten()
     }
@@ -178,6 +182,8 @@ impl Launch {
         let listener = crate::egress::listener_in(pid, false)?;
         let (_, write) = self.block.take()?;
         rustix::io::write(&write, b"1").ok()?;
+        // The command has been exec'd at the info pipe's end of file.
+        drain(&self.info_read);
         Some(listener)
     }
 }
@@ -427,6 +433,12 @@ fn hiding(secrets: &Resolved, version: (u32, u32, u32)) -> Vec<Vec<u8>> {
         }
     }
     out
+}
+
+/// Reads `fd` to its end of file.
+fn drain(fd: &OwnedFd) {
+    let mut chunk = [0u8; 512];
+    while shofer_sys::fd::read(fd, &mut chunk).is_ok_and(|n| n > 0) {}
 }
 
 /// Reads bubblewrap's `--info-fd` record until it is a whole JSON object (bubblewrap keeps the
