@@ -33,6 +33,9 @@
 //! other protections register as handlers ([`gate::handler`]; git's lock-file protocol and
 //! freshen).
 //!
+//! With `--net proxy`, [`egress`] is the command's one way out: a listener made in its network
+//! namespace during step 6, served by supervisor threads from step 7, to the allow-list.
+//!
 //! Git lives behind one door, [`git`]: outside it, nothing names a git type.
 //!
 //! # Limitations (Landlock backend)
