@@ -605,7 +605,7 @@ while found < 3:
             m.name()
         );
         // Counted from outside: in the sandbox `.git/objects` is the run's object quarantine
-        // (README, "Objects"), which shows only the objects the run writes.
+        // (docs/GIT.md, "Objects"), which shows only the objects the run writes.
         let loose = std::fs::read_dir(m.task.join(".git/objects/17")).map_or(0, |d| d.count());
         let kept = if m.sandboxed { loose >= 3 } else { loose == 0 };
         assert!(kept, "{}: {loose} loose objects in 17: {t}", m.name());

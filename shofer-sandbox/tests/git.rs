@@ -116,7 +116,7 @@ impl Layout {
     }
 
     /// The object quarantines the runs left in the scratch state directory (`q/` of each
-    /// entry, README "Objects").
+    /// entry, docs/GIT.md "Objects").
     fn quarantines(&self) -> Vec<PathBuf> {
         std::fs::read_dir(self.s.path().join("state/shofer/objects"))
             .map(|rd| rd.flatten().map(|e| e.path().join("q")).collect())
@@ -844,7 +844,7 @@ bare=$(mktemp -d); run git init -q --bare "$bare/p.git"; run git push -q "$bare/
 "#;
 
 /// Every git command works in a linked worktree on every backend: exit 0, and no `error:`
-/// line. On Landlock the supervisor performs git's `packed-refs.lock` protocol (README,
+/// line. On Landlock the supervisor performs git's `packed-refs.lock` protocol (docs/GIT.md,
 /// "Landlock limits"); on every backend it answers `git branch -d`'s rewrite of the unchanged,
 /// read-only `config`. In a private view, [`GIT_OPS_VIEW`] as well.
 #[test]
@@ -1348,7 +1348,7 @@ fn the_hosts_own_locks_in_the_common_dir_are_out_of_reach() {
                 l.s.chown_all(u);
             }
             let chmod = if b == "landlock" {
-                "" // Landlock does not mediate chmod (README, "Landlock limits")
+                "" // Landlock does not mediate chmod (docs/GIT.md, "Landlock limits")
             } else {
                 "chmod 777 \"$COMMON/config.lock\" \"$COMMON/packed-refs.lock\"; "
             };
@@ -1778,7 +1778,7 @@ fn blobs_in_fanout_17(n: usize) -> Vec<String> {
         .collect()
 }
 
-/// git's automatic maintenance (README, "Git works"): on Landlock it does not run in the
+/// git's automatic maintenance (docs/GIT.md, "Git works"): on Landlock it does not run in the
 /// sandbox — in a linked worktree a gc expires every worktree's reflogs and prunes objects,
 /// which the sandbox refuses (errors on every commit), and a detached one was stopped midway
 /// when the run ended, leaving `*.lock` files that made every later git command fail; on the
@@ -1997,7 +1997,7 @@ fn without_a_state_directory_there_is_no_quarantine_and_nothing_in_var_tmp() {
 
 /// git refreshes the time of an object it is about to write and finds in the store ("freshen",
 /// `utime`), on a loose object and on a pack: in the read-only store of a quarantine the gate
-/// performs it (else git wrote every recurring object again, README "Objects"); a file
+/// performs it (else git wrote every recurring object again, docs/GIT.md "Objects"); a file
 /// merely named like an object elsewhere gets the kernel's own `utime`, and the store's
 /// object of that name is left alone.
 #[test]
@@ -2243,7 +2243,7 @@ fn a_push_into_a_repository_outside_fails_and_says_why() {
 /// loose and as a pack, on every backend: an attack pass found the commit refused, the ref
 /// the fetch wrote pointing at a missing object and, for a pack, every object of it dropped.
 /// A git whose `index-pack` takes no fsck message ids (2.39) still refuses such a pack, and
-/// the run names it (README "Objects").
+/// the run names it (docs/GIT.md "Objects").
 #[test]
 fn a_fetched_history_with_a_malformed_identity_reaches_the_store() {
     let probe = Command::new("git")

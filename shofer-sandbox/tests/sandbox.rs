@@ -671,7 +671,7 @@ fn root_capabilities_are_dropped() {
         assert!(text.contains("NoNewPrivs:\t1"), "{b}: {text}");
         for line in text.lines().filter(|l| l.starts_with("Cap")) {
             // bubblewrap clears every set but the bounding one; no_new_privs keeps an exec
-            // from regaining anything from it (README, backends).
+            // from regaining anything from it (docs/ENFORCEMENT.md, backends).
             if b == "bwrap" && line.starts_with("CapBnd") {
                 continue;
             }

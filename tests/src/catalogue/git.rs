@@ -558,7 +558,7 @@ fn git_commondir_host(c: &Ctx) -> Outcome {
 /// not appear.
 /// What a [`git_host_script`] set-up that must succeed prints last.
 /// git's freshen of an object it finds in the store (`utime(path, NULL)`): on the namespace
-/// backends the gate performs it on the read-only store (README "Objects"), and nothing but
+/// backends the gate performs it on the read-only store (docs/GIT.md "Objects"), and nothing but
 /// the times of the store's files can change through it; on Landlock the store is writable.
 fn git_freshen(c: &Ctx) -> Outcome {
     let r = match make_repo(c) {
@@ -663,7 +663,7 @@ fn git_host_script(c: &Ctx, what: &str, script: &str) -> Outcome {
 }
 
 /// Ref deletion goes through `<common>/packed-refs.lock`, which the command cannot make in the
-/// common dir on any backend: the supervisor performs git's lock protocol for it (README,
+/// common dir on any backend: the supervisor performs git's lock protocol for it (docs/GIT.md,
 /// "Git").
 fn git_ref_deletion(c: &Ctx) -> Outcome {
     let r = match make_repo(c) {
