@@ -5,6 +5,8 @@
 //!   Landlock ABI. `shofer-sandbox` builds a policy from the command line and the filesystem,
 //!   then asks [`policy::protections`] what to report and [`policy::degradations`] whether to
 //!   refuse.
+//! - [`policyfile`]: the policy files and the flags as one model, merged (a project's file only
+//!   narrows), with each value's origin.
 //! - [`rights`]: the pinned Landlock access-right sets, one per ABI.
 //! - [`preview`]: the head/tail preview buffer of a command's output ([`preview::HeadTail`]).
 //! - [`text`]: the result texts the agent reads (templates, sizes, exit status, fixed messages).
@@ -30,6 +32,7 @@ pub mod egress;
 pub mod gitenv;
 pub mod limits;
 pub mod policy;
+pub mod policyfile;
 pub mod preview;
 pub mod rights;
 pub mod secretenv;

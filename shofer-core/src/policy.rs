@@ -133,6 +133,29 @@ impl NetPolicy {
     pub fn own_namespace(self) -> bool {
         self != NetPolicy::Allow
     }
+
+    /// The policy `text` names (`--net`, the policy file's `network.mode`).
+    ///
+    /// # Errors
+    /// What `text` should have been.
+    pub fn parse(text: &str) -> Result<NetPolicy, String> {
+        match text {
+            "allow" => Ok(NetPolicy::Allow),
+            "deny" => Ok(NetPolicy::Deny),
+            "proxy" => Ok(NetPolicy::Proxy),
+            _ => Err(format!("{text:?}: expected allow, deny or proxy")),
+        }
+    }
+
+    /// How much of the network the policy opens: `deny` < `proxy` < `allow` (a project's
+    /// policy file may only ask for less than the user's).
+    pub fn openness(self) -> u8 {
+        match self {
+            NetPolicy::Deny => 0,
+            NetPolicy::Proxy => 1,
+            NetPolicy::Allow => 2,
+        }
+    }
 }
 
 /// A sandbox backend (ARCHITECTURE §2.4).
@@ -170,6 +193,24 @@ impl Backend {
     /// Whether the command runs in a new PID namespace (outside processes are invisible).
     pub fn has_pid_namespace(self) -> bool {
         !matches!(self, Backend::Landlock)
+    }
+
+    /// The backend `--backend` names: `None` for `auto` (the strongest that enforces the whole
+    /// policy).
+    ///
+    /// # Errors
+    /// What `text` should have been.
+    pub fn parse_choice(text: &str) -> Result<Option<Backend>, String> {
+        match text {
+            "auto" => Ok(None),
+            "landlock" => Ok(Some(Backend::Landlock)),
+            "userns" => Ok(Some(Backend::Userns)),
+            "bwrap" => Ok(Some(Backend::Bwrap)),
+            "layered" => Ok(Some(Backend::Layered)),
+            _ => Err(format!(
+                "{text:?}: expected auto, landlock, userns, bwrap or layered"
+            )),
+        }
     }
 }
 

@@ -13,6 +13,8 @@
 //! - [`tree`]: finding and killing a command's whole process tree (procfs, pidfds, child
 //!   subreaper); read its module docs for what is and is not guaranteed.
 //! - [`reader`]: read mode and search mode over an artifact.
+//! - [`policy`]: the policy files (`config.toml`) and the flags, merged into one effective
+//!   policy.
 //!
 //! The pure parts (preview buffer, result texts, artifact ids) live in `shofer_core`.
 //!
@@ -43,6 +45,7 @@ mod engine;
 pub mod guardian;
 pub mod intercept;
 mod pagebuf;
+pub mod policy;
 mod pump;
 pub mod reader;
 pub mod rpc_gate;

@@ -37,11 +37,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use shofer_core::policyfile::{Layer, Val};
 use shofer_core::preview::PreviewSize;
 use shofer_exec::childenv;
 use shofer_exec::detach::{self, Forked, JobState};
 use shofer_exec::reader::{self, ReadRequest};
-use shofer_exec::{serve, tree};
+use shofer_exec::{policy, serve, tree};
 use shofer_exec::{
     Background, CancellationToken, Engine, EngineConfig, ExecRequest, Outcome, Sandbox, Status,
 };
@@ -57,9 +58,26 @@ struct Cli {
     cmd: Cmd,
 }
 
-/// Options passed on to `shofer-sandbox` (with `--worktree`), which checks them.
+/// The sandbox's policy as flags: the same settings as the policy files
+/// ([`shofer_exec::policy`]), passed on to `shofer-sandbox` (with `--worktree`), which checks
+/// them again.
 #[derive(clap::Args, Debug, Default)]
 struct SandboxOpts {
+    /// The profile of the user's policy file to use (its [profiles.NAME] tables) instead of
+    /// the one its `profile` key names.
+    #[arg(long = "profile", value_name = "NAME")]
+    profile: Option<String>,
+    /// With --worktree: the backend: auto (the strongest that enforces the whole policy),
+    /// layered, userns, bwrap or landlock.
+    #[arg(long = "backend", value_name = "NAME")]
+    backend: Option<String>,
+    /// With --worktree: run even where the backend cannot enforce every required protection
+    /// (the report names what is missing).
+    #[arg(long = "allow-degraded")]
+    allow_degraded: bool,
+    /// With --worktree: also make PATH writable (repeatable).
+    #[arg(long = "allow-write", value_name = "PATH")]
+    allow_write: Vec<PathBuf>,
     /// With --worktree: also let commands reach the unix socket PATH (or any beneath the
     /// directory PATH), e.g. $SSH_AUTH_SOCK (repeatable; see shofer-sandbox --help).
     #[arg(long = "allow-unix", value_name = "PATH")]
@@ -68,7 +86,7 @@ struct SandboxOpts {
     /// run without the caller's secret variables (repeatable; `*` globs; see shofer-sandbox
     /// --help).
     #[arg(long = "keep-env", value_name = "NAME")]
-    keep_env: Vec<std::ffi::OsString>,
+    keep_env: Vec<String>,
     /// With --worktree: let commands read the secret location PATH after all, or just PATH
     /// inside one (repeatable; see shofer-sandbox --help).
     #[arg(long = "allow-read", value_name = "PATH")]
@@ -106,7 +124,13 @@ struct SandboxOpts {
 impl SandboxOpts {
     /// The usage error for options given without --worktree, naming the first.
     fn without_worktree(&self) -> Option<End> {
-        let given = if !self.allow_unix.is_empty() {
+        let given = if self.backend.is_some() {
+            "--backend"
+        } else if self.allow_degraded {
+            "--allow-degraded"
+        } else if !self.allow_write.is_empty() {
+            "--allow-write"
+        } else if !self.allow_unix.is_empty() {
             "--allow-unix"
         } else if !self.keep_env.is_empty() {
             "--keep-env"
@@ -134,42 +158,102 @@ impl SandboxOpts {
         )))
     }
 
-    /// `sb` with these options among its arguments.
-    fn apply(&self, mut sb: Sandbox) -> Sandbox {
-        for p in &self.allow_unix {
-            sb.extra_args.push("--allow-unix".into());
-            sb.extra_args.push(p.clone().into_os_string());
-        }
-        for k in &self.keep_env {
-            sb.extra_args.push("--keep-env".into());
-            sb.extra_args.push(k.clone());
-        }
-        for (flag, paths) in [("--allow-read", &self.allow_read), ("--hide", &self.hide)] {
-            for p in paths {
-                sb.extra_args.push(flag.into());
-                sb.extra_args.push(p.clone().into_os_string());
-            }
-        }
-        for (flag, value) in [
-            ("--limit-procs", &self.limit_procs),
-            ("--limit-memory", &self.limit_memory),
-            ("--limit-cpu", &self.limit_cpu),
-            ("--net", &self.net),
-        ] {
-            if let Some(v) = value {
-                sb.extra_args.push(flag.into());
-                sb.extra_args.push(v.into());
-            }
-        }
-        for d in &self.allow_domain {
-            sb.extra_args.push("--allow-domain".into());
-            sb.extra_args.push(d.into());
-        }
-        if self.no_default_domains {
-            sb.extra_args.push("--no-default-domains".into());
-        }
-        sb
+    /// These flags (and the timeouts) as the policy model's top layer: each value checked
+    /// by the parser the policy files use.
+    fn layer(&self, soft: Option<f64>, hard: Option<f64>) -> Result<Layer, String> {
+        use shofer_core::limits;
+        let paths = |v: &[PathBuf], flag: &'static str| {
+            (!v.is_empty()).then(|| v.iter().map(|p| Val::flag(p.clone(), flag)).collect())
+        };
+        let limit =
+            |v: &Option<String>, flag: &'static str, parse: fn(&str) -> Result<u64, String>| {
+                v.as_deref()
+                    .map(|t| {
+                        limits::setting(t, parse)
+                            .map(|s| Val::flag(s, flag))
+                            .map_err(|e| format!("{flag} {e}"))
+                    })
+                    .transpose()
+            };
+        // 0 is kept: `--timeout 0` says "no timeout" over a file's.
+        let seconds = |v: Option<f64>, flag| v.map(|s| Val::flag(s, flag));
+        Ok(Layer {
+            backend: self
+                .backend
+                .as_deref()
+                .map(|b| {
+                    shofer_core::policy::Backend::parse_choice(b).map(|c| Val::flag(c, "--backend"))
+                })
+                .transpose()
+                .map_err(|e| format!("--backend {e}"))?,
+            allow_degraded: self
+                .allow_degraded
+                .then(|| Val::flag(true, "--allow-degraded")),
+            allow_write: paths(&self.allow_write, "--allow-write"),
+            allow_unix: paths(&self.allow_unix, "--allow-unix"),
+            allow_read: paths(&self.allow_read, "--allow-read"),
+            hide: paths(&self.hide, "--hide"),
+            keep_env: (!self.keep_env.is_empty()).then(|| {
+                self.keep_env
+                    .iter()
+                    .map(|k| Val::flag(k.clone(), "--keep-env"))
+                    .collect()
+            }),
+            net: self
+                .net
+                .as_deref()
+                .map(|n| shofer_core::policy::NetPolicy::parse(n).map(|n| Val::flag(n, "--net")))
+                .transpose()
+                .map_err(|e| format!("--net {e}"))?,
+            allow_domains: if self.allow_domain.is_empty() {
+                None
+            } else {
+                Some(
+                    self.allow_domain
+                        .iter()
+                        .map(|d| {
+                            shofer_core::egress::Rule::parse(d)
+                                .map(|r| Val::flag(r, "--allow-domain"))
+                        })
+                        .collect::<Result<_, _>>()?,
+                )
+            },
+            default_domains: self
+                .no_default_domains
+                .then(|| Val::flag(false, "--no-default-domains")),
+            limit_procs: limit(&self.limit_procs, "--limit-procs", limits::parse_count)?,
+            limit_memory: limit(&self.limit_memory, "--limit-memory", limits::parse_size)?,
+            limit_cpu: limit(&self.limit_cpu, "--limit-cpu", limits::parse_percent)?,
+            soft_timeout: seconds(soft, "--timeout"),
+            hard_timeout: seconds(hard, "--hard-timeout"),
+        })
     }
+}
+
+/// The effective policy of a run or a server: the policy files and the flags. Sandbox
+/// settings in the files do nothing without a worktree, and stderr says so.
+fn effective_policy(
+    worktree: Option<&std::path::Path>,
+    sandbox: &SandboxOpts,
+    soft: Option<f64>,
+    hard: Option<f64>,
+) -> Result<Layer, Box<End>> {
+    if worktree.is_none() {
+        if let Some(usage) = sandbox.without_worktree() {
+            return Err(Box::new(usage));
+        }
+    }
+    let flags = sandbox
+        .layer(soft, hard)
+        .map_err(|e| Box::new(End::Usage(e)))?;
+    let eff = policy::effective(worktree, sandbox.profile.as_deref(), flags)
+        .map_err(|e| Box::new(End::CouldNotRun(format!("policy file: {e}"))))?;
+    if worktree.is_none() && eff.has_sandbox_settings() {
+        eprintln!(
+            "shofer: no --worktree: the policy file's sandbox settings do not apply, and the command runs unsandboxed"
+        );
+    }
+    Ok(eff)
 }
 
 #[derive(Subcommand, Debug)]
@@ -252,6 +336,11 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         artifacts: Option<PathBuf>,
     },
+    /// The policy files (~/.config/shofer/config.toml, a worktree's .shofer/config.toml).
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
     /// Serve execute_command, read_command_output, terminate_command and list_commands as
     /// an MCP server on stdin/stdout.
     Serve {
@@ -289,6 +378,28 @@ enum Cmd {
         #[arg(long = "max-artifact-bytes", value_name = "BYTES",
               default_value_t = shofer_exec::DEFAULT_MAX_ARTIFACT_BYTES)]
         max_artifact_bytes: u64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigAction {
+    /// Print the effective policy of a run with these flags, each value with where it came
+    /// from (a file and line, a flag, or the default).
+    Show {
+        /// The worktree whose .shofer/config.toml applies.
+        #[arg(long, value_name = "DIR")]
+        worktree: Option<PathBuf>,
+        #[command(flatten)]
+        sandbox: SandboxOpts,
+        /// Soft timeout in seconds, as `shofer run --timeout`.
+        #[arg(long, value_name = "S", value_parser = parse_seconds)]
+        timeout: Option<f64>,
+        /// Hard timeout in seconds, as `--hard-timeout`.
+        #[arg(long = "hard-timeout", value_name = "S", value_parser = parse_seconds)]
+        hard_timeout: Option<f64>,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -442,6 +553,19 @@ fn main() -> ExitCode {
             read(&artifact_id, search.as_deref(), offset, limit, artifacts),
             false,
         ),
+        Cmd::Config {
+            action:
+                ConfigAction::Show {
+                    worktree,
+                    sandbox,
+                    timeout,
+                    hard_timeout,
+                    json,
+                },
+        } => (
+            config_show(worktree, &sandbox, timeout, hard_timeout, json),
+            false,
+        ),
         Cmd::Serve {
             worktree,
             cwd,
@@ -498,6 +622,73 @@ fn main() -> ExitCode {
     ExitCode::from(exit_code(&end))
 }
 
+/// `shofer config show`: the files considered, then one row per setting.
+fn config_show(
+    worktree: Option<PathBuf>,
+    sandbox: &SandboxOpts,
+    timeout: Option<f64>,
+    hard_timeout: Option<f64>,
+    json: bool,
+) -> End {
+    let worktree = match worktree.map(std::fs::canonicalize).transpose() {
+        Ok(w) => w,
+        Err(e) => return End::Jobs(Err(format!("--worktree: {e}"))),
+    };
+    let eff = match effective_policy(worktree.as_deref(), sandbox, timeout, hard_timeout) {
+        Ok(eff) => eff,
+        Err(end) => match *end {
+            End::Usage(m) | End::CouldNotRun(m) => return End::Jobs(Err(m)),
+            other => return other,
+        },
+    };
+    let file = |p: Option<PathBuf>| match p {
+        Some(p) if p.exists() => format!("{}", p.display()),
+        Some(p) => format!("{} (none)", p.display()),
+        None => "(none: neither XDG_CONFIG_HOME nor HOME is set)".into(),
+    };
+    let user = file(policy::user_file());
+    let project = worktree
+        .as_ref()
+        .map(|w| file(Some(w.join(policy::PROJECT_FILE))));
+    let rows = eff.rows();
+    if json {
+        let settings: serde_json::Map<String, serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.key.to_string(),
+                    serde_json::json!({"value": r.value, "origin": r.origin}),
+                )
+            })
+            .collect();
+        let v = serde_json::json!({
+            "user_file": user,
+            "project_file": project,
+            "settings": settings,
+        });
+        return End::Jobs(Ok(v.to_string()));
+    }
+    let mut out = format!("user file:    {user}\n");
+    match &project {
+        Some(p) => out.push_str(&format!("project file: {p}\n")),
+        None => out.push_str("project file: (no --worktree)\n"),
+    }
+    let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(0);
+    let vwidth = rows
+        .iter()
+        .map(|r| r.value.len())
+        .max()
+        .unwrap_or(0)
+        .min(40);
+    for r in &rows {
+        out.push_str(&format!(
+            "\n{:width$}  {:vwidth$}  {}",
+            r.key, r.value, r.origin
+        ));
+    }
+    End::Jobs(Ok(out))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run(
     worktree: Option<PathBuf>,
@@ -529,6 +720,17 @@ fn run(
             Err(e) => return End::CouldNotRun(format!("cannot read the current directory: {e}")),
         },
     };
+    let eff = match effective_policy(
+        worktree.is_some().then_some(task_cwd.as_path()),
+        &sandbox,
+        timeout,
+        hard_timeout,
+    ) {
+        Ok(eff) => eff,
+        Err(end) => return *end,
+    };
+    let timeout = eff.soft_timeout.as_ref().map(|v| v.value);
+    let hard_timeout = eff.hard_timeout.as_ref().map(|v| v.value);
     let artifacts = match artifacts_dir(artifacts, worktree.is_some().then_some(&task_cwd), true) {
         Ok(a) => a,
         Err(m) => return End::CouldNotRun(m),
@@ -546,11 +748,12 @@ fn run(
     let grace = config.kill_grace;
     if worktree.is_some() {
         match Sandbox::locate(&config.task_cwd) {
-            Ok(sb) => config.sandbox = Some(sandbox.apply(sb)),
+            Ok(mut sb) => {
+                sb.extra_args.extend(policy::sandbox_args(&eff));
+                config.sandbox = Some(sb);
+            }
             Err(e) => return End::CouldNotRun(e.to_string()),
         }
-    } else if let Some(usage) = sandbox.without_worktree() {
-        return usage;
     }
     if timeout.is_some_and(|t| t > 0.0) {
         return run_detached(config, command, cwd, timeout);
@@ -964,7 +1167,19 @@ fn serve_cmd(
             }
         }
     };
-    let hard_timeout = match hard_timeout
+    let eff = match effective_policy(
+        worktree.as_ref().map(|w| here.join(w)).as_deref(),
+        &sandbox,
+        None,
+        hard_timeout,
+    ) {
+        Ok(eff) => eff,
+        Err(end) => return *end,
+    };
+    let hard_timeout = match eff
+        .hard_timeout
+        .as_ref()
+        .map(|v| v.value)
         .filter(|s| *s > 0.0)
         .map(Duration::try_from_secs_f64)
     {
@@ -981,12 +1196,12 @@ fn serve_cmd(
     config.hard_timeout_allowlist = timeout_allowlist;
     config.subreaper = true;
     config.env = env;
-    if let Some(usage) = sandbox.without_worktree().filter(|_| worktree.is_none()) {
-        return usage;
-    }
     if let Some(w) = &worktree {
         match Sandbox::locate(&here.join(w)) {
-            Ok(sb) => config.sandbox = Some(sandbox.apply(sb)),
+            Ok(mut sb) => {
+                sb.extra_args.extend(policy::sandbox_args(&eff));
+                config.sandbox = Some(sb);
+            }
             Err(e) => return End::CouldNotRun(e.to_string()),
         }
     }

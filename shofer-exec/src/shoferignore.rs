@@ -1117,80 +1117,20 @@ impl std::fmt::Display for IgnoreFileError {
 }
 
 /// Reads the ignore file `path` (`<dir>/.shofer/shoferignore`) without trusting what is
-/// there: `.shofer` is opened as a directory without following a symlink, the file with
-/// `O_NOFOLLOW | O_NONBLOCK` relative to it (a FIFO opens at once, a symlink fails), and
-/// only a regular file of at most [`MAX_IGNORE_BYTES`] is read. `Ok(None)`: no file.
+/// there ([`shofer_sys::projectfile::read`]). `Ok(None)`: no file.
 fn read_ignore_file(dir: &Path, path: &Path) -> Result<Option<String>, IgnoreFileError> {
-    use std::io::Read;
-    use std::os::fd::{AsRawFd, FromRawFd};
-    use std::os::unix::fs::OpenOptionsExt;
-    let err = |kind, reason: String| IgnoreFileError {
-        path: path.to_path_buf(),
-        reason,
-        kind,
-    };
-    let not_a_file = |what: &str| err(IgnoreFileErrorKind::NotAFile, what.to_string());
-    let shofer_dir = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join(".shofer"))
-    {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
-            return Err(not_a_file(".shofer is a symlink or not a directory"))
+    use shofer_sys::projectfile::ReadError;
+    shofer_sys::projectfile::read(dir, c"shoferignore", MAX_IGNORE_BYTES).map_err(|e| {
+        let kind = match e {
+            ReadError::NotAFile(_) => IgnoreFileErrorKind::NotAFile,
+            ReadError::Unreadable(_) => IgnoreFileErrorKind::Invalid,
+        };
+        IgnoreFileError {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+            kind,
         }
-        Err(e) => return Err(err(IgnoreFileErrorKind::Invalid, e.to_string())),
-    };
-    // Safety: a live directory descriptor and a NUL-terminated name; the flags never block
-    // (O_NONBLOCK) nor follow a symlink, nor make a terminal ours.
-    let fd = unsafe {
-        libc::openat(
-            shofer_dir.as_raw_fd(),
-            c"shoferignore".as_ptr(),
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOENT) => Ok(None),
-            Some(libc::ELOOP) => Err(not_a_file("it is a symbolic link")),
-            _ => Err(err(IgnoreFileErrorKind::Invalid, e.to_string())),
-        };
-    }
-    // Safety: openat just returned this descriptor, owned by nothing else.
-    let file = unsafe { std::fs::File::from_raw_fd(fd) };
-    let meta = file
-        .metadata()
-        .map_err(|e| err(IgnoreFileErrorKind::Invalid, e.to_string()))?;
-    let ft = meta.file_type();
-    if !ft.is_file() {
-        use std::os::unix::fs::FileTypeExt;
-        let what = if ft.is_dir() {
-            "it is a directory"
-        } else if ft.is_fifo() {
-            "it is a FIFO"
-        } else if ft.is_socket() {
-            "it is a socket"
-        } else {
-            "it is a device"
-        };
-        return Err(not_a_file(what));
-    }
-    if meta.len() > MAX_IGNORE_BYTES {
-        return Err(not_a_file(&format!("it holds {} bytes", meta.len())));
-    }
-    let mut raw = Vec::new();
-    file.take(MAX_IGNORE_BYTES + 1)
-        .read_to_end(&mut raw)
-        .map_err(|e| err(IgnoreFileErrorKind::Invalid, e.to_string()))?;
-    if raw.len() as u64 > MAX_IGNORE_BYTES {
-        return Err(not_a_file("it grew past the limit while read"));
-    }
-    String::from_utf8(raw)
-        .map(Some)
-        .map_err(|_| err(IgnoreFileErrorKind::Invalid, "it is not UTF-8 text".into()))
+    })
 }
 
 impl std::error::Error for IgnoreFileError {}

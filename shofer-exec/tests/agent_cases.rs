@@ -4,34 +4,16 @@
 //! through `shofer serve` and the official MCP client are in `tests/mcp/client.py`.
 
 mod common;
+use common::sandbox_binary;
 
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::{kill_leftovers, marker, survivors};
 
 const SHOFER: &str = env!("CARGO_BIN_EXE_shofer");
-
-/// The workspace's `shofer-sandbox` next to `shofer` (where `--worktree` finds it), built once.
-fn sandbox_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let bin = PathBuf::from(SHOFER).with_file_name("shofer-sandbox");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-            let st = Command::new(cargo)
-                .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
-                .arg(manifest)
-                .status()
-                .unwrap();
-            assert!(st.success(), "building shofer-sandbox failed");
-            bin
-        })
-        .clone()
-}
 
 /// One mode of the tests: a task directory, its artifacts, and whether it is sandboxed.
 struct Mode {

@@ -8,26 +8,10 @@
 //! test prints SKIP, and fails when `CI` is set (CI must run it; `common::skip`).
 
 mod common;
+use common::sandbox_binary;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-
-/// The workspace's `shofer-sandbox` binary next to `shofer` (where `shofer serve --worktree`
-/// finds it), built if missing: it is another package's binary.
-fn sandbox_binary() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_shofer")).with_file_name("shofer-sandbox");
-    if !bin.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let st = Command::new(cargo)
-            .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
-            .arg(manifest)
-            .status()
-            .unwrap();
-        assert!(st.success(), "building shofer-sandbox failed");
-    }
-    bin
-}
 
 fn python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("SHOFER_MCP_PYTHON") {

@@ -6,6 +6,9 @@
 //! The Python environment comes from `scripts/mcp-venv` (default `target/mcp-venv`), or
 //! `SHOFER_MCP_PYTHON`. Without it a test prints SKIP, and fails when `CI` is set.
 
+mod common;
+use common::sandbox_binary;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -23,22 +26,6 @@ fn python() -> Option<PathBuf> {
     }
     println!("SKIP: no MCP client venv; {how}");
     None
-}
-
-/// The workspace's `shofer-sandbox` next to `shofer`, built if missing.
-fn sandbox_binary() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_shofer")).with_file_name("shofer-sandbox");
-    if !bin.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let st = Command::new(cargo)
-            .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
-            .arg(manifest)
-            .status()
-            .unwrap();
-        assert!(st.success(), "building shofer-sandbox failed");
-    }
-    bin
 }
 
 /// A scratch directory under `$HOME`: outside `/tmp`, which sandboxed commands may write.

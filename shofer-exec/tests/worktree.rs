@@ -2,6 +2,7 @@
 //! on a linked git worktree outside /tmp (field cases 11–16).
 
 mod common;
+use common::sandbox_binary;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,35 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::{kill_leftovers, marker, survivors, wait_for_processes};
 use shofer_exec::{CancellationToken, Engine, EngineConfig, ExecRequest, Outcome, Sandbox, Status};
-
-/// The workspace's `shofer-sandbox` binary, brought up to date once per test run (it is another
-/// package's binary, so cargo does not build it for this test on its own).
-fn sandbox_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let shofer = PathBuf::from(env!("CARGO_BIN_EXE_shofer"));
-            let bin = shofer.with_file_name("shofer-sandbox");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-            let mut build = Command::new(cargo);
-            build
-                .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
-                .arg(manifest);
-            if shofer
-                .parent()
-                .and_then(Path::file_name)
-                .is_some_and(|d| d == "release")
-            {
-                build.arg("--release");
-            }
-            let st = build.status().unwrap();
-            assert!(st.success(), "building shofer-sandbox failed");
-            assert!(bin.exists(), "{} missing", bin.display());
-            bin
-        })
-        .clone()
-}
 
 struct Wt {
     _root: tempfile::TempDir,

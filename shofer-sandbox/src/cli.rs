@@ -275,21 +275,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
             Long("no-unix-gate") => no_unix_gate = true,
             Long("backend") => {
                 let v = parser.value().map_err(err)?;
-                backend = match v.to_str() {
-                    Some("auto") => BackendChoice::Auto,
-                    Some("landlock") => {
-                        BackendChoice::Forced(shofer_core::policy::Backend::Landlock)
-                    }
-                    Some("userns") => BackendChoice::Forced(shofer_core::policy::Backend::Userns),
-                    Some("bwrap") => BackendChoice::Forced(shofer_core::policy::Backend::Bwrap),
-                    Some("layered") => BackendChoice::Forced(shofer_core::policy::Backend::Layered),
-                    _ => {
-                        return Err(usage(format!(
-                            "--backend {}: expected auto, landlock, userns, bwrap or layered",
-                            v.to_string_lossy()
-                        )))
-                    }
-                }
+                let choice = shofer_core::policy::Backend::parse_choice(&v.to_string_lossy())
+                    .map_err(|e| usage(format!("--backend {e}")))?;
+                backend = choice.map_or(BackendChoice::Auto, BackendChoice::Forced);
             }
             Long("max-abi") => {
                 max_abi = Some(parse_number(
@@ -300,17 +288,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
             }
             Long("net") => {
                 let v = parser.value().map_err(err)?;
-                net = match v.to_str() {
-                    Some("allow") => NetPolicy::Allow,
-                    Some("deny") => NetPolicy::Deny,
-                    Some("proxy") => NetPolicy::Proxy,
-                    _ => {
-                        return Err(usage(format!(
-                            "--net {}: expected allow, deny or proxy",
-                            v.to_string_lossy()
-                        )))
-                    }
-                }
+                net = NetPolicy::parse(&v.to_string_lossy())
+                    .map_err(|e| usage(format!("--net {e}")))?;
             }
             Long("allow-domain") => {
                 let v = parser.value().map_err(err)?;

@@ -327,7 +327,7 @@ fn attempt(
     let mut exec = exec_spec(args, choice.foreign_owner)?;
     let [procs, memory, cpu] = args.limits;
     let limits = limits::Enforced::prepare(
-        shofer_core::limits::Limits::resolve(procs, memory, cpu, mem_total()),
+        shofer_core::limits::Limits::resolve(procs, memory, cpu, shofer_sys::proc::mem_total()),
         matches!(choice.backend, Backend::Layered | Backend::Userns),
         rustix::process::geteuid().is_root(),
     );
@@ -494,14 +494,6 @@ fn attempt(
         eprintln!("{line}");
     }
     outcome.map(|o| (o, failed))
-}
-
-/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`).
-fn mem_total() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib = text.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
-    let kib: u64 = kib.trim().trim_end_matches("kB").trim().parse().ok()?;
-    kib.checked_mul(1024)
 }
 
 /// The worktree's owner (uid, gid) when a root caller drops capabilities over a worktree that

@@ -16,6 +16,7 @@
 //! - [`errno`]: errno names for messages and reports.
 //! - [`landlock`]: the Landlock ABI probe.
 //! - [`statedir`]: state kept across runs (journals, job records), checked on every read.
+//! - [`projectfile`]: a file of the project's `.shofer/` directory, read without trusting it.
 //!
 //! Plain system calls go through `rustix`; raw `libc` is used only where `rustix` has no
 //! wrapper, and each such call says so.
@@ -35,6 +36,7 @@ pub mod landlock;
 pub mod pidfd;
 pub mod proc;
 pub mod process;
+pub mod projectfile;
 pub mod signal;
 pub mod statedir;
 

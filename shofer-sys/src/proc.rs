@@ -1,5 +1,6 @@
 //! `/proc` scanning and parsing: one [`ProcInfo`] per process, one scan ([`ProcTable`]), one
-//! descendant walk; a task's `status` fields ([`Status`]); the mount table ([`mounts`]).
+//! descendant walk; a task's `status` fields ([`Status`]); the mount table ([`mounts`]); the
+//! machine's memory ([`mem_total`]).
 //!
 //! The fields come from `/proc/<pid>/stat` (proc(5)). The command name (`comm`, field 2) is
 //! written between parentheses and may itself hold spaces and `)`; the kernel does not escape
@@ -407,6 +408,14 @@ fn unescape(s: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`).
+pub fn mem_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = text.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
+    let kib: u64 = kib.trim().trim_end_matches("kB").trim().parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests: unique markers, a `/proc` survivor scan, and
-//! [`skip`] for a missing prerequisite (a failure under `CI`).
+//! [`skip`] for a missing prerequisite (a failure under `CI`), and [`sandbox_binary`].
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -75,4 +75,33 @@ pub fn sleepers(marker: &str) -> usize {
             std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"))
         })
         .count()
+}
+
+/// The workspace's `shofer-sandbox` binary, brought up to date once per test run (it is another
+/// package's binary, so cargo does not build it for this test on its own).
+pub fn sandbox_binary() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let shofer = std::path::PathBuf::from(env!("CARGO_BIN_EXE_shofer"));
+            let bin = shofer.with_file_name("shofer-sandbox");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+            let mut build = std::process::Command::new(cargo);
+            build
+                .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
+                .arg(manifest);
+            if shofer
+                .parent()
+                .and_then(std::path::Path::file_name)
+                .is_some_and(|d| d == "release")
+            {
+                build.arg("--release");
+            }
+            let st = build.status().unwrap();
+            assert!(st.success(), "building shofer-sandbox failed");
+            assert!(bin.exists(), "{} missing", bin.display());
+            bin
+        })
+        .clone()
 }

@@ -1,0 +1,250 @@
+//! A project's policy file may only narrow the user's: [`within`] checks every setting it
+//! gives against the user's effective policy and merges it, or lists every way it widens.
+//!
+//! | setting | the project may |
+//! |---|---|
+//! | `sandbox.backend` | name the user's own choice only (any other may be weaker) |
+//! | `sandbox.allow_degraded` | say `false` |
+//! | `sandbox.allow_write`, `allow_unix`, `allow_read`, `keep_env` | keep a subset of the user's |
+//! | `sandbox.hide` | add locations (they join the user's) |
+//! | `network.mode` | close it further: `deny` < `proxy` < `allow` |
+//! | `network.allow_domains`, `default_domains` | under the user's `proxy`: a subset |
+//! | `limits.*` | ask for at most the user's (the default counts as the user's) |
+//! | `timeouts.*` | ask for at most the user's |
+
+use std::path::PathBuf;
+
+use super::{Layer, List, Val};
+use crate::egress::Rule;
+use crate::limits::{Limits, Setting};
+use crate::policy::NetPolicy;
+
+/// `user` narrowed by `project`; `mem_total` resolves the default memory limit.
+///
+/// # Errors
+/// One line per setting of `project` that would widen `user`, naming where it is written.
+pub fn within(user: Layer, project: Layer, mem_total: Option<u64>) -> Result<Layer, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut merged = user.clone();
+    let path = |p: &PathBuf| p.display().to_string();
+
+    if let Some(b) = &project.backend {
+        let mine = user.backend.as_ref().and_then(|v| v.value);
+        if b.value != mine {
+            problems.push(format!(
+                "{}: sandbox.backend {}: only the user's file or --backend chooses the backend (another may enforce less)",
+                b.origin,
+                b.value.map_or("auto", |b| b.as_str())
+            ));
+        }
+    }
+    if let Some(d) = &project.allow_degraded {
+        let mine = user.allow_degraded.as_ref().is_some_and(|v| v.value);
+        if d.value && !mine {
+            problems.push(format!(
+                "{}: sandbox.allow_degraded = true: only the user's file or --allow-degraded accepts a degraded run",
+                d.origin
+            ));
+        } else {
+            merged.allow_degraded = Some(d.clone());
+        }
+    }
+    subset(
+        "sandbox.allow_write",
+        &user.allow_write,
+        &project.allow_write,
+        &mut merged.allow_write,
+        &mut problems,
+        path,
+    );
+    subset(
+        "sandbox.allow_unix",
+        &user.allow_unix,
+        &project.allow_unix,
+        &mut merged.allow_unix,
+        &mut problems,
+        path,
+    );
+    subset(
+        "sandbox.allow_read",
+        &user.allow_read,
+        &project.allow_read,
+        &mut merged.allow_read,
+        &mut problems,
+        path,
+    );
+    subset(
+        "sandbox.keep_env",
+        &user.keep_env,
+        &project.keep_env,
+        &mut merged.keep_env,
+        &mut problems,
+        String::clone,
+    );
+    if let Some(more) = &project.hide {
+        merged
+            .hide
+            .get_or_insert_with(Vec::new)
+            .extend(more.iter().cloned());
+    }
+
+    let mine = user.net();
+    if let Some(n) = &project.net {
+        if n.value.openness() > mine.openness() {
+            problems.push(format!(
+                "{}: network.mode {}: the user's policy is {} (a project may only close the network further: deny < proxy < allow)",
+                n.origin,
+                n.value.as_str(),
+                mine.as_str()
+            ));
+        } else {
+            merged.net = Some(n.clone());
+        }
+    }
+    // The allow-list narrows only under the user's proxy; under `allow` anything the project
+    // lists is less than everything, under `deny` it is unused.
+    if mine == NetPolicy::Proxy {
+        subset(
+            "network.allow_domains",
+            &user.allow_domains,
+            &project.allow_domains,
+            &mut merged.allow_domains,
+            &mut problems,
+            Rule::display,
+        );
+        if let Some(d) = &project.default_domains {
+            let user_default = user.default_domains.as_ref().is_none_or(|v| v.value);
+            if d.value && !user_default {
+                problems.push(format!(
+                    "{}: network.default_domains = true: the user's policy leaves the default list out",
+                    d.origin
+                ));
+            } else {
+                merged.default_domains = Some(d.clone());
+            }
+        }
+    } else {
+        if project.allow_domains.is_some() {
+            merged.allow_domains = project.allow_domains.clone();
+        }
+        if project.default_domains.is_some() {
+            merged.default_domains = project.default_domains.clone();
+        }
+    }
+
+    let setting = |v: &Option<Val<Setting>>| v.as_ref().map_or(Setting::Default, |v| v.value);
+    let limits = Limits::resolve(
+        setting(&user.limit_procs),
+        setting(&user.limit_memory),
+        setting(&user.limit_cpu),
+        mem_total,
+    );
+    for (key, theirs, mine, slot) in [
+        (
+            "limits.procs",
+            &project.limit_procs,
+            limits.procs,
+            &mut merged.limit_procs,
+        ),
+        (
+            "limits.memory",
+            &project.limit_memory,
+            limits.memory,
+            &mut merged.limit_memory,
+        ),
+        (
+            "limits.cpu",
+            &project.limit_cpu,
+            limits.cpu_percent,
+            &mut merged.limit_cpu,
+        ),
+    ] {
+        let Some(t) = theirs else { continue };
+        let asked = match t.value {
+            Setting::Value(v) => Some(v),
+            _ => None,
+        };
+        if at_most(asked, mine) {
+            *slot = Some(t.clone());
+        } else {
+            problems.push(format!(
+                "{}: {key} {}: more than the user's {}",
+                t.origin,
+                shown(asked),
+                shown(mine)
+            ));
+        }
+    }
+    for (key, theirs, slot) in [
+        (
+            "timeouts.soft",
+            &project.soft_timeout,
+            &mut merged.soft_timeout,
+        ),
+        (
+            "timeouts.hard",
+            &project.hard_timeout,
+            &mut merged.hard_timeout,
+        ),
+    ] {
+        let Some(t) = theirs else { continue };
+        let mine = slot.as_ref().map(|v| v.value);
+        if mine.is_none_or(|m| t.value <= m) {
+            *slot = Some(t.clone());
+        } else {
+            problems.push(format!(
+                "{}: {key} {}: longer than the user's {}",
+                t.origin,
+                t.value,
+                mine.unwrap_or_default()
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(merged)
+    } else {
+        Err(problems)
+    }
+}
+
+/// Whether `asked` (`None`: no limit) is at most `mine` (`None`: no limit).
+fn at_most(asked: Option<u64>, mine: Option<u64>) -> bool {
+    match (asked, mine) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(a), Some(m)) => a <= m,
+    }
+}
+
+fn shown(v: Option<u64>) -> String {
+    v.map_or("off".into(), |n| n.to_string())
+}
+
+/// The project's list `theirs` replaces `slot` when each item is one of `mine`'s.
+fn subset<T: PartialEq + Clone>(
+    key: &str,
+    mine: &List<T>,
+    theirs: &List<T>,
+    slot: &mut List<T>,
+    problems: &mut Vec<String>,
+    show: impl Fn(&T) -> String,
+) {
+    let Some(theirs) = theirs else { return };
+    let mut ok = true;
+    for v in theirs {
+        let known = mine
+            .as_ref()
+            .is_some_and(|m| m.iter().any(|u| u.value == v.value));
+        if !known {
+            ok = false;
+            problems.push(format!(
+                "{}: {key} {}: not in the user's {key} (only the user's file or a flag can add it)",
+                v.origin,
+                show(&v.value)
+            ));
+        }
+    }
+    if ok {
+        *slot = Some(theirs.clone());
+    }
+}
