@@ -13,6 +13,7 @@
 //! - [`tree`]: finding and killing a command's whole process tree (procfs, pidfds, child
 //!   subreaper); read its module docs for what is and is not guaranteed.
 //! - [`reader`]: read mode and search mode over an artifact.
+//! - [`setup`]: `shofer init`, `shofer hook` and `shofer doctor` (wiring agents to shofer).
 //!
 //! The pure parts (preview buffer, result texts, artifact ids) live in `shofer_core`.
 //!
@@ -47,6 +48,7 @@ mod pump;
 pub mod reader;
 pub mod rpc_gate;
 pub mod serve;
+pub mod setup;
 pub mod shoferignore;
 pub mod tree;
 
