@@ -210,6 +210,14 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
         if before.as_deref() == Some(after.as_str()) || (before.is_none() && doc.is_empty()) {
             continue;
         }
+        if let (Some(b), Doc::Json(_)) = (&before, &doc) {
+            if parse(t, Some(b)).map(|d| d.0.render()).as_deref() != Ok(b.as_str()) {
+                let _ = writeln!(
+                    out,
+                    "note: {shown} is written back in the standard JSON layout (its own line breaks inside arrays and objects are not kept)"
+                );
+            }
+        }
         if opts.dry_run {
             if remove_file {
                 let _ = writeln!(
