@@ -15,6 +15,7 @@
 //! - [`reader`]: read mode and search mode over an artifact.
 //! - [`policy`]: the policy files (`config.toml`) and the flags, merged into one effective
 //!   policy.
+//! - [`setup`]: `shofer init`, `shofer hook` and `shofer doctor` (wiring agents to shofer).
 //!
 //! The pure parts (preview buffer, result texts, artifact ids) live in `shofer_core`.
 //!
@@ -50,6 +51,7 @@ mod pump;
 pub mod reader;
 pub mod rpc_gate;
 pub mod serve;
+pub mod setup;
 pub mod shoferignore;
 pub mod tree;
 

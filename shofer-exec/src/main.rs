@@ -11,6 +11,8 @@
 //! shofer serve [--worktree DIR [--allow-unix PATH]...] [--cwd DIR] [--artifacts DIR]
 //!              [--preview SIZE] [--env K=V]...
 //!              [--hard-timeout S] [--timeout-allowlist PREFIX]... [--keep-artifacts]
+//! shofer init <claude|codex|gemini|cursor> [--scope user|project] [--dry-run] [--undo]
+//! shofer doctor [--json] [--agent NAME]...
 //! ```
 //!
 //! With `--timeout`, `shofer run` starts the command in a detached supervisor
@@ -29,6 +31,8 @@
 //! - `shofer serve`: 0 when the session ends (stdin closed); 128+N after signal N
 //!   (SIGINT/SIGTERM/SIGHUP, commands killed first); 1 when the MCP session failed; 125 when
 //!   the server could not start (no `shofer-sandbox` for `--worktree`, bad directory).
+//! - `shofer init`, `shofer doctor`: 0 when done / healthy; 1 with one line per problem.
+//! - `shofer hook`: 0 with the rewrite (or nothing) on stdout; 2 to block the tool call.
 //! - All: 2 for a usage error. A broken stdout pipe ends `shofer` quietly with 141 (128+SIGPIPE).
 
 use std::io::Write;
@@ -345,8 +349,12 @@ enum Cmd {
     /// an MCP server on stdin/stdout.
     Serve {
         /// Run every command inside `shofer-sandbox DIR --`; also the task cwd.
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", conflicts_with = "project")]
         worktree: Option<PathBuf>,
+        /// Like --worktree with the git worktree around the current directory; refuses
+        /// $HOME and / (what `shofer init` writes for a user-scope entry).
+        #[arg(long)]
+        project: bool,
         /// The task's working directory (where `.shofer/shoferignore` is read, and what
         /// relative `cwd` arguments resolve against); relative to the worktree if given
         /// [default: the worktree, else the current directory].
@@ -378,6 +386,43 @@ enum Cmd {
         #[arg(long = "max-artifact-bytes", value_name = "BYTES",
               default_value_t = shofer_exec::DEFAULT_MAX_ARTIFACT_BYTES)]
         max_artifact_bytes: u64,
+    },
+    /// Wire shofer into a coding agent: its MCP server entry and, where the agent has a
+    /// command hook that can rewrite a shell command, a hook routing its shell tool through
+    /// `shofer run --worktree`.
+    Init {
+        /// claude, codex, gemini or cursor.
+        #[arg(value_parser = shofer_exec::setup::Agent::parse)]
+        agent: shofer_exec::setup::Agent,
+        /// user (the agent's user files, every project) or project (the current git
+        /// worktree's files).
+        #[arg(long, default_value = "user", value_parser = shofer_exec::setup::Scope::parse)]
+        scope: shofer_exec::setup::Scope,
+        /// Print what would change, and the resulting files, without writing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Remove what `shofer init` wrote (entries the user changed are left alone).
+        #[arg(long)]
+        undo: bool,
+        /// Write only the MCP server entry, no command hook.
+        #[arg(long)]
+        no_hook: bool,
+    },
+    /// The agent's command hook: reads its hook JSON on stdin, prints the rewrite.
+    #[command(hide = true)]
+    Hook {
+        /// claude or gemini.
+        #[arg(value_parser = shofer_exec::setup::Agent::parse)]
+        agent: shofer_exec::setup::Agent,
+    },
+    /// Check the sandbox this kernel gives, the binaries on PATH and the agents' wiring.
+    Doctor {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Count this agent not being wired as a problem (repeatable).
+        #[arg(long = "agent", value_name = "NAME", value_parser = shofer_exec::setup::Agent::parse)]
+        agents: Vec<shofer_exec::setup::Agent>,
     },
 }
 
@@ -508,6 +553,35 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    match &cli.cmd {
+        Cmd::Init {
+            agent,
+            scope,
+            dry_run,
+            undo,
+            no_hook,
+        } => {
+            return ExitCode::from(shofer_exec::setup::init::main(
+                &shofer_exec::setup::init::Options {
+                    agent: *agent,
+                    scope: *scope,
+                    dry_run: *dry_run,
+                    undo: *undo,
+                    hook: !*no_hook,
+                },
+            ))
+        }
+        Cmd::Hook { agent } => return ExitCode::from(shofer_exec::setup::hook::main(*agent)),
+        Cmd::Doctor { json, agents } => {
+            return ExitCode::from(shofer_exec::setup::doctor::main(
+                &shofer_exec::setup::doctor::Options {
+                    json: *json,
+                    agents: agents.clone(),
+                },
+            ))
+        }
+        _ => {}
+    }
     // `shofer serve` runs below a guardian that outlives a SIGKILLed server (guardian.rs).
     if matches!(cli.cmd, Cmd::Serve { .. }) {
         if let shofer_exec::guardian::Role::Done(code) = shofer_exec::guardian::split() {
@@ -568,6 +642,7 @@ fn main() -> ExitCode {
         ),
         Cmd::Serve {
             worktree,
+            project,
             cwd,
             sandbox,
             artifacts,
@@ -579,7 +654,13 @@ fn main() -> ExitCode {
             max_artifact_bytes,
         } => (
             serve_cmd(
-                worktree,
+                match project_worktree(worktree, project) {
+                    Ok(w) => w,
+                    Err(m) => {
+                        eprintln!("shofer: {m}");
+                        return ExitCode::from(125);
+                    }
+                },
                 cwd,
                 sandbox,
                 artifacts,
@@ -592,6 +673,8 @@ fn main() -> ExitCode {
             ),
             false,
         ),
+        // Dispatched above.
+        Cmd::Init { .. } | Cmd::Hook { .. } | Cmd::Doctor { .. } => return ExitCode::from(0),
     };
     let mut out = std::io::stdout().lock();
     let printed = match &end {
@@ -1121,6 +1204,22 @@ fn read(
         }
         Err(e) => End::ReadFailed(e.to_string()),
     }
+}
+
+/// `shofer serve --project`: the git worktree around the current directory, never $HOME or
+/// `/` (`shofer_exec::setup::project`).
+fn project_worktree(worktree: Option<PathBuf>, project: bool) -> Result<Option<PathBuf>, String> {
+    if !project {
+        return Ok(worktree);
+    }
+    let here =
+        std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    shofer_exec::setup::project::worktree_of(&here, home.as_deref())
+        .map(Some)
+        .map_err(|e| format!("--project: {e}"))
 }
 
 /// `shofer serve`: settings first (no syscalls but the directory checks), then the server.

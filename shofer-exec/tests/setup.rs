@@ -1,0 +1,720 @@
+//! `shofer init`, `shofer hook` and `shofer doctor` on realistic sample files of each agent's
+//! format, under a scratch HOME (never the user's own files): init, init again (no change),
+//! undo (byte-identical), dry-run (nothing written), a broken file (untouched, an error naming
+//! it), a file the user changed (left alone); the hook's rewrite run for real in a sandbox; the
+//! doctor's healthy case, a wired entry whose binary is gone, and a foreign `shofer-sandbox`
+//! earlier on PATH.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const SHOFER: &str = env!("CARGO_BIN_EXE_shofer");
+
+/// The workspace's `shofer-sandbox`, built once (another package's binary).
+fn sandbox_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let bin = PathBuf::from(SHOFER).with_file_name("shofer-sandbox");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+            let mut build = Command::new(cargo);
+            build
+                .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
+                .arg(manifest);
+            if PathBuf::from(SHOFER)
+                .parent()
+                .and_then(Path::file_name)
+                .is_some_and(|d| d == "release")
+            {
+                build.arg("--release");
+            }
+            assert!(
+                build.status().unwrap().success(),
+                "building shofer-sandbox failed"
+            );
+            bin
+        })
+        .clone()
+}
+
+/// A scratch home outside /tmp (the sandbox makes /tmp writable, so shofer refuses state
+/// directories there), with a git repository `proj` in it.
+struct Home {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    proj: PathBuf,
+}
+
+fn scratch_home() -> Home {
+    let real = std::env::var_os("HOME").expect("HOME");
+    let dir = tempfile::Builder::new()
+        .prefix("shofer-setup-test-")
+        .tempdir_in(&real)
+        .unwrap();
+    let home = std::fs::canonicalize(dir.path()).unwrap().join("h");
+    let proj = home.join("proj");
+    std::fs::create_dir_all(proj.join("sub")).unwrap();
+    let st = Command::new("git")
+        .args(["init", "-q"])
+        .arg(&proj)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    Home {
+        _dir: dir,
+        home,
+        proj,
+    }
+}
+
+fn shofer(h: &Home, args: &[&str]) -> Output {
+    Command::new(SHOFER)
+        .args(args)
+        .current_dir(&h.proj)
+        .env("HOME", &h.home)
+        .env_remove("CODEX_HOME")
+        .env_remove("SHOFER_SANDBOX")
+        .env("XDG_STATE_HOME", h.home.join(".local/state"))
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn write(p: &Path, s: &str) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, s).unwrap();
+}
+
+fn read(p: &Path) -> Option<String> {
+    std::fs::read_to_string(p).ok()
+}
+
+/// Claude Code's files as it writes them (JSON.stringify(v, null, 2)), with another server,
+/// other keys and another PreToolUse hook.
+const CLAUDE_JSON: &str = r#"{
+  "numStartups": 12,
+  "theme": "dark",
+  "mcpServers": {
+    "github": {
+      "type": "stdio",
+      "command": "npx",
+      "args": [
+        "-y",
+        "@modelcontextprotocol/server-github"
+      ],
+      "env": {
+        "GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_example"
+      }
+    }
+  },
+  "projects": {
+    "/home/u/app": {
+      "allowedTools": [],
+      "hasTrustDialogAccepted": true
+    }
+  },
+  "userID": "abc123"
+}
+"#;
+
+const CLAUDE_SETTINGS: &str = r#"{
+  "permissions": {
+    "allow": [
+      "Bash(npm test:*)"
+    ],
+    "deny": [
+      "Read(./.env)"
+    ]
+  },
+  "hooks": {
+    "PreToolUse": [
+      {
+        "matcher": "Edit|Write",
+        "hooks": [
+          {
+            "type": "command",
+            "command": "$CLAUDE_PROJECT_DIR/.claude/hooks/check.sh",
+            "timeout": 30
+          }
+        ]
+      }
+    ],
+    "PostToolUse": [
+      {
+        "matcher": "Write",
+        "hooks": [
+          {
+            "type": "command",
+            "command": "prettier --write"
+          }
+        ]
+      }
+    ]
+  },
+  "model": "opus"
+}
+"#;
+
+const CODEX_TOML: &str = r#"# Codex settings
+model = "o3"
+approval_policy = "on-request" # ask before running
+
+[mcp_servers.docs]
+command = "npx"
+args = ["-y", "mcp-docs"]
+startup_timeout_sec = 20
+
+[mcp_servers.docs.env]
+DOCS_TOKEN = "x" # token
+
+# profiles below
+[profiles.fast]
+model = "o4-mini"
+"#;
+
+const GEMINI_SETTINGS: &str = r#"{
+  "theme": "GitHub",
+  "mcpServers": {
+    "files": {
+      "command": "node",
+      "args": [
+        "server.js"
+      ],
+      "cwd": "/opt/files",
+      "timeout": 30000
+    }
+  },
+  "hooks": {
+    "BeforeTool": [
+      {
+        "matcher": "write_file|replace",
+        "hooks": [
+          {
+            "name": "secret-scanner",
+            "type": "command",
+            "command": "$GEMINI_PROJECT_DIR/.gemini/hooks/scan.sh"
+          }
+        ]
+      }
+    ]
+  }
+}
+"#;
+
+/// init, init again, dry-run undo, undo: what every format must do.
+fn cycle(agent: &str, files: &[(PathBuf, Option<&str>)], must_contain: &[(usize, &str)]) {
+    let h = scratch_home();
+    let files: Vec<(PathBuf, Option<&str>)> =
+        files.iter().map(|(p, t)| (h.home.join(p), *t)).collect();
+    for (p, t) in &files {
+        if let Some(t) = t {
+            write(p, t);
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        }
+    }
+    let snapshot = || files.iter().map(|(p, _)| read(p)).collect::<Vec<_>>();
+    let original = snapshot();
+
+    // Dry run: prints the result, writes nothing.
+    let o = shofer(&h, &["init", agent, "--dry-run"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("would add"), "{}", text(&o));
+    assert_eq!(snapshot(), original, "--dry-run wrote");
+
+    let o = shofer(&h, &["init", agent]);
+    assert!(o.status.success(), "{}", text(&o));
+    let wired = snapshot();
+    assert_ne!(wired, original);
+    for (i, needle) in must_contain {
+        let t = wired[*i].as_deref().unwrap_or("");
+        assert!(
+            t.contains(needle),
+            "{}: no {needle:?} in\n{t}",
+            files[*i].0.display()
+        );
+    }
+    // Every original line is still there (other servers, hooks, comments, keys).
+    for (before, after) in original.iter().zip(&wired) {
+        if let (Some(b), Some(a)) = (before, after) {
+            for line in b.lines() {
+                assert!(a.contains(line), "lost {line:?}:\n{a}");
+            }
+        }
+    }
+    for (p, t) in &files {
+        let mode = std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            mode,
+            if t.is_some() { 0o640 } else { 0o600 },
+            "{}",
+            p.display()
+        );
+    }
+
+    // Again: nothing changes.
+    let o = shofer(&h, &["init", agent]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("already in place"), "{}", text(&o));
+    assert_eq!(snapshot(), wired);
+
+    let o = shofer(&h, &["init", agent, "--undo", "--dry-run"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(snapshot(), wired, "--undo --dry-run wrote");
+
+    // Undo: byte-identical to the original (files init created are gone again).
+    let o = shofer(&h, &["init", agent, "--undo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(snapshot(), original, "{}", text(&o));
+    let o = shofer(&h, &["init", agent, "--undo"]);
+    assert!(text(&o).contains("to remove"), "{}", text(&o));
+    assert_eq!(snapshot(), original);
+}
+
+#[test]
+fn claude_user_scope_cycle() {
+    cycle(
+        "claude",
+        &[
+            (".claude.json".into(), Some(CLAUDE_JSON)),
+            (".claude/settings.json".into(), Some(CLAUDE_SETTINGS)),
+        ],
+        &[
+            (0, "\"shofer\": {\n      \"type\": \"stdio\""),
+            (0, "\"--project\""),
+            (1, "\"matcher\": \"Bash\""),
+            (1, "hook claude\""),
+        ],
+    );
+}
+
+#[test]
+fn claude_fresh_home_cycle() {
+    cycle(
+        "claude",
+        &[
+            (".claude.json".into(), None),
+            (".claude/settings.json".into(), None),
+        ],
+        &[(0, "\"mcpServers\""), (1, "\"PreToolUse\"")],
+    );
+}
+
+#[test]
+fn codex_toml_cycle_keeps_comments() {
+    cycle(
+        "codex",
+        &[(".codex/config.toml".into(), Some(CODEX_TOML))],
+        &[
+            (0, "[mcp_servers.shofer]"),
+            (0, "args = [\"serve\", \"--project\"]"),
+        ],
+    );
+}
+
+#[test]
+fn gemini_cycle() {
+    cycle(
+        "gemini",
+        &[(".gemini/settings.json".into(), Some(GEMINI_SETTINGS))],
+        &[
+            (0, "\"matcher\": \"run_shell_command\""),
+            (0, "hook gemini\""),
+            (0, "\"secret-scanner\""),
+        ],
+    );
+}
+
+#[test]
+fn cursor_cycle_creates_and_removes_its_file() {
+    cycle(
+        "cursor",
+        &[(".cursor/mcp.json".into(), None)],
+        &[(0, "\"mcpServers\"")],
+    );
+}
+
+#[test]
+fn project_scope_names_the_worktree() {
+    let h = scratch_home();
+    let o = shofer(&h, &["init", "claude", "--scope", "project"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mcp = read(&h.proj.join(".mcp.json")).unwrap();
+    assert!(
+        mcp.contains(&format!(
+            "\"--worktree\",\n        \"{}\"",
+            h.proj.display()
+        )),
+        "{mcp}"
+    );
+    assert!(read(&h.proj.join(".claude/settings.json"))
+        .unwrap()
+        .contains("hook claude"));
+    assert!(read(&h.home.join(".claude.json")).is_none());
+    // Outside a repository there is no project: a clear error, nothing written.
+    let o = Command::new(SHOFER)
+        .args(["init", "gemini", "--scope", "project"])
+        .current_dir(&h.home)
+        .env("HOME", &h.home)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("not inside a git worktree"),
+        "{}",
+        text(&o)
+    );
+    // A home that is itself a repository (dotfiles) is still refused.
+    let st = Command::new("git")
+        .args(["init", "-q"])
+        .arg(&h.home)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = Command::new(SHOFER)
+        .args(["init", "gemini", "--scope", "project"])
+        .current_dir(&h.home)
+        .env("HOME", &h.home)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("home directory"), "{}", text(&o));
+    assert!(read(&h.home.join(".gemini/settings.json")).is_none());
+}
+
+#[test]
+fn a_broken_file_is_an_error_and_nothing_is_written() {
+    let h = scratch_home();
+    let broken = "{\n  \"numStartups\": 3,\n  \"mcpServers\": {\n";
+    write(&h.home.join(".claude.json"), broken);
+    let o = shofer(&h, &["init", "claude"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains(".claude.json") && t.contains("not valid JSON"),
+        "{t}"
+    );
+    assert_eq!(read(&h.home.join(".claude.json")).unwrap(), broken);
+    // The other file of the pair was not written either.
+    assert!(read(&h.home.join(".claude/settings.json")).is_none());
+
+    write(
+        &h.home.join(".codex/config.toml"),
+        "model = \"o3\"\n[mcp_servers\n",
+    );
+    let o = shofer(&h, &["init", "codex"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("config.toml") && text(&o).contains("not valid TOML"));
+    assert_eq!(
+        read(&h.home.join(".codex/config.toml")).unwrap(),
+        "model = \"o3\"\n[mcp_servers\n"
+    );
+}
+
+#[test]
+fn an_entry_the_user_changed_is_left_alone() {
+    let h = scratch_home();
+    assert!(shofer(&h, &["init", "gemini"]).status.success());
+    let p = h.home.join(".gemini/settings.json");
+    let mine = read(&p).unwrap().replace(
+        "\"--project\"",
+        "\"--project\",\n        \"--net\",\n        \"deny\"",
+    );
+    write(&p, &mine);
+    let o = shofer(&h, &["init", "gemini", "--undo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("left alone"), "{}", text(&o));
+    let after = read(&p).unwrap();
+    assert!(after.contains("\"deny\""), "{after}");
+    // The hook, which is exactly init's, went.
+    assert!(!after.contains("hook gemini"), "{after}");
+    // init does not overwrite it either, and says the wiring is not complete.
+    let o = shofer(&h, &["init", "gemini"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(read(&p).unwrap().contains("\"deny\""));
+}
+
+fn hook(h: &Home, agent: &str, input: &str) -> Output {
+    use std::io::Write;
+    let mut c = Command::new(SHOFER)
+        .args(["hook", agent])
+        .env("HOME", &h.home)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    c.wait_with_output().unwrap()
+}
+
+#[test]
+fn the_claude_hook_routes_bash_through_the_sandbox() {
+    let h = scratch_home();
+    let sub = h.proj.join("sub");
+    let input = serde_json::json!({
+        "session_id": "s", "transcript_path": "/dev/null", "cwd": sub,
+        "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_input": {"command": "echo 'in' > inside.txt; touch ../../outside.txt; echo \"$(pwd)\"", "description": "try", "timeout": 5000}
+    });
+    let o = hook(&h, "claude", &input.to_string());
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let out = &v["hookSpecificOutput"];
+    assert_eq!(out["hookEventName"], "PreToolUse");
+    assert_eq!(out["permissionDecision"], "allow");
+    // The whole input comes back, with only the command changed.
+    assert_eq!(out["updatedInput"]["description"], "try");
+    assert_eq!(out["updatedInput"]["timeout"], 5000);
+    let cmd = out["updatedInput"]["command"].as_str().unwrap().to_string();
+    assert!(cmd.contains(" run --worktree "), "{cmd}");
+
+    // Already wrapped for this project: passed through unchanged.
+    let again =
+        serde_json::json!({"cwd": sub, "tool_name": "Bash", "tool_input": {"command": cmd}});
+    let o = hook(&h, "claude", &again.to_string());
+    assert!(o.status.success() && o.stdout.is_empty(), "{}", text(&o));
+    // Wrapped for another worktree (the model naming `/`): blocked.
+    let other = cmd.replace(&format!("'{}'", h.proj.display()), "'/'");
+    let sneaky =
+        serde_json::json!({"cwd": sub, "tool_name": "Bash", "tool_input": {"command": other}});
+    let o = hook(&h, "claude", &sneaky.to_string());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+
+    // Run what the agent would run, in its shell, from the directory it is in.
+    let sb = sandbox_binary();
+    let usable = Command::new(&sb)
+        .arg(&h.proj)
+        .args(["--", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !usable {
+        common::skip(
+            "the_claude_hook_routes_bash_through_the_sandbox",
+            "shofer-sandbox cannot run here",
+        );
+        return;
+    }
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(&cmd)
+        .current_dir(&sub)
+        .env("HOME", &h.home)
+        .env("XDG_STATE_HOME", h.home.join(".local/state"))
+        .env_remove("SHOFER_SANDBOX")
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(t.contains(&sub.display().to_string()), "{t}");
+    assert_eq!(
+        read(&sub.join("inside.txt")).as_deref(),
+        Some("in\n"),
+        "{t}"
+    );
+    assert!(!h.home.join("outside.txt").exists(), "{t}");
+}
+
+#[test]
+fn the_gemini_hook_merges_the_command_and_fails_closed() {
+    let h = scratch_home();
+    let input = serde_json::json!({
+        "session_id": "s", "cwd": h.proj, "hook_event_name": "BeforeTool",
+        "tool_name": "run_shell_command",
+        "tool_input": {"command": "ls", "description": "list", "dir_path": "sub"}
+    });
+    let o = hook(&h, "gemini", &input.to_string());
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cmd = v["hookSpecificOutput"]["tool_input"]["command"]
+        .as_str()
+        .unwrap();
+    assert!(cmd.ends_with(" --cwd \"$PWD\" -- 'ls'"), "{cmd}");
+    assert!(
+        cmd.contains(&format!("--worktree '{}'", h.proj.display())),
+        "{cmd}"
+    );
+
+    // Another tool: let through, untouched.
+    let o = hook(
+        &h,
+        "gemini",
+        r#"{"tool_name": "read_file", "tool_input": {"file_path": "a"}}"#,
+    );
+    assert!(o.status.success() && o.stdout.is_empty(), "{}", text(&o));
+    // Anything else blocks (exit 2) with the reason on stderr, never a silent unwrapped run.
+    for bad in [
+        "not json",
+        r#"{"tool_name": "run_shell_command"}"#,
+        r#"{"tool_name": "run_shell_command", "tool_input": {"command": 3}}"#,
+    ] {
+        let o = hook(&h, "gemini", bad);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", text(&o));
+        assert!(o.stdout.is_empty());
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("blocked"),
+            "{}",
+            text(&o)
+        );
+    }
+    // In the home directory itself (no repository): blocked, it would make $HOME writable.
+    let home = serde_json::json!({"cwd": h.home, "tool_name": "run_shell_command", "tool_input": {"command": "ls"}});
+    let o = hook(&h, "gemini", &home.to_string());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+/// PATH with the directory of this shofer (and its shofer-sandbox) first.
+fn path_with(dirs: &[&Path]) -> std::ffi::OsString {
+    let mut all: Vec<PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
+    all.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(all).unwrap()
+}
+
+fn doctor(h: &Home, exe: &Path, path: &std::ffi::OsStr, args: &[&str]) -> Output {
+    Command::new(exe)
+        .arg("doctor")
+        .args(args)
+        .current_dir(&h.proj)
+        .env("HOME", &h.home)
+        .env("PATH", path)
+        .env_remove("SHOFER_SANDBOX")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn doctor_healthy_missing_binary_and_foreign_sandbox_on_path() {
+    let sb = sandbox_binary();
+    let h = scratch_home();
+    let bin_dir = PathBuf::from(SHOFER).parent().unwrap().to_path_buf();
+    let path = path_with(&[&bin_dir]);
+    assert!(shofer(&h, &["init", "claude"]).status.success());
+
+    // Healthy: the sandbox beside shofer, the PATH binaries are these, claude is wired.
+    let o = doctor(&h, Path::new(SHOFER), &path, &["--agent", "claude"]);
+    let t = text(&o);
+    let probe_ok = Command::new(&sb)
+        .args(["--probe", "--json"])
+        .output()
+        .is_ok_and(|p| String::from_utf8_lossy(&p.stdout).contains("\"degraded\":[]"));
+    if probe_ok {
+        assert_eq!(o.status.code(), Some(0), "{t}");
+        assert!(
+            t.contains("healthy") && t.contains("backend (auto): "),
+            "{t}"
+        );
+        assert!(t.contains(".claude.json: wired"), "{t}");
+    } else {
+        common::skip(
+            "doctor healthy case",
+            "the auto backend is degraded on this kernel",
+        );
+    }
+    let o = doctor(&h, Path::new(SHOFER), &path, &["--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["probe"]["backend"].is_string(), "{v}");
+    assert!(v["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["agent"] == "claude" && a["ok"] == true));
+    // An agent asked for but not wired is a problem.
+    let o = doctor(&h, Path::new(SHOFER), &path, &["--agent", "gemini"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("problem: gemini is not wired"),
+        "{}",
+        text(&o)
+    );
+
+    // A wired entry whose binary is gone: init with a copy of shofer, then remove the copy.
+    let gone = tempfile::tempdir_in(&h.home).unwrap();
+    let copy = gone.path().join("shofer");
+    std::fs::copy(SHOFER, &copy).unwrap();
+    std::fs::copy(&sb, gone.path().join("shofer-sandbox")).unwrap();
+    assert!(shofer(&h, &["init", "claude", "--undo"]).status.success());
+    let o = Command::new(&copy)
+        .args(["init", "claude"])
+        .current_dir(&h.proj)
+        .env("HOME", &h.home)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    drop(gone);
+    let o = doctor(&h, Path::new(SHOFER), &path, &[]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.lines().any(
+            |l| l.starts_with("problem: claude MCP server in ") && l.contains("does not exist")
+        ),
+        "{t}"
+    );
+    assert!(
+        t.lines().any(|l| l.starts_with("problem: claude hook in ")),
+        "{t}"
+    );
+
+    // A different shofer-sandbox earlier on PATH than the one shofer uses.
+    let h2 = scratch_home();
+    let foreign = tempfile::tempdir_in(&h2.home).unwrap();
+    let fake = foreign.path().join("shofer-sandbox");
+    std::fs::write(&fake, "#!/bin/sh\necho shofer-sandbox 0.0.1\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path2 = path_with(&[foreign.path(), &bin_dir]);
+    let o = doctor(&h2, Path::new(SHOFER), &path2, &[]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.lines()
+            .any(|l| l.starts_with("problem: shofer-sandbox on PATH is ") && l.contains("0.0.1")),
+        "{t}"
+    );
+}
+
+#[test]
+fn serve_project_serves_the_repository_and_refuses_home() {
+    let h = scratch_home();
+    let serve = |dir: &Path| {
+        Command::new(SHOFER)
+            .args(["serve", "--project"])
+            .current_dir(dir)
+            .env("HOME", &h.home)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let st = Command::new("git")
+        .args(["init", "-q"])
+        .arg(&h.home)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = serve(&h.home);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(
+        text(&o).contains("--project: refusing the home directory"),
+        "{}",
+        text(&o)
+    );
+    // Inside the project (a subdirectory too) it serves the repository (and, with no client
+    // on stdin, ends: the MCP session never started).
+    sandbox_binary();
+    let o = serve(&h.proj.join("sub"));
+    assert!(
+        text(&o).contains(&format!("task cwd {};", h.proj.display())),
+        "{}",
+        text(&o)
+    );
+}
