@@ -206,11 +206,11 @@ fn execute_schema() -> Arc<JsonObject> {
         "properties": {
             "command": {
                 "type": "string",
-                "description": "The shell command line to run (passed to /bin/sh -c). Pipes, lists and redirections work as in sh."
+                "description": "The shell command line to run (passed to /bin/sh -c). Pipes, lists and redirections work as in sh. Each call starts a new shell: cd, export and shell variables do not carry over to the next call (use cwd, or chain with &&)."
             },
             "cwd": {
                 "type": ["string", "null"],
-                "description": "Directory to run in: absolute, or relative to the task's working directory. null means the task's working directory."
+                "description": "Directory to run in: absolute, or relative to the task's working directory. null means the task's working directory (a cd in an earlier call does not change it)."
             },
             "timeout": {
                 "type": ["number", "null"],
@@ -288,7 +288,7 @@ impl ShoferServer {
 
     #[tool(
         name = "execute_command",
-        description = "Run a shell command in the task's working directory and return its exit status and output. Nothing waits for input: stdin is empty, editors and pagers return at once (EDITOR=true, PAGER=cat; pass -m to git commit), credential prompts fail, and output comes without colours or terminal control codes (progress-bar rewrites keep only the final line). Long output is cut to a head and tail preview and saved whole as an artifact that read_command_output can page through or search. With a timeout, a command still running after that many seconds stays running in the background and the output so far is returned with its artifact id, readable while it runs. Processes a command leaves running in the background (server &) keep running and are named in the result; list_commands shows them and terminate_command stops them. Every result, also after a timeout or a kill, carries the output captured so far. When the sandbox refused a write or a host socket, the result ends with a note saying so and what to do instead.",
+        description = "Run a shell command in the task's working directory and return its exit status and output. Every call is a new /bin/sh: cd and export do not carry over between calls (pass cwd instead). Nothing waits for input: stdin is empty, editors and pagers return at once (EDITOR=true, PAGER=cat; pass -m to git commit), credential prompts fail, and output comes without colours or terminal control codes (progress-bar rewrites keep only the final line). Long output is cut to a head and tail preview and saved whole as an artifact that read_command_output can page through or search. With a timeout, a command still running after that many seconds stays running in the background and the output so far is returned with its artifact id, readable while it runs. Processes a command leaves running in the background (server &) keep running and are named in the result; list_commands shows them and terminate_command stops them. Every result, also after a timeout or a kill, carries the output captured so far. When the sandbox refused a write or a host socket, the result ends with a note saying so and what to do instead.",
         input_schema = execute_schema()
     )]
     async fn execute_command(&self, args: JsonObject, abort: CancellationToken) -> CallToolResult {

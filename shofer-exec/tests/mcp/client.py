@@ -115,6 +115,8 @@ async def session_run(task, errlog_path):
                 ex = next(t for t in tools.tools if t.name == "execute_command")
                 check(sorted(ex.input_schema.get("properties", {})) == ["command", "cwd", "timeout"],
                       "execute_command has command, cwd, timeout")
+                check("cd and export do not carry over" in (ex.description or ""),
+                      "execute_command says that cd and export do not carry over between calls")
                 rd = next(t for t in tools.tools if t.name == "read_command_output")
                 check(sorted(rd.input_schema.get("properties", {})) == ["artifact_id", "limit", "offset", "search"]
                       and rd.input_schema.get("required") == ["artifact_id"],
