@@ -101,6 +101,10 @@ struct SandboxOpts {
     /// package registries and source hosts.
     #[arg(long = "no-default-domains")]
     no_default_domains: bool,
+    /// With --worktree: no private copy-on-write views of the package managers' caches
+    /// (npm, pip, cargo, go, uv, pnpm; see shofer-sandbox --help).
+    #[arg(long = "no-package-caches")]
+    no_package_caches: bool,
 }
 
 impl SandboxOpts {
@@ -126,6 +130,8 @@ impl SandboxOpts {
             "--allow-domain"
         } else if self.no_default_domains {
             "--no-default-domains"
+        } else if self.no_package_caches {
+            "--no-package-caches"
         } else {
             return None;
         };
@@ -167,6 +173,9 @@ impl SandboxOpts {
         }
         if self.no_default_domains {
             sb.extra_args.push("--no-default-domains".into());
+        }
+        if self.no_package_caches {
+            sb.extra_args.push("--no-package-caches".into());
         }
         sb
     }
