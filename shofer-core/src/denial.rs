@@ -258,7 +258,10 @@ mod tests {
             "{h}"
         );
         // The engine serves shofer run and shofer serve: their flag, not the sandbox's.
-        assert!(!h.contains("shofer-sandbox") && h.contains("shofer run"), "{h}");
+        assert!(
+            !h.contains("shofer-sandbox") && h.contains("shofer run"),
+            "{h}"
+        );
     }
 
     /// Issue 32: a refused read inside a secret location names the location (the engine's
