@@ -95,14 +95,23 @@ pub fn denial_hint(output: &str, writable: &[&str], secrets: &[&str]) -> Option<
             .is_some_and(|i| line[i + SOCKET_REFUSED.len()..].contains(" refused"))
         {
             return Some(
-                "Note: the output above shows the sandbox refusing a connection to a host socket: commands of this task cannot reach host services through it (not a bug in the command; the user can allow a socket with shofer-sandbox --allow-unix).".into(),
+                "Note: the output above shows the sandbox refusing a connection to a host socket: commands of this task cannot reach host services through it (not a bug in the command; a human can allow a socket with --allow-unix PATH on shofer run or shofer serve).".into(),
             );
         }
     }
     for line in near_denial(&lines) {
-        if absolute_paths(line).any(|p| !is_writable(p, writable)) {
+        let refused: Vec<&str> = absolute_paths(line)
+            .filter(|p| !is_writable(p, writable))
+            .collect();
+        if refused.iter().any(|p| is_user_site(p)) {
             return Some(format!(
-                "Note: the output above shows a write outside the sandbox's writable places refused: only {} (and a few devices) are writable for this task. This is not a permission problem to fix; write under those instead, e.g. npm_config_cache=/tmp/npm-cache, UV_CACHE_DIR=/tmp/uv-cache, CARGO_HOME=/tmp/cargo-home, PIP_CACHE_DIR=/tmp/pip-cache.",
+                "Note: the output above shows `pip install --user` (or another write to the user base, ~/.local) refused: only {} (and a few devices) are writable for this task. Not a permission problem to fix: install into a virtual environment in the worktree (python3 -m venv .venv, then .venv/bin/pip install ...), or set PYTHONUSERBASE to a directory there. (By default the sandbox gives --user installs a private user base; this run has that off.)",
+                writable.join(", ")
+            ));
+        }
+        if !refused.is_empty() {
+            return Some(format!(
+                "Note: the output above shows a write outside the sandbox's writable places refused: only {} (and a few devices) are writable for this task. This is not a permission problem to fix; write under those instead. Package managers' caches (npm, pip, cargo, go, uv, pnpm) are private writable copies unless the run has --no-package-caches; with it, point them there, e.g. npm_config_cache=/tmp/npm-cache, UV_CACHE_DIR=/tmp/uv-cache, CARGO_HOME=/tmp/cargo-home, PIP_CACHE_DIR=/tmp/pip-cache.",
                 writable.join(", ")
             ));
         }
@@ -134,6 +143,15 @@ fn absolute_paths(line: &str) -> impl Iterator<Item = &str> {
     line.split(|c: char| c.is_whitespace() || "'\"`(‘’“”«»".contains(c))
         .map(|w| w.trim_end_matches([':', ',', ';', ')', '.']))
         .filter(|w| w.len() > 1 && w.starts_with('/') && !w.starts_with("//"))
+}
+
+/// Whether `path` is in a Python user base: `~/.local/lib/pythonX.Y/site-packages`,
+/// `~/.local/bin` (where `pip install --user` writes).
+fn is_user_site(path: &str) -> bool {
+    path.contains("/.local/lib/python")
+        || path.contains("/.local/bin/")
+        || path.ends_with("/.local/bin")
+        || (path.contains("/.local/") && path.contains("/site-packages"))
 }
 
 fn is_writable(path: &str, writable: &[&str]) -> bool {
@@ -197,6 +215,21 @@ mod tests {
         }
     }
 
+    /// Issue 35: `pip install --user` gets advice that fixes it (a venv, PYTHONUSERBASE),
+    /// not a cache variable.
+    #[test]
+    fn pip_user_denial_gets_user_base_advice() {
+        for out in [
+            "ERROR: Could not install packages due to an OSError: [Errno 30] Read-only file system: '/home/me/.local/lib/python3.11'",
+            "ERROR: Could not install packages due to an OSError: [Errno 13] Permission denied: '/home/me/.local/lib/python3.12/site-packages/tinypy.py'",
+            "mkdir: cannot create directory '/home/me/.local/bin': Read-only file system",
+        ] {
+            let h = denial_hint(out, &WT, &[]).unwrap_or_else(|| panic!("no hint for {out}"));
+            assert!(h.contains("pip install --user") && h.contains("venv"), "{h}");
+            assert!(h.contains("PYTHONUSERBASE") && !h.contains("PIP_CACHE_DIR"), "{h}");
+        }
+    }
+
     #[test]
     fn denials_inside_the_writable_set_or_without_a_path_are_not() {
         for out in [
@@ -222,6 +255,11 @@ mod tests {
         .unwrap();
         assert!(
             !h.contains("/run/docker.sock") && h.contains("--allow-unix"),
+            "{h}"
+        );
+        // The engine serves shofer run and shofer serve: their flag, not the sandbox's.
+        assert!(
+            !h.contains("shofer-sandbox") && h.contains("shofer run"),
             "{h}"
         );
     }

@@ -25,6 +25,9 @@ pub enum RuleOrigin {
     GitMetadata,
     /// A `--allow-write PATH`.
     AllowWrite,
+    /// A package manager's private cache directory (in shofer's state directory), when a
+    /// variable points the tool at it.
+    PackageCache,
 }
 
 impl RuleOrigin {
@@ -38,6 +41,7 @@ impl RuleOrigin {
             RuleOrigin::SharedMemory => "shared-memory",
             RuleOrigin::GitMetadata => "git-metadata",
             RuleOrigin::AllowWrite => "allow-write",
+            RuleOrigin::PackageCache => "package-cache",
         }
     }
 }

@@ -123,6 +123,10 @@ struct SandboxOpts {
     /// package registries and source hosts.
     #[arg(long = "no-default-domains")]
     no_default_domains: bool,
+    /// With --worktree: no private copy-on-write views of the package managers' caches
+    /// (npm, pip, cargo, go, uv, pnpm; see shofer-sandbox --help).
+    #[arg(long = "no-package-caches")]
+    no_package_caches: bool,
 }
 
 impl SandboxOpts {
@@ -154,6 +158,8 @@ impl SandboxOpts {
             "--allow-domain"
         } else if self.no_default_domains {
             "--no-default-domains"
+        } else if self.no_package_caches {
+            "--no-package-caches"
         } else {
             return None;
         };
@@ -228,6 +234,9 @@ impl SandboxOpts {
             limit_procs: limit(&self.limit_procs, "--limit-procs", limits::parse_count)?,
             limit_memory: limit(&self.limit_memory, "--limit-memory", limits::parse_size)?,
             limit_cpu: limit(&self.limit_cpu, "--limit-cpu", limits::parse_percent)?,
+            package_caches: self
+                .no_package_caches
+                .then(|| Val::flag(false, "--no-package-caches")),
             soft_timeout: seconds(soft, "--timeout"),
             hard_timeout: seconds(hard, "--hard-timeout"),
         })

@@ -157,6 +157,9 @@ pub fn sandbox_args(eff: &Layer) -> Vec<OsString> {
     {
         args.push("--no-default-domains".into());
     }
+    if eff.package_caches.as_ref().is_some_and(|v| !v.value) {
+        args.push("--no-package-caches".into());
+    }
     if eff.allow_degraded.as_ref().is_some_and(|v| v.value) {
         args.push("--allow-degraded".into());
     }

@@ -69,6 +69,9 @@ pub struct RunArgs {
     /// `--keep-descendants`: wait for descendants after the main process exits instead of
     /// killing them.
     pub keep_descendants: bool,
+    /// `--no-package-caches`: no private views of the package managers' caches
+    /// (`crate::caches`).
+    pub no_package_caches: bool,
     /// `--report FD`: write the JSON report of this run to this descriptor.
     pub report_fd: Option<i32>,
     /// `--status-fd FD`: write the command's PID and exit status to this descriptor as JSON
@@ -170,6 +173,12 @@ Options:
                            keys, ...) are withheld by default and named on stderr
   --keep-descendants       after the command exits, wait for its descendants
                            instead of killing them
+  --no-package-caches      do not give package managers (npm, pip and pip --user,
+                           cargo, go, uv, pnpm) a private, persistent copy-on-write view
+                           of their caches (by default an overlay over the host's cache
+                           on layered/userns; elsewhere, and for a cache absent on the
+                           host, the tool's variable, e.g. npm_config_cache, points at a
+                           private directory; see the report's package_caches)
   --limit-procs <N|off>    at most N processes and threads at once (default 4096)
   --limit-memory <SIZE|off>
                            at most SIZE of memory (512M, 8G; default three quarters
@@ -240,6 +249,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
     let mut keep_caps = false;
     let mut keep_env = Vec::new();
     let mut keep_descendants = false;
+    let mut no_package_caches = false;
     let mut limits = [Setting::Default; 3];
     let mut report_fd = None;
     let mut status_fd = None;
@@ -322,6 +332,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
                 keep_env.push(v);
             }
             Long("keep-descendants") => keep_descendants = true,
+            Long("no-package-caches") => no_package_caches = true,
             Long(flag @ ("limit-procs" | "limit-memory" | "limit-cpu")) => {
                 let flag = flag.to_string();
                 type Parse = fn(&str) -> Result<u64, String>;
@@ -438,6 +449,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
         keep_caps,
         keep_env,
         keep_descendants,
+        no_package_caches,
         report_fd,
         status_fd,
         limits,

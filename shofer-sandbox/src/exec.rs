@@ -420,6 +420,7 @@ mod tests {
             layers: Vec::new(),
             replace: None,
             redirect: None,
+            overlays: Vec::new(),
             own_net: false,
             proxy: false,
             landlock: None,

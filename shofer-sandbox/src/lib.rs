@@ -53,6 +53,7 @@
 mod apparmor;
 mod backend;
 mod bwrap;
+mod caches;
 mod capabilities;
 mod childfail;
 pub mod cli;
@@ -254,7 +255,24 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         egress::set_environment();
     }
     drop(before);
-    let (opened, repo) = open()?;
+    let (mut opened, repo) = open()?;
+    // The package caches (one thread still: it sets their variables); their private
+    // directories that the command writes directly join the writable set.
+    let caches = caches::prepare(
+        &opened.policy.worktree,
+        &opened
+            .policy
+            .writable
+            .iter()
+            .map(|r| r.path.clone())
+            .collect::<Vec<_>>(),
+        overlays_possible(choice.backend, &facts.kernel),
+        !args.no_package_caches,
+    );
+    opened.insert_derived(
+        caches.writable.clone(),
+        shofer_core::policy::RuleOrigin::PackageCache,
+    );
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
     let secrets = secretpaths::resolve(&opened, &args.allow_read, &args.hide);
     secrets.check_cwd()?;
@@ -271,6 +289,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         allow_unix: &allow_unix,
         env_withheld: &env_withheld,
         secrets: &secrets,
+        caches: &caches,
     };
     let mut told = Vec::new();
     loop {
@@ -302,6 +321,21 @@ struct Opened<'a> {
     env_withheld: &'a [String],
     /// The secret locations hidden, and their read rules.
     secrets: &'a secretpaths::Resolved,
+    /// The package caches' private views.
+    caches: &'a caches::Plan,
+}
+
+/// Whether the package caches can be overlays with `backend` on kernel `release`, or why
+/// not (their variables are used instead).
+fn overlays_possible(backend: Backend, release: &str) -> Result<(), String> {
+    match backend {
+        Backend::Layered | Backend::Userns if caches::kernel_overlays_in_userns(release) => Ok(()),
+        Backend::Layered | Backend::Userns => Err(format!(
+            "Linux {release} does not mount overlayfs in a user namespace (5.11 does)"
+        )),
+        Backend::Landlock => Err("Landlock alone has no mount namespace to overlay in".into()),
+        Backend::Bwrap => Err("the bwrap backend does not overlay the caches".into()),
+    }
 }
 
 /// Steps 4 (the run's messages and report) to 8 with `choice`. `told` collects the stderr
@@ -320,6 +354,7 @@ fn attempt(
         allow_unix,
         env_withheld,
         secrets,
+        caches,
     } = *step4;
     if args.net == NetPolicy::Proxy && choice.backend == Backend::Landlock {
         return Err(SetupError::ProxyWithoutNamespace);
@@ -407,6 +442,7 @@ fn attempt(
             );
             let mut record = record;
             record["limits"] = report::limits(&limits.rows);
+            record["package_caches"] = caches.report();
             report_file = Some(write_record(fd, &record)?);
         }
         let sockets = choice.unix_gate;
@@ -464,7 +500,10 @@ fn attempt(
                 allow_unix,
                 secrets,
                 exec,
-                git_run.layers(),
+                spec::Layers {
+                    overlays: caches.overlays.clone(),
+                    ..git_run.layers()
+                },
             ) {
                 Ok(mut plan) => {
                     plan.spawned_gate = git_run.start();

@@ -65,6 +65,21 @@ pub(crate) struct Layers {
     /// Directories the Landlock ruleset layered on the namespaces must allow writes in (the
     /// binds decide what of them is writable).
     pub landlock_dirs: Vec<PathBuf>,
+    /// Copy-on-write views mounted after the redirect (the package caches'), each writable.
+    pub overlays: Vec<Overlay>,
+}
+
+/// An overlay over a host directory (`target`, also its lower layer, read-only), its writes
+/// going to `upper` (with overlayfs's `work` next to it): the command sees the host's
+/// directory plus its own changes, and the host's never changes.
+#[derive(Clone, Debug)]
+pub(crate) struct Overlay {
+    /// The host's directory, canonical: lower layer and mount point.
+    pub target: PathBuf,
+    /// The upper layer (private, written by the command).
+    pub upper: PathBuf,
+    /// overlayfs's work directory, on the same filesystem as `upper`.
+    pub work: PathBuf,
 }
 
 /// A directory (`over`) whose contents are replaced by another directory (`by`, bound

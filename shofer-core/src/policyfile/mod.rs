@@ -118,6 +118,9 @@ pub struct Layer {
     pub limit_memory: Option<Val<Setting>>,
     /// `limits.cpu` / `--limit-cpu`.
     pub limit_cpu: Option<Val<Setting>>,
+    /// `sandbox.package_caches` / `--no-package-caches` (false): private copy-on-write views
+    /// of package managers' caches.
+    pub package_caches: Option<Val<bool>>,
     /// `timeouts.soft` / `shofer run --timeout`: seconds.
     pub soft_timeout: Option<Val<f64>>,
     /// `timeouts.hard` / `--hard-timeout`: seconds.
@@ -145,6 +148,7 @@ impl Layer {
             limit_procs,
             limit_memory,
             limit_cpu,
+            package_caches,
             soft_timeout,
             hard_timeout
         );
@@ -176,6 +180,7 @@ impl Layer {
             limit_procs,
             limit_memory,
             limit_cpu,
+            package_caches,
             soft_timeout,
             hard_timeout,
             ..
@@ -188,6 +193,7 @@ impl Layer {
             limit_procs,
             limit_memory,
             limit_cpu,
+            package_caches,
             soft_timeout,
             hard_timeout,
             ..Layer::default()

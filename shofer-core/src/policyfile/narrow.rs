@@ -7,6 +7,7 @@
 //! | `sandbox.allow_degraded` | say `false` |
 //! | `sandbox.allow_write`, `allow_unix`, `allow_read`, `keep_env` | keep a subset of the user's |
 //! | `sandbox.hide` | add locations (they join the user's) |
+//! | `sandbox.package_caches` | either (private views never reach the host's caches) |
 //! | `network.mode` | close it further: `deny` < `proxy` < `allow` |
 //! | `network.allow_domains`, `default_domains` | under the user's `proxy`: a subset |
 //! | `limits.*` | ask for at most the user's (the default counts as the user's) |
@@ -81,6 +82,9 @@ pub fn within(user: Layer, project: Layer, mem_total: Option<u64>) -> Result<Lay
         &mut problems,
         String::clone,
     );
+    if project.package_caches.is_some() {
+        merged.package_caches = project.package_caches.clone();
+    }
     if let Some(more) = &project.hide {
         merged
             .hide

@@ -11,6 +11,7 @@
 //! allow_read = []                  # secret locations readable after all
 //! hide = ["~/work/secrets"]        # more secret locations
 //! keep_env = ["GH_TOKEN"]          # secret variables passed on anyway
+//! package_caches = true            # private copy-on-write views of npm's, pip's, cargo's …
 //! [network]
 //! mode = "proxy"                   # allow, deny, proxy
 //! allow_domains = ["git.example.com:443"]
@@ -102,6 +103,7 @@ struct SandboxTable {
     allow_read: Strings,
     hide: Strings,
     keep_env: Strings,
+    package_caches: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -328,6 +330,7 @@ impl Cx<'_> {
                     Ok(s.to_string())
                 }
             })?,
+            package_caches: s.package_caches.map(|v| self.val(v, p)),
             net: self.checked("network.mode", n.mode, p, |v: String| NetPolicy::parse(&v))?,
             allow_domains: self.list("network.allow_domains", n.allow_domains, p, |s| {
                 Rule::parse(s).map_err(|m| m.replacen("--allow-domain ", "", 1))

@@ -190,6 +190,7 @@ impl<'a> Run<'a> {
                 .map(|l| l.common.clone())
                 .chain(view.map(|v| v.dir.clone()))
                 .collect(),
+            ..Layers::default()
         }
     }
 

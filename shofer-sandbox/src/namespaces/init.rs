@@ -75,13 +75,22 @@ pub(crate) fn run(
         };
         let write = shofer_core::rights::fs_write_rights(layered.abi);
         let rules = [
-            ("/dev/shm", write | read),
-            ("/dev/pts", write | read),
-            ("/proc", read),
-            ("/dev", read),
+            (Path::new("/dev/shm"), write | read),
+            (Path::new("/dev/pts"), write | read),
+            (Path::new("/proc"), read),
+            (Path::new("/dev"), read),
         ];
-        for (dir, rights) in rules.into_iter().filter(|(_, r)| !r.is_empty()) {
-            let rule = paths::open_following(Path::new(dir)).map(|fd| {
+        // The package caches' overlays are new mounts too.
+        let overlays = setup
+            .overlays
+            .iter()
+            .map(|o| (o.target.as_path(), write | read));
+        for (dir, rights) in rules
+            .into_iter()
+            .chain(overlays)
+            .filter(|(_, r)| !r.is_empty())
+        {
+            let rule = paths::open_following(dir).map(|fd| {
                 // Not RESOLVE_UNIX: only the worktree and --allow-unix paths get it.
                 landlock::PathBeneath::new(fd, rights & !landlock::AccessFs::ResolveUnix)
             });

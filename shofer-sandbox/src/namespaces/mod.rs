@@ -104,6 +104,9 @@ pub(crate) struct Setup<'a> {
     /// The layers' replacement, then their redirect: bound after them.
     pub replace: Option<(PathBuf, PathBuf)>,
     pub redirect: Option<crate::spec::Redirect>,
+    /// Copy-on-write views over host directories, mounted after the redirect (step 5c);
+    /// process A adds a Landlock rule for each (a new mount: no host rule reaches it).
+    pub overlays: Vec<crate::spec::Overlay>,
     /// Also unshare the network namespace (`--net deny`, `--net proxy`).
     pub own_net: bool,
     /// `--net proxy`: the supervisor makes the proxy's listener in the new network namespace
@@ -200,6 +203,7 @@ pub(crate) fn plan<'a>(
             .collect(),
         replace: layers.replace,
         redirect: layers.redirect,
+        overlays: layers.overlays,
         own_net: opened.policy.net.own_namespace(),
         proxy: opened.policy.net == NetPolicy::Proxy,
         landlock,

@@ -251,6 +251,12 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
         keep_rw.push(objects.to_string_lossy().into_owned());
     }
 
+    // Step 5c': the overlays (the package caches', crate::caches), writable.
+    for overlay in &plan.overlays {
+        overlay_mount(overlay)?;
+        keep_rw.push(overlay.target.to_string_lossy().into_owned());
+    }
+
     // Step 5d: the secret locations' covers; step 6 makes them read-only with the rest.
     covers(&plan.covers)?;
 
@@ -385,6 +391,41 @@ fn covers(steps: &[Cover]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Mounts `o` ([`crate::spec::Overlay`]): every layer opened in this namespace without
+/// following a symlink (a path swapped for one fails closed) and named to overlayfs through
+/// its descriptor, so neither a swap after the check nor a `,` or `:` in a path changes what
+/// is mounted; the mount point is the lower layer's descriptor too.
+fn overlay_mount(o: &crate::spec::Overlay) -> io::Result<()> {
+    // Held open until the mount is made (closed when this returns).
+    let mut held = Vec::new();
+    let mut fds = Vec::new();
+    for path in [&o.target, &o.upper, &o.work] {
+        let fd = paths::open_nofollow(path)?;
+        if paths::kind(&fd)? != paths::Kind::Dir {
+            eprintln!("shofer-sandbox: {} is not a directory", path.display());
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        fds.push(fd_path(fd.as_raw_fd()));
+        held.push(fd);
+    }
+    let options = format!("lowerdir={},upperdir={},workdir={}", fds[0], fds[1], fds[2]);
+    let made = mount(
+        Some("overlay"),
+        &fds[0],
+        Some("overlay"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&options),
+    );
+    if let Err(e) = &made {
+        eprintln!(
+            "shofer-sandbox: the package cache overlay over {} (upper {}): {e} (--no-package-caches runs without it)",
+            o.target.display(),
+            o.upper.display()
+        );
+    }
+    made
 }
 
 /// Binds the object `source` names over the one `target` names, both addressed through their

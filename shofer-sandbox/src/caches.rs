@@ -1,0 +1,522 @@
+//! Package managers' caches inside the sandbox (issue 35): npm, pip (also `--user`), cargo,
+//! go, uv and pnpm work by default, and the command cannot change the host's caches (a
+//! poisoned cache would run the command's code in the host's next build).
+//!
+//! # Map
+//! - [`TOOLS`]: each cache, the variable that names it and where it is by default;
+//! - [`prepare`]: step 4 of a run (one thread still): resolves every cache from the
+//!   command's environment, makes its private, persistent directories in the state directory
+//!   (`$XDG_STATE_HOME/shofer/package-caches/<worktree key>/<cache>/`, each checked with
+//!   [`shofer_sys::statedir`]) and decides, per cache, one of:
+//!   - **overlay** (the namespace backends, Linux 5.11+): process A mounts an overlay at the
+//!     host's path, lower the host's directory, upper and work private
+//!     (`crate::namespaces::mounts`): the command sees the host's cache plus its own writes;
+//!   - **environment** (Landlock alone, bubblewrap, older kernels, and a cache absent on the
+//!     host): the tool's variable points at a private directory (`env/`), added to the
+//!     writable set; nothing is made on the host;
+//!   - **caller**: the caller set the variable itself; it is respected (its own writability
+//!     decides).
+//! - [`Plan::report`]: the `package_caches` section of the `--report` record.
+//!
+//! # Trust
+//! Everything under a private directory is written by the command: the supervisor never reads
+//! it. It only makes the directories (each level checked: ours, mode 0700, no symlink, outside
+//! the writable set) and, in `env/` of cargo, replaces `config.toml` by the host's (a
+//! `renameat` over whatever is there, which never follows a planted symlink). The worktree key
+//! keeps one worktree's private caches out of every other's view. A symlink the command
+//! plants in an overlay is served as a symlink: it resolves in the command's own view, where
+//! every cache path is the overlay again and everything else is read-only.
+
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use sha2::Digest;
+
+use crate::spec::Overlay;
+
+/// The state directory's leaf for the private caches.
+pub(crate) const LEAF: &str = "package-caches";
+
+/// How the package caches are provided in a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Overlays over the host's caches (a cache absent on the host: its variable).
+    Overlay,
+    /// The tools' variables, pointing at private directories.
+    Environment,
+    /// `--no-package-caches`, or no usable state directory.
+    Off,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Overlay => "overlay",
+            Mode::Environment => "environment",
+            Mode::Off => "off",
+        }
+    }
+}
+
+/// One cache: its name, the variable that names it, and where it is by default.
+pub(crate) struct Tool {
+    /// The name in the report and of its private directory.
+    pub name: &'static str,
+    /// The variable the tool reads (set in environment mode).
+    pub var: &'static str,
+    /// Where the cache is when the variable is unset, from the environment.
+    pub default: fn(&Env) -> Option<PathBuf>,
+    /// Only when this program is on `$PATH` (npm warns about a variable it does not know).
+    pub only_with: Option<&'static str>,
+}
+
+/// A lookup of one variable.
+type Lookup = Box<dyn Fn(&str) -> Option<OsString>>;
+
+/// The command's environment, as the tools read it.
+pub(crate) struct Env {
+    get: Lookup,
+}
+
+impl Env {
+    /// This process's environment (the command inherits it).
+    fn current() -> Env {
+        Env {
+            get: Box::new(|k| std::env::var_os(k).filter(|v| !v.is_empty())),
+        }
+    }
+
+    fn path(&self, var: &str) -> Option<PathBuf> {
+        (self.get)(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    }
+
+    fn home(&self, rel: &str) -> Option<PathBuf> {
+        self.path("HOME").map(|h| h.join(rel))
+    }
+
+    /// `$XDG_CACHE_HOME/rel`, else `~/.cache/rel`.
+    fn cache(&self, rel: &str) -> Option<PathBuf> {
+        self.path("XDG_CACHE_HOME")
+            .map(|c| c.join(rel))
+            .or_else(|| self.home(&format!(".cache/{rel}")))
+    }
+}
+
+/// The caches, in the order they are mounted and reported.
+pub(crate) const TOOLS: [Tool; 9] = [
+    Tool {
+        name: "npm",
+        var: "npm_config_cache",
+        default: |e| e.home(".npm"),
+        only_with: None,
+    },
+    Tool {
+        name: "pip",
+        var: "PIP_CACHE_DIR",
+        default: |e| e.cache("pip"),
+        only_with: None,
+    },
+    // `pip install --user`: the user base (`~/.local`) holds more than Python's (and
+    // shofer's own state directory): never overlaid, always a private base.
+    Tool {
+        name: "pip-user",
+        var: "PYTHONUSERBASE",
+        default: |_| None,
+        only_with: None,
+    },
+    // The whole of CARGO_HOME: cargo locks `.package-cache` and keeps `.global-cache` there,
+    // next to `registry/` and `git/`.
+    Tool {
+        name: "cargo",
+        var: "CARGO_HOME",
+        default: |e| e.home(".cargo"),
+        only_with: None,
+    },
+    Tool {
+        name: "go-mod",
+        var: "GOMODCACHE",
+        default: |e| {
+            let gopath = e.path("GOPATH").and_then(|p| {
+                let first = p.to_str()?.split(':').next()?.to_string();
+                Some(PathBuf::from(first))
+            });
+            gopath.or_else(|| e.home("go")).map(|g| g.join("pkg/mod"))
+        },
+        only_with: None,
+    },
+    Tool {
+        name: "go-build",
+        var: "GOCACHE",
+        default: |e| e.cache("go-build"),
+        only_with: None,
+    },
+    Tool {
+        name: "uv",
+        var: "UV_CACHE_DIR",
+        default: |e| e.cache("uv"),
+        only_with: None,
+    },
+    Tool {
+        name: "pnpm-store",
+        var: "npm_config_store_dir",
+        default: |e| {
+            e.path("XDG_DATA_HOME")
+                .map(|d| d.join("pnpm/store"))
+                .or_else(|| e.home(".local/share/pnpm/store"))
+        },
+        only_with: Some("pnpm"),
+    },
+    Tool {
+        name: "pnpm-cache",
+        var: "npm_config_cache_dir",
+        default: |e| e.cache("pnpm"),
+        only_with: Some("pnpm"),
+    },
+];
+
+/// What one cache gets in a run.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    /// [`Tool::name`].
+    pub tool: &'static str,
+    /// [`Tool::var`].
+    pub var: &'static str,
+    /// The cache's path on the host (`None`: no default, e.g. pip's user base).
+    pub host: Option<PathBuf>,
+    /// `overlay`, `environment`, `caller`, or `unavailable`.
+    pub how: &'static str,
+    /// The private directory (upper for an overlay), or why none.
+    pub private: Result<Option<PathBuf>, String>,
+}
+
+/// The package caches of one run.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// How, overall.
+    pub mode: Mode,
+    /// Why `Off`, or why environment mode rather than overlays.
+    pub reason: Option<String>,
+    /// The per-worktree state directory.
+    pub dir: Option<PathBuf>,
+    /// Each cache.
+    pub entries: Vec<Entry>,
+    /// The overlays for process A.
+    pub overlays: Vec<Overlay>,
+    /// The variables set in this process's environment (the command inherits them).
+    pub env_set: Vec<(&'static str, PathBuf)>,
+    /// Private directories the command must be able to write (added to the writable set).
+    pub writable: Vec<PathBuf>,
+}
+
+impl Plan {
+    /// The plan with nothing done, and why.
+    fn off(reason: String) -> Plan {
+        Plan {
+            mode: Mode::Off,
+            reason: Some(reason),
+            dir: None,
+            entries: Vec::new(),
+            overlays: Vec::new(),
+            env_set: Vec::new(),
+            writable: Vec::new(),
+        }
+    }
+
+    /// The report's `package_caches` section. Never says "enforced": it says how.
+    pub(crate) fn report(&self) -> Value {
+        let caches: Vec<Value> = self
+            .entries
+            .iter()
+            .map(|e| {
+                let (private, error) = match &e.private {
+                    Ok(p) => (json!(p), Value::Null),
+                    Err(why) => (Value::Null, json!(why)),
+                };
+                json!({"cache": e.tool, "variable": e.var, "host": e.host, "how": e.how,
+                       "private": private, "error": error})
+            })
+            .collect();
+        let env: serde_json::Map<String, Value> = self
+            .env_set
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        json!({
+            "mode": self.mode.as_str(),
+            "reason": self.reason,
+            "state_dir": self.dir,
+            "caches": caches,
+            "env_set": env,
+        })
+    }
+}
+
+/// Whether the running kernel lets a user namespace mount overlayfs (Linux 5.11).
+pub(crate) fn kernel_overlays_in_userns(release: &str) -> bool {
+    let mut nums = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (nums.next().unwrap_or(0), nums.next().unwrap_or(0));
+    (major, minor) >= (5, 11)
+}
+
+/// Step 4 (one thread): the package caches of a run over `worktree` (canonical), with
+/// overlays when `overlays` (a namespace backend on Linux 5.11+) else the environment;
+/// `writable`: the run's writable set (the state directory must lie outside it). Sets the
+/// variables of [`Plan::env_set`] in this process's environment. `Off` when `enabled` is
+/// false (`--no-package-caches`) or no state directory can be used (the reason says why).
+pub(crate) fn prepare(
+    worktree: &Path,
+    writable: &[PathBuf],
+    overlays: Result<(), String>,
+    enabled: bool,
+) -> Plan {
+    if !enabled {
+        return Plan::off("--no-package-caches".into());
+    }
+    let env = Env::current();
+    let Some(root) = state_root(&env) else {
+        return Plan::off(
+            "no state directory: neither XDG_STATE_HOME nor HOME is an absolute path".into(),
+        );
+    };
+    let key = worktree_key(worktree);
+    let dir = root.join(&key);
+    if let Err(e) = shofer_sys::statedir::create(&dir, writable) {
+        return Plan::off(format!("the state directory cannot be used: {e}"));
+    }
+    let mode = if overlays.is_ok() {
+        Mode::Overlay
+    } else {
+        Mode::Environment
+    };
+    let mut plan = Plan {
+        mode,
+        reason: overlays.err(),
+        dir: Some(dir.clone()),
+        entries: Vec::new(),
+        overlays: Vec::new(),
+        env_set: Vec::new(),
+        writable: Vec::new(),
+    };
+    for tool in &TOOLS {
+        if tool.only_with.is_some_and(|p| !on_path(p)) {
+            continue;
+        }
+        let entry = plan_one(tool, &env, &dir, writable, mode, &mut plan);
+        plan.entries.push(entry);
+    }
+    for (k, v) in &plan.env_set {
+        std::env::set_var(k, v);
+    }
+    plan
+}
+
+/// One cache's entry, adding its overlay, variable or writable directory to `plan`.
+fn plan_one(
+    tool: &Tool,
+    env: &Env,
+    dir: &Path,
+    writable: &[PathBuf],
+    mode: Mode,
+    plan: &mut Plan,
+) -> Entry {
+    let set_by_caller = env.path(tool.var);
+    let host = set_by_caller.clone().or_else(|| (tool.default)(env));
+    let mut entry = Entry {
+        tool: tool.name,
+        var: tool.var,
+        host: host.clone(),
+        how: "caller",
+        private: Ok(None),
+    };
+    // The host's directory, as it is (a symlink the user made is followed, once, here).
+    let existing = host
+        .as_deref()
+        .and_then(|h| std::fs::canonicalize(h).ok())
+        .filter(|h| h.is_dir());
+    let inside_overlay = |p: &Path| plan.overlays.iter().any(|o| p.starts_with(&o.target));
+    let private = dir.join(tool.name);
+    match (mode, existing) {
+        (Mode::Overlay, Some(host_dir)) => {
+            if inside_overlay(&host_dir) {
+                entry.how = "overlay";
+                return entry;
+            }
+            let made = ["upper", "work"].map(|leaf| make_dir(&private.join(leaf), writable));
+            match made {
+                [Ok(upper), Ok(work)] => {
+                    entry.how = "overlay";
+                    entry.private = Ok(Some(upper.clone()));
+                    plan.overlays.push(Overlay {
+                        target: host_dir,
+                        upper,
+                        work,
+                    });
+                }
+                [Err(e), _] | [_, Err(e)] => {
+                    entry.how = "unavailable";
+                    entry.private = Err(e);
+                }
+            }
+        }
+        // Explicitly set by the caller: respected.
+        _ if set_by_caller.is_some() => {}
+        _ => match make_dir(&private.join("env"), writable) {
+            Ok(p) => {
+                if tool.name == "cargo" {
+                    copy_cargo_config(host.as_deref(), &p);
+                }
+                entry.how = "environment";
+                entry.private = Ok(Some(p.clone()));
+                plan.env_set.push((tool.var, p.clone()));
+                plan.writable.push(p);
+            }
+            Err(e) => {
+                entry.how = "unavailable";
+                entry.private = Err(e);
+            }
+        },
+    }
+    entry
+}
+
+/// `$XDG_STATE_HOME/shofer/package-caches`, else `~/.local/state/shofer/package-caches`.
+fn state_root(env: &Env) -> Option<PathBuf> {
+    env.path("XDG_STATE_HOME")
+        .or_else(|| env.home(".local/state"))
+        .map(|s| s.join("shofer").join(LEAF))
+}
+
+/// The directory name of `worktree`'s private caches: a hash of its canonical path.
+pub(crate) fn worktree_key(worktree: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let digest = sha2::Sha256::digest(worktree.as_os_str().as_bytes());
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Makes (mode 0700) and checks the private directory `path`: ours, no symlink on its path,
+/// not writable by group or others, outside `writable`. Its canonical path, or why not.
+fn make_dir(path: &Path, writable: &[PathBuf]) -> Result<PathBuf, String> {
+    shofer_sys::statedir::create(path, writable)
+        .map(|d| d.path)
+        .map_err(|e| e.to_string())
+}
+
+/// Whether `program` is found on `$PATH`.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| d.is_absolute() && d.join(program).is_file())
+    })
+}
+
+/// Cargo's configuration (not its credentials) from the host's `CARGO_HOME` into the private
+/// one: `config.toml` and `config`, each replacing whatever the command left there (a
+/// temporary file made in the directory, renamed over the name: a planted symlink is
+/// replaced, never followed). What cannot be copied is left out.
+fn copy_cargo_config(host: Option<&Path>, private: &Path) {
+    let Some(host) = host else { return };
+    let Ok(dir) = crate::paths::open_nofollow(private) else {
+        return;
+    };
+    for name in ["config.toml", "config"] {
+        let Ok(bytes) = crate::paths::read_regular(&host.join(name), 1 << 20) else {
+            continue;
+        };
+        let _ = write_replacing(&dir, name, &bytes);
+    }
+}
+
+/// Writes `bytes` to `name` in `dir` through a fresh temporary file and a rename.
+fn write_replacing(dir: &OwnedFd, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use rustix::fs::{Mode as M, OFlags};
+    // The directory as opened (O_PATH): a real descriptor of it for the calls below.
+    let dir = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        M::empty(),
+    )?;
+    let tmp = format!(".{name}.shofer-{}", shofer_sys::statedir::random_suffix());
+    let fd = rustix::fs::openat(
+        &dir,
+        &tmp,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        M::from_raw_mode(0o600),
+    )?;
+    let mut file = std::fs::File::from(fd);
+    let written = std::io::Write::write_all(&mut file, bytes);
+    drop(file);
+    let done = written
+        .and_then(|()| rustix::fs::renameat(&dir, &tmp, &dir, name).map_err(std::io::Error::from));
+    if done.is_err() {
+        let _ = rustix::fs::unlinkat(dir.as_fd(), &tmp, rustix::fs::AtFlags::empty());
+    }
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlays_in_user_namespaces_from_linux_5_11() {
+        assert!(kernel_overlays_in_userns("6.18.44-fc-v1300"));
+        assert!(kernel_overlays_in_userns("5.11.0"));
+        assert!(!kernel_overlays_in_userns("5.10.209-1"));
+        assert!(!kernel_overlays_in_userns("4.19"));
+        assert!(!kernel_overlays_in_userns("garbage"));
+    }
+
+    #[test]
+    fn defaults_follow_the_tools_documented_variables() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| Env {
+            get: Box::new(move |k| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| OsString::from(v))
+            }),
+        };
+        let e = env(&[
+            ("HOME", "/h"),
+            ("XDG_CACHE_HOME", "/c"),
+            ("GOPATH", "/g1:/g2"),
+        ]);
+        let find = |n: &str| TOOLS.iter().find(|t| t.name == n).unwrap();
+        assert_eq!((find("npm").default)(&e), Some(PathBuf::from("/h/.npm")));
+        assert_eq!((find("pip").default)(&e), Some(PathBuf::from("/c/pip")));
+        assert_eq!(
+            (find("go-mod").default)(&e),
+            Some(PathBuf::from("/g1/pkg/mod"))
+        );
+        assert_eq!(
+            (find("cargo").default)(&e),
+            Some(PathBuf::from("/h/.cargo"))
+        );
+        let bare = env(&[("HOME", "/h")]);
+        assert_eq!(
+            (find("uv").default)(&bare),
+            Some(PathBuf::from("/h/.cache/uv"))
+        );
+        assert_eq!(
+            (find("go-mod").default)(&bare),
+            Some(PathBuf::from("/h/go/pkg/mod"))
+        );
+        let relative = env(&[("HOME", "h")]);
+        assert_eq!((find("npm").default)(&relative), None);
+    }
+
+    #[test]
+    fn worktree_keys_differ_per_worktree() {
+        let a = worktree_key(Path::new("/w/a"));
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, worktree_key(Path::new("/w/b")));
+        assert_eq!(a, worktree_key(Path::new("/w/a")));
+    }
+}

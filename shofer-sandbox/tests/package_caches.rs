@@ -1,0 +1,398 @@
+//! Issue 35: package managers work inside by default, through private, persistent,
+//! per-worktree views of their caches, and the host's caches stay byte-identical.
+//!
+//! Real tools, real runs on every backend available here: `npm install` of a tarball made
+//! with `npm pack`, `pip install --user` of a local wheel, `cargo build` of a crate with a
+//! new git dependency from a local bare repository; each run twice (the second sees the
+//! first's cache entry), the host's home hashed before and after. An attack test plants
+//! entries and symlinks in the cache paths: the host's caches do not change and another
+//! worktree's runs do not see them. go, uv and pnpm are not installed here (not tested).
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+/// A scratch home with caches, fixtures and two worktrees.
+struct World {
+    _scratch: Scratch,
+    home: PathBuf,
+    fixtures: PathBuf,
+    wt: [PathBuf; 2],
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn sh(dir: &Path, script: &str) {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(dir)
+        .envs(git_env())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {}", show(&out));
+}
+
+impl World {
+    fn new() -> World {
+        let scratch = Scratch::new();
+        let root = scratch.path();
+        let home = root.join("home");
+        let fixtures = root.join("fixtures");
+        // The host's caches, with something in each, and the state directory's parent.
+        for d in [".npm", ".cargo", ".cache/pip", ".local/state"] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        std::fs::write(home.join(".npm/host-marker"), "host").unwrap();
+        std::fs::write(home.join(".cargo/config.toml"), "[net]\nretry = 1\n").unwrap();
+        std::fs::create_dir_all(fixtures.join("pkg")).unwrap();
+        std::fs::write(
+            fixtures.join("pkg/package.json"),
+            r#"{"name":"tinypkg","version":"1.0.0","main":"index.js"}"#,
+        )
+        .unwrap();
+        std::fs::write(fixtures.join("pkg/index.js"), "module.exports = 42;\n").unwrap();
+        let wt = [root.join("wt1"), root.join("wt2")];
+        for w in &wt {
+            std::fs::create_dir_all(w).unwrap();
+            std::fs::write(
+                w.join("package.json"),
+                r#"{"name":"app","version":"1.0.0"}"#,
+            )
+            .unwrap();
+        }
+        World {
+            _scratch: scratch,
+            home,
+            fixtures,
+            wt,
+        }
+    }
+
+    fn npm_tarball(&self) -> PathBuf {
+        sh(&self.fixtures.join("pkg"), "npm pack --silent >/dev/null");
+        self.fixtures.join("pkg/tinypkg-1.0.0.tgz")
+    }
+
+    /// A wheel of `tinypy` in `fixtures/wheels` (written as pip reads it).
+    fn wheel_dir(&self) -> PathBuf {
+        let dir = self.fixtures.join("wheels");
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = format!(
+            r#"import zipfile
+with zipfile.ZipFile("{}/tinypy-1.0-py3-none-any.whl", "w") as z:
+    z.writestr("tinypy.py", "V = 5\n")
+    z.writestr("tinypy-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tinypy\nVersion: 1.0\n")
+    z.writestr("tinypy-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    z.writestr("tinypy-1.0.dist-info/RECORD", "")
+"#,
+            dir.display()
+        );
+        let out = Command::new("python3")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", show(&out));
+        dir
+    }
+
+    /// A bare repository of the crate `tinydep`, and a crate in worktree `i` depending on
+    /// it through `git = "file://..."`.
+    fn cargo_project(&self, i: usize) {
+        let dep = self.fixtures.join("dep");
+        if !self.fixtures.join("dep.git").exists() {
+            std::fs::create_dir_all(dep.join("src")).unwrap();
+            std::fs::write(
+                dep.join("Cargo.toml"),
+                "[package]\nname = \"tinydep\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+            )
+            .unwrap();
+            std::fs::write(dep.join("src/lib.rs"), "pub fn v() -> u32 { 7 }\n").unwrap();
+            sh(&dep, "git init -q . && git add -A && git commit -qm dep");
+            sh(&self.fixtures, "git clone -q --bare dep dep.git");
+        }
+        let w = &self.wt[i];
+        std::fs::create_dir_all(w.join("src")).unwrap();
+        std::fs::write(
+            w.join("Cargo.toml"),
+            format!(
+                "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\ntinydep = {{ git = \"file://{}\" }}\n",
+                self.fixtures.join("dep.git").display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            w.join("src/main.rs"),
+            "fn main() { println!(\"v={}\", tinydep::v()); }\n",
+        )
+        .unwrap();
+    }
+
+    /// Runs `script` in worktree `i` on `backend` with this home (every cache at its
+    /// default place); returns (status, stdout+stderr).
+    fn run(&self, backend: &str, i: usize, uid: Option<u32>, script: &str) -> (bool, String) {
+        let mut r = Run::new(&self.wt[i])
+            .backend(backend)
+            .env("HOME", &self.home)
+            .env("RUSTUP_HOME", rustup_home());
+        for v in [
+            "XDG_STATE_HOME",
+            "XDG_CACHE_HOME",
+            "XDG_DATA_HOME",
+            "CARGO_HOME",
+            "CARGO_NET_OFFLINE",
+            "npm_config_cache",
+            "NPM_CONFIG_CACHE",
+            "PIP_CACHE_DIR",
+            "PYTHONUSERBASE",
+            "PIP_FIND_LINKS",
+        ] {
+            r = r.env_remove(v);
+        }
+        if let Some(u) = uid {
+            r = r.with_uid(u);
+        }
+        let out = r.args(["--", "sh"]).sh(script).output();
+        (out.status.success(), show(&out))
+    }
+
+    /// The hash of the host's home, the state directory left out: names, modes, contents,
+    /// symlink targets.
+    fn host_hash(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        walk(&self.home, &self.home, &mut out);
+        out.sort();
+        out
+    }
+}
+
+fn rustup_home() -> PathBuf {
+    std::env::var_os("RUSTUP_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".rustup")
+        })
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let rel = p.strip_prefix(root).unwrap().to_path_buf();
+        if rel == Path::new(".local/state") {
+            continue;
+        }
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        let what = if m.file_type().is_symlink() {
+            format!("-> {}", std::fs::read_link(&p).unwrap().display())
+        } else if m.is_dir() {
+            walk(root, &p, out);
+            "dir".into()
+        } else {
+            format!("{:?}", std::fs::read(&p).unwrap())
+        };
+        out.push(format!("{} {:o} {}", rel.display(), m.mode(), what));
+    }
+}
+
+#[test]
+fn npm_install_works_persists_and_leaves_the_host_cache_alone() {
+    if !have("npm") {
+        return skip("npm_install", "npm is not installed");
+    }
+    for b in backends() {
+        let mut uids = vec![None];
+        if is_root() {
+            uids.push(Some(UNPRIV));
+        }
+        for uid in uids {
+            let w = World::new();
+            let tgz = w.npm_tarball();
+            if let Some(u) = uid {
+                let status = Command::new("chown")
+                    .args(["-R", &format!("{u}:{u}")])
+                    .arg(w.home.parent().unwrap())
+                    .status()
+                    .unwrap();
+                assert!(status.success());
+            }
+            let before = w.host_hash();
+            let install = format!(
+                "npm install --no-audit --no-fund --no-update-notifier {} && node -e 'process.exit(require(\"tinypkg\") === 42 ? 0 : 1)'",
+                tgz.display()
+            );
+            let (ok, out) = w.run(b, 0, uid, &install);
+            assert!(ok, "{b} {uid:?}: {out}");
+            // The second run sees the first's cache entry (and, over an overlay, the host's).
+            let overlay = matches!(b, "layered" | "userns");
+            let check = format!(
+                "c=$(npm config get cache) && test -d \"$c/_cacache/content-v2\" {}",
+                if overlay {
+                    "&& test -f ~/.npm/host-marker"
+                } else {
+                    ""
+                }
+            );
+            let (ok, out) = w.run(b, 0, uid, &check);
+            assert!(ok, "{b} {uid:?}: the cache did not persist: {out}");
+            assert_eq!(
+                before,
+                w.host_hash(),
+                "{b} {uid:?}: the host's home changed"
+            );
+        }
+    }
+}
+
+#[test]
+fn pip_install_user_works_and_persists() {
+    if !have("python3")
+        || !Command::new("python3")
+            .args(["-m", "pip", "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    {
+        return skip("pip_install_user", "python3 -m pip is not available");
+    }
+    // The interpreter itself, not a version manager's shim (pyenv's rehashes after pip and
+    // fails on its read-only shims directory, whatever the caches).
+    let python = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    let python = String::from_utf8(python.stdout).unwrap().trim().to_string();
+    for b in backends() {
+        let w = World::new();
+        let wheels = w.wheel_dir();
+        let before = w.host_hash();
+        let (ok, out) = w.run(
+            b,
+            0,
+            None,
+            &format!(
+                "{python} -m pip install -q --user --no-index --find-links {} tinypy",
+                wheels.display()
+            ),
+        );
+        assert!(ok, "{b}: {out}");
+        let (ok, out) = w.run(
+            b,
+            0,
+            None,
+            &format!("{python} -c 'import tinypy, sys; sys.exit(0 if tinypy.V == 5 else 1)'"),
+        );
+        assert!(ok, "{b}: the user install did not persist: {out}");
+        assert_eq!(before, w.host_hash(), "{b}: the host's home changed");
+    }
+}
+
+#[test]
+fn cargo_build_with_a_new_git_dependency_works_offline_the_second_time() {
+    if !have("cargo") || !is_root() {
+        // The toolchain lives in root's home here.
+        return skip("cargo_build", "cargo (root's toolchain) is not available");
+    }
+    for b in backends() {
+        let w = World::new();
+        w.cargo_project(0);
+        let before = w.host_hash();
+        let (ok, out) = w.run(b, 0, None, "cargo build -q && ./target/debug/app");
+        assert!(ok && out.contains("v=7"), "{b}: {out}");
+        // The git checkout is in the private cache now: an offline build finds it.
+        let (ok, out) = w.run(
+            b,
+            0,
+            None,
+            "rm -rf target && cargo build -q --offline && ./target/debug/app",
+        );
+        assert!(ok && out.contains("v=7"), "{b}: not persistent: {out}");
+        assert_eq!(before, w.host_hash(), "{b}: the host's home changed");
+    }
+}
+
+#[test]
+fn a_poisoned_cache_stays_in_its_worktree_and_off_the_host() {
+    for b in backends() {
+        let w = World::new();
+        let before = w.host_hash();
+        let poison = "for d in ~/.npm \"$npm_config_cache\" \"$CARGO_HOME\" ~/.cargo; do \
+             [ -n \"$d\" ] || continue; mkdir -p \"$d\" 2>/dev/null; \
+             echo evil > \"$d/poison\" 2>/dev/null; \
+             ln -s ~/.npm \"$d/escape\" 2>/dev/null; echo evil > \"$d/escape/poison2\" 2>/dev/null; \
+             ln -s /etc/passwd \"$d/passwd\" 2>/dev/null; done; \
+             test -f \"${npm_config_cache:-$HOME/.npm}/poison\"";
+        let (ok, out) = w.run(b, 0, None, poison);
+        assert!(ok, "{b}: the cache was not writable: {out}");
+        assert_eq!(before, w.host_hash(), "{b}: the host's caches changed");
+        // The same worktree sees its own writes again; another worktree does not.
+        let seen = "test -f \"${npm_config_cache:-$HOME/.npm}/poison\"";
+        let (ok, out) = w.run(b, 0, None, seen);
+        assert!(ok, "{b}: not persistent: {out}");
+        let (ok, out) = w.run(
+            b,
+            1,
+            None,
+            "for d in ~/.npm \"$npm_config_cache\" \"$CARGO_HOME\" ~/.cargo; do \
+             [ -n \"$d\" ] || continue; \
+             if [ -e \"$d/poison\" ] || [ -L \"$d/escape\" ] || [ -L \"$d/passwd\" ]; then echo seen $d; exit 1; fi; done",
+        );
+        assert!(ok, "{b}: another worktree sees the poison: {out}");
+        assert_eq!(before, w.host_hash(), "{b}: the host's caches changed");
+    }
+}
+
+#[test]
+fn no_package_caches_leaves_the_environment_and_reports_off() {
+    for b in backends() {
+        let w = World::new();
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let report = dir.path().join("r.json");
+        let out = Run::new(&w.wt[0])
+            .backend(b)
+            .arg("--no-package-caches")
+            .env("HOME", &w.home)
+            .env_remove("npm_config_cache")
+            .env_remove("XDG_STATE_HOME")
+            .args(["--report", "9", "--", "sh"])
+            .sh("test -z \"$npm_config_cache\" && ! touch ~/.npm/x 2>/dev/null")
+            .fd9(std::fs::File::create(&report).unwrap())
+            .output();
+        assert!(out.status.success(), "{b}: {}", show(&out));
+        let text = std::fs::read_to_string(&report).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(v["package_caches"]["mode"], "off", "{b}: {v}");
+        // And on by default, saying how.
+        let out = Run::new(&w.wt[0])
+            .backend(b)
+            .env("HOME", &w.home)
+            .env_remove("npm_config_cache")
+            .env_remove("XDG_STATE_HOME")
+            .args(["--report", "9", "--", "true"])
+            .fd9(std::fs::File::create(&report).unwrap())
+            .output();
+        assert!(out.status.success(), "{b}: {}", show(&out));
+        let text = std::fs::read_to_string(&report).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        let want = if matches!(b, "layered" | "userns") {
+            "overlay"
+        } else {
+            "environment"
+        };
+        assert_eq!(v["package_caches"]["mode"], want, "{b}: {v}");
+        let npm = v["package_caches"]["caches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["cache"] == "npm")
+            .unwrap();
+        assert_eq!(npm["how"], want, "{b}: {v}");
+    }
+}
