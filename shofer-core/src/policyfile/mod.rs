@@ -155,12 +155,18 @@ impl Layer {
         self
     }
 
-    /// `self` with the flags' values: single values replace, lists add up.
+    /// `self` with the flags' values: single values replace, lists add up (an item already
+    /// there is not repeated).
     pub fn with_flags(mut self, flags: Layer) -> Layer {
         macro_rules! add {
             ($($f:ident),*) => { $(
                 if let Some(items) = flags.$f {
-                    self.$f.get_or_insert_with(Vec::new).extend(items);
+                    let list = self.$f.get_or_insert_with(Vec::new);
+                    for item in items {
+                        if !list.iter().any(|v| v.value == item.value) {
+                            list.push(item);
+                        }
+                    }
                 }
             )* };
         }
@@ -354,9 +360,11 @@ impl fmt::Display for FileError {
 impl std::error::Error for FileError {}
 
 /// The effective policy: the user's file (its base tables, then the profile `--profile` or
-/// its `profile` key selects), the project's file narrowed to that ([`narrow::within`]), then
-/// the flags. `mem_total` is the machine's memory (the default memory limit, for the
-/// project's check).
+/// its `profile` key selects) and the flags, narrowed by the project's file
+/// ([`narrow::within`]: checked against the user's file *and* the flags, so that no flag
+/// gives meaning to a setting of the project's — an allow-list under `--net proxy`), then the
+/// flags again (they win). `mem_total` is the machine's memory (the default memory limit, for
+/// the project's check).
 ///
 /// # Errors
 /// An unknown profile, or every way the project's file widens the user's policy.
@@ -401,6 +409,7 @@ pub fn resolve(
             theirs = pick(&v.value, &v.origin)?;
         }
         theirs = theirs.overlay(project.layer.clone());
+        mine = mine.with_flags(flags.clone());
         mine = narrow::within(mine, theirs, mem_total).map_err(|problems| FileError {
             path: project.path.clone(),
             line: None,

@@ -11,7 +11,8 @@
 //! | `network.mode` | close it further: `deny` < `proxy` < `allow` |
 //! | `network.allow_domains`, `default_domains` | under the user's `proxy`: a subset |
 //! | `limits.*` | ask for at most the user's (the default counts as the user's) |
-//! | `timeouts.*` | ask for at most the user's |
+//! | `timeouts.hard` | ask for at most the user's (any, when the user has none) |
+//! | `timeouts.soft` | shorten the user's (none, when the user has none: it detaches commands) |
 
 use std::path::PathBuf;
 
@@ -179,29 +180,34 @@ pub fn within(user: Layer, project: Layer, mem_total: Option<u64>) -> Result<Lay
             ));
         }
     }
-    for (key, theirs, slot) in [
+    // A hard timeout only ends a command sooner. A soft one sends it to the background, where
+    // it outlives `shofer run`: a project may only shorten the user's.
+    for (key, theirs, slot, none_is_infinite) in [
         (
             "timeouts.soft",
             &project.soft_timeout,
             &mut merged.soft_timeout,
+            false,
         ),
         (
             "timeouts.hard",
             &project.hard_timeout,
             &mut merged.hard_timeout,
+            true,
         ),
     ] {
         let Some(t) = theirs else { continue };
         let mine = slot.as_ref().map(|v| v.value);
-        if mine.is_none_or(|m| t.value <= m) {
+        if mine.map_or(none_is_infinite, |m| t.value <= m) {
             *slot = Some(t.clone());
         } else {
-            problems.push(format!(
-                "{}: {key} {}: longer than the user's {}",
-                t.origin,
-                t.value,
-                mine.unwrap_or_default()
-            ));
+            problems.push(match mine {
+                Some(m) => format!("{}: {key} {}: longer than the user's {m}", t.origin, t.value),
+                None => format!(
+                    "{}: {key} {}: the user's policy has none (a soft timeout leaves the command running after shofer returns)",
+                    t.origin, t.value
+                ),
+            });
         }
     }
     if problems.is_empty() {

@@ -148,7 +148,6 @@ memory = "1G"
 cpu = 50
 [timeouts]
 hard = 60
-soft = 5
 "#,
     );
     let eff = resolve(Some(&u), Some(&p), None, Layer::default(), None).unwrap();
@@ -222,6 +221,11 @@ fn a_project_file_cannot_widen_anything() {
     widen("[limits]\nmemory = \"off\"\n", "limits.memory off");
     widen("[limits]\nmemory = \"1T\"\n", "limits.memory");
     widen("[timeouts]\nhard = 601\n", "timeouts.hard 601");
+    // A soft timeout detaches commands: without the user's, a project cannot set one.
+    widen(
+        "[timeouts]\nsoft = 0.001\n",
+        "timeouts.soft 0.001: the user's policy has none",
+    );
     // A weaker backend, degraded runs, a wider profile.
     widen(
         "[sandbox]\nbackend = \"landlock\"\n",
@@ -286,4 +290,41 @@ fn flags_win_single_values_replace_lists_add_up() {
         format!("{USER}:18 (profile work)")
     );
     assert_eq!(row("timeouts.soft").origin, "default");
+}
+
+#[test]
+fn a_flag_gives_no_meaning_to_a_project_setting() {
+    // The user's file says nothing of the network; a flag asks for the proxy with one name.
+    // The project's allow-list must not join it (an exfiltration channel).
+    let flags = || Layer {
+        net: Some(Val::flag(NetPolicy::Proxy, "--net")),
+        default_domains: Some(Val::flag(false, "--no-default-domains")),
+        allow_domains: Some(vec![Val::flag(
+            crate::egress::Rule::parse("api.github.com").unwrap(),
+            "--allow-domain",
+        )]),
+        ..Layer::default()
+    };
+    let p =
+        project("[network]\nallow_domains = [\"evil.example.net:22,443\", \"*.attacker.io\"]\n");
+    let e = resolve(None, Some(&p), None, flags(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("network.allow_domains evil.example.net:22,443"),
+        "{e}"
+    );
+    let p = project("[network]\ndefault_domains = true\n");
+    assert!(resolve(None, Some(&p), None, flags(), None).is_err());
+    // A subset of the flags' list narrows, and the flags still win.
+    let p = project("[network]\nallow_domains = [\"api.github.com\"]\nmode = \"deny\"\n");
+    let eff = resolve(None, Some(&p), None, flags(), None).unwrap();
+    assert_eq!(eff.net(), NetPolicy::Proxy);
+    assert_eq!(eff.allow_domains.unwrap().len(), 1);
+    // A soft timeout only shortens the user's (here the flag's, which wins again).
+    let mut f = flags();
+    f.soft_timeout = Some(Val::flag(30.0, "--timeout"));
+    let p = project("[timeouts]\nsoft = 5\n");
+    let eff = resolve(None, Some(&p), None, f, None).unwrap();
+    assert_eq!(eff.soft_timeout.unwrap().value, 30.0);
 }
