@@ -13,6 +13,7 @@
 //! - [`tree`]: finding and killing a command's whole process tree (procfs, pidfds, child
 //!   subreaper); read its module docs for what is and is not guaranteed.
 //! - [`reader`]: read mode and search mode over an artifact.
+//! - [`docs`]: shell completions and man pages of `shofer` and `shofer-sandbox`.
 //!
 //! The pure parts (preview buffer, result texts, artifact ids) live in `shofer_core`.
 //!
@@ -39,6 +40,7 @@
 
 pub mod childenv;
 pub mod detach;
+pub mod docs;
 mod engine;
 pub mod guardian;
 pub mod intercept;
