@@ -16,6 +16,7 @@
 //! - [`policy`]: the policy files (`config.toml`) and the flags, merged into one effective
 //!   policy.
 //! - [`setup`]: `shofer init`, `shofer hook` and `shofer doctor` (wiring agents to shofer).
+//! - [`docs`]: shell completions and man pages of `shofer` and `shofer-sandbox`.
 //!
 //! The pure parts (preview buffer, result texts, artifact ids) live in `shofer_core`.
 //!
@@ -42,6 +43,7 @@
 
 pub mod childenv;
 pub mod detach;
+pub mod docs;
 mod engine;
 pub mod guardian;
 pub mod intercept;

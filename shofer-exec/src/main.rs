@@ -40,11 +40,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use shofer_core::policyfile::{Layer, Val};
 use shofer_core::preview::PreviewSize;
 use shofer_exec::childenv;
 use shofer_exec::detach::{self, Forked, JobState};
+use shofer_exec::docs;
 use shofer_exec::reader::{self, ReadRequest};
 use shofer_exec::{policy, serve, tree};
 use shofer_exec::{
@@ -433,6 +434,10 @@ enum Cmd {
         #[arg(long = "agent", value_name = "NAME", value_parser = shofer_exec::setup::Agent::parse)]
         agents: Vec<shofer_exec::setup::Agent>,
     },
+    /// Print the bash, zsh or fish completion script of shofer or shofer-sandbox.
+    Completions(shofer_exec::docs::CompletionsArgs),
+    /// Print the man page (roff) of shofer or shofer-sandbox, e.g. `shofer man | man -l -`.
+    Man(shofer_exec::docs::ManArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -598,6 +603,9 @@ fn main() -> ExitCode {
         }
     }
     let (end, json) = match cli.cmd {
+        // Texts on stdout, or the message on stderr with 1, like `list`.
+        Cmd::Completions(a) => (End::Jobs(docs::completions(&a, Cli::command())), false),
+        Cmd::Man(a) => (End::Jobs(docs::man(&a, Cli::command())), false),
         Cmd::Run {
             worktree,
             cwd,
