@@ -107,21 +107,32 @@ pub fn build(
         set.add_system(path, origin);
     }
 
-    let wt_lexical = lexical_absolute(worktree);
+    // The directories commands may write: a path named inside one of them that resolves
+    // outside it went through a symlink a command could have planted (in an earlier run, or
+    // by another process writing /tmp).
+    let mut writable_dirs: Vec<(PathBuf, PathBuf)> = vec![(lexical_absolute(worktree), wt.clone())];
+    for r in set
+        .rules
+        .iter()
+        .filter(|r| r.is_dir && r.origin != RuleOrigin::Worktree)
+    {
+        writable_dirs.push((r.path.clone(), r.path.clone()));
+    }
     for path in allow_write {
         let canon = std::fs::canonicalize(path).map_err(|e| SetupError::AllowWrite {
             path: path.clone(),
             reason: format!("{e} (expected an existing file or directory)"),
         })?;
-        // A path named inside the worktree that resolves outside it went through a symlink
-        // the command could have planted: the worktree is attacker-controlled.
         let lexical = lexical_absolute(path);
-        let named_inside = lexical.starts_with(&wt_lexical) || lexical.starts_with(&wt);
-        if named_inside && !canon.starts_with(&wt) {
+        let escape = writable_dirs.iter().find(|(named, real)| {
+            (lexical.starts_with(named) || lexical.starts_with(real)) && !canon.starts_with(real)
+        });
+        if let Some((_, real)) = escape {
             return Err(SetupError::AllowWrite {
                 path: path.clone(),
                 reason: format!(
-                    "is inside the worktree but resolves to {} through a symlink there (refused: the worktree's contents are untrusted)",
+                    "is inside {} but resolves to {} through a symlink there (refused: what commands may write is untrusted)",
+                    real.display(),
                     canon.display()
                 ),
             });

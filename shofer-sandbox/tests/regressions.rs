@@ -157,6 +157,42 @@ fn allow_write_through_a_symlink_planted_in_the_worktree_is_refused() {
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
 }
 
+/// The same through /tmp, which every run may write: one run replaces a directory the user
+/// allowed (`--allow-write /tmp/cache`, or a policy file's `allow_write`) with a symlink to
+/// the user's home, and the next run would be given the home.
+#[test]
+fn allow_write_through_a_symlink_planted_in_tmp_is_refused() {
+    let s = Scratch::new();
+    let wt = s.path().join("wt");
+    let outside = s.path().join("outside");
+    std::fs::create_dir(&wt).unwrap();
+    std::fs::create_dir(&outside).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("shofer-allow-write-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let cache = tmp.path().join("cache");
+    let out = Run::new(&wt)
+        .args(["--", "ln", "-s"])
+        .arg(&outside)
+        .arg(&cache)
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let out = Run::new(&wt)
+        .arg("--allow-write")
+        .arg(&cache)
+        .args(["--", "touch"])
+        .arg(outside.join("x"))
+        .output();
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("through a symlink"),
+        "{}",
+        show(&out)
+    );
+    assert!(!outside.join("x").exists());
+}
+
 #[test]
 fn bwrap_keeps_proc_sys_read_only_for_root() {
     if skip_unless_root("bwrap_keeps_proc_sys_read_only_for_root") || !backends().contains(&"bwrap")
