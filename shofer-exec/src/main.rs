@@ -459,6 +459,11 @@ enum ConfigAction {
         /// Print one JSON object instead of the table.
         #[arg(long)]
         json: bool,
+        /// Print the effective sandbox settings as shofer-sandbox options, one shell-quoted
+        /// line (shofer-sandbox itself reads no policy file: `shofer-sandbox $(...)` in a
+        /// script, or eval).
+        #[arg(long, conflicts_with = "json")]
+        args: bool,
     },
 }
 
@@ -652,9 +657,10 @@ fn main() -> ExitCode {
                     timeout,
                     hard_timeout,
                     json,
+                    args,
                 },
         } => (
-            config_show(worktree, &sandbox, timeout, hard_timeout, json),
+            config_show(worktree, &sandbox, timeout, hard_timeout, json, args),
             false,
         ),
         Cmd::Serve {
@@ -729,6 +735,7 @@ fn config_show(
     timeout: Option<f64>,
     hard_timeout: Option<f64>,
     json: bool,
+    args: bool,
 ) -> End {
     let worktree = match worktree.map(std::fs::canonicalize).transpose() {
         Ok(w) => w,
@@ -750,6 +757,13 @@ fn config_show(
     let project = worktree
         .as_ref()
         .map(|w| file(Some(w.join(policy::PROJECT_FILE))));
+    if args {
+        let words: Vec<String> = policy::sandbox_args(&eff)
+            .iter()
+            .map(|a| shofer_exec::setup::quote(&a.to_string_lossy()))
+            .collect();
+        return End::Jobs(Ok(words.join(" ")));
+    }
     let rows = eff.rows();
     if json {
         let settings: serde_json::Map<String, serde_json::Value> = rows

@@ -217,6 +217,26 @@ fn config_show_names_where_each_value_came_from() {
     let o = s.shofer(&["config", "show", "--worktree", wt, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["settings"]["network.mode"]["value"], "proxy");
+    // The same policy as shofer-sandbox options, for scripts that run it directly.
+    let o = s.shofer(&[
+        "config",
+        "show",
+        "--worktree",
+        wt,
+        "--args",
+        "--allow-write",
+        "/srv/a b",
+    ]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let hide = s.home.join("notes");
+    assert_eq!(
+        out.trim_end(),
+        format!(
+            "--allow-write '/srv/a b' --hide {} --net proxy --limit-cpu 150",
+            hide.display()
+        )
+    );
     // An unknown profile is an error naming the defined ones.
     let o = s.shofer(&["config", "show", "--profile", "nope"]);
     assert_eq!(o.status.code(), Some(1));
