@@ -718,3 +718,157 @@ fn serve_project_serves_the_repository_and_refuses_home() {
         text(&o)
     );
 }
+
+fn git(args: &[&str], dir: &Path) {
+    let st = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "git {args:?} in {}", dir.display());
+}
+
+/// The `--worktree` a hook's rewrite names, or the hook's error.
+fn hooked_worktree(o: &Output) -> Result<String, String> {
+    if o.status.code() != Some(0) {
+        return Err(text(o));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).map_err(|e| e.to_string())?;
+    let out = &v["hookSpecificOutput"];
+    let cmd = out["updatedInput"]["command"]
+        .as_str()
+        .or(out["tool_input"]["command"].as_str())
+        .unwrap_or_default();
+    let rest = cmd
+        .split_once(" run --worktree '")
+        .map(|(_, r)| r)
+        .unwrap_or_default();
+    Ok(rest
+        .split_once('\'')
+        .map(|(w, _)| w.to_string())
+        .unwrap_or_default())
+}
+
+#[test]
+fn a_planted_nested_repository_cannot_move_the_worktree() {
+    let h = scratch_home();
+    // What a sandboxed command may do in the worktree: a repository whose core.worktree
+    // points at the user's configuration.
+    let sub = h.proj.join("planted");
+    std::fs::create_dir_all(&sub).unwrap();
+    git(&["init", "-q"], &sub);
+    let target = h.home.join(".config");
+    std::fs::create_dir_all(&target).unwrap();
+    git(
+        &["config", "core.worktree", &target.display().to_string()],
+        &sub,
+    );
+    let input = serde_json::json!({"cwd": sub, "tool_name": "Bash",
+        "tool_input": {"command": "echo x > ~/.config/git/config"}});
+    let w = hooked_worktree(&hook(&h, "claude", &input.to_string()));
+    // The nested repository's own directory (a part of the worktree), never its core.worktree.
+    assert_eq!(w, Ok(sub.display().to_string()));
+
+    // Gemini's model-chosen dir_path does not choose the worktree.
+    let other = h.home.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    git(&["init", "-q"], &other);
+    for dir in ["../other", "/", "../", other.to_str().unwrap()] {
+        let input = serde_json::json!({"cwd": h.proj, "tool_name": "run_shell_command",
+            "tool_input": {"command": "ls", "dir_path": dir}});
+        let o = hook(&h, "gemini", &input.to_string());
+        assert_eq!(o.status.code(), Some(2), "{dir}: {}", text(&o));
+        assert!(text(&o).contains("dir_path"), "{}", text(&o));
+    }
+    let input = serde_json::json!({"cwd": h.proj, "tool_name": "run_shell_command",
+        "tool_input": {"command": "ls", "dir_path": "sub"}});
+    let w = hooked_worktree(&hook(&h, "gemini", &input.to_string()));
+    assert_eq!(w, Ok(h.proj.display().to_string()));
+
+    // A repository under /tmp (any command may have made it) is never a project.
+    let tmp = tempfile::tempdir_in("/tmp").unwrap();
+    std::fs::create_dir_all(tmp.path().join("a")).unwrap();
+    git(&["init", "-q"], tmp.path());
+    let input = serde_json::json!({"cwd": tmp.path().join("a"), "tool_name": "Bash",
+        "tool_input": {"command": "ls"}});
+    let o = hook(&h, "claude", &input.to_string());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("/tmp"), "{}", text(&o));
+
+    // A project-scope hook is pinned to the worktree init found: a repository planted later
+    // below it changes nothing.
+    let o = shofer(&h, &["init", "claude", "--scope", "project"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let settings: serde_json::Value =
+        serde_json::from_str(&read(&h.proj.join(".claude/settings.json")).unwrap()).unwrap();
+    let hook_cmd = settings["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        hook_cmd.ends_with(&format!(" hook claude --worktree {}", h.proj.display())),
+        "{hook_cmd}"
+    );
+    let o = {
+        use std::io::Write;
+        let mut c = Command::new("sh")
+            .arg("-c")
+            .arg(&hook_cmd)
+            .current_dir(&sub)
+            .env("HOME", &h.home)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = serde_json::json!({"cwd": sub, "tool_name": "Bash",
+            "tool_input": {"command": "ls"}});
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(input.to_string().as_bytes())
+            .unwrap();
+        c.wait_with_output().unwrap()
+    };
+    assert_eq!(hooked_worktree(&o), Ok(h.proj.display().to_string()));
+    // doctor still recognises the pinned hook as shofer's.
+    let bin_dir = PathBuf::from(SHOFER).parent().unwrap().to_path_buf();
+    let o = doctor(&h, Path::new(SHOFER), &path_with(&[&bin_dir]), &[]);
+    assert!(
+        text(&o).contains("claude hook in ") && text(&o).contains(".claude/settings.json: wired"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_repository_around_the_home_directory_is_refused() {
+    let h = scratch_home();
+    // A repository above HOME (say /home/.git), the agent started in a plain directory of
+    // the home: the worktree would hold the whole home.
+    let above = h.home.parent().unwrap().to_path_buf();
+    git(&["init", "-q"], &above);
+    let plain = h.home.join("notrepo");
+    std::fs::create_dir_all(&plain).unwrap();
+    let o = Command::new(SHOFER)
+        .args(["serve", "--project"])
+        .current_dir(&plain)
+        .env("HOME", &h.home)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("home directory"), "{}", text(&o));
+    let input = serde_json::json!({"cwd": plain, "tool_name": "Bash",
+        "tool_input": {"command": "ls"}});
+    let o = hook(&h, "claude", &input.to_string());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("home directory"), "{}", text(&o));
+    // The project below it is still fine.
+    let input = serde_json::json!({"cwd": h.proj, "tool_name": "Bash",
+        "tool_input": {"command": "ls"}});
+    assert_eq!(
+        hooked_worktree(&hook(&h, "claude", &input.to_string())),
+        Ok(h.proj.display().to_string())
+    );
+}

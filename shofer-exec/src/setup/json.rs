@@ -243,8 +243,8 @@ impl Doc {
         cur.get(key)
     }
 
-    /// Every hook command string in the array at `at` that runs `shofer hook <agent>` (for
-    /// `doctor`: `suffix` is ` hook <agent>`).
+    /// Every hook command string in the array at `at` that runs `shofer hook <agent>`, with or
+    /// without a pinned `--worktree` (for `doctor`: `suffix` is ` hook <agent>`).
     pub fn hook_commands(&self, at: &[&str], suffix: &str) -> Vec<String> {
         let mut cur = &self.root;
         let (last, parents) = match at.split_last() {
@@ -261,8 +261,9 @@ impl Doc {
         if let Some(v) = cur.get(*last) {
             v.strings(&mut out);
         }
+        let pinned = format!("{suffix} --worktree ");
         out.into_iter()
-            .filter(|s| s.ends_with(suffix))
+            .filter(|s| s.ends_with(suffix) || s.contains(&pinned))
             .map(str::to_string)
             .collect()
     }
