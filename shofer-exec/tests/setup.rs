@@ -872,3 +872,124 @@ fn a_repository_around_the_home_directory_is_refused() {
         Ok(h.proj.display().to_string())
     );
 }
+#[test]
+fn project_init_refuses_symlinks_planted_in_the_worktree() {
+    let h = scratch_home();
+    let secret = "{\n  \"oauthAccount\": \"secret-token\"\n}\n";
+    write(&h.home.join(".claude.json"), secret);
+    std::fs::create_dir_all(h.home.join(".ssh")).unwrap();
+    std::os::unix::fs::symlink(h.home.join(".claude.json"), h.proj.join(".mcp.json")).unwrap();
+    std::os::unix::fs::symlink(h.home.join(".ssh"), h.proj.join(".claude")).unwrap();
+    let o = shofer(&h, &["init", "claude", "--scope", "project"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("symbolic link"), "{}", text(&o));
+    assert!(!text(&o).contains("secret-token"), "{}", text(&o));
+    assert!(std::fs::symlink_metadata(h.proj.join(".mcp.json"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(read(&h.home.join(".claude.json")).unwrap(), secret);
+    assert!(!h.home.join(".ssh/settings.json").exists());
+    // A symlinked directory on the way is refused too, even when the file is fresh.
+    std::fs::remove_file(h.proj.join(".mcp.json")).unwrap();
+    let o = shofer(&h, &["init", "claude", "--scope", "project"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains(".claude"), "{}", text(&o));
+    assert!(!h.proj.join(".mcp.json").exists(), "nothing is written");
+    assert!(!h.home.join(".ssh/settings.json").exists());
+
+    // User scope: a dotfiles manager's symlinked ~/.claude.json is written through, and
+    // stays a symlink.
+    let h = scratch_home();
+    let real = h.home.join("dotfiles/claude.json");
+    write(&real, CLAUDE_JSON);
+    std::os::unix::fs::symlink(&real, h.home.join(".claude.json")).unwrap();
+    let o = shofer(&h, &["init", "claude"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(std::fs::symlink_metadata(h.home.join(".claude.json"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(read(&real).unwrap().contains("\"shofer\""));
+    let o = shofer(&h, &["init", "claude", "--undo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(read(&real).unwrap(), CLAUDE_JSON);
+    assert!(std::fs::symlink_metadata(h.home.join(".claude.json"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
+/// Runs `c`, killing it when it has not ended after 60 s.
+fn output_within(mut c: Command) -> Output {
+    let child = c
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(o) => o.unwrap(),
+        Err(_) => {
+            // Safety: kill(2) of the child this test started, which has not been reaped.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("{c:?} hung for 60 s");
+        }
+    }
+}
+
+#[test]
+fn special_files_in_the_worktree_are_refused_not_read() {
+    let h = scratch_home();
+    std::fs::create_dir_all(h.proj.join(".claude")).unwrap();
+    let fifo = h.proj.join(".claude/settings.json");
+    let st = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success());
+    let bin_dir = PathBuf::from(SHOFER).parent().unwrap().to_path_buf();
+    let mut c = Command::new(SHOFER);
+    c.arg("doctor")
+        .current_dir(&h.proj)
+        .env("HOME", &h.home)
+        .env("PATH", path_with(&[&bin_dir]))
+        .env_remove("SHOFER_SANDBOX");
+    let o = output_within(c);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("settings.json") && text(&o).contains("FIFO"),
+        "{}",
+        text(&o)
+    );
+    let mut c = Command::new(SHOFER);
+    c.args(["init", "claude", "--scope", "project"])
+        .current_dir(&h.proj)
+        .env("HOME", &h.home);
+    let o = output_within(c);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("FIFO"), "{}", text(&o));
+
+    // An endless file behind a symlink is never read.
+    std::fs::remove_file(&fifo).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", h.proj.join(".mcp.json")).unwrap();
+    for args in [&["init", "claude", "--scope", "project"][..], &["doctor"]] {
+        let mut c = Command::new(SHOFER);
+        c.args(args)
+            .current_dir(&h.proj)
+            .env("HOME", &h.home)
+            .env("PATH", path_with(&[&bin_dir]));
+        let o = output_within(c);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(".mcp.json"), "{}", text(&o));
+    }
+    // A huge regular file neither.
+    std::fs::remove_file(h.proj.join(".mcp.json")).unwrap();
+    let big = std::fs::File::create(h.proj.join(".mcp.json")).unwrap();
+    big.set_len(1 << 30).unwrap();
+    let o = shofer(&h, &["init", "claude", "--scope", "project"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("bytes"), "{}", text(&o));
+}

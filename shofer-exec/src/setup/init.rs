@@ -162,14 +162,15 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
     // Stage 1: read and parse every file; an error leaves all of them untouched.
     let mut parsed = Vec::new();
     for t in &targets {
-        let text = files::read(&t.path)?;
+        let loc = files::locate(&t.path, ctx)?;
+        let text = files::read(&loc)?;
         let doc = parse(t, text.as_deref())?.0;
-        parsed.push((t, text, doc));
+        parsed.push((t, loc, text, doc));
     }
     // Stage 2: edit in memory, then write (or print) what changed.
     let mut out = String::new();
     let mut ok = true;
-    for (t, before, mut doc) in parsed {
+    for (t, loc, before, mut doc) in parsed {
         let shown = shown(&t.path, &ctx.home);
         for e in &t.entries {
             let what = e.describe();
@@ -234,9 +235,18 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
                 );
             }
         } else if remove_file {
-            files::remove(&t.path)?;
+            files::remove(&loc)?;
         } else {
-            files::write_atomic(&t.path, &after)?;
+            files::write_atomic(&loc, &after)?;
+        }
+        if loc.via.is_some() {
+            let _ = writeln!(
+                out,
+                "note: {} is a symlink: {} {} instead, and the symlink stays",
+                shown,
+                if opts.dry_run { "would write" } else { "wrote" },
+                loc.path().display()
+            );
         }
     }
     if let Some(why) = opts.agent.no_hook_reason() {
