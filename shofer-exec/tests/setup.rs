@@ -993,3 +993,27 @@ fn special_files_in_the_worktree_are_refused_not_read() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("bytes"), "{}", text(&o));
 }
+#[test]
+fn undo_keeps_files_and_containers_the_user_had() {
+    let h = scratch_home();
+    // As Claude Code writes them (no final newline), before shofer init.
+    let claude_json = "{\n  \"mcpServers\": {}\n}";
+    let settings = "{}";
+    write(&h.home.join(".claude.json"), claude_json);
+    write(&h.home.join(".claude/settings.json"), settings);
+    assert!(shofer(&h, &["init", "claude"]).status.success());
+    let o = shofer(&h, &["init", "claude", "--undo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        read(&h.home.join(".claude.json")).as_deref(),
+        Some(claude_json)
+    );
+    let after = read(&h.home.join(".claude/settings.json")).expect("settings.json kept");
+    assert!(!after.contains("hook claude"), "{after}");
+    // A file init created from nothing still goes.
+    let h = scratch_home();
+    assert!(shofer(&h, &["init", "cursor"]).status.success());
+    assert!(h.home.join(".cursor/mcp.json").exists());
+    assert!(shofer(&h, &["init", "cursor", "--undo"]).status.success());
+    assert!(!h.home.join(".cursor/mcp.json").exists());
+}
