@@ -424,6 +424,10 @@ enum Cmd {
         /// claude or gemini.
         #[arg(value_parser = shofer_exec::setup::Agent::parse)]
         agent: shofer_exec::setup::Agent,
+        /// The worktree a project-scope hook is pinned to (written by `shofer init --scope
+        /// project`); without it, the git worktree around the agent's directory.
+        #[arg(long, value_name = "DIR")]
+        worktree: Option<PathBuf>,
     },
     /// Check the sandbox this kernel gives, the binaries on PATH and the agents' wiring.
     Doctor {
@@ -590,7 +594,9 @@ fn main() -> ExitCode {
                 },
             ))
         }
-        Cmd::Hook { agent } => return ExitCode::from(shofer_exec::setup::hook::main(*agent)),
+        Cmd::Hook { agent, worktree } => {
+            return ExitCode::from(shofer_exec::setup::hook::main(*agent, worktree.as_deref()))
+        }
         Cmd::Doctor { json, agents } => {
             return ExitCode::from(shofer_exec::setup::doctor::main(
                 &shofer_exec::setup::doctor::Options {
@@ -1237,8 +1243,9 @@ fn read(
     }
 }
 
-/// `shofer serve --project`: the git worktree around the current directory, never $HOME or
-/// `/` (`shofer_exec::setup::project`).
+/// `shofer serve --project`: the git worktree around the current directory, found without
+/// running git; never one holding the home directory, `/`, or one below `/tmp`
+/// (`shofer_exec::setup::project`).
 fn project_worktree(worktree: Option<PathBuf>, project: bool) -> Result<Option<PathBuf>, String> {
     if !project {
         return Ok(worktree);

@@ -718,3 +718,302 @@ fn serve_project_serves_the_repository_and_refuses_home() {
         text(&o)
     );
 }
+
+fn git(args: &[&str], dir: &Path) {
+    let st = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "git {args:?} in {}", dir.display());
+}
+
+/// The `--worktree` a hook's rewrite names, or the hook's error.
+fn hooked_worktree(o: &Output) -> Result<String, String> {
+    if o.status.code() != Some(0) {
+        return Err(text(o));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).map_err(|e| e.to_string())?;
+    let out = &v["hookSpecificOutput"];
+    let cmd = out["updatedInput"]["command"]
+        .as_str()
+        .or(out["tool_input"]["command"].as_str())
+        .unwrap_or_default();
+    let rest = cmd
+        .split_once(" run --worktree '")
+        .map(|(_, r)| r)
+        .unwrap_or_default();
+    Ok(rest
+        .split_once('\'')
+        .map(|(w, _)| w.to_string())
+        .unwrap_or_default())
+}
+
+#[test]
+fn a_planted_nested_repository_cannot_move_the_worktree() {
+    let h = scratch_home();
+    // What a sandboxed command may do in the worktree: a repository whose core.worktree
+    // points at the user's configuration.
+    let sub = h.proj.join("planted");
+    std::fs::create_dir_all(&sub).unwrap();
+    git(&["init", "-q"], &sub);
+    let target = h.home.join(".config");
+    std::fs::create_dir_all(&target).unwrap();
+    git(
+        &["config", "core.worktree", &target.display().to_string()],
+        &sub,
+    );
+    let input = serde_json::json!({"cwd": sub, "tool_name": "Bash",
+        "tool_input": {"command": "echo x > ~/.config/git/config"}});
+    let w = hooked_worktree(&hook(&h, "claude", &input.to_string()));
+    // The nested repository's own directory (a part of the worktree), never its core.worktree.
+    assert_eq!(w, Ok(sub.display().to_string()));
+
+    // Gemini's model-chosen dir_path does not choose the worktree.
+    let other = h.home.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    git(&["init", "-q"], &other);
+    for dir in ["../other", "/", "../", other.to_str().unwrap()] {
+        let input = serde_json::json!({"cwd": h.proj, "tool_name": "run_shell_command",
+            "tool_input": {"command": "ls", "dir_path": dir}});
+        let o = hook(&h, "gemini", &input.to_string());
+        assert_eq!(o.status.code(), Some(2), "{dir}: {}", text(&o));
+        assert!(text(&o).contains("dir_path"), "{}", text(&o));
+    }
+    let input = serde_json::json!({"cwd": h.proj, "tool_name": "run_shell_command",
+        "tool_input": {"command": "ls", "dir_path": "sub"}});
+    let w = hooked_worktree(&hook(&h, "gemini", &input.to_string()));
+    assert_eq!(w, Ok(h.proj.display().to_string()));
+
+    // A repository under /tmp (any command may have made it) is never a project.
+    let tmp = tempfile::tempdir_in("/tmp").unwrap();
+    std::fs::create_dir_all(tmp.path().join("a")).unwrap();
+    git(&["init", "-q"], tmp.path());
+    let input = serde_json::json!({"cwd": tmp.path().join("a"), "tool_name": "Bash",
+        "tool_input": {"command": "ls"}});
+    let o = hook(&h, "claude", &input.to_string());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("/tmp"), "{}", text(&o));
+
+    // A project-scope hook is pinned to the worktree init found: a repository planted later
+    // below it changes nothing.
+    let o = shofer(&h, &["init", "claude", "--scope", "project"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let settings: serde_json::Value =
+        serde_json::from_str(&read(&h.proj.join(".claude/settings.json")).unwrap()).unwrap();
+    let hook_cmd = settings["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        hook_cmd.ends_with(&format!(" hook claude --worktree {}", h.proj.display())),
+        "{hook_cmd}"
+    );
+    let o = {
+        use std::io::Write;
+        let mut c = Command::new("sh")
+            .arg("-c")
+            .arg(&hook_cmd)
+            .current_dir(&sub)
+            .env("HOME", &h.home)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = serde_json::json!({"cwd": sub, "tool_name": "Bash",
+            "tool_input": {"command": "ls"}});
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(input.to_string().as_bytes())
+            .unwrap();
+        c.wait_with_output().unwrap()
+    };
+    assert_eq!(hooked_worktree(&o), Ok(h.proj.display().to_string()));
+    // doctor still recognises the pinned hook as shofer's.
+    let bin_dir = PathBuf::from(SHOFER).parent().unwrap().to_path_buf();
+    let o = doctor(&h, Path::new(SHOFER), &path_with(&[&bin_dir]), &[]);
+    assert!(
+        text(&o).contains("claude hook in ") && text(&o).contains(".claude/settings.json: wired"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_repository_around_the_home_directory_is_refused() {
+    let h = scratch_home();
+    // A repository above HOME (say /home/.git), the agent started in a plain directory of
+    // the home: the worktree would hold the whole home.
+    let above = h.home.parent().unwrap().to_path_buf();
+    git(&["init", "-q"], &above);
+    let plain = h.home.join("notrepo");
+    std::fs::create_dir_all(&plain).unwrap();
+    let o = Command::new(SHOFER)
+        .args(["serve", "--project"])
+        .current_dir(&plain)
+        .env("HOME", &h.home)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    assert!(text(&o).contains("home directory"), "{}", text(&o));
+    let input = serde_json::json!({"cwd": plain, "tool_name": "Bash",
+        "tool_input": {"command": "ls"}});
+    let o = hook(&h, "claude", &input.to_string());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("home directory"), "{}", text(&o));
+    // The project below it is still fine.
+    let input = serde_json::json!({"cwd": h.proj, "tool_name": "Bash",
+        "tool_input": {"command": "ls"}});
+    assert_eq!(
+        hooked_worktree(&hook(&h, "claude", &input.to_string())),
+        Ok(h.proj.display().to_string())
+    );
+}
+#[test]
+fn project_init_refuses_symlinks_planted_in_the_worktree() {
+    let h = scratch_home();
+    let secret = "{\n  \"oauthAccount\": \"secret-token\"\n}\n";
+    write(&h.home.join(".claude.json"), secret);
+    std::fs::create_dir_all(h.home.join(".ssh")).unwrap();
+    std::os::unix::fs::symlink(h.home.join(".claude.json"), h.proj.join(".mcp.json")).unwrap();
+    std::os::unix::fs::symlink(h.home.join(".ssh"), h.proj.join(".claude")).unwrap();
+    let o = shofer(&h, &["init", "claude", "--scope", "project"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("symbolic link"), "{}", text(&o));
+    assert!(!text(&o).contains("secret-token"), "{}", text(&o));
+    assert!(std::fs::symlink_metadata(h.proj.join(".mcp.json"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(read(&h.home.join(".claude.json")).unwrap(), secret);
+    assert!(!h.home.join(".ssh/settings.json").exists());
+    // A symlinked directory on the way is refused too, even when the file is fresh.
+    std::fs::remove_file(h.proj.join(".mcp.json")).unwrap();
+    let o = shofer(&h, &["init", "claude", "--scope", "project"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains(".claude"), "{}", text(&o));
+    assert!(!h.proj.join(".mcp.json").exists(), "nothing is written");
+    assert!(!h.home.join(".ssh/settings.json").exists());
+
+    // User scope: a dotfiles manager's symlinked ~/.claude.json is written through, and
+    // stays a symlink.
+    let h = scratch_home();
+    let real = h.home.join("dotfiles/claude.json");
+    write(&real, CLAUDE_JSON);
+    std::os::unix::fs::symlink(&real, h.home.join(".claude.json")).unwrap();
+    let o = shofer(&h, &["init", "claude"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(std::fs::symlink_metadata(h.home.join(".claude.json"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(read(&real).unwrap().contains("\"shofer\""));
+    let o = shofer(&h, &["init", "claude", "--undo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(read(&real).unwrap(), CLAUDE_JSON);
+    assert!(std::fs::symlink_metadata(h.home.join(".claude.json"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
+/// Runs `c`, killing it when it has not ended after 60 s.
+fn output_within(mut c: Command) -> Output {
+    let child = c
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(o) => o.unwrap(),
+        Err(_) => {
+            // Safety: kill(2) of the child this test started, which has not been reaped.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("{c:?} hung for 60 s");
+        }
+    }
+}
+
+#[test]
+fn special_files_in_the_worktree_are_refused_not_read() {
+    let h = scratch_home();
+    std::fs::create_dir_all(h.proj.join(".claude")).unwrap();
+    let fifo = h.proj.join(".claude/settings.json");
+    let st = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success());
+    let bin_dir = PathBuf::from(SHOFER).parent().unwrap().to_path_buf();
+    let mut c = Command::new(SHOFER);
+    c.arg("doctor")
+        .current_dir(&h.proj)
+        .env("HOME", &h.home)
+        .env("PATH", path_with(&[&bin_dir]))
+        .env_remove("SHOFER_SANDBOX");
+    let o = output_within(c);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("settings.json") && text(&o).contains("FIFO"),
+        "{}",
+        text(&o)
+    );
+    let mut c = Command::new(SHOFER);
+    c.args(["init", "claude", "--scope", "project"])
+        .current_dir(&h.proj)
+        .env("HOME", &h.home);
+    let o = output_within(c);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("FIFO"), "{}", text(&o));
+
+    // An endless file behind a symlink is never read.
+    std::fs::remove_file(&fifo).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", h.proj.join(".mcp.json")).unwrap();
+    for args in [&["init", "claude", "--scope", "project"][..], &["doctor"]] {
+        let mut c = Command::new(SHOFER);
+        c.args(args)
+            .current_dir(&h.proj)
+            .env("HOME", &h.home)
+            .env("PATH", path_with(&[&bin_dir]));
+        let o = output_within(c);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(".mcp.json"), "{}", text(&o));
+    }
+    // A huge regular file neither.
+    std::fs::remove_file(h.proj.join(".mcp.json")).unwrap();
+    let big = std::fs::File::create(h.proj.join(".mcp.json")).unwrap();
+    big.set_len(1 << 30).unwrap();
+    let o = shofer(&h, &["init", "claude", "--scope", "project"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("bytes"), "{}", text(&o));
+}
+#[test]
+fn undo_keeps_files_and_containers_the_user_had() {
+    let h = scratch_home();
+    // As Claude Code writes them (no final newline), before shofer init.
+    let claude_json = "{\n  \"mcpServers\": {}\n}";
+    let settings = "{}";
+    write(&h.home.join(".claude.json"), claude_json);
+    write(&h.home.join(".claude/settings.json"), settings);
+    assert!(shofer(&h, &["init", "claude"]).status.success());
+    let o = shofer(&h, &["init", "claude", "--undo"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        read(&h.home.join(".claude.json")).as_deref(),
+        Some(claude_json)
+    );
+    let after = read(&h.home.join(".claude/settings.json")).expect("settings.json kept");
+    assert!(!after.contains("hook claude"), "{after}");
+    // A file init created from nothing still goes.
+    let h = scratch_home();
+    assert!(shofer(&h, &["init", "cursor"]).status.success());
+    assert!(h.home.join(".cursor/mcp.json").exists());
+    assert!(shofer(&h, &["init", "cursor", "--undo"]).status.success());
+    assert!(!h.home.join(".cursor/mcp.json").exists());
+}

@@ -268,7 +268,9 @@ fn wiring(r: &mut Report, exe: &Path, home: &Path, asked: &[Agent]) {
                 hook: true,
             };
             for t in agent.targets(&ctx) {
-                let text = match super::files::read(&t.path) {
+                let text = match super::files::locate(&t.path, &ctx)
+                    .and_then(|loc| super::files::read(&loc))
+                {
                     Ok(Some(t)) => t,
                     Ok(None) => continue,
                     Err(e) => {

@@ -2,8 +2,12 @@
 //! JSON on stdin and prints the rewrite that routes the shell tool's command through
 //! `shofer run --worktree <project> --cwd "$PWD" -- '<command>'`.
 //!
-//! - The project is the git worktree around the hook input's `cwd` (joined with Gemini's
-//!   `dir_path`), never `$HOME` or `/` ([`super::project`]).
+//! - The project is the git worktree around the hook input's `cwd` ([`super::project`]: found
+//!   without running git, never one holding the home directory, `/`, or one below `/tmp`), or,
+//!   for a project-scope hook, the worktree `shofer init` found and wrote into the hook command
+//!   (`shofer hook <agent> --worktree DIR`), which then must hold `cwd`. Gemini's `dir_path`
+//!   is chosen by the model, so it never chooses the worktree: the call is blocked unless it
+//!   lies inside the worktree.
 //! - The original command is passed as ONE single-quoted argument (`shofer run` joins its
 //!   command words with spaces, and runs them with `/bin/sh -c`), so the agent's shell does
 //!   not split or expand it; `$PWD` is expanded by the agent's shell where it would have run
@@ -28,8 +32,9 @@ pub const BLOCK: u8 = 2;
 /// Most bytes of hook input read.
 const MAX_INPUT: u64 = 16 << 20;
 
-/// Runs the hook for `agent` on stdin/stdout; returns the exit code.
-pub fn main(agent: Agent) -> u8 {
+/// Runs the hook for `agent` on stdin/stdout, with the worktree `pinned` by a project-scope
+/// hook; returns the exit code.
+pub fn main(agent: Agent, pinned: Option<&Path>) -> u8 {
     let mut input = String::new();
     if let Err(e) = std::io::stdin().take(MAX_INPUT).read_to_string(&mut input) {
         eprintln!("shofer hook: cannot read the hook input on stdin: {e}; the command is blocked");
@@ -45,7 +50,7 @@ pub fn main(agent: Agent) -> u8 {
     let home = std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from);
-    match rewrite(agent, &input, &exe, home.as_deref()) {
+    match rewrite(agent, &input, &exe, home.as_deref(), pinned) {
         Ok(Some(out)) => {
             println!("{out}");
             0
@@ -60,6 +65,7 @@ pub fn main(agent: Agent) -> u8 {
 
 /// The hook's stdout for `input`: `Some(json)` to rewrite, `None` to let the call through
 /// unchanged (not a shell call, or already routed through `shofer run` for this project).
+/// `pinned`: the worktree of a project-scope hook.
 ///
 /// # Errors
 /// Why the call must be blocked.
@@ -68,6 +74,7 @@ pub fn rewrite(
     input: &str,
     exe: &Path,
     home: Option<&Path>,
+    pinned: Option<&Path>,
 ) -> Result<Option<Value>, String> {
     let shell_tool = match agent {
         Agent::Claude => claude::SHELL_TOOL,
@@ -111,13 +118,40 @@ pub fn rewrite(
         None => std::env::current_dir()
             .map_err(|e| format!("no \"cwd\" in the hook input and none of our own: {e}"))?,
     };
-    // Gemini's shell tool may run in a directory of the model's choosing below the project.
-    let dir = ["dir_path", "directory"]
+    let worktree = match pinned {
+        None => project::worktree_of(&cwd, home)?,
+        Some(p) => {
+            let p = std::fs::canonicalize(p)
+                .map_err(|e| format!("the hook's --worktree {}: {e}", p.display()))?;
+            project::check_worktree(&p, home)?;
+            let here = std::fs::canonicalize(&cwd)
+                .map_err(|e| format!("cannot resolve the directory {}: {e}", cwd.display()))?;
+            if !here.starts_with(&p) {
+                return Err(format!(
+                    "the agent's directory {} is outside the worktree {} this hook was set up for",
+                    cwd.display(),
+                    p.display()
+                ));
+            }
+            p
+        }
+    };
+    // Gemini's shell tool may run in a directory of the model's choosing: allowed inside the
+    // worktree only, and it never chooses the worktree.
+    if let Some(d) = ["dir_path", "directory"]
         .iter()
         .find_map(|k| tool_input.get(*k).and_then(Value::as_str))
         .filter(|d| !d.is_empty())
-        .map_or(cwd.clone(), |d| cwd.join(d));
-    let worktree = project::worktree_of(&dir, home)?;
+    {
+        let inside =
+            std::fs::canonicalize(cwd.join(d)).is_ok_and(|real| real.starts_with(&worktree));
+        if !inside {
+            return Err(format!(
+                "the shell call's dir_path {d:?} is not an existing directory inside the worktree {}",
+                worktree.display()
+            ));
+        }
+    }
     if let Some(wrapped_for) = unwrap(command, exe) {
         if wrapped_for == worktree {
             return Ok(None);

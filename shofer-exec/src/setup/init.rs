@@ -5,8 +5,17 @@
 //! Every file is parsed before any is written: one that does not parse is an error naming it
 //! and nothing is changed. An entry is `init`'s when it is exactly what `init` would write now
 //! (same name, same content); one the user changed is left alone with a message, by both
-//! `init` and `--undo`. Files are replaced atomically with their mode kept ([`super::files`]);
-//! a file `--undo` leaves empty is removed (init created it).
+//! `init` and `--undo`. Files are replaced atomically with their mode kept, nothing planted
+//! in a project followed, a user's symlinked file written through ([`super::files`]).
+//!
+//! What `--undo` removes, with no record kept of what `init` did: the entries that are exactly
+//! `init`'s; the whole file only when its text is byte for byte what `init` writes into a file
+//! that does not exist (those entries in an otherwise empty document: `init` created it);
+//! otherwise the objects, arrays and tables that held the entries stay, even when left empty,
+//! since the user may have made them (`{"mcpServers": {}}` before `init` is kept). The one
+//! exception is TOML's implicit `[mcp_servers]` parent, which `toml_edit` marks as not
+//! written by anyone. A file the user wrote with exactly `init`'s text is indistinguishable
+//! and goes too.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -162,15 +171,17 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
     // Stage 1: read and parse every file; an error leaves all of them untouched.
     let mut parsed = Vec::new();
     for t in &targets {
-        let text = files::read(&t.path)?;
+        let loc = files::locate(&t.path, ctx)?;
+        let text = files::read(&loc)?;
         let doc = parse(t, text.as_deref())?.0;
-        parsed.push((t, text, doc));
+        parsed.push((t, loc, text, doc));
     }
     // Stage 2: edit in memory, then write (or print) what changed.
     let mut out = String::new();
     let mut ok = true;
-    for (t, before, mut doc) in parsed {
+    for (t, loc, before, mut doc) in parsed {
         let shown = shown(&t.path, &ctx.home);
+        let mut removed = Vec::new();
         for e in &t.entries {
             let what = e.describe();
             let outcome = match (&mut doc, opts.undo) {
@@ -186,6 +197,9 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
                     done.to_string()
                 }
             };
+            if outcome == Outcome::Removed {
+                removed.push(e.clone());
+            }
             let line = match &outcome {
                 Outcome::Added => format!("{}: {} {what}", shown, verb("added", "would add")),
                 Outcome::Removed => {
@@ -206,7 +220,10 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
             let _ = writeln!(out, "{line}");
         }
         let after = doc.render();
-        let remove_file = opts.undo && before.is_some() && doc.is_empty();
+        let remove_file = opts.undo
+            && !removed.is_empty()
+            && before.is_some()
+            && before == created_from_nothing(t, &removed);
         if before.as_deref() == Some(after.as_str()) || (before.is_none() && doc.is_empty()) {
             continue;
         }
@@ -222,7 +239,7 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
             if remove_file {
                 let _ = writeln!(
                     out,
-                    "would remove {} (nothing else is left in it)",
+                    "would remove {} (it holds nothing but what shofer init creates)",
                     t.path.display()
                 );
             } else {
@@ -234,9 +251,18 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
                 );
             }
         } else if remove_file {
-            files::remove(&t.path)?;
+            files::remove(&loc)?;
         } else {
-            files::write_atomic(&t.path, &after)?;
+            files::write_atomic(&loc, &after)?;
+        }
+        if loc.via.is_some() {
+            let _ = writeln!(
+                out,
+                "note: {} is a symlink: {} {} instead, and the symlink stays",
+                shown,
+                if opts.dry_run { "would write" } else { "wrote" },
+                loc.path().display()
+            );
         }
     }
     if let Some(why) = opts.agent.no_hook_reason() {
@@ -256,6 +282,19 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
         );
     }
     Ok((out, ok))
+}
+
+/// The text `init` writes for `entries` into `t`'s file when it does not exist (`None` if that
+/// cannot be made).
+fn created_from_nothing(t: &Target, entries: &[Entry]) -> Option<String> {
+    let mut doc = parse(t, None).ok()?.0;
+    for e in entries {
+        match &mut doc {
+            Doc::Json(d) => d.add(e).ok()?,
+            Doc::Toml(d) => d.add(e).ok()?,
+        };
+    }
+    Some(doc.render())
 }
 
 /// `path` with the home directory shown as `~`.

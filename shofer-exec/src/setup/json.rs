@@ -183,7 +183,9 @@ impl Doc {
         Ok(Outcome::Added)
     }
 
-    /// Removes `entry` if it is exactly what `init` writes; containers it leaves empty go too.
+    /// Removes `entry` if it is exactly what `init` writes. The objects and arrays holding it
+    /// stay, even when left empty: nothing says whether `init` or the user made them (a file
+    /// that is wholly `init`'s goes as a whole: see [`super::init`]).
     pub fn remove(&mut self, entry: &Entry) -> Outcome {
         match self.find(entry) {
             Found::Absent => return Outcome::Absent,
@@ -243,8 +245,8 @@ impl Doc {
         cur.get(key)
     }
 
-    /// Every hook command string in the array at `at` that runs `shofer hook <agent>` (for
-    /// `doctor`: `suffix` is ` hook <agent>`).
+    /// Every hook command string in the array at `at` that runs `shofer hook <agent>`, with or
+    /// without a pinned `--worktree` (for `doctor`: `suffix` is ` hook <agent>`).
     pub fn hook_commands(&self, at: &[&str], suffix: &str) -> Vec<String> {
         let mut cur = &self.root;
         let (last, parents) = match at.split_last() {
@@ -261,8 +263,9 @@ impl Doc {
         if let Some(v) = cur.get(*last) {
             v.strings(&mut out);
         }
+        let pinned = format!("{suffix} --worktree ");
         out.into_iter()
-            .filter(|s| s.ends_with(suffix))
+            .filter(|s| s.ends_with(suffix) || s.contains(&pinned))
             .map(str::to_string)
             .collect()
     }
@@ -286,32 +289,24 @@ fn holds_hook(g: &Json, command: &str) -> bool {
     s.contains(&command)
 }
 
-/// Removes `entry` below `at`, pruning the objects and arrays that end up empty.
+/// Removes `entry` below `at`; the containers on the way stay.
 fn remove_at(obj: &mut IndexMap<String, Json>, at: &[&str], entry: &Entry) {
     let Some((first, rest)) = at.split_first() else {
         return;
     };
-    let now_empty = match obj.get_mut(*first) {
-        Some(Json::Object(m)) if !rest.is_empty() => {
-            remove_at(m, rest, entry);
-            m.is_empty()
-        }
+    match obj.get_mut(*first) {
+        Some(Json::Object(m)) if !rest.is_empty() => remove_at(m, rest, entry),
         Some(Json::Object(m)) => {
             if let Entry::Server { key, .. } = entry {
                 m.shift_remove(*key);
             }
-            m.is_empty()
         }
         Some(Json::Array(a)) => {
             if let Entry::Hook { value, .. } = entry {
                 a.retain(|g| g != value);
             }
-            a.is_empty()
         }
-        _ => false,
-    };
-    if now_empty {
-        obj.shift_remove(*first);
+        _ => {}
     }
 }
 
@@ -361,10 +356,11 @@ mod tests {
         assert!(d.render().contains("\"shofer\""));
         assert_eq!(d.remove(&server()), Outcome::Removed);
         assert_eq!(d.render(), text);
+        // The container stays: it may have been the user's.
         let mut empty = Doc::parse("f", None).unwrap();
         empty.add(&server()).unwrap();
         empty.remove(&server());
-        assert!(empty.is_empty());
+        assert_eq!(empty.render(), "{\n  \"mcpServers\": {}\n}\n");
     }
 
     #[test]

@@ -8,8 +8,9 @@
 //!   edits TOML with `toml_edit`, comments kept; [`files`] writes atomically).
 //! - [`hook`]: what the agents' hooks run: a shell tool's command rewritten to `shofer run
 //!   --worktree <project> -- <command>`, failing closed.
-//! - [`project`]: which directory is "the project" (the git worktree around a directory, never
-//!   `$HOME` or `/`), shared by `init`, the hook and `shofer serve --project`.
+//! - [`project`]: which directory is "the project" (the git worktree around a directory, found
+//!   without running git; never one holding the home directory, `/`, or one below `/tmp`),
+//!   shared by `init`, the hook and `shofer serve --project`.
 //! - [`doctor`]: what the kernel enforces, whether the wiring and the binaries on `PATH` are the
 //!   installed ones.
 
@@ -144,13 +145,19 @@ impl Context {
         }
     }
 
-    /// The hook command line for `agent`, as the agent's shell runs it.
+    /// The hook command line for `agent`, as the agent's shell runs it. A project-scope hook
+    /// names its worktree (pinned: nothing planted in the project later moves it).
     pub fn hook_command(&self, agent: Agent) -> String {
-        format!(
+        let mut c = format!(
             "{} hook {}",
             quote(&self.exe.display().to_string()),
             agent.name()
-        )
+        );
+        if let (Scope::Project, Some(p)) = (&self.scope, &self.project) {
+            c.push_str(" --worktree ");
+            c.push_str(&quote(&p.display().to_string()));
+        }
+        c
     }
 
     /// `path` under the project directory (project scope) or the home directory (user scope).
