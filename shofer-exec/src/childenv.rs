@@ -15,7 +15,7 @@
 
 use std::ffi::OsString;
 
-/// Set for every command (the caller's explicit variables override them). The README's
+/// Set for every command (the caller's explicit variables override them). docs/ENGINE.md's
 /// `shofer run` section lists the same.
 pub const DEFAULTS: &[(&str, &str)] = &[
     // Editors return at once, leaving the prepared text unchanged.
