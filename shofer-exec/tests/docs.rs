@@ -5,39 +5,10 @@
 //! files in the shells and `man`.
 
 mod common;
+use common::sandbox_binary;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// The workspace's `shofer-sandbox` binary, brought up to date once per test run (another
-/// package's binary: cargo does not build it for this test on its own).
-fn sandbox_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let shofer = PathBuf::from(env!("CARGO_BIN_EXE_shofer"));
-            let bin = shofer.with_file_name("shofer-sandbox");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-            let mut build = Command::new(cargo);
-            build
-                .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
-                .arg(manifest);
-            if shofer
-                .parent()
-                .and_then(Path::file_name)
-                .is_some_and(|d| d == "release")
-            {
-                build.arg("--release");
-            }
-            assert!(
-                build.status().unwrap().success(),
-                "building shofer-sandbox failed"
-            );
-            bin
-        })
-        .clone()
-}
 
 /// `shofer ARGS` with this workspace's `shofer-sandbox`: its stdout (it must succeed).
 fn shofer(args: &[&str]) -> String {

@@ -6,40 +6,13 @@
 //! earlier on PATH.
 
 mod common;
+use common::sandbox_binary;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const SHOFER: &str = env!("CARGO_BIN_EXE_shofer");
-
-/// The workspace's `shofer-sandbox`, built once (another package's binary).
-fn sandbox_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let bin = PathBuf::from(SHOFER).with_file_name("shofer-sandbox");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-            let mut build = Command::new(cargo);
-            build
-                .args(["build", "-p", "shofer-sandbox", "--manifest-path"])
-                .arg(manifest);
-            if PathBuf::from(SHOFER)
-                .parent()
-                .and_then(Path::file_name)
-                .is_some_and(|d| d == "release")
-            {
-                build.arg("--release");
-            }
-            assert!(
-                build.status().unwrap().success(),
-                "building shofer-sandbox failed"
-            );
-            bin
-        })
-        .clone()
-}
 
 /// A scratch home outside /tmp (the sandbox makes /tmp writable, so shofer refuses state
 /// directories there), with a git repository `proj` in it.

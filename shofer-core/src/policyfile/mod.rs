@@ -178,31 +178,14 @@ impl Layer {
             keep_env,
             allow_domains
         );
-        let Layer {
-            backend,
-            allow_degraded,
-            net,
-            default_domains,
-            limit_procs,
-            limit_memory,
-            limit_cpu,
-            package_caches,
-            soft_timeout,
-            hard_timeout,
-            ..
-        } = flags;
         self.overlay(Layer {
-            backend,
-            allow_degraded,
-            net,
-            default_domains,
-            limit_procs,
-            limit_memory,
-            limit_cpu,
-            package_caches,
-            soft_timeout,
-            hard_timeout,
-            ..Layer::default()
+            allow_write: None,
+            allow_unix: None,
+            allow_read: None,
+            hide: None,
+            keep_env: None,
+            allow_domains: None,
+            ..flags
         })
     }
 

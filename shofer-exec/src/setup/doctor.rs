@@ -374,21 +374,8 @@ fn check_binary(cmd: &Path, exe: &Path) -> Result<(), String> {
 
 /// The first shell word of a hook command (as [`super::quote`] writes it).
 fn first_word(c: &str) -> String {
-    if let Some(rest) = c.strip_prefix('\'') {
-        let mut word = String::new();
-        let mut rest = rest;
-        while let Some(end) = rest.find('\'') {
-            word.push_str(&rest[..end]);
-            rest = &rest[end + 1..];
-            match rest.strip_prefix("\\''") {
-                Some(r) => {
-                    word.push('\'');
-                    rest = r;
-                }
-                None => break,
-            }
-        }
-        return word;
+    if c.starts_with('\'') {
+        return super::hook::take_sq(c).map(|(w, _)| w).unwrap_or_default();
     }
     c.split(' ').next().unwrap_or("").to_string()
 }

@@ -209,7 +209,7 @@ fn unwrap(command: &str, exe: &Path) -> Option<PathBuf> {
 }
 
 /// One single-quoted word as [`sq`] writes it at the start of `s`, and what follows it.
-fn take_sq(s: &str) -> Option<(String, &str)> {
+pub(super) fn take_sq(s: &str) -> Option<(String, &str)> {
     let mut rest = s.strip_prefix('\'')?;
     let mut word = String::new();
     loop {
