@@ -53,19 +53,6 @@ fn fs_magic(path: &Path) -> Option<i64> {
     rustix::fs::statfs(path).ok().map(|s| s.f_type as i64)
 }
 
-/// `/proc/self/cgroup`: (controllers, path) per line.
-fn own_cgroups() -> Vec<(String, String)> {
-    fs::read_to_string("/proc/self/cgroup")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.splitn(3, ':');
-            let _id = f.next()?;
-            Some((f.next()?.to_string(), f.next()?.to_string()))
-        })
-        .collect()
-}
-
 /// A new cgroup `name` under the directory `parent`, after removing the empty ones runs left
 /// there whose supervisor is gone (a SIGKILLed sandbox removes nothing).
 fn make(parent: &Path, name: &str) -> io::Result<PathBuf> {
@@ -76,7 +63,7 @@ fn make(parent: &Path, name: &str) -> io::Result<PathBuf> {
                 .to_str()
                 .and_then(|n| n.strip_prefix("shofer-"))
                 .and_then(|rest| rest.split('-').next())
-                .and_then(|p| p.parse::<u32>().ok());
+                .and_then(|p| p.parse::<i32>().ok());
             // A minute old at least: a supervisor in another PID namespace names its cgroup
             // by a PID this one may not see, and has one empty until its command enters.
             let old = e
@@ -84,7 +71,7 @@ fn make(parent: &Path, name: &str) -> io::Result<PathBuf> {
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t.elapsed().is_ok_and(|d| d.as_secs() > 60));
             if let (Some(pid), true) = (pid, old) {
-                if !Path::new(&format!("/proc/{pid}")).exists() {
+                if shofer_sys::proc::read(pid).is_none() {
                     // Fails on one that still holds a process: left alone.
                     let _ = fs::remove_dir(e.path());
                 }
@@ -191,7 +178,7 @@ impl Enforced {
         if fs_magic(root) != Some(CGROUP2_SUPER_MAGIC) {
             return Err("cgroup v2 is not mounted on /sys/fs/cgroup".into());
         }
-        let own = own_cgroups()
+        let own = shofer_sys::proc::own_cgroups()
             .into_iter()
             .find(|(c, _)| c.is_empty())
             .map(|(_, p)| p)
@@ -234,7 +221,7 @@ impl Enforced {
 
     /// Cgroup v1 children of our own cgroups in the `pids`, `memory` and `cpu` hierarchies.
     fn cgroup_v1(&mut self, name: &str) -> Result<(), String> {
-        let own = own_cgroups();
+        let own = shofer_sys::proc::own_cgroups();
         let mut plan = Vec::new();
         if let Some(p) = self.limits.procs {
             plan.push(("pids", vec![("pids.max", p.to_string())]));

@@ -1,6 +1,6 @@
 //! `/proc` scanning and parsing: one [`ProcInfo`] per process, one scan ([`ProcTable`]), one
-//! descendant walk; a task's `status` fields ([`Status`]); the mount table ([`mounts`]); the
-//! machine's memory ([`mem_total`]).
+//! descendant walk; a task's `status` fields ([`Status`]); the mount table ([`mounts`]); this
+//! process's cgroups ([`own_cgroups`]); the machine's memory ([`mem_total`]).
 //!
 //! The fields come from `/proc/<pid>/stat` (proc(5)). The command name (`comm`, field 2) is
 //! written between parentheses and may itself hold spaces and `)`; the kernel does not escape
@@ -408,6 +408,19 @@ fn unescape(s: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `/proc/self/cgroup`: (controllers, path) per line (cgroups(7)).
+pub fn own_cgroups() -> Vec<(String, String)> {
+    std::fs::read_to_string("/proc/self/cgroup")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let _id = f.next()?;
+            Some((f.next()?.to_string(), f.next()?.to_string()))
+        })
+        .collect()
 }
 
 /// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`).
