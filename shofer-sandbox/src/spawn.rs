@@ -242,7 +242,10 @@ pub(crate) fn spawn(
                 126,
                 format!("{name}: {}", errno::strerror(errno)),
             )),
-            Stage::IdMaps | Stage::Mounts => Err(SetupError::Unusable(Unusable::Userns(
+            // Only the namespaces' own making says "unusable" (`auto` then chooses again
+            // without them): a later mount addresses paths the caller or the command chose
+            // (namespaces::mounts::NsStep), and its failure fails the run.
+            Stage::IdMaps | Stage::NamespaceMounts => Err(SetupError::Unusable(Unusable::Userns(
                 namespaces::failure_reason(stage.describe(), errno),
             ))),
             _ => Err(SetupError::Syscall {

@@ -139,10 +139,25 @@ with zipfile.ZipFile("{}/tinypy-1.0-py3-none-any.whl", "w") as z:
     /// Runs `script` in worktree `i` on `backend` with this home (every cache at its
     /// default place); returns (status, stdout+stderr).
     fn run(&self, backend: &str, i: usize, uid: Option<u32>, script: &str) -> (bool, String) {
-        let mut r = Run::new(&self.wt[i])
-            .backend(backend)
-            .env("HOME", &self.home)
-            .env("RUSTUP_HOME", rustup_home());
+        let out = self.run_with(Some(backend), i, uid, &[], script);
+        (out.status.success(), show(&out))
+    }
+
+    /// Runs `script` in worktree `i` on `backend` (`None`: auto, as `shofer run` calls it)
+    /// with this home and `vars` set on top.
+    fn run_with(
+        &self,
+        backend: Option<&str>,
+        i: usize,
+        uid: Option<u32>,
+        vars: &[(&str, &Path)],
+        script: &str,
+    ) -> std::process::Output {
+        let mut r = Run::new(&self.wt[i]);
+        if let Some(b) = backend {
+            r = r.backend(b);
+        }
+        r = r.env("HOME", &self.home).env("RUSTUP_HOME", rustup_home());
         for v in [
             "XDG_STATE_HOME",
             "XDG_CACHE_HOME",
@@ -157,11 +172,20 @@ with zipfile.ZipFile("{}/tinypy-1.0-py3-none-any.whl", "w") as z:
         ] {
             r = r.env_remove(v);
         }
+        for (k, v) in vars {
+            r = r.env(k, v);
+        }
         if let Some(u) = uid {
             r = r.with_uid(u);
         }
-        let out = r.args(["--", "sh"]).sh(script).output();
-        (out.status.success(), show(&out))
+        r.args(["--", "sh"]).sh(script).output()
+    }
+
+    /// Gives the whole scratch tree to `uid` (`None`: left as it is).
+    fn chown(&self, uid: Option<u32>) {
+        if let Some(u) = uid {
+            chown_tree(self.home.parent().unwrap(), u);
+        }
     }
 
     /// The hash of the host's home, the state directory left out: names, modes, contents,
@@ -172,6 +196,24 @@ with zipfile.ZipFile("{}/tinypy-1.0-py3-none-any.whl", "w") as z:
         out.sort();
         out
     }
+}
+
+fn chown_tree(path: &Path, uid: u32) {
+    let status = Command::new("chown")
+        .args(["-R", &format!("{uid}:{uid}")])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// The uids to run as: ours, and an unprivileged one when we are root.
+fn uids() -> Vec<Option<u32>> {
+    let mut uids = vec![None];
+    if is_root() {
+        uids.push(Some(UNPRIV));
+    }
+    uids
 }
 
 fn rustup_home() -> PathBuf {
@@ -394,5 +436,50 @@ fn no_package_caches_leaves_the_environment_and_reports_off() {
             .find(|c| c["cache"] == "npm")
             .unwrap();
         assert_eq!(npm["how"], want, "{b}: {v}");
+    }
+}
+
+/// Attack F1: a command plants a symlink where the caller's cache path runs through `/tmp`
+/// (to the state directory, so the next run's overlay lies over the other caches' uppers
+/// and their mounts fail). The next run, `auto` without `--report` as `shofer run` calls it,
+/// must not fall back to Landlock alone: it runs in its namespaces or fails (125) naming
+/// the cache, never with the host's PID namespace.
+#[test]
+fn a_cache_mount_the_command_breaks_never_drops_the_namespaces() {
+    if !backends().contains(&"layered") {
+        return skip("overlay_failure", "the layered backend is not usable here");
+    }
+    let host_init = std::fs::read_to_string("/proc/1/comm").unwrap();
+    for uid in uids() {
+        let w = World::new();
+        w.chown(uid);
+        let tmp = Scratch::new_in("/tmp");
+        if let Some(u) = uid {
+            tmp.chown_all(u);
+        }
+        let cache = tmp.path().join("npm");
+        let npm: &[(&str, &Path)] = &[("npm_config_cache", &cache)];
+        let plant = format!(
+            "ln -s {} {}",
+            w.home.join(".local/state").display(),
+            cache.display()
+        );
+        let out = w.run_with(None, 0, uid, npm, &plant);
+        assert!(out.status.success(), "{uid:?}: {}", show(&out));
+        for _ in 0..2 {
+            let out = w.run_with(None, 0, uid, npm, "cat /proc/1/comm");
+            let text = show(&out);
+            assert!(!text.contains("Landlock alone"), "{uid:?}: {text}");
+            if out.status.success() {
+                assert_ne!(
+                    String::from_utf8_lossy(&out.stdout),
+                    host_init,
+                    "{uid:?}: the command sees the host's PID namespace: {text}"
+                );
+            } else {
+                assert_eq!(out.status.code(), Some(125), "{uid:?}: {text}");
+                assert!(text.contains("--no-package-caches"), "{uid:?}: {text}");
+            }
+        }
     }
 }
