@@ -191,6 +191,8 @@ pub(crate) struct Entry {
     pub how: &'static str,
     /// The private directory (upper for an overlay), or why none.
     pub private: Result<Option<PathBuf>, String>,
+    /// Why a cache that could have been an overlay is not ([`overlayable`]).
+    pub note: Option<String>,
 }
 
 /// The package caches of one run.
@@ -237,7 +239,7 @@ impl Plan {
                     Err(why) => (Value::Null, json!(why)),
                 };
                 json!({"cache": e.tool, "variable": e.var, "host": e.host, "how": e.how,
-                       "private": private, "error": error})
+                       "private": private, "error": error, "note": e.note})
             })
             .collect();
         let env: serde_json::Map<String, Value> = self
@@ -334,13 +336,20 @@ fn plan_one(
         host: host.clone(),
         how: "caller",
         private: Ok(None),
+        note: None,
     };
-    // The host's directory, as it is (a symlink the user made is followed, once, here).
-    let existing = host
-        .as_deref()
-        .and_then(|h| std::fs::canonicalize(h).ok())
-        .filter(|h| h.is_dir());
     let inside_overlay = |p: &Path| plan.overlays.iter().any(|o| p.starts_with(&o.target));
+    // The host's directory, if it can be overlaid (else the variable, below).
+    let existing = match (mode, host.as_deref()) {
+        (Mode::Overlay, Some(h)) => match overlayable(h, dir, writable, &plan.overlays) {
+            Ok(p) => Some(p),
+            Err(why) => {
+                entry.note = why;
+                None
+            }
+        },
+        _ => None,
+    };
     let private = dir.join(tool.name);
     match (mode, existing) {
         (Mode::Overlay, Some(host_dir)) => {
@@ -384,6 +393,59 @@ fn plan_one(
         },
     }
     entry
+}
+
+/// `host` (absolute, from the command's environment) if an overlay may be mounted over it;
+/// else why not (`None`: absent, nothing to say; the variable is used instead). Only a
+/// directory whose canonical path is the literal one (no symlink on it: one the command
+/// planted where the path runs through a place it writes would move the mount anywhere),
+/// that neither lies in nor holds a path of `writable` (the command could swap it, or the
+/// mount would cover the writable set) or the state directory `dir`'s tree (the mount
+/// would cover the private directories), nor holds an earlier overlay.
+fn overlayable(
+    host: &Path,
+    dir: &Path,
+    writable: &[PathBuf],
+    overlays: &[Overlay],
+) -> Result<PathBuf, Option<String>> {
+    let literal: PathBuf = host.components().collect();
+    let canonical = std::fs::canonicalize(host).map_err(|_| None)?;
+    if !canonical.is_dir() {
+        return Err(None);
+    }
+    if canonical != literal {
+        return Err(Some(format!(
+            "not overlaid: {} leads to {} through a symlink",
+            host.display(),
+            canonical.display()
+        )));
+    }
+    let overlaps = |p: &Path| canonical.starts_with(p) || p.starts_with(&canonical);
+    if let Some(w) = writable.iter().find(|w| overlaps(w)) {
+        return Err(Some(format!(
+            "not overlaid: {} overlaps the writable path {}",
+            canonical.display(),
+            w.display()
+        )));
+    }
+    let state = dir.parent().unwrap_or(dir);
+    if overlaps(state) {
+        return Err(Some(format!(
+            "not overlaid: {} overlaps the state directory {}",
+            canonical.display(),
+            state.display()
+        )));
+    }
+    if let Some(o) = overlays.iter().find(|o| o.target.starts_with(&canonical)) {
+        if o.target != canonical {
+            return Err(Some(format!(
+                "not overlaid: {} holds the overlay over {}",
+                canonical.display(),
+                o.target.display()
+            )));
+        }
+    }
+    Ok(canonical)
 }
 
 /// `$XDG_STATE_HOME/shofer/package-caches`, else `~/.local/state/shofer/package-caches`.

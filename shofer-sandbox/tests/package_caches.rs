@@ -153,7 +153,45 @@ with zipfile.ZipFile("{}/tinypy-1.0-py3-none-any.whl", "w") as z:
         vars: &[(&str, &Path)],
         script: &str,
     ) -> std::process::Output {
+        self.run_reporting(backend, i, uid, vars, script, None)
+    }
+
+    /// The `package_caches` section of the report of a run of `true` (as [`World::run_with`]).
+    fn report(
+        &self,
+        backend: &str,
+        i: usize,
+        uid: Option<u32>,
+        vars: &[(&str, &Path)],
+    ) -> serde_json::Value {
+        let file = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
+        let out = self.run_reporting(
+            Some(backend),
+            i,
+            uid,
+            vars,
+            "true",
+            Some(file.reopen().unwrap()),
+        );
+        assert!(out.status.success(), "{backend} {uid:?}: {}", show(&out));
+        let text = std::fs::read_to_string(file.path()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        v["package_caches"].clone()
+    }
+
+    fn run_reporting(
+        &self,
+        backend: Option<&str>,
+        i: usize,
+        uid: Option<u32>,
+        vars: &[(&str, &Path)],
+        script: &str,
+        report: Option<std::fs::File>,
+    ) -> std::process::Output {
         let mut r = Run::new(&self.wt[i]);
+        if let Some(f) = report {
+            r = r.arg("--report").arg("9").fd9(f);
+        }
         if let Some(b) = backend {
             r = r.backend(b);
         }
@@ -214,6 +252,24 @@ fn uids() -> Vec<Option<u32>> {
         uids.push(Some(UNPRIV));
     }
     uids
+}
+
+/// The namespace backends usable here.
+fn namespace_backends() -> Vec<&'static str> {
+    backends()
+        .into_iter()
+        .filter(|b| matches!(*b, "layered" | "userns"))
+        .collect()
+}
+
+/// The entry of `cache` in a report's `package_caches`.
+fn cache_entry<'a>(caches: &'a serde_json::Value, cache: &str) -> &'a serde_json::Value {
+    caches["caches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cache"] == cache)
+        .unwrap_or_else(|| panic!("no {cache} in {caches}"))
 }
 
 fn rustup_home() -> PathBuf {
@@ -479,6 +535,71 @@ fn a_cache_mount_the_command_breaks_never_drops_the_namespaces() {
             } else {
                 assert_eq!(out.status.code(), Some(125), "{uid:?}: {text}");
                 assert!(text.contains("--no-package-caches"), "{uid:?}: {text}");
+            }
+        }
+    }
+}
+
+/// Attack F2: where a cache's path runs through a place the command writes (`/tmp`, the
+/// worktree), the command plants a symlink to `$HOME` there; the next run must not mount a
+/// writable overlay over the whole home (nor over anything the symlink leads to): `~/.bashrc`
+/// stays unwritable inside, and the report says the cache is not overlaid.
+#[test]
+fn a_symlink_the_command_plants_never_moves_an_overlay() {
+    for b in namespace_backends() {
+        for uid in uids() {
+            let w = World::new();
+            let tmp = Scratch::new_in("/tmp");
+            if let Some(u) = uid {
+                tmp.chown_all(u);
+            }
+            w.chown(uid);
+            for xdg in [tmp.path().join("cache"), w.wt[0].join(".cache")] {
+                let npm = xdg.join("npm");
+                let vars: &[(&str, &Path)] =
+                    &[("XDG_CACHE_HOME", &xdg), ("npm_config_cache", &npm)];
+                let plant = format!(
+                    "mkdir -p {x} && ln -s \"$HOME\" {x}/pip && ln -s \"$HOME\" {x}/npm",
+                    x = xdg.display()
+                );
+                let out = w.run_with(Some(b), 0, uid, vars, &plant);
+                assert!(out.status.success(), "{b} {uid:?}: {}", show(&out));
+                let before = w.host_hash();
+                let out = w.run_with(
+                    Some(b),
+                    0,
+                    uid,
+                    vars,
+                    "if echo evil > ~/.bashrc; then echo WROTE; fi; cat ~/.bashrc; true",
+                );
+                let text = show(&out);
+                assert!(out.status.success(), "{b} {uid:?}: {text}");
+                assert!(
+                    !text.contains("WROTE") && !text.contains("evil"),
+                    "{b} {uid:?} {}: the home is writable inside: {text}",
+                    xdg.display()
+                );
+                assert_eq!(
+                    before,
+                    w.host_hash(),
+                    "{b} {uid:?}: the host's home changed"
+                );
+                let caches = w.report(b, 0, uid, vars);
+                for cache in ["pip", "npm"] {
+                    let e = cache_entry(&caches, cache);
+                    assert_ne!(e["how"], "overlay", "{b} {uid:?}: {caches}");
+                }
+                assert_eq!(
+                    cache_entry(&caches, "pip")["how"],
+                    "environment",
+                    "{caches}"
+                );
+                assert!(
+                    cache_entry(&caches, "pip")["note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("symlink")),
+                    "{caches}"
+                );
             }
         }
     }
