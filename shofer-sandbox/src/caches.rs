@@ -455,11 +455,42 @@ fn state_root(env: &Env) -> Option<PathBuf> {
         .map(|s| s.join("shofer").join(LEAF))
 }
 
-/// The directory name of `worktree`'s private caches: a hash of its canonical path.
+/// The directory name of `worktree`'s private caches: a hash of its canonical path and of
+/// the identity of the directory there ([`identity`]), so another directory made at the
+/// same path later (a different repository cloned where an old one was removed) never
+/// gets the old one's caches, which its commands may have poisoned.
 pub(crate) fn worktree_key(worktree: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
-    let digest = sha2::Sha256::digest(worktree.as_os_str().as_bytes());
+    let mut hash = sha2::Sha256::new();
+    hash.update(worktree.as_os_str().as_bytes());
+    hash.update([0]);
+    hash.update(identity(worktree));
+    let digest = hash.finalize();
     digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The identity of the directory at `path`: device, inode and, where the filesystem keeps
+/// it, birth time (an inode number alone is soon reused after a removal); empty when it
+/// cannot be read (the path alone then names the caches).
+fn identity(path: &Path) -> Vec<u8> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let Ok(st) = rustix::fs::statx(
+        rustix::fs::CWD,
+        path,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+    ) else {
+        return Vec::new();
+    };
+    let mut id = Vec::with_capacity(36);
+    id.extend(st.stx_dev_major.to_le_bytes());
+    id.extend(st.stx_dev_minor.to_le_bytes());
+    id.extend(st.stx_ino.to_le_bytes());
+    if StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME) {
+        id.extend(st.stx_btime.tv_sec.to_le_bytes());
+        id.extend(st.stx_btime.tv_nsec.to_le_bytes());
+    }
+    id
 }
 
 /// Makes (mode 0700) and checks the private directory `path`: ours, no symlink on its path,
@@ -575,10 +606,18 @@ mod tests {
     }
 
     #[test]
-    fn worktree_keys_differ_per_worktree() {
+    fn worktree_keys_differ_per_worktree_and_per_directory_at_one_path() {
         let a = worktree_key(Path::new("/w/a"));
         assert_eq!(a.len(), 32);
         assert_ne!(a, worktree_key(Path::new("/w/b")));
         assert_eq!(a, worktree_key(Path::new("/w/a")));
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let wt = dir.path().join("wt");
+        std::fs::create_dir(&wt).unwrap();
+        let first = worktree_key(&wt);
+        assert_eq!(first, worktree_key(&wt));
+        std::fs::remove_dir(&wt).unwrap();
+        std::fs::create_dir(&wt).unwrap();
+        assert_ne!(first, worktree_key(&wt), "a new directory at the same path");
     }
 }

@@ -604,3 +604,35 @@ fn a_symlink_the_command_plants_never_moves_an_overlay() {
         }
     }
 }
+
+/// Attack F3: project A's command poisons its caches (the npm cache, pip's `--user` base);
+/// A's worktree is removed and another project is made at the same path: its runs must not
+/// get A's private caches.
+#[test]
+fn a_new_project_at_a_reused_path_gets_fresh_caches() {
+    let poison = "echo evil > \"${npm_config_cache:-$HOME/.npm}/poison\" && \
+                  mkdir -p \"$PYTHONUSERBASE\" && echo evil > \"$PYTHONUSERBASE/poison\"";
+    let seen =
+        "for f in \"${npm_config_cache:-$HOME/.npm}/poison\" \"$PYTHONUSERBASE/poison\"; do \
+                if [ -e \"$f\" ]; then echo SEEN $f; exit 1; fi; done";
+    for b in backends() {
+        for uid in uids() {
+            let w = World::new();
+            w.chown(uid);
+            let (ok, out) = w.run(b, 0, uid, poison);
+            assert!(ok, "{b} {uid:?}: {out}");
+            // The same project sees its own writes again.
+            let (ok, _) = w.run(b, 0, uid, seen);
+            assert!(!ok, "{b} {uid:?}: not persistent");
+            std::fs::remove_dir_all(&w.wt[0]).unwrap();
+            std::fs::create_dir(&w.wt[0]).unwrap();
+            std::fs::write(w.wt[0].join("package.json"), r#"{"name":"b"}"#).unwrap();
+            w.chown(uid);
+            let (ok, out) = w.run(b, 0, uid, seen);
+            assert!(
+                ok,
+                "{b} {uid:?}: the new project got the old one's caches: {out}"
+            );
+        }
+    }
+}
