@@ -6,7 +6,7 @@
 //! - [`TOOLS`]: each cache, the variable that names it and where it is by default;
 //! - [`prepare`]: step 4 of a run (one thread still): resolves every cache from the
 //!   command's environment, makes its private, persistent directories in the state directory
-//!   (`$XDG_STATE_HOME/shofer/package-caches/<worktree key>/<cache>/`, each checked with
+//!   (`$XDG_STATE_HOME/shofer/package-caches/layout-2/<worktree key>/<cache>/`, each checked with
 //!   [`shofer_sys::statedir`]) and decides, per cache, one of:
 //!   - **overlay** (the namespace backends, Linux 5.11+): process A mounts an overlay at the
 //!     host's path, lower the host's directory, upper and work private
@@ -38,6 +38,11 @@ use crate::spec::Overlay;
 
 /// The state directory's leaf for the private caches.
 pub(crate) const LEAF: &str = "package-caches";
+
+/// The layout of the private directories, a level under [`LEAF`]: a private directory made
+/// before (uppers of overlays mounted without `userxattr`, which may hold attributes a later
+/// overlayfs option would interpret) is never used again.
+const LAYOUT: &str = "layout-2";
 
 /// How the package caches are provided in a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -428,7 +433,8 @@ fn overlayable(
             w.display()
         )));
     }
-    let state = dir.parent().unwrap_or(dir);
+    // `<state>/shofer/package-caches/<layout>/<key>`: the whole of `package-caches`.
+    let state = dir.ancestors().nth(2).unwrap_or(dir);
     if overlaps(state) {
         return Err(Some(format!(
             "not overlaid: {} overlaps the state directory {}",
@@ -448,11 +454,11 @@ fn overlayable(
     Ok(canonical)
 }
 
-/// `$XDG_STATE_HOME/shofer/package-caches`, else `~/.local/state/shofer/package-caches`.
+/// `$XDG_STATE_HOME/shofer/package-caches/<layout>`, else under `~/.local/state`.
 fn state_root(env: &Env) -> Option<PathBuf> {
     env.path("XDG_STATE_HOME")
         .or_else(|| env.home(".local/state"))
-        .map(|s| s.join("shofer").join(LEAF))
+        .map(|s| s.join("shofer").join(LEAF).join(LAYOUT))
 }
 
 /// The directory name of `worktree`'s private caches: a hash of its canonical path and of

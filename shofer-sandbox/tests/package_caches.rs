@@ -636,3 +636,49 @@ fn a_new_project_at_a_reused_path_gets_fresh_caches() {
         }
     }
 }
+
+/// Attack F4: overlayfs's own attributes (`user.overlay.*`, what a later option such as
+/// `redirect_dir=on` would follow) set by the command must never reach the upper.
+#[test]
+fn overlayfs_attributes_the_command_sets_never_reach_the_upper() {
+    if namespace_backends().is_empty() || !have("setfattr") || !have("getfattr") {
+        return skip(
+            "overlay_xattrs",
+            "no namespace backend, or setfattr/getfattr (attr) missing",
+        );
+    }
+    for b in namespace_backends() {
+        for uid in uids() {
+            let w = World::new();
+            w.chown(uid);
+            let (ok, out) = w.run(
+                b,
+                0,
+                uid,
+                "touch ~/.npm/r && setfattr -n user.overlay.redirect -v /x ~/.npm/r; \
+                 setfattr -n user.overlay.opaque -v y ~/.npm; test -f ~/.npm/r",
+            );
+            assert!(ok, "{b} {uid:?}: {out}");
+            let caches = w.report(b, 0, uid, &[]);
+            let npm = cache_entry(&caches, "npm");
+            assert_eq!(npm["how"], "overlay", "{b}: {caches}");
+            let upper = PathBuf::from(npm["private"].as_str().unwrap());
+            for p in [upper.join("r"), upper.clone()] {
+                let out = Command::new("getfattr")
+                    .args(["-d", "-m", "-", "-h"])
+                    .arg(&p)
+                    .output()
+                    .unwrap();
+                // Linux 6.7+ keeps the command's as escaped names (`user.overlay.overlay.*`,
+                // plain attributes to overlayfs); before, it refuses them.
+                let attrs = String::from_utf8_lossy(&out.stdout);
+                assert!(
+                    !attrs.contains("user.overlay.redirect=")
+                        && !attrs.contains("user.overlay.opaque="),
+                    "{b} {uid:?}: {} holds {attrs}",
+                    p.display()
+                );
+            }
+        }
+    }
+}

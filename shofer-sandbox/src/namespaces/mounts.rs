@@ -426,7 +426,15 @@ fn overlay_mount(o: &crate::spec::Overlay) -> io::Result<()> {
         fds.push(fd_path(fd.as_raw_fd()));
         held.push(fd);
     }
-    let options = format!("lowerdir={},upperdir={},workdir={}", fds[0], fds[1], fds[2]);
+    // `userxattr`: overlayfs keeps its own attributes under `user.overlay.` and refuses the
+    // command's setting any (without it, they would be stored in the upper as the command
+    // wrote them, for a later option to interpret); the features that read them stay off,
+    // explicitly (Linux 5.11+ accepts these in a user namespace; `redirect_dir=off`
+    // conflicts with `userxattr`, `nofollow` is its only companion).
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr,redirect_dir=nofollow,metacopy=off,index=off",
+        fds[0], fds[1], fds[2]
+    );
     let made = mount(
         Some("overlay"),
         &fds[0],
