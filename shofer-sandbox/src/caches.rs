@@ -4,7 +4,7 @@
 //!
 //! # Map
 //! - [`TOOLS`]: each cache, the variable that names it and where it is by default;
-//! - [`prepare`]: step 4 of a run (one thread still): resolves every cache from the
+//! - [`prepare`]: step 4 of a run: resolves every cache from the
 //!   command's environment, makes its private, persistent directories in the state directory
 //!   (`$XDG_STATE_HOME/shofer/package-caches/layout-2/<worktree key>/<cache>/`, each checked with
 //!   [`shofer_sys::statedir`]) and decides, per cache, one of:
@@ -213,7 +213,8 @@ pub(crate) struct Plan {
     pub entries: Vec<Entry>,
     /// The overlays for process A.
     pub overlays: Vec<Overlay>,
-    /// The variables set in this process's environment (the command inherits them).
+    /// The variables set in the command's environment only (`ExecSpec::env`): never in
+    /// the supervisor's, whose host-side helpers (git) would inherit them.
     pub env_set: Vec<(&'static str, PathBuf)>,
     /// Private directories the command must be able to write (added to the writable set).
     pub writable: Vec<PathBuf>,
@@ -272,10 +273,10 @@ pub(crate) fn kernel_overlays_in_userns(release: &str) -> bool {
     (major, minor) >= (5, 11)
 }
 
-/// Step 4 (one thread): the package caches of a run over `worktree` (canonical), with
+/// Step 4: the package caches of a run over `worktree` (canonical), with
 /// overlays when `overlays` (a namespace backend on Linux 5.11+) else the environment;
-/// `writable`: the run's writable set (the state directory must lie outside it). Sets the
-/// variables of [`Plan::env_set`] in this process's environment. `Off` when `enabled` is
+/// `writable`: the run's writable set (the state directory must lie outside it). The
+/// variables of [`Plan::env_set`] are for the command only (never set here). `Off` when `enabled` is
 /// false (`--no-package-caches`) or no state directory can be used (the reason says why).
 pub(crate) fn prepare(
     worktree: &Path,
@@ -317,9 +318,6 @@ pub(crate) fn prepare(
         }
         let entry = plan_one(tool, &env, &dir, writable, mode, &mut plan);
         plan.entries.push(entry);
-    }
-    for (k, v) in &plan.env_set {
-        std::env::set_var(k, v);
     }
     plan
 }

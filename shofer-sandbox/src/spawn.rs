@@ -147,7 +147,16 @@ pub(crate) fn spawn(
         }
         None => None,
     };
+    // The command's own variables (the package caches'), never set in ours.
+    let env = exec::command_env(&plan.exec.env);
+    let envp: Option<Vec<*const libc::c_char>> = env.as_ref().map(|env| {
+        env.iter()
+            .map(|e| e.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    });
     let mut steps = Steps::of(&plan.exec, &plan.confinement);
+    steps.envp = envp.as_deref();
     let helper_fds = match gate.as_ref() {
         Some(g) => [
             g.helper.as_ref().map(|f| f.as_raw_fd()),

@@ -682,3 +682,62 @@ fn overlayfs_attributes_the_command_sets_never_reach_the_upper() {
         }
     }
 }
+
+/// Attack F5: the caches' variables are the command's only. The supervisor's host-side git
+/// (`git update-ref` carrying a commit back from a linked worktree's private view) runs with
+/// the caller's environment, without `PYTHONUSERBASE` and the others: seen through a `git`
+/// first on `$PATH` that logs its environment (only host-side calls can write the log, which
+/// lies outside the writable set) and runs the real one.
+#[test]
+fn host_side_helpers_never_get_the_caches_variables() {
+    if namespace_backends().is_empty() {
+        return skip("helpers_env", "no namespace backend is usable here");
+    }
+    let real = Command::new("sh")
+        .args(["-c", "command -v git"])
+        .output()
+        .unwrap();
+    let real = String::from_utf8(real.stdout).unwrap().trim().to_string();
+    for b in namespace_backends() {
+        let w = World::new();
+        let scratch = Scratch::new();
+        let (_repo, wt) = linked_worktree(&scratch);
+        let bin = scratch.path().join("bin");
+        let log = scratch.path().join("env.log");
+        std::fs::create_dir(&bin).unwrap();
+        std::fs::write(
+            bin.join("git"),
+            format!(
+                "#!/bin/sh\nenv >> {} 2>/dev/null\nexec {real} \"$@\"\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            bin.join("git"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+        let out = Run::new(&wt)
+            .backend(b)
+            .env("HOME", &w.home)
+            .env("PATH", &path)
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("PYTHONUSERBASE")
+            .args(["--", "sh", "-c"])
+            .arg("test -n \"$PYTHONUSERBASE\" && git commit -q --allow-empty -m inside")
+            .output();
+        assert!(out.status.success(), "{b}: {}", show(&out));
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            logged.contains("PATH="),
+            "{b}: no host-side git ran: {}",
+            show(&out)
+        );
+        assert!(
+            !logged.contains("PYTHONUSERBASE="),
+            "{b}: a host-side git got the caches' variables: {logged}"
+        );
+    }
+}
