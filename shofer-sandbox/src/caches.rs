@@ -11,6 +11,8 @@
 //!   - **overlay** (the namespace backends, Linux 5.11+): process A mounts an overlay at the
 //!     host's path, lower the host's directory, upper and work private
 //!     (`crate::namespaces::mounts`): the command sees the host's cache plus its own writes;
+//!     only at a literal path with no symlink on it, clear of the writable set, the state
+//!     directory and the other overlays ([`overlayable`]), else environment mode;
 //!   - **environment** (Landlock alone, bubblewrap, older kernels, and a cache absent on the
 //!     host): the tool's variable points at a private directory (`env/`), added to the
 //!     writable set; nothing is made on the host;
