@@ -4,13 +4,15 @@
 //!
 //! # Map
 //! - [`TOOLS`]: each cache, the variable that names it and where it is by default;
-//! - [`prepare`]: step 4 of a run (one thread still): resolves every cache from the
+//! - [`prepare`]: step 4 of a run: resolves every cache from the
 //!   command's environment, makes its private, persistent directories in the state directory
-//!   (`$XDG_STATE_HOME/shofer/package-caches/<worktree key>/<cache>/`, each checked with
+//!   (`$XDG_STATE_HOME/shofer/package-caches/layout-2/<worktree key>/<cache>/`, each checked with
 //!   [`shofer_sys::statedir`]) and decides, per cache, one of:
 //!   - **overlay** (the namespace backends, Linux 5.11+): process A mounts an overlay at the
 //!     host's path, lower the host's directory, upper and work private
 //!     (`crate::namespaces::mounts`): the command sees the host's cache plus its own writes;
+//!     only at a literal path with no symlink on it, clear of the writable set, the state
+//!     directory and the other overlays ([`overlayable`]), else environment mode;
 //!   - **environment** (Landlock alone, bubblewrap, older kernels, and a cache absent on the
 //!     host): the tool's variable points at a private directory (`env/`), added to the
 //!     writable set; nothing is made on the host;
@@ -38,6 +40,11 @@ use crate::spec::Overlay;
 
 /// The state directory's leaf for the private caches.
 pub(crate) const LEAF: &str = "package-caches";
+
+/// The layout of the private directories, a level under [`LEAF`]: a private directory made
+/// before (uppers of overlays mounted without `userxattr`, which may hold attributes a later
+/// overlayfs option would interpret) is never used again.
+const LAYOUT: &str = "layout-2";
 
 /// How the package caches are provided in a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,6 +198,8 @@ pub(crate) struct Entry {
     pub how: &'static str,
     /// The private directory (upper for an overlay), or why none.
     pub private: Result<Option<PathBuf>, String>,
+    /// Why a cache that could have been an overlay is not ([`overlayable`]).
+    pub note: Option<String>,
 }
 
 /// The package caches of one run.
@@ -206,7 +215,8 @@ pub(crate) struct Plan {
     pub entries: Vec<Entry>,
     /// The overlays for process A.
     pub overlays: Vec<Overlay>,
-    /// The variables set in this process's environment (the command inherits them).
+    /// The variables set in the command's environment only (`ExecSpec::env`): never in
+    /// the supervisor's, whose host-side helpers (git) would inherit them.
     pub env_set: Vec<(&'static str, PathBuf)>,
     /// Private directories the command must be able to write (added to the writable set).
     pub writable: Vec<PathBuf>,
@@ -237,7 +247,7 @@ impl Plan {
                     Err(why) => (Value::Null, json!(why)),
                 };
                 json!({"cache": e.tool, "variable": e.var, "host": e.host, "how": e.how,
-                       "private": private, "error": error})
+                       "private": private, "error": error, "note": e.note})
             })
             .collect();
         let env: serde_json::Map<String, Value> = self
@@ -265,10 +275,10 @@ pub(crate) fn kernel_overlays_in_userns(release: &str) -> bool {
     (major, minor) >= (5, 11)
 }
 
-/// Step 4 (one thread): the package caches of a run over `worktree` (canonical), with
+/// Step 4: the package caches of a run over `worktree` (canonical), with
 /// overlays when `overlays` (a namespace backend on Linux 5.11+) else the environment;
-/// `writable`: the run's writable set (the state directory must lie outside it). Sets the
-/// variables of [`Plan::env_set`] in this process's environment. `Off` when `enabled` is
+/// `writable`: the run's writable set (the state directory must lie outside it). The
+/// variables of [`Plan::env_set`] are for the command only (never set here). `Off` when `enabled` is
 /// false (`--no-package-caches`) or no state directory can be used (the reason says why).
 pub(crate) fn prepare(
     worktree: &Path,
@@ -311,9 +321,6 @@ pub(crate) fn prepare(
         let entry = plan_one(tool, &env, &dir, writable, mode, &mut plan);
         plan.entries.push(entry);
     }
-    for (k, v) in &plan.env_set {
-        std::env::set_var(k, v);
-    }
     plan
 }
 
@@ -334,13 +341,20 @@ fn plan_one(
         host: host.clone(),
         how: "caller",
         private: Ok(None),
+        note: None,
     };
-    // The host's directory, as it is (a symlink the user made is followed, once, here).
-    let existing = host
-        .as_deref()
-        .and_then(|h| std::fs::canonicalize(h).ok())
-        .filter(|h| h.is_dir());
     let inside_overlay = |p: &Path| plan.overlays.iter().any(|o| p.starts_with(&o.target));
+    // The host's directory, if it can be overlaid (else the variable, below).
+    let existing = match (mode, host.as_deref()) {
+        (Mode::Overlay, Some(h)) => match overlayable(h, dir, writable, &plan.overlays) {
+            Ok(p) => Some(p),
+            Err(why) => {
+                entry.note = why;
+                None
+            }
+        },
+        _ => None,
+    };
     let private = dir.join(tool.name);
     match (mode, existing) {
         (Mode::Overlay, Some(host_dir)) => {
@@ -386,18 +400,103 @@ fn plan_one(
     entry
 }
 
-/// `$XDG_STATE_HOME/shofer/package-caches`, else `~/.local/state/shofer/package-caches`.
+/// `host` (absolute, from the command's environment) if an overlay may be mounted over it;
+/// else why not (`None`: absent, nothing to say; the variable is used instead). Only a
+/// directory whose canonical path is the literal one (no symlink on it: one the command
+/// planted where the path runs through a place it writes would move the mount anywhere),
+/// that neither lies in nor holds a path of `writable` (the command could swap it, or the
+/// mount would cover the writable set) or the state directory `dir`'s tree (the mount
+/// would cover the private directories), nor holds an earlier overlay.
+fn overlayable(
+    host: &Path,
+    dir: &Path,
+    writable: &[PathBuf],
+    overlays: &[Overlay],
+) -> Result<PathBuf, Option<String>> {
+    let literal: PathBuf = host.components().collect();
+    let canonical = std::fs::canonicalize(host).map_err(|_| None)?;
+    if !canonical.is_dir() {
+        return Err(None);
+    }
+    if canonical != literal {
+        return Err(Some(format!(
+            "not overlaid: {} leads to {} through a symlink",
+            host.display(),
+            canonical.display()
+        )));
+    }
+    let overlaps = |p: &Path| canonical.starts_with(p) || p.starts_with(&canonical);
+    if let Some(w) = writable.iter().find(|w| overlaps(w)) {
+        return Err(Some(format!(
+            "not overlaid: {} overlaps the writable path {}",
+            canonical.display(),
+            w.display()
+        )));
+    }
+    // `<state>/shofer/package-caches/<layout>/<key>`: the whole of `package-caches`.
+    let state = dir.ancestors().nth(2).unwrap_or(dir);
+    if overlaps(state) {
+        return Err(Some(format!(
+            "not overlaid: {} overlaps the state directory {}",
+            canonical.display(),
+            state.display()
+        )));
+    }
+    if let Some(o) = overlays.iter().find(|o| o.target.starts_with(&canonical)) {
+        if o.target != canonical {
+            return Err(Some(format!(
+                "not overlaid: {} holds the overlay over {}",
+                canonical.display(),
+                o.target.display()
+            )));
+        }
+    }
+    Ok(canonical)
+}
+
+/// `$XDG_STATE_HOME/shofer/package-caches/<layout>`, else under `~/.local/state`.
 fn state_root(env: &Env) -> Option<PathBuf> {
     env.path("XDG_STATE_HOME")
         .or_else(|| env.home(".local/state"))
-        .map(|s| s.join("shofer").join(LEAF))
+        .map(|s| s.join("shofer").join(LEAF).join(LAYOUT))
 }
 
-/// The directory name of `worktree`'s private caches: a hash of its canonical path.
+/// The directory name of `worktree`'s private caches: a hash of its canonical path and of
+/// the identity of the directory there ([`identity`]), so another directory made at the
+/// same path later (a different repository cloned where an old one was removed) never
+/// gets the old one's caches, which its commands may have poisoned.
 pub(crate) fn worktree_key(worktree: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
-    let digest = sha2::Sha256::digest(worktree.as_os_str().as_bytes());
+    let mut hash = sha2::Sha256::new();
+    hash.update(worktree.as_os_str().as_bytes());
+    hash.update([0]);
+    hash.update(identity(worktree));
+    let digest = hash.finalize();
     digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The identity of the directory at `path`: device, inode and, where the filesystem keeps
+/// it, birth time (an inode number alone is soon reused after a removal); empty when it
+/// cannot be read (the path alone then names the caches).
+fn identity(path: &Path) -> Vec<u8> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let Ok(st) = rustix::fs::statx(
+        rustix::fs::CWD,
+        path,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+    ) else {
+        return Vec::new();
+    };
+    let mut id = Vec::with_capacity(36);
+    id.extend(st.stx_dev_major.to_le_bytes());
+    id.extend(st.stx_dev_minor.to_le_bytes());
+    id.extend(st.stx_ino.to_le_bytes());
+    if StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME) {
+        id.extend(st.stx_btime.tv_sec.to_le_bytes());
+        id.extend(st.stx_btime.tv_nsec.to_le_bytes());
+    }
+    id
 }
 
 /// Makes (mode 0700) and checks the private directory `path`: ours, no symlink on its path,
@@ -513,10 +612,18 @@ mod tests {
     }
 
     #[test]
-    fn worktree_keys_differ_per_worktree() {
+    fn worktree_keys_differ_per_worktree_and_per_directory_at_one_path() {
         let a = worktree_key(Path::new("/w/a"));
         assert_eq!(a.len(), 32);
         assert_ne!(a, worktree_key(Path::new("/w/b")));
         assert_eq!(a, worktree_key(Path::new("/w/a")));
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let wt = dir.path().join("wt");
+        std::fs::create_dir(&wt).unwrap();
+        let first = worktree_key(&wt);
+        assert_eq!(first, worktree_key(&wt));
+        std::fs::remove_dir(&wt).unwrap();
+        std::fs::create_dir(&wt).unwrap();
+        assert_ne!(first, worktree_key(&wt), "a new directory at the same path");
     }
 }

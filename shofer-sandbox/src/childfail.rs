@@ -31,6 +31,7 @@ pub(crate) enum Stage {
     Fork,
     Identity,
     Limits,
+    NamespaceMounts,
 }
 
 impl Stage {
@@ -50,6 +51,7 @@ impl Stage {
             Fork,
             Identity,
             Limits,
+            NamespaceMounts,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -67,7 +69,8 @@ impl Stage {
             Stage::Landlock => "landlock_restrict_self",
             Stage::Exec => "execve",
             Stage::IdMaps => "writing uid_map/gid_map",
-            Stage::Mounts => "mount",
+            Stage::Mounts => "mounting the writable set, git's layers and the package caches in the new namespaces",
+            Stage::NamespaceMounts => "mount",
             Stage::Fork => "fork",
             Stage::Identity => "switching to the worktree's owner (setgroups/setresgid/setresuid)",
             Stage::Limits => "entering the run's cgroup or setting RLIMIT_NPROC",

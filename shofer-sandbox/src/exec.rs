@@ -103,6 +103,26 @@ pub(crate) struct Steps<'a> {
     /// `RLIMIT_NPROC` ([`crate::limits`]).
     pub cgroup_procs: &'a [RawFd],
     pub nproc: Option<u64>,
+    /// The environment `execve` passes, NULL-terminated ([`command_env`]); `None`: this
+    /// process's own.
+    pub envp: Option<&'a [*const libc::c_char]>,
+}
+
+/// The command's environment: this process's, with `extra` set over it, as `NAME=value`
+/// strings; `None` when `extra` is empty (the environment is passed as it is).
+pub(crate) fn command_env(extra: &[(&'static str, std::ffi::OsString)]) -> Option<Vec<CString>> {
+    use std::os::unix::ffi::OsStrExt;
+    if extra.is_empty() {
+        return None;
+    }
+    let entry = |k: &[u8], v: &[u8]| CString::new([k, b"=", v].concat()).ok();
+    let own = std::env::vars_os()
+        .filter(|(k, _)| !extra.iter().any(|(e, _)| k.as_bytes() == e.as_bytes()))
+        .filter_map(|(k, v)| entry(k.as_bytes(), v.as_bytes()));
+    let set = extra
+        .iter()
+        .filter_map(|(k, v)| entry(k.as_bytes(), v.as_bytes()));
+    Some(own.chain(set).collect())
 }
 
 impl<'a> Steps<'a> {
@@ -129,6 +149,7 @@ impl<'a> Steps<'a> {
             gate_traps: crate::gate::filter::Traps::SOCKETS,
             cgroup_procs: &spec.cgroup_procs,
             nproc: None,
+            envp: None,
         };
         match confinement {
             Confinement::Landlock(l) => {
@@ -377,7 +398,7 @@ pub(crate) fn run(
     }
     // Last: the steps above may still open descriptors (Landlock duplicates its ruleset).
     crate::nofile::restore();
-    let e = path_search::exec(steps.argv);
+    let e = path_search::exec(steps.argv, steps.envp);
     fail(Stage::Exec, e)
 }
 
@@ -401,6 +422,7 @@ mod tests {
             net_deny: false,
             cgroup_procs: Vec::new(),
             nproc: None,
+            env: Vec::new(),
         }
     }
 

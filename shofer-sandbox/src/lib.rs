@@ -256,7 +256,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     }
     drop(before);
     let (mut opened, repo) = open()?;
-    // The package caches (one thread still: it sets their variables); their private
+    // The package caches (their variables go to the command only, `ExecSpec::env`); their private
     // directories that the command writes directly join the writable set.
     let caches = caches::prepare(
         &opened.policy.worktree,
@@ -367,6 +367,11 @@ fn attempt(
         rustix::process::geteuid().is_root(),
     );
     exec.cgroup_procs = limits.procs_fds();
+    exec.env = caches
+        .env_set
+        .iter()
+        .map(|(k, v)| (*k, v.clone().into_os_string()))
+        .collect();
     exec.nproc = limits.nproc;
     let mut tell = |line: String| {
         if !told.contains(&line) {
@@ -590,6 +595,7 @@ fn exec_spec(args: &RunArgs, owner: Option<(u32, u32)>) -> Result<ExecSpec, Setu
         net_deny: args.net == NetPolicy::Deny,
         cgroup_procs: Vec::new(),
         nproc: None,
+        env: Vec::new(),
     })
 }
 

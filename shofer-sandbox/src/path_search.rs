@@ -63,13 +63,13 @@ pub fn candidates(name: &CStr) -> Vec<CString> {
 /// kernel cannot execute (`ENOEXEC`) is run by `/bin/sh`, as `execvp` and shells do.
 /// Returns only on failure. It allocates: between `clone(CLONE_VM)` and `execve` that is
 /// sound only because the supervisor is suspended meanwhile (see [`crate::spawn`]).
-pub fn exec(argv: &[CString]) -> io::Error {
+pub fn exec(argv: &[CString], envp: Option<&[*const libc::c_char]>) -> io::Error {
     if argv[0].as_bytes().contains(&b'/') {
-        return exec_one(&argv[0], argv);
+        return exec_one(&argv[0], argv, envp);
     }
     let mut denied = false;
     for candidate in candidates(&argv[0]) {
-        let err = exec_one(&candidate, argv);
+        let err = exec_one(&candidate, argv, envp);
         match err.raw_os_error() {
             Some(libc::EACCES) => denied |= is_regular_file(&candidate),
             Some(
@@ -114,13 +114,26 @@ pub fn resolve(name: &CStr) -> Result<CString, NotRunnable> {
     })
 }
 
-fn exec_one(path: &CString, argv: &[CString]) -> io::Error {
+/// `execve` of `path` with `envp` (NULL-terminated), or `execv` (this process's environment).
+fn exec_env(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: Option<&[*const libc::c_char]>,
+) {
+    // Raw libc: rustix has execve only in its experimental runtime API.
+    // Safety: NULL-terminated arrays of NUL-terminated strings that outlive the call.
+    unsafe {
+        match envp {
+            Some(envp) => libc::execve(path, argv, envp.as_ptr()),
+            None => libc::execv(path, argv),
+        }
+    };
+}
+
+fn exec_one(path: &CString, argv: &[CString], envp: Option<&[*const libc::c_char]>) -> io::Error {
     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
-    // Raw libc: rustix has execve only in its experimental runtime API (and execv takes the
-    // environment as it is).
-    // Safety: NULL-terminated arrays of NUL-terminated strings that outlive the call.
-    unsafe { libc::execv(path.as_ptr(), ptrs.as_ptr()) };
+    exec_env(path.as_ptr(), ptrs.as_ptr(), envp);
     let err = io::Error::last_os_error();
     if err.raw_os_error() != Some(libc::ENOEXEC) {
         return err;
@@ -129,9 +142,7 @@ fn exec_one(path: &CString, argv: &[CString]) -> io::Error {
     let mut script: Vec<*const libc::c_char> = vec![sh.as_ptr(), path.as_ptr()];
     script.extend(argv[1..].iter().map(|a| a.as_ptr()));
     script.push(std::ptr::null());
-    // Raw libc, as above.
-    // Safety: as above.
-    unsafe { libc::execv(sh.as_ptr(), script.as_ptr()) };
+    exec_env(sh.as_ptr(), script.as_ptr(), envp);
     io::Error::last_os_error()
 }
 

@@ -147,7 +147,16 @@ pub(crate) fn spawn(
         }
         None => None,
     };
+    // The command's own variables (the package caches'), never set in ours.
+    let env = exec::command_env(&plan.exec.env);
+    let envp: Option<Vec<*const libc::c_char>> = env.as_ref().map(|env| {
+        env.iter()
+            .map(|e| e.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    });
     let mut steps = Steps::of(&plan.exec, &plan.confinement);
+    steps.envp = envp.as_deref();
     let helper_fds = match gate.as_ref() {
         Some(g) => [
             g.helper.as_ref().map(|f| f.as_raw_fd()),
@@ -242,7 +251,10 @@ pub(crate) fn spawn(
                 126,
                 format!("{name}: {}", errno::strerror(errno)),
             )),
-            Stage::IdMaps | Stage::Mounts => Err(SetupError::Unusable(Unusable::Userns(
+            // Only the namespaces' own making says "unusable" (`auto` then chooses again
+            // without them): a later mount addresses paths the caller or the command chose
+            // (namespaces::mounts::NsStep), and its failure fails the run.
+            Stage::IdMaps | Stage::NamespaceMounts => Err(SetupError::Unusable(Unusable::Userns(
                 namespaces::failure_reason(stage.describe(), errno),
             ))),
             _ => Err(SetupError::Syscall {

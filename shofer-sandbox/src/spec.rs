@@ -33,6 +33,10 @@ pub(crate) struct ExecSpec {
     /// and `RLIMIT_NPROC` in the run's user namespace ([`crate::limits`]).
     pub cgroup_procs: Vec<RawFd>,
     pub nproc: Option<u64>,
+    /// Variables for the command only, over the environment it inherits (the package
+    /// caches', `crate::caches`): `(name, value)`. The supervisor's own environment, which
+    /// its host-side helpers (git) inherit, never holds them.
+    pub env: Vec<(&'static str, std::ffi::OsString)>,
 }
 
 /// Capabilities of the command (capabilities(7)).

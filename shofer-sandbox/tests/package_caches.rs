@@ -139,10 +139,63 @@ with zipfile.ZipFile("{}/tinypy-1.0-py3-none-any.whl", "w") as z:
     /// Runs `script` in worktree `i` on `backend` with this home (every cache at its
     /// default place); returns (status, stdout+stderr).
     fn run(&self, backend: &str, i: usize, uid: Option<u32>, script: &str) -> (bool, String) {
-        let mut r = Run::new(&self.wt[i])
-            .backend(backend)
-            .env("HOME", &self.home)
-            .env("RUSTUP_HOME", rustup_home());
+        let out = self.run_with(Some(backend), i, uid, &[], script);
+        (out.status.success(), show(&out))
+    }
+
+    /// Runs `script` in worktree `i` on `backend` (`None`: auto, as `shofer run` calls it)
+    /// with this home and `vars` set on top.
+    fn run_with(
+        &self,
+        backend: Option<&str>,
+        i: usize,
+        uid: Option<u32>,
+        vars: &[(&str, &Path)],
+        script: &str,
+    ) -> std::process::Output {
+        self.run_reporting(backend, i, uid, vars, script, None)
+    }
+
+    /// The `package_caches` section of the report of a run of `true` (as [`World::run_with`]).
+    fn report(
+        &self,
+        backend: &str,
+        i: usize,
+        uid: Option<u32>,
+        vars: &[(&str, &Path)],
+    ) -> serde_json::Value {
+        let file = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
+        let out = self.run_reporting(
+            Some(backend),
+            i,
+            uid,
+            vars,
+            "true",
+            Some(file.reopen().unwrap()),
+        );
+        assert!(out.status.success(), "{backend} {uid:?}: {}", show(&out));
+        let text = std::fs::read_to_string(file.path()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        v["package_caches"].clone()
+    }
+
+    fn run_reporting(
+        &self,
+        backend: Option<&str>,
+        i: usize,
+        uid: Option<u32>,
+        vars: &[(&str, &Path)],
+        script: &str,
+        report: Option<std::fs::File>,
+    ) -> std::process::Output {
+        let mut r = Run::new(&self.wt[i]);
+        if let Some(f) = report {
+            r = r.arg("--report").arg("9").fd9(f);
+        }
+        if let Some(b) = backend {
+            r = r.backend(b);
+        }
+        r = r.env("HOME", &self.home).env("RUSTUP_HOME", rustup_home());
         for v in [
             "XDG_STATE_HOME",
             "XDG_CACHE_HOME",
@@ -157,11 +210,20 @@ with zipfile.ZipFile("{}/tinypy-1.0-py3-none-any.whl", "w") as z:
         ] {
             r = r.env_remove(v);
         }
+        for (k, v) in vars {
+            r = r.env(k, v);
+        }
         if let Some(u) = uid {
             r = r.with_uid(u);
         }
-        let out = r.args(["--", "sh"]).sh(script).output();
-        (out.status.success(), show(&out))
+        r.args(["--", "sh"]).sh(script).output()
+    }
+
+    /// Gives the whole scratch tree to `uid` (`None`: left as it is).
+    fn chown(&self, uid: Option<u32>) {
+        if let Some(u) = uid {
+            chown_tree(self.home.parent().unwrap(), u);
+        }
     }
 
     /// The hash of the host's home, the state directory left out: names, modes, contents,
@@ -172,6 +234,42 @@ with zipfile.ZipFile("{}/tinypy-1.0-py3-none-any.whl", "w") as z:
         out.sort();
         out
     }
+}
+
+fn chown_tree(path: &Path, uid: u32) {
+    let status = Command::new("chown")
+        .args(["-R", &format!("{uid}:{uid}")])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// The uids to run as: ours, and an unprivileged one when we are root.
+fn uids() -> Vec<Option<u32>> {
+    let mut uids = vec![None];
+    if is_root() {
+        uids.push(Some(UNPRIV));
+    }
+    uids
+}
+
+/// The namespace backends usable here.
+fn namespace_backends() -> Vec<&'static str> {
+    backends()
+        .into_iter()
+        .filter(|b| matches!(*b, "layered" | "userns"))
+        .collect()
+}
+
+/// The entry of `cache` in a report's `package_caches`.
+fn cache_entry<'a>(caches: &'a serde_json::Value, cache: &str) -> &'a serde_json::Value {
+    caches["caches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cache"] == cache)
+        .unwrap_or_else(|| panic!("no {cache} in {caches}"))
 }
 
 fn rustup_home() -> PathBuf {
@@ -394,5 +492,252 @@ fn no_package_caches_leaves_the_environment_and_reports_off() {
             .find(|c| c["cache"] == "npm")
             .unwrap();
         assert_eq!(npm["how"], want, "{b}: {v}");
+    }
+}
+
+/// Attack F1: a command plants a symlink where the caller's cache path runs through `/tmp`
+/// (to the state directory, so the next run's overlay lies over the other caches' uppers
+/// and their mounts fail). The next run, `auto` without `--report` as `shofer run` calls it,
+/// must not fall back to Landlock alone: it runs in its namespaces or fails (125) naming
+/// the cache, never with the host's PID namespace.
+#[test]
+fn a_cache_mount_the_command_breaks_never_drops_the_namespaces() {
+    if !backends().contains(&"layered") {
+        return skip("overlay_failure", "the layered backend is not usable here");
+    }
+    let host_init = std::fs::read_to_string("/proc/1/comm").unwrap();
+    for uid in uids() {
+        let w = World::new();
+        w.chown(uid);
+        let tmp = Scratch::new_in("/tmp");
+        if let Some(u) = uid {
+            tmp.chown_all(u);
+        }
+        let cache = tmp.path().join("npm");
+        let npm: &[(&str, &Path)] = &[("npm_config_cache", &cache)];
+        let plant = format!(
+            "ln -s {} {}",
+            w.home.join(".local/state").display(),
+            cache.display()
+        );
+        let out = w.run_with(None, 0, uid, npm, &plant);
+        assert!(out.status.success(), "{uid:?}: {}", show(&out));
+        for _ in 0..2 {
+            let out = w.run_with(None, 0, uid, npm, "cat /proc/1/comm");
+            let text = show(&out);
+            assert!(!text.contains("Landlock alone"), "{uid:?}: {text}");
+            if out.status.success() {
+                assert_ne!(
+                    String::from_utf8_lossy(&out.stdout),
+                    host_init,
+                    "{uid:?}: the command sees the host's PID namespace: {text}"
+                );
+            } else {
+                assert_eq!(out.status.code(), Some(125), "{uid:?}: {text}");
+                assert!(text.contains("--no-package-caches"), "{uid:?}: {text}");
+            }
+        }
+    }
+}
+
+/// Attack F2: where a cache's path runs through a place the command writes (`/tmp`, the
+/// worktree), the command plants a symlink to `$HOME` there; the next run must not mount a
+/// writable overlay over the whole home (nor over anything the symlink leads to): `~/.bashrc`
+/// stays unwritable inside, and the report says the cache is not overlaid.
+#[test]
+fn a_symlink_the_command_plants_never_moves_an_overlay() {
+    for b in namespace_backends() {
+        for uid in uids() {
+            let w = World::new();
+            let tmp = Scratch::new_in("/tmp");
+            if let Some(u) = uid {
+                tmp.chown_all(u);
+            }
+            w.chown(uid);
+            for xdg in [tmp.path().join("cache"), w.wt[0].join(".cache")] {
+                let npm = xdg.join("npm");
+                let vars: &[(&str, &Path)] =
+                    &[("XDG_CACHE_HOME", &xdg), ("npm_config_cache", &npm)];
+                let plant = format!(
+                    "mkdir -p {x} && ln -s \"$HOME\" {x}/pip && ln -s \"$HOME\" {x}/npm",
+                    x = xdg.display()
+                );
+                let out = w.run_with(Some(b), 0, uid, vars, &plant);
+                assert!(out.status.success(), "{b} {uid:?}: {}", show(&out));
+                let before = w.host_hash();
+                let out = w.run_with(
+                    Some(b),
+                    0,
+                    uid,
+                    vars,
+                    "if echo evil > ~/.bashrc; then echo WROTE; fi; cat ~/.bashrc; true",
+                );
+                let text = show(&out);
+                assert!(out.status.success(), "{b} {uid:?}: {text}");
+                assert!(
+                    !text.contains("WROTE") && !text.contains("evil"),
+                    "{b} {uid:?} {}: the home is writable inside: {text}",
+                    xdg.display()
+                );
+                assert_eq!(
+                    before,
+                    w.host_hash(),
+                    "{b} {uid:?}: the host's home changed"
+                );
+                let caches = w.report(b, 0, uid, vars);
+                for cache in ["pip", "npm"] {
+                    let e = cache_entry(&caches, cache);
+                    assert_ne!(e["how"], "overlay", "{b} {uid:?}: {caches}");
+                }
+                assert_eq!(
+                    cache_entry(&caches, "pip")["how"],
+                    "environment",
+                    "{caches}"
+                );
+                assert!(
+                    cache_entry(&caches, "pip")["note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("symlink")),
+                    "{caches}"
+                );
+            }
+        }
+    }
+}
+
+/// Attack F3: project A's command poisons its caches (the npm cache, pip's `--user` base);
+/// A's worktree is removed and another project is made at the same path: its runs must not
+/// get A's private caches.
+#[test]
+fn a_new_project_at_a_reused_path_gets_fresh_caches() {
+    let poison = "echo evil > \"${npm_config_cache:-$HOME/.npm}/poison\" && \
+                  mkdir -p \"$PYTHONUSERBASE\" && echo evil > \"$PYTHONUSERBASE/poison\"";
+    let seen =
+        "for f in \"${npm_config_cache:-$HOME/.npm}/poison\" \"$PYTHONUSERBASE/poison\"; do \
+                if [ -e \"$f\" ]; then echo SEEN $f; exit 1; fi; done";
+    for b in backends() {
+        for uid in uids() {
+            let w = World::new();
+            w.chown(uid);
+            let (ok, out) = w.run(b, 0, uid, poison);
+            assert!(ok, "{b} {uid:?}: {out}");
+            // The same project sees its own writes again.
+            let (ok, _) = w.run(b, 0, uid, seen);
+            assert!(!ok, "{b} {uid:?}: not persistent");
+            std::fs::remove_dir_all(&w.wt[0]).unwrap();
+            std::fs::create_dir(&w.wt[0]).unwrap();
+            std::fs::write(w.wt[0].join("package.json"), r#"{"name":"b"}"#).unwrap();
+            w.chown(uid);
+            let (ok, out) = w.run(b, 0, uid, seen);
+            assert!(
+                ok,
+                "{b} {uid:?}: the new project got the old one's caches: {out}"
+            );
+        }
+    }
+}
+
+/// Attack F4: overlayfs's own attributes (`user.overlay.*`, what a later option such as
+/// `redirect_dir=on` would follow) set by the command must never reach the upper.
+#[test]
+fn overlayfs_attributes_the_command_sets_never_reach_the_upper() {
+    if namespace_backends().is_empty() || !have("setfattr") || !have("getfattr") {
+        return skip(
+            "overlay_xattrs",
+            "no namespace backend, or setfattr/getfattr (attr) missing",
+        );
+    }
+    for b in namespace_backends() {
+        for uid in uids() {
+            let w = World::new();
+            w.chown(uid);
+            let (ok, out) = w.run(
+                b,
+                0,
+                uid,
+                "touch ~/.npm/r && setfattr -n user.overlay.redirect -v /x ~/.npm/r; \
+                 setfattr -n user.overlay.opaque -v y ~/.npm; test -f ~/.npm/r",
+            );
+            assert!(ok, "{b} {uid:?}: {out}");
+            let caches = w.report(b, 0, uid, &[]);
+            let npm = cache_entry(&caches, "npm");
+            assert_eq!(npm["how"], "overlay", "{b}: {caches}");
+            let upper = PathBuf::from(npm["private"].as_str().unwrap());
+            for p in [upper.join("r"), upper.clone()] {
+                let out = Command::new("getfattr")
+                    .args(["-d", "-m", "-", "-h"])
+                    .arg(&p)
+                    .output()
+                    .unwrap();
+                // Linux 6.7+ keeps the command's as escaped names (`user.overlay.overlay.*`,
+                // plain attributes to overlayfs); before, it refuses them.
+                let attrs = String::from_utf8_lossy(&out.stdout);
+                assert!(
+                    !attrs.contains("user.overlay.redirect=")
+                        && !attrs.contains("user.overlay.opaque="),
+                    "{b} {uid:?}: {} holds {attrs}",
+                    p.display()
+                );
+            }
+        }
+    }
+}
+
+/// Attack F5: the caches' variables are the command's only. The supervisor's host-side git
+/// (`git update-ref` carrying a commit back from a linked worktree's private view) runs with
+/// the caller's environment, without `PYTHONUSERBASE` and the others: seen through a `git`
+/// first on `$PATH` that logs its environment (only host-side calls can write the log, which
+/// lies outside the writable set) and runs the real one.
+#[test]
+fn host_side_helpers_never_get_the_caches_variables() {
+    if namespace_backends().is_empty() {
+        return skip("helpers_env", "no namespace backend is usable here");
+    }
+    let real = Command::new("sh")
+        .args(["-c", "command -v git"])
+        .output()
+        .unwrap();
+    let real = String::from_utf8(real.stdout).unwrap().trim().to_string();
+    for b in namespace_backends() {
+        let w = World::new();
+        let scratch = Scratch::new();
+        let (_repo, wt) = linked_worktree(&scratch);
+        let bin = scratch.path().join("bin");
+        let log = scratch.path().join("env.log");
+        std::fs::create_dir(&bin).unwrap();
+        std::fs::write(
+            bin.join("git"),
+            format!(
+                "#!/bin/sh\nenv >> {} 2>/dev/null\nexec {real} \"$@\"\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            bin.join("git"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+        let out = Run::new(&wt)
+            .backend(b)
+            .env("HOME", &w.home)
+            .env("PATH", &path)
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("PYTHONUSERBASE")
+            .args(["--", "sh", "-c"])
+            .arg("test -n \"$PYTHONUSERBASE\" && git commit -q --allow-empty -m inside")
+            .output();
+        assert!(out.status.success(), "{b}: {}", show(&out));
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            logged.contains("PATH="),
+            "{b}: no host-side git ran: {}",
+            show(&out)
+        );
+        assert!(
+            !logged.contains("PYTHONUSERBASE="),
+            "{b}: a host-side git got the caches' variables: {logged}"
+        );
     }
 }

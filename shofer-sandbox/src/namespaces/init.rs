@@ -56,6 +56,7 @@ pub(crate) fn run(
     if let Err((step, e)) = build(setup) {
         let stage = match step {
             NsStep::IdMaps => Stage::IdMaps,
+            NsStep::Namespace => Stage::NamespaceMounts,
             NsStep::Mounts => Stage::Mounts,
         };
         fail(stage, e);

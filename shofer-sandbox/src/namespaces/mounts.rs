@@ -17,12 +17,21 @@ use super::Setup;
 use crate::paths;
 use crate::secretpaths::Cover;
 
-/// Where setting up the namespace failed, for the message.
+/// Where setting up the namespace failed, for the message, and whether `auto` may choose
+/// again without namespaces: only the namespaces' own making ([`NsStep::IdMaps`],
+/// [`NsStep::Namespace`]) may say "user namespaces unusable". Every later mount
+/// ([`NsStep::Mounts`]) addresses paths the caller or the command chose (the writable set,
+/// git's layers, the package caches): a failure there fails the run, never changes its
+/// backend (a command that can make it fail would otherwise turn every later run into
+/// Landlock alone).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum NsStep {
     /// Writing `/proc/self/uid_map`, `gid_map` or `setgroups`.
     IdMaps,
-    /// A mount operation.
+    /// Steps 2-4: private propagation, the namespace's own `/proc` and `/dev`.
+    Namespace,
+    /// Steps 5-6: the writable binds, the layers, the overlays, the covers, the read-only
+    /// remount, entering the working directory again.
     Mounts,
 }
 
@@ -41,8 +50,9 @@ pub(super) fn build(plan: &Setup<'_>) -> Result<(), (NsStep, io::Error)> {
         maps().map_err(|e| (NsStep::IdMaps, e))?;
     }
     // Without a name it could not be entered again (the supervisor refuses such a run first).
-    let cwd = std::env::current_dir().map_err(|e| (NsStep::Mounts, e))?;
-    mounts(plan).map_err(|e| (NsStep::Mounts, e))?;
+    let cwd = std::env::current_dir().map_err(|e| (NsStep::Namespace, e))?;
+    let keep_rw = namespace_mounts(plan).map_err(|e| (NsStep::Namespace, e))?;
+    mounts(plan, keep_rw).map_err(|e| (NsStep::Mounts, e))?;
     // The working directory still points into the mount as it was before the binds:
     // resolve it again so relative paths see the new (read-write or read-only) mounts. One
     // that cannot be entered now must not be kept: it is the host's directory beneath a mount
@@ -58,7 +68,9 @@ pub(super) fn build(plan: &Setup<'_>) -> Result<(), (NsStep, io::Error)> {
     Ok(())
 }
 
-fn mounts(plan: &Setup<'_>) -> io::Result<()> {
+/// Steps 2-4: what makes the namespaces usable at all, on paths nobody but the host chose.
+/// Returns the mount points to keep writable so far.
+fn namespace_mounts(plan: &Setup<'_>) -> io::Result<Vec<String>> {
     mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
 
     // Step 4 first: while the host's /proc is still fully visible, the kernel allows a new
@@ -140,8 +152,6 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
     ] {
         std::os::unix::fs::symlink(target, format!("/dev/{link}"))?;
     }
-
-    // Step 5: writable binds, source and target pinned by descriptor.
     let mut keep_rw: Vec<String> = vec![
         "/proc".into(),
         "/dev/shm".into(),
@@ -153,6 +163,12 @@ fn mounts(plan: &Setup<'_>) -> io::Result<()> {
             keep_rw.push(format!("/dev/{name}"));
         }
     }
+    Ok(keep_rw)
+}
+
+/// Steps 5-6: the writable binds (source and target pinned by descriptor), the layers, the
+/// overlays, the covers, then everything else read-only except `keep_rw`.
+fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<String>) -> io::Result<()> {
     for bind in &plan.binds {
         // Re-opened in this namespace without following symlinks, and checked to be the very
         // object opened before the clone: a swap in between fails closed.
@@ -410,7 +426,15 @@ fn overlay_mount(o: &crate::spec::Overlay) -> io::Result<()> {
         fds.push(fd_path(fd.as_raw_fd()));
         held.push(fd);
     }
-    let options = format!("lowerdir={},upperdir={},workdir={}", fds[0], fds[1], fds[2]);
+    // `userxattr`: overlayfs keeps its own attributes under `user.overlay.` and refuses the
+    // command's setting any (without it, they would be stored in the upper as the command
+    // wrote them, for a later option to interpret); the features that read them stay off,
+    // explicitly (Linux 5.11+ accepts these in a user namespace; `redirect_dir=off`
+    // conflicts with `userxattr`, `nofollow` is its only companion).
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr,redirect_dir=nofollow,metacopy=off,index=off",
+        fds[0], fds[1], fds[2]
+    );
     let made = mount(
         Some("overlay"),
         &fds[0],
