@@ -147,7 +147,7 @@ impl NetPolicy {
             "allow" => Ok(NetPolicy::Allow),
             "deny" => Ok(NetPolicy::Deny),
             "proxy" => Ok(NetPolicy::Proxy),
-            _ => Err(format!("{text:?}: expected allow, deny or proxy")),
+            _ => Err(format!("{text}: expected allow, deny or proxy")),
         }
     }
 
@@ -212,7 +212,7 @@ impl Backend {
             "bwrap" => Ok(Some(Backend::Bwrap)),
             "layered" => Ok(Some(Backend::Layered)),
             _ => Err(format!(
-                "{text:?}: expected auto, landlock, userns, bwrap or layered"
+                "{text}: expected auto, landlock, userns, bwrap or layered"
             )),
         }
     }
