@@ -245,12 +245,13 @@ impl SandboxOpts {
 }
 
 /// The effective policy of a run or a server: the policy files and the flags. Sandbox
-/// settings in the files do nothing without a worktree, and stderr says so.
+/// settings in the files do nothing without a worktree, and stderr says so when `running`.
 fn effective_policy(
     worktree: Option<&std::path::Path>,
     sandbox: &SandboxOpts,
     soft: Option<f64>,
     hard: Option<f64>,
+    running: bool,
 ) -> Result<Layer, Box<End>> {
     if worktree.is_none() {
         if let Some(usage) = sandbox.without_worktree() {
@@ -262,7 +263,7 @@ fn effective_policy(
         .map_err(|e| Box::new(End::Usage(e)))?;
     let eff = policy::effective(worktree, sandbox.profile.as_deref(), flags)
         .map_err(|e| Box::new(End::CouldNotRun(format!("policy file: {e}"))))?;
-    if worktree.is_none() && eff.has_sandbox_settings() {
+    if running && worktree.is_none() && eff.has_sandbox_settings() {
         eprintln!(
             "shofer: no --worktree: the policy file's sandbox settings do not apply, and the command runs unsandboxed"
         );
@@ -464,8 +465,8 @@ enum ConfigAction {
         #[arg(long)]
         json: bool,
         /// Print the effective sandbox settings as shofer-sandbox options, one shell-quoted
-        /// line (shofer-sandbox itself reads no policy file: `shofer-sandbox $(...)` in a
-        /// script, or eval).
+        /// line (shofer-sandbox itself reads no policy file): `eval "shofer-sandbox $(shofer
+        /// config show --args --worktree DIR) DIR -- CMD"`. The timeouts are shofer's, not in it.
         #[arg(long, conflicts_with = "json")]
         args: bool,
     },
@@ -747,7 +748,7 @@ fn config_show(
         Ok(w) => w,
         Err(e) => return End::Jobs(Err(format!("--worktree: {e}"))),
     };
-    let eff = match effective_policy(worktree.as_deref(), sandbox, timeout, hard_timeout) {
+    let eff = match effective_policy(worktree.as_deref(), sandbox, timeout, hard_timeout, false) {
         Ok(eff) => eff,
         Err(end) => match *end {
             End::Usage(m) | End::CouldNotRun(m) => return End::Jobs(Err(m)),
@@ -845,6 +846,7 @@ fn run(
         &sandbox,
         timeout,
         hard_timeout,
+        true,
     ) {
         Ok(eff) => eff,
         Err(end) => return *end,
@@ -1309,6 +1311,7 @@ fn serve_cmd(
         &sandbox,
         None,
         hard_timeout,
+        true,
     ) {
         Ok(eff) => eff,
         Err(end) => return *end,

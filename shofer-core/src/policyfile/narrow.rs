@@ -172,6 +172,11 @@ pub fn within(user: Layer, project: Layer, mem_total: Option<u64>) -> Result<Lay
         if at_most(asked, mine) {
             *slot = Some(t.clone());
         } else {
+            let shown = |v: Option<u64>| match v {
+                None => "off".to_string(),
+                Some(n) if key == "limits.memory" => crate::limits::show_size(n),
+                Some(n) => n.to_string(),
+            };
             problems.push(format!(
                 "{}: {key} {}: more than the user's {}",
                 t.origin,
@@ -213,8 +218,21 @@ pub fn within(user: Layer, project: Layer, mem_total: Option<u64>) -> Result<Lay
     if problems.is_empty() {
         Ok(merged)
     } else {
+        // In the file's order: each line starts with its origin, `FILE:LINE`.
+        problems.sort_by_key(|p| line_of(p));
         Err(problems)
     }
+}
+
+/// The line number of a problem's origin (`FILE:LINE: …` or `FILE:LINE (profile P): …`).
+fn line_of(problem: &str) -> usize {
+    let origin = problem.split(": ").next().unwrap_or("");
+    let origin = origin.split(" (profile ").next().unwrap_or(origin);
+    origin
+        .rsplit(':')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX)
 }
 
 /// Whether `asked` (`None`: no limit) is at most `mine` (`None`: no limit).
@@ -224,10 +242,6 @@ fn at_most(asked: Option<u64>, mine: Option<u64>) -> bool {
         (None, Some(_)) => false,
         (Some(a), Some(m)) => a <= m,
     }
-}
-
-fn shown(v: Option<u64>) -> String {
-    v.map_or("off".into(), |n| n.to_string())
 }
 
 /// The project's list `theirs` replaces `slot` when each item is one of `mine`'s.

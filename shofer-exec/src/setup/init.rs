@@ -179,6 +179,7 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
     // Stage 2: edit in memory, then write (or print) what changed.
     let mut out = String::new();
     let mut ok = true;
+    let mut changed = false;
     for (t, loc, before, mut doc) in parsed {
         let shown = shown(&t.path, &ctx.home);
         let mut removed = Vec::new();
@@ -206,7 +207,7 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
                     format!("{}: {} {what}", shown, verb("removed", "would remove"))
                 }
                 Outcome::AlreadyThere => format!("{shown}: {what} is already in place"),
-                Outcome::Absent => format!("{shown}: no {what} to remove"),
+                Outcome::Absent => format!("{shown}: nothing to remove ({what} is not there)"),
                 Outcome::Differs(found) => {
                     if !opts.undo {
                         ok = false;
@@ -252,8 +253,10 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
             }
         } else if remove_file {
             files::remove(&loc)?;
+            changed = true;
         } else {
             files::write_atomic(&loc, &after)?;
+            changed = true;
         }
         if loc.via.is_some() {
             let _ = writeln!(
@@ -275,11 +278,15 @@ pub fn run(opts: &Options, ctx: &Context) -> Result<(String, bool), String> {
             "no command hook (--no-hook): the agent's own shell tool stays unsandboxed"
         );
     }
-    if !opts.dry_run {
+    if opts.dry_run {
+        // The lines above say what would change.
+    } else if changed {
         let _ = writeln!(
             out,
             "Restart the agent to load the change; `shofer doctor` checks the wiring."
         );
+    } else {
+        let _ = writeln!(out, "Nothing changed.");
     }
     Ok((out, ok))
 }

@@ -104,7 +104,20 @@ impl Doc {
                 ))
             }
             Err(e) => {
-                return Err(format!("{name}: not valid JSON ({e}); left untouched"));
+                // Some agents read their settings with comments allowed (JSONC); writing such
+                // a file back would drop them.
+                let comments = text.lines().any(|l| {
+                    let l = l.trim_start();
+                    l.starts_with("//") || l.starts_with("/*")
+                });
+                let hint = if comments {
+                    ": comments are not supported here; remove them, or add the entry by hand (shofer init --dry-run prints it)"
+                } else {
+                    ""
+                };
+                return Err(format!(
+                    "{name}: not valid JSON ({e}){hint}; left untouched"
+                ));
             }
         };
         Ok(Doc {
