@@ -293,6 +293,15 @@ fn spawn_namespaced(
     let pid = unsafe { libc::syscall(libc::SYS_clone, flags | libc::SIGCHLD, 0, 0, 0, 0) };
     if pid < 0 {
         let errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        // ENOSPC where the limit is not 0: the user's namespaces are used up, which processes
+        // of an earlier run can do on purpose (each namespace held open by a descriptor).
+        // Falling back would let a command choose the next runs' weaker backend: refuse.
+        if errno == libc::ENOSPC && namespaces::blocked_by_sysctl().is_none() {
+            return Err(SetupError::Syscall {
+                op: "clone of the user namespace (the user's namespaces are used up, perhaps held by processes of an earlier run; the run is refused rather than started with less)",
+                source: io::Error::from_raw_os_error(errno),
+            });
+        }
         return Err(SetupError::Unusable(Unusable::Userns(
             namespaces::failure_reason("clone", errno),
         )));

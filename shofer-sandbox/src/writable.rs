@@ -107,32 +107,21 @@ pub fn build(
         set.add_system(path, origin);
     }
 
-    // The directories commands may write: a path named inside one of them that resolves
-    // outside it went through a symlink a command could have planted (in an earlier run, or
-    // by another process writing /tmp).
-    let mut writable_dirs: Vec<(PathBuf, PathBuf)> = vec![(lexical_absolute(worktree), wt.clone())];
-    for r in set
-        .rules
-        .iter()
-        .filter(|r| r.is_dir && r.origin != RuleOrigin::Worktree)
-    {
-        writable_dirs.push((r.path.clone(), r.path.clone()));
-    }
     for path in allow_write {
         let canon = std::fs::canonicalize(path).map_err(|e| SetupError::AllowWrite {
             path: path.clone(),
             reason: format!("{e} (expected an existing file or directory)"),
         })?;
-        let lexical = lexical_absolute(path);
-        let escape = writable_dirs.iter().find(|(named, real)| {
-            (lexical.starts_with(named) || lexical.starts_with(real)) && !canon.starts_with(real)
-        });
-        if let Some((_, real)) = escape {
+        // A symlink anywhere on the path may be one a command planted — in the worktree, in
+        // /tmp, in another --allow-write directory or a package cache's private directory, in
+        // an earlier run — and would hand this run wherever it points: the path must name its
+        // target itself.
+        if lexical_absolute(path) != canon {
             return Err(SetupError::AllowWrite {
                 path: path.clone(),
                 reason: format!(
-                    "is inside {} but resolves to {} through a symlink there (refused: what commands may write is untrusted)",
-                    real.display(),
+                    "resolves to {} through a symlink (refused: a command may have planted it; name {} itself)",
+                    canon.display(),
                     canon.display()
                 ),
             });

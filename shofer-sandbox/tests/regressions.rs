@@ -193,6 +193,75 @@ fn allow_write_through_a_symlink_planted_in_tmp_is_refused() {
     assert!(!outside.join("x").exists());
 }
 
+/// And through every other place a command can write: another `--allow-write` directory
+/// (one run links `shared/out` to a directory of the user's; the next is given
+/// `--allow-write shared/out`).
+#[test]
+fn allow_write_through_a_symlink_in_another_allowed_directory_is_refused() {
+    let s = Scratch::new();
+    let wt = s.path().join("wt");
+    let shared = s.path().join("shared");
+    let victim = s.path().join("victim");
+    for d in [&wt, &shared, &victim] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let out = Run::new(&wt)
+        .arg("--allow-write")
+        .arg(&shared)
+        .args(["--", "ln", "-s"])
+        .arg(&victim)
+        .arg(shared.join("out"))
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let out = Run::new(&wt)
+        .arg("--allow-write")
+        .arg(shared.join("out"))
+        .args(["--", "touch"])
+        .arg(victim.join("x"))
+        .output();
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("through a symlink"),
+        "{}",
+        show(&out)
+    );
+    assert!(!victim.join("x").exists());
+}
+
+/// A command that uses up the user's namespaces (each held open by a descriptor of a process
+/// it leaves behind) must not make the next runs fall back to Landlock alone: with the limit
+/// above 0, ENOSPC refuses the run. Made here inside a user namespace of the test's own whose
+/// limit is 1 and taken.
+#[test]
+fn used_up_user_namespaces_refuse_the_run_instead_of_falling_back() {
+    if Command::new("unshare")
+        .args(["-Ur", "true"])
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        return skip("used_up_user_namespaces", "unshare -Ur does not work here");
+    }
+    let s = Scratch::new();
+    let wt = s.path().join("wt");
+    std::fs::create_dir(&wt).unwrap();
+    let script = format!(
+        "echo 1 > /proc/sys/user/max_user_namespaces && unshare -U sleep 5 & sleep 0.5; \
+         cd {wt} && {sb} {wt} -c 'echo RAN'; echo rc=$?",
+        wt = wt.display(),
+        sb = SANDBOX
+    );
+    let out = Command::new("unshare")
+        .args(["-Ur", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stdout.contains("RAN"), "{stdout}{stderr}");
+    assert!(stdout.contains("rc=125"), "{stdout}{stderr}");
+    assert!(stderr.contains("used up"), "{stderr}");
+}
+
 #[test]
 fn bwrap_keeps_proc_sys_read_only_for_root() {
     if skip_unless_root("bwrap_keeps_proc_sys_read_only_for_root") || !backends().contains(&"bwrap")

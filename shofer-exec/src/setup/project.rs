@@ -66,7 +66,8 @@ fn has_git_entry(dir: &Path) -> bool {
 }
 
 /// Refuses `dir` (canonical) as a worktree found around a directory when it is `/`, holds a
-/// home directory ([`homes`]), or lies below `/tmp`, `$TMPDIR` or `/dev/shm`.
+/// home directory ([`homes`]), or lies below a world-writable directory, `/tmp`, `$TMPDIR` or
+/// `/dev/shm`.
 ///
 /// # Errors
 /// A message naming the directory, why, and what to do instead.
@@ -93,6 +94,18 @@ pub fn check_worktree(dir: &Path, home: Option<&Path>) -> Result<(), String> {
                 "refusing {} as the worktree: it holds the home directory {}, so every file in the home (shell start-up files, other projects) would be writable; use a repository below the home directory",
                 dir.display(),
                 h.display()
+            ));
+        }
+    }
+    // Any world-writable directory on the way (/var/tmp, a shared scratch area): another
+    // user, or a command, could have made the repository there.
+    for a in dir.ancestors() {
+        use std::os::unix::fs::PermissionsExt;
+        if std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o002 != 0) {
+            return Err(format!(
+                "refusing {} as the worktree: {} is writable by every user, so anyone could have made the repository there; use a repository elsewhere, or name the directory yourself with --worktree DIR",
+                dir.display(),
+                a.display()
             ));
         }
     }
@@ -206,9 +219,23 @@ mod tests {
         let e = check_worktree(home.parent().unwrap(), Some(&home)).unwrap_err();
         assert!(e.contains("holds the home directory"), "{e}");
         assert!(check_worktree(Path::new("/"), Some(&home)).is_err());
-        // Below /tmp: refused whatever HOME is.
+        // Below /tmp (world-writable): refused whatever HOME is.
         let e = check_worktree(&home.join("proj"), Some(&home)).unwrap_err();
-        assert!(e.contains("any command"), "{e}");
+        assert!(e.contains("/tmp is writable by every user"), "{e}");
+        // Below any world-writable directory, /var/tmp or a shared scratch area.
+        let shared = tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).unwrap();
+        let shared = std::fs::canonicalize(shared.path()).unwrap();
+        std::fs::create_dir(shared.join("repo")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let open_above = shared
+            .ancestors()
+            .any(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o002 != 0));
+        if !open_above {
+            assert!(check_worktree(&shared.join("repo"), Some(&home)).is_ok());
+        }
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = check_worktree(&shared.join("repo"), Some(&home)).unwrap_err();
+        assert!(e.contains("writable by every user"), "{e}");
         // The password database's home counts even when HOME says otherwise.
         if let Some(pw) = passwd_home() {
             let pw = std::fs::canonicalize(&pw).unwrap_or(pw);

@@ -50,7 +50,9 @@ pub(super) fn build(plan: &Setup<'_>) -> Result<(), (NsStep, io::Error)> {
         maps().map_err(|e| (NsStep::IdMaps, e))?;
     }
     // Without a name it could not be entered again (the supervisor refuses such a run first).
-    let cwd = std::env::current_dir().map_err(|e| (NsStep::Namespace, e))?;
+    // A failure here is the run's, not the namespaces': a process of an earlier run can
+    // remove the directory at will, and must not make `auto` choose a weaker backend.
+    let cwd = std::env::current_dir().map_err(|e| (NsStep::Mounts, e))?;
     let keep_rw = namespace_mounts(plan).map_err(|e| (NsStep::Namespace, e))?;
     mounts(plan, keep_rw).map_err(|e| (NsStep::Mounts, e))?;
     // The working directory still points into the mount as it was before the binds:
