@@ -579,7 +579,9 @@ fn verdict(
         // host filter refuses every other network socket (shofer-sandbox's hostfilter).
         Protection::Tcp => match net {
             NetPolicy::Allow => Verdict::NotRequested,
-            NetPolicy::Proxy if backend == Backend::Landlock => no("--net proxy needs a network namespace of the command's own (the layered, userns or bwrap backend): Landlock's network rules name ports, not addresses"),
+            NetPolicy::Proxy if backend == Backend::Landlock && !tiocsti_filter => no("--net proxy on Landlock alone needs the seccomp filters, which exist only for x86-64 (Landlock's network rules name ports, not addresses)"),
+            NetPolicy::Proxy if backend == Backend::Landlock && gate => Enforced("the seccomp gate (inet connect and send only to the proxy on the host's loopback and to the run's own loopback listeners, made by the gate's helper; bind to loopback only) and seccomp (TCP stream sockets only: no UDP, raw, MPTCP or Fast Open)"),
+            NetPolicy::Proxy if backend == Backend::Landlock => no("--net proxy on Landlock alone needs the seccomp gate to judge inet connects (Landlock's network rules name ports, not addresses), and the gate does not run here"),
             NetPolicy::Proxy => Enforced("network namespace with loopback only: the supervisor's proxy is the one way out, to the allow-list"),
             NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 && !tiocsti_filter => no("Landlock refuses TCP only, and the seccomp filter that refuses UDP and other network sockets exists only for x86-64"),
             NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 && gate => {
