@@ -34,7 +34,9 @@
 //! freshen).
 //!
 //! With `--net proxy`, [`egress`] is the command's one way out: a listener made in its network
-//! namespace during step 6, served by supervisor threads from step 7, to the allow-list.
+//! namespace during step 6 (on Landlock alone, on the host's loopback before it, the gate
+//! admitting inet calls to it and the run's own loopback servers only: [`gate::inet`]), served
+//! by supervisor threads from step 7, to the allow-list.
 //!
 //! Git lives behind one door, [`git`]: outside it, nothing names a git type.
 //!

@@ -2,7 +2,9 @@
 //! loopback only, and one listener on it that the supervisor serves from outside, an HTTP
 //! CONNECT / plain-HTTP / SOCKS5 proxy that opens a connection only to a destination of the
 //! allow-list ([`shofer_core::egress`]). No helper binary runs in the namespace, and nothing
-//! inside can reach the host's network another way: there is no route.
+//! inside can reach the host's network another way: there is no route. On Landlock alone the
+//! listener is on the host's loopback ([`host_listener`]) and the gate keeps every other inet
+//! address out of reach instead (`crate::gate::inet`).
 //!
 //! # Map
 //! - this file: the listener ([`listener_in`]: made inside the command's network namespace by
