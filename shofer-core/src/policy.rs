@@ -737,6 +737,28 @@ mod tests {
         assert!(degradations(Backend::Landlock, 4, NetPolicy::Deny, true, true).is_empty());
     }
 
+    /// `--net proxy` on Landlock alone holds at any ABI with the gate and the seccomp
+    /// filters, and is a required loss without either.
+    #[test]
+    fn landlock_proxy_needs_the_gate_and_seccomp() {
+        for abi in [3, 4, 7] {
+            assert!(degradations(Backend::Landlock, abi, NetPolicy::Proxy, true, true).is_empty());
+            for (tiocsti, gate) in [(true, false), (false, true)] {
+                let d = degradations(Backend::Landlock, abi, NetPolicy::Proxy, tiocsti, gate);
+                assert!(d.iter().any(|(p, _)| *p == Protection::Tcp), "{d:?}");
+            }
+        }
+        let tcp = |gate| {
+            protections(Backend::Landlock, 7, NetPolicy::Proxy, true, gate)
+                .into_iter()
+                .find(|(p, _)| *p == Protection::Tcp)
+                .unwrap()
+                .1
+        };
+        assert!(matches!(tcp(true), Verdict::Enforced(by) if by.contains("seccomp gate")));
+        assert!(matches!(tcp(false), Verdict::NotEnforced(why) if why.contains("gate")));
+    }
+
     #[test]
     fn landlock_abi1_and_2_are_degraded() {
         let d1: Vec<_> = degradations(Backend::Landlock, 1, NetPolicy::Allow, true, true)
