@@ -102,6 +102,12 @@ pub(super) fn cases() -> Vec<Case> {
             |c| tcp_deny_listener(c, Attack::TcpConnect, "proxy")
         ),
         case!(
+            "tcp-fastopen-net-proxy",
+            "issue 33: --net proxy: sendto(MSG_FASTOPEN) to a 127.0.0.1 listener outside (landlock: seccomp refuses Fast Open)",
+            Some(Protection::Tcp),
+            |c| tcp_deny_listener(c, Attack::TcpFastopen, "proxy")
+        ),
+        case!(
             "proxy-unlisted-refused",
             "issue 33: --net proxy: CONNECT through the proxy to a 127.0.0.1 listener outside that the allow-list does not name",
             Some(Protection::Tcp),
