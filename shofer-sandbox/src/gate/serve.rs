@@ -28,7 +28,10 @@
 //! `bind` is the exception, answered with CONTINUE without reading anything: the kernel binds
 //! under the caller's own confinement (Landlock, read-only mounts); the gate only notes the
 //! socket (its socket inode) so that a later connect to the file it gets bound to is allowed
-//! (rule (a), "created by this run"), which [`super::diag`] confirms with the kernel.
+//! (rule (a), "created by this run"), which [`super::diag`] confirms with the kernel. With
+//! `--net proxy` on Landlock alone an inet address is decided by [`super::inet`] instead: a
+//! connect or send only to the proxy or a loopback listener of the run, a bind (made by the
+//! gate on its copy, never continued) only to loopback, a `listen` only on a socket bound there.
 //!
 //! The helper finishes calls that may block (a blocking socket's TCP connect, a send into a
 //! full buffer) on a thread of its own, so one slow peer does not stall the whole run; a
@@ -878,7 +881,9 @@ impl Gate {
     /// `listen` (trapped only with `--net deny` on Landlock alone): refused on any socket but a
     /// unix one. Landlock refuses every TCP `bind`, so an inet socket that gets this far is
     /// unbound, and the kernel would bind it itself to a port of its choosing on every
-    /// interface, unchecked: a server the outside could reach.
+    /// interface, unchecked: a server the outside could reach. With `--net proxy` there (also
+    /// trapped): allowed on an inet socket bound to loopback, whose inode then counts as one of
+    /// the run's listeners ([`super::inet::listening`]).
     ///
     /// Never continued: the kernel would look the descriptor up again, and another thread of
     /// the command can have swapped an inet socket in since (`dup2`). The gate listens on its
