@@ -64,7 +64,7 @@ const NO_ROUTE: [&str; 7] = [
 /// around the proxy (a refusal by the proxy itself has its own note, [`denial_hint`]).
 pub fn proxy_hint(output: &str) -> Option<String> {
     NO_ROUTE.iter().any(|m| output.contains(m)).then(|| {
-        "Note: this command runs with --net proxy: the only way out is the sandbox's proxy at http://127.0.0.1:3128 (http_proxy, https_proxy, all_proxy and NODE_USE_ENV_PROXY are set). A client that ignores those variables cannot resolve or reach anything: not a network failure to retry. Node.js before 22.21 (24.5 on 24) ignores them; pass the proxy to the tool explicitly (its --proxy option or config), or use one that honours them.".to_string()
+        "Note: this command runs with --net proxy: the only way out is the sandbox's proxy that http_proxy names (http://127.0.0.1:3128, or a port of its own on Landlock alone; http_proxy, https_proxy, all_proxy and NODE_USE_ENV_PROXY are set). A client that ignores those variables cannot resolve or reach anything: not a network failure to retry. Node.js before 22.21 (24.5 on 24) ignores them; pass the proxy to the tool explicitly (its --proxy option or config), or use one that honours them.".to_string()
     })
 }
 

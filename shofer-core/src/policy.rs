@@ -579,7 +579,9 @@ fn verdict(
         // host filter refuses every other network socket (shofer-sandbox's hostfilter).
         Protection::Tcp => match net {
             NetPolicy::Allow => Verdict::NotRequested,
-            NetPolicy::Proxy if backend == Backend::Landlock => no("--net proxy needs a network namespace of the command's own (the layered, userns or bwrap backend): Landlock's network rules name ports, not addresses"),
+            NetPolicy::Proxy if backend == Backend::Landlock && !tiocsti_filter => no("--net proxy on Landlock alone needs the seccomp filters, which exist only for x86-64 (Landlock's network rules name ports, not addresses)"),
+            NetPolicy::Proxy if backend == Backend::Landlock && gate => Enforced("the seccomp gate (inet connect and send only to the proxy on the host's loopback and to the run's own loopback listeners, made by the gate's helper; bind to loopback only) and seccomp (TCP stream sockets only: no UDP, raw, MPTCP or Fast Open)"),
+            NetPolicy::Proxy if backend == Backend::Landlock => no("--net proxy on Landlock alone needs the seccomp gate to judge inet connects (Landlock's network rules name ports, not addresses), and the gate does not run here"),
             NetPolicy::Proxy => Enforced("network namespace with loopback only: the supervisor's proxy is the one way out, to the allow-list"),
             NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 && !tiocsti_filter => no("Landlock refuses TCP only, and the seccomp filter that refuses UDP and other network sockets exists only for x86-64"),
             NetPolicy::Deny if backend == Backend::Landlock && abi >= 4 && gate => {
@@ -733,6 +735,28 @@ mod tests {
             Protection::Tcp
         );
         assert!(degradations(Backend::Landlock, 4, NetPolicy::Deny, true, true).is_empty());
+    }
+
+    /// `--net proxy` on Landlock alone holds at any ABI with the gate and the seccomp
+    /// filters, and is a required loss without either.
+    #[test]
+    fn landlock_proxy_needs_the_gate_and_seccomp() {
+        for abi in [3, 4, 7] {
+            assert!(degradations(Backend::Landlock, abi, NetPolicy::Proxy, true, true).is_empty());
+            for (tiocsti, gate) in [(true, false), (false, true)] {
+                let d = degradations(Backend::Landlock, abi, NetPolicy::Proxy, tiocsti, gate);
+                assert!(d.iter().any(|(p, _)| *p == Protection::Tcp), "{d:?}");
+            }
+        }
+        let tcp = |gate| {
+            protections(Backend::Landlock, 7, NetPolicy::Proxy, true, gate)
+                .into_iter()
+                .find(|(p, _)| *p == Protection::Tcp)
+                .unwrap()
+                .1
+        };
+        assert!(matches!(tcp(true), Verdict::Enforced(by) if by.contains("seccomp gate")));
+        assert!(matches!(tcp(false), Verdict::NotEnforced(why) if why.contains("gate")));
     }
 
     #[test]

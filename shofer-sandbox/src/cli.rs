@@ -153,8 +153,8 @@ Options:
                            namespace of loopback only; Landlock alone: TCP refused from
                            ABI 4, other network sockets by seccomp); proxy: only
                            through the supervisor's HTTP/SOCKS5 proxy, to the
-                           allow-list (layered, userns or bwrap; http_proxy and the
-                           like are set for the command)
+                           allow-list (Landlock alone: through the seccomp gate;
+                           http_proxy and the like are set for the command)
   --allow-domain <NAME[:PORT[,PORT...]]>
                            with --net proxy: also allow NAME (*.SUFFIX: every name
                            below it; an IP address: that address, the only way to

@@ -27,9 +27,6 @@ pub enum SetupError {
     NulInCommand,
     /// `--keep-descendants` with the bwrap backend.
     KeepDescendantsWithBwrap,
-    /// `--net proxy` on the Landlock backend, which has no network namespace of the
-    /// command's own to hold the proxy's listener (`--allow-degraded` does not change that).
-    ProxyWithoutNamespace,
     /// The caller exited before the command started.
     CallerExited,
     /// The worktree does not exist, is not a directory, or cannot be opened.
@@ -237,10 +234,6 @@ impl fmt::Display for SetupError {
             SetupError::KeepDescendantsWithBwrap => write!(
                 f,
                 "--keep-descendants is not available with the bwrap backend (bubblewrap's init kills them when the command exits); use landlock or userns"
-            ),
-            SetupError::ProxyWithoutNamespace => write!(
-                f,
-                "--net proxy needs a network namespace of the command's own, and the landlock backend has none (its network rules name ports, not addresses); use layered, userns or bwrap (where user namespaces are blocked: shofer-sandbox --print-apparmor-profile), or --net deny"
             ),
             SetupError::CallerExited => write!(f, "the caller exited before the command started"),
             SetupError::Worktree { path, reason } => write!(

@@ -85,6 +85,9 @@ pub(crate) struct Steps<'a> {
     /// With `seccomp`: refuse every socket but unix, netlink and TCP (`--net deny` on Landlock
     /// alone, in the host's network namespace) ([`crate::hostfilter`]).
     pub refuse_other_sockets: bool,
+    /// With `seccomp`: refuse TCP Fast Open (`--net proxy` on Landlock alone, whose gate
+    /// judges `connect`) ([`crate::hostfilter`]).
+    pub refuse_fastopen: bool,
     /// Install the TIOCSTI/TIOCLINUX filter (needs `no_new_privs` unless privileged).
     pub seccomp: bool,
     /// The Landlock ruleset, and the ABI it is made for.
@@ -138,9 +141,10 @@ impl<'a> Steps<'a> {
             kept_caps: &[],
             run_as: None,
             refuse_id_changes: drop,
-            refuse_mptcp: spec.net_deny,
+            refuse_mptcp: spec.net_deny || spec.net_proxy,
             refuse_foreign_prlimit: false,
             refuse_other_sockets: false,
+            refuse_fastopen: false,
             seccomp: seccomp::FILTER_AVAILABLE,
             landlock: None,
             landlock_abi: 0,
@@ -162,7 +166,9 @@ impl<'a> Steps<'a> {
                 // No PID namespace: the supervisor and the guardian are the command's to name.
                 steps.refuse_foreign_prlimit = true;
                 // No network namespace: Landlock's rules name TCP ports only.
-                steps.refuse_other_sockets = spec.net_deny;
+                steps.refuse_other_sockets = spec.net_deny || spec.net_proxy;
+                // --net proxy: the gate judges connect; Fast Open would connect without it.
+                steps.refuse_fastopen = spec.net_proxy;
             }
             // In a user namespace the command holds capabilities there until exec: drop them
             // whoever the caller is.
@@ -354,6 +360,7 @@ pub(crate) fn run(
                 mptcp: steps.refuse_mptcp,
                 other_sockets: steps.refuse_other_sockets,
                 foreign_prlimit: steps.refuse_foreign_prlimit,
+                fastopen: steps.refuse_fastopen,
             })
         }) {
             fail(Stage::Seccomp, e);
@@ -420,6 +427,7 @@ mod tests {
             keep_descendants: false,
             foreign_owner: None,
             net_deny: false,
+            net_proxy: false,
             cgroup_procs: Vec::new(),
             nproc: None,
             env: Vec::new(),

@@ -35,6 +35,10 @@
 //!   socket fails with `EACCES`; any other family (packet, vsock, TIPC, Bluetooth…) with
 //!   `EAFNOSUPPORT`, as on a kernel without it. `io_uring_setup` fails with `ENOSYS`: its
 //!   `IORING_OP_SOCKET` would make a socket without a `socket(2)` call.
+//! - **TCP Fast Open** (`--net proxy` on Landlock alone): `sendto`, `sendmsg` and `sendmmsg`
+//!   with `MSG_FASTOPEN` in their flags, and `setsockopt(IPPROTO_TCP, TCP_FASTOPEN_CONNECT)`,
+//!   fail with `EACCES`: Fast Open sends data with the SYN, a connection made without the
+//!   `connect` the gate judges.
 //!
 //! x86-64 only. It starts with [`crate::seccomp::NATIVE_ONLY`], as every filter of this
 //! crate: an i386 call (`int $0x80`) kills the process and an x32 call fails with `ENOSYS`,
@@ -58,6 +62,8 @@ pub struct Refuse {
     pub other_sockets: bool,
     /// `prlimit64` setting another process's limits.
     pub foreign_prlimit: bool,
+    /// TCP Fast Open: `MSG_FASTOPEN` sends and `TCP_FASTOPEN_CONNECT`.
+    pub fastopen: bool,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -77,6 +83,15 @@ mod x86_64 {
     const NR_PRLIMIT64: u32 = 302;
     const IPPROTO_MPTCP: u32 = 262;
     const NR_IO_URING_SETUP: u32 = 425;
+    /// (syscall, the argument holding the flags) of the sends that take `MSG_FASTOPEN`.
+    const SEND_CALLS: [(u32, u32); 3] = [
+        (44, 3),  // sendto
+        (46, 2),  // sendmsg
+        (307, 3), // sendmmsg
+    ];
+    const NR_SETSOCKOPT: u32 = 54;
+    const MSG_FASTOPEN: u32 = 0x2000_0000;
+    const TCP_FASTOPEN_CONNECT: u32 = 30;
     /// (syscall, the argument holding the mode) of the chmod family and of `creat`, `mknod`,
     /// `mknodat`.
     const MODE_CALLS: [(u32, u32); 7] = [
@@ -121,6 +136,7 @@ mod x86_64 {
     const REFUSED: usize = 6;
     const INET: usize = 7;
     const NO_SYSCALL: usize = 8;
+    const SETSOCKOPT: usize = 9;
 
     /// The program: [`crate::seccomp::NATIVE_ONLY`] (which leaves the syscall number
     /// loaded), keyrings refused, and with `ids = Some((uid, gid))` identity changes to other
@@ -158,6 +174,12 @@ mod x86_64 {
         }
         if refuse.foreign_prlimit {
             p.push(Jeq(NR_PRLIMIT64, Some(PRLIMIT), None));
+        }
+        if refuse.fastopen {
+            for (i, (nr, _)) in SEND_CALLS.iter().enumerate() {
+                p.push(Jeq(*nr, Some(50 + i), None));
+            }
+            p.push(Jeq(NR_SETSOCKOPT, Some(SETSOCKOPT), None));
         }
         if ids.is_some() {
             for (i, (nr, _, _)) in ID_CALLS.iter().enumerate() {
@@ -202,6 +224,23 @@ mod x86_64 {
                 Jeq(0, None, Some(DENY)),
                 Load(off_arg_lo(2) + 4),
                 Jeq(0, Some(ALLOW), Some(DENY)),
+            ]);
+        }
+        if refuse.fastopen {
+            // Flags, level and option name are ints: their low halves are what the kernel reads.
+            for (i, (_, arg)) in SEND_CALLS.iter().enumerate() {
+                p.extend([
+                    Label(50 + i),
+                    Load(off_arg_lo(*arg)),
+                    Jset(MSG_FASTOPEN, Some(REFUSED), Some(ALLOW)),
+                ]);
+            }
+            p.extend([
+                Label(SETSOCKOPT),
+                Load(off_arg_lo(1)),
+                Jeq(libc::IPPROTO_TCP as u32, None, Some(ALLOW)),
+                Load(off_arg_lo(2)),
+                Jeq(TCP_FASTOPEN_CONNECT, Some(REFUSED), Some(ALLOW)),
             ]);
         }
         if refuse.setid_files {
@@ -313,6 +352,41 @@ mod x86_64 {
         }
 
         #[test]
+        fn fast_open_is_refused_when_asked_and_nothing_else_of_the_sends() {
+            let on = super::super::Refuse {
+                fastopen: true,
+                ..super::super::Refuse::default()
+            };
+            let p = program(None, on);
+            let off = program(None, super::super::Refuse::default());
+            let refused = libc::SECCOMP_RET_ERRNO | libc::EACCES as u32;
+            let fo = MSG_FASTOPEN | libc::MSG_NOSIGNAL as u32;
+            for (nr, arg) in SEND_CALLS {
+                let mut args = [0u32; 4];
+                args[arg as usize] = fo;
+                assert_eq!(call(&p, nr, &args), refused, "nr {nr}");
+                assert_eq!(call(&off, nr, &args), OK, "nr {nr}");
+                args[arg as usize] = libc::MSG_NOSIGNAL as u32;
+                assert_eq!(call(&p, nr, &args), OK, "nr {nr}");
+            }
+            let tcp = libc::IPPROTO_TCP as u32;
+            let sol = libc::SOL_SOCKET as u32;
+            assert_eq!(
+                call(&p, NR_SETSOCKOPT, &[3, tcp, TCP_FASTOPEN_CONNECT]),
+                refused
+            );
+            assert_eq!(
+                call(&off, NR_SETSOCKOPT, &[3, tcp, TCP_FASTOPEN_CONNECT]),
+                OK
+            );
+            assert_eq!(
+                call(&p, NR_SETSOCKOPT, &[3, tcp, libc::TCP_NODELAY as u32]),
+                OK
+            );
+            assert_eq!(call(&p, NR_SETSOCKOPT, &[3, sol, TCP_FASTOPEN_CONNECT]), OK);
+        }
+
+        #[test]
         fn mptcp_and_other_processes_limits_are_refused_when_asked() {
             let on = super::super::Refuse {
                 id_changes: false,
@@ -320,6 +394,7 @@ mod x86_64 {
                 mptcp: true,
                 other_sockets: false,
                 foreign_prlimit: true,
+                fastopen: false,
             };
             let p = program(None, on);
             let off = program(None, super::super::Refuse::default());

@@ -34,7 +34,9 @@
 //! freshen).
 //!
 //! With `--net proxy`, [`egress`] is the command's one way out: a listener made in its network
-//! namespace during step 6, served by supervisor threads from step 7, to the allow-list.
+//! namespace during step 6 (on Landlock alone, on the host's loopback before it, the gate
+//! admitting inet calls to it and the run's own loopback servers only: [`gate::inet`]), served
+//! by supervisor threads from step 7, to the allow-list.
 //!
 //! Git lives behind one door, [`git`]: outside it, nothing names a git type.
 //!
@@ -102,7 +104,7 @@ pub use error::SetupError;
 
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::FromRawFd;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 use backend::{Choice, Facts};
@@ -252,7 +254,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         git::set_git_settings();
     }
     if args.net == NetPolicy::Proxy {
-        egress::set_environment();
+        egress::set_environment(egress::PORT);
     }
     drop(before);
     let (mut opened, repo) = open()?;
@@ -356,9 +358,19 @@ fn attempt(
         secrets,
         caches,
     } = *step4;
-    if args.net == NetPolicy::Proxy && choice.backend == Backend::Landlock {
-        return Err(SetupError::ProxyWithoutNamespace);
-    }
+    // --net proxy on Landlock alone: the proxy listens on the host's loopback, at a port of
+    // the kernel's choosing (still one thread: the variables follow it), and the gate admits
+    // inet calls to it and to the run's own loopback servers only (gate::inet).
+    let host_proxy = if args.net == NetPolicy::Proxy && choice.backend == Backend::Landlock {
+        let (listener, port) = egress::host_listener().map_err(|source| SetupError::Syscall {
+            op: "making the proxy's listener on the host's loopback",
+            source,
+        })?;
+        egress::set_environment(port);
+        Some((listener, port))
+    } else {
+        None
+    };
     let mut exec = exec_spec(args, choice.foreign_owner)?;
     let [procs, memory, cpu] = args.limits;
     let limits = limits::Enforced::prepare(
@@ -426,6 +438,7 @@ fn attempt(
             Backend::Bwrap => format!("shofer-sandbox: note: the worktree belongs to uid {uid}: bubblewrap drops every capability; use --keep-caps or another backend to write in it"),
         });
     }
+    let net_refused: egress::serve::Refused = std::sync::Arc::default();
     let git_choice = git::Choice {
         backend: choice.backend,
         keep_caps: args.keep_caps,
@@ -453,6 +466,13 @@ fn attempt(
         let sockets = choice.unix_gate;
         // Landlock alone keeps the host's network: `listen` would bind a port unchecked.
         let listens = sockets && choice.backend == Backend::Landlock && args.net == NetPolicy::Deny;
+        let inet = host_proxy
+            .as_ref()
+            .filter(|_| sockets)
+            .map(|(_, port)| gate::inet::Inet {
+                proxy: std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, *port)),
+                refused: net_refused.clone(),
+            });
         let mut handlers = git_run.handlers();
         // Landlock alone before ABI 6 scopes no signal (crate::signalgate).
         if choice.backend == Backend::Landlock && choice.abi < 6 && sockets {
@@ -473,10 +493,14 @@ fn attempt(
                 (sockets, listens),
                 handlers,
             );
-            Some(setup.map_err(|source| SetupError::Syscall {
+            let setup = setup.map_err(|source| SetupError::Syscall {
                 op: "preparing the unix socket gate",
                 source,
-            })?)
+            })?;
+            Some(match inet {
+                Some(inet) => setup.with_inet(inet),
+                None => setup,
+            })
         } else {
             None
         };
@@ -490,7 +514,6 @@ fn attempt(
         }
     };
     let refused = gate.as_ref().map(|g| g.refused.clone());
-    let net_refused = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     // 5.-7. plan, spawn, supervise
     // Safety: the caller handed us this descriptor with --status-fd and `exec_spec` checked
     // it is open; nothing else here owns it.
@@ -512,7 +535,8 @@ fn attempt(
             ) {
                 Ok(mut plan) => {
                     plan.spawned_gate = git_run.start();
-                    let proxy = (args.net == NetPolicy::Proxy).then_some(&args.allow_domains);
+                    let proxy = (args.net == NetPolicy::Proxy)
+                        .then_some((&args.allow_domains, host_proxy.map(|(l, _)| l)));
                     supervised(plan, status, gate, proxy, &net_refused, caller_mask)
                 }
                 Err(PlanError::Setup(e)) => Err(e),
@@ -593,6 +617,7 @@ fn exec_spec(args: &RunArgs, owner: Option<(u32, u32)>) -> Result<ExecSpec, Setu
         keep_descendants: args.keep_descendants,
         foreign_owner: owner,
         net_deny: args.net == NetPolicy::Deny,
+        net_proxy: args.net == NetPolicy::Proxy,
         cgroup_procs: Vec::new(),
         nproc: None,
         env: Vec::new(),
@@ -623,7 +648,7 @@ fn supervised(
     mut plan: Plan<'_>,
     status: Option<StatusFd>,
     gate: Option<gate::Setup>,
-    proxy: Option<&shofer_core::egress::AllowList>,
+    proxy: Option<(&shofer_core::egress::AllowList, Option<OwnedFd>)>,
     net_refused: &egress::serve::Refused,
     caller_mask: Option<libc::sigset_t>,
 ) -> Result<Outcome, SetupError> {
@@ -641,11 +666,12 @@ fn supervised(
                     eprintln!("shofer-sandbox: the unix socket gate could not start: {e}");
                 }
             }
-            if let Some(allow) = proxy {
-                // bubblewrap's child waits (--block-fd) until its listener is made.
+            if let Some((allow, host)) = proxy {
+                // bubblewrap's child waits (--block-fd) until its listener is made; on
+                // Landlock alone it was made on the host's loopback before the command.
                 let listener = match &mut plan.confinement {
                     plan::Confinement::Bwrap(launch) => launch.proxy_listener(),
-                    _ => running.proxy.take(),
+                    _ => host.or_else(|| running.proxy.take()),
                 };
                 let started = listener.map(|l| egress::serve::start(l, allow.clone(), net_refused));
                 if !matches!(started, Some(Ok(()))) {

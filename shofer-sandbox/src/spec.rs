@@ -29,6 +29,8 @@ pub(crate) struct ExecSpec {
     /// `--net deny`: TCP is refused, so MPTCP sockets (which Landlock's TCP rules do not
     /// cover) cannot be made.
     pub net_deny: bool,
+    /// `--net proxy`: on Landlock alone, only TCP stream sockets, no MPTCP, no Fast Open.
+    pub net_proxy: bool,
     /// The run's cgroups' `cgroup.procs`, which the command's first process writes `0` to,
     /// and `RLIMIT_NPROC` in the run's user namespace ([`crate::limits`]).
     pub cgroup_procs: Vec<RawFd>,

@@ -2,12 +2,16 @@
 //! loopback only, and one listener on it that the supervisor serves from outside, an HTTP
 //! CONNECT / plain-HTTP / SOCKS5 proxy that opens a connection only to a destination of the
 //! allow-list ([`shofer_core::egress`]). No helper binary runs in the namespace, and nothing
-//! inside can reach the host's network another way: there is no route.
+//! inside can reach the host's network another way: there is no route. On Landlock alone the
+//! listener is on the host's loopback ([`host_listener`]) and the gate keeps every other inet
+//! address out of reach instead (`crate::gate::inet`).
 //!
 //! # Map
 //! - this file: the listener ([`listener_in`]: made inside the command's network namespace by
-//!   a forked child of the supervisor, loopback brought up first) and the command's proxy
-//!   variables ([`set_environment`]);
+//!   a forked child of the supervisor, loopback brought up first; [`host_listener`] on Landlock
+//!   alone, on the host's loopback, where the gate admits inet connects to it and to the run's
+//!   own loopback servers only, `crate::gate::inet`) and the command's proxy variables
+//!   ([`set_environment`]);
 //! - [`head`]: what a client asks for, from the first bytes of its connection (HTTP with
 //!   `httparse`, SOCKS5), bounded;
 //! - [`sni`]: the server name of a TLS ClientHello, checked against the CONNECT name;
@@ -38,8 +42,8 @@ pub const PORT: u16 = 3128;
 /// The variables the command's tools read for a proxy, set to the listener (the caller's
 /// own values are replaced: no other way out exists). `NO_PROXY` keeps the command's own
 /// loopback direct; Node.js from 22.21/24.5 needs `NODE_USE_ENV_PROXY`, npm its own names.
-pub fn variables() -> Vec<(&'static str, String)> {
-    let url = format!("http://127.0.0.1:{PORT}");
+pub fn variables(port: u16) -> Vec<(&'static str, String)> {
+    let url = format!("http://127.0.0.1:{port}");
     let mut vars = Vec::new();
     for name in [
         "http_proxy",
@@ -60,13 +64,24 @@ pub fn variables() -> Vec<(&'static str, String)> {
     vars
 }
 
-/// Puts [`variables`] into this process's environment, which the command inherits. Must run
-/// while the process has one thread (setenv(3) is not thread-safe), like
-/// `crate::git::set_git_settings`.
-pub fn set_environment() {
-    for (k, v) in variables() {
+/// Puts [`variables`] for the proxy at `127.0.0.1:port` into this process's environment,
+/// which the command inherits. Must run while the process has one thread (setenv(3) is not
+/// thread-safe), like `crate::git::set_git_settings`.
+pub fn set_environment(port: u16) {
+    for (k, v) in variables(port) {
         std::env::set_var(k, v);
     }
+}
+
+/// `--net proxy` on Landlock alone: the proxy's listener on the host's loopback,
+/// `127.0.0.1` and a port the kernel picks, and that port.
+///
+/// # Errors
+/// The socket could not be made.
+pub(crate) fn host_listener() -> std::io::Result<(OwnedFd, u16)> {
+    let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+    let port = l.local_addr()?.port();
+    Ok((OwnedFd::from(l), port))
 }
 
 /// The proxy's listener, made in the network namespace of process `pid` (process A of the

@@ -302,7 +302,13 @@ fn tunnel(
 /// Records `r` (once per destination and reason, [`MAX_LISTED`] at most) and says so on
 /// stderr; past the bound, one line says the rest go unlisted.
 fn refuse(shared: &Shared, r: Refusal) {
-    let Ok(mut list) = shared.refused.lock() else {
+    record(&shared.refused, r);
+}
+
+/// Records `r` in `refused` (once per destination and reason, [`MAX_LISTED`] at most) and
+/// says so on stderr: the proxy's refusals and the gate's (`--net proxy` on Landlock alone).
+pub(crate) fn record(refused: &Refused, r: Refusal) {
+    let Ok(mut list) = refused.lock() else {
         return;
     };
     if list.iter().any(|x| x == &r) {

@@ -6,9 +6,9 @@
 //! - `sendto`: notified only when `dest_addr` (argument 4) is not NULL; `send()` and
 //!   `sendto(…, NULL, 0)` run untouched, so a connected socket costs nothing.
 //! - `io_uring_setup`: `ENOSYS` (`IORING_OP_CONNECT` would bypass a syscall-level gate).
-//! - With [`Traps::listens`] (`--net deny` on Landlock alone) also `listen`: the kernel gives
-//!   an unbound inet socket a port of its own choosing there, which Landlock's bind rule never
-//!   sees.
+//! - With [`Traps::listens`] (`--net deny` or `--net proxy` on Landlock alone) also `listen`:
+//!   the kernel gives an unbound inet socket a port of its own choosing there, on every
+//!   interface, which Landlock's bind rule never sees.
 //! - Before all of these, [`crate::seccomp::NATIVE_ONLY`], as in every filter of this crate:
 //!   an i386 call kills the process, an x32 call fails with `ENOSYS` (the gate reads 64-bit
 //!   argument layouts only, and no rule depends on another ABI's numbers).
@@ -138,7 +138,8 @@ pub struct Traps {
     pub touches: bool,
     /// `chmod(path)` and `fchmodat(AT_FDCWD, path)`.
     pub chmods: bool,
-    /// `listen` (the gate refuses it on inet sockets: `--net deny` on Landlock alone).
+    /// `listen` (the gate refuses it on inet sockets with `--net deny` on Landlock alone, and
+    /// on those not bound to loopback with `--net proxy` there).
     pub listens: bool,
     /// The calls that signal a process or name where `SIGIO` goes (Landlock alone below ABI
     /// 6: `crate::signalgate`).

@@ -38,6 +38,7 @@ pub mod diag;
 pub mod filter;
 pub(crate) mod handler;
 pub mod helper;
+pub mod inet;
 pub mod netns;
 pub(crate) mod notify;
 pub mod resolve;
@@ -232,6 +233,7 @@ impl Setup {
                 dir_paths,
                 files,
                 drop_caps,
+                inet: None,
             },
             handlers,
             traps,
@@ -239,6 +241,15 @@ impl Setup {
             helper,
             helper_end,
         })
+    }
+
+    /// `--net proxy` on Landlock alone: inet calls admitted by `inet` only, and `listen`
+    /// trapped (an unbound inet socket would get a port on every interface).
+    #[must_use]
+    pub fn with_inet(mut self, inet: inet::Inet) -> Setup {
+        self.rules.inet = Some(inet);
+        self.traps.listens = true;
+        self
     }
 
     /// Starts serving `listener`; `extra_diag` is a `NETLINK_SOCK_DIAG` socket in the

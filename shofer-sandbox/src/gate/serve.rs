@@ -28,7 +28,10 @@
 //! `bind` is the exception, answered with CONTINUE without reading anything: the kernel binds
 //! under the caller's own confinement (Landlock, read-only mounts); the gate only notes the
 //! socket (its socket inode) so that a later connect to the file it gets bound to is allowed
-//! (rule (a), "created by this run"), which [`super::diag`] confirms with the kernel.
+//! (rule (a), "created by this run"), which [`super::diag`] confirms with the kernel. With
+//! `--net proxy` on Landlock alone an inet address is decided by [`super::inet`] instead: a
+//! connect or send only to the proxy or a loopback listener of the run, a bind (made by the
+//! gate on its copy, never continued) only to loopback, a `listen` only on a socket bound there.
 //!
 //! The helper finishes calls that may block (a blocking socket's TCP connect, a send into a
 //! full buffer) on a thread of its own, so one slow peer does not stall the whole run; a
@@ -73,6 +76,8 @@ pub struct Rules {
     /// worktree's owner; `--keep-caps`), calls of a caller without effective capabilities are
     /// performed on a thread that takes the caller's uid, gid and groups and no capabilities.
     pub drop_caps: bool,
+    /// `--net proxy` on Landlock alone: the inet addresses admitted ([`super::inet`]).
+    pub inet: Option<super::inet::Inet>,
 }
 
 /// Paths the gate refused, in order, each once.
@@ -119,6 +124,9 @@ struct Gate {
     addfd: AddFd,
     /// Network namespaces (inode of `/proc/PID/ns/net`) a sock_diag socket was sought in.
     netns_tried: HashSet<u64>,
+    /// Inodes of the inet sockets that listened through the gate (`--net proxy` on Landlock
+    /// alone): the run's own servers.
+    own_inet: HashSet<u64>,
 }
 
 /// Starts the gate thread on `listener`, with `helper` (the supervisor's end of the socket
@@ -158,6 +166,7 @@ pub fn spawn(
         diag_works: None,
         addfd: AddFd::Missing,
         netns_tried: HashSet::new(),
+        own_inet: HashSet::new(),
     };
     std::thread::Builder::new()
         .name("shofer-gate".into())
@@ -404,6 +413,11 @@ impl Gate {
         if addr.is_empty() {
             return Ok(Target::None);
         }
+        if self.rules.inet.is_some() {
+            if let Some(a) = super::inet::parse(&addr)? {
+                return self.inet_target(a, addr);
+            }
+        }
         let family = u16::from_ne_bytes([addr[0], *addr.get(1).unwrap_or(&0)]);
         if !helper::is_unix(sock) || family != libc::AF_UNIX as u16 || addr.len() <= 2 {
             return Ok(Target::Raw(addr));
@@ -460,6 +474,26 @@ impl Gate {
             return Err(self.refuse(verb, resolve::show(path), why));
         }
         Ok(Target::Pinned { pin })
+    }
+
+    /// `--net proxy` on Landlock alone: the proxy, or a listener of this run on loopback;
+    /// anything else refused and reported in `net_refused` ([`super::inet`]).
+    fn inet_target(&mut self, a: std::net::SocketAddr, addr: Vec<u8>) -> Result<Target, i32> {
+        let Some(inet) = &self.rules.inet else {
+            return Ok(Target::Raw(addr));
+        };
+        let at = super::inet::canonical(a);
+        if at == inet.proxy || super::inet::listening(&self.own_inet, at) {
+            return Ok(Target::Raw(addr));
+        }
+        crate::egress::serve::record(
+            &inet.refused,
+            crate::egress::decide::Refusal {
+                destination: at.to_string(),
+                reason: "--net proxy: the command reaches only the proxy (http_proxy) and servers this run started on loopback".into(),
+            },
+        );
+        Err(libc::EACCES)
     }
 
     /// Remembers the socket file `pin` (with `st`) as reachable, held open (a bounded number
@@ -779,6 +813,9 @@ impl Gate {
         let Ok(sock) = self.socket_of(n.pid, n.args[0]) else {
             return Reply::Continue; // the kernel reports EBADF/ENOTSOCK itself
         };
+        if self.rules.inet.is_some() && is_inet(&sock) {
+            return self.bind_inet(n, sock);
+        }
         if helper::is_unix(&sock) && !is_bound(&sock) {
             if let Ok(st) = resolve::stat_fd(&sock) {
                 let ino = st.st_ino as u32;
@@ -796,10 +833,57 @@ impl Gate {
         Reply::Continue
     }
 
+    /// `--net proxy` on Landlock alone: an inet socket is bound by the gate, on its own copy
+    /// of the socket with its own copy of the address, and only to loopback (never
+    /// continued: the command could rewrite the address after the check).
+    fn bind_inet(&mut self, n: &Notif, sock: OwnedFd) -> Reply {
+        let addr = match Self::read_addr(n.pid, n.args[1], n.args[2]) {
+            Ok(a) if !a.is_empty() => a,
+            Ok(_) => return Reply::Now(Err(libc::EINVAL)),
+            Err(e) => return Reply::Now(Err(e)),
+        };
+        match super::inet::parse(&addr) {
+            Ok(Some(a)) if super::inet::binds_loopback(a) => {}
+            Err(e) => return Reply::Now(Err(e)),
+            _ => {
+                if self.shown.insert("bind beyond loopback".into()) {
+                    eprintln!("shofer-sandbox: bind() of an inet socket beyond loopback refused: --net proxy (bind to 127.0.0.1 or ::1)");
+                }
+                return Reply::Now(Err(libc::EACCES));
+            }
+        }
+        if !self.valid(n) {
+            return Reply::Later; // /proc/PID may have named another process meanwhile
+        }
+        self.perform_as_caller(
+            n,
+            Box::new(move || {
+                // Raw libc: rustix binds only typed addresses; these are the checked bytes.
+                // Safety: `addr` is a live buffer of the length passed.
+                let r = unsafe {
+                    libc::bind(
+                        sock.as_raw_fd(),
+                        addr.as_ptr().cast::<libc::sockaddr>(),
+                        addr.len() as libc::socklen_t,
+                    )
+                };
+                Some(if r == 0 {
+                    Ok(0)
+                } else {
+                    Err(std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EINVAL))
+                })
+            }),
+        )
+    }
+
     /// `listen` (trapped only with `--net deny` on Landlock alone): refused on any socket but a
     /// unix one. Landlock refuses every TCP `bind`, so an inet socket that gets this far is
     /// unbound, and the kernel would bind it itself to a port of its choosing on every
-    /// interface, unchecked: a server the outside could reach.
+    /// interface, unchecked: a server the outside could reach. With `--net proxy` there (also
+    /// trapped): allowed on an inet socket bound to loopback, whose inode then counts as one of
+    /// the run's listeners ([`super::inet::listening`]).
     ///
     /// Never continued: the kernel would look the descriptor up again, and another thread of
     /// the command can have swapped an inet socket in since (`dup2`). The gate listens on its
@@ -826,6 +910,30 @@ impl Gate {
             }
             Err(e) => return Reply::Now(Err(e.raw_os_error())), // ENOTSOCK
             Ok(_) => {}
+        }
+        if self.rules.inet.is_some() {
+            // --net proxy: on a socket the gate bound to loopback; its inode is the run's.
+            let local = rustix::net::getsockname(&sock).ok().and_then(|a| {
+                let a: Option<std::net::SocketAddr> = a.try_into().ok();
+                a
+            });
+            if local.is_some_and(super::inet::binds_loopback) {
+                if let Ok(st) = resolve::stat_fd(&sock) {
+                    if self.own_inet.len() < 65536 {
+                        self.own_inet.insert(st.st_ino);
+                    }
+                }
+                let backlog = n.args[1] as i32;
+                return Reply::Now(
+                    rustix::net::listen(&sock, backlog)
+                        .map(|()| 0)
+                        .map_err(|e| e.raw_os_error()),
+                );
+            }
+            if self.shown.insert("listen on an inet socket".into()) {
+                eprintln!("shofer-sandbox: listen() on an inet socket not bound to loopback refused: --net proxy (bind to 127.0.0.1 or ::1 first)");
+            }
+            return Reply::Now(Err(libc::EACCES));
         }
         if self.shown.insert("listen on an inet socket".into()) {
             eprintln!(
@@ -879,6 +987,13 @@ impl Gatekeeper for Gate {
             as_caller => self.later_answered(n.id, as_caller, op),
         }
     }
+}
+
+fn is_inet(sock: &OwnedFd) -> bool {
+    matches!(
+        rustix::net::sockopt::socket_domain(sock),
+        Ok(rustix::net::AddressFamily::INET | rustix::net::AddressFamily::INET6)
+    )
 }
 
 fn is_bound(sock: &OwnedFd) -> bool {

@@ -41,7 +41,14 @@ pub(crate) fn proxy_connect(a: &[String]) -> Seen {
     let port = arg(a, 2);
     let want_ok = arg(a, 3) == "expect-ok";
     let status = (|| -> std::io::Result<String> {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", 3128))?;
+        // The proxy the sandbox named (its own port on Landlock alone, 3128 in a namespace).
+        let proxy = std::env::var("http_proxy").unwrap_or_default();
+        let proxy_port = proxy
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap_or(3128);
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", proxy_port))?;
         s.set_read_timeout(Some(std::time::Duration::from_secs(15)))?;
         write!(
             s,

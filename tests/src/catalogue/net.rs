@@ -97,9 +97,15 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         case!(
             "tcp-connect-net-proxy",
-            "issue 33: --net proxy: connect straight to a 127.0.0.1 listener outside",
+            "issue 33: --net proxy: connect straight to a 127.0.0.1 listener outside (landlock: the gate refuses it)",
             Some(Protection::Tcp),
             |c| tcp_deny_listener(c, Attack::TcpConnect, "proxy")
+        ),
+        case!(
+            "tcp-fastopen-net-proxy",
+            "issue 33: --net proxy: sendto(MSG_FASTOPEN) to a 127.0.0.1 listener outside (landlock: seccomp refuses Fast Open)",
+            Some(Protection::Tcp),
+            |c| tcp_deny_listener(c, Attack::TcpFastopen, "proxy")
         ),
         case!(
             "proxy-unlisted-refused",
@@ -109,7 +115,7 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         case!(
             "proxy-named-reached",
-            "issue 33: --net proxy --allow-domain 127.0.0.1:PORT: CONNECT through the proxy reaches that listener (landlock: the mode is refused)",
+            "issue 33: --net proxy --allow-domain 127.0.0.1:PORT: CONNECT through the proxy reaches that listener",
             None,
             |c| proxy_connect(c, true)
         ),
@@ -255,9 +261,6 @@ fn tcp_deny_listener(c: &Ctx, attack: Attack, mode: &str) -> Outcome {
     };
     let mut spec = Sb::new(Cmd::Attack(attack, vec![port.to_string()]));
     spec.extra = vec!["--net".into(), mode.into()];
-    if mode == "proxy" && c.cell.backend == "landlock" {
-        return proxy_refused_on_landlock(c, spec);
-    }
     let o = attack_spec_checked(c, spec);
     if let Some(f) = silent_net_downgrade(c) {
         return f;
@@ -292,9 +295,6 @@ fn proxy_connect(c: &Ctx, named: bool) -> Outcome {
         spec.extra.push("--allow-domain".into());
         spec.extra.push(format!("127.0.0.1:{port}"));
     }
-    if c.cell.backend == "landlock" {
-        return proxy_refused_on_landlock(c, spec);
-    }
     let o = attack_spec_checked(c, spec);
     let n = sys::accept_all(l.as_raw_fd());
     if !named && n > 0 {
@@ -303,21 +303,6 @@ fn proxy_connect(c: &Ctx, named: bool) -> Outcome {
         ));
     }
     o
-}
-
-/// Landlock alone has no network namespace for the proxy: the run must be refused (125), with
-/// or without `--allow-degraded`.
-fn proxy_refused_on_landlock(c: &Ctx, spec: Sb) -> Outcome {
-    let run = c.sb(spec);
-    if run.code == Some(125) && run.stderr.contains("--net proxy needs a network namespace") {
-        Outcome::Blocked("landlock refuses --net proxy (no network namespace of its own)".into())
-    } else {
-        Outcome::Fail(format!(
-            "landlock ran --net proxy (exit {:?}): {}",
-            run.code,
-            crate::runner::clip(&run.stderr, 300)
-        ))
-    }
 }
 
 fn tcp_bind_deny(c: &Ctx) -> Outcome {
