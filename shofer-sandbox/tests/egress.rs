@@ -51,7 +51,7 @@ const EXPECTED: [&str; 25] = [
 ];
 
 /// The checks of `landlock.py`, on Landlock alone.
-const LANDLOCK: [&str; 15] = [
+const LANDLOCK: [&str; 18] = [
     "ll-host-service",
     "ll-direct-out",
     "ll-ipv6-mapped",
@@ -63,6 +63,9 @@ const LANDLOCK: [&str; 15] = [
     "ll-own-server-v6",
     "ll-bind-any",
     "ll-listen-unbound",
+    "ll-unspecified-v6",
+    "ll-unspecified-v4",
+    "ll-reuseport",
     "ll-closed-server",
     "ll-race",
     // Of checks.sh, refused by the gate or by seccomp here rather than by having no route.

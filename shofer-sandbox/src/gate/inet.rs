@@ -57,19 +57,22 @@ pub fn parse(addr: &[u8]) -> Result<Option<SocketAddr>, i32> {
     }
 }
 
-/// What the kernel reaches for `a`: an IPv4-mapped IPv6 address is its IPv4 one, and the
-/// unspecified address (a connect to `0.0.0.0`) is loopback.
+/// `a` with an IPv4-mapped IPv6 address as its IPv4 one. The unspecified address stays what
+/// it is: where the kernel sends a connect to `0.0.0.0` or `::` depends on the socket's own
+/// bound address (its source becomes the destination; a v4-mapped source takes `::` to IPv4),
+/// so no decision about it holds — [`reachable`] refuses it.
 pub fn canonical(a: SocketAddr) -> SocketAddr {
     let ip = match a.ip() {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
     };
-    let ip = match ip {
-        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-        ip => ip,
-    };
     SocketAddr::new(ip, a.port())
+}
+
+/// Whether a destination (canonical) names one place whatever the socket is bound to: never
+/// the unspecified address.
+pub fn reachable(a: SocketAddr) -> bool {
+    !a.ip().is_unspecified()
 }
 
 /// Whether a bind to `a` stays on loopback (`127.0.0.0/8`, `::1`, or an IPv4-mapped loopback
@@ -142,10 +145,11 @@ mod tests {
         assert_eq!(parse(&[1, 0, b'/', 0]), Ok(None));
         let mapped: SocketAddr = "[::ffff:10.0.0.1]:80".parse().unwrap();
         assert_eq!(canonical(mapped), "10.0.0.1:80".parse().unwrap());
-        assert_eq!(
-            canonical("0.0.0.0:9".parse().unwrap()),
-            "127.0.0.1:9".parse().unwrap()
-        );
+        // The unspecified address goes where the socket's own address says: never admitted.
+        for a in ["0.0.0.0:9", "[::]:9", "[::ffff:0.0.0.0]:9"] {
+            assert!(!reachable(canonical(a.parse().unwrap())), "{a}");
+        }
+        assert!(reachable("127.0.0.1:9".parse().unwrap()));
         assert!(binds_loopback("127.0.0.2:0".parse().unwrap()));
         assert!(binds_loopback("[::ffff:127.0.0.1]:0".parse().unwrap()));
         assert!(binds_loopback("[::1]:0".parse().unwrap()));

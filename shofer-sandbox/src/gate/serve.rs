@@ -483,7 +483,9 @@ impl Gate {
             return Ok(Target::Raw(addr));
         };
         let at = super::inet::canonical(a);
-        if at == inet.proxy || super::inet::listening(&self.own_inet, at) {
+        if super::inet::reachable(at)
+            && (at == inet.proxy || super::inet::listening(&self.own_inet, at))
+        {
             return Ok(Target::Raw(addr));
         }
         crate::egress::serve::record(
@@ -855,6 +857,11 @@ impl Gate {
         if !self.valid(n) {
             return Reply::Later; // /proc/PID may have named another process meanwhile
         }
+        // No SO_REUSEPORT: with it, the bind would join a host service's group on the same
+        // port (same uid), and connects the gate admits as the run's own would reach it.
+        if rustix::net::sockopt::set_socket_reuseport(&sock, false).is_err() {
+            return Reply::Now(Err(libc::EACCES));
+        }
         self.perform_as_caller(
             n,
             Box::new(move || {
@@ -917,7 +924,9 @@ impl Gate {
                 let a: Option<std::net::SocketAddr> = a.try_into().ok();
                 a
             });
-            if local.is_some_and(super::inet::binds_loopback) {
+            // SO_REUSEPORT set since the bind would let the listen join a host group.
+            let shared = rustix::net::sockopt::socket_reuseport(&sock).unwrap_or(true);
+            if local.is_some_and(super::inet::binds_loopback) && !shared {
                 if let Ok(st) = resolve::stat_fd(&sock) {
                     if self.own_inet.len() < 65536 {
                         self.own_inet.insert(st.st_ino);

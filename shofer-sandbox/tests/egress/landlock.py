@@ -59,6 +59,43 @@ srv6.listen(1)
 say("ll-own-server-v6", refused(lambda: socket.create_connection(srv6.getsockname()[:2], 2).close()) == "succeeded", "refused")
 say("ll-bind-any", refused(lambda: socket.socket().bind(("0.0.0.0", 0))) == errno.EACCES, "bound every interface")
 say("ll-listen-unbound", refused(lambda: socket.socket().listen(1)) == errno.EACCES, "listened on a port of every interface")
+# The unspecified address goes where the socket's own address says: a listener of the run's
+# on [::1]:8765 or 127.0.0.2:8765 must not admit a connect to :: or 0.0.0.0 from a socket
+# bound to 127.0.0.1, which the kernel would send to the host's 127.0.0.1:8765.
+def unspecified(family, own, source, dest):
+    l = socket.socket(family)
+    l.bind((own, 8765))
+    l.listen(1)
+    try:
+        c = socket.socket(family)
+        c.bind((source, 0))
+        c.settimeout(2)
+        c.connect((dest, 8765))
+        c.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        return "reached: %r" % c.recv(64)
+    except OSError as e:
+        return e.errno
+    finally:
+        l.close()
+
+
+say("ll-unspecified-v6", unspecified(socket.AF_INET6, "::1", "::ffff:127.0.0.1", "::") == errno.EACCES, "not EACCES")
+say("ll-unspecified-v4", unspecified(socket.AF_INET, "127.0.0.2", "127.0.0.1", "0.0.0.0") == errno.EACCES, "not EACCES")
+
+
+# SO_REUSEPORT would let the run's listener join a host service's group on the same port:
+# the gate binds without it, and refuses to listen once it is set again.
+def reuseport():
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind(("127.0.0.1", 0))
+    if s.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT):
+        return "bound with SO_REUSEPORT"
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.listen(1)
+
+
+say("ll-reuseport", refused(reuseport) == errno.EACCES, "not refused")
 # A port the run's server gave up is not the run's any more.
 port = srv.getsockname()[1]
 srv.close()
