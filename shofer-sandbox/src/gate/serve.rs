@@ -127,6 +127,9 @@ struct Gate {
     /// Inodes of the inet sockets that listened through the gate (`--net proxy` on Landlock
     /// alone): the run's own servers.
     own_inet: HashSet<u64>,
+    /// `--net proxy` on Landlock alone: the inodes of the inet sockets the gate bound to
+    /// loopback; only these may listen (a socket's local address then cannot change).
+    bound_inet: HashSet<u64>,
 }
 
 /// Starts the gate thread on `listener`, with `helper` (the supervisor's end of the socket
@@ -167,6 +170,7 @@ pub fn spawn(
         addfd: AddFd::Missing,
         netns_tried: HashSet::new(),
         own_inet: HashSet::new(),
+        bound_inet: HashSet::new(),
     };
     std::thread::Builder::new()
         .name("shofer-gate".into())
@@ -862,6 +866,14 @@ impl Gate {
         if rustix::net::sockopt::set_socket_reuseport(&sock, false).is_err() {
             return Reply::Now(Err(libc::EACCES));
         }
+        // Remembered before the bind: one that fails leaves the socket unbound, and listen
+        // checks the address too.
+        if let Ok(st) = resolve::stat_fd(&sock) {
+            if self.bound_inet.len() >= 65536 {
+                self.bound_inet.clear();
+            }
+            self.bound_inet.insert(st.st_ino);
+        }
         self.perform_as_caller(
             n,
             Box::new(move || {
@@ -926,10 +938,12 @@ impl Gate {
             });
             // SO_REUSEPORT set since the bind would let the listen join a host group.
             let shared = rustix::net::sockopt::socket_reuseport(&sock).unwrap_or(true);
-            if local.is_some_and(super::inet::binds_loopback) && !shared {
-                if let Ok(st) = resolve::stat_fd(&sock) {
+            let ino = resolve::stat_fd(&sock).ok().map(|st| st.st_ino);
+            let gate_bound = ino.is_some_and(|i| self.bound_inet.contains(&i));
+            if gate_bound && local.is_some_and(super::inet::binds_loopback) && !shared {
+                if let Some(ino) = ino {
                     if self.own_inet.len() < 65536 {
-                        self.own_inet.insert(st.st_ino);
+                        self.own_inet.insert(ino);
                     }
                 }
                 let backlog = n.args[1] as i32;
