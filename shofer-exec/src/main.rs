@@ -1,19 +1,27 @@
 //! `shofer`: run a command the way an agent host would, or read its spilled output.
 //!
 //! ```text
-//! shofer run [--worktree DIR [--allow-unix PATH]...] [--cwd DIR] [--timeout S]
+//! shofer run [--worktree DIR [SANDBOX OPTIONS]] [--profile NAME] [--cwd DIR] [--timeout S]
 //!            [--hard-timeout S] [--env K=V]... [--preview small|medium|large]
 //!            [--artifacts DIR] [--json] -- <command>
 //! shofer read <ARTIFACT_ID> [--search RE] [--offset N] [--limit N] [--artifacts DIR]
 //! shofer list [--artifacts DIR]
 //! shofer status <ID> [--artifacts DIR]
 //! shofer kill <ID>|--all [--artifacts DIR]
-//! shofer serve [--worktree DIR [--allow-unix PATH]...] [--cwd DIR] [--artifacts DIR]
+//! shofer serve [--worktree DIR|--project [SANDBOX OPTIONS]] [--cwd DIR] [--artifacts DIR]
 //!              [--preview SIZE] [--env K=V]...
 //!              [--hard-timeout S] [--timeout-allowlist PREFIX]... [--keep-artifacts]
 //! shofer init <claude|codex|gemini|cursor> [--scope user|project] [--dry-run] [--undo]
 //! shofer doctor [--json] [--agent NAME]...
+//! shofer config show [--worktree DIR] [SANDBOX OPTIONS] [--json|--args]
+//! shofer completions <bash|zsh|fish> [shofer|shofer-sandbox]
+//! shofer man [shofer|shofer-sandbox]
 //! ```
+//!
+//! SANDBOX OPTIONS ([`SandboxOpts`]) are the policy files' settings as flags
+//! ([`shofer_exec::policy`]): `--backend`, `--allow-degraded`, `--allow-write`, `--allow-unix`,
+//! `--allow-read`, `--hide`, `--keep-env`, `--no-package-caches`, `--net`, `--allow-domain`,
+//! `--no-default-domains`, `--limit-procs`, `--limit-memory`, `--limit-cpu`.
 //!
 //! With `--timeout`, `shofer run` starts the command in a detached supervisor
 //! ([`shofer_exec::detach`]): past the soft timeout it prints the still-running text and
@@ -32,6 +40,7 @@
 //!   (SIGINT/SIGTERM/SIGHUP, commands killed first); 1 when the MCP session failed; 125 when
 //!   the server could not start (no `shofer-sandbox` for `--worktree`, bad directory).
 //! - `shofer init`, `shofer doctor`: 0 when done / healthy; 1 with one line per problem.
+//! - `shofer config show`: 0 with the policy on stdout; 1 when a policy file cannot be used.
 //! - `shofer hook`: 0 with the rewrite (or nothing) on stdout; 2 to block the tool call.
 //! - All: 2 for a usage error. A broken stdout pipe ends `shofer` quietly with 141 (128+SIGPIPE).
 
