@@ -413,6 +413,31 @@ fn defined(user: &parse::UserFile) -> String {
     }
 }
 
+/// A project's file of arbitrary bytes, parsed and narrowed against a user's file that grants
+/// a little of everything: the `cargo fuzz` target `policy_file` and a proptest (no input may
+/// panic; the file lies in the worktree, which the command writes).
+pub fn fuzz_project_file(data: &[u8]) {
+    const USER: &str = "[sandbox]\nallow_write = [\"/srv/a\"]\nkeep_env = [\"K\"]\n\
+        [network]\nmode = \"proxy\"\nallow_domains = [\"a.example\"]\n\
+        [limits]\nprocs = 100\n[timeouts]\nsoft = 5\nhard = 60\n\
+        [profiles.p.network]\nmode = \"deny\"\n";
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let home = Some(Path::new("/home/u"));
+    let user = parse::user(USER, Path::new("/u.toml"), home).ok();
+    if let Ok(project) = parse::project(text, Path::new("/p.toml"), home) {
+        let _ = resolve(
+            user.as_ref(),
+            Some(&project),
+            None,
+            Layer::default(),
+            Some(1 << 34),
+        );
+        let _ = resolve(None, Some(&project), Some("p"), Layer::default(), None);
+    }
+}
+
 /// `~` and `~/…` in a policy file's path, against `home`.
 fn expand_home(text: &str, home: Option<&Path>) -> Option<PathBuf> {
     match text.strip_prefix('~') {

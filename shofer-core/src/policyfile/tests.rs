@@ -328,3 +328,15 @@ fn a_flag_gives_no_meaning_to_a_project_setting() {
     let eff = resolve(None, Some(&p), None, f, None).unwrap();
     assert_eq!(eff.soft_timeout.unwrap().value, 30.0);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Arbitrary bytes, and TOML-looking text, as a project's file: never a panic.
+    #[test]
+    fn no_project_file_panics(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+                              text in "(\\[[a-z.]{1,20}\\]\n|[a-z_]{1,14} = (\"[^\"]{0,12}\"|[0-9.e+-]{1,8}|true|\\[\"[~/a-z:*.]{0,12}\"\\])\n){0,8}") {
+        super::fuzz_project_file(&data);
+        super::fuzz_project_file(text.as_bytes());
+    }
+}
