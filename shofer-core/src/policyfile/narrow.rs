@@ -16,7 +16,7 @@
 
 use std::path::PathBuf;
 
-use super::{Layer, List, Val};
+use super::{Layer, List, Origin, Val};
 use crate::egress::Rule;
 use crate::limits::{Limits, Setting};
 use crate::policy::NetPolicy;
@@ -26,27 +26,27 @@ use crate::policy::NetPolicy;
 /// # Errors
 /// One line per setting of `project` that would widen `user`, naming where it is written.
 pub fn within(user: Layer, project: Layer, mem_total: Option<u64>) -> Result<Layer, Vec<String>> {
-    let mut problems = Vec::new();
+    let mut problems = Problems::default();
     let mut merged = user.clone();
     let path = |p: &PathBuf| p.display().to_string();
 
     if let Some(b) = &project.backend {
         let mine = user.backend.as_ref().and_then(|v| v.value);
         if b.value != mine {
-            problems.push(format!(
-                "{}: sandbox.backend {}: only the user's file or --backend chooses the backend (another may enforce less)",
-                b.origin,
-                b.value.map_or("auto", |b| b.as_str())
-            ));
+            let asked = b.value.map_or("auto", |b| b.as_str());
+            problems.add(
+                &b.origin,
+                format!("sandbox.backend {asked}: only the user's file or --backend chooses the backend (another may enforce less)"),
+            );
         }
     }
     if let Some(d) = &project.allow_degraded {
         let mine = user.allow_degraded.as_ref().is_some_and(|v| v.value);
         if d.value && !mine {
-            problems.push(format!(
-                "{}: sandbox.allow_degraded = true: only the user's file or --allow-degraded accepts a degraded run",
-                d.origin
-            ));
+            problems.add(
+                &d.origin,
+                "sandbox.allow_degraded = true: only the user's file or --allow-degraded accepts a degraded run".into(),
+            );
         } else {
             merged.allow_degraded = Some(d.clone());
         }
@@ -96,12 +96,11 @@ pub fn within(user: Layer, project: Layer, mem_total: Option<u64>) -> Result<Lay
     let mine = user.net();
     if let Some(n) = &project.net {
         if n.value.openness() > mine.openness() {
-            problems.push(format!(
-                "{}: network.mode {}: the user's policy is {} (a project may only close the network further: deny < proxy < allow)",
-                n.origin,
-                n.value.as_str(),
-                mine.as_str()
-            ));
+            let (asked, mine) = (n.value.as_str(), mine.as_str());
+            problems.add(
+                &n.origin,
+                format!("network.mode {asked}: the user's policy is {mine} (a project may only close the network further: deny < proxy < allow)"),
+            );
         } else {
             merged.net = Some(n.clone());
         }
@@ -120,10 +119,11 @@ pub fn within(user: Layer, project: Layer, mem_total: Option<u64>) -> Result<Lay
         if let Some(d) = &project.default_domains {
             let user_default = user.default_domains.as_ref().is_none_or(|v| v.value);
             if d.value && !user_default {
-                problems.push(format!(
-                    "{}: network.default_domains = true: the user's policy leaves the default list out",
-                    d.origin
-                ));
+                problems.add(
+                    &d.origin,
+                    "network.default_domains = true: the user's policy leaves the default list out"
+                        .into(),
+                );
             } else {
                 merged.default_domains = Some(d.clone());
             }
@@ -177,12 +177,14 @@ pub fn within(user: Layer, project: Layer, mem_total: Option<u64>) -> Result<Lay
                 Some(n) if key == "limits.memory" => crate::limits::show_size(n),
                 Some(n) => n.to_string(),
             };
-            problems.push(format!(
-                "{}: {key} {}: more than the user's {}",
-                t.origin,
-                shown(asked),
-                shown(mine)
-            ));
+            problems.add(
+                &t.origin,
+                format!(
+                    "{key} {}: more than the user's {}",
+                    shown(asked),
+                    shown(mine)
+                ),
+            );
         }
     }
     // A hard timeout only ends a command sooner. A soft one sends it to the background, where
@@ -206,33 +208,42 @@ pub fn within(user: Layer, project: Layer, mem_total: Option<u64>) -> Result<Lay
         if mine.map_or(none_is_infinite, |m| t.value <= m) {
             *slot = Some(t.clone());
         } else {
-            problems.push(match mine {
-                Some(m) => format!("{}: {key} {}: longer than the user's {m}", t.origin, t.value),
+            let what = match mine {
+                Some(m) => format!("{key} {}: longer than the user's {m}", t.value),
                 None => format!(
-                    "{}: {key} {}: the user's policy has none (a soft timeout leaves the command running after shofer returns)",
-                    t.origin, t.value
+                    "{key} {}: the user's policy has none (a soft timeout leaves the command running after shofer returns)",
+                    t.value
                 ),
-            });
+            };
+            problems.add(&t.origin, what);
         }
     }
-    if problems.is_empty() {
+    if problems.0.is_empty() {
         Ok(merged)
     } else {
-        // In the file's order: each line starts with its origin, `FILE:LINE`.
-        problems.sort_by_key(|p| line_of(p));
-        Err(problems)
+        Err(problems.in_file_order())
     }
 }
 
-/// The line number of a problem's origin (`FILE:LINE: …` or `FILE:LINE (profile P): …`).
-fn line_of(problem: &str) -> usize {
-    let origin = problem.split(": ").next().unwrap_or("");
-    let origin = origin.split(" (profile ").next().unwrap_or(origin);
-    origin
-        .rsplit(':')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(usize::MAX)
+/// The ways a project's file widens the user's policy, each with the line it is written on.
+#[derive(Default)]
+struct Problems(Vec<(usize, String)>);
+
+impl Problems {
+    /// `what` is wrong with the setting written at `at`.
+    fn add(&mut self, at: &Origin, what: String) {
+        let line = match at {
+            Origin::File { line, .. } => *line,
+            Origin::Flag(_) => usize::MAX,
+        };
+        self.0.push((line, format!("{at}: {what}")));
+    }
+
+    /// The lines, in the file's order.
+    fn in_file_order(mut self) -> Vec<String> {
+        self.0.sort_by_key(|(line, _)| *line);
+        self.0.into_iter().map(|(_, p)| p).collect()
+    }
 }
 
 /// Whether `asked` (`None`: no limit) is at most `mine` (`None`: no limit).
@@ -250,7 +261,7 @@ fn subset<T: PartialEq + Clone>(
     mine: &List<T>,
     theirs: &List<T>,
     slot: &mut List<T>,
-    problems: &mut Vec<String>,
+    problems: &mut Problems,
     show: impl Fn(&T) -> String,
 ) {
     let Some(theirs) = theirs else { return };
@@ -261,11 +272,13 @@ fn subset<T: PartialEq + Clone>(
             .is_some_and(|m| m.iter().any(|u| u.value == v.value));
         if !known {
             ok = false;
-            problems.push(format!(
-                "{}: {key} {}: not in the user's {key} (only the user's file or a flag can add it)",
-                v.origin,
-                show(&v.value)
-            ));
+            problems.add(
+                &v.origin,
+                format!(
+                    "{key} {}: not in the user's {key} (only the user's file or a flag can add it)",
+                    show(&v.value)
+                ),
+            );
         }
     }
     if ok {
