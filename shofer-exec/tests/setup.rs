@@ -45,9 +45,15 @@ fn scratch_home() -> Home {
 }
 
 fn shofer(h: &Home, args: &[&str]) -> Output {
+    shofer_in(h, &h.proj, args)
+}
+
+/// `shofer ARGS` started in `dir` with the scratch home (stdin empty: `serve` ends at once).
+fn shofer_in(h: &Home, dir: &Path, args: &[&str]) -> Output {
     Command::new(SHOFER)
         .args(args)
-        .current_dir(&h.proj)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
         .env("HOME", &h.home)
         .env_remove("CODEX_HOME")
         .env_remove("SHOFER_SANDBOX")
@@ -335,12 +341,7 @@ fn project_scope_names_the_worktree() {
         .contains("hook claude"));
     assert!(read(&h.home.join(".claude.json")).is_none());
     // Outside a repository there is no project: a clear error, nothing written.
-    let o = Command::new(SHOFER)
-        .args(["init", "gemini", "--scope", "project"])
-        .current_dir(&h.home)
-        .env("HOME", &h.home)
-        .output()
-        .unwrap();
+    let o = shofer_in(&h, &h.home, &["init", "gemini", "--scope", "project"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         text(&o).contains("not inside a git worktree"),
@@ -354,12 +355,7 @@ fn project_scope_names_the_worktree() {
         .status()
         .unwrap();
     assert!(st.success());
-    let o = Command::new(SHOFER)
-        .args(["init", "gemini", "--scope", "project"])
-        .current_dir(&h.home)
-        .env("HOME", &h.home)
-        .output()
-        .unwrap();
+    let o = shofer_in(&h, &h.home, &["init", "gemini", "--scope", "project"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("home directory"), "{}", text(&o));
     assert!(read(&h.home.join(".gemini/settings.json")).is_none());
@@ -823,13 +819,7 @@ fn a_repository_around_the_home_directory_is_refused() {
     git(&["init", "-q"], &above);
     let plain = h.home.join("notrepo");
     std::fs::create_dir_all(&plain).unwrap();
-    let o = Command::new(SHOFER)
-        .args(["serve", "--project"])
-        .current_dir(&plain)
-        .env("HOME", &h.home)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    let o = shofer_in(&h, &plain, &["serve", "--project"]);
     assert_eq!(o.status.code(), Some(125), "{}", text(&o));
     assert!(text(&o).contains("home directory"), "{}", text(&o));
     let input = serde_json::json!({"cwd": plain, "tool_name": "Bash",

@@ -125,28 +125,48 @@ fn a_main_worktrees_hooks_and_config_are_read_only_or_restored() {
     }
 }
 
+/// One run (with `plant_args`) links `link` to `target`; the next, given `--allow-write
+/// link`, must be refused (125, the symlink named) and `target` stay untouched.
+fn assert_planted_allow_write_refused(wt: &Path, plant_args: &[&Path], link: &Path, target: &Path) {
+    let mut plant = Run::new(wt);
+    for a in plant_args {
+        plant = plant.arg("--allow-write").arg(a);
+    }
+    let out = plant
+        .args(["--", "ln", "-s"])
+        .arg(target)
+        .arg(link)
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let out = Run::new(wt)
+        .arg("--allow-write")
+        .arg(link)
+        .args(["--", "touch"])
+        .arg(target.join("x"))
+        .output();
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("through a symlink"),
+        "{}",
+        show(&out)
+    );
+    assert!(!target.join("x").exists());
+}
+
+/// Scratch directories `names` under a new [`Scratch`] (kept alive by the caller).
+fn scratch_dirs<const N: usize>(s: &Scratch, names: [&str; N]) -> [std::path::PathBuf; N] {
+    names.map(|n| {
+        let d = s.path().join(n);
+        std::fs::create_dir(&d).unwrap();
+        d
+    })
+}
+
 #[test]
 fn allow_write_through_a_symlink_planted_in_the_worktree_is_refused() {
     let s = Scratch::new();
-    let wt = s.path().join("wt");
-    let outside = s.path().join("outside");
-    std::fs::create_dir(&wt).unwrap();
-    std::fs::create_dir(&outside).unwrap();
-    let out = Run::new(&wt)
-        .args(["--", "ln", "-s"])
-        .arg(&outside)
-        .arg(wt.join("cache"))
-        .output();
-    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
-    let out = Run::new(&wt)
-        .arg("--allow-write")
-        .arg(wt.join("cache"))
-        .args(["--", "touch"])
-        .arg(outside.join("x"))
-        .output();
-    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("through a symlink"));
-    assert!(!outside.join("x").exists());
+    let [wt, outside] = scratch_dirs(&s, ["wt", "outside"]);
+    assert_planted_allow_write_refused(&wt, &[], &wt.join("cache"), &outside);
     // A real directory inside the worktree is still fine (and redundant).
     std::fs::create_dir(wt.join("real")).unwrap();
     let out = Run::new(&wt)
@@ -163,34 +183,12 @@ fn allow_write_through_a_symlink_planted_in_the_worktree_is_refused() {
 #[test]
 fn allow_write_through_a_symlink_planted_in_tmp_is_refused() {
     let s = Scratch::new();
-    let wt = s.path().join("wt");
-    let outside = s.path().join("outside");
-    std::fs::create_dir(&wt).unwrap();
-    std::fs::create_dir(&outside).unwrap();
+    let [wt, outside] = scratch_dirs(&s, ["wt", "outside"]);
     let tmp = tempfile::Builder::new()
         .prefix("shofer-allow-write-")
         .tempdir_in("/tmp")
         .unwrap();
-    let cache = tmp.path().join("cache");
-    let out = Run::new(&wt)
-        .args(["--", "ln", "-s"])
-        .arg(&outside)
-        .arg(&cache)
-        .output();
-    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
-    let out = Run::new(&wt)
-        .arg("--allow-write")
-        .arg(&cache)
-        .args(["--", "touch"])
-        .arg(outside.join("x"))
-        .output();
-    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("through a symlink"),
-        "{}",
-        show(&out)
-    );
-    assert!(!outside.join("x").exists());
+    assert_planted_allow_write_refused(&wt, &[], &tmp.path().join("cache"), &outside);
 }
 
 /// And through every other place a command can write: another `--allow-write` directory
@@ -199,33 +197,8 @@ fn allow_write_through_a_symlink_planted_in_tmp_is_refused() {
 #[test]
 fn allow_write_through_a_symlink_in_another_allowed_directory_is_refused() {
     let s = Scratch::new();
-    let wt = s.path().join("wt");
-    let shared = s.path().join("shared");
-    let victim = s.path().join("victim");
-    for d in [&wt, &shared, &victim] {
-        std::fs::create_dir(d).unwrap();
-    }
-    let out = Run::new(&wt)
-        .arg("--allow-write")
-        .arg(&shared)
-        .args(["--", "ln", "-s"])
-        .arg(&victim)
-        .arg(shared.join("out"))
-        .output();
-    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
-    let out = Run::new(&wt)
-        .arg("--allow-write")
-        .arg(shared.join("out"))
-        .args(["--", "touch"])
-        .arg(victim.join("x"))
-        .output();
-    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("through a symlink"),
-        "{}",
-        show(&out)
-    );
-    assert!(!victim.join("x").exists());
+    let [wt, shared, victim] = scratch_dirs(&s, ["wt", "shared", "victim"]);
+    assert_planted_allow_write_refused(&wt, &[&shared], &shared.join("out"), &victim);
 }
 
 /// A command that uses up the user's namespaces (each held open by a descriptor of a process
