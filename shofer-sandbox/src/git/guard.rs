@@ -400,6 +400,30 @@ impl GitGuard {
         self.restore_pass(true)
     }
 
+    /// While the command runs on a namespace backend, where every guarded entry that existed
+    /// is a read-only bind: removes what the command made at a name that was absent (an
+    /// agent's `.claude/` where the worktree had none, [`crate::git::protect::HOST_TOOL_FILES`]):
+    /// no bind covers an absent name (a placeholder there broke `git stash -u` and `git clean
+    /// -d`, which cannot remove a mount point).
+    pub fn restore_absent(&self) -> Restored {
+        let mut out = Restored::default();
+        for g in self
+            .entries
+            .iter()
+            .filter(|g| matches!(g.original, State::Absent))
+        {
+            if read_state(&g.dir, &g.name) == State::Absent {
+                continue;
+            }
+            let path = g.dir_path.join(&g.name);
+            match remove(&g.dir, &g.name) {
+                Ok(()) => out.restored.push(path),
+                Err(e) => out.failed.push((path, e.to_string())),
+            }
+        }
+        out
+    }
+
     fn restore_pass(&self, live: bool) -> Restored {
         let mut out = Restored::default();
         if let Some((fd, path, before)) = &self.common_names {
@@ -942,7 +966,8 @@ pub struct Watcher {
 
 impl Watcher {
     /// Starts watching `guard`'s directories; `restore` is false where the backend makes the
-    /// guarded entries read-only. The thread blocks every signal (they belong to the
+    /// guarded entries read-only (then only what the command makes at an absent guarded name
+    /// is removed: [`GitGuard::restore_absent`]). The thread blocks every signal (they belong to the
     /// supervisor's `sigwaitinfo` loop) and waits at a gate, without allocating, until
     /// [`Self::open_gate`]: a namespace backend's fork-like clone must not copy a thread that
     /// holds the allocator's lock.
@@ -1057,7 +1082,7 @@ fn rewatch(ino: &OwnedFd, wds: &mut Vec<(libc::c_int, PathBuf)>, g: &GitGuard) {
 pub fn announce(r: &Restored, how: &str) {
     for p in &r.restored {
         eprintln!(
-            "shofer-sandbox: warning: the command changed {}, which the host's git trusts; {how}",
+            "shofer-sandbox: warning: the command changed {}, which a host program trusts (git, an agent, an editor); {how}",
             p.display()
         );
     }
@@ -1071,7 +1096,7 @@ pub fn announce(r: &Restored, how: &str) {
     }
     for (p, e) in &r.failed {
         eprintln!(
-            "shofer-sandbox: error: the command changed {}, which the host's git trusts, and it could not be restored: {e}",
+            "shofer-sandbox: error: the command changed {}, which a host program trusts (git, an agent, an editor), and it could not be restored: {e}",
             p.display()
         );
     }
@@ -1206,6 +1231,10 @@ fn watch_loop(
         let r = if restore && want.restore {
             last_pass = std::time::Instant::now();
             g.restore_live()
+        } else if want.restore && n > 0 {
+            // A name is made with an inotify event, never through a mapping: no pass on a
+            // timer for these.
+            g.restore_absent()
         } else {
             Restored::default()
         };

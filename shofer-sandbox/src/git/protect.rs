@@ -14,6 +14,9 @@
 //! cover and a covered name cannot be created, renamed over or removed (`EBUSY`). The
 //! Landlock backend cannot make files inside a writable tree read-only: it relies on
 //! [`crate::git::guard`].
+//!
+//! [`add_host_tool_files`] adds the agents' and editors' project files at the worktree's top
+//! ([`HOST_TOOL_FILES`]) to the same list: other host programs that run what a file names.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -41,7 +44,7 @@ pub enum Placeholder {
 pub struct Control {
     /// Absolute path.
     pub path: PathBuf,
-    /// What the host's git reads there (for the report).
+    /// What the host's git (or agent host, or editor) reads there (for the report).
     pub what: &'static str,
     /// Created before the run if absent, so a read-only bind can cover the name.
     pub placeholder: Option<Placeholder>,
@@ -403,6 +406,84 @@ pub fn control_set(layout: &GitLayout, worktree: &Path) -> ControlSet {
         }
     }
     set
+}
+
+/// Names at the worktree's top from which a host program other than git runs something: agent
+/// hosts and editors read them when they start in (or watch) the project, and run the hooks,
+/// servers, tasks and tools they name without asking again. A command that writes one has
+/// the host act for it, as with a git hook. One that exists is a read-only bind on the
+/// namespace backends; an absent one gets no placeholder (a mount point at the worktree's top
+/// made `git stash -u` and `git clean -d` fail): the guard removes what the command makes
+/// there ([`crate::git::guard::GitGuard::restore_absent`]), and on Landlock restores them all.
+/// A list of names, not an allow-list: the programs that read a project's files are
+/// open-ended; these are the documented ones (docs/SANDBOX.md, "Agents' and editors' project
+/// files").
+pub const HOST_TOOL_FILES: [(&str, &str); 8] = [
+    (
+        ".claude",
+        "Claude Code's project settings (hooks, status line, MCP servers, commands, agents, skills)",
+    ),
+    (".mcp.json", "Claude Code's project MCP servers (programs it starts)"),
+    (
+        ".gemini",
+        "Gemini CLI's project settings (hooks, MCP servers, commands)",
+    ),
+    (
+        ".codex",
+        "Codex's project configuration (MCP servers, notify program)",
+    ),
+    (".cursor", "Cursor's project MCP servers, hooks and rules"),
+    (
+        ".vscode",
+        "VS Code's tasks (run on folder open), launch configurations, MCP servers and settings naming programs",
+    ),
+    (
+        ".idea",
+        "JetBrains IDEs' run configurations and external tools",
+    ),
+    (
+        ".zed",
+        "Zed's tasks and settings naming language servers",
+    ),
+];
+
+/// Adds [`HOST_TOOL_FILES`] at the top of `worktree` to `set.read_only`, but for those an
+/// `--allow-write` names, or names a path inside (`granted`: the user's explicit choice; a
+/// grant of a directory above the worktree is not one). A symlink or special file is left out
+/// and noted (a bind cannot cover it safely; the run goes on: this is a hardening protection).
+pub fn add_host_tool_files(set: &mut ControlSet, worktree: &Path, granted: &[&Path]) {
+    for (name, what) in HOST_TOOL_FILES {
+        let path = worktree.join(name);
+        if granted.iter().any(|g| g.starts_with(&path)) {
+            set.notes.push(format!(
+                "{}: writable by --allow-write, not protected",
+                path.display()
+            ));
+            continue;
+        }
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() || m.is_file() => {}
+            // Absent: guarded, not bound (see HOST_TOOL_FILES).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Ok(_) => {
+                set.notes.push(format!(
+                    "{}: a symlink or special file, not protected (the command can replace it)",
+                    path.display()
+                ));
+                continue;
+            }
+            Err(e) => {
+                set.notes
+                    .push(format!("{}: not protected: {e}", path.display()));
+                continue;
+            }
+        }
+        set.read_only.push(Control {
+            path,
+            what,
+            placeholder: None,
+        });
+    }
 }
 
 fn exists(p: &Path) -> bool {

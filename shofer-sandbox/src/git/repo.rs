@@ -1,5 +1,6 @@
 //! The worktree's repository as this run finds it: where its git metadata is
-//! ([`super::layout`]), what of it the host's git trusts ([`super::protect::ControlSet`]), and
+//! ([`super::layout`]), what of it the host's git trusts and the agents' and editors' files at
+//! the worktree's top ([`super::protect::ControlSet`]), and
 //! where it lies relative to the writable set.
 //!
 //! Entry point: [`Repo::discover`], once the writable set is opened; it adds a linked
@@ -24,13 +25,22 @@ pub(crate) struct Repo {
 
 impl Repo {
     /// Inspects the worktree of `opened`, adds a validated linked worktree's metadata
-    /// directories to its writable set, and lists what the host's git trusts there.
+    /// directories to its writable set, and lists what the host's git, agents and editors
+    /// trust there.
     pub(crate) fn discover(opened: &mut OpenedPolicy) -> Repo {
         let wt = opened.policy.worktree.clone();
         let layout = layout::discover(&wt, opened.worktree_fd());
         // Derived from attacker-writable files: opened strictly, skipped when that fails.
         opened.insert_derived(layout.writable_dirs(), RuleOrigin::GitMetadata);
         let mut controls = protect::control_set(&layout, &wt);
+        let granted: Vec<&Path> = opened
+            .policy
+            .writable
+            .iter()
+            .filter(|r| r.origin == RuleOrigin::AllowWrite)
+            .map(|r| r.path.as_path())
+            .collect();
+        protect::add_host_tool_files(&mut controls, &wt, &granted);
         // Where the host's git finds the repository by path: the worktree and a linked
         // worktree's common dir. Without a repository there is nothing it trusts to move away
         // (the command can make the worktree a repository of its own in place anyway).

@@ -83,10 +83,22 @@ fn protected(repo: &Repo, git_run: &GitRun, packed_refs_by_gate: bool) -> Value 
     } else {
         "guard (restored at once)"
     };
+    // An absent name without a placeholder has no bind to cover it (protect::HOST_TOOL_FILES).
+    let absent = "absent: what the command makes here is removed as soon as the guard's watcher sees it, and when the command ends";
     let mut out: Vec<Value> = c
         .read_only
         .iter()
-        .map(|r| json!({"path": r.path.to_string_lossy(), "what": r.what, "how": how_ro}))
+        .map(|r| {
+            let how = if git_run.structural
+                && r.placeholder.is_none()
+                && std::fs::symlink_metadata(&r.path).is_err()
+            {
+                absent
+            } else {
+                how_ro
+            };
+            json!({"path": r.path.to_string_lossy(), "what": r.what, "how": how})
+        })
         .collect();
     for p in &c.pinned {
         out.push(json!({"path": p.to_string_lossy(), "what": ".git directory (must stay where it is)",
