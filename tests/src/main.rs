@@ -417,7 +417,8 @@ fn null_sandbox(args: &[String]) -> u8 {
                     .min(abi);
                 i += 2;
             }
-            "--allow-write" | "--allow-unix" | "--backend" | "--net" | "--pass-fd" => i += 2,
+            "--allow-write" | "--allow-unix" | "--backend" | "--net" | "--pass-fd"
+            | "--limit-procs" | "--limit-memory" | "--limit-cpu" => i += 2,
             _ => break,
         }
     }
@@ -466,6 +467,10 @@ fn null_report(wt: &str, abi: u32) -> String {
         "effective_abi": abi, "degraded": [],
         "worktree": wt, "writable": [wt],
         "protections": prot,
+        "limits": {
+            "procs": {"value": "?", "status": "enforced", "how": "nothing (null-sandbox)"},
+            "memory": {"value": "?", "status": "enforced", "how": "nothing (null-sandbox)"},
+        },
     })
     .to_string()
 }

@@ -467,6 +467,11 @@ pub struct Sb {
     pub raw_opts: bool,
     /// Called with the sandbox's pid right after it starts (e.g. to signal it later).
     pub during: Option<Box<dyn FnOnce(i32)>>,
+    /// A bound of the harness's own around the whole run (a fork bomb's): the `cgroup.procs`
+    /// file of a cgroup to start it in, and/or an `RLIMIT_NPROC` to start it with.
+    pub cgroup_procs: Option<PathBuf>,
+    /// See `cgroup_procs`.
+    pub nproc: Option<u64>,
 }
 
 impl Sb {
@@ -483,6 +488,8 @@ impl Sb {
             timeout: Duration::from_secs(30),
             raw_opts: false,
             during: None,
+            cgroup_procs: None,
+            nproc: None,
         }
     }
 }
@@ -677,10 +684,32 @@ impl<'w> Ctx<'w> {
             }
             User::Root | User::Current(..) => {}
         }
-        // Safety: only async-signal-safe calls (fcntl, dup2, setsid, ioctl) between fork and
-        // exec.
+        let cgroup_procs = spec
+            .cgroup_procs
+            .as_ref()
+            .map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_default());
+        let nproc = spec.nproc;
+        // Safety: only async-signal-safe calls (fcntl, dup2, setsid, ioctl, open, write,
+        // setrlimit) between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
+                // After the switch to the cell's uid (std does it first): a bound only lowers.
+                if let Some(n) = nproc {
+                    let l = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NPROC, &l) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if let Some(p) = &cgroup_procs {
+                    let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(fd);
+                }
                 // Move every source above the targets first, so a target number that is also
                 // a source is not clobbered before it is copied.
                 let mut moved = Vec::new();
@@ -768,10 +797,23 @@ impl<'w> Ctx<'w> {
     /// Spawns a victim process *outside* the sandbox, as the cell's user, with a secret in its
     /// environment. Killed and reaped when the returned guard drops.
     pub fn victim(&self, secret: &str) -> Option<Victim> {
+        self.victim_with(secret, false, false)
+    }
+
+    /// Like [`Ctx::victim`]; `own_group`: it leads a process group of its own (a target for
+    /// `kill(-pgid)`); `catch_urg`: it exits on `SIGURG`, a signal every other process ignores
+    /// (a harmless probe for `kill(-1)`).
+    pub fn victim_with(&self, secret: &str, own_group: bool, catch_urg: bool) -> Option<Victim> {
         let marker = self.w.marker();
         let mut cmd = Command::new(&self.w.me);
-        cmd.args(["sleeper", &marker, "60"])
-            .env_clear()
+        cmd.args(["sleeper", &marker, "60"]);
+        if catch_urg {
+            cmd.arg("urg");
+        }
+        if own_group {
+            cmd.process_group(0);
+        }
+        cmd.env_clear()
             .env("SHOFER_SECRET", secret)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -951,15 +993,27 @@ pub fn judge(w: &World, case: &Case, cell: &Cell, o: Outcome, report: Option<&Va
         Outcome::Escaped(d) => format!("escaped: {d}"),
         Outcome::Broken(d) => format!("broken: {d}"),
     };
-    let Some(key) = case.protection.map(Protection::key) else {
-        return row("FAIL", bad);
+    // The report's row that may explain it: a protection, or one of the run's limits.
+    let (key, limit) = match (case.protection, case.limit) {
+        (Some(p), _) => (p.key().to_string(), None),
+        (None, Some(l)) => (format!("limit_{l}"), Some(l)),
+        (None, None) => return row("FAIL", bad),
     };
     let Some(rep) = report else {
         return row("FAIL", format!("{bad}; and no --report explains it"));
     };
-    let p = &rep["protections"][key];
-    if p["enforced"].as_bool() != Some(false) {
-        let by = p["by"].as_str().unwrap_or("?");
+    let (p, not_enforced) = match limit {
+        None => {
+            let p = &rep["protections"][key.as_str()];
+            (p, p["enforced"].as_bool() == Some(false))
+        }
+        Some(l) => {
+            let p = &rep["limits"][l];
+            (p, p["status"].as_str() == Some("not_enforced"))
+        }
+    };
+    if !not_enforced {
+        let by = p["by"].as_str().or(p["how"].as_str()).unwrap_or("?");
         return row(
             "FAIL",
             format!("{bad}; the report claims {key} is enforced (by {by})"),

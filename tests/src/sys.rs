@@ -593,3 +593,130 @@ pub fn invalidate_key(id: i32) -> SysResult<()> {
     check(unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_INVALIDATE, libc::c_long::from(id)) })
         .map(|_| ())
 }
+
+/// A raw system call with up to four integer arguments, checked.
+fn syscall4(
+    nr: libc::c_long,
+    a: libc::c_long,
+    b: libc::c_long,
+    c: libc::c_long,
+    d: libc::c_long,
+) -> SysResult<libc::c_long> {
+    // Safety: callers pass integers, or pointers to live locals the call only reads.
+    check(unsafe { libc::syscall(nr, a, b, c, d) })
+}
+
+/// `tkill(2)`.
+pub fn tkill(tid: i32, sig: i32) -> SysResult<()> {
+    syscall4(libc::SYS_tkill, tid.into(), sig.into(), 0, 0).map(|_| ())
+}
+
+/// `tgkill(2)`.
+pub fn tgkill(tgid: i32, tid: i32, sig: i32) -> SysResult<()> {
+    syscall4(libc::SYS_tgkill, tgid.into(), tid.into(), sig.into(), 0).map(|_| ())
+}
+
+/// A `siginfo_t` for `rt_sigqueueinfo` as `sigqueue(3)` fills it (`si_code = SI_QUEUE`: the
+/// kernel refuses other codes from a process to another).
+fn queue_info(sig: i32) -> libc::siginfo_t {
+    // Safety: siginfo_t is plain data; all-zero is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    info.si_signo = sig;
+    info.si_code = -1; // SI_QUEUE
+    info
+}
+
+/// `rt_sigqueueinfo(2)`.
+pub fn rt_sigqueueinfo(pid: i32, sig: i32) -> SysResult<()> {
+    let info = queue_info(sig);
+    let p = std::ptr::addr_of!(info) as libc::c_long;
+    syscall4(libc::SYS_rt_sigqueueinfo, pid.into(), sig.into(), p, 0).map(|_| ())
+}
+
+/// `rt_tgsigqueueinfo(2)`.
+pub fn rt_tgsigqueueinfo(tgid: i32, tid: i32, sig: i32) -> SysResult<()> {
+    let info = queue_info(sig);
+    let p = std::ptr::addr_of!(info) as libc::c_long;
+    syscall4(
+        libc::SYS_rt_tgsigqueueinfo,
+        tgid.into(),
+        tid.into(),
+        sig.into(),
+        p,
+    )
+    .map(|_| ())
+}
+
+/// `pidfd_open(2)`.
+pub fn pidfd_open(pid: i32) -> SysResult<OwnedFd> {
+    let fd = syscall4(libc::SYS_pidfd_open, pid.into(), 0, 0, 0)?;
+    // Safety: a new descriptor the call returned, owned from here on.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `pidfd_send_signal(2)` (no siginfo, no flags).
+pub fn pidfd_send_signal(fd: RawFd, sig: i32) -> SysResult<()> {
+    syscall4(libc::SYS_pidfd_send_signal, fd.into(), sig.into(), 0, 0).map(|_| ())
+}
+
+/// `fcntl(2)` with an integer argument.
+pub fn fcntl_int(fd: RawFd, cmd: i32, arg: libc::c_long) -> SysResult<libc::c_long> {
+    syscall4(libc::SYS_fcntl, fd.into(), cmd.into(), arg, 0)
+}
+
+/// `F_OWNER_PID` of `struct f_owner_ex` (fcntl(2); not in every libc target).
+pub const F_OWNER_PID: i32 = 1;
+const F_SETOWN_EX: i32 = 15;
+const F_GETOWN_EX: i32 = 16;
+
+/// `fcntl(F_SETOWN_EX)` / `fcntl(F_GETOWN_EX)`: `(type, pid)`.
+pub fn fcntl_own_ex(fd: RawFd, set: Option<(i32, i32)>) -> SysResult<(i32, i32)> {
+    #[repr(C)]
+    struct FOwnerEx {
+        ty: i32,
+        pid: i32,
+    }
+    let (cmd, mut own) = match set {
+        Some((ty, pid)) => (F_SETOWN_EX, FOwnerEx { ty, pid }),
+        None => (F_GETOWN_EX, FOwnerEx { ty: 0, pid: 0 }),
+    };
+    let p = std::ptr::addr_of_mut!(own) as libc::c_long;
+    syscall4(libc::SYS_fcntl, fd.into(), cmd.into(), p, 0)?;
+    Ok((own.ty, own.pid))
+}
+
+/// `pipe2(2)`: `(read end, write end)`.
+pub fn pipe(flags: i32) -> SysResult<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // Safety: `fds` is a live array of two ints.
+    check_i(unsafe { libc::pipe2(fds.as_mut_ptr(), flags) })?;
+    // Safety: two new descriptors the call returned.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// `fchmod(2)`.
+pub fn fchmod(fd: RawFd, mode: u32) -> SysResult<()> {
+    // Safety: plain integers.
+    check_i(unsafe { libc::fchmod(fd, mode) }).map(|_| ())
+}
+
+/// `fchmodat(AT_FDCWD, p, mode, 0)`.
+pub fn fchmodat(p: impl AsRef<Path>, mode: u32) -> SysResult<()> {
+    let c = cstr(p);
+    // Safety: `c` is a valid C string for the duration of the call.
+    check_i(unsafe { libc::fchmodat(libc::AT_FDCWD, c.as_ptr(), mode, 0) }).map(|_| ())
+}
+
+/// `creat(2)`, the system call itself (libc makes it an `openat`).
+pub fn creat(p: impl AsRef<Path>, mode: u32) -> SysResult<OwnedFd> {
+    let c = cstr(p);
+    let fd = syscall4(
+        libc::SYS_creat,
+        c.as_ptr() as libc::c_long,
+        mode.into(),
+        0,
+        0,
+    )?;
+    // Safety: a new descriptor the call returned, owned from here on.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}

@@ -339,22 +339,106 @@ pub(crate) fn report_creds(_: &[String]) -> Seen {
     ))
 }
 
-/// `setid-file`: issue 34: make a set-user-ID file in the working directory (the worktree)
-/// by `chmod`, and a set-group-ID one by a creating `open`.
-pub(crate) fn setid_file(_: &[String]) -> Seen {
-    let made = sys::open("setid-f", libc::O_CREAT | libc::O_WRONLY, 0o755);
-    if let Err(e) = made {
-        return Seen::Broken(format!("open(setid-f, O_CREAT, 0755) -> {e}"));
+/// `setid-file <wt> <out> <dir>`: in `dir` (the worktree when empty; made if missing), every
+/// way to leave a set-user-ID or set-group-ID file — `chmod` u+s and g+s, `fchmod`,
+/// `fchmodat`, `open(O_CREAT)` with mode 04755 / 02755, `creat` with 04755, `mknod(S_IFREG|04755)` —
+/// then a look at what was left. Escaped if any file there has either bit.
+pub(crate) fn setid_file(a: &[String]) -> Seen {
+    let dir = match arg(a, 2) {
+        "" => p(arg(a, 0)),
+        d => p(d),
+    };
+    // Safety: plain integer; no umask hides a bit the kernel would have set.
+    unsafe { libc::umask(0) };
+    if let Err(e) = sys::mkdir(&dir, 0o755) {
+        if e.0 != libc::EEXIST {
+            return Seen::Broken(format!("mkdir({}) -> {e}", dir.display()));
+        }
     }
-    let chmod = sys::chmod(Path::new("setid-f"), 0o4755);
-    let open = sys::open("setid-g", libc::O_CREAT | libc::O_WRONLY, 0o2755);
-    match (chmod, open) {
-        (Err(a), Err(b)) => Seen::Blocked(format!(
-            "chmod(setid-f, 04755) -> {a}; open(setid-g, O_CREAT, 02755) -> {b}"
+    let plain = |name: &str| -> Result<OwnedFd, String> {
+        sys::open(
+            dir.join(name),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o755,
+        )
+        .map_err(|e| format!("open({name}, O_CREAT, 0755) -> {e}"))
+    };
+    let mut tries: Vec<(String, Result<(), Errno>)> = Vec::new();
+    for (name, mode) in [("chmod-u", 0o4755), ("chmod-g", 0o2755)] {
+        if let Err(e) = plain(name) {
+            return Seen::Broken(e);
+        }
+        tries.push((
+            format!("chmod({name}, {mode:o})"),
+            sys::chmod(dir.join(name), mode),
+        ));
+    }
+    match plain("fchmod-u") {
+        Ok(fd) => tries.push((
+            "fchmod(fchmod-u, 4755)".into(),
+            sys::fchmod(fd.as_raw_fd(), 0o4755),
         )),
-        (Ok(_), _) => Seen::Escaped("chmod(setid-f, 04755) succeeded".into()),
-        (_, Ok(_)) => Seen::Escaped("open(setid-g, O_CREAT, 02755) succeeded".into()),
+        Err(e) => return Seen::Broken(e),
     }
+    if let Err(e) = plain("fchmodat-g") {
+        return Seen::Broken(e);
+    }
+    tries.push((
+        "fchmodat(fchmodat-g, 2755)".into(),
+        sys::fchmodat(dir.join("fchmodat-g"), 0o2755),
+    ));
+    for (name, flags, mode) in [
+        ("open-u", libc::O_CREAT | libc::O_WRONLY, 0o4755),
+        ("open-g", libc::O_CREAT | libc::O_WRONLY, 0o2755),
+    ] {
+        tries.push((
+            format!("open({name}, O_CREAT, {mode:o})"),
+            sys::open(dir.join(name), flags | libc::O_CLOEXEC, mode).map(|_| ()),
+        ));
+    }
+    tries.push((
+        "creat(creat-u, 4755)".into(),
+        sys::creat(dir.join("creat-u"), 0o4755).map(|_| ()),
+    ));
+    tries.push((
+        "mknod(mknod-u, S_IFREG|4755)".into(),
+        sys::mknod(dir.join("mknod-u"), libc::S_IFREG | 0o4755, 0),
+    ));
+    let left = setid_left(&dir);
+    let said: Vec<String> = tries
+        .iter()
+        .map(|(w, r)| match r {
+            Ok(()) => format!("{w} ok"),
+            Err(e) => format!("{w} -> {e}"),
+        })
+        .collect();
+    if left.is_empty() {
+        Seen::Blocked(format!(
+            "no set-ID file in {}: {}",
+            dir.display(),
+            said.join("; ")
+        ))
+    } else {
+        Seen::Escaped(format!("{} ({})", left.join(", "), said.join("; ")))
+    }
+}
+
+/// The files in `dir` with `S_ISUID` or `S_ISGID`, as `name mode`.
+pub(crate) fn setid_left(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut left: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let m = e.path().symlink_metadata().ok()?;
+            let mode = m.permissions().mode();
+            (m.is_file() && mode & 0o6000 != 0)
+                .then(|| format!("{} {mode:o}", e.file_name().to_string_lossy()))
+        })
+        .collect();
+    left.sort();
+    left
 }
 
 /// `suid-exec`: execs the setuid-root copy of the harness: no euid 0, no capabilities.

@@ -16,12 +16,14 @@
 mod caps;
 mod fs;
 mod git;
+mod limits;
 mod net;
 mod proc;
 pub(crate) mod secrets;
 mod tree;
 mod tty;
 
+pub(crate) use caps::setid_left;
 pub use tree::sleeper;
 
 use crate::sys::{self, Errno};
@@ -186,6 +188,11 @@ attacks! {
     ProcPidRoot = "proc-pid-root" => proc::proc_pid_root,
     ProcSysWrite = "proc-sys-write" => proc::proc_sys_write,
     SignalOutside = "signal-outside" => proc::signal_outside,
+    SignalCallsOutside = "signal-calls-outside" => proc::signal_calls_outside,
+    PidfdSignalOutside = "pidfd-signal-outside" => proc::pidfd_signal_outside,
+    FsetownOutside = "fsetown-outside" => proc::fsetown_outside,
+    KillGroupOutside = "kill-group-outside" => proc::kill_group_outside,
+    KillAll = "kill-all" => proc::kill_all,
     PtraceOutside = "ptrace-outside" => proc::ptrace_outside,
     ProcessVmReadv = "process-vm-readv" => proc::process_vm_readv,
     InheritedFds = "inherited-fds" => proc::inherited_fds,
@@ -238,6 +245,9 @@ attacks! {
     SigtermIgnoringDescendant = "sigterm-ignoring-descendant" => tree::sigterm_ignoring_descendant,
     TreeThenWait = "tree-then-wait" => tree::tree_then_wait,
     SpawnThenExit = "spawn-then-exit" => tree::spawn_then_exit,
+    // --- the run's limits
+    ForkBomb = "fork-bomb" => limits::fork_bomb,
+    Alloc = "alloc" => limits::alloc,
     // --- secret locations
     SecretRead = "secret-read" => secrets::secret_read,
     SecretLink = "secret-link" => secrets::secret_link,

@@ -450,3 +450,148 @@ fn i386_keyctl_x86_64(id: u32) -> Seen {
         }
     }
 }
+
+/// `signal-calls-outside <pid1> <pid2> <pid3> <pid4>`: `tkill`, `tgkill`, `rt_sigqueueinfo`
+/// and `rt_tgsigqueueinfo` (SIGTERM), one at each outside process.
+pub(crate) fn signal_calls_outside(a: &[String]) -> Seen {
+    let pid = |i: usize| -> i32 { arg(a, i).parse().unwrap_or(0) };
+    let sig = libc::SIGTERM;
+    let tries = [
+        ("tkill(<outside pid>, SIGTERM)", sys::tkill(pid(2), sig)),
+        (
+            "tgkill(<outside pid>, SIGTERM)",
+            sys::tgkill(pid(3), pid(3), sig),
+        ),
+        (
+            "rt_sigqueueinfo(<outside pid>, SIGTERM)",
+            sys::rt_sigqueueinfo(pid(4), sig),
+        ),
+        (
+            "rt_tgsigqueueinfo(<outside pid>, SIGTERM)",
+            sys::rt_tgsigqueueinfo(pid(5), pid(5), sig),
+        ),
+    ];
+    all_refused(&tries)
+}
+
+/// `Blocked` when every call failed, else `Escaped` naming those that succeeded.
+fn all_refused(tries: &[(&str, Result<(), sys::Errno>)]) -> Seen {
+    let ok: Vec<&str> = tries
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(w, _)| *w)
+        .collect();
+    if !ok.is_empty() {
+        return Seen::Escaped(format!("{} succeeded", ok.join(", ")));
+    }
+    Seen::Blocked(
+        tries
+            .iter()
+            .map(|(w, r)| {
+                format!(
+                    "{w} -> {}",
+                    r.as_ref().err().map(|e| e.to_string()).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
+}
+
+/// `pidfd-signal-outside <pid1> <pid2>`: `pidfd_open` + `pidfd_send_signal(SIGTERM)` at one
+/// outside process, and `pidfd_send_signal` through an `open("/proc/<pid>")` directory at the
+/// other (the kernel takes either as a pidfd).
+pub(crate) fn pidfd_signal_outside(a: &[String]) -> Seen {
+    let (p1, p2) = (arg(a, 2), arg(a, 3));
+    let send = |fd: Result<std::os::fd::OwnedFd, sys::Errno>| {
+        fd.and_then(|fd| sys::pidfd_send_signal(fd.as_raw_fd(), libc::SIGTERM))
+    };
+    let tries = [
+        (
+            "pidfd_open(<outside pid>) + pidfd_send_signal(SIGTERM)",
+            send(sys::pidfd_open(p1.parse().unwrap_or(0))),
+        ),
+        (
+            "open(/proc/<outside pid>) + pidfd_send_signal(SIGTERM)",
+            send(sys::open(
+                format!("/proc/{p2}"),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                0,
+            )),
+        ),
+    ];
+    all_refused(&tries)
+}
+
+/// `fsetown-outside <pid1> <pid2> <pgid3>`: makes an outside process the owner of a pipe's
+/// read end — `F_SETOWN` of a PID, `F_SETOWN_EX` (`F_OWNER_PID`), `F_SETOWN` of a process
+/// group (`-pgid`) — with `O_ASYNC` set, then writes into the pipe: the kernel sends `SIGIO`
+/// (default action: terminate) to the owner. The victims judge: Landlock's signal scope
+/// (ABI 6) lets the owner be set and stops the signal itself.
+pub(crate) fn fsetown_outside(a: &[String]) -> Seen {
+    let num = |i: usize| -> i32 { arg(a, i).parse().unwrap_or(0) };
+    let mut said = Vec::new();
+    for (what, target) in [
+        ("F_SETOWN <outside pid>", num(2)),
+        ("F_SETOWN_EX F_OWNER_PID <outside pid>", num(3)),
+        ("F_SETOWN -<outside pgid>", -num(4)),
+    ] {
+        let (r, w) = match sys::pipe(libc::O_CLOEXEC | libc::O_NONBLOCK) {
+            Ok(p) => p,
+            Err(e) => return Seen::Broken(format!("pipe2 -> {e}")),
+        };
+        let fd = r.as_raw_fd();
+        let ex = what.contains("_EX");
+        let set = if ex {
+            sys::fcntl_own_ex(fd, Some((sys::F_OWNER_PID, target))).map(|_| ())
+        } else {
+            sys::fcntl_int(fd, libc::F_SETOWN, target.into()).map(|_| ())
+        };
+        // F_GETOWN answers a group as a negative number, which reads as an errno.
+        let owner = sys::fcntl_own_ex(fd, None).map(|(ty, p)| if ty == 2 { -p } else { p });
+        let flags = sys::fcntl_int(fd, libc::F_GETFL, 0).unwrap_or(0);
+        let async_set =
+            sys::fcntl_int(fd, libc::F_SETFL, flags | libc::c_long::from(libc::O_ASYNC));
+        let wrote = sys::write(w.as_raw_fd(), b"x");
+        let show = |r: Result<libc::c_long, sys::Errno>| match r {
+            Ok(_) => "ok".to_string(),
+            Err(e) => e.to_string(),
+        };
+        said.push(match set {
+            Ok(()) => format!(
+                "{what} -> ok, owner read back {}, O_ASYNC -> {}, write -> {}",
+                owner.map_or_else(|e| e.to_string(), |o| o.to_string()),
+                show(async_set),
+                show(wrote.map(|n| n as libc::c_long))
+            ),
+            Err(e) => format!("{what} -> {e}"),
+        });
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Seen::Blocked(format!("{}; the outside victims judge", said.join("; ")))
+}
+
+/// `kill-group-outside <pgid>`: `kill(-pgid, SIGTERM)` at a process group outside (its only
+/// member the outside process leading it).
+pub(crate) fn kill_group_outside(a: &[String]) -> Seen {
+    let pgid: i32 = arg(a, 2).parse().unwrap_or(0);
+    contain(
+        "kill(-<outside pgid>, SIGTERM)",
+        sys::kill(-pgid.max(1), libc::SIGTERM),
+    )
+}
+
+/// `kill-all`: `kill(-1, SIGURG)` — every process the caller may signal, on a build without
+/// the protection. `SIGURG` is ignored by default, so nothing but the harness's catcher
+/// victim reacts; the call's own result says nothing (inside, it may reach the run's own
+/// processes), the victim is the judge.
+pub(crate) fn kill_all(_: &[String]) -> Seen {
+    let r = sys::kill(-1, libc::SIGURG);
+    Seen::Blocked(format!(
+        "kill(-1, SIGURG) -> {}; the outside victim judges",
+        match r {
+            Ok(()) => "0".to_string(),
+            Err(e) => e.to_string(),
+        }
+    ))
+}

@@ -117,6 +117,16 @@ pub fn sleeper(args: &[String]) -> i32 {
     let secs: u64 = arg(args, 1).parse().unwrap_or(30);
     match arg(args, 2) {
         "respawn" => respawner(&marker, secs),
+        "urg" => {
+            extern "C" fn on_urg(_: libc::c_int) {
+                // Safety: _exit is async-signal-safe.
+                unsafe { libc::_exit(0) }
+            }
+            // Safety: installing a handler that only calls _exit.
+            unsafe { libc::signal(libc::SIGURG, on_urg as *const () as libc::sighandler_t) };
+            std::thread::sleep(std::time::Duration::from_secs(secs));
+            0
+        }
         "deep" => {
             let n: u32 = arg(args, 3).parse().unwrap_or(0);
             // Safety: ignoring signals in this single-threaded process.

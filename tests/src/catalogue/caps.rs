@@ -48,9 +48,15 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         case!(
             "setid-file",
-            "issue 34: chmod u+s a file in the worktree, open(O_CREAT) one with mode 02755",
+            "issue 34: set-ID files in the worktree: chmod u+s/g+s, fchmod, fchmodat, open/creat/mknod 04755",
             Some(Protection::SetidFiles),
-            setid_file
+            |c| setid_file(c, false)
+        ),
+        case!(
+            "setid-file-tmp",
+            "issue 34: the same in a new directory of /tmp",
+            Some(Protection::SetidFiles),
+            |c| setid_file(c, true)
         ),
         case!(
             "caps-and-nnp",
@@ -120,17 +126,27 @@ fn root_dac_read(c: &Ctx) -> Outcome {
     attack_checked(c, Attack::RootDacRead, &[])
 }
 
-/// The attack, then the host's own look at what it left in the worktree.
-fn setid_file(c: &Ctx) -> Outcome {
-    let o = attack_checked(c, Attack::SetidFile, &[]);
-    for name in ["setid-f", "setid-g"] {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::symlink_metadata(c.wt.join(name)).map(|m| m.permissions().mode());
-        if let Ok(m) = mode {
-            if m & 0o6000 != 0 {
-                return Outcome::Escaped(format!("wt/{name} has mode {m:o}"));
-            }
-        }
+/// The attack in the worktree or in a fresh directory of `/tmp`, then the host's own look at
+/// what it left there (a `/tmp` private to the run leaves nothing on the host; the attack's
+/// own look inside is its verdict then).
+fn setid_file(c: &Ctx, tmp: bool) -> Outcome {
+    let dir = if tmp {
+        std::path::PathBuf::from(format!("/tmp/{}-setid", c.w.marker()))
+    } else {
+        c.wt.clone()
+    };
+    let o = attack_checked(c, Attack::SetidFile, &[dir.display().to_string()]);
+    let left = crate::attacks::setid_left(&dir);
+    if tmp {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    if !left.is_empty() {
+        return Outcome::Escaped(format!(
+            "{} holds {} ({})",
+            dir.display(),
+            left.join(", "),
+            super::describe(&o)
+        ));
     }
     o
 }

@@ -5,7 +5,8 @@
 //!
 //! One file per family, each with its table of cases (`cases()`) and the host side of them:
 //! [`fs`] files, [`proc`] processes and /proc, [`tty`] terminals, [`net`] sockets, [`caps`]
-//! privileges and mounts, [`tree`] the process tree, [`git`] git metadata, [`secrets`] the
+//! privileges and mounts, [`tree`] the process tree, [`limits`] the run's process and memory
+//! limits, [`git`] git metadata, [`secrets`] the
 //! secret locations, [`machine`] the
 //! machine-level cases run once per suite. What runs inside the sandbox is in
 //! [`crate::attacks`], named by [`crate::attacks::Attack`] variant.
@@ -32,6 +33,8 @@ pub struct Case {
     pub what: &'static str,
     /// The report's protection that explains a gap, if any (none = never a gap).
     pub protection: Option<Protection>,
+    /// Or the run's limit (`procs`, `memory`: the report's `limits` section) that does.
+    pub limit: Option<&'static str>,
     /// Only meaningful as root (capability use).
     pub root_only: bool,
     /// Cell or global.
@@ -85,6 +88,7 @@ macro_rules! case {
             name: $name,
             what: $what,
             protection: $prot,
+            limit: None,
             root_only: false,
             scope: Scope::Cell,
             needs: nothing,
@@ -96,6 +100,7 @@ macro_rules! case {
             name: $name,
             what: $what,
             protection: $prot,
+            limit: None,
             root_only: false,
             scope: Scope::Cell,
             needs: $needs,
@@ -107,6 +112,7 @@ macro_rules! case {
 mod caps;
 mod fs;
 mod git;
+mod limits;
 mod machine;
 mod net;
 mod proc;
@@ -129,6 +135,7 @@ pub fn all() -> Vec<Case> {
         net::cases(),
         caps::cases(),
         tree::cases(),
+        limits::cases(),
         git::cases(),
         secrets::cases(),
         machine::cases(),

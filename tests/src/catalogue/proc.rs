@@ -67,6 +67,36 @@ pub(super) fn cases() -> Vec<Case> {
             |c| with_victim(c, Attack::SignalOutside)
         ),
         case!(
+            "signal-calls-outside",
+            "issue 34: tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo (SIGTERM) at outside processes",
+            Some(Protection::SignalsOut),
+            |c| with_victims(c, Attack::SignalCallsOutside, &[PLAIN; 4])
+        ),
+        case!(
+            "pidfd-signal-outside",
+            "issue 34: pidfd_send_signal through pidfd_open and through open(/proc/<pid>) of outside processes",
+            Some(Protection::SignalsOut),
+            |c| with_victims(c, Attack::PidfdSignalOutside, &[PLAIN; 2])
+        ),
+        case!(
+            "fsetown-sigio-outside",
+            "issue 34: F_SETOWN / F_SETOWN_EX / F_SETOWN -pgid of outside processes on an O_ASYNC pipe, then SIGIO",
+            Some(Protection::SignalsOut),
+            |c| with_victims(c, Attack::FsetownOutside, &[PLAIN, PLAIN, GROUP])
+        ),
+        case!(
+            "kill-group-outside",
+            "issue 34: kill(-pgid, SIGTERM) of an outside process group",
+            Some(Protection::SignalsOut),
+            |c| with_victims(c, Attack::KillGroupOutside, &[GROUP])
+        ),
+        case!(
+            "kill-all-outside",
+            "issue 34: kill(-1, SIGURG) as an unprivileged uid; an outside process of that uid catches SIGURG",
+            Some(Protection::SignalsOut),
+            kill_all
+        ),
+        case!(
             "ptrace-outside",
             "PTRACE_ATTACH to a process outside",
             None,
@@ -121,6 +151,62 @@ fn with_victim(c: &Ctx, attack: Attack) -> Outcome {
         return Outcome::Escaped("the outside victim is stopped/traced".into());
     }
     o
+}
+
+/// How an outside victim is started: `(leads its own process group, exits on SIGURG)`.
+type VictimKind = (bool, bool);
+const PLAIN: VictimKind = (false, false);
+const GROUP: VictimKind = (true, false);
+const URG: VictimKind = (false, true);
+
+/// Starts one outside victim (same uid as the sandbox) per entry of `kinds`, runs `attack`
+/// with their PIDs (a group leader's PID is its group's ID), and judges by the victims: any
+/// that died or stopped is an escape, whatever the attack says.
+fn with_victims(c: &Ctx, attack: Attack, kinds: &[VictimKind]) -> Outcome {
+    let secret = format!("{}-secret", c.w.marker());
+    let mut victims = Vec::new();
+    for &(group, urg) in kinds {
+        match c.victim_with(&secret, group, urg) {
+            Some(v) => victims.push(v),
+            None => return Outcome::Error("harness: could not start an outside victim".into()),
+        }
+    }
+    let pids: Vec<String> = victims.iter().map(|v| v.pid().to_string()).collect();
+    let o = attack_checked(c, attack, &pids);
+    // SIGIO and queued signals are delivered asynchronously.
+    std::thread::sleep(Duration::from_millis(50));
+    let mut hit = Vec::new();
+    for v in &mut victims {
+        let pid = v.pid();
+        if !v.alive() {
+            hit.push(format!("{pid} died"));
+        } else if shofer_sys::proc::read(pid).is_some_and(|p| p.is_stopped()) {
+            hit.push(format!("{pid} is stopped"));
+        }
+    }
+    if !hit.is_empty() {
+        return Outcome::Escaped(format!(
+            "outside victims {} ({})",
+            hit.join(", "),
+            describe(&o)
+        ));
+    }
+    match o {
+        Outcome::Blocked(d) => Outcome::Blocked(format!("{d}; every outside victim alive")),
+        o => o,
+    }
+}
+
+/// `kill(-1)` reaches every process the caller may signal on a build without the protection:
+/// only as an unprivileged uid (as root, every process of the machine), and with `SIGURG`,
+/// which every process but the catcher victim ignores (or, as Go's runtime, tolerates).
+fn kill_all(c: &Ctx) -> Outcome {
+    if c.cell.user.is_root() {
+        return Outcome::Skip(
+            "kill(-1) runs as the unprivileged uid only: as root it would reach every process of the machine".into(),
+        );
+    }
+    with_victims(c, Attack::KillAll, &[URG])
 }
 
 fn inherited_fds(c: &Ctx) -> Outcome {

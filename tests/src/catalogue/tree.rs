@@ -54,6 +54,12 @@ pub(super) fn cases() -> Vec<Case> {
             sandbox_sigkill
         ),
         case!(
+            "supervisor-sigkill",
+            "issue 34: SIGKILL from outside to the command's own supervisor (its parent), not the pid the caller knows",
+            Some(Protection::SigkillKillsTree),
+            supervisor_sigkill
+        ),
+        case!(
             "parent-death",
             "the caller of shofer-sandbox is SIGKILLed: the tree dies too",
             None,
@@ -163,6 +169,104 @@ fn sandbox_sigkill(c: &Ctx) -> Outcome {
     let left = reap_marked(&marker);
     Outcome::Escaped(format!(
         "5 s after shofer-sandbox was SIGKILLed, pids {left:?} of its tree were alive ({})",
+        run.how()
+    ))
+}
+
+/// The parent (in this PID namespace) of the command started with `marker`: the first
+/// process of `attack`'s tree, whose parent is not of that tree.
+fn command_parent(attack: Attack, marker: &str) -> Option<i32> {
+    let tree = shofer_sys::proc::live_with_cmdline(|cl| {
+        let a: Vec<&[u8]> = cl.split(|b| *b == 0).collect();
+        a.get(1) == Some(&&b"attack"[..])
+            && a.get(2) == Some(&attack.name().as_bytes())
+            && a.contains(&marker.as_bytes())
+    });
+    tree.iter()
+        .find(|p| !tree.iter().any(|q| q.pid == p.ppid))
+        .map(|p| p.ppid)
+}
+
+/// Issue 34: whatever supervises the command directly (the supervisor below the guardian on
+/// Landlock, a namespace's init elsewhere) is SIGKILLed from outside — as the OOM killer or
+/// a user's `kill -9` would — while the command has a child: nothing of the tree survives,
+/// and shofer-sandbox ends.
+fn supervisor_sigkill(c: &Ctx) -> Outcome {
+    let marker = c.w.marker();
+    let me = c.w.me.display().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut spec = Sb::new(Cmd::Attack(Attack::TreeThenWait, vec![me, marker.clone()]));
+    spec.timeout = Duration::from_secs(15);
+    let m = marker.clone();
+    spec.during = Some(Box::new(move |_| {
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(5) {
+                // Its child, the sleeper, up too.
+                let sleeper = !shofer_sys::proc::live_with_cmdline(|cl| {
+                    let a: Vec<&[u8]> = cl.split(|b| *b == 0).collect();
+                    a.get(1) == Some(&&b"sleeper"[..]) && a.contains(&m.as_bytes())
+                })
+                .is_empty();
+                if sleeper {
+                    if let Some(sup) = command_parent(Attack::TreeThenWait, &m) {
+                        // Never the harness (a "sandbox" that execs the command).
+                        if sup == std::process::id() as i32 {
+                            let _ = tx.send(Ok(0));
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                        let _ = tx.send(sys::kill(sup, libc::SIGKILL).map(|()| sup));
+                        return;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+    }));
+    let run = c.sb(spec);
+    let killed = match rx.recv_timeout(Duration::from_secs(1)) {
+        Ok(Ok(0)) => {
+            reap_marked(&marker);
+            return Outcome::Error(format!(
+                "the command's parent is the harness itself: no supervisor to kill ({})",
+                run.how()
+            ));
+        }
+        Ok(Ok(pid)) => pid,
+        Ok(Err(e)) => {
+            reap_marked(&marker);
+            return Outcome::Error(format!("harness: kill the supervisor: {e} ({})", run.how()));
+        }
+        Err(_) => {
+            reap_marked(&marker);
+            return Outcome::Error(format!(
+                "harness: the command's tree never showed up ({})",
+                run.how()
+            ));
+        }
+    };
+    if run.timed_out {
+        reap_marked(&marker);
+        return Outcome::Escaped(format!(
+            "shofer-sandbox did not end after its supervisor {killed} was SIGKILLed ({})",
+            run.how()
+        ));
+    }
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        if marked(&marker).is_empty() {
+            return Outcome::Blocked(format!(
+                "the tree was gone {} ms after its supervisor {killed} was SIGKILLed; shofer-sandbox ended ({})",
+                start.elapsed().as_millis(),
+                run.how()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = reap_marked(&marker);
+    Outcome::Escaped(format!(
+        "5 s after the supervisor {killed} was SIGKILLed, pids {left:?} of its tree were alive ({})",
         run.how()
     ))
 }
