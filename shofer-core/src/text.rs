@@ -268,6 +268,20 @@ pub fn background_artifact_note(artifact_id: &str, execution_id: u64) -> String 
     format!("; their output keeps going to artifact {artifact_id} (terminate_command {execution_id} stops them)")
 }
 
+/// The note on a command in the background whose artifact reached its size cap, so that its
+/// output is read throttled from then on (issue 34): it names the command and
+/// `terminate_command` as the way to stop it. `command` is cut to 80 characters.
+pub fn throttled_note(execution_id: u64, command: &str, cap: u64) -> String {
+    let mut shown: String = command.chars().take(80).collect();
+    if shown.len() < command.len() {
+        shown.push_str("...");
+    }
+    format!(
+        "Note: command {execution_id} (`{shown}`) keeps writing output in the background and its artifact reached the size cap of {} ({cap} bytes): the rest is counted, not stored, and its output is now read slowly, so its processes wait whenever they write. If it is not needed, stop it with terminate_command (execution_id {execution_id}).",
+        format_size(cap)
+    )
+}
+
 /// Where spilled output went, for [`persisted_result`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Persisted<'a> {

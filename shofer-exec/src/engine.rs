@@ -25,6 +25,11 @@
 //! failed with a refused write outside the writable set gets the hint of
 //! [`shofer_core::denial`].
 //!
+//! Past the artifact cap ([`EngineConfig::max_artifact_bytes`]) a command no call waits for any
+//! more (past its soft timeout, or the background processes of one that exited) is read
+//! throttled, so that a runaway writer (`yes &`) blocks instead of burning CPU (see
+//! `crate::pump`); [`Engine::take_notices`] gives the note that tells the agent, once.
+//!
 //! Every command stays in the registry ([`Engine::list`]) while it or a process it left behind
 //! runs; finished ones are compact (their result text, no buffers or descriptors) and only the
 //! latest [`MAX_FINISHED_RECORDS`] of them are kept (their artifacts stay on disk and
@@ -266,7 +271,8 @@ pub struct EngineConfig {
     /// Run commands inside this sandbox. Default none.
     pub sandbox: Option<Sandbox>,
     /// Most bytes of one command's output stored in its artifact; past it the output is
-    /// counted but not stored, and the result says so. Default
+    /// counted but not stored, and the result says so; a command no call waits for any more
+    /// is then read throttled ([`Engine::take_notices`] tells of it). Default
     /// [`DEFAULT_MAX_ARTIFACT_BYTES`].
     pub max_artifact_bytes: u64,
     /// Make this process a child subreaper on engine creation (see [`crate::tree`]).
@@ -452,6 +458,8 @@ struct Record {
     hard_timeout_secs: Option<f64>,
     /// Finished and no process of its tree left: may be forgotten past the cap.
     settled: std::sync::atomic::AtomicBool,
+    /// The agent was told that its output is read throttled ([`Engine::take_notices`]).
+    throttle_told: std::sync::atomic::AtomicBool,
 }
 
 impl Record {
@@ -699,7 +707,12 @@ impl Engine {
         let abort = req.abort.clone().unwrap_or_default();
         tokio::select! {
             f = rec.wait_final() => Ok(rec.outcome_from(&f)),
-            () = sleep_or_forever(soft) => Ok(rec.snapshot()),
+            () = sleep_or_forever(soft) => {
+                // No call waits on its output any more: past the artifact cap, it is read
+                // throttled (see `crate::pump`).
+                rec.pump.set_background();
+                Ok(rec.snapshot())
+            }
             () = abort.cancelled() => {
                 self.kill(&rec, KillReason::Abort).await;
                 Ok(rec.outcome_from(&rec.wait_final().await))
@@ -775,6 +788,7 @@ impl Engine {
             done: watch::channel(None).0,
             hard_timeout_secs: supervision.hard.map(|d| d.as_secs_f64()),
             settled: std::sync::atomic::AtomicBool::new(false),
+            throttle_told: std::sync::atomic::AtomicBool::new(false),
         });
         tokio::spawn(supervise(
             Arc::clone(&rec),
@@ -908,6 +922,21 @@ impl Engine {
             .get(&id)
             .cloned()?;
         Some(rec.outcome_from(&rec.wait_final().await))
+    }
+
+    /// The notes the agent has not been given yet, one per command whose output became
+    /// throttled in the background at the artifact cap ([`text::throttled_note`], naming
+    /// `terminate_command`); each is returned once. `shofer serve` adds them to its next tool
+    /// result, whichever tool it is.
+    pub fn take_notices(&self) -> Vec<String> {
+        let cap = self.inner.config.max_artifact_bytes;
+        self.inner
+            .all_records()
+            .iter()
+            .filter(|r| !r.settled.load(Ordering::SeqCst) && r.pump.throttled())
+            .filter(|r| !r.throttle_told.swap(true, Ordering::SeqCst))
+            .map(|r| text::throttled_note(r.id, &r.command, cap))
+            .collect()
     }
 
     /// Every command of the engine's life, oldest first; for a command that exited leaving
@@ -1177,6 +1206,8 @@ async fn supervise(
         text: txt,
     }));
     if keep_pumping {
+        // The result is out: past the artifact cap the background writers are throttled.
+        r.pump.set_background();
         // Until the background processes close the pipe (they exit, or are killed by
         // terminate) or the engine stops the pump.
         let _ = pump_done.await;

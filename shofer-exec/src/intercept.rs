@@ -166,6 +166,17 @@ impl Interceptor {
         self
     }
 
+    /// Whether the artifact reached its size cap ([`Interceptor::with_cap`]): output from
+    /// then on is counted, not stored.
+    pub fn capped(&self) -> bool {
+        self.file.is_none() && self.written >= self.cap && self.cap != u64::MAX
+    }
+
+    /// The artifact size cap in bytes ([`Interceptor::with_cap`]; `u64::MAX` when none).
+    pub fn cap(&self) -> u64 {
+        self.cap
+    }
+
     /// The execution id whose artifact this is.
     pub fn execution_id(&self) -> u64 {
         self.id.execution_id()

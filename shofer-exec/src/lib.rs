@@ -6,6 +6,8 @@
 //!   ([`Engine::list`], [`Engine::status`], [`Engine::wait`], [`Engine::terminate`]) and reads
 //!   artifacts ([`Engine::read`]). Its settings are an [`EngineConfig`]; a worktree task adds a
 //!   [`Sandbox`] (the `shofer-sandbox` wrapper).
+//! - [`sessiondir`]: `shofer serve`'s own artifact directory, its owner record, and the
+//!   removal of those whose server is gone.
 //! - [`detach`]: `shofer run --timeout`'s detached supervisor and its state files.
 //! - [`childenv`]: the non-interactive environment every command gets.
 //! - [`intercept`]: the output interceptor (control bytes stripped, preview, `cmd-<id>.txt`), with
@@ -53,6 +55,7 @@ mod pump;
 pub mod reader;
 pub mod rpc_gate;
 pub mod serve;
+pub mod sessiondir;
 pub mod setup;
 pub mod shoferignore;
 pub mod tree;

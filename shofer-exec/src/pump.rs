@@ -8,6 +8,18 @@
 //! whichever is first. Then it closes its read end; a process that writes to the pipe later
 //! gets `EPIPE`/SIGPIPE, as with any closed pipe.
 //!
+//! # Past the artifact cap, in the background
+//! A command no call waits on any more ([`PumpCtl::set_background`]: its soft timeout returned,
+//! or its main process exited leaving background processes in `shofer serve`) whose artifact
+//! reached its size cap ([`Interceptor::capped`]) is a runaway writer (`yes &`): its output is
+//! only counted, and reading it at full speed would burn a core in the writer and one in the
+//! pump for nothing. From then on the pump is *throttled*: it reads at most [`THROTTLE_CHUNK`]
+//! bytes per [`THROTTLE_PERIOD`] (256 KiB/s), so the pipe fills and the writers block in
+//! write(2), using next to no CPU, while the pump still sees the pipe's end when they exit or
+//! are killed. It says so once ([`PumpCtl::throttled`]); the engine tells the agent, naming
+//! `terminate_command`. A drain (the main process exited, or the tree was killed) reads at full
+//! speed again: it is bounded by its deadline.
+//!
 //! A plain thread with blocking `poll`/`read` is used rather than tokio's async pipe: the hot
 //! path (a command printing gigabytes) is one `read` per 512 KiB and one `write` into the
 //! artifact, with no task wakeups or buffer copies in between.
@@ -26,10 +38,19 @@ const BUF_SIZE: usize = 512 * 1024;
 const BATCH_MIN: usize = 64 * 1024;
 const BATCH_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
 
+/// While throttled, the pump reads at most this many bytes ...
+pub const THROTTLE_CHUNK: usize = 64 * 1024;
+/// ... per this period (see the module docs).
+pub const THROTTLE_PERIOD: Duration = Duration::from_millis(250);
+
 #[derive(Debug, Default)]
 struct Ctl {
     drain: Option<(Instant, Duration)>,
     stop: bool,
+    /// No call waits on the output any more: past the artifact cap, throttle.
+    background: bool,
+    /// The pump throttled its reading (see the module docs).
+    throttled: bool,
     /// The eventfd that wakes the pump; `None` once the pump stopped (it closes it then).
     wake: Option<OwnedFd>,
 }
@@ -52,6 +73,22 @@ impl PumpCtl {
         if let Some(w) = &c.wake {
             sys::eventfd_signal(w);
         }
+    }
+
+    /// No call waits on this command's output any more: once its artifact is at its cap (now
+    /// or later), read it throttled (see the module docs).
+    pub fn set_background(&self) {
+        let mut c = self.lock();
+        c.background = true;
+        if let Some(w) = &c.wake {
+            sys::eventfd_signal(w);
+        }
+    }
+
+    /// Whether the pump throttled its reading: the command is in the background and its
+    /// artifact reached its cap.
+    pub fn throttled(&self) -> bool {
+        self.lock().throttled
     }
 
     /// Stop reading now.
@@ -109,7 +146,43 @@ fn run(pipe: &OwnedFd, wake_fd: RawFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl)
     let wake = unsafe { BorrowedFd::borrow_raw(wake_fd) };
     let fds = [pipe.as_fd(), wake];
     let mut drain: Option<(Instant, Duration)> = None;
+    let mut background = false;
+    let mut throttled = false;
     loop {
+        if !throttled && drain.is_none() && background && capped(sink) {
+            throttled = true;
+            ctl.lock().throttled = true;
+        }
+        if throttled && drain.is_none() {
+            // Wait a period (or a word from the engine), then move one small chunk.
+            let Ok(ready) = sys::poll_readable(&fds[1..], THROTTLE_PERIOD.as_millis() as i32)
+            else {
+                return;
+            };
+            if ready[0] {
+                let c = ctl.lock();
+                if let Some(w) = &c.wake {
+                    sys::eventfd_drain(w);
+                }
+                if c.stop {
+                    return;
+                }
+                drain = c.drain;
+                continue;
+            }
+            match sys::poll_readable(&fds[..1], 0) {
+                Ok(r) if r[0] => match sys::read(pipe, &mut buf[..THROTTLE_CHUNK]) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => sink
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .write(&buf[..n]),
+                },
+                Ok(_) => {}
+                Err(_) => return,
+            }
+            continue;
+        }
         let timeout_ms = match drain {
             None => -1,
             Some((deadline, idle)) => {
@@ -132,6 +205,7 @@ fn run(pipe: &OwnedFd, wake_fd: RawFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl)
                 return;
             }
             drain = c.drain;
+            background = c.background;
         }
         if ready[0] {
             // Every byte goes through the interceptor: it strips terminal control bytes
@@ -156,4 +230,8 @@ fn run(pipe: &OwnedFd, wake_fd: RawFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl)
             return;
         }
     }
+}
+
+fn capped(sink: &Mutex<Interceptor>) -> bool {
+    sink.lock().unwrap_or_else(|e| e.into_inner()).capped()
 }

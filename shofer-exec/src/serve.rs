@@ -24,10 +24,15 @@
 //! command's tree is killed (also processes left behind by commands that already exited), then
 //! the artifacts are removed: the whole directory when it is the server's own temporary one,
 //! only this server's `cmd-<id>.txt` files when the user named it with `--artifacts`, nothing
-//! with `--keep-artifacts`. A SIGKILL of the server cannot be caught: then its commands outlive
-//! it (a known limit). They run in process groups of their own, so killing the server's group
-//! does not reach them; each carries `SHOFER_EXEC_TAG=<server pid>-<execution id>` in its
-//! environment, by which a supervisor can find and kill them.
+//! with `--keep-artifacts`. A SIGKILL of the server cannot be caught: its [`crate::guardian`]
+//! then kills its commands, and its own artifact directory is left to the next server, which
+//! removes the directories of servers that are gone ([`crate::sessiondir`]). Commands run in
+//! process groups of their own, so killing the server's group does not reach them; each
+//! carries `SHOFER_EXEC_TAG=<server pid>-<execution id>` in its environment.
+//!
+//! Every tool result also carries the engine's pending notes ([`Engine::take_notices`]): a
+//! background command whose output reached the artifact cap is read throttled, and the agent
+//! hears of it, with `terminate_command` as the remedy, on its next call.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -344,7 +349,7 @@ impl ShoferServer {
                 Err(e) => Err(text_err(e.to_string())),
             }
         };
-        run.await.unwrap_or_else(|e| e)
+        self.noted(run.await.unwrap_or_else(|e| e))
     }
 
     #[tool(
@@ -371,7 +376,7 @@ impl ShoferServer {
                 () = abort.cancelled() => Err(text_err("The read was cancelled.")),
             }
         };
-        run.await.unwrap_or_else(|e| e)
+        self.noted(run.await.unwrap_or_else(|e| e))
     }
 
     #[tool(
@@ -381,6 +386,33 @@ impl ShoferServer {
         annotations(destructive_hint = true)
     )]
     async fn terminate_command(&self, args: JsonObject) -> CallToolResult {
+        let r = self.terminate(args).await;
+        self.noted(r)
+    }
+
+    #[tool(
+        name = "list_commands",
+        description = "List the commands of this session (all running ones and the latest 1000 finished ones), oldest first, as JSON: execution id, command, working directory, status (running, exited, terminated or timed out), exit code, signal, output size, artifact id if the output was persisted, and the background processes an exited command left running.",
+        annotations(read_only_hint = true)
+    )]
+    async fn list_commands(&self) -> CallToolResult {
+        let r = self.list();
+        self.noted(r)
+    }
+}
+
+impl ShoferServer {
+    /// `result` with the engine's pending notes ([`Engine::take_notices`]: a background
+    /// command throttled at the artifact cap) as further text blocks, so the agent hears of
+    /// them on its next call of any tool.
+    fn noted(&self, mut result: CallToolResult) -> CallToolResult {
+        for n in self.engine.take_notices() {
+            result.content.push(ContentBlock::text(n));
+        }
+        result
+    }
+
+    async fn terminate(&self, args: JsonObject) -> CallToolResult {
         let id = match args.get("execution_id") {
             None | Some(Value::Null) => return missing("execution_id"),
             Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap_or(0),
@@ -418,12 +450,7 @@ impl ShoferServer {
         }
     }
 
-    #[tool(
-        name = "list_commands",
-        description = "List the commands of this session (all running ones and the latest 1000 finished ones), oldest first, as JSON: execution id, command, working directory, status (running, exited, terminated or timed out), exit code, signal, output size, artifact id if the output was persisted, and the background processes an exited command left running.",
-        annotations(read_only_hint = true)
-    )]
-    async fn list_commands(&self) -> CallToolResult {
+    fn list(&self) -> CallToolResult {
         let list: Vec<Value> = self
             .engine
             .list()
@@ -472,6 +499,10 @@ impl ServerHandler for ShoferServer {
 /// tmpfs), else `$XDG_STATE_HOME/shofer/serve` (default `~/.local/state/shofer/serve`), and a
 /// place inside the writable set is never used.
 ///
+/// Before creating it, the `shofer-serve-*` directories in the same place whose server is gone
+/// are removed ([`crate::sessiondir::sweep`], said on stderr); the new one gets this process's
+/// owner record ([`crate::sessiondir::claim`]).
+///
 /// # Errors
 /// A message naming the places tried when none could be created.
 pub fn private_artifacts_dir(
@@ -484,13 +515,22 @@ pub fn private_artifacts_dir(
             .permissions(std::fs::Permissions::from_mode(0o700));
         b
     };
-    let fresh = |base: &std::path::Path| builder().tempdir_in(base);
+    // Directories of servers that are gone first, then ours, with its owner record.
+    let fresh = |base: &std::path::Path| {
+        sweep_reported(base);
+        let t = builder().tempdir_in(base)?;
+        if let Err(e) = crate::sessiondir::claim(t.path()) {
+            eprintln!(
+                "shofer serve: note: no owner record in {} ({e}): should this server be killed, a later one will not remove it",
+                t.path().display()
+            );
+        }
+        Ok::<_, std::io::Error>(t)
+    };
     let Some(writable) = sandbox_writable else {
-        return builder()
-            .tempdir()
-            .map_err(|e| {
-                format!("cannot create a temporary artifact directory (set TMPDIR or pass --artifacts DIR): {e}")
-            });
+        return fresh(&std::env::temp_dir()).map_err(|e| {
+            format!("cannot create a temporary artifact directory (set TMPDIR or pass --artifacts DIR): {e}")
+        });
     };
     let env_dir = |name: &str| {
         std::env::var_os(name)
@@ -523,6 +563,29 @@ pub fn private_artifacts_dir(
         "no private artifact directory outside the sandbox's writable places ({}); pass --artifacts DIR",
         tried.join("; ")
     ))
+}
+
+/// [`crate::sessiondir::sweep`] of `base`, said on stderr when it removed or failed anything.
+fn sweep_reported(base: &std::path::Path) {
+    let swept = crate::sessiondir::sweep(base);
+    if !swept.removed.is_empty() {
+        let names: Vec<String> = swept
+            .removed
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        eprintln!(
+            "shofer serve: removed {} artifact directory(ies) of servers that are gone: {}",
+            names.len(),
+            names.join(", ")
+        );
+    }
+    for (p, e) in &swept.failed {
+        eprintln!(
+            "shofer serve: note: {} belongs to a server that is gone but could not be removed: {e}",
+            p.display()
+        );
+    }
 }
 
 /// Makes `base` (and missing parents) with mode 0700 and checks it as every state directory

@@ -128,6 +128,17 @@ fn disk_is_bounded_and_artifacts_honest() {
     run_script("limits.py", "disk", &[]);
 }
 
+/// Case 8 (issue 34): a runaway background writer (`yes &`, `(while :; do echo x; done) &`,
+/// `yes` past a soft timeout) is throttled at `--max-artifact-bytes`: it and the server use
+/// next to no CPU, the next tool result names it and `terminate_command`, which stops it;
+/// without a sandbox, and under `--worktree` on every backend that keeps background processes.
+#[test]
+fn runaway_background_writer_is_throttled_at_the_artifact_cap() {
+    assert!(sandbox_binary().exists());
+    let wt = scratch_outside_tmp();
+    run_script("limits.py", "runaway", &[wt.path()]);
+}
+
 /// Case 4: 1,000 background commands, half ignoring SIGTERM, all gone within 1 s of stdin
 /// closing (every tree signalled at once, one shared grace), and the server gone before the
 /// client would kill it (2 s). It runs alone: the bound is the server's, not the machine's

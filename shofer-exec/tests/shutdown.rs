@@ -119,3 +119,75 @@ fn a_sigkilled_server_leaves_no_process_behind() {
         );
     }
 }
+
+/// The `shofer-serve-*` session directories in `base`.
+fn sessions(base: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(base)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("shofer-serve-"))
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Issue 34: the server and its guardian SIGKILLed together (both stopped first, so that
+/// neither runs another instruction: no shutdown, no sweep by the guardian) leave their
+/// artifact directory behind; the next server started on the same base removes it (its owner
+/// record names a process that is gone), and keeps its own until its own clean end.
+#[test]
+fn a_server_killed_with_its_guardian_leaves_a_directory_the_next_server_removes() {
+    let d = tempfile::tempdir().unwrap();
+    let m = marker();
+    let mut first = serve_with_background(d.path(), &format!("seq 1 100000; sleep {m}"));
+    let guardian = first.id() as i32;
+    let children =
+        std::fs::read_to_string(format!("/proc/{guardian}/task/{guardian}/children")).unwrap();
+    let server: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    let old = sessions(d.path());
+    assert_eq!(old.len(), 1, "{old:?}");
+    let old = old[0].clone();
+    let names: Vec<String> = std::fs::read_dir(&old)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("cmd-")) && names.iter().any(|n| n == "owner"),
+        "{names:?}"
+    );
+    // Safety: kill(2) of the processes this test started (the guardian and its child).
+    unsafe {
+        libc::kill(guardian, libc::SIGSTOP);
+        libc::kill(server, libc::SIGSTOP);
+        libc::kill(server, libc::SIGKILL);
+        libc::kill(guardian, libc::SIGKILL);
+    }
+    let _ = first.wait();
+    // With no server and no guardian left, the command's sleep went to init (the known limit
+    // of a double SIGKILL without a sandbox): this test's to clean up.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while shofer_sys::proc::read(server).is_some_and(|p| !p.is_dead()) && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill_leftovers(&m);
+    assert!(old.join("owner").exists(), "nothing ran to clean it");
+
+    let m2 = marker();
+    let mut second = serve_with_background(d.path(), &format!("sleep {m2}"));
+    let now = sessions(d.path());
+    assert!(
+        !old.exists(),
+        "the dead server's directory is still there: {now:?}"
+    );
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert!(now[0].join("owner").exists());
+    // Safety: kill(2) of the guardian this test started; its server shuts down cleanly.
+    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
+    let _ = second.wait();
+    let left = sessions(d.path());
+    kill_leftovers(&m2);
+    assert!(left.is_empty(), "a clean end removes its own: {left:?}");
+}

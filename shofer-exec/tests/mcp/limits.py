@@ -14,6 +14,9 @@ Cases (each one server session; see shofer-exec/tests/serve_limits.rs):
   huge      a command over the kernel's argument limit with a .shofer/shoferignore present:
             refused at once, RSS stays low, a concurrent call answers quickly.
   shutdown  1,000 background commands (half ignoring SIGTERM): gone within 1 s of stdin closing.
+  runaway   a background writer (`yes &`, a shell loop `&`, `yes` past a soft timeout) at the
+            artifact cap is throttled: it and the server use next to no CPU; the next result
+            names the command and terminate_command, which stops it.
 
 Prints `ok`/`FAIL` lines and exits 0 when every check passed.
 """
@@ -190,7 +193,7 @@ async def case_plants():
                 # The plant command's own artifact (a slow run under load spills its output)
                 # is the server's, not a plant.
                 own = set(re.findall(r"(?:Artifact ID: |is in artifact )(cmd-\d+\.txt)", t))
-                left = sorted(set(os.listdir(arts)) - own)
+                left = sorted(set(os.listdir(arts)) - own - {"owner"})  # the server's owner record
                 check(left == [art], f"a sandboxed command cannot plant in it ({os.listdir(arts)}; {t[-300:]!r})")
                 r, t = await call(session, "read_command_output", {"artifact_id": art, "search": "^2999$"})
                 check("Total matches: 1" in t, "its own artifact still reads")
@@ -404,9 +407,80 @@ async def case_disk():
                       f"an artifact removed mid-run is not advertised ({t[:240]!r})")
 
 
+async def case_runaway():
+    task = os.path.join(SCRATCH, "task")
+    os.makedirs(task, exist_ok=True)
+    marker = f"shofer-runaway-{uuid.uuid4().hex[:12]}"
+    writers = [
+        ("yes &", f"yes {marker} & echo started", None),
+        ("a shell loop &", f"(while :; do echo {marker}; done) & echo started", None),
+        ("yes past a soft timeout", f"yes {marker}", 1.0),
+    ]
+    await runaway_session(["--cwd", task], writers, marker, "runaway.log")
+    if WORKTREE:
+        # The same under the sandbox (--keep-descendants --status-fd: bwrap refuses those).
+        for backend in ["auto", "layered", "userns", "landlock"]:
+            await runaway_session(["--worktree", WORKTREE, "--backend", backend],
+                                  [(f"{what} ({backend})", c, t) for what, c, t in writers[0::2]],
+                                  marker, f"runaway-{backend}.log")
+
+
+async def runaway_session(args, writers, marker, log):
+    # The server and its guardian carry this in their command lines ($PPID under a sandbox is
+    # the sandbox's supervisor).
+    session_marker = f"runaway-session-{uuid.uuid4().hex[:12]}"
+    params, errlog = server([*args, "--max-artifact-bytes", "1000000", "--env", f"SHOFER_TEST={session_marker}"], log)
+    with errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                servers = procs_with(session_marker)
+                check(len(servers) == 2, f"the server and its guardian ({servers})")
+                for what, command, timeout in writers:
+                    r, t = await run(session, command, timeout=timeout)
+                    m = re.search(r"terminate_command (\d+) stops them", t) or re.search(r"cmd-(\d+)\.txt", t)
+                    check(m is not None and ("still running" in t), f"{what}: started in the background ({t[:200]!r})")
+                    if not m:
+                        continue
+                    cid = m.group(1)
+                    first = t
+                    await asyncio.sleep(1.0)
+                    procs = procs_with(marker)
+                    check(procs != [], f"{what}: the writer runs ({procs})")
+                    before = {p: cpu_ticks(p) for p in procs}
+                    s0 = sum(cpu_ticks(p) for p in servers)
+                    await asyncio.sleep(2.0)
+                    used = {p: cpu_ticks(p) - before[p] for p in procs if os.path.exists(f"/proc/{p}")}
+                    s1 = sum(cpu_ticks(p) for p in servers) - s0
+                    tick = os.sysconf("SC_CLK_TCK")
+                    # Unthrottled, the writer and the server's pump each take most of a core.
+                    check(all(u < 0.15 * 2 * tick for u in used.values()) and s1 < 0.15 * 2 * tick,
+                          f"{what}: throttled at the cap: writer ticks {used}, server {s1} in 2 s (tick {tick}/s)")
+                    # In the command's own result when the cap came first, else in the next one.
+                    r, t = await call(session, "list_commands")
+                    both = first + t
+                    check(both.count(f"Note: command {cid} ") == 1 and f"terminate_command (execution_id {cid})" in both
+                          and "size cap of 976.6KB" in both,
+                          f"{what}: the next result says so and names terminate_command ({t[-420:]!r})")
+                    r, t = await call(session, "list_commands")
+                    check(f"Note: command {cid} " not in t, f"{what}: said once")
+                    r, t = await call(session, "terminate_command", {"execution_id": int(cid)})
+                    for _ in range(100):
+                        if not procs_with(marker):
+                            break
+                        await asyncio.sleep(0.05)
+                    check(procs_with(marker) == [], f"{what}: terminate_command stopped it ({t[:160]!r})")
+    for p in procs_with(marker):  # leave the machine clean whatever happened
+        try:
+            os.kill(p, 9)
+        except OSError:
+            pass
+
+
 async def main():
     await {"load": case_load, "plants": case_plants, "search": case_search, "huge": case_huge,
-           "shutdown": case_shutdown, "disk": case_disk}[CASE]()
+           "shutdown": case_shutdown, "disk": case_disk,
+           "runaway": case_runaway}[CASE]()
     print(f"{len(failures)} failed")
     return 1 if failures else 0
 
