@@ -48,6 +48,23 @@ const LIMIT_HINTS: [(&str, &str); 3] = [
     ),
 ];
 
+/// What `tar` (GNU) and `cp` (GNU coreutils) print when an ownership change to another user is
+/// refused (issue 34: root over other owners); rsync's line is [`rsync_chown_refused`].
+const OWNERSHIP_REFUSED: [&str; 2] = [
+    "Cannot change ownership to uid",
+    "failed to preserve ownership for",
+];
+
+/// rsync's `chown "PATH" failed: Operation not permitted (1)` (or `Invalid argument`).
+fn rsync_chown_refused(line: &str) -> bool {
+    line.contains("chown \"")
+        && line.contains("\" failed: ")
+        && (line.contains("Operation not permitted") || line.contains("Invalid argument"))
+}
+
+/// The note for an ownership change refused inside the sandbox.
+const OWNERSHIP_HINT: &str = "Note: the output above shows an ownership change to another user refused: inside the sandbox files belong to the user the command runs as (root's capabilities are dropped, and a user namespace maps no other user unless the worktree belongs to one). The files themselves were written, with that owner; set-user-ID and set-group-ID bits are never kept. Not a permission problem to fix: extract or copy without owners (tar --no-same-owner, cp -a --no-preserve=ownership, rsync -a --no-owner --no-group).";
+
 /// What a client that ignores the proxy variables prints under `--net proxy`, where the only
 /// way out is the proxy: no name resolves, no address is reachable.
 const NO_ROUTE: [&str; 7] = [
@@ -83,6 +100,12 @@ pub fn denial_hint(output: &str, writable: &[&str], secrets: &[&str]) -> Option<
         if lines.iter().any(|l| l.starts_with(start)) {
             return Some(hint.into());
         }
+    }
+    if lines
+        .iter()
+        .any(|l| OWNERSHIP_REFUSED.iter().any(|m| l.contains(m)) || rsync_chown_refused(l))
+    {
+        return Some(OWNERSHIP_HINT.into());
     }
     if let Some(location) = refused_secret(&lines, secrets) {
         return Some(format!(
@@ -190,6 +213,23 @@ mod tests {
         assert!(denial_hint(out, &["/tmp"], &[])
             .unwrap()
             .contains("--limit-procs"));
+    }
+
+    #[test]
+    fn a_refused_ownership_change_gets_its_note() {
+        for out in [
+            "tar: ./f: Cannot change ownership to uid 1000, gid 1000: Invalid argument\ntar: Exiting with failure status due to previous errors",
+            "cp: failed to preserve ownership for 'cpa/f': Operation not permitted",
+            "rsync: [receiver] chown \"/home/me/wt/dst/f\" failed: Operation not permitted (1)",
+        ] {
+            let hint = denial_hint(out, &["/home/me/wt", "/tmp"], &[]).unwrap();
+            assert!(hint.contains("--no-same-owner"), "{out}");
+            assert!(!hint.contains("1000") && !hint.contains("/home/me/wt/dst"));
+        }
+        assert_eq!(
+            denial_hint("chown \"x\" is a word in a log line", &["/tmp"], &[]),
+            None
+        );
     }
 
     #[test]

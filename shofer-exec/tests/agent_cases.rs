@@ -499,6 +499,24 @@ fn case_10_sandbox_denials_are_explained() {
             && !note.contains("/x"),
         "{t}"
     );
+    // Issue 34: root extracting an archive of other owners (GNU tar restores owners as root):
+    // the files are there, the ownership change is refused, and the note says why.
+    if common::is_root() {
+        let o = wt.run(
+            &[],
+            "echo x > f && tar cf a.tar --owner=4242 --group=4242 f && rm f && tar xpf a.tar",
+        );
+        let t = text(&o);
+        assert!(t.contains("Cannot change ownership"), "{t}");
+        let note = t.trim_end().lines().last().unwrap();
+        assert!(
+            note.starts_with("Note: the output above shows an ownership change")
+                && note.contains("--no-same-owner")
+                && !note.contains("4242"),
+            "{t}"
+        );
+        assert!(wt.task.join("f").exists());
+    }
     // Not sandboxed, or not a denial: no note.
     let o = plain.run(&[], "ls /nonexistent-shofer-x");
     assert!(!text(&o).contains("Note: the"), "{}", text(&o));
