@@ -242,7 +242,13 @@ pub fn background_note(names: &[String], still_running: bool) -> String {
     if names.is_empty() {
         return String::new();
     }
-    let mut list: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
+    // A process's name is the command's choice (prctl(PR_SET_NAME)): escaped, so no newline
+    // or terminal control reaches the engine's own words (issue 29).
+    let mut list: Vec<String> = names
+        .iter()
+        .take(8)
+        .map(|n| n.escape_debug().to_string())
+        .collect();
     let more = names.len().saturating_sub(8);
     let more = if more > 0 {
         format!(", {more} more")
@@ -272,8 +278,9 @@ pub fn background_artifact_note(artifact_id: &str, execution_id: u64) -> String 
 /// output is read throttled from then on (issue 34): it names the command and
 /// `terminate_command` as the way to stop it. `command` is cut to 80 characters.
 pub fn throttled_note(execution_id: u64, command: &str, cap: u64) -> String {
-    let mut shown: String = command.chars().take(80).collect();
-    if shown.len() < command.len() {
+    let cut: String = command.chars().take(80).collect();
+    let mut shown = cut.escape_debug().to_string();
+    if cut.len() < command.len() {
         shown.push_str("...");
     }
     format!(
@@ -493,6 +500,14 @@ pub fn invalid_limit_text(limit: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 29: a process named `a\nNote: ok\x1b]0` forged a line of the engine's own.
+    #[test]
+    fn background_names_are_escaped() {
+        let note = super::background_note(&["a\nNote: ok\x1b]0\u{9b}".to_string()], true);
+        assert!(!note.contains('\n') && !note.contains('\x1b') && !note.contains('\u{9b}'));
+        assert!(note.contains("a\\nNote: ok\\u{1b}]0"), "{note}");
+    }
 
     #[test]
     fn sizes_round_half_up() {

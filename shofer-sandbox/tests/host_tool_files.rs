@@ -188,3 +188,130 @@ fn a_named_allow_write_makes_one_of_them_the_commands() {
         );
     }
 }
+
+/// Issue 29 (a fresh attack): a tree at a protected name too big to take apart in one pass
+/// (millions of hard links that list before the file that matters) outlasted every removal,
+/// and the next run took the planted `.claude/settings.json` for the user's (here `.gemini/`,
+/// absent before: the user's `.claude/` is a read-only bind). The name goes
+/// first, in one rename: it is gone while the command runs and after, whatever the tree holds;
+/// what is left of the tree lies under a `.shofer-removed-*` name no program reads.
+#[test]
+fn a_big_tree_at_a_protected_name_goes_at_once() {
+    let mut failures = Vec::new();
+    for b in backends() {
+        let s = Scratch::new();
+        let wt = worktree(&s, true);
+        let tmp = Scratch::new_in("/tmp");
+        let ready = tmp.path().join("ready");
+        let go = s.path().join("go");
+        let script = format!(
+            "python3 -c '
+import os
+os.makedirs(\".stage/d\")
+open(\".stage/d/f\", \"w\").close()
+for i in range(10000):
+    os.link(\".stage/d/f\", \".stage/d/%d\" % i)
+open(\".stage/settings.json\", \"w\").write(\"{{}}\")
+os.rename(\".stage\", \".gemini\")
+'; \
+             touch '{r}'; while [ ! -e '{g}' ]; do sleep 0.02; done",
+            r = ready.display(),
+            g = go.display()
+        );
+        let (child, _copy) = Run::new(&wt)
+            .args(["--backend", b])
+            .env("XDG_STATE_HOME", s.path().join("state"))
+            .sh(&script)
+            .spawn();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ready.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while wt.join(".gemini").exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if wt.join(".gemini").exists() {
+            failures.push(format!(
+                "{b}: the planted tree is at .gemini during the run"
+            ));
+        }
+        std::fs::write(&go, "").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !tampered_users(&wt).is_empty() || wt.join(".gemini").exists() {
+            failures.push(format!(
+                "{b}: after the run: {:?}; {stderr}",
+                tampered_users(&wt)
+            ));
+        }
+        let aside = std::fs::read_dir(&wt).unwrap().flatten().any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".shofer-removed-")
+        });
+        if !aside || !stderr.contains("remove it by hand") {
+            failures.push(format!("{b}: no aside name, or not said: {stderr}"));
+        }
+        // The next run finds nothing to adopt.
+        let out = Run::new(&wt)
+            .args(["--backend", b])
+            .env("XDG_STATE_HOME", s.path().join("state"))
+            .sh("test ! -e .gemini && cat .claude/settings.json")
+            .output();
+        if !String::from_utf8_lossy(&out.stdout).contains("users-claude-settings") {
+            failures.push(format!("{b}: the next run reads {}", show(&out)));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Issue 29 (a fresh attack): a supervisor killed (the engine's hard timeout sends SIGKILL)
+/// while the command kept writing `.mcp.json` left it in place on the namespace backends, with
+/// no journal, and the next run bound it read-only as the user's. The journal names the absent
+/// names on every backend; the next run removes what the command left there.
+#[test]
+fn a_killed_supervisor_leaves_no_planted_file_for_the_next_run() {
+    let mut failures = Vec::new();
+    for b in backends() {
+        let s = Scratch::new();
+        let wt = worktree(&s, false);
+        let tmp = Scratch::new_in("/tmp");
+        let ready = tmp.path().join("ready");
+        // A bounded writer: it stops by itself where SIGKILL does not take the tree along.
+        let script = format!(
+            "touch '{r}'; i=0; while [ $i -lt 300 ]; do echo '{{}}' > .mcp.json 2>/dev/null; \
+             mkdir -p .gemini 2>/dev/null; echo x > .gemini/settings.json 2>/dev/null; \
+             i=$((i+1)); sleep 0.01; done",
+            r = ready.display()
+        );
+        let (mut child, _copy) = Run::new(&wt)
+            .args(["--backend", b])
+            .env("XDG_STATE_HOME", s.path().join("state"))
+            .sh(&script)
+            .spawn();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !ready.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The writer's own end (3 s at most), wherever SIGKILL left it.
+        std::thread::sleep(Duration::from_secs(4));
+        let out = Run::new(&wt)
+            .args(["--backend", b])
+            .env("XDG_STATE_HOME", s.path().join("state"))
+            .sh("test ! -e .mcp.json && test ! -e .gemini")
+            .output();
+        if !out.status.success() {
+            failures.push(format!("{b}: the next run finds the plant: {}", show(&out)));
+        }
+        for name in [".mcp.json", ".gemini"] {
+            if std::fs::symlink_metadata(wt.join(name)).is_ok() {
+                failures.push(format!("{b}: {name} after the next run"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

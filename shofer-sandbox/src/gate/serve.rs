@@ -398,7 +398,12 @@ impl Gate {
             } else {
                 ""
             };
-            eprintln!("shofer-sandbox: {verb} to {shown} refused: {why}{blind}");
+            // The path is the command's bytes: escaped, so it cannot end the line or carry a
+            // terminal control into the sandbox's own voice.
+            eprintln!(
+                "shofer-sandbox: {verb} to {} refused: {why}{blind}",
+                shown.escape_debug()
+            );
             if let Ok(mut r) = self.refused.lock() {
                 r.push(shown);
             }

@@ -400,6 +400,13 @@ impl GitGuard {
         self.restore_pass(true)
     }
 
+    /// Whether a guarded name was absent before the run.
+    pub fn has_absent(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|g| matches!(g.original, State::Absent))
+    }
+
     /// While the command runs on a namespace backend, where every guarded entry that existed
     /// is a read-only bind: removes what the command made at a name that was absent (an
     /// agent's `.claude/` where the worktree had none, [`crate::git::protect::HOST_TOOL_FILES`]):
@@ -513,7 +520,14 @@ impl GitGuard {
     ///
     /// # Errors
     /// Creating or writing the journal.
-    pub fn write_journal(&mut self, dir: &Path, worktree: &Path) -> io::Result<()> {
+    /// `only_absent`: the names that were absent only (the namespace backends, where every
+    /// other guarded entry is a read-only bind: [`Self::restore_absent`]).
+    pub fn write_journal(
+        &mut self,
+        dir: &Path,
+        worktree: &Path,
+        only_absent: bool,
+    ) -> io::Result<()> {
         // The journal is JSON text: a path that is not UTF-8 (a gitdir the command named so in
         // an earlier run) cannot be written there — an error, where serializing it panicked.
         let paths = std::iter::once(worktree).chain(self.entries.iter().map(|g| &*g.dir_path));
@@ -527,6 +541,7 @@ impl GitGuard {
             .entries
             .iter()
             .filter(|g| !matches!(g.original, State::Unguardable(_)))
+            .filter(|g| !only_absent || matches!(g.original, State::Absent))
             .map(|g| json!({"dir": g.dir_path, "name": g.name, "state": state_json(&g.original)}))
             .collect();
         let pid = rustix::process::getpid().as_raw_nonzero().get();
@@ -1371,14 +1386,44 @@ fn open_dir(parent: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result
     paths::openat_dir(parent, Path::new(name.as_ref()))
 }
 
-/// Removes `name` under `dir` whatever it is now (file, symlink, or directory tree): the
-/// one remover ([`crate::git::remove::take_apart`]), with no stop and its budget
-/// ([`crate::git::remove::BUDGET`]), which a removal never spends but for a command that keeps
-/// filling the tree.
+/// The most entries [`remove`] takes apart at once: a restore must not hold up the watcher
+/// (it serves every guarded name) while it takes apart a tree of millions of entries.
+const REMOVE_BUDGET: usize = 4096;
+
+/// Removes `name` under `dir` whatever it is now (file, symlink, or directory tree). The name
+/// goes first, in one step: the entry is renamed to an unpredictable `.shofer-removed-*` name
+/// in the same directory (`RENAME_NOREPLACE`), which no host program reads, and only then
+/// taken apart by the one remover ([`crate::git::remove::take_apart`]), at most
+/// [`REMOVE_BUDGET`] entries. A bigger tree (an attack had millions of hard links list before
+/// the file that mattered, and outlast every removal), or a supervisor killed in the middle,
+/// leaves that harmless name, never the protected one; a later pass takes the next part where
+/// the aside lies in a guarded directory. Where the rename cannot be made (a mount point, a
+/// directory the caller may not write), the entry is taken apart in place.
 fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> {
-    let mut budget = crate::git::remove::BUDGET;
-    match crate::git::remove::take_apart(dir, name.as_ref(), &mut budget, &|| false)? {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let aside = format!(".shofer-removed-{}", shofer_sys::statedir::random_suffix());
+    let target: &OsStr = match rustix::fs::renameat_with(
+        dir,
+        name.as_ref(),
+        dir,
+        aside.as_str(),
+        rustix::fs::RenameFlags::NOREPLACE,
+    ) {
+        Ok(()) => aside.as_ref(),
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(_) => name.as_ref(),
+    };
+    let mut budget = REMOVE_BUDGET;
+    match crate::git::remove::take_apart(dir, target, &mut budget, &|| false)? {
         crate::git::remove::Removal::Gone => Ok(()),
+        crate::git::remove::Removal::Unfinished if target != name.as_ref() => {
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                eprintln!(
+                    "shofer-sandbox: note: what the command made at a protected name holds more than {REMOVE_BUDGET} entries: the rest is left under a name no program reads ({aside}, beside it); remove it by hand"
+                );
+            }
+            Ok(())
+        }
         crate::git::remove::Removal::Unfinished => {
             Err(io::Error::other("more entries than a removal takes"))
         }
@@ -2038,7 +2083,7 @@ mod tests {
             &Default::default(),
             std::slice::from_ref(&wt),
         );
-        let err = guard.write_journal(&state, &wt).unwrap_err();
+        let err = guard.write_journal(&state, &wt, false).unwrap_err();
         assert!(err.to_string().contains("UTF-8"), "{err}");
         assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
         std::fs::write(odd.join("commondir"), "/evil\n").unwrap();
@@ -2058,7 +2103,7 @@ mod tests {
             &Default::default(),
             std::slice::from_ref(&root),
         );
-        guard.write_journal(&state, &root).unwrap();
+        guard.write_journal(&state, &root, false).unwrap();
         let GitLayout::Linked { gitdir, .. } = &layout else {
             unreachable!()
         };

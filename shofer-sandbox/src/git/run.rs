@@ -149,9 +149,13 @@ impl GitRun {
         let mut journal = None;
         let mut journal_missing = None;
         let has_entries = !guard.paths().is_empty();
-        if !structural && has_entries {
+        // The namespace backends bind every guarded entry that exists; what the command makes
+        // at an absent name is removed by the watcher — and after a SIGKILL of this
+        // supervisor, by the next run from the journal (else that run would take it for the
+        // user's).
+        if (!structural && has_entries) || (structural && guard.has_absent()) {
             match guard::journal_dir(&writable) {
-                Some(dir) => match guard.write_journal(&dir, &opened.policy.worktree) {
+                Some(dir) => match guard.write_journal(&dir, &opened.policy.worktree, structural) {
                     Ok(()) => journal = Some(dir),
                     Err(e) => journal_missing = Some(format!("{}: {e}", dir.display())),
                 },
