@@ -237,7 +237,7 @@ fn fork_bomb(c: &Ctx) -> Outcome {
         Some(d) => Outcome::Escaped(d),
         None if w.peak < MIN_PEAK => Outcome::Error(format!(
             "the bomb never got going (fewer than {MIN_PEAK} processes at once): {saw}; the bomb: {:?}",
-            run.outcome()
+            run.verdict()
         )),
         None if how.contains("cgroup") && !run.stderr.contains("the process limit refused") => {
             Outcome::Fail(format!(
