@@ -1527,8 +1527,20 @@ mod tests {
         }
         std::fs::write(format!("/proc/self/fd/{}/f", at.as_raw_fd()), "x").unwrap();
         drop(at);
+        // The name goes at once; the guard takes apart at most REMOVE_BUDGET entries and
+        // leaves the rest under its aside name, which the one remover then takes apart
+        // whole (the tempdir's own recursive removal would overflow the stack on it).
         remove(&root, "top").unwrap();
         assert!(!s.path().join("top").exists());
+        let aside = std::fs::read_dir(s.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .find(|n| n.to_string_lossy().starts_with(".shofer-removed-"))
+            .expect("the rest of the tree, aside");
+        let mut budget = crate::git::remove::BUDGET;
+        let done = crate::git::remove::take_apart(&root, &aside, &mut budget, &|| false);
+        assert!(matches!(done, Ok(crate::git::remove::Removal::Gone)));
     }
 
     /// A tree the command made with directories it cannot write (mode 0500: nothing can be
