@@ -102,7 +102,8 @@ pub(crate) struct Steps<'a> {
     pub gate: Option<RawFd>,
     /// What the gate's filter traps (wherever it is installed).
     pub gate_traps: crate::gate::filter::Traps,
-    /// The run's cgroups' `cgroup.procs` (written `0`: the child moves itself in), and
+    /// The run's cgroups' v1 `tasks` or v2 `cgroup.procs` (written `0`: the child moves itself
+    /// in; it is single-threaded here, so `tasks` moves it whole), and
     /// `RLIMIT_NPROC` ([`crate::limits`]).
     pub cgroup_procs: &'a [RawFd],
     pub nproc: Option<u64>,

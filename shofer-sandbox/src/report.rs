@@ -85,15 +85,19 @@ pub fn probe(facts: &Facts, choice: &Result<Choice, SetupError>, net: NetPolicy)
     obj
 }
 
-/// The report's `limits` section: each limit's value, and how it holds or why not.
+/// The report's `limits` section: each limit's value, how it holds or why not, and the run's
+/// cgroup that holds it (`cgroup`, when one does).
 pub fn limits(rows: &[crate::limits::Row]) -> Value {
     let limits: serde_json::Map<String, Value> = rows
         .iter()
         .map(|r| {
-            let row = match &r.how {
+            let mut row = match &r.how {
                 Ok(how) => json!({"value": r.value, "status": "enforced", "how": how}),
                 Err(why) => json!({"value": r.value, "status": "not_enforced", "reason": why}),
             };
+            if let Some(dir) = &r.cgroup {
+                row["cgroup"] = json!(dir.to_string_lossy());
+            }
             (r.key.to_string(), row)
         })
         .collect();

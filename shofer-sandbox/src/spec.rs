@@ -31,8 +31,8 @@ pub(crate) struct ExecSpec {
     pub net_deny: bool,
     /// `--net proxy`: on Landlock alone, only TCP stream sockets, no MPTCP, no Fast Open.
     pub net_proxy: bool,
-    /// The run's cgroups' `cgroup.procs`, which the command's first process writes `0` to,
-    /// and `RLIMIT_NPROC` in the run's user namespace ([`crate::limits`]).
+    /// The run's cgroups' v1 `tasks` or v2 `cgroup.procs`, which the command's first process
+    /// writes `0` to, and `RLIMIT_NPROC` in the run's user namespace ([`crate::limits`]).
     pub cgroup_procs: Vec<RawFd>,
     pub nproc: Option<u64>,
     /// Variables for the command only, over the environment it inherits (the package

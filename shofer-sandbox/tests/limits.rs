@@ -3,7 +3,10 @@
 //! as uid 65534 (`RLIMIT_NPROC` in the run's user namespace where there is one; elsewhere the
 //! report and stderr say the limit does not hold). Each bomb runs inside a bound of the test's
 //! own — a cgroup v1 `pids` group as root, `RLIMIT_NPROC` for uid 65534 (who owns no other
-//! process here) — so a build without the protection cannot take the machine down.
+//! process here) — so a build without the protection cannot take the machine down. As root the
+//! runs also show the pool of spare cgroups at work (`limits::pool`): a second run reuses the
+//! first one's cgroups, each run counts its own kills, a CPU quota does not carry over, and
+//! eight runs at once keep the pool bounded.
 mod common;
 
 use std::os::unix::process::CommandExt;
@@ -12,6 +15,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+
+/// Held by every test here: they share the pool of spare cgroups of the test process's own
+/// cgroups, and one test's runs must not take the spares another test is watching.
+static POOL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn pool_lock() -> std::sync::MutexGuard<'static, ()> {
+    POOL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A cgroup v1 `pids` group of the test's own, removed when dropped.
 struct TestCgroup(PathBuf);
@@ -28,8 +39,84 @@ impl TestCgroup {
 
 impl Drop for TestCgroup {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.0);
+        // The spares the runs left in it (the pool's, inside the test's own group) first.
+        for (name, _) in spares(&self.0) {
+            let _ = std::fs::remove_dir(self.0.join(name));
+        }
+        // A removed child stays online until the kernel's offline work has run (after an RCU
+        // grace period): until then its parent is busy.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("left {}", self.0.display());
     }
+}
+
+/// The spare cgroups of the pool under `parent`: names and inode numbers.
+fn spares(parent: &Path) -> Vec<(String, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(parent)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.starts_with("shofer-spare-")
+                .then(|| Some((name, e.metadata().ok()?.ino())))?
+        })
+        .collect()
+}
+
+/// The run's cgroup of the report's row `key` (its path), if one holds it.
+fn report_cgroup(s: &Scratch, key: &str) -> Option<PathBuf> {
+    report_limit(s, key)["cgroup"].as_str().map(PathBuf::from)
+}
+
+/// A shell line printing `<controller> <inode>` of the command's own cgroup in each cgroup v1
+/// hierarchy named, as /proc/self/cgroup shows it.
+fn print_own_cgroups(controllers: &[&str]) -> String {
+    controllers
+        .iter()
+        .map(|c| {
+            format!(
+                "echo {c} $(stat -c %i /sys/fs/cgroup/{c}$(grep ':{c}:' /proc/self/cgroup | cut -d: -f3))"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The `<controller> <inode>` lines of [`print_own_cgroups`].
+fn own_cgroups(stdout: &[u8]) -> Vec<(String, u64)> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| {
+            let (c, ino) = l.split_once(' ')?;
+            Some((c.to_string(), ino.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Root, and cgroup v1 `pids` and `memory` hierarchies (where the pool lives), or the reason
+/// the caller skips (a failure under CI).
+fn pool_prerequisites(test: &str) -> bool {
+    if skip_unless_root(test) {
+        return false;
+    }
+    let v1 = ["pids", "memory"].iter().all(|c| {
+        Path::new("/sys/fs/cgroup")
+            .join(c)
+            .join("cgroup.procs")
+            .exists()
+    });
+    if !v1 {
+        assert!(!in_ci(), "CI: no cgroup v1 pids and memory hierarchies");
+        skip(test, "no cgroup v1 pids and memory hierarchies");
+    }
+    v1
 }
 
 /// The sandbox running `script` with `args`, as `uid` (from a reachable copy), inside the
@@ -108,6 +195,7 @@ fn report_limit(s: &Scratch, key: &str) -> serde_json::Value {
 
 #[test]
 fn a_fork_bomb_stops_at_the_process_limit_while_the_host_keeps_forking() {
+    let _pool = pool_lock();
     if skip_unless_root("a_fork_bomb_stops_at_the_process_limit_while_the_host_keeps_forking") {
         return;
     }
@@ -190,8 +278,17 @@ fn a_fork_bomb_stops_at_the_process_limit_while_the_host_keeps_forking() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// The number in the memory limit's closing line (`… 1 process killed at …`).
+fn killed_count(stderr: &str) -> Option<u64> {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("the memory limit stopped the command"))?;
+    line.split(": ").nth(2)?.split(' ').next()?.parse().ok()
+}
+
 #[test]
 fn an_allocation_past_the_memory_limit_is_killed_and_named() {
+    let _pool = pool_lock();
     if skip_unless_root("an_allocation_past_the_memory_limit_is_killed_and_named") {
         return;
     }
@@ -200,28 +297,257 @@ fn an_allocation_past_the_memory_limit_is_killed_and_named() {
     for b in backends() {
         for uid in [None, Some(UNPRIV)] {
             let cell = format!("{b} / uid {uid:?}");
-            let s = scratch_for(uid);
-            let (mut cmd, _copy) = sandbox(&s, uid, b, &["--limit-memory", "64M"], hog, None, 1024);
-            let out = cmd.stdin(Stdio::null()).output().unwrap();
-            let err = String::from_utf8_lossy(&out.stderr);
-            let row = report_limit(&s, "memory");
-            if uid.is_none() {
-                // Root: a cgroup of the run's holds it.
-                if out.status.code() != Some(137)
-                    || !err.contains("the memory limit stopped the command")
-                    || row["status"] != "enforced"
+            // As root twice in a row: the second run likely reuses the first one's memory
+            // cgroup (the pool), whose kill counter is cumulative; each run names its own.
+            let mut counts = Vec::new();
+            for _ in 0..if uid.is_none() { 2 } else { 1 } {
+                let s = scratch_for(uid);
+                let (mut cmd, _copy) =
+                    sandbox(&s, uid, b, &["--limit-memory", "64M"], hog, None, 1024);
+                let out = cmd.stdin(Stdio::null()).output().unwrap();
+                let err = String::from_utf8_lossy(&out.stderr);
+                let row = report_limit(&s, "memory");
+                if uid.is_none() {
+                    // Root: a cgroup of the run's holds it.
+                    counts.push(killed_count(&err));
+                    if out.status.code() != Some(137)
+                        || !err.contains("the memory limit stopped the command")
+                        || row["status"] != "enforced"
+                    {
+                        failures.push(format!("{cell}: {row}\n{}", show(&out)));
+                    }
+                    if report_cgroup(&s, "memory").is_some_and(|d| d.exists()) {
+                        failures.push(format!("{cell}: the run's memory cgroup is left: {row}"));
+                    }
+                } else if row["status"] != "not_enforced"
+                    || !err.contains("hardening not enforced (limit_memory)")
                 {
-                    failures.push(format!("{cell}: {row}\n{}", show(&out)));
+                    failures.push(format!(
+                        "{cell}: an unprivileged caller has no cgroup here: {row}\n{}",
+                        show(&out)
+                    ));
                 }
-            } else if row["status"] != "not_enforced"
-                || !err.contains("hardening not enforced (limit_memory)")
-            {
+            }
+            if uid.is_none() && (counts[0] != counts[1] || counts[0].is_none()) {
                 failures.push(format!(
-                    "{cell}: an unprivileged caller has no cgroup here: {row}\n{}",
-                    show(&out)
+                    "{cell}: processes killed in two runs in a row: {counts:?} (each run counts its own)"
                 ));
             }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn a_second_run_reuses_the_first_runs_cgroups_from_the_pool() {
+    let _pool = pool_lock();
+    if !pool_prerequisites("a_second_run_reuses_the_first_runs_cgroups_from_the_pool") {
+        return;
+    }
+    let mut failures = Vec::new();
+    let script = print_own_cgroups(&["pids", "memory"]);
+    for b in backends() {
+        let first = Scratch::new();
+        let (mut cmd, _) = sandbox(&first, None, b, &[], "true", None, 0);
+        let out = cmd.stdin(Stdio::null()).output().unwrap();
+        assert!(out.status.success(), "{b}: {}", show(&out));
+        let mut pooled = Vec::new();
+        for key in ["procs", "memory"] {
+            match report_cgroup(&first, key) {
+                Some(dir) if !dir.exists() => {
+                    let parent = dir.parent().unwrap().to_path_buf();
+                    pooled.extend(spares(&parent).into_iter().map(|(_, ino)| ino));
+                }
+                other => failures.push(format!(
+                    "{b}: run 1's {key} cgroup: {other:?} (a path that is gone after the run)"
+                )),
+            }
+        }
+        let second = Scratch::new();
+        let (mut cmd, _) = sandbox(&second, None, b, &[], &script, None, 0);
+        let out = cmd.stdin(Stdio::null()).output().unwrap();
+        let own = own_cgroups(&out.stdout);
+        if own.len() != 2 {
+            failures.push(format!("{b}: run 2's cgroups unseen: {}", show(&out)));
+        }
+        for (controller, ino) in own {
+            if !pooled.contains(&ino) {
+                failures.push(format!(
+                    "{b}: run 2's {controller} cgroup (inode {ino}) is not one of the spares run 1 left ({pooled:?})"
+                ));
+            }
+        }
+        for key in ["procs", "memory"] {
+            if let Some(dir) = report_cgroup(&second, key).filter(|d| d.exists()) {
+                failures.push(format!("{b}: run 2 left {}", dir.display()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_cpu_limit_does_not_carry_into_the_next_run() {
+    let _pool = pool_lock();
+    if !pool_prerequisites("a_cpu_limit_does_not_carry_into_the_next_run") {
+        return;
+    }
+    let quota = "cat /sys/fs/cgroup/cpu$(grep -E ':(cpu|cpu,cpuacct|cpuacct,cpu):' /proc/self/cgroup | cut -d: -f3)/cpu.cfs_quota_us";
+    let mut failures = Vec::new();
+    for b in backends() {
+        // 50 %, then 20 % (a spare of the first, its quota written again), then none.
+        for (cpu, expected) in [("50", "50000"), ("20", "20000"), ("off", "-1")] {
+            let s = Scratch::new();
+            let args = [
+                "--limit-cpu",
+                cpu,
+                "--limit-procs",
+                "off",
+                "--limit-memory",
+                "off",
+            ];
+            let (mut cmd, _) = sandbox(&s, None, b, &args, quota, None, 0);
+            let out = cmd.stdin(Stdio::null()).output().unwrap();
+            let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if got != expected {
+                failures.push(format!(
+                    "{b}: --limit-cpu {cpu}: cpu.cfs_quota_us {got:?}, expected {expected}\n{}",
+                    show(&out)
+                ));
+            }
+            if let Some(dir) = report_cgroup(&s, "cpu").filter(|d| d.exists()) {
+                failures.push(format!("{b}: the run left {}", dir.display()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn eight_runs_at_once_each_get_their_own_cgroups_and_the_pool_stays_bounded() {
+    let _pool = pool_lock();
+    if !pool_prerequisites(
+        "eight_runs_at_once_each_get_their_own_cgroups_and_the_pool_stays_bounded",
+    ) {
+        return;
+    }
+    let mut failures = Vec::new();
+    // Long enough that all eight hold their cgroups at the same time.
+    let script = format!("{}; sleep 1", print_own_cgroups(&["pids", "memory"]));
+    for b in backends() {
+        let runs: Vec<_> = (0..8)
+            .map(|_| {
+                let s = Scratch::new();
+                let (mut cmd, copy) = sandbox(&s, None, b, &[], &script, None, 0);
+                cmd.stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                (cmd.spawn().unwrap(), s, copy)
+            })
+            .collect();
+        let mut seen = Vec::new();
+        let mut parents = Vec::new();
+        for (child, s, _) in runs {
+            let out = child.wait_with_output().unwrap();
+            for key in ["procs", "memory"] {
+                let row = report_limit(&s, key);
+                match report_cgroup(&s, key) {
+                    Some(dir) if row["status"] == "enforced" => {
+                        if dir.exists() {
+                            failures.push(format!("{b}: a run left {}", dir.display()));
+                        }
+                        parents.push(dir.parent().unwrap().to_path_buf());
+                    }
+                    _ => failures.push(format!("{b}: {key}: {row}\n{}", show(&out))),
+                }
+            }
+            let own = own_cgroups(&out.stdout);
+            if own.len() != 2 {
+                failures.push(format!("{b}: a run's cgroups unseen: {}", show(&out)));
+            }
+            seen.extend(own);
+        }
+        let mut distinct = seen.clone();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() != seen.len() {
+            failures.push(format!(
+                "{b}: runs at the same time shared a cgroup: {seen:?}"
+            ));
+        }
+        parents.sort();
+        parents.dedup();
+        for parent in parents {
+            let n = spares(&parent).len();
+            if n > 4 {
+                failures.push(format!("{b}: {n} spares in {}", parent.display()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_dead_runs_empty_cgroup_becomes_a_spare_and_a_busy_one_stays() {
+    let _pool = pool_lock();
+    if !pool_prerequisites("a_dead_runs_empty_cgroup_becomes_a_spare_and_a_busy_one_stays") {
+        return;
+    }
+    // A pids group of the test's own as the parent: its pool starts empty, so the run makes
+    // its cgroup and sweeps at the end.
+    let cg = TestCgroup::new(4096).expect("a pids cgroup of the test's own");
+    let dead = {
+        let mut c = Command::new("true").spawn().unwrap();
+        c.wait().unwrap();
+        c.id()
+    };
+    let old = |name: &str| {
+        let dir = cg.0.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let st = Command::new("touch")
+            .args(["-d", "5 minutes ago"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        dir
+    };
+    let empty = old(&format!("shofer-{dead}-0123456789abcdef"));
+    let busy = old(&format!("shofer-{dead}-fedcba9876543210"));
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    std::fs::write(busy.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
+    // Not a run's name: never touched.
+    let foreign = cg.0.join("shofer-other");
+    std::fs::create_dir(&foreign).unwrap();
+
+    let s = Scratch::new();
+    let (mut cmd, _) = sandbox(
+        &s,
+        None,
+        "layered",
+        &["--limit-memory", "off"],
+        "true",
+        Some(&cg),
+        0,
+    );
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    let spares_after = spares(&cg.0);
+    let left = [&empty, &busy, &foreign].map(|d| d.exists());
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    // Leave nothing but spares (the TestCgroup removes those).
+    for dir in [&busy, &empty, &foreign] {
+        let _ = std::fs::remove_dir(dir);
+    }
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(
+        left,
+        [false, true, true],
+        "left after the sweep: the dead run's empty cgroup, its busy one, a foreign name"
+    );
+    assert_eq!(
+        spares_after.len(),
+        2,
+        "the run's cgroup and the dead run's empty one are the pool's: {spares_after:?}"
+    );
 }

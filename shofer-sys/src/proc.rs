@@ -412,8 +412,20 @@ fn unescape(s: &str) -> String {
 
 /// `/proc/self/cgroup`: (controllers, path) per line (cgroups(7)).
 pub fn own_cgroups() -> Vec<(String, String)> {
-    std::fs::read_to_string("/proc/self/cgroup")
-        .unwrap_or_default()
+    // One read of a buffer that holds the whole file (a dozen short lines), not the growing
+    // reads of `read_to_string`: this is on every run's start path.
+    let mut buf = vec![0u8; 8192];
+    let mut len = 0;
+    if let Ok(mut f) = std::fs::File::open("/proc/self/cgroup") {
+        use std::io::Read;
+        while len < buf.len() {
+            match f.read(&mut buf[len..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => len += n,
+            }
+        }
+    }
+    String::from_utf8_lossy(&buf[..len])
         .lines()
         .filter_map(|l| {
             let mut f = l.splitn(3, ':');
