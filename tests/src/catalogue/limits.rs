@@ -99,8 +99,18 @@ impl HarnessCgroup {
 
 impl Drop for HarnessCgroup {
     fn drop(&mut self) {
-        // Its last tasks may still be exiting.
+        // Its last tasks may still be exiting; the sandbox returns its run's cgroup to a pool
+        // of spares beside it (shofer-sandbox's limits::pool), inside this one: those go first.
         for _ in 0..50 {
+            if let Ok(children) = std::fs::read_dir(&self.0) {
+                for c in children.flatten() {
+                    if c.file_name().to_string_lossy().starts_with("shofer-")
+                        && c.file_type().is_ok_and(|t| t.is_dir())
+                    {
+                        let _ = std::fs::remove_dir(c.path());
+                    }
+                }
+            }
             if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
                 return;
             }
