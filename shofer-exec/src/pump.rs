@@ -160,14 +160,8 @@ fn run(pipe: &OwnedFd, wake_fd: RawFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl)
                 return;
             };
             if ready[0] {
-                let c = ctl.lock();
-                if let Some(w) = &c.wake {
-                    sys::eventfd_drain(w);
-                }
-                if c.stop {
-                    return;
-                }
-                drain = c.drain;
+                let Some((d, _)) = woken(ctl) else { return };
+                drain = d;
                 continue;
             }
             match sys::poll_readable(&fds[..1], 0) {
@@ -197,15 +191,8 @@ fn run(pipe: &OwnedFd, wake_fd: RawFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl)
             return;
         };
         if ready[1] {
-            let c = ctl.lock();
-            if let Some(w) = &c.wake {
-                sys::eventfd_drain(w);
-            }
-            if c.stop {
-                return;
-            }
-            drain = c.drain;
-            background = c.background;
+            let Some((d, b)) = woken(ctl) else { return };
+            (drain, background) = (d, b);
         }
         if ready[0] {
             // Every byte goes through the interceptor: it strips terminal control bytes
@@ -230,6 +217,16 @@ fn run(pipe: &OwnedFd, wake_fd: RawFd, sink: &Mutex<Interceptor>, ctl: &PumpCtl)
             return;
         }
     }
+}
+
+/// The engine's word after a wake-up: `None` to stop now, else the drain deadline and whether
+/// the command is in the background.
+fn woken(ctl: &PumpCtl) -> Option<(Option<(Instant, Duration)>, bool)> {
+    let c = ctl.lock();
+    if let Some(w) = &c.wake {
+        sys::eventfd_drain(w);
+    }
+    (!c.stop).then_some((c.drain, c.background))
 }
 
 fn capped(sink: &Mutex<Interceptor>) -> bool {
