@@ -193,8 +193,8 @@ fn a_named_allow_write_makes_one_of_them_the_commands() {
 /// (millions of hard links that list before the file that matters) outlasted every removal,
 /// and the next run took the planted `.claude/settings.json` for the user's (here `.gemini/`,
 /// absent before: the user's `.claude/` is a read-only bind). The name goes
-/// first, in one rename: it is gone while the command runs and after, whatever the tree holds;
-/// what is left of the tree lies under a `.shofer-removed-*` name no program reads.
+/// first, in one rename to a `.shofer-removed-*` name no program reads: it is gone while the
+/// command runs and after, whatever the tree holds; the aside is taken apart when the run ends.
 #[test]
 fn a_big_tree_at_a_protected_name_goes_at_once() {
     let mut failures = Vec::new();
@@ -245,13 +245,14 @@ os.rename(\".stage\", \".gemini\")
                 tampered_users(&wt)
             ));
         }
+        // Taken apart once the command is gone (it could rename the aside back before).
         let aside = std::fs::read_dir(&wt).unwrap().flatten().any(|e| {
             e.file_name()
                 .to_string_lossy()
                 .starts_with(".shofer-removed-")
         });
-        if !aside || !stderr.contains("remove it by hand") {
-            failures.push(format!("{b}: no aside name, or not said: {stderr}"));
+        if aside {
+            failures.push(format!("{b}: an aside name left after the run: {stderr}"));
         }
         // The next run finds nothing to adopt.
         let out = Run::new(&wt)
@@ -314,4 +315,108 @@ fn a_killed_supervisor_leaves_no_planted_file_for_the_next_run() {
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Issue 29 (a second fresh attack): the command owns the worktree and took its write bit
+/// away (`chmod 555 .`) right after moving its `.claude/` in: the guard's rename failed with
+/// EACCES and the plant stayed for the whole run on the namespace backends. The guard puts the
+/// directory's mode back and removes it, however often the command takes the bit away.
+#[test]
+fn a_worktree_made_read_only_does_not_keep_a_plant() {
+    let mut failures = Vec::new();
+    for b in backends() {
+        for uid in [None, Some(UNPRIV)]
+            .into_iter()
+            .filter(|u| u.is_none() || is_root())
+        {
+            let cell = format!("{b} / uid {uid:?}");
+            let s = Scratch::new();
+            let wt = worktree(&s, false);
+            let tmp = Scratch::new_in("/tmp");
+            if let Some(u) = uid {
+                s.chown_all(u);
+                tmp.chown_all(u);
+            }
+            let ready = tmp.path().join("ready");
+            let go = s.path().join("go");
+            let script = format!(
+                "python3 -c '
+import os, time
+def stage():
+    os.makedirs(\"s/.gemini\", exist_ok=True)
+    open(\"s/.gemini/settings.json\", \"w\").write(\"evil\")
+for i in range(100):
+    try:
+        stage()
+        os.rename(\"s/.gemini\", \".gemini\")
+    except OSError:
+        pass
+    os.chmod(\".\", 0o555)
+    time.sleep(0.02)
+    won = os.path.exists(\".gemini/settings.json\")
+    os.chmod(\".\", 0o755)
+    if won:
+        os.chmod(\".\", 0o555)
+        break
+'; touch '{r}'; while [ ! -e '{g}' ]; do sleep 0.02; done",
+                r = ready.display(),
+                g = go.display()
+            );
+            let mut run = Run::new(&wt).args(["--backend", b]).sh(&script);
+            if let Some(u) = uid {
+                run = run.with_uid(u);
+            }
+            let (child, _copy) = run.spawn();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !ready.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while wt.join(".gemini").exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if wt.join(".gemini").exists() {
+                failures.push(format!("{cell}: .gemini stays during the run"));
+            }
+            std::fs::write(&go, "").unwrap();
+            let out = child.wait_with_output().unwrap();
+            if wt.join(".gemini").exists() {
+                failures.push(format!("{cell}: .gemini after the run: {}", show(&out)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Issue 29 (a second fresh attack): on Landlock alone `chmod 777` of a guarded directory
+/// (`.claude/`, `.vscode/`, `.git/hooks`) stayed after the run, and another local user could
+/// then plant a hook. Its own mode is put back; the namespace backends refuse the chmod
+/// (read-only binds).
+#[test]
+fn a_guarded_directorys_mode_is_put_back() {
+    for b in backends() {
+        let s = Scratch::new();
+        let wt = worktree(&s, true);
+        let hooks = wt.join(".git/hooks");
+        std::fs::create_dir_all(&hooks).unwrap();
+        let mode = |p: &Path| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+        };
+        let before: Vec<u32> = [".claude", ".vscode"]
+            .iter()
+            .map(|n| mode(&wt.join(n)))
+            .chain([mode(&hooks)])
+            .collect();
+        let out = Run::new(&wt)
+            .args(["--backend", b])
+            .sh("chmod 777 .claude .vscode .git/hooks; sleep 0.3")
+            .output();
+        let after: Vec<u32> = [".claude", ".vscode"]
+            .iter()
+            .map(|n| mode(&wt.join(n)))
+            .chain([mode(&hooks)])
+            .collect();
+        assert_eq!(before, after, "{b}: {}", show(&out));
+    }
 }

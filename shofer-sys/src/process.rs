@@ -63,19 +63,32 @@ pub fn session_id() -> i32 {
 /// (one `fork`); if the fork fails, `fd` is closed here.
 ///
 /// The child keeps only `fd` and the read end of a pipe whose write end this process holds
-/// until it exits; it blanks its copy of the command line (so that it is not taken for this
-/// process by a search for a marker in `/proc/*/cmdline`), waits for end of file, closes `fd`
-/// and exits. It is reaped by whoever inherits it (a subreaper above, or init). Call this
+/// until it exits; the command line is blanked before the fork (so that the child is never
+/// taken for this process by a search for a marker in `/proc/*/cmdline`); the child waits for
+/// end of file, closes `fd` and exits. It is reaped by whoever inherits it (a subreaper above, or init). Call this
 /// only from a process about to exit: until then the child lives, and a process that forks
 /// later would hand it the pipe's write end.
 pub fn close_after_exit(fd: OwnedFd) {
     let Ok((wait_read, wait_write)) = crate::fd::pipe_cloexec() else {
         return;
     };
-    let region = crate::proc::own_command_line_region();
     let (keep, wait) = (fd.as_raw_fd(), wait_read.as_raw_fd());
     if keep < 3 || wait < 3 {
         return; // the child's dup2 to 0 and 1 would clobber one of them: close here
+    }
+    // The command line is blanked here, before the fork, so the child never shows this
+    // process's: blanked in the child, a child not yet scheduled on a busy machine was seen
+    // with it (and a marker in it) after this process had exited. This process is about to
+    // exit; nothing reads its command line any more.
+    if let Some((start, end)) = crate::proc::own_command_line_region() {
+        let line = b"shofer (closing)\0";
+        // Safety: the region is this process's own argument area (from /proc/self/stat's
+        // arg_start..arg_end), writable, and no Rust value points into it.
+        unsafe {
+            std::ptr::write_bytes(start as *mut u8, 0, end - start);
+            let n = line.len().min(end - start);
+            std::ptr::copy_nonoverlapping(line.as_ptr(), start as *mut u8, n);
+        }
     }
     // Raw fork: std has none; the child makes only raw system calls (async-signal-safe,
     // fork(2) in a threaded process) and never returns.
@@ -84,12 +97,6 @@ pub fn close_after_exit(fd: OwnedFd) {
     if pid == 0 {
         // Safety: the child's own (copy-on-write) memory and descriptors.
         unsafe {
-            if let Some((start, end)) = region {
-                let line = b"shofer (closing)\0";
-                std::ptr::write_bytes(start as *mut u8, 0, end - start);
-                let n = line.len().min(end - start);
-                std::ptr::copy_nonoverlapping(line.as_ptr(), start as *mut u8, n);
-            }
             // 0: `fd`, 1: the pipe; nothing else (above all no pipe a reader waits on).
             if libc::dup2(keep, 0) < 0 || libc::dup2(wait, 1) < 0 {
                 libc::_exit(0);

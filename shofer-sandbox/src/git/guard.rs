@@ -65,6 +65,9 @@ struct Guarded {
     dir_mode: Option<u32>,
     name: String,
     original: State,
+    /// A guarded directory's own permission bits at the snapshot (`None`: not a directory,
+    /// or from a journal): a `chmod 777 .git/hooks` would let another user plant a hook.
+    own_mode: Option<u32>,
 }
 
 /// A main worktree's `.git` directory: it must remain the directory it was.
@@ -156,12 +159,16 @@ impl GitGuard {
             let dir_mode = mode_of(&dir).ok();
             for &name in names {
                 let original = read_state(&dir, name);
+                let own_mode = matches!(original, State::Dir(_))
+                    .then(|| open_dir(&dir, name).and_then(|d| mode_of(&d)).ok())
+                    .flatten();
                 entries.push(Guarded {
                     dir: dir.try_clone().expect("dup of an open descriptor"),
                     dir_path: dir_path.clone(),
                     dir_mode,
                     name: name.to_string(),
                     original,
+                    own_mode,
                 });
             }
         };
@@ -423,7 +430,24 @@ impl GitGuard {
                 continue;
             }
             let path = g.dir_path.join(&g.name);
-            match remove(&g.dir, &g.name) {
+            // The command owns the directory (the worktree) and can take its write bit away
+            // to keep the name in place: the mode is put back and the removal tried again,
+            // however often the command takes it away in between.
+            let mut result = remove(&g.dir, &g.name);
+            for _ in 0..64 {
+                let denied = result
+                    .as_ref()
+                    .is_err_and(|e| matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)));
+                if !denied {
+                    break;
+                }
+                let want = g.dir_mode.unwrap_or(0o755) | 0o700;
+                if paths::chmod_pinned(&g.dir, want).is_ok() {
+                    out.restored.push(g.dir_path.clone());
+                }
+                result = remove(&g.dir, &g.name);
+            }
+            match result {
                 Ok(()) => out.restored.push(path),
                 Err(e) => out.failed.push((path, e.to_string())),
             }
@@ -446,6 +470,7 @@ impl GitGuard {
                 let text = name.to_str();
                 let transient = text.is_some_and(|n| COMMON_TRANSIENT.contains(&n));
                 if before.contains(&name)
+                    || is_aside(&name)
                     || text.is_some_and(|n| COMMON_NEW_ALLOWED.contains(&n))
                     || (live && transient)
                     || !(self.common_top_writable || transient)
@@ -477,6 +502,19 @@ impl GitGuard {
             if matches!(g.original, State::Unguardable(_)) {
                 continue;
             }
+            // A guarded directory gets its own mode back (the namespace backends bind it
+            // read-only: no chmod reaches it there).
+            if let Some(want) = g.own_mode {
+                if let Ok(sub) = open_dir(&g.dir, &g.name) {
+                    if mode_of(&sub).is_ok_and(|m| m != want) {
+                        let path = g.dir_path.join(&g.name);
+                        match paths::chmod_pinned(&sub, want) {
+                            Ok(()) => out.restored.push(path),
+                            Err(e) => out.failed.push((path, format!("chmod: {e}"))),
+                        }
+                    }
+                }
+            }
             let now = read_state(&g.dir, &g.name);
             // A second link to a guarded file (or to a file of a guarded directory) lets the
             // command change it through another name: it is written afresh (a new inode),
@@ -486,7 +524,9 @@ impl GitGuard {
                 // A directory that cannot be listed counts as linked: it is put back (and a
                 // failure to do so is reported).
                 State::Dir(_) => open_dir(&g.dir, &g.name).is_ok_and(|sub| {
-                    paths::list(&sub).map_or(true, |names| names.iter().any(|n| links(&sub, n) > 1))
+                    paths::list(&sub).map_or(true, |names| {
+                        names.iter().any(|n| !is_aside(n) && links(&sub, n) > 1)
+                    })
                 }),
                 _ => false,
             };
@@ -501,7 +541,8 @@ impl GitGuard {
                     let last = if matches!(g.original, State::Absent) {
                         String::new()
                     } else {
-                        match remove(&g.dir, &g.name) {
+                        // Taken apart now: its space is what the next pass needs.
+                        match remove(&g.dir, &g.name).map(|()| take_apart_asides()) {
                             Ok(()) => " (the command's version was removed instead)".into(),
                             Err(e2) => {
                                 format!(" (removing the command's version failed too: {e2})")
@@ -962,6 +1003,7 @@ fn journal_entries(v: &Value, worktree: &Path, out: &mut Restored) -> Result<Vec
                 dir_mode: None,
                 name: n,
                 original: state,
+                own_mode: None,
             }),
             Err(err) => out
                 .failed
@@ -1364,6 +1406,9 @@ fn read_dir_files(parent: &OwnedFd, name: &str) -> io::Result<Vec<(String, Vec<u
     let dir = open_dir(parent, name)?;
     let mut out = Vec::new();
     for entry in paths::list(&dir)? {
+        if is_aside(&entry) {
+            continue;
+        }
         if out.len() >= MAX_ENTRIES {
             return Err(io::Error::other(format!("more than {MAX_ENTRIES} entries")));
         }
@@ -1386,46 +1431,71 @@ fn open_dir(parent: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result
     paths::openat_dir(parent, Path::new(name.as_ref()))
 }
 
-/// The most entries [`remove`] takes apart at once: a restore must not hold up the watcher
-/// (it serves every guarded name) while it takes apart a tree of millions of entries.
-const REMOVE_BUDGET: usize = 4096;
+/// The prefix of the names [`remove`] renames entries to.
+const ASIDE_PREFIX: &str = ".shofer-removed-";
 
-/// Removes `name` under `dir` whatever it is now (file, symlink, or directory tree). The name
-/// goes first, in one step: the entry is renamed to an unpredictable `.shofer-removed-*` name
-/// in the same directory (`RENAME_NOREPLACE`), which no host program reads, and only then
-/// taken apart by the one remover ([`crate::git::remove::take_apart`]), at most
-/// [`REMOVE_BUDGET`] entries. A bigger tree (an attack had millions of hard links list before
-/// the file that mattered, and outlast every removal), or a supervisor killed in the middle,
-/// leaves that harmless name, never the protected one; a later pass takes the next part where
-/// the aside lies in a guarded directory. Where the rename cannot be made (a mount point, a
-/// directory the caller may not write), the entry is taken apart in place.
+/// Whether `name` is one [`remove`] made: passes leave such names alone (no program reads
+/// them; removing one again would only rename it again, and the rename's own inotify event
+/// would start another pass), and [`take_apart_asides`] takes them apart at the end.
+fn is_aside(name: &OsStr) -> bool {
+    name.as_encoded_bytes().starts_with(ASIDE_PREFIX.as_bytes())
+}
+
+/// What [`remove`] renamed aside and left for [`take_apart_asides`]: a directory and a name.
+static ASIDES: Mutex<Vec<(OwnedFd, String)>> = Mutex::new(Vec::new());
+
+/// Removes `name` under `dir` whatever it is now (file, symlink, or directory tree), in one
+/// step: the entry is renamed to an unpredictable `.shofer-removed-*` name in the same
+/// directory (`RENAME_NOREPLACE`), which no host program reads, and taken apart only when the
+/// run has ended ([`take_apart_asides`]). A tree of millions of entries (an attack had hard
+/// links list before the file that mattered, and outlast every budgeted removal) costs one
+/// rename, the watcher is never held up by a removal, and a command that renames the aside
+/// back only raises another event the watcher answers with another rename; a supervisor
+/// killed meanwhile leaves the harmless name, never the protected one. Where the rename
+/// cannot be made (a mount point, a directory the caller may not write), the entry is taken
+/// apart in place, at most [`crate::git::remove::BUDGET`] entries.
 fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> {
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let aside = format!(".shofer-removed-{}", shofer_sys::statedir::random_suffix());
-    let target: &OsStr = match rustix::fs::renameat_with(
+    let aside = format!("{ASIDE_PREFIX}{}", shofer_sys::statedir::random_suffix());
+    match rustix::fs::renameat_with(
         dir,
         name.as_ref(),
         dir,
         aside.as_str(),
         rustix::fs::RenameFlags::NOREPLACE,
     ) {
-        Ok(()) => aside.as_ref(),
-        Err(rustix::io::Errno::NOENT) => return Ok(()),
-        Err(_) => name.as_ref(),
-    };
-    let mut budget = REMOVE_BUDGET;
-    match crate::git::remove::take_apart(dir, target, &mut budget, &|| false)? {
-        crate::git::remove::Removal::Gone => Ok(()),
-        crate::git::remove::Removal::Unfinished if target != name.as_ref() => {
-            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                eprintln!(
-                    "shofer-sandbox: note: what the command made at a protected name holds more than {REMOVE_BUDGET} entries: the rest is left under a name no program reads ({aside}, beside it); remove it by hand"
-                );
+        Ok(()) => {
+            if let Ok(mut a) = ASIDES.lock() {
+                a.push((dir.try_clone()?, aside));
             }
-            Ok(())
+            return Ok(());
         }
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(_) => {}
+    }
+    let mut budget = crate::git::remove::BUDGET;
+    match crate::git::remove::take_apart(dir, name.as_ref(), &mut budget, &|| false)? {
+        crate::git::remove::Removal::Gone => Ok(()),
         crate::git::remove::Removal::Unfinished => {
             Err(io::Error::other("more entries than a removal takes"))
+        }
+    }
+}
+
+/// Once the command's processes are gone (nothing can rename them back): takes apart what
+/// [`remove`] renamed aside, each within [`crate::git::remove::BUDGET`] entries; what is left
+/// of a bigger tree stays under its aside name, said once on stderr.
+pub fn take_apart_asides() {
+    let asides = ASIDES
+        .lock()
+        .map(|mut a| std::mem::take(&mut *a))
+        .unwrap_or_default();
+    for (dir, aside) in asides {
+        let mut budget = crate::git::remove::BUDGET;
+        match crate::git::remove::take_apart(&dir, aside.as_ref(), &mut budget, &|| false) {
+            Ok(crate::git::remove::Removal::Gone) => {}
+            Ok(crate::git::remove::Removal::Unfinished) | Err(_) => eprintln!(
+                "shofer-sandbox: note: what the command made at a protected name was moved to {aside} beside it (no program reads that name) and could not be taken apart whole; remove it by hand"
+            ),
         }
     }
 }
@@ -1485,7 +1555,7 @@ fn put_back(dir: &OwnedFd, name: &str, original: &State, now: &State) -> io::Res
             let sub = open_dir(dir, name)?;
             let keep: Vec<&OsStr> = entries.iter().map(|(n, _, _)| n.as_ref()).collect();
             for entry in paths::list(&sub)? {
-                if !keep.contains(&entry.as_os_str()) {
+                if !keep.contains(&entry.as_os_str()) && !is_aside(&entry) {
                     remove(&sub, &entry)?;
                 }
             }
@@ -1543,6 +1613,15 @@ mod tests {
         assert!(matches!(done, Ok(crate::git::remove::Removal::Gone)));
     }
 
+    /// What [`take_apart_asides`] does to one aside.
+    fn take_apart_whole(dir: &OwnedFd, name: &str) -> io::Result<()> {
+        let mut budget = crate::git::remove::BUDGET;
+        match crate::git::remove::take_apart(dir, name.as_ref(), &mut budget, &|| false)? {
+            crate::git::remove::Removal::Gone => Ok(()),
+            crate::git::remove::Removal::Unfinished => Err(io::Error::other("unfinished")),
+        }
+    }
+
     /// A tree the command made with directories it cannot write (mode 0500: nothing can be
     /// moved out of them, not even by their owner, until the mode is restored) is removed as
     /// its owner, not only as root (as uid 65534 the restore gave up after a million passes,
@@ -1591,14 +1670,14 @@ mod tests {
         }
         let root = paths::open_dir_at_path(s.path()).unwrap();
         let began = std::time::Instant::now();
-        let removed = remove(&root, "top");
+        let removed = take_apart_whole(&root, "top");
         assert!(removed.is_ok(), "{removed:?} after {:?}", began.elapsed());
         assert!(!top.exists());
         let root_now = rustix::process::geteuid().is_root();
         if let (Some(foreign), false) = (std::env::var_os(AS_NOBODY), root_now) {
             let dir = paths::open_dir_at_path(Path::new(&foreign)).unwrap();
             let began = std::time::Instant::now();
-            let removed = remove(&dir, "top");
+            let removed = take_apart_whole(&dir, "top");
             assert!(removed.is_err(), "root's directory went");
             assert!(
                 began.elapsed() < std::time::Duration::from_secs(2),
