@@ -65,7 +65,8 @@ pub fn session_id() -> i32 {
 /// The child keeps only `fd` and the read end of a pipe whose write end this process holds
 /// until it exits; the command line is blanked before the fork (so that the child is never
 /// taken for this process by a search for a marker in `/proc/*/cmdline`); the child waits for
-/// end of file, closes `fd` and exits. It is reaped by whoever inherits it (a subreaper above, or init). Call this
+/// end of file, closes `fd` and exits. It is reaped by whoever inherits it (a subreaper
+/// above, or init). Call this
 /// only from a process about to exit: until then the child lives, and a process that forks
 /// later would hand it the pipe's write end.
 pub fn close_after_exit(fd: OwnedFd) {
@@ -83,7 +84,8 @@ pub fn close_after_exit(fd: OwnedFd) {
     if let Some((start, end)) = crate::proc::own_command_line_region() {
         let line = b"shofer (closing)\0";
         // Safety: the region is this process's own argument area (from /proc/self/stat's
-        // arg_start..arg_end), writable, and no Rust value points into it.
+        // arg_start..arg_end), writable memory of its stack; std's saved argv points into it
+        // and is read only by `env::args_os`, which nothing calls once a process is exiting.
         unsafe {
             std::ptr::write_bytes(start as *mut u8, 0, end - start);
             let n = line.len().min(end - start);

@@ -558,11 +558,11 @@ impl GitGuard {
 
     /// Writes the snapshot to a journal file in `dir` (outside the writable set), so a
     /// supervisor killed before it restores leaves what the next run needs.
+    /// With `only_absent`, the names that were absent only (the namespace backends, where
+    /// every other guarded entry is a read-only bind: [`Self::restore_absent`]).
     ///
     /// # Errors
     /// Creating or writing the journal.
-    /// `only_absent`: the names that were absent only (the namespace backends, where every
-    /// other guarded entry is a read-only bind: [`Self::restore_absent`]).
     pub fn write_journal(
         &mut self,
         dir: &Path,
@@ -1597,8 +1597,7 @@ mod tests {
         }
         std::fs::write(format!("/proc/self/fd/{}/f", at.as_raw_fd()), "x").unwrap();
         drop(at);
-        // The name goes at once; the guard takes apart at most REMOVE_BUDGET entries and
-        // leaves the rest under its aside name, which the one remover then takes apart
+        // The name goes at once, to an aside name that the one remover then takes apart
         // whole (the tempdir's own recursive removal would overflow the stack on it).
         remove(&root, "top").unwrap();
         assert!(!s.path().join("top").exists());
