@@ -194,7 +194,7 @@ fn a_named_allow_write_makes_one_of_them_the_commands() {
 /// and the next run took the planted `.claude/settings.json` for the user's (here `.gemini/`,
 /// absent before: the user's `.claude/` is a read-only bind). The name goes
 /// first, in one rename to a `.shofer-removed-*` name no program reads: it is gone while the
-/// command runs and after, whatever the tree holds; the aside is taken apart when the run ends.
+/// command runs and after, whatever the tree holds; the aside stays for the user to look at.
 #[test]
 fn a_big_tree_at_a_protected_name_goes_at_once() {
     let mut failures = Vec::new();
@@ -245,14 +245,15 @@ os.rename(\".stage\", \".gemini\")
                 tampered_users(&wt)
             ));
         }
-        // Taken apart once the command is gone (it could rename the aside back before).
+        // Kept aside, for the user to look at: the supervisor never takes apart what the
+        // command could have put under that name.
         let aside = std::fs::read_dir(&wt).unwrap().flatten().any(|e| {
             e.file_name()
                 .to_string_lossy()
                 .starts_with(".shofer-removed-")
         });
-        if aside {
-            failures.push(format!("{b}: an aside name left after the run: {stderr}"));
+        if !aside || !stderr.contains("moved to .shofer-removed-* names") {
+            failures.push(format!("{b}: no aside, or not said: {stderr}"));
         }
         // The next run finds nothing to adopt.
         let out = Run::new(&wt)
@@ -418,5 +419,41 @@ fn a_guarded_directorys_mode_is_put_back() {
             .chain([mode(&hooks)])
             .collect();
         assert_eq!(before, after, "{b}: {}", show(&out));
+    }
+}
+
+/// Issue 29 (a third fresh attack): the supervisor took apart the asides when the run ended,
+/// whatever the command had moved under their names since: a directory holding the user's
+/// read-only hooks (an in-tree `core.hooksPath`) was destroyed on the host. Asides are never
+/// taken apart by the supervisor.
+#[test]
+fn what_lies_under_an_aside_name_is_never_taken_apart() {
+    for b in backends() {
+        let s = Scratch::new();
+        let wt = worktree(&s, true);
+        common::git(&wt, &["config", "core.hooksPath", "tools/hooks"]);
+        std::fs::create_dir_all(wt.join("tools/hooks")).unwrap();
+        std::fs::write(wt.join("tools/hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+        let out = Run::new(&wt)
+            .args(["--backend", b])
+            .sh("mkdir .gemini; i=0; while [ $i -lt 200 ] && ! ls -A | grep -q shofer-removed; do sleep 0.01; i=$((i+1)); done; \
+                 a=$(ls -A | grep shofer-removed | head -1); mv \"$a\" junk && mv tools \"$a\"; true")
+            .output();
+        assert!(
+            wt.join("junk").exists() || b == "landlock",
+            "{b}: the aside never appeared: {}",
+            show(&out)
+        );
+        let kept = std::fs::read_dir(&wt)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(".shofer-removed-")
+            })
+            .any(|e| e.path().join("hooks/pre-commit").exists())
+            || wt.join("tools/hooks/pre-commit").exists();
+        assert!(kept, "{b}: the user's hook is gone: {}", show(&out));
     }
 }

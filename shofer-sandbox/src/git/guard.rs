@@ -541,8 +541,13 @@ impl GitGuard {
                     let last = if matches!(g.original, State::Absent) {
                         String::new()
                     } else {
-                        // Taken apart now: its space is what the next pass needs.
-                        match remove(&g.dir, &g.name).map(|()| take_apart_asides()) {
+                        // A file's space is freed now: the next pass needs it. (Only a
+                        // file: unlinkat never descends into what the command put there.)
+                        match remove_aside(&g.dir, &g.name).map(|aside| {
+                            if let Some(a) = aside {
+                                let _ = paths::unlink_at(&g.dir, std::ffi::OsStr::new(&a), 0);
+                            }
+                        }) {
                             Ok(()) => " (the command's version was removed instead)".into(),
                             Err(e2) => {
                                 format!(" (removing the command's version failed too: {e2})")
@@ -1436,25 +1441,33 @@ const ASIDE_PREFIX: &str = ".shofer-removed-";
 
 /// Whether `name` is one [`remove`] made: passes leave such names alone (no program reads
 /// them; removing one again would only rename it again, and the rename's own inotify event
-/// would start another pass), and [`take_apart_asides`] takes them apart at the end.
+/// would start another pass).
 fn is_aside(name: &OsStr) -> bool {
     name.as_encoded_bytes().starts_with(ASIDE_PREFIX.as_bytes())
 }
 
-/// What [`remove`] renamed aside and left for [`take_apart_asides`]: a directory and a name.
-static ASIDES: Mutex<Vec<(OwnedFd, String)>> = Mutex::new(Vec::new());
+/// How many entries [`remove`] renamed aside during this run ([`report_asides`]).
+static ASIDES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Removes `name` under `dir` whatever it is now (file, symlink, or directory tree), in one
 /// step: the entry is renamed to an unpredictable `.shofer-removed-*` name in the same
-/// directory (`RENAME_NOREPLACE`), which no host program reads, and taken apart only when the
-/// run has ended ([`take_apart_asides`]). A tree of millions of entries (an attack had hard
-/// links list before the file that mattered, and outlast every budgeted removal) costs one
-/// rename, the watcher is never held up by a removal, and a command that renames the aside
-/// back only raises another event the watcher answers with another rename; a supervisor
-/// killed meanwhile leaves the harmless name, never the protected one. Where the rename
-/// cannot be made (a mount point, a directory the caller may not write), the entry is taken
-/// apart in place, at most [`crate::git::remove::BUDGET`] entries.
+/// directory (`RENAME_NOREPLACE`), which no host program reads and every pass leaves alone.
+/// The aside is never taken apart by the supervisor: what lies under that name when the run
+/// ends is whatever the command put there — a fresh attack moved a directory holding the
+/// user's read-only hooks to an aside's name, and the supervisor's removal (which sees no
+/// bind on the host) destroyed them. So a tree of millions of entries costs one rename, the
+/// watcher is never held up, a command that renames the aside back only raises another event,
+/// and a supervisor killed meanwhile leaves the harmless name; the user finds the command's
+/// version beside the name ([`report_asides`]). Where the rename cannot be made (a mount point,
+/// a directory the caller may not write), the entry is taken apart in place, at most
+/// [`crate::git::remove::BUDGET`] entries.
 fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> {
+    remove_aside(dir, name).map(|_| ())
+}
+
+/// [`remove`], returning the aside name the entry went to (`None`: it was absent already, or
+/// taken apart in place).
+fn remove_aside(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<Option<String>> {
     let aside = format!("{ASIDE_PREFIX}{}", shofer_sys::statedir::random_suffix());
     match rustix::fs::renameat_with(
         dir,
@@ -1464,39 +1477,29 @@ fn remove(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> io::Result<()> 
         rustix::fs::RenameFlags::NOREPLACE,
     ) {
         Ok(()) => {
-            if let Ok(mut a) = ASIDES.lock() {
-                a.push((dir.try_clone()?, aside));
-            }
-            return Ok(());
+            ASIDES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok(Some(aside));
         }
-        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
         Err(_) => {}
     }
     let mut budget = crate::git::remove::BUDGET;
     match crate::git::remove::take_apart(dir, name.as_ref(), &mut budget, &|| false)? {
-        crate::git::remove::Removal::Gone => Ok(()),
+        crate::git::remove::Removal::Gone => Ok(None),
         crate::git::remove::Removal::Unfinished => {
             Err(io::Error::other("more entries than a removal takes"))
         }
     }
 }
 
-/// Once the command's processes are gone (nothing can rename them back): takes apart what
-/// [`remove`] renamed aside, each within [`crate::git::remove::BUDGET`] entries; what is left
-/// of a bigger tree stays under its aside name, said once on stderr.
-pub fn take_apart_asides() {
-    let asides = ASIDES
-        .lock()
-        .map(|mut a| std::mem::take(&mut *a))
-        .unwrap_or_default();
-    for (dir, aside) in asides {
-        let mut budget = crate::git::remove::BUDGET;
-        match crate::git::remove::take_apart(&dir, aside.as_ref(), &mut budget, &|| false) {
-            Ok(crate::git::remove::Removal::Gone) => {}
-            Ok(crate::git::remove::Removal::Unfinished) | Err(_) => eprintln!(
-                "shofer-sandbox: note: what the command made at a protected name was moved to {aside} beside it (no program reads that name) and could not be taken apart whole; remove it by hand"
-            ),
-        }
+/// At the end of a run (or a repair): one line saying how many of the command's versions of
+/// protected names were moved aside, and where to find them.
+pub fn report_asides() {
+    let n = ASIDES.swap(0, std::sync::atomic::Ordering::Relaxed);
+    if n > 0 {
+        eprintln!(
+            "shofer-sandbox: note: {n} thing(s) the command made at protected names were moved to {ASIDE_PREFIX}* names beside them (no program reads those names): look at them, then remove them"
+        );
     }
 }
 
@@ -1612,7 +1615,7 @@ mod tests {
         assert!(matches!(done, Ok(crate::git::remove::Removal::Gone)));
     }
 
-    /// What [`take_apart_asides`] does to one aside.
+    /// The one remover on a whole tree, as [`remove`] did before it only renamed.
     fn take_apart_whole(dir: &OwnedFd, name: &str) -> io::Result<()> {
         let mut budget = crate::git::remove::BUDGET;
         match crate::git::remove::take_apart(dir, name.as_ref(), &mut budget, &|| false)? {

@@ -286,8 +286,7 @@ impl GitRun {
             },
         };
         guard::announce(&last, "restored");
-        // The tree is gone: nothing can rename an aside back any more.
-        guard::take_apart_asides();
+        guard::report_asides();
         if let Some(c) = self.copier.take() {
             c.stop();
         }
@@ -505,7 +504,7 @@ pub fn repair_before_run(worktree: &Path, opened: &OpenedPolicy) -> Result<(), s
         return Ok(());
     };
     guard::announce(&r, "restored from the journal of a run that was killed");
-    guard::take_apart_asides();
+    guard::report_asides();
     if let Some((p, e)) = r.failed.first() {
         return Err(super::Error::UnfinishedRestore {
             path: p.clone(),
@@ -566,7 +565,7 @@ pub fn repair_command(worktree: &Path) -> i32 {
         );
     }
     guard::announce(&r, "restored from the journal of a run that was killed");
-    guard::take_apart_asides();
+    guard::report_asides();
     if r.failed.is_empty() && m.failed.is_empty() {
         if r.restored.is_empty() && m.moved == 0 && m.busy == 0 {
             eprintln!("shofer-sandbox: {}: nothing to repair", worktree.display());
