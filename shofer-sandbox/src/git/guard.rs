@@ -431,8 +431,9 @@ impl GitGuard {
             }
             let path = g.dir_path.join(&g.name);
             // The command owns the directory (the worktree) and can take its write bit away
-            // to keep the name in place: the mode is put back and the removal tried again,
-            // however often the command takes it away in between.
+            // to keep the name in place: the mode is put back and the removal tried again, up
+            // to 64 times an event (a command that keeps taking it away keeps a window open,
+            // as one that keeps writing does).
             let mut result = remove(&g.dir, &g.name);
             for _ in 0..64 {
                 let denied = result
