@@ -19,6 +19,7 @@ fn the_closing_child_holds_only_the_descriptor_and_not_our_command_line() {
         pids
     };
     let before = children_of_me();
+    let ours = std::fs::read("/proc/self/cmdline").unwrap();
     let (read, write): (OwnedFd, OwnedFd) = shofer_sys::fd::pipe_cloexec().unwrap();
     let read_ino = std::fs::metadata(format!("/proc/self/fd/{}", read.as_raw_fd()))
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
@@ -30,19 +31,21 @@ fn the_closing_child_holds_only_the_descriptor_and_not_our_command_line() {
         .collect();
     assert_eq!(children.len(), 1, "one closing child: {children:?}");
     let child = children[0];
-    // The child rewrites its command line and closes the rest right after fork: wait until it
-    // has (fork(2) returns to us first; CI once read the line before the child ran).
+    // The child closes the rest right after fork: wait until it has (fork(2) returns to us
+    // first).
     let settled =
         |child: i32| std::fs::read_dir(format!("/proc/{child}/fd")).is_ok_and(|d| d.count() == 2);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !settled(child) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    // Its command line is not ours (a marker search must not find it).
-    let ours = std::fs::read("/proc/self/cmdline").unwrap();
+    // Its command line is not ours (a marker search must not find it): blanked before the
+    // fork, so ours (this process is exiting) reads the same from then on.
     let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap();
     assert_ne!(cmdline, ours);
     assert!(cmdline.starts_with(b"shofer (closing)"), "{cmdline:?}");
+    let now = std::fs::read("/proc/self/cmdline").unwrap();
+    assert!(now.starts_with(b"shofer (closing)"), "{now:?}");
     // Exactly two descriptors: 0 the pipe's read end handed over, 1 its wait pipe.
     let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{child}/fd"))
         .unwrap()
