@@ -248,10 +248,12 @@ fn a_fork_bomb_stops_at_the_process_limit_while_the_host_keeps_forking() {
             }
             child.wait().unwrap();
             let err = std::fs::read_to_string(&log).unwrap_or_default();
-            // The sandbox's own lines (the command's thousands of refusals aside).
+            // The sandbox's own lines (the command's thousands of refusals aside). One may
+            // follow a fragment of a refusal on the same line: a bomb killed in the middle of
+            // its message leaves no newline.
             let err: String = err
                 .lines()
-                .filter(|l| l.starts_with("shofer-sandbox"))
+                .filter_map(|l| l.find("shofer-sandbox").map(|at| &l[at..]))
                 .collect::<Vec<_>>()
                 .join("\n");
             if host_failed > 0 {
