@@ -95,9 +95,10 @@ const SOCKET_REFUSED: &str = "shofer-sandbox: connect to ";
 /// a path counts when a denial word is within three lines of it.
 pub fn denial_hint(output: &str, writable: &[&str], secrets: &[&str]) -> Option<String> {
     let lines: Vec<&str> = output.lines().collect();
-    // The run's limits (the sandbox's closing lines).
+    // The run's limits (the sandbox's closing lines). Such a line may follow a fragment on
+    // the same line: a process killed in the middle of a message leaves no newline.
     for (start, hint) in LIMIT_HINTS {
-        if lines.iter().any(|l| l.starts_with(start)) {
+        if lines.iter().any(|l| l.contains(start)) {
             return Some(hint.into());
         }
     }
@@ -209,10 +210,14 @@ mod tests {
         assert!(denial_hint(out, &[], &[])
             .unwrap()
             .contains("--allow-domain"));
-        let out = "shofer-sandbox: the process limit refused 12 forks at --limit-procs 64\n";
-        assert!(denial_hint(out, &["/tmp"], &[])
-            .unwrap()
-            .contains("--limit-procs"));
+        for out in [
+            "shofer-sandbox: the process limit refused 12 forks at --limit-procs 64\n",
+            "bash: fork: retry: shofer-sandbox: the process limit refused 12 forks at --limit-procs 64\n",
+        ] {
+            assert!(denial_hint(out, &["/tmp"], &[])
+                .unwrap()
+                .contains("--limit-procs"));
+        }
     }
 
     #[test]
