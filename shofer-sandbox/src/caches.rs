@@ -297,9 +297,10 @@ pub(crate) fn prepare(
     };
     let key = worktree_key(worktree);
     let dir = root.join(&key);
-    if let Err(e) = shofer_sys::statedir::create(&dir, writable) {
-        return Plan::off(format!("the state directory cannot be used: {e}"));
-    }
+    let state = match shofer_sys::statedir::create(&dir, writable) {
+        Ok(s) => s,
+        Err(e) => return Plan::off(format!("the state directory cannot be used: {e}")),
+    };
     let mode = if overlays.is_ok() {
         Mode::Overlay
     } else {
@@ -318,17 +319,18 @@ pub(crate) fn prepare(
         if tool.only_with.is_some_and(|p| !on_path(p)) {
             continue;
         }
-        let entry = plan_one(tool, &env, &dir, writable, mode, &mut plan);
+        let entry = plan_one(tool, &env, &state, writable, mode, &mut plan);
         plan.entries.push(entry);
     }
     plan
 }
 
-/// One cache's entry, adding its overlay, variable or writable directory to `plan`.
+/// One cache's entry, adding its overlay, variable or writable directory to `plan`; its
+/// private directories go below the checked state directory `state`.
 fn plan_one(
     tool: &Tool,
     env: &Env,
-    dir: &Path,
+    state: &shofer_sys::statedir::StateDir,
     writable: &[PathBuf],
     mode: Mode,
     plan: &mut Plan,
@@ -346,7 +348,7 @@ fn plan_one(
     let inside_overlay = |p: &Path| plan.overlays.iter().any(|o| p.starts_with(&o.target));
     // The host's directory, if it can be overlaid (else the variable, below).
     let existing = match (mode, host.as_deref()) {
-        (Mode::Overlay, Some(h)) => match overlayable(h, dir, writable, &plan.overlays) {
+        (Mode::Overlay, Some(h)) => match overlayable(h, &state.path, writable, &plan.overlays) {
             Ok(p) => Some(p),
             Err(why) => {
                 entry.note = why;
@@ -355,14 +357,14 @@ fn plan_one(
         },
         _ => None,
     };
-    let private = dir.join(tool.name);
+    let private = Path::new(tool.name);
     match (mode, existing) {
         (Mode::Overlay, Some(host_dir)) => {
             if inside_overlay(&host_dir) {
                 entry.how = "overlay";
                 return entry;
             }
-            let made = ["upper", "work"].map(|leaf| make_dir(&private.join(leaf), writable));
+            let made = ["upper", "work"].map(|leaf| make_dir(state, &private.join(leaf)));
             match made {
                 [Ok(upper), Ok(work)] => {
                     entry.how = "overlay";
@@ -381,7 +383,7 @@ fn plan_one(
         }
         // Explicitly set by the caller: respected.
         _ if set_by_caller.is_some() => {}
-        _ => match make_dir(&private.join("env"), writable) {
+        _ => match make_dir(state, &private.join("env")) {
             Ok(p) => {
                 if tool.name == "cargo" {
                     copy_cargo_config(host.as_deref(), &p);
@@ -414,7 +416,7 @@ fn overlayable(
     overlays: &[Overlay],
 ) -> Result<PathBuf, Option<String>> {
     let literal: PathBuf = host.components().collect();
-    let canonical = std::fs::canonicalize(host).map_err(|_| None)?;
+    let canonical = shofer_sys::fd::canonicalize(host).map_err(|_| None)?;
     if !canonical.is_dir() {
         return Err(None);
     }
@@ -499,10 +501,11 @@ fn identity(path: &Path) -> Vec<u8> {
     id
 }
 
-/// Makes (mode 0700) and checks the private directory `path`: ours, no symlink on its path,
-/// not writable by group or others, outside `writable`. Its canonical path, or why not.
-fn make_dir(path: &Path, writable: &[PathBuf]) -> Result<PathBuf, String> {
-    shofer_sys::statedir::create(path, writable)
+/// Makes (mode 0700) and checks the private directory `rel` below the state directory
+/// `state`: ours, no symlink on its path, not writable by group or others (outside the
+/// writable set as `state` is: [`shofer_sys::statedir::create_below`]). Its path, or why not.
+fn make_dir(state: &shofer_sys::statedir::StateDir, rel: &Path) -> Result<PathBuf, String> {
+    shofer_sys::statedir::create_below(state, rel)
         .map(|d| d.path)
         .map_err(|e| e.to_string())
 }

@@ -295,19 +295,10 @@ fn a_block_device_is_readable(dir: &Path) -> bool {
     walk(dir, 0)
 }
 
-/// The canonical path of the existing `path` (symlinks followed), as the kernel names the
-/// object it opens: one `open(O_PATH)` and one `readlink` of `/proc/self/fd/N` (realpath(3)
-/// costs a `readlink` and a `stat` per component, for every location at every start).
-/// `canonicalize` where `/proc` does not answer with a path.
+/// The canonical path of the existing `path` ([`shofer_sys::fd::canonicalize`]: two calls,
+/// not a `readlink` per component, for every location at every start).
 fn canonical(path: &Path) -> Option<PathBuf> {
-    use std::os::fd::AsRawFd;
-    let fd = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).ok()?;
-    match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
-        Ok(p) if p.is_absolute() && !p.as_os_str().as_encoded_bytes().ends_with(b" (deleted)") => {
-            Some(p)
-        }
-        _ => std::fs::canonicalize(path).ok(),
-    }
+    shofer_sys::fd::canonicalize(path).ok()
 }
 
 /// `path` made absolute against `cwd` and cleaned lexically (`.` dropped, `..` pops).

@@ -84,7 +84,7 @@ pub fn build(
     allow_write: &[PathBuf],
     net: NetPolicy,
 ) -> Result<OpenedPolicy, SetupError> {
-    let wt = std::fs::canonicalize(worktree).map_err(|e| SetupError::Worktree {
+    let wt = shofer_sys::fd::canonicalize(worktree).map_err(|e| SetupError::Worktree {
         path: worktree.to_path_buf(),
         reason: e.to_string(),
     })?;
@@ -108,7 +108,7 @@ pub fn build(
     }
 
     for path in allow_write {
-        let canon = std::fs::canonicalize(path).map_err(|e| SetupError::AllowWrite {
+        let canon = shofer_sys::fd::canonicalize(path).map_err(|e| SetupError::AllowWrite {
             path: path.clone(),
             reason: format!("{e} (expected an existing file or directory)"),
         })?;
@@ -169,7 +169,7 @@ impl RuleSet {
     fn add_system(&mut self, path: impl AsRef<Path>, origin: RuleOrigin) {
         let path = path.as_ref();
         let path = if origin == RuleOrigin::Tmp {
-            match std::fs::canonicalize(path) {
+            match shofer_sys::fd::canonicalize(path) {
                 Ok(p) => p,
                 Err(_) => return,
             }

@@ -1,6 +1,7 @@
 //! Descriptors: pipes, `eventfd`, `poll`, `read`, `splice`, and closing (or marking
 //! close-on-exec) every descriptor from one up: [`close_from`], the one version of it that is
-//! safe between fork and exec, and [`cloexec_from_3`], which keeps a few.
+//! safe between fork and exec, and [`cloexec_from_3`], which keeps a few; [`canonicalize`],
+//! the canonical path of an existing file as the kernel names what it opened.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -8,6 +9,25 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::pipe::{PipeFlags, SpliceFlags};
+
+/// The canonical path of the existing `path` (symlinks followed), as the kernel names the
+/// object it opens: one `open(O_PATH)` and one `readlink` of `/proc/self/fd/N`, where
+/// `std::fs::canonicalize` (realpath(3)) costs a `readlink` per component — hundreds a start
+/// across the writable set, the state directories and the secret locations. Falls back to
+/// `std::fs::canonicalize` where `/proc` does not answer with a reachable path.
+///
+/// # Errors
+/// As open(2) (`ENOENT`, `EACCES`, `ELOOP`).
+pub fn canonicalize(path: &std::path::Path) -> io::Result<std::path::PathBuf> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
+    match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+        Ok(p) if p.is_absolute() && !p.as_os_str().as_encoded_bytes().ends_with(b" (deleted)") => {
+            Ok(p)
+        }
+        _ => std::fs::canonicalize(path),
+    }
+}
 
 /// Retries `f` while it fails with `EINTR`.
 fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> io::Result<T> {
