@@ -295,12 +295,6 @@ fn a_block_device_is_readable(dir: &Path) -> bool {
     walk(dir, 0)
 }
 
-/// The canonical path of the existing `path` ([`shofer_sys::fd::canonicalize`]: two calls,
-/// not a `readlink` per component, for every location at every start).
-fn canonical(path: &Path) -> Option<PathBuf> {
-    shofer_sys::fd::canonicalize(path).ok()
-}
-
 /// `path` made absolute against `cwd` and cleaned lexically (`.` dropped, `..` pops).
 fn absolute(path: &Path, cwd: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
@@ -393,7 +387,7 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
     // targets of the symlinks found in them.
     let mut queue: Vec<(PathBuf, bool)> = wanted.into_iter().rev().map(|w| (w, true)).collect();
     while let Some((loc, look_at_links)) = queue.pop() {
-        let Some(canonical) = canonical(&loc) else {
+        let Ok(canonical) = shofer_sys::fd::canonicalize(&loc) else {
             continue; // missing, or a dangling symlink: nothing to read behind it
         };
         let mounts = mounts.get_or_insert_with(|| shofer_sys::proc::mounts().unwrap_or_default());
@@ -575,7 +569,7 @@ fn links_out(dir: &Path) -> Vec<PathBuf> {
     entries
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|k| k.is_symlink()))
-        .filter_map(|e| canonical(&e.path()))
+        .filter_map(|e| shofer_sys::fd::canonicalize(&e.path()).ok())
         .filter(|t| !t.starts_with(dir))
         .collect()
 }
