@@ -85,6 +85,7 @@ mod namespaces;
 mod nofile;
 pub mod path_search;
 mod paths;
+mod phases;
 mod plan;
 mod report;
 mod ruleset;
@@ -187,7 +188,10 @@ pub fn take_back_sigchld() {
 /// destroyed, makes the status 125 whatever the command's own: nobody may take such a run for
 /// a success.
 pub fn run(args: RunArgs) -> i32 {
-    match try_run(args) {
+    phases::start();
+    let result = try_run(args);
+    phases::print();
+    match result {
         Ok((_, true)) => EXIT_SETUP,
         Ok((Outcome::Ran(status), false)) if libc::WIFSIGNALED(status) => {
             die_by_signal(libc::WTERMSIG(status))
@@ -212,6 +216,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     nofile::raise();
     // 2. kernel facts
     let mut facts = Facts::probe();
+    phases::mark("facts");
     if args.no_unix_gate {
         facts = facts.with_unix_gate(Err("disabled by --no-unix-gate".into()));
     }
@@ -237,6 +242,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         .map(|c| c.with_foreign_owner(owner).with_keep_caps(args.keep_caps))
     };
     let mut choice = choose(&facts)?;
+    phases::mark("choice");
     // 4. opened policy (once: a second attempt reuses it; first, a restore that a killed
     // run left is finished)
     // Journals are read only from outside this run's writable set (built twice: the restore
@@ -247,6 +253,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         Ok((opened, repo))
     };
     let (before, repo) = open()?;
+    phases::mark("writable");
     git::repair_before_run(&args.worktree, &before)?;
     // (Still one thread here.) Not where git works in a private view: the caller's
     // environment passes unchanged there.
@@ -257,7 +264,9 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         egress::set_environment(egress::PORT);
     }
     drop(before);
+    phases::mark("repair");
     let (mut opened, repo) = open()?;
+    phases::mark("writable_again");
     // The package caches (their variables go to the command only, `ExecSpec::env`); their private
     // directories that the command writes directly join the writable set.
     let caches = caches::prepare(
@@ -275,6 +284,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         caches.writable.clone(),
         shofer_core::policy::RuleOrigin::PackageCache,
     );
+    phases::mark("caches");
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
     let secrets = secretpaths::resolve(&opened, &args.allow_read, &args.hide);
     secrets.check_cwd()?;
@@ -285,6 +295,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         // Once per run: a second attempt (below) does not withhold again.
         eprintln!("{note}");
     }
+    phases::mark("secrets");
     let step4 = Opened {
         policy: &opened,
         repo: &repo,
@@ -378,6 +389,7 @@ fn attempt(
         matches!(choice.backend, Backend::Layered | Backend::Userns),
         rustix::process::geteuid().is_root(),
     );
+    phases::mark("limits");
     exec.cgroup_procs = limits.procs_fds();
     exec.env = caches
         .env_set
@@ -445,6 +457,7 @@ fn attempt(
         gate: choice.gate.clone(),
     };
     let mut git_run = git::Run::prepare(opened, repo, &git_choice, &mut tell)?;
+    phases::mark("git");
     // From here every way out goes through `git_run.finish` (it removes the placeholders).
     let before = (|| -> Result<_, SetupError> {
         let mut report_file = None;
@@ -506,6 +519,7 @@ fn attempt(
         };
         Ok((report_file, gate))
     })();
+    phases::mark("gate");
     let (mut report_file, gate) = match before {
         Ok(b) => b,
         Err(e) => {
@@ -534,6 +548,7 @@ fn attempt(
                 },
             ) {
                 Ok(mut plan) => {
+                    phases::mark("plan");
                     plan.spawned_gate = git_run.start();
                     let proxy = (args.net == NetPolicy::Proxy)
                         .then_some((&args.allow_domains, host_proxy.map(|(l, _)| l)));
@@ -545,6 +560,7 @@ fn attempt(
                 }
             },
         );
+    phases::mark("command");
     let refused: Vec<String> = refused
         .and_then(|r| r.lock().ok().map(|r| r.clone()))
         .unwrap_or_default();
@@ -558,9 +574,11 @@ fn attempt(
     // 8. report: the whole tree is gone (or the command never started): put back what it
     // changed, name what it destroyed.
     let failed = git_run.finish(report_file.as_mut());
+    phases::mark("git_finish");
     for line in limits.finish() {
         eprintln!("{line}");
     }
+    phases::mark("limits_finish");
     outcome.map(|o| (o, failed))
 }
 
@@ -656,6 +674,7 @@ fn supervised(
     match spawn::spawn(&plan, gate.as_mut(), caller_mask)? {
         Spawn::NotExecuted(code, msg) => Ok(Outcome::NotExecuted(code, msg)),
         Spawn::Running(mut running) => {
+            phases::mark("spawn");
             if let (Some(setup), Some((listener, diag))) = (gate, running.gate.take()) {
                 if let Err(e) = setup.start(listener, diag) {
                     // Nobody would answer the command's gated calls: stop it instead.
