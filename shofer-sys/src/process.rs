@@ -1,7 +1,7 @@
 //! This process's place in the process tree: the child-subreaper flag, reaping, its pid.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use rustix::process::{Pid, WaitOptions};
 
@@ -55,28 +55,55 @@ pub fn session_id() -> i32 {
     unsafe { libc::getsid(0) }
 }
 
-/// Closes `fd` after this process has exited, in a forked child that waits for it: for a
-/// descriptor whose last close waits in the kernel — an inotify instance's waits until its
-/// marks are freed after an SRCU grace period (`fsnotify_destroy_group`, fs/notify/group.c;
-/// 5-25 ms measured on 6.18, against a 2 ms sandbox run) — so that neither this process's
-/// remaining work nor its exit, which its parent waits for, pays the wait. Returns at once
-/// (one `fork`); if the fork fails, `fd` is closed here.
-///
-/// The child keeps only `fd` and the read end of a pipe whose write end this process holds
-/// until it exits; the command line is blanked before the fork (so that the child is never
-/// taken for this process by a search for a marker in `/proc/*/cmdline`); the child waits for
-/// end of file, closes `fd` and exits. It is reaped by whoever inherits it (a subreaper
-/// above, or init). Call this
-/// only from a process about to exit: until then the child lives, and a process that forks
-/// later would hand it the pipe's write end.
+/// The descriptors [`close_after_exit`] was handed, for [`close_deferred`].
+static AFTER_EXIT: std::sync::Mutex<Vec<OwnedFd>> = std::sync::Mutex::new(Vec::new());
+
+/// At most this many descriptors go to the closing child (the rest close at once).
+const AFTER_EXIT_MAX: usize = 8;
+
+/// Hands `fd` to the child [`close_deferred`] starts, which closes it after this process has
+/// exited: for a descriptor whose last close waits in the kernel — an inotify instance's waits
+/// until its marks are freed after an SRCU grace period (`fsnotify_destroy_group`,
+/// fs/notify/group.c; 5-25 ms measured on 6.18), a mount namespace's tears its mounts down
+/// (`put_mnt_ns`: an RCU grace period, and an overlay's unmount syncs its upper filesystem;
+/// 1-2 ms a run here) — so that neither this process's remaining work nor its exit, which its
+/// parent waits for, pays the wait. Without a [`close_deferred`] the descriptor closes when
+/// this process exits.
 pub fn close_after_exit(fd: OwnedFd) {
+    if let Ok(mut held) = AFTER_EXIT.lock() {
+        if held.len() < AFTER_EXIT_MAX {
+            held.push(fd);
+        }
+    }
+}
+
+/// Starts the child that holds every descriptor handed to [`close_after_exit`] until this
+/// process has exited, then closes them and exits; call it once, just before exiting. One
+/// `fork`, none when nothing was handed over; if the fork fails the descriptors close here.
+///
+/// The child keeps only those descriptors (at 0, 1, … in the order they were handed over) and,
+/// after them, the read end of a pipe whose write end this process holds until it exits; the
+/// command line is blanked before the fork (so that the child is never taken for this process
+/// by a search for a marker in `/proc/*/cmdline`); the child waits for end of file on the
+/// pipe, closes everything and exits. It is reaped by whoever inherits it (a subreaper above,
+/// or init). Until this process exits the child lives, and a process forked later would hand
+/// it the pipe's write end.
+pub fn close_deferred() {
+    let held = match AFTER_EXIT.lock() {
+        Ok(mut held) => std::mem::take(&mut *held),
+        Err(_) => return,
+    };
+    if held.is_empty() {
+        return;
+    }
     let Ok((wait_read, wait_write)) = crate::fd::pipe_cloexec() else {
         return;
     };
-    let (keep, wait) = (fd.as_raw_fd(), wait_read.as_raw_fd());
-    if keep < 3 || wait < 3 {
-        return; // the child's dup2 to 0 and 1 would clobber one of them: close here
+    let mut fds = [-1; AFTER_EXIT_MAX + 1];
+    for (slot, fd) in fds.iter_mut().zip(held.iter().chain([&wait_read])) {
+        *slot = fd.as_raw_fd();
     }
+    let count = held.len() + 1;
     // The command line is blanked here, before the fork, so the child never shows this
     // process's: blanked in the child, a child not yet scheduled on a busy machine was seen
     // with it (and a marker in it) after this process had exited. This process is about to
@@ -99,13 +126,24 @@ pub fn close_after_exit(fd: OwnedFd) {
     if pid == 0 {
         // Safety: the child's own (copy-on-write) memory and descriptors.
         unsafe {
-            // 0: `fd`, 1: the pipe; nothing else (above all no pipe a reader waits on).
-            if libc::dup2(keep, 0) < 0 || libc::dup2(wait, 1) < 0 {
-                libc::_exit(0);
+            // Each one out of the way of the targets 0..count first, then into place.
+            let mut high = [-1; AFTER_EXIT_MAX + 1];
+            for i in 0..count {
+                high[i] = libc::fcntl(fds[i], libc::F_DUPFD_CLOEXEC, 64);
+                if high[i] < 0 {
+                    libc::_exit(0);
+                }
             }
-            crate::fd::close_from(2, crate::fd::CloseFrom::Close);
+            for (i, &fd) in high.iter().enumerate().take(count) {
+                if libc::dup2(fd, i as libc::c_int) < 0 {
+                    libc::_exit(0);
+                }
+            }
+            // Nothing else (above all no pipe a reader waits on).
+            crate::fd::close_from(count as RawFd, crate::fd::CloseFrom::Close);
+            let wait = (count - 1) as libc::c_int;
             let mut b = 0u8;
-            while libc::read(1, (&mut b as *mut u8).cast(), 1) != 0 {
+            while libc::read(wait, (&mut b as *mut u8).cast(), 1) != 0 {
                 if *libc::__errno_location() != libc::EINTR {
                     break;
                 }
@@ -117,7 +155,7 @@ pub fn close_after_exit(fd: OwnedFd) {
         // The write end stays open until this process exits (then the child reads EOF).
         std::mem::forget(wait_write);
     }
-    // `fd` and the read end close here: the child's copies are the last ones.
+    // The descriptors and the read end close here: the child's copies are the last ones.
 }
 
 /// A signal set holding `signals` (sigsetops(3)), for `sigprocmask`, `sigwaitinfo` and

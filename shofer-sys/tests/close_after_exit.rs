@@ -1,6 +1,7 @@
-//! `process::close_after_exit`: the child that takes over a descriptor's last close holds that
-//! descriptor and its wait pipe only, does not carry this process's command line, and stays
-//! until this process exits.
+//! `process::close_after_exit` and `close_deferred`: the one child that takes over the
+//! descriptors' last close holds those descriptors and its wait pipe only, does not carry this
+//! process's command line, and stays until this process exits. (One test: the list is the
+//! process's, and the child is its last fork.)
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -24,7 +25,15 @@ fn the_closing_child_holds_only_the_descriptor_and_not_our_command_line() {
     let read_ino = std::fs::metadata(format!("/proc/self/fd/{}", read.as_raw_fd()))
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
         .unwrap();
+    let (other, _other_write): (OwnedFd, OwnedFd) = shofer_sys::fd::pipe_cloexec().unwrap();
+    let other_ino = std::fs::metadata(format!("/proc/self/fd/{}", other.as_raw_fd()))
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap();
     shofer_sys::process::close_after_exit(read);
+    shofer_sys::process::close_after_exit(other);
+    // Handed over, not forked yet.
+    assert_eq!(children_of_me(), before);
+    shofer_sys::process::close_deferred();
     let children: Vec<i32> = children_of_me()
         .into_iter()
         .filter(|p| !before.contains(p))
@@ -34,7 +43,7 @@ fn the_closing_child_holds_only_the_descriptor_and_not_our_command_line() {
     // The child closes the rest right after fork: wait until it has (fork(2) returns to us
     // first).
     let settled =
-        |child: i32| std::fs::read_dir(format!("/proc/{child}/fd")).is_ok_and(|d| d.count() == 2);
+        |child: i32| std::fs::read_dir(format!("/proc/{child}/fd")).is_ok_and(|d| d.count() == 3);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !settled(child) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
@@ -46,17 +55,24 @@ fn the_closing_child_holds_only_the_descriptor_and_not_our_command_line() {
     assert!(cmdline.starts_with(b"shofer (closing)"), "{cmdline:?}");
     let now = std::fs::read("/proc/self/cmdline").unwrap();
     assert!(now.starts_with(b"shofer (closing)"), "{now:?}");
-    // Exactly two descriptors: 0 the pipe's read end handed over, 1 its wait pipe.
+    // Exactly three descriptors: 0 and 1 those handed over, in order, 2 its wait pipe.
     let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{child}/fd"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     fds.sort();
-    assert_eq!(fds, ["0", "1"], "the child holds nothing else");
-    let held = std::fs::metadata(format!("/proc/{child}/fd/0"))
-        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-        .unwrap();
-    assert_eq!(held, read_ino, "fd 0 is the descriptor handed over");
+    assert_eq!(fds, ["0", "1", "2"], "the child holds nothing else");
+    let held = |n: u32| {
+        std::fs::metadata(format!("/proc/{child}/fd/{n}"))
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+            .unwrap()
+    };
+    assert_eq!(
+        held(0),
+        read_ino,
+        "fd 0 is the first descriptor handed over"
+    );
+    assert_eq!(held(1), other_ino, "fd 1 is the second");
     // It waits for this process: still there a moment later, and our write end has no reader
     // but it (a write succeeds).
     std::thread::sleep(std::time::Duration::from_millis(50));

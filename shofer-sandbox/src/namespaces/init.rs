@@ -39,6 +39,7 @@ pub(crate) fn run(
 ) -> ! {
     let err = args.err;
     let fail = |stage: Stage, e: io::Error| -> ! { report_failure(err, stage, e) };
+    crate::phases::forget_marks();
     // SIGKILL for PID 1 takes the namespace with it.
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
     if let Some((read, write)) = ready {
@@ -53,6 +54,7 @@ pub(crate) fn run(
             fail(Stage::IdMaps, io::Error::from_raw_os_error(libc::EPERM));
         }
     }
+    crate::phases::mark("ready");
     if let Err((step, e)) = build(setup) {
         let stage = match step {
             NsStep::IdMaps => Stage::IdMaps,
@@ -61,6 +63,7 @@ pub(crate) fn run(
         };
         fail(stage, e);
     }
+    crate::phases::mark("readonly");
     // The private /dev/shm and the new devpts are new inodes: Landlock needs rules for them;
     // when it handles reading, so do the new /proc and /dev (a rule on the host's /proc or
     // /dev does not reach the mounts over them: Landlock skips a covered mount point).
@@ -119,11 +122,13 @@ pub(crate) fn run(
         gate_pipe: None,
         helper_fds: [None, None],
     };
+    crate::phases::mark("landlock_rules");
     let command = match spawn_child(&child) {
         Ok(pid) => pid,
         Err(SetupError::Syscall { source, .. }) => fail(Stage::Fork, source),
         Err(_) => fail(Stage::Fork, io::Error::from_raw_os_error(libc::EIO)),
     };
+    crate::phases::mark("command_started");
     // Safety: closing our copy of the error pipe, so the supervisor sees EOF at exec; A
     // writes to it no more.
     unsafe { rustix::io::close(err.as_raw_fd()) };
@@ -164,6 +169,7 @@ pub(crate) fn run(
                 if let Some(status) = command_status {
                     if !keep_descendants || none_left {
                         // Exiting PID 1; the kernel kills the rest of the namespace.
+                        crate::phases::print(" in A");
                         signal::exit_now(wait_status_to_exit(status));
                     }
                 }

@@ -49,11 +49,13 @@ pub(super) fn build(plan: &Setup<'_>) -> Result<(), (NsStep, io::Error)> {
     if !plan.full_map {
         maps().map_err(|e| (NsStep::IdMaps, e))?;
     }
+    crate::phases::mark("maps");
     // Without a name it could not be entered again (the supervisor refuses such a run first).
     // A failure here is the run's, not the namespaces': a process of an earlier run can
     // remove the directory at will, and must not make `auto` choose a weaker backend.
     let cwd = std::env::current_dir().map_err(|e| (NsStep::Mounts, e))?;
     let keep_rw = namespace_mounts(plan).map_err(|e| (NsStep::Namespace, e))?;
+    crate::phases::mark("proc_dev");
     mounts(plan, keep_rw).map_err(|e| (NsStep::Mounts, e))?;
     // The working directory still points into the mount as it was before the binds:
     // resolve it again so relative paths see the new (read-write or read-only) mounts. One
@@ -186,6 +188,7 @@ fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<String>) -> io::Result<()> {
         mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
         keep_rw.push(bind.path.to_string_lossy().into_owned());
     }
+    crate::phases::mark("binds");
 
     // Step 5b: the layers (crate::spec::Layers; git's: a main worktree's `.git`, pinned so it
     // cannot be renamed away; a linked worktree's common dir, for packed-refs; read-only binds
@@ -269,14 +272,17 @@ fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<String>) -> io::Result<()> {
         keep_rw.push(objects.to_string_lossy().into_owned());
     }
 
+    crate::phases::mark("layers");
     // Step 5c': the overlays (the package caches', crate::caches), writable.
     for overlay in &plan.overlays {
         overlay_mount(overlay)?;
         keep_rw.push(overlay.target.to_string_lossy().into_owned());
     }
+    crate::phases::mark("overlays");
 
     // Step 5d: the secret locations' covers; step 6 makes them read-only with the rest.
     covers(&plan.covers)?;
+    crate::phases::mark("covers");
 
     // Step 6: everything else read-only: the whole tree at once, then the writable set back.
     if readonly_tree(&keep_rw)? {
