@@ -119,6 +119,11 @@ pub struct StateDir {
 /// # Errors
 /// [`StateDirError`], naming the directory and what is wrong.
 pub fn check(path: &Path, writable: &[PathBuf]) -> Result<StateDir, StateDirError> {
+    check_among(path, &canonical_all(writable))
+}
+
+/// [`check`] with `writable` canonical already.
+fn check_among(path: &Path, writable: &[PathBuf]) -> Result<StateDir, StateDirError> {
     let open_err = |source| StateDirError::Open {
         path: path.to_path_buf(),
         source,
@@ -238,12 +243,20 @@ pub fn create_below(parent: &StateDir, rel: &Path) -> Result<StateDir, StateDirE
     Ok(StateDir { path, fd })
 }
 
-/// The first of `writable` (canonicalised where it exists) that `canon` lies inside or holds.
-fn writable_around(canon: &Path, writable: &[PathBuf]) -> Option<PathBuf> {
+/// `writable` canonicalised where it exists (as given where it does not).
+fn canonical_all(writable: &[PathBuf]) -> Vec<PathBuf> {
     writable
         .iter()
         .map(|w| crate::fd::canonicalize(w).unwrap_or_else(|_| w.clone()))
+        .collect()
+}
+
+/// The first of `writable` (canonical: [`canonical_all`]) that `canon` lies inside or holds.
+fn writable_around(canon: &Path, writable: &[PathBuf]) -> Option<PathBuf> {
+    writable
+        .iter()
         .find(|w| canon.starts_with(w) || w.starts_with(canon))
+        .cloned()
 }
 
 /// Makes `path` (and missing parents) with mode 0700, then [`check`]s it. Nothing is made
@@ -254,6 +267,7 @@ fn writable_around(canon: &Path, writable: &[PathBuf]) -> Option<PathBuf> {
 /// As [`check`]; mkdir(2) failures as [`StateDirError::Open`].
 pub fn create(path: &Path, writable: &[PathBuf]) -> Result<StateDir, StateDirError> {
     use std::os::unix::fs::DirBuilderExt;
+    let writable = canonical_all(writable);
     let mut existing = path;
     let mut rest = Vec::new();
     while std::fs::symlink_metadata(existing).is_err() {
@@ -267,7 +281,7 @@ pub fn create(path: &Path, writable: &[PathBuf]) -> Result<StateDir, StateDirErr
     }
     if let Ok(base) = crate::fd::canonicalize(existing) {
         let would_be = rest.iter().rev().fold(base, |p, n| p.join(n));
-        if let Some(root) = writable_around(&would_be, writable) {
+        if let Some(root) = writable_around(&would_be, &writable) {
             return Err(StateDirError::Writable {
                 path: would_be,
                 root,
@@ -282,7 +296,7 @@ pub fn create(path: &Path, writable: &[PathBuf]) -> Result<StateDir, StateDirErr
             path: path.to_path_buf(),
             source,
         })?;
-    check(path, writable)
+    check_among(path, &writable)
 }
 
 /// [`check`] for kernels without `openat2` (before Linux 5.6): one `openat(O_NOFOLLOW)` per
