@@ -315,9 +315,21 @@ pub(crate) fn prepare(
         env_set: Vec::new(),
         writable: Vec::new(),
     };
+    // Each program looked up once (pnpm's two caches ask for the same one).
+    let mut found: Vec<(&str, bool)> = Vec::new();
     for tool in &TOOLS {
-        if tool.only_with.is_some_and(|p| !on_path(p)) {
-            continue;
+        if let Some(p) = tool.only_with {
+            let on = match found.iter().find(|(q, _)| *q == p) {
+                Some(&(_, on)) => on,
+                None => {
+                    let on = on_path(p);
+                    found.push((p, on));
+                    on
+                }
+            };
+            if !on {
+                continue;
+            }
         }
         let entry = plan_one(tool, &env, &state, writable, mode, &mut plan);
         plan.entries.push(entry);
