@@ -79,6 +79,28 @@ fn tampered(wt: &Path) -> Vec<String> {
     out
 }
 
+/// `body`, then the file `ready` made, then a wait for the file `go`: the run stays up while
+/// the test looks at the worktree.
+fn held(body: &str, ready: &Path, go: &Path) -> String {
+    format!(
+        "{body}; touch '{}'; while [ ! -e '{}' ]; do sleep 0.02; done",
+        ready.display(),
+        go.display()
+    )
+}
+
+/// Waits up to `secs` seconds for `done`; whether it came.
+fn wait_for(secs: u64, done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
 #[test]
 fn agents_and_editors_project_files_stay_the_users() {
     let mut failures = Vec::new();
@@ -98,21 +120,17 @@ fn agents_and_editors_project_files_stay_the_users() {
                 }
                 let ready = tmp.path().join("ready");
                 let go = s.path().join("go");
-                let script = format!(
-                    "{ATTACK}; touch '{r}'; while [ ! -e '{g}' ]; do sleep 0.02; done",
-                    r = ready.display(),
-                    g = go.display()
-                );
-                let mut run = Run::new(&wt).args(["--backend", b]).sh(&script);
+                let mut run = Run::new(&wt)
+                    .args(["--backend", b])
+                    .sh(&held(ATTACK, &ready, &go));
                 if let Some(u) = uid {
                     run = run.with_uid(u);
                 }
                 let (child, _copy) = run.spawn();
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while !ready.exists() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                assert!(ready.exists(), "{cell}: the command never got ready");
+                assert!(
+                    wait_for(20, || ready.exists()),
+                    "{cell}: the command never got ready"
+                );
                 // The user's files are read-only binds on the namespace backends; what the
                 // command made at an absent name, and on Landlock anything it changed, is
                 // undone at once by the guard's watcher: while the command still runs.
@@ -121,10 +139,7 @@ fn agents_and_editors_project_files_stay_the_users() {
                         failures.push(format!("{cell}: during the run: {t}"));
                     }
                 }
-                let deadline = Instant::now() + Duration::from_secs(5);
-                while !tampered(&wt).is_empty() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
+                wait_for(5, || tampered(&wt).is_empty());
                 for t in tampered(&wt) {
                     failures.push(format!("{cell}: during the run, 5 s on: {t}"));
                 }
@@ -204,34 +219,22 @@ fn a_big_tree_at_a_protected_name_goes_at_once() {
         let tmp = Scratch::new_in("/tmp");
         let ready = tmp.path().join("ready");
         let go = s.path().join("go");
-        let script = format!(
-            "python3 -c '
+        let plant = "python3 -c '
 import os
 os.makedirs(\".stage/d\")
 open(\".stage/d/f\", \"w\").close()
 for i in range(10000):
     os.link(\".stage/d/f\", \".stage/d/%d\" % i)
-open(\".stage/settings.json\", \"w\").write(\"{{}}\")
+open(\".stage/settings.json\", \"w\").write(\"{}\")
 os.rename(\".stage\", \".gemini\")
-'; \
-             touch '{r}'; while [ ! -e '{g}' ]; do sleep 0.02; done",
-            r = ready.display(),
-            g = go.display()
-        );
+'";
         let (child, _copy) = Run::new(&wt)
             .args(["--backend", b])
             .env("XDG_STATE_HOME", s.path().join("state"))
-            .sh(&script)
+            .sh(&held(plant, &ready, &go))
             .spawn();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !ready.exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while wt.join(".gemini").exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if wt.join(".gemini").exists() {
+        wait_for(60, || ready.exists());
+        if !wait_for(5, || !wt.join(".gemini").exists()) {
             failures.push(format!(
                 "{b}: the planted tree is at .gemini during the run"
             ));
@@ -292,10 +295,7 @@ fn a_killed_supervisor_leaves_no_planted_file_for_the_next_run() {
             .env("XDG_STATE_HOME", s.path().join("state"))
             .sh(&script)
             .spawn();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !ready.exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for(20, || ready.exists());
         std::thread::sleep(Duration::from_millis(300));
         child.kill().unwrap();
         child.wait().unwrap();
@@ -340,8 +340,7 @@ fn a_worktree_made_read_only_does_not_keep_a_plant() {
             }
             let ready = tmp.path().join("ready");
             let go = s.path().join("go");
-            let script = format!(
-                "python3 -c '
+            let plant = "python3 -c '
 import os, time
 def stage():
     os.makedirs(\"s/.gemini\", exist_ok=True)
@@ -359,24 +358,16 @@ for i in range(100):
     if won:
         os.chmod(\".\", 0o555)
         break
-'; touch '{r}'; while [ ! -e '{g}' ]; do sleep 0.02; done",
-                r = ready.display(),
-                g = go.display()
-            );
-            let mut run = Run::new(&wt).args(["--backend", b]).sh(&script);
+'";
+            let mut run = Run::new(&wt)
+                .args(["--backend", b])
+                .sh(&held(plant, &ready, &go));
             if let Some(u) = uid {
                 run = run.with_uid(u);
             }
             let (child, _copy) = run.spawn();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while !ready.exists() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while wt.join(".gemini").exists() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if wt.join(".gemini").exists() {
+            wait_for(30, || ready.exists());
+            if !wait_for(5, || !wt.join(".gemini").exists()) {
                 failures.push(format!("{cell}: .gemini stays during the run"));
             }
             std::fs::write(&go, "").unwrap();
