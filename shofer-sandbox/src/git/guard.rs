@@ -493,12 +493,7 @@ impl GitGuard {
         for g in &self.entries {
             // A directory made read-only (or opened up) by the command gets its mode back.
             if let Some(want) = g.dir_mode {
-                if mode_of(&g.dir).is_ok_and(|m| m != want) {
-                    match paths::chmod_pinned(&g.dir, want) {
-                        Ok(()) => out.restored.push(g.dir_path.clone()),
-                        Err(e) => out.failed.push((g.dir_path.clone(), format!("chmod: {e}"))),
-                    }
-                }
+                put_mode_back(&g.dir, &g.dir_path, want, &mut out);
             }
             if matches!(g.original, State::Unguardable(_)) {
                 continue;
@@ -507,13 +502,7 @@ impl GitGuard {
             // read-only: no chmod reaches it there).
             if let Some(want) = g.own_mode {
                 if let Ok(sub) = open_dir(&g.dir, &g.name) {
-                    if mode_of(&sub).is_ok_and(|m| m != want) {
-                        let path = g.dir_path.join(&g.name);
-                        match paths::chmod_pinned(&sub, want) {
-                            Ok(()) => out.restored.push(path),
-                            Err(e) => out.failed.push((path, format!("chmod: {e}"))),
-                        }
-                    }
+                    put_mode_back(&sub, &g.dir_path.join(&g.name), want, &mut out);
                 }
             }
             let now = read_state(&g.dir, &g.name);
@@ -706,6 +695,17 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
         .map(|e| e.path())
         .take(MAX_ENTRIES)
         .collect()
+}
+
+/// Puts the mode `want` back on the directory `dir` (at `path`) when it differs, and says so
+/// in `out`.
+fn put_mode_back(dir: &OwnedFd, path: &Path, want: u32, out: &mut Restored) {
+    if mode_of(dir).is_ok_and(|m| m != want) {
+        match paths::chmod_pinned(dir, want) {
+            Ok(()) => out.restored.push(path.to_path_buf()),
+            Err(e) => out.failed.push((path.to_path_buf(), format!("chmod: {e}"))),
+        }
+    }
 }
 
 /// The permission bits of a descriptor's object.
