@@ -64,11 +64,9 @@ const AFTER_EXIT_MAX: usize = 8;
 /// Hands `fd` to the child [`close_deferred`] starts, which closes it after this process has
 /// exited: for a descriptor whose last close waits in the kernel — an inotify instance's waits
 /// until its marks are freed after an SRCU grace period (`fsnotify_destroy_group`,
-/// fs/notify/group.c; 5-25 ms measured on 6.18), a mount namespace's tears its mounts down
-/// (`put_mnt_ns`: an RCU grace period, and an overlay's unmount syncs its upper filesystem;
-/// 1-2 ms a run here) — so that neither this process's remaining work nor its exit, which its
-/// parent waits for, pays the wait. Without a [`close_deferred`] the descriptor closes when
-/// this process exits.
+/// fs/notify/group.c; 5-25 ms measured on 6.18) — so that neither this process's remaining
+/// work nor its exit, which its parent waits for, pays the wait. Without a [`close_deferred`]
+/// the descriptor closes when this process exits.
 pub fn close_after_exit(fd: OwnedFd) {
     if let Ok(mut held) = AFTER_EXIT.lock() {
         if held.len() < AFTER_EXIT_MAX {
@@ -132,6 +130,9 @@ struct Closer {
     keep: [libc::c_uint; AFTER_EXIT_MAX + 1],
     count: usize,
     wait: libc::c_int,
+    /// Past the highest descriptor open at the clone: where `close_range(2)` fails (missing
+    /// before Linux 5.9, or refused by a seccomp filter), each number below it is closed.
+    end: libc::c_uint,
 }
 
 /// The closing child's stack (it makes a handful of system calls).
@@ -159,10 +160,21 @@ fn pid_of_closer(fds: &[RawFd]) -> Option<i32> {
             0,
         )
     } == 0;
+    // The fallback's bound: the highest descriptor open now, with room for a few opened by
+    // another thread before the clone.
+    let highest = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<libc::c_uint>().ok())
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(1024);
     let closer = Box::leak(Box::new(Closer {
         keep,
         count: fds.len(),
         wait,
+        end: highest.saturating_add(64),
     }));
     if has_close_range {
         let stack: &'static mut [u8] = Vec::leak(vec![0u8; CLOSER_STACK]);
@@ -212,14 +224,26 @@ extern "C" fn closer_main(arg: *mut libc::c_void) -> libc::c_int {
             std::ptr::null_mut::<u64>(),
             8,
         );
+        let kept = &c.keep[..c.count];
         let mut first: libc::c_uint = 0;
-        for &k in &c.keep[..c.count] {
+        let mut ranges_closed = true;
+        for &k in kept.iter().chain([&libc::c_uint::MAX]) {
             if k > first {
-                libc::syscall(libc::SYS_close_range, first, k - 1, 0);
+                let last = if k == libc::c_uint::MAX { k } else { k - 1 };
+                ranges_closed &= libc::syscall(libc::SYS_close_range, first, last, 0) == 0;
             }
             first = k.saturating_add(1);
         }
-        libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, 0);
+        if !ranges_closed {
+            // One by one, below the bound taken before the clone (`EBADF` for the numbers
+            // that are not open writes this child's errno only on the fork path; on the
+            // CLONE_VM one close_range exists, which is why it was taken).
+            for fd in 0..c.end {
+                if !kept.contains(&fd) {
+                    libc::syscall(libc::SYS_close, fd);
+                }
+            }
+        }
         let mut b = 0u8;
         while libc::syscall(libc::SYS_read, c.wait, &mut b as *mut u8, 1) > 0 {}
         libc::syscall(libc::SYS_exit, 0);

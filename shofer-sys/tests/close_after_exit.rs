@@ -77,3 +77,93 @@ fn the_closing_child_holds_only_the_descriptor_and_not_our_command_line() {
     assert!(std::path::Path::new(&format!("/proc/{child}")).exists());
     assert_eq!(rustix::io::write(&write, b"x").unwrap(), 1);
 }
+
+/// Where `close_range(2)` fails (before Linux 5.9, or refused by a seccomp filter, as here),
+/// the closing child still closes everything it does not keep: the caller's pipe reaches end
+/// of file once this process has exited. (It held every descriptor, its own wait pipe's write
+/// end among them, and never exited.)
+#[test]
+fn without_close_range_the_closing_child_still_lets_go() {
+    const AS_CHILD: &str = "SHOFER_TEST_CLOSER_WITHOUT_CLOSE_RANGE";
+    if std::env::var_os(AS_CHILD).is_some() {
+        refuse_close_range();
+        let (read, _write): (OwnedFd, OwnedFd) = shofer_sys::fd::pipe_cloexec().unwrap();
+        shofer_sys::process::close_after_exit(read);
+        shofer_sys::process::close_deferred();
+        println!("handed over");
+        std::process::exit(0);
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "without_close_range_the_closing_child_still_lets_go",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(AS_CHILD, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+        let _ = tx.send(out);
+    });
+    let out = rx.recv_timeout(std::time::Duration::from_secs(20));
+    let status = child.wait().unwrap();
+    let out = out.expect("the caller's pipe never reached end of file: the closer holds it");
+    assert!(
+        status.success() && out.contains("handed over"),
+        "{status}: {out}"
+    );
+}
+
+/// A seccomp filter on this process: `close_range` fails with `ENOSYS`, everything else runs.
+fn refuse_close_range() {
+    let filter = [
+        // The system call's number.
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_close_range as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // Safety: prctl with a filter program that lives until the call returns (the kernel
+    // copies it).
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog
+            ),
+            0
+        );
+    }
+}
