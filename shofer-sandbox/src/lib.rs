@@ -191,8 +191,8 @@ pub fn run(args: RunArgs) -> i32 {
     phases::start();
     let result = try_run(args);
     phases::print("");
-    // The descriptors whose last close would wait in the kernel (git's watcher, the mount
-    // namespace), to a child that closes them once this process is gone.
+    // The descriptors whose last close would wait in the kernel (git's watcher's inotify
+    // instance), to a child that closes them once this process is gone.
     shofer_sys::process::close_deferred();
     match result {
         Ok((_, true)) => EXIT_SETUP,

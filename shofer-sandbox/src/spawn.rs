@@ -15,7 +15,6 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-use rustix::fs::{Mode, OFlags};
 use rustix::process::{Signal, WaitOptions};
 
 use crate::childfail::{read_failure, Stage};
@@ -309,18 +308,6 @@ fn spawn_namespaced(
     }
     if pid == 0 {
         namespaces::init::run(args, setup, keep_descendants, main_exit, ready);
-    }
-    // The mount namespace, held until after this process has exited: its teardown (an RCU
-    // grace period, and each package cache overlay's unmount syncing the filesystem of its
-    // upper layer: 1-2 ms a run) then happens in the closing child, not in A's exit, which the
-    // run waits for. Nothing uses it: no process is left in it, and the descriptor is
-    // close-on-exec. (A is our child, not yet reaped: the PID is A's.)
-    if let Ok(ns) = rustix::fs::open(
-        format!("/proc/{pid}/ns/mnt"),
-        OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        shofer_sys::process::close_after_exit(ns);
     }
     Ok(pid as libc::pid_t)
 }
