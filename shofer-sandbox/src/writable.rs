@@ -102,7 +102,9 @@ pub fn build(
     let mut set = RuleSet::default();
     set.push_opened(wt.clone(), wt_fd, RuleOrigin::Worktree);
 
-    let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
+    let tmpdir = std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .filter(|t| tmpdir_without_symlink(t));
     for (path, origin) in default_writable(tmpdir.as_deref(), &caller_terminals()) {
         set.add_system(path, origin);
     }
@@ -141,6 +143,30 @@ pub fn build(
         },
         fds: set.fds,
     })
+}
+
+/// Whether `$TMPDIR` (`tmpdir`) may join the writable set: no symlink on its path. It often
+/// lies where runs write (under `/tmp`, in a worktree), and a symlink a command planted there
+/// in an earlier run would hand this run wherever it points — the rule `--allow-write` keeps.
+/// Refused once with a note on stderr (the set is built twice a run).
+fn tmpdir_without_symlink(tmpdir: &Path) -> bool {
+    static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let Ok(canon) = shofer_sys::fd::canonicalize(tmpdir) else {
+        // Absent: nothing joins the set anyway.
+        return true;
+    };
+    if lexical_absolute(tmpdir) == canon {
+        return true;
+    }
+    if !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!(
+            "shofer-sandbox: note: $TMPDIR ({}) leads to {} through a symlink, which a command may have planted: it is not writable in this run (set TMPDIR to {} itself)",
+            tmpdir.display(),
+            canon.display(),
+            canon.display()
+        );
+    }
+    false
 }
 
 #[derive(Default)]

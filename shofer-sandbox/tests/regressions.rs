@@ -349,3 +349,38 @@ fn every_backend_ends_when_the_caller_ignores_sigchld() {
         );
     }
 }
+
+/// A fresh attack (2026-12-07): `$TMPDIR` in a place runs write (here the worktree), swapped by
+/// one run for a symlink to a directory outside (a Landlock run can: no mount point there),
+/// was writable through that symlink in the next run on every backend: the set followed it.
+/// A `$TMPDIR` with a symlink on its path stays out of the writable set, with a note, as a
+/// symlinked `--allow-write` is refused.
+#[test]
+fn a_tmpdir_swapped_for_a_symlink_does_not_hand_over_its_target() {
+    for b in backends() {
+        let s = Scratch::new();
+        let wt = s.path().join("wt");
+        let victim = s.path().join("victim");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::create_dir(&victim).unwrap();
+        let tmpdir = wt.join(".tmp");
+        // What the earlier run left.
+        std::os::unix::fs::symlink(&victim, &tmpdir).unwrap();
+        let out = Run::new(&wt)
+            .backend(b)
+            .env("TMPDIR", &tmpdir)
+            .sh("echo x > \"$TMPDIR/pwned\"")
+            .output();
+        assert!(
+            !victim.join("pwned").exists(),
+            "{b}: written through the planted symlink: {}",
+            show(&out)
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("$TMPDIR") && err.contains("through a symlink"),
+            "{b}: not said: {}",
+            show(&out)
+        );
+    }
+}
