@@ -88,6 +88,17 @@ pub fn build(
         path: worktree.to_path_buf(),
         reason: e.to_string(),
     })?;
+    if let Some(link) = symlink_in_shared_dir(worktree) {
+        return Err(SetupError::Worktree {
+            path: worktree.to_path_buf(),
+            reason: format!(
+                "leads to {} through the symlink {}, in a directory others or earlier runs can write (refused: a command may have planted it; name {} itself)",
+                wt.display(),
+                link.display(),
+                wt.display()
+            ),
+        });
+    }
     let wt_fd = paths::open_nofollow(&wt).map_err(|e| SetupError::Worktree {
         path: worktree.to_path_buf(),
         reason: e.to_string(),
@@ -143,6 +154,42 @@ pub fn build(
         },
         fds: set.fds,
     })
+}
+
+/// The first symlink on `path` that lies in a directory others can write (world-writable, as
+/// `/tmp`, `/var/tmp` and `/dev/shm` are) or a run writes by default (`/tmp`, `$TMPDIR`,
+/// `/dev/shm`): a command may have planted it in an earlier run, and the worktree would be
+/// wherever it points. A symlink in the user's own directories (`~/src` → `/data/src`) is
+/// the user's.
+fn symlink_in_shared_dir(path: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let shared: Vec<PathBuf> = shofer_core::policy::default_writable_dirs(
+        std::env::var_os("TMPDIR").map(PathBuf::from).as_deref(),
+    )
+    .iter()
+    .filter_map(|d| shofer_sys::fd::canonicalize(d).ok())
+    .collect();
+    let path = lexical_absolute(path);
+    let mut prefix = PathBuf::from("/");
+    for comp in path.components().skip(1) {
+        prefix.push(comp);
+        let is_link = std::fs::symlink_metadata(&prefix).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link {
+            continue;
+        }
+        let dir = prefix.parent().map(shofer_sys::fd::canonicalize);
+        let shared_dir = match dir {
+            Some(Ok(dir)) => {
+                std::fs::metadata(&dir).is_ok_and(|m| m.permissions().mode() & 0o002 != 0)
+                    || shared.iter().any(|s| dir.starts_with(s))
+            }
+            _ => false,
+        };
+        if shared_dir {
+            return Some(prefix);
+        }
+    }
+    None
 }
 
 /// Whether `$TMPDIR` (`tmpdir`) may join the writable set: no symlink on its path. It often

@@ -384,3 +384,32 @@ fn a_tmpdir_swapped_for_a_symlink_does_not_hand_over_its_target() {
         );
     }
 }
+
+/// The same attack on the worktree: a worktree named under `/tmp` (any run writes there)
+/// that an earlier run swapped for a symlink would make the symlink's target the worktree.
+/// Refused, naming the target; a symlink in the user's own directories stays usable.
+#[test]
+fn a_worktree_through_a_symlink_in_tmp_is_refused() {
+    for b in backends() {
+        let s = Scratch::new();
+        let victim = s.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        let tmp = Scratch::new_in("/tmp");
+        let link = tmp.path().join("wt");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let out = Run::new(&link).backend(b).sh("echo x > pwned").output();
+        assert_eq!(out.status.code(), Some(125), "{b}: {}", show(&out));
+        assert!(!victim.join("pwned").exists(), "{b}: {}", show(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("through the symlink"),
+            "{b}: {}",
+            show(&out)
+        );
+        // The user's own symlink (in a directory only they write) works.
+        let own = s.path().join("own");
+        std::os::unix::fs::symlink(&victim, &own).unwrap();
+        let out = Run::new(&own).backend(b).sh("echo x > mine").output();
+        assert!(out.status.success(), "{b}: {}", show(&out));
+        assert!(victim.join("mine").exists(), "{b}");
+    }
+}
