@@ -163,12 +163,15 @@ pub fn build(
 /// the user's.
 fn symlink_in_shared_dir(path: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
-    let shared: Vec<PathBuf> = shofer_core::policy::default_writable_dirs(
-        std::env::var_os("TMPDIR").map(PathBuf::from).as_deref(),
-    )
-    .iter()
-    .filter_map(|d| shofer_sys::fd::canonicalize(d).ok())
-    .collect();
+    // Only when a symlink is found (most worktree paths have none).
+    let shared = || -> Vec<PathBuf> {
+        shofer_core::policy::default_writable_dirs(
+            std::env::var_os("TMPDIR").map(PathBuf::from).as_deref(),
+        )
+        .iter()
+        .filter_map(|d| shofer_sys::fd::canonicalize(d).ok())
+        .collect()
+    };
     let path = lexical_absolute(path);
     let mut prefix = PathBuf::from("/");
     for comp in path.components().skip(1) {
@@ -181,7 +184,7 @@ fn symlink_in_shared_dir(path: &Path) -> Option<PathBuf> {
         let shared_dir = match dir {
             Some(Ok(dir)) => {
                 std::fs::metadata(&dir).is_ok_and(|m| m.permissions().mode() & 0o002 != 0)
-                    || shared.iter().any(|s| dir.starts_with(s))
+                    || shared().iter().any(|s| dir.starts_with(s))
             }
             _ => false,
         };
