@@ -88,13 +88,16 @@ pub fn build(
         path: worktree.to_path_buf(),
         reason: e.to_string(),
     })?;
-    if let Some(link) = symlink_in_shared_dir(worktree) {
+    // A symlink anywhere on the path may be one a command planted (under /tmp, in another
+    // worktree, in an earlier run) and would make its target the worktree: the path must name
+    // the directory itself, as an --allow-write path must. Opened below without following any
+    // symlink, so one swapped in after this check fails too.
+    if lexical_absolute(worktree) != wt {
         return Err(SetupError::Worktree {
             path: worktree.to_path_buf(),
             reason: format!(
-                "leads to {} through the symlink {}, in a directory others or earlier runs can write (refused: a command may have planted it; name {} itself)",
+                "leads to {} through a symlink (refused: a command may have planted it; name {} itself)",
                 wt.display(),
-                link.display(),
                 wt.display()
             ),
         });
@@ -113,9 +116,7 @@ pub fn build(
     let mut set = RuleSet::default();
     set.push_opened(wt.clone(), wt_fd, RuleOrigin::Worktree);
 
-    let tmpdir = std::env::var_os("TMPDIR")
-        .map(PathBuf::from)
-        .filter(|t| tmpdir_without_symlink(t));
+    let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
     for (path, origin) in default_writable(tmpdir.as_deref(), &caller_terminals()) {
         set.add_system(path, origin);
     }
@@ -156,69 +157,6 @@ pub fn build(
     })
 }
 
-/// The first symlink on `path` that lies in a directory others can write (world-writable, as
-/// `/tmp`, `/var/tmp` and `/dev/shm` are) or a run writes by default (`/tmp`, `$TMPDIR`,
-/// `/dev/shm`): a command may have planted it in an earlier run, and the worktree would be
-/// wherever it points. A symlink in the user's own directories (`~/src` → `/data/src`) is
-/// the user's.
-fn symlink_in_shared_dir(path: &Path) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    // Only when a symlink is found (most worktree paths have none).
-    let shared = || -> Vec<PathBuf> {
-        shofer_core::policy::default_writable_dirs(
-            std::env::var_os("TMPDIR").map(PathBuf::from).as_deref(),
-        )
-        .iter()
-        .filter_map(|d| shofer_sys::fd::canonicalize(d).ok())
-        .collect()
-    };
-    let path = lexical_absolute(path);
-    let mut prefix = PathBuf::from("/");
-    for comp in path.components().skip(1) {
-        prefix.push(comp);
-        let is_link = std::fs::symlink_metadata(&prefix).is_ok_and(|m| m.file_type().is_symlink());
-        if !is_link {
-            continue;
-        }
-        let dir = prefix.parent().map(shofer_sys::fd::canonicalize);
-        let shared_dir = match dir {
-            Some(Ok(dir)) => {
-                std::fs::metadata(&dir).is_ok_and(|m| m.permissions().mode() & 0o002 != 0)
-                    || shared().iter().any(|s| dir.starts_with(s))
-            }
-            _ => false,
-        };
-        if shared_dir {
-            return Some(prefix);
-        }
-    }
-    None
-}
-
-/// Whether `$TMPDIR` (`tmpdir`) may join the writable set: no symlink on its path. It often
-/// lies where runs write (under `/tmp`, in a worktree), and a symlink a command planted there
-/// in an earlier run would hand this run wherever it points — the rule `--allow-write` keeps.
-/// Refused once with a note on stderr (the set is built twice a run).
-fn tmpdir_without_symlink(tmpdir: &Path) -> bool {
-    static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let Ok(canon) = shofer_sys::fd::canonicalize(tmpdir) else {
-        // Absent: nothing joins the set anyway.
-        return true;
-    };
-    if lexical_absolute(tmpdir) == canon {
-        return true;
-    }
-    if !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        eprintln!(
-            "shofer-sandbox: note: $TMPDIR ({}) leads to {} through a symlink, which a command may have planted: it is not writable in this run (set TMPDIR to {} itself)",
-            tmpdir.display(),
-            canon.display(),
-            canon.display()
-        );
-    }
-    false
-}
-
 #[derive(Default)]
 struct RuleSet {
     rules: Vec<WritableRule>,
@@ -240,10 +178,15 @@ impl RuleSet {
     }
 
     /// A system path the caller's machine defines: opened following symlinks (they are not
-    /// attacker-controlled), skipped if absent. `/tmp` and `$TMPDIR` are canonicalised so
-    /// the same directory is not added twice; device paths are reported as named.
+    /// attacker-controlled), skipped if absent; `/tmp` is canonicalised so the same directory
+    /// is not added twice; device paths are reported as named. `$TMPDIR` is not the machine's:
+    /// [`RuleSet::add_tmpdir`].
     fn add_system(&mut self, path: impl AsRef<Path>, origin: RuleOrigin) {
         let path = path.as_ref();
+        if origin == RuleOrigin::Tmp && path != Path::new(shofer_core::policy::TMP) {
+            self.add_tmpdir(path);
+            return;
+        }
         let path = if origin == RuleOrigin::Tmp {
             match shofer_sys::fd::canonicalize(path) {
                 Ok(p) => p,
@@ -254,6 +197,34 @@ impl RuleSet {
         };
         if let Ok(fd) = paths::open_following(&path) {
             self.push_opened(path, fd, origin);
+        }
+    }
+}
+
+impl RuleSet {
+    /// `$TMPDIR`: it often lies where runs write (under `/tmp`, in a worktree), and a symlink
+    /// a command planted on its path in an earlier run would hand this run wherever it points.
+    /// Opened as named, with no symlink followed anywhere (one call: a swap fails it too); one
+    /// that leads elsewhere through a symlink stays out of the set, said once on stderr (the
+    /// set is built twice a run), as a symlinked `--allow-write` is refused.
+    fn add_tmpdir(&mut self, tmpdir: &Path) {
+        static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let named = lexical_absolute(tmpdir);
+        match paths::open_nofollow(&named) {
+            Ok(fd) => self.push_opened(named, fd, RuleOrigin::Tmp),
+            Err(_) => {
+                let Ok(target) = shofer_sys::fd::canonicalize(tmpdir) else {
+                    return; // absent: nothing to add
+                };
+                if !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    eprintln!(
+                        "shofer-sandbox: note: $TMPDIR ({}) leads to {} through a symlink, which a command may have planted: it is not writable in this run (set TMPDIR to {} itself)",
+                        tmpdir.display(),
+                        target.display(),
+                        target.display()
+                    );
+                }
+            }
         }
     }
 }

@@ -385,30 +385,45 @@ fn a_tmpdir_swapped_for_a_symlink_does_not_hand_over_its_target() {
     }
 }
 
-/// The same attack on the worktree: a worktree named under `/tmp` (any run writes there)
-/// that an earlier run swapped for a symlink would make the symlink's target the worktree.
-/// Refused, naming the target; a symlink in the user's own directories stays usable.
+/// The same attack on the worktree (two fresh attacks): a worktree named through a symlink an
+/// earlier run could swap — under `/tmp`, through the user's own link into `/tmp` (a chain),
+/// behind a `..`, in another worktree — would make the symlink's target the worktree. Any
+/// symlink on the worktree's path is refused, naming the target, as for `--allow-write`; the
+/// target named itself works.
 #[test]
-fn a_worktree_through_a_symlink_in_tmp_is_refused() {
+fn a_worktree_named_through_a_symlink_is_refused() {
     for b in backends() {
         let s = Scratch::new();
         let victim = s.path().join("victim");
-        std::fs::create_dir(&victim).unwrap();
+        std::fs::create_dir_all(victim.join("sub")).unwrap();
         let tmp = Scratch::new_in("/tmp");
-        let link = tmp.path().join("wt");
-        std::os::unix::fs::symlink(&victim, &link).unwrap();
-        let out = Run::new(&link).backend(b).sh("echo x > pwned").output();
-        assert_eq!(out.status.code(), Some(125), "{b}: {}", show(&out));
-        assert!(!victim.join("pwned").exists(), "{b}: {}", show(&out));
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("through the symlink"),
-            "{b}: {}",
-            show(&out)
-        );
-        // The user's own symlink (in a directory only they write) works.
-        let own = s.path().join("own");
-        std::os::unix::fs::symlink(&victim, &own).unwrap();
-        let out = Run::new(&own).backend(b).sh("echo x > mine").output();
+        let in_tmp = tmp.path().join("wt");
+        std::os::unix::fs::symlink(&victim, &in_tmp).unwrap();
+        // The user's own link to the one in /tmp.
+        let chain = s.path().join("own");
+        std::os::unix::fs::symlink(&in_tmp, &chain).unwrap();
+        let sub = tmp.path().join("sub");
+        std::os::unix::fs::symlink(victim.join("sub"), &sub).unwrap();
+        for named in [in_tmp.clone(), chain.clone(), sub.join("..")] {
+            let out = Run::new(&named).backend(b).sh("echo x > pwned").output();
+            assert_eq!(
+                out.status.code(),
+                Some(125),
+                "{b} {named:?}: {}",
+                show(&out)
+            );
+            assert!(
+                !victim.join("pwned").exists(),
+                "{b} {named:?}: {}",
+                show(&out)
+            );
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("through a symlink"),
+                "{b} {named:?}: {}",
+                show(&out)
+            );
+        }
+        let out = Run::new(&victim).backend(b).sh("echo x > mine").output();
         assert!(out.status.success(), "{b}: {}", show(&out));
         assert!(victim.join("mine").exists(), "{b}");
     }

@@ -169,7 +169,12 @@ fn pid_of_closer(fds: &[RawFd]) -> Option<i32> {
                 .max()
                 .unwrap_or(0)
         })
-        .unwrap_or(1024);
+        .unwrap_or_else(|_| {
+            // No /proc here: every number the soft limit allows (at most 2^20).
+            rustix::process::getrlimit(rustix::process::Resource::Nofile)
+                .current
+                .map_or(1 << 20, |n| n.min(1 << 20)) as libc::c_uint
+        });
     let closer = Box::leak(Box::new(Closer {
         keep,
         count: fds.len(),
@@ -235,9 +240,10 @@ extern "C" fn closer_main(arg: *mut libc::c_void) -> libc::c_int {
             first = k.saturating_add(1);
         }
         if !ranges_closed {
-            // One by one, below the bound taken before the clone (`EBADF` for the numbers
-            // that are not open writes this child's errno only on the fork path; on the
-            // CLONE_VM one close_range exists, which is why it was taken).
+            // One by one, below the bound taken before the clone. The fork path's errno is
+            // its own; the CLONE_VM path was taken because close_range answered the probe, so
+            // only a filter that allows the probe and refuses ranges brings it here, and then
+            // `EBADF` lands in the errno of the supervisor's thread that is exiting.
             for fd in 0..c.end {
                 if !kept.contains(&fd) {
                     libc::syscall(libc::SYS_close, fd);

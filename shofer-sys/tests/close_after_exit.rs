@@ -7,8 +7,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use shofer_sys::proc::ProcTable;
 
+/// The tests count this process's children: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn the_closing_child_holds_only_the_descriptor_and_not_our_command_line() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let me = shofer_sys::process::getpid();
     let children_of_me = || {
         let table = ProcTable::scan();
@@ -85,6 +89,7 @@ fn the_closing_child_holds_only_the_descriptor_and_not_our_command_line() {
 #[test]
 fn without_close_range_the_closing_child_still_lets_go() {
     const AS_CHILD: &str = "SHOFER_TEST_CLOSER_WITHOUT_CLOSE_RANGE";
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if std::env::var_os(AS_CHILD).is_some() {
         refuse_close_range();
         let (read, _write): (OwnedFd, OwnedFd) = shofer_sys::fd::pipe_cloexec().unwrap();
