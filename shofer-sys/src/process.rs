@@ -77,12 +77,14 @@ pub fn close_after_exit(fd: OwnedFd) {
 
 /// Starts the child that holds every descriptor handed to [`close_after_exit`] until this
 /// process has exited, then closes them and exits; call it once, just before exiting. One
-/// `clone` ([`pid_of_closer`]), none when nothing was handed over; if it fails the descriptors close here.
+/// `clone` ([`pid_of_closer`]), none when nothing was handed over; if it fails the
+/// descriptors close here.
 ///
 /// The child keeps only those descriptors (at their numbers) and the read end of a pipe whose
-/// write end this process holds until it exits; the command line is blanked before the clone (so that the child is never taken for this process
-/// by a search for a marker in `/proc/*/cmdline`); the child waits for end of file on the
-/// pipe, closes everything and exits. It is reaped by whoever inherits it (a subreaper above,
+/// write end this process holds until it exits; the command line is blanked before the clone
+/// (so that the child is never taken for this process by a search for a marker in
+/// `/proc/*/cmdline`); the child waits for end of file on the pipe, closes everything and
+/// exits. It is reaped by whoever inherits it (a subreaper above,
 /// or init). Until this process exits the child lives, and a process forked later would hand
 /// it the pipe's write end.
 pub fn close_deferred() {
@@ -102,9 +104,10 @@ pub fn close_deferred() {
     }
     let count = held.len() + 1;
     // The command line is blanked here, before the clone, so the child never shows this
-    // process's (it shares this memory, or a copy of it, before Linux 5.9): blanked in the child, a child not yet scheduled on a busy machine was seen
-    // with it (and a marker in it) after this process had exited. This process is about to
-    // exit; nothing reads its command line any more.
+    // process's (it shares this memory, or a copy of it before Linux 5.9): blanked in the
+    // child, a child not yet scheduled on a busy machine was seen with it (and a marker in it)
+    // after this process had exited. This process is about to exit; nothing reads its command
+    // line any more.
     if let Some((start, end)) = crate::proc::own_command_line_region() {
         let line = b"shofer (closing)\0";
         // Safety: the region is this process's own argument area (from /proc/self/stat's
