@@ -92,14 +92,10 @@ pub fn build(
     // worktree, in an earlier run) and would make its target the worktree: the path must name
     // the directory itself, as an --allow-write path must. Opened below without following any
     // symlink, so one swapped in after this check fails too.
-    if lexical_absolute(worktree) != wt {
+    if let Some(reason) = through_symlink(worktree, &wt) {
         return Err(SetupError::Worktree {
             path: worktree.to_path_buf(),
-            reason: format!(
-                "leads to {} through a symlink (refused: a command may have planted it; name {} itself)",
-                wt.display(),
-                wt.display()
-            ),
+            reason,
         });
     }
     let wt_fd = paths::open_nofollow(&wt).map_err(|e| SetupError::Worktree {
@@ -130,14 +126,10 @@ pub fn build(
         // /tmp, in another --allow-write directory or a package cache's private directory, in
         // an earlier run — and would hand this run wherever it points: the path must name its
         // target itself.
-        if lexical_absolute(path) != canon {
+        if let Some(reason) = through_symlink(path, &canon) {
             return Err(SetupError::AllowWrite {
                 path: path.clone(),
-                reason: format!(
-                    "resolves to {} through a symlink (refused: a command may have planted it; name {} itself)",
-                    canon.display(),
-                    canon.display()
-                ),
+                reason,
             });
         }
         let fd = paths::open_nofollow(&canon).map_err(|e| SetupError::AllowWrite {
@@ -227,6 +219,18 @@ impl RuleSet {
             }
         }
     }
+}
+
+/// Why a caller's `path`, whose canonical path is `canon`, is refused: when a symlink on it
+/// leads elsewhere (the worktree's and `--allow-write`'s rule).
+fn through_symlink(path: &Path, canon: &Path) -> Option<String> {
+    (lexical_absolute(path) != canon).then(|| {
+        format!(
+            "resolves to {} through a symlink (refused: a command may have planted it; name {} itself)",
+            canon.display(),
+            canon.display()
+        )
+    })
 }
 
 /// `path` made absolute against the current directory with `.` and `..` removed lexically
