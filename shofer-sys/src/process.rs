@@ -163,21 +163,27 @@ fn pid_of_closer(fds: &[RawFd]) -> Option<i32> {
             0,
         )
     } == 0;
-    // The fallback's bound: the highest descriptor open now, with room for a few opened by
-    // another thread before the clone.
-    let highest = std::fs::read_dir("/proc/self/fd")
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<libc::c_uint>().ok())
-                .max()
-                .unwrap_or(0)
-        })
-        .unwrap_or_else(|_| {
-            // No /proc here: every number the soft limit allows (at most 2^20).
-            rustix::process::getrlimit(rustix::process::Resource::Nofile)
-                .current
-                .map_or(1 << 20, |n| n.min(1 << 20)) as libc::c_uint
-        });
+    // The fallback's bound: where close_range answered, every number the soft limit allows
+    // (only a filter refusing real ranges brings the child to the fallback then); else the
+    // highest descriptor open now, with room for a few another thread opens before the clone
+    // (the listing is paid only on this path).
+    let soft_limit = || {
+        rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .map_or(1 << 20, |n| n.min(1 << 20)) as libc::c_uint
+    };
+    let highest = if has_close_range {
+        soft_limit()
+    } else {
+        std::fs::read_dir("/proc/self/fd")
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse::<libc::c_uint>().ok())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or_else(|_| soft_limit())
+    };
     let closer = Box::leak(Box::new(Closer {
         keep,
         count: fds.len(),
