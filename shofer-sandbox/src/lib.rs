@@ -385,21 +385,23 @@ fn attempt(
     } else {
         None
     };
-    let mut exec = exec_spec(args, choice.foreign_owner)?;
+    // The limits are set up beside the next steps (limits::Preparing), joined after git's.
     let [procs, memory, cpu] = args.limits;
-    let limits = limits::Enforced::prepare(
+    let limits = limits::Preparing::start(
         shofer_core::limits::Limits::resolve(procs, memory, cpu, shofer_sys::proc::mem_total()),
         matches!(choice.backend, Backend::Layered | Backend::Userns),
         rustix::process::geteuid().is_root(),
-    );
-    phases::mark("limits");
-    exec.cgroup_procs = limits.procs_fds();
+    )
+    .map_err(|source| SetupError::Syscall {
+        op: "starting the thread that sets the limits up",
+        source,
+    })?;
+    let mut exec = exec_spec(args, choice.foreign_owner)?;
     exec.env = caches
         .env_set
         .iter()
         .map(|(k, v)| (*k, v.clone().into_os_string()))
         .collect();
-    exec.nproc = limits.nproc;
     let mut tell = |line: String| {
         if !told.contains(&line) {
             eprintln!("{line}");
@@ -432,14 +434,6 @@ fn attempt(
             }
         }
     }
-    for row in &limits.rows {
-        if let Err(why) = &row.how {
-            tell(format!(
-                "shofer-sandbox: hardening not enforced (limit_{}): {} {}: {why}",
-                row.key, row.key, row.value
-            ));
-        }
-    }
     for (p, why) in &choice.hardening {
         tell(format!(
             "shofer-sandbox: hardening not enforced ({}): {why}",
@@ -461,6 +455,27 @@ fn attempt(
     };
     let mut git_run = git::Run::prepare(opened, repo, &git_choice, &mut tell)?;
     phases::mark("git");
+    let limits = match limits.join() {
+        Ok(limits) => limits,
+        Err(why) => {
+            git_run.finish(None);
+            return Err(SetupError::Syscall {
+                op: "setting the limits up",
+                source: std::io::Error::other(why),
+            });
+        }
+    };
+    phases::mark("limits");
+    exec.cgroup_procs = limits.procs_fds();
+    exec.nproc = limits.nproc;
+    for row in &limits.rows {
+        if let Err(why) = &row.how {
+            tell(format!(
+                "shofer-sandbox: hardening not enforced (limit_{}): {} {}: {why}",
+                row.key, row.key, row.value
+            ));
+        }
+    }
     // From here every way out goes through `git_run.finish` (it removes the placeholders).
     let before = (|| -> Result<_, SetupError> {
         let mut report_file = None;

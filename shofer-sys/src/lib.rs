@@ -17,6 +17,7 @@
 //! - [`landlock`]: the Landlock ABI probe.
 //! - [`statedir`]: state kept across runs (journals, job records), checked on every read.
 //! - [`projectfile`]: a file of the project's `.shofer/` directory, read without trusting it.
+//! - [`thread`]: a thread that starts on another CPU than its creator's ([`thread::Beside`]).
 //!
 //! Plain system calls go through `rustix`; raw `libc` is used only where `rustix` has no
 //! wrapper, and each such call says so.
@@ -39,6 +40,7 @@ pub mod process;
 pub mod projectfile;
 pub mod signal;
 pub mod statedir;
+pub mod thread;
 
 pub use proc::{ProcInfo, ProcTable};
 

@@ -435,17 +435,27 @@ pub fn own_cgroups() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`).
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`, from `sysinfo(2)`: one call
+/// on every run's start path instead of a `/proc` file).
 pub fn mem_total() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib = text.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
-    let kib: u64 = kib.trim().trim_end_matches("kB").trim().parse().ok()?;
-    kib.checked_mul(1024)
+    let info = rustix::system::sysinfo();
+    info.totalram.checked_mul(u64::from(info.mem_unit.max(1)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_machines_memory_is_meminfos_total() {
+        let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let kib = text
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .unwrap();
+        let kib: u64 = kib.trim().trim_end_matches("kB").trim().parse().unwrap();
+        assert_eq!(mem_total(), Some(kib * 1024));
+    }
 
     #[test]
     fn status_fields_are_found_by_whole_name() {

@@ -1,0 +1,179 @@
+//! A thread that starts on another CPU than its creator's: [`Beside::start`] and
+//! [`Beside::join`].
+//!
+//! Work meant to overlap the caller's (a supervisor's set-up step beside the next one) gains
+//! nothing when the scheduler queues the new thread on its creator's CPU: there it waits until
+//! the creator blocks, with the other CPU idle (half the starts measured on these 2-CPU
+//! machines). Moving itself once it runs is too late and can take longer than the work. So the
+//! thread is created with its affinity already set (`pthread_attr_setaffinity_np`: glibc sets
+//! it before the thread first runs, and its first wake-up places it), through raw `libc`
+//! because neither `std` nor `rustix` creates a thread with attributes.
+
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// The work and, once done, its result (`None` while running or after a panic).
+struct Shared<T> {
+    work: Option<Box<dyn FnOnce() -> T + Send>>,
+    result: Option<std::thread::Result<T>>,
+}
+
+/// A thread running beside its creator, on another CPU when the process may use one.
+pub struct Beside<T> {
+    thread: libc::pthread_t,
+    /// Owned by the thread until [`Beside::join`] joins it; then read here.
+    shared: *mut Shared<T>,
+    joined: bool,
+}
+
+// Safety: the raw pointer is only dereferenced by the thread until it ends and by `join` after
+// `pthread_join` returned, never by both; `T` and the work are `Send`.
+unsafe impl<T: Send> Send for Beside<T> {}
+
+extern "C" fn run<T>(arg: *mut libc::c_void) -> *mut libc::c_void {
+    // Safety: `arg` is the `Shared<T>` `start` leaked for this thread; the creator does not
+    // touch it until `pthread_join` returns.
+    let shared = unsafe { &mut *arg.cast::<Shared<T>>() };
+    if let Some(work) = shared.work.take() {
+        // A panic must not unwind through this `extern "C"` frame (that aborts).
+        shared.result = Some(catch_unwind(AssertUnwindSafe(work)));
+    }
+    std::ptr::null_mut()
+}
+
+impl<T: Send + 'static> Beside<T> {
+    /// Starts `work` on a new thread allowed on every CPU this thread may use but its current
+    /// one; on all of them when that is the only one.
+    ///
+    /// # Errors
+    /// `sched_getaffinity`'s or `pthread_create`'s.
+    pub fn start(work: impl FnOnce() -> T + Send + 'static) -> io::Result<Beside<T>> {
+        let mut cpus = rustix::thread::sched_getaffinity(None)?;
+        let here = rustix::thread::sched_getcpu();
+        if cpus.count() > 1 && cpus.is_set(here) {
+            cpus.unset(here);
+        }
+        // Safety: an all-zero cpu_set_t is the empty set; CPU_SET writes inside it.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for cpu in 0..rustix::thread::CpuSet::MAX_CPU {
+            if cpus.is_set(cpu) {
+                // Safety: `cpu` < CPU_SETSIZE.
+                unsafe { libc::CPU_SET(cpu, &mut set) };
+            }
+        }
+        let shared = Box::into_raw(Box::new(Shared {
+            work: Some(Box::new(work) as Box<dyn FnOnce() -> T + Send>),
+            result: None,
+        }));
+        // Safety: `attr` is initialised before use and destroyed once; `set` outlives the
+        // call; `run::<T>` receives the leaked `shared`, which is freed below on failure or in
+        // `join`/`drop` after the thread ended.
+        unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            let r = libc::pthread_attr_init(&mut attr);
+            if r != 0 {
+                drop(Box::from_raw(shared));
+                return Err(io::Error::from_raw_os_error(r));
+            }
+            libc::pthread_attr_setaffinity_np(&mut attr, std::mem::size_of_val(&set), &set);
+            let mut thread: libc::pthread_t = 0;
+            let r = libc::pthread_create(&mut thread, &attr, run::<T>, shared.cast());
+            libc::pthread_attr_destroy(&mut attr);
+            if r != 0 {
+                drop(Box::from_raw(shared));
+                return Err(io::Error::from_raw_os_error(r));
+            }
+            Ok(Beside {
+                thread,
+                shared,
+                joined: false,
+            })
+        }
+    }
+
+    /// Waits for the thread; its work's result, or the payload of its panic.
+    ///
+    /// # Errors
+    /// The work panicked.
+    pub fn join(mut self) -> std::thread::Result<T> {
+        self.wait();
+        // Safety: the thread has ended (joined); nobody else holds `shared`.
+        let shared = unsafe { Box::from_raw(self.shared) };
+        self.shared = std::ptr::null_mut();
+        shared
+            .result
+            .unwrap_or_else(|| Err(Box::new("the thread ended without a result")))
+    }
+
+    fn wait(&mut self) {
+        if !self.joined {
+            // Safety: a thread this value created and nobody joined or detached.
+            unsafe { libc::pthread_join(self.thread, std::ptr::null_mut()) };
+            self.joined = true;
+        }
+    }
+}
+
+impl<T> Drop for Beside<T> {
+    fn drop(&mut self) {
+        if self.shared.is_null() {
+            return;
+        }
+        // Not joined: wait for the work (it owns resources its result hands back on drop),
+        // then free what it shared.
+        if !self.joined {
+            // Safety: as in `wait`.
+            unsafe { libc::pthread_join(self.thread, std::ptr::null_mut()) };
+        }
+        // Safety: the thread has ended; nobody else holds `shared`.
+        drop(unsafe { Box::from_raw(self.shared) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_work_runs_once_and_its_result_comes_back() {
+        let t = Beside::start(|| (1..=10).sum::<u32>()).unwrap();
+        assert_eq!(t.join().unwrap(), 55);
+    }
+
+    #[test]
+    fn it_may_run_on_every_cpu_of_its_creator_but_the_one_it_was_created_on() {
+        use rustix::thread::{sched_getaffinity, CpuSet};
+        let mine = sched_getaffinity(None).unwrap();
+        let theirs = Beside::start(|| sched_getaffinity(None).unwrap())
+            .unwrap()
+            .join()
+            .unwrap();
+        let expected = if mine.count() > 1 {
+            mine.count() - 1
+        } else {
+            1
+        };
+        assert_eq!(theirs.count(), expected);
+        assert!((0..CpuSet::MAX_CPU).all(|c| !theirs.is_set(c) || mine.is_set(c)));
+    }
+
+    #[test]
+    fn a_panic_in_the_work_comes_back_as_an_error() {
+        let t = Beside::start(|| -> u32 { panic!("on purpose") });
+        assert!(t.unwrap().join().is_err());
+    }
+
+    #[test]
+    fn dropping_it_unjoined_waits_for_the_work() {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = done.clone();
+        drop(
+            Beside::start(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                d.store(true, std::sync::atomic::Ordering::SeqCst);
+            })
+            .unwrap(),
+        );
+        assert!(done.load(std::sync::atomic::Ordering::SeqCst));
+    }
+}
