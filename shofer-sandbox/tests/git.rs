@@ -2566,6 +2566,95 @@ fn a_planted_journal_is_never_acted_on() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// Issue 31: a worktree's view is kept from run to run and brought up to date, not made
+/// anew: a file the host did not change is not written again (its inode stays), one it did
+/// change is, and a file the command planted in the view is gone by the next run. When a
+/// worktree is removed, the next new worktree's first run removes the old one's entry.
+/// Root and uid 65534.
+#[test]
+fn a_views_copy_lasts_across_runs_follows_the_host_and_goes_with_its_worktree() {
+    use std::os::unix::fs::MetadataExt;
+    let mut failures = Vec::new();
+    for b in backends().into_iter().filter(|b| private_view(b)) {
+        for uid in uids() {
+            let cell = format!("{b} / uid {uid:?}");
+            println!("{cell}");
+            let l = Layout::new(uid, &[]);
+            let run = |dir: &Path, script: &str| {
+                let (mut cmd, _copy) = sandboxed(uid, dir, b, script);
+                cmd.envs(l.vars()).stdin(Stdio::null());
+                cmd.output().unwrap()
+            };
+            let views = l.s.path().join("state/shofer/views");
+            let entries = || -> Vec<PathBuf> {
+                let mut v: Vec<PathBuf> = std::fs::read_dir(&views)
+                    .map(|d| d.flatten().map(|e| e.path()).collect())
+                    .unwrap_or_default();
+                v.sort();
+                v
+            };
+            let out = run(
+                &l.wt,
+                "git status >/dev/null && echo planted > \"$COMMON/planted.lock\" && echo OK",
+            );
+            let first = entries();
+            if !String::from_utf8_lossy(&out.stdout).contains("OK") || first.len() != 1 {
+                failures.push(format!(
+                    "{cell}: first run, entries {first:?}\n{}",
+                    show(&out)
+                ));
+                continue;
+            }
+            let copy = first[0].join("view");
+            // The inode and its change time: a file written anew may reuse the inode number.
+            let ino = |name: &str| {
+                std::fs::symlink_metadata(copy.join(name))
+                    .map(|m| (m.ino(), m.ctime(), m.ctime_nsec()))
+                    .ok()
+            };
+            let head = ino("HEAD");
+            host_git_in(&l, &l.repo, &["config", "user.host", "yes"]);
+            let out = run(
+                &l.wt,
+                "test \"$(git config user.host)\" = yes && test ! -e \"$COMMON/planted.lock\" && echo OK",
+            );
+            if !String::from_utf8_lossy(&out.stdout).contains("OK") {
+                failures.push(format!(
+                    "{cell}: the second run saw a stale or planted copy\n{}",
+                    show(&out)
+                ));
+            }
+            if ino("HEAD").is_none() || ino("HEAD") != head {
+                failures.push(format!("{cell}: an unchanged file was written again"));
+            }
+            if !std::fs::read_to_string(copy.join("config")).is_ok_and(|c| c.contains("host = yes"))
+            {
+                failures.push(format!(
+                    "{cell}: the host's new config did not reach the copy"
+                ));
+            }
+            run(&l.wt2, "true");
+            if entries().len() != 2 {
+                failures.push(format!(
+                    "{cell}: no entry for the second worktree: {:?}",
+                    entries()
+                ));
+            }
+            host_git_in(&l, &l.repo, &["worktree", "remove", "--force", "../wt2"]);
+            host_git_in(&l, &l.repo, &["worktree", "add", "-q", "../wt3"]);
+            let out = run(&l.s.path().join("wt3"), "true");
+            let last = entries();
+            if last.len() != 2 || !last.contains(&first[0]) {
+                failures.push(format!(
+                    "{cell}: after wt2 was removed and wt3 ran: {last:?}\n{}",
+                    show(&out)
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 /// Issue 31: in a private view (the namespace backends) the command's git may do anything to
 /// the repository's control files, and the user's data survives: `branch -D` of a branch the
 /// worktree did not create and `stash clear` change only the command's view; its own branch,

@@ -27,6 +27,7 @@ mod fsck;
 mod gate;
 mod guard;
 mod layout;
+mod mirror;
 mod nested;
 pub mod nestedconfig;
 mod objects;

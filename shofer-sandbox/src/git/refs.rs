@@ -7,7 +7,7 @@
 //!
 //! - [`parse_value`], [`parse_packed`]: the two formats, pure (fuzzed: `crate::fuzzing`);
 //! - [`read`]: the map of a directory;
-//! - [`write_loose`], [`remove`]: what a view's start applies to its copy.
+//! - [`packed_without`]: a `packed-refs` without one ref, for a view's start.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -176,42 +176,9 @@ pub fn read(dir: &OwnedFd, hex_len: usize) -> Result<Refs, String> {
     Ok(out)
 }
 
-/// Writes `name` = `value` as a loose ref under the git directory `dir`, making the
-/// directories on the way (a file in the way is removed: it was a ref of that name's
-/// prefix, which `name` replaces).
-///
-/// # Errors
-/// mkdir(2), open(2) or write(2) failures; `InvalidInput` for a name git refuses.
-pub fn write_loose(dir: &Path, name: &str, value: &Value) -> io::Result<()> {
-    if !valid_name(name) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            name.to_string(),
-        ));
-    }
-    let path = dir.join(name);
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(&path, value.loose_bytes())
-}
-
-/// Removes the ref `name` from the git directory `dir`: its loose file, and its line (with
-/// a peeled line after it) from `packed-refs`.
-///
-/// # Errors
-/// Reading or rewriting `packed-refs`; unlink(2) failures other than `ENOENT`.
-pub fn remove(dir: &Path, name: &str) -> io::Result<()> {
-    match std::fs::remove_file(dir.join(name)) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let packed = dir.join("packed-refs");
-    let text = match std::fs::read(&packed) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
+/// `packed-refs` text `text` without the ref `name`'s line (and the peeled line after it);
+/// `None` when it has no such line.
+pub fn packed_without(text: &[u8], name: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(text.len());
     let mut dropping = false;
     for line in text.split_inclusive(|&b| b == b'\n') {
@@ -227,10 +194,7 @@ pub fn remove(dir: &Path, name: &str) -> io::Result<()> {
             out.extend_from_slice(line);
         }
     }
-    if out.len() != text.len() {
-        std::fs::write(&packed, out)?;
-    }
-    Ok(())
+    (out.len() != text.len()).then_some(out)
 }
 
 #[cfg(test)]
@@ -290,15 +254,13 @@ mod tests {
 
     #[test]
     fn a_removed_ref_leaves_packed_refs_without_its_lines() {
-        let dir = tempfile::tempdir().unwrap();
         let packed =
             format!("# pack-refs with: peeled\n{A} refs/tags/v1\n^{A}\n{A} refs/heads/main\n");
-        std::fs::write(dir.path().join("packed-refs"), &packed).unwrap();
-        remove(dir.path(), "refs/tags/v1").unwrap();
-        let left = std::fs::read_to_string(dir.path().join("packed-refs")).unwrap();
+        let left = packed_without(packed.as_bytes(), "refs/tags/v1").unwrap();
         assert_eq!(
-            left,
+            String::from_utf8(left).unwrap(),
             format!("# pack-refs with: peeled\n{A} refs/heads/main\n")
         );
+        assert_eq!(packed_without(packed.as_bytes(), "refs/tags/v2"), None);
     }
 }

@@ -3,15 +3,17 @@
 //! back with git's own tools when it ends (docs/ARCHITECTURE.md, "The private view").
 //!
 //! - [`View::take`]: before the run, in the supervisor's state directory (an entry per
-//!   worktree, `flock`ed): a new copy (`v.<random>/`) of the common dir's control files — not
-//!   `objects/` (the quarantine is bound there), not other worktrees' indexes and logs — with
+//!   worktree, `flock`ed): the copy (`view/`, kept from run to run) brought up to date with the
+//!   common dir's control files — not `objects/` (the quarantine is bound there), not other
+//!   worktrees' indexes and logs — writing only what differs ([`crate::git::mirror`]), with
 //!   what earlier runs of this worktree kept private laid over it (`private/`);
 //! - [`View::finish`]: after the whole tree is gone and the quarantine migrated: reads the
 //!   copy's refs ([`crate::git::refs`]), moves the refs this worktree may move in the real
 //!   repository with `git update-ref --stdin` (compare-and-swap against the values the run
 //!   started from; hooks off), puts the worktree's own `HEAD`, index (after the nested check)
 //!   and `logs/HEAD` in place, keeps everything else changed for the next run (`private/`)
-//!   and names it once, then removes the copy.
+//!   and names it once; the copy stays for the next run, which brings it up to date again
+//!   (a copy is made anew only after a failure).
 //!
 //! The host's git never reads a byte the command wrote during the run; after it, only refs
 //! git itself checked (names, object existence), the worktree's `HEAD` (parsed), its index
@@ -19,7 +21,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
-use std::hash::{Hash, Hasher};
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -27,12 +28,17 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::mirror::{self, fingerprint, Budget};
 use super::nested::NestedScan;
 use super::refs::{self, Refs, Value};
 use crate::paths;
 
 /// The state directory's leaf.
 const LEAF: &str = "views";
+/// The copy's name in a worktree's entry, kept from run to run.
+const COPY: &str = "view";
+/// The entry's file naming the worktree's gitdir.
+const WHOSE: &str = "gitdir";
 /// What the worktree's own gitdir gives back to the real one, besides its refs.
 const OWN_FILES: [&str; 4] = ["HEAD", "index", "ORIG_HEAD", "logs/HEAD"];
 /// The most a run may keep private (bytes, files); beyond, the rest is dropped and named.
@@ -45,6 +51,9 @@ const COPY_ENTRIES: usize = 200_000;
 /// The largest file read back from the view (an index), and the largest reflog.
 const MAX_FILE: usize = 256 << 20;
 const MAX_LOG: usize = 64 << 20;
+
+/// A file kept private: its path relative to the common dir, bytes and mode.
+type PrivateFile = (PathBuf, Vec<u8>, u32);
 
 /// One run's private view of a repository's control files.
 pub struct View {
@@ -80,6 +89,9 @@ pub struct View {
     created: BTreeMap<String, String>,
     /// The host's `HEAD` of the worktree at the start.
     head: Option<Vec<u8>>,
+    /// What earlier runs kept private, as the start read it: `private/refs`, its files,
+    /// `created` (unchanged, they are not written again).
+    loaded: (Vec<u8>, Vec<PrivateFile>, Vec<u8>),
 }
 
 /// What [`View::finish`] did.
@@ -91,12 +103,6 @@ pub struct Carried {
     pub kept_private: Vec<String>,
     /// What went wrong (the run fails).
     pub failed: Vec<String>,
-}
-
-fn fingerprint(bytes: &[u8]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
-    h.finish()
 }
 
 /// Why the view cannot serve `common` (the guarded mechanisms do), or `None`.
@@ -138,23 +144,36 @@ impl View {
         let key =
             super::quarantine::owned_prefix(&common.join("objects"), name.as_deref().unwrap_or(""));
         let entry = root.join(key.trim_end_matches('.'));
-        match fs::DirBuilder::new().mode(0o700).create(&entry) {
+        let new = match fs::DirBuilder::new().mode(0o700).create(&entry) {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
                 return Err(format!("{}: {e}", entry.display()))
             }
-            _ => {}
-        }
+            made => made.is_ok(),
+        };
         let lock = super::quarantine::lock(&entry).map_err(|e| match e.kind() {
             io::ErrorKind::WouldBlock => "another run of this worktree is using its view".into(),
             _ => format!("{}: {e}", entry.display()),
         })?;
-        // What a killed run left.
+        // Whose entry this is, for the sweep of entries whose worktree is gone (written when
+        // missing: entries of earlier versions have none).
+        let whose = entry.join(WHOSE);
+        if new || !whose.exists() {
+            fs::write(&whose, gitdir.as_os_str().as_bytes())
+                .map_err(|e| format!("{}: {e}", whose.display()))?;
+        }
+        if new {
+            // A worktree appears: the copies of those gone since go.
+            forget_gone(&root, &entry);
+        }
+        // What a killed run left (and the per-run copies of earlier versions).
         discard_views(&entry);
-        let dir = entry.join(format!("v.{}", shofer_sys::statedir::random_suffix()));
-        fs::DirBuilder::new()
-            .mode(0o755)
-            .create(&dir)
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let dir = entry.join(COPY);
+        match fs::DirBuilder::new().mode(0o755).create(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(format!("{}: {e}", dir.display()))
+            }
+            _ => {}
+        }
         let mut view = View {
             entry,
             _lock: lock,
@@ -171,6 +190,7 @@ impl View {
             own_branch: None,
             created: BTreeMap::new(),
             head: None,
+            loaded: Default::default(),
         };
         if let Err(e) = view.fill() {
             view.remove();
@@ -217,36 +237,32 @@ impl View {
             }
             false
         };
-        copy_tree(
-            &self.over,
-            &self.dir,
+        let view = self
+            .open_copy()
+            .map_err(|e| format!("{}: {e}", self.dir.display()))?;
+        mirror::mirror(
+            &common_fd,
+            &view,
             &skip,
-            Some(&mut self.copied),
+            &["objects"],
+            &mut self.copied,
             &mut budget,
         )
         .map_err(|e| format!("copying {}: {e}", self.over.display()))?;
-        fs::create_dir(self.dir.join("objects")).map_err(|e| e.to_string())?;
+        mirror::dir_at(&view, Path::new("objects")).map_err(|e| format!("objects/: {e}"))?;
         // Earlier runs' private files, then their private refs.
         let private = self.entry.join("private");
-        if private.join("files").is_dir() {
-            let mut budget = Budget {
-                bytes: PRIVATE_BYTES,
-                entries: PRIVATE_FILES,
-            };
-            copy_tree(
-                &private.join("files"),
-                &self.dir,
-                &|_| false,
-                None,
-                &mut budget,
-            )
+        let files = read_private_files(&private.join("files"))
             .map_err(|e| format!("{}: {e}", private.display()))?;
+        for (rel, bytes, mode) in &files {
+            mirror::put(&view, rel, bytes, *mode).map_err(|e| format!("{}: {e}", rel.display()))?;
         }
+        let refs_text = fs::read(private.join("refs")).unwrap_or_default();
         self.view_refs = self.host_refs.clone();
-        for (name, value) in read_private_refs(&private.join("refs"), self.hex_len) {
+        for (name, value) in parse_private_refs(&refs_text, self.hex_len) {
             match &value {
-                Some(v) => refs::write_loose(&self.dir, &name, v),
-                None => refs::remove(&self.dir, &name),
+                Some(v) => mirror::put(&view, Path::new(&name), &v.loose_bytes(), 0o644),
+                None => remove_ref(&view, &name),
             }
             .map_err(|e| format!("{name}: {e}"))?;
             match value {
@@ -254,15 +270,22 @@ impl View {
                 None => self.view_refs.remove(&name),
             };
         }
+        let created_text = fs::read(self.entry.join("created")).unwrap_or_default();
+        self.loaded = (refs_text, files, created_text);
         let host = &self.host_refs;
-        self.created = fs::read_to_string(self.entry.join("created"))
-            .unwrap_or_default()
+        self.created = String::from_utf8_lossy(&self.loaded.2)
             .lines()
             .filter_map(|l| l.split_once(' '))
             .filter(|(oid, name)| host.get(*name) == Some(&Value::Oid(oid.to_string())))
             .map(|(oid, name)| (name.to_string(), oid.to_string()))
             .collect();
         Ok(())
+    }
+
+    /// The copy, opened through the entry without following a symlink.
+    fn open_copy(&self) -> io::Result<OwnedFd> {
+        let entry = paths::open_nofollow(&self.entry)?;
+        paths::openat_dir(&entry, Path::new(COPY))
     }
 
     /// The nested check ([`crate::git::nested`]) of the index in `gitdir`.
@@ -380,7 +403,6 @@ impl View {
         let files =
             self.private_files(view_fd.as_ref().ok(), &own_changed, &carried_logs, &mut out);
         self.save_private(&private_refs, &files, &created, &mut out);
-        self.remove();
         out
     }
 
@@ -599,7 +621,7 @@ impl View {
         own: &BTreeSet<PathBuf>,
         carried_logs: &BTreeSet<PathBuf>,
         out: &mut Carried,
-    ) -> Vec<(PathBuf, Vec<u8>, u32)> {
+    ) -> Vec<PrivateFile> {
         let mut files = Vec::new();
         let Some(view) = view else { return files };
         let (mut bytes_left, mut files_left) = (PRIVATE_BYTES, PRIVATE_FILES);
@@ -692,23 +714,35 @@ impl View {
     fn save_private(
         &self,
         private_refs: &BTreeMap<String, Option<Value>>,
-        files: &[(PathBuf, Vec<u8>, u32)],
+        files: &[PrivateFile],
         created: &BTreeMap<String, String>,
         out: &mut Carried,
     ) {
+        let mut text = String::new();
+        for (name, v) in private_refs {
+            match v {
+                Some(Value::Oid(h)) => text.push_str(&format!("{h} {name}\n")),
+                Some(Value::Symbolic(t)) => text.push_str(&format!("ref:{t} {name}\n")),
+                None => text.push_str(&format!("- {name}\n")),
+            }
+        }
+        let names: String = created.iter().map(|(n, o)| format!("{o} {n}\n")).collect();
+        let mut sorted: Vec<&PrivateFile> = files.iter().collect();
+        sorted.sort();
+        let (refs_then, files_then, created_then) = &self.loaded;
+        if text.as_bytes() == refs_then.as_slice()
+            && names.as_bytes() == created_then.as_slice()
+            && sorted.len() == files_then.len()
+            && sorted.iter().zip(files_then).all(|(a, b)| *a == b)
+        {
+            // As the start found it: nothing to write.
+            return;
+        }
         let new = self
             .entry
             .join(format!("private.{}", shofer_sys::statedir::random_suffix()));
         let result = (|| -> io::Result<()> {
             fs::DirBuilder::new().mode(0o700).create(&new)?;
-            let mut text = String::new();
-            for (name, v) in private_refs {
-                match v {
-                    Some(Value::Oid(h)) => text.push_str(&format!("{h} {name}\n")),
-                    Some(Value::Symbolic(t)) => text.push_str(&format!("ref:{t} {name}\n")),
-                    None => text.push_str(&format!("- {name}\n")),
-                }
-            }
             fs::write(new.join("refs"), text)?;
             for (rel, bytes, mode) in files {
                 let path = new.join("files").join(rel);
@@ -718,7 +752,6 @@ impl View {
                 fs::write(&path, bytes)?;
                 fs::set_permissions(&path, fs::Permissions::from_mode(mode & 0o777))?;
             }
-            let names: String = created.iter().map(|(n, o)| format!("{o} {n}\n")).collect();
             fs::write(self.entry.join("created.new"), names)?;
             fs::rename(self.entry.join("created.new"), self.entry.join("created"))?;
             let old = self.entry.join("private");
@@ -824,6 +857,40 @@ fn remove_tree(entry: &Path, path: &Path) {
     }
 }
 
+/// Removes the entries in `root` (but `mine`) whose worktree's gitdir, as their [`WHOSE`]
+/// names it, no longer exists — the worktree was removed, or its repository — and that no run
+/// holds: their copy and what their runs kept private. (An entry of an earlier version, which
+/// names none, stays until its worktree's next run names it.)
+fn forget_gone(root: &Path, mine: &Path) {
+    let Ok(list) = fs::read_dir(root) else {
+        return;
+    };
+    for e in list.flatten() {
+        let entry = e.path();
+        if entry == mine || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Ok(gitdir) = paths::read_regular(&entry.join(WHOSE), 4096) else {
+            continue;
+        };
+        let gone = fs::symlink_metadata(Path::new(std::ffi::OsStr::from_bytes(&gitdir)))
+            .is_err_and(|e| e.kind() == io::ErrorKind::NotFound);
+        if !gone {
+            continue;
+        }
+        if let Ok(_held) = super::quarantine::lock(&entry) {
+            discard_views(&entry);
+            for name in [COPY, "private"] {
+                remove_tree(&entry, &entry.join(name));
+            }
+            for name in ["created", "created.new", WHOSE] {
+                let _ = fs::remove_file(entry.join(name));
+            }
+            let _ = fs::remove_dir(&entry);
+        }
+    }
+}
+
 /// Removes the copies and half-written private states a killed run left in `entry`.
 fn discard_views(entry: &Path) {
     let Ok(list) = fs::read_dir(entry) else {
@@ -842,10 +909,11 @@ fn discard_views(entry: &Path) {
     }
 }
 
-/// The private refs an earlier run recorded: `<oid> <name>`, `ref:<name> <name>`, `- <name>`.
-fn read_private_refs(path: &Path, hex_len: usize) -> Vec<(String, Option<Value>)> {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    text.lines()
+/// The private refs an earlier run recorded (`private/refs`): `<oid> <name>`,
+/// `ref:<name> <name>`, `- <name>`.
+fn parse_private_refs(text: &[u8], hex_len: usize) -> Vec<(String, Option<Value>)> {
+    String::from_utf8_lossy(text)
+        .lines()
         .filter_map(|l| {
             let (v, name) = l.split_once(' ')?;
             if !refs::valid_name(name) {
@@ -861,6 +929,61 @@ fn read_private_refs(path: &Path, hex_len: usize) -> Vec<(String, Option<Value>)
             Some((name.to_string(), value))
         })
         .collect()
+}
+
+/// The files an earlier run kept private (`private/files`, the supervisor's own): each
+/// regular file's path relative to it, bytes and mode, within what a view keeps.
+///
+/// # Errors
+/// Listing or reading fails, or there is more than a view keeps.
+fn read_private_files(top: &Path) -> io::Result<Vec<PrivateFile>> {
+    let mut out = Vec::new();
+    let (mut bytes, mut files) = (PRIVATE_BYTES, PRIVATE_FILES);
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        let list = match fs::read_dir(top.join(&rel)) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && rel.as_os_str().is_empty() => {
+                return Ok(out)
+            }
+            list => list?,
+        };
+        for e in list {
+            let rel = rel.join(e?.file_name());
+            let meta = fs::symlink_metadata(top.join(&rel))?;
+            if meta.is_dir() {
+                todo.push(rel);
+            } else if meta.is_file() {
+                files = files
+                    .checked_sub(1)
+                    .ok_or_else(|| io::Error::other("too many files"))?;
+                bytes = bytes
+                    .checked_sub(meta.len())
+                    .ok_or_else(|| io::Error::other("too large"))?;
+                let b = paths::read_regular(&top.join(&rel), meta.len() as usize + 1)?;
+                out.push((rel, b, meta.permissions().mode() & 0o777));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Removes the ref `name` from the view's copy `view`: its loose file, and its lines from
+/// `packed-refs`.
+fn remove_ref(view: &OwnedFd, name: &str) -> io::Result<()> {
+    mirror::remove(view, Path::new(name))?;
+    let packed = match paths::read_small_file(view, "packed-refs", MAX_FILE) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    match refs::packed_without(&packed, name) {
+        Some(left) => {
+            let mode = paths::stat_at(view, "packed-refs").map_or(0o644, |st| st.st_mode & 0o777);
+            mirror::put(view, Path::new("packed-refs"), &left, mode)
+        }
+        None => Ok(()),
+    }
 }
 
 /// git for the real repository `git_dir`: its own configuration, hooks off, none of the
@@ -923,74 +1046,6 @@ fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     written
-}
-
-/// How much a copy may still take.
-struct Budget {
-    bytes: u64,
-    entries: usize,
-}
-
-/// Copies the tree `src` into `dst` (which exists): directories, regular files (mode without
-/// set-id bits) and symlinks, skipping each path relative to `src` that `skip` names;
-/// records each file's fingerprint in `prints`. Nothing is followed.
-///
-/// # Errors
-/// Any failure, or the budget spent.
-fn copy_tree(
-    src: &Path,
-    dst: &Path,
-    skip: &dyn Fn(&Path) -> bool,
-    mut prints: Option<&mut HashMap<PathBuf, u64>>,
-    budget: &mut Budget,
-) -> io::Result<()> {
-    let mut todo = vec![PathBuf::new()];
-    while let Some(rel) = todo.pop() {
-        for e in fs::read_dir(src.join(&rel))? {
-            let e = e?;
-            let rel = rel.join(e.file_name());
-            if skip(&rel) {
-                continue;
-            }
-            budget.entries = budget
-                .entries
-                .checked_sub(1)
-                .ok_or_else(|| io::Error::other("too many files"))?;
-            let (from, to) = (src.join(&rel), dst.join(&rel));
-            let meta = fs::symlink_metadata(&from)?;
-            let ft = meta.file_type();
-            if ft.is_dir() {
-                match fs::DirBuilder::new()
-                    .mode(meta.permissions().mode() & 0o777 | 0o700)
-                    .create(&to)
-                {
-                    Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-                    _ => {}
-                }
-                todo.push(rel);
-            } else if ft.is_file() {
-                budget.bytes = budget
-                    .bytes
-                    .checked_sub(meta.len())
-                    .ok_or_else(|| io::Error::other("too large"))?;
-                let bytes = paths::read_regular(&from, meta.len() as usize + 1)?;
-                if let Some(p) = prints.as_deref_mut() {
-                    p.insert(rel.clone(), fingerprint(&bytes));
-                }
-                let _ = fs::remove_file(&to);
-                let mut f = fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(meta.permissions().mode() & 0o777)
-                    .open(&to)?;
-                f.write_all(&bytes)?;
-            } else if ft.is_symlink() {
-                let _ = fs::remove_file(&to);
-                std::os::unix::fs::symlink(fs::read_link(&from)?, &to)?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Says on stderr what the run's end did with the view: the refs moved, what stays private
