@@ -75,10 +75,63 @@ pub fn chmod_pinned(fd: &OwnedFd, mode: u32) -> io::Result<()> {
 /// # Errors
 /// Opening or reading the directory (`EACCES` for one without read permission).
 pub fn list(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
-    let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
-    std::fs::read_dir(path)?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect()
+    Ok(entries(dir)?.into_iter().map(|(name, _)| name).collect())
+}
+
+/// The entries of the directory `dir` (an `O_PATH` descriptor too; but `.` and `..`) with
+/// their types as the directory gives them (`Unknown` on file systems that do not say):
+/// one `openat(dir, ".")` and its `getdents64`, no path walk.
+///
+/// # Errors
+/// Opening or reading the directory (`EACCES` for one without read permission).
+pub fn entries(dir: &OwnedFd) -> io::Result<Vec<(std::ffi::OsString, rustix::fs::FileType)>> {
+    let fd = openat_raw(dir.as_fd(), b".", libc::O_RDONLY | libc::O_DIRECTORY)?;
+    let mut out = Vec::new();
+    for e in rustix::fs::Dir::new(fd)? {
+        let e = e?;
+        let name = e.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            out.push((std::ffi::OsStr::from_bytes(name).to_owned(), e.file_type()));
+        }
+    }
+    Ok(out)
+}
+
+/// The regular file `name` (one component) under `dir`, not followed, at most `max` bytes:
+/// its bytes and mode bits; `None` when it is no regular file. One `openat(O_NONBLOCK |
+/// O_NOCTTY)`, `fstat`, the reads and `close`, no `/proc` walk: for an entry [`entries`]
+/// listed as a regular file, in a directory where nobody who could make a device node swaps
+/// one in meanwhile (the repository's control files, a view's copy, which the command writes
+/// from a user namespace that cannot make one). Elsewhere [`read_small_file`] never opens
+/// anything but a regular file.
+///
+/// # Errors
+/// open(2) and read(2) failures; `InvalidData` for a file larger than `max`.
+pub fn read_at(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    max: u64,
+) -> io::Result<Option<(Vec<u8>, u32)>> {
+    let fd = openat_raw(
+        dir.as_fd(),
+        name.as_bytes(),
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+    )?;
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Ok(None);
+    }
+    let mut bytes = Vec::with_capacity((st.st_size as u64).min(max) as usize + 1);
+    std::fs::File::from(fd)
+        .take(max + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is larger than {max} bytes", name.to_string_lossy()),
+        ));
+    }
+    Ok(Some((bytes, st.st_mode & 0o7777)))
 }
 
 /// Gives what `fd` names (an `O_PATH` descriptor too) to `uid`:`gid`: `fchownat(fd, "",
@@ -311,6 +364,10 @@ pub fn open_regular_in(dir: &OwnedFd, name: &str) -> io::Result<std::fs::File> {
 /// `InvalidData` when it holds more than `max` bytes.
 fn read_bounded(file: std::fs::File, name: &Path, max: usize, buf: &mut Vec<u8>) -> io::Result<()> {
     buf.clear();
+    // Sized once: read_to_end's growing reads cost a call each.
+    if let Ok(m) = file.metadata() {
+        buf.reserve((m.len() as usize).min(max) + 1);
+    }
     file.take(max as u64 + 1).read_to_end(buf)?;
     if buf.len() > max {
         return Err(io::Error::new(

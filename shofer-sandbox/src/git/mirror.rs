@@ -27,6 +27,7 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::remove;
+use crate::paths;
 
 /// How much a mirror may still take.
 pub struct Budget {
@@ -67,7 +68,7 @@ pub fn mirror(
     )];
     while let Some((rel, from, to)) = todo.pop() {
         let mut wanted: HashSet<OsString> = HashSet::new();
-        for (name, ft) in entries(&from)? {
+        for (name, ft) in paths::entries(&from)? {
             let rel = rel.join(&name);
             if skip(&rel) {
                 continue;
@@ -90,11 +91,12 @@ pub fn mirror(
                     todo.push((rel, sub, dir_in(&to, &name, Some(mode | 0o700))?));
                 }
                 FileType::RegularFile => {
-                    let Some((bytes, mode)) = read_file(&from, &name, budget)? else {
+                    let Some((bytes, mode)) = paths::read_at(&from, &name, budget.bytes)? else {
                         continue;
                     };
+                    budget.bytes -= bytes.len() as u64;
                     prints.insert(rel, fingerprint(&bytes));
-                    file_in(&to, &name, &bytes, mode)?;
+                    file_in(&to, &name, &bytes, mode & 0o777)?;
                 }
                 FileType::Symlink => {
                     let target = rustix::fs::readlinkat(&from, &*name, Vec::new())?;
@@ -106,59 +108,13 @@ pub fn mirror(
         }
         let top = rel.as_os_str().is_empty();
         let kept = |name: &OsStr| top && keep.iter().any(|k| OsStr::new(k) == name);
-        for (name, _) in entries(&to)? {
+        for (name, _) in paths::entries(&to)? {
             if !wanted.contains(&name) && !kept(&name) {
                 take_apart(&to, &name)?;
             }
         }
     }
     Ok(())
-}
-
-/// The entries of the directory `dir` (but `.` and `..`) and their types as the directory
-/// gives them (`Unknown` on file systems that do not).
-fn entries(dir: &OwnedFd) -> io::Result<Vec<(OsString, FileType)>> {
-    let mut out = Vec::new();
-    for e in rustix::fs::Dir::read_from(dir)? {
-        let e = e?;
-        let name = e.file_name().to_bytes();
-        if name != b"." && name != b".." {
-            out.push((OsStr::from_bytes(name).to_owned(), e.file_type()));
-        }
-    }
-    Ok(out)
-}
-
-/// The regular file `name` under `dir`, not followed, within `budget`: its bytes and mode
-/// (without set-id bits); `None` when it is no regular file after all.
-fn read_file(
-    dir: &OwnedFd,
-    name: &OsStr,
-    budget: &mut Budget,
-) -> io::Result<Option<(Vec<u8>, u32)>> {
-    let fd = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let st = rustix::fs::fstat(&fd)?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Ok(None);
-    }
-    let size = st.st_size as u64;
-    if size > budget.bytes {
-        return Err(io::Error::other("too large"));
-    }
-    let mut bytes = Vec::with_capacity(size as usize + 1);
-    fs::File::from(fd)
-        .take(budget.bytes + 1)
-        .read_to_end(&mut bytes)?;
-    budget.bytes = budget
-        .bytes
-        .checked_sub(bytes.len() as u64)
-        .ok_or_else(|| io::Error::other("too large"))?;
-    Ok(Some((bytes, st.st_mode & 0o777)))
 }
 
 /// Writes `bytes` with `mode` at `rel` (relative, normal components) under `root`, making the
@@ -345,7 +301,6 @@ fn symlink_in(dir: &OwnedFd, name: &OsStr, target: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::paths;
     use std::os::unix::fs::{symlink, PermissionsExt};
 
     fn dirfd(p: &Path) -> OwnedFd {

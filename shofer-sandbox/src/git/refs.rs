@@ -14,6 +14,8 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
+use rustix::fs::FileType;
+
 use crate::paths;
 
 /// A ref's value: an object name (lowercase hex) or another ref's name.
@@ -144,27 +146,36 @@ pub fn read(dir: &OwnedFd, hex_len: usize) -> Result<Refs, String> {
     let mut todo = vec![(refs, "refs".to_string(), 0usize)];
     let mut seen = 0usize;
     while let Some((fd, prefix, depth)) = todo.pop() {
-        let names = paths::list(&fd).map_err(|e| format!("{prefix}/: {e}"))?;
-        for name in names {
+        let names = paths::entries(&fd).map_err(|e| format!("{prefix}/: {e}"))?;
+        for (os_name, ft) in names {
             seen += 1;
             if seen > MAX_REFS {
                 return Err(format!("more than {MAX_REFS} entries under refs/"));
             }
-            let Some(name) = name.to_str() else { continue };
-            let full = format!("{prefix}/{name}");
-            let Ok(st) = paths::stat_at(&fd, name) else {
+            let Some(name) = os_name.to_str() else {
                 continue;
             };
-            match st.st_mode & libc::S_IFMT {
-                libc::S_IFDIR if depth < MAX_DEPTH => {
+            let full = format!("{prefix}/{name}");
+            let ft = match ft {
+                FileType::Unknown => match paths::stat_at(&fd, name) {
+                    Ok(st) => FileType::from_raw_mode(st.st_mode),
+                    Err(_) => continue,
+                },
+                ft => ft,
+            };
+            match ft {
+                FileType::Directory if depth < MAX_DEPTH => {
                     if let Ok(sub) = paths::openat_dir(&fd, Path::new(name)) {
                         todo.push((sub, full, depth + 1));
                     }
                 }
-                libc::S_IFREG if valid_name(&full) => {
-                    let value = paths::read_small_file(&fd, name, MAX_LOOSE)
+                // Only what the directory lists as a regular file is opened (no device node
+                // is), and only as one.
+                FileType::RegularFile if valid_name(&full) => {
+                    let value = paths::read_at(&fd, &os_name, MAX_LOOSE as u64)
                         .ok()
-                        .and_then(|b| parse_value(&b, hex_len));
+                        .flatten()
+                        .and_then(|(b, _)| parse_value(&b, hex_len));
                     if let Some(v) = value {
                         out.insert(full, v);
                     }

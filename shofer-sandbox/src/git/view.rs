@@ -634,10 +634,10 @@ impl View {
         let mut seen = 0usize;
         let mut named = BTreeSet::new();
         while let Some((fd, rel, depth)) = todo.pop() {
-            let Ok(names) = paths::list(&fd) else {
+            let Ok(names) = paths::entries(&fd) else {
                 continue;
             };
-            for name in names {
+            for (name, ft) in names {
                 seen += 1;
                 if seen > COPY_ENTRIES {
                     dropped += 1;
@@ -654,23 +654,34 @@ impl View {
                     continue;
                 }
                 let Some(n) = name.to_str() else { continue };
-                let Ok(st) = paths::stat_at(&fd, n) else {
-                    continue;
+                let ft = match ft {
+                    rustix::fs::FileType::Unknown => match paths::stat_at(&fd, n) {
+                        Ok(st) => rustix::fs::FileType::from_raw_mode(st.st_mode),
+                        Err(_) => continue,
+                    },
+                    ft => ft,
                 };
-                match st.st_mode & libc::S_IFMT {
-                    libc::S_IFDIR if depth < 32 => {
+                match ft {
+                    rustix::fs::FileType::Directory if depth < 32 => {
                         if let Ok(sub) = paths::openat_dir(&fd, Path::new(n)) {
                             todo.push((sub, path, depth + 1));
                         }
                     }
-                    libc::S_IFREG => {
-                        let size = st.st_size as u64;
-                        if size > bytes_left || files_left == 0 {
+                    rustix::fs::FileType::RegularFile => {
+                        if files_left == 0 {
                             dropped += 1;
                             continue;
                         }
-                        let Ok(bytes) = paths::read_small_file(&fd, n, size as usize + 1) else {
-                            continue;
+                        // The copy holds no device node: the command makes it from a user
+                        // namespace.
+                        let (bytes, mode) = match paths::read_at(&fd, &name, bytes_left) {
+                            Ok(Some(read)) => read,
+                            Ok(None) => continue,
+                            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                                dropped += 1;
+                                continue;
+                            }
+                            Err(_) => continue,
                         };
                         if self.copied.get(&path) == Some(&fingerprint(&bytes)) {
                             continue;
@@ -695,7 +706,7 @@ impl View {
                         if !path.starts_with("logs") {
                             named.insert(shown);
                         }
-                        files.push((path, bytes, st.st_mode & 0o777));
+                        files.push((path, bytes, mode & 0o777));
                     }
                     _ => {}
                 }
