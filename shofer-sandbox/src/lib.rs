@@ -391,11 +391,7 @@ fn attempt(
         shofer_core::limits::Limits::resolve(procs, memory, cpu, shofer_sys::proc::mem_total()),
         matches!(choice.backend, Backend::Layered | Backend::Userns),
         rustix::process::geteuid().is_root(),
-    )
-    .map_err(|source| SetupError::Syscall {
-        op: "starting the thread that sets the limits up",
-        source,
-    })?;
+    );
     let mut exec = exec_spec(args, choice.foreign_owner)?;
     exec.env = caches
         .env_set

@@ -241,16 +241,16 @@ pub(crate) enum Preparing {
 }
 
 impl Preparing {
-    /// Starts preparing `limits` for a run as [`Enforced::prepare`] says.
-    ///
-    /// # Errors
-    /// The thread could not be started.
-    pub(crate) fn start(limits: Limits, userns: bool, root: bool) -> std::io::Result<Preparing> {
+    /// Starts preparing `limits` for a run as [`Enforced::prepare`] says; here and now when
+    /// there is nothing to prepare or no thread can be started.
+    pub(crate) fn start(limits: Limits, userns: bool, root: bool) -> Preparing {
         if limits == Limits::default() {
-            return Ok(Preparing::Ready(Enforced::prepare(limits, userns, root)));
+            return Preparing::Ready(Enforced::prepare(limits, userns, root));
         }
-        shofer_sys::thread::Beside::start(move || Enforced::prepare(limits, userns, root))
-            .map(Preparing::Beside)
+        match shofer_sys::thread::Beside::start(move || Enforced::prepare(limits, userns, root)) {
+            Ok(thread) => Preparing::Beside(thread),
+            Err(_) => Preparing::Ready(Enforced::prepare(limits, userns, root)),
+        }
     }
 
     /// The limits as enforced, once the thread is done.

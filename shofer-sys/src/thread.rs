@@ -7,7 +7,8 @@
 //! machines). Moving itself once it runs is too late and can take longer than the work. So the
 //! thread is created with its affinity already set (`pthread_attr_setaffinity_np`: glibc sets
 //! it before the thread first runs, and its first wake-up places it), through raw `libc`
-//! because neither `std` nor `rustix` creates a thread with attributes.
+//! because neither `std` nor `rustix` creates a thread with attributes. It blocks every
+//! signal, as the helper threads of `process::spawn_signals_blocked` do.
 
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -66,8 +67,9 @@ impl<T: Send + 'static> Beside<T> {
             result: None,
         }));
         // Safety: `attr` is initialised before use and destroyed once; `set` outlives the
-        // call; `run::<T>` receives the leaked `shared`, which is freed below on failure or in
-        // `join`/`drop` after the thread ended.
+        // call; the signal sets are plain data that sigfillset and pthread_sigmask fill, and
+        // the old mask is put back; `run::<T>` receives the leaked `shared`, which is freed
+        // below on failure or in `join`/`drop` after the thread ended.
         unsafe {
             let mut attr: libc::pthread_attr_t = std::mem::zeroed();
             let r = libc::pthread_attr_init(&mut attr);
@@ -75,9 +77,17 @@ impl<T: Send + 'static> Beside<T> {
                 drop(Box::from_raw(shared));
                 return Err(io::Error::from_raw_os_error(r));
             }
+            // Without the affinity (an attribute this glibc refuses) it still runs, wherever.
             libc::pthread_attr_setaffinity_np(&mut attr, std::mem::size_of_val(&set), &set);
+            // Every signal blocked in the new thread (it inherits this mask): signals are the
+            // caller's to take.
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
             let mut thread: libc::pthread_t = 0;
             let r = libc::pthread_create(&mut thread, &attr, run::<T>, shared.cast());
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
             libc::pthread_attr_destroy(&mut attr);
             if r != 0 {
                 drop(Box::from_raw(shared));
