@@ -2655,6 +2655,70 @@ fn a_views_copy_lasts_across_runs_follows_the_host_and_goes_with_its_worktree() 
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// Issue 31: what a command leaves in its view beyond the repository's files and what is kept
+/// private (here 20 MiB under names git drops or reads as refs) does not stay in the state
+/// directory: the copy goes and the next run makes it anew. And without an object quarantine
+/// (its state leaf unusable) there is no view, whose `objects/` is empty: git works guarded,
+/// on the real objects. Root and uid 65534.
+#[test]
+fn junk_left_in_a_view_does_not_stay_and_no_quarantine_means_no_view() {
+    let mut failures = Vec::new();
+    for b in backends().into_iter().filter(|b| private_view(b)) {
+        for uid in uids() {
+            let cell = format!("{b} / uid {uid:?}");
+            println!("{cell}");
+            let l = Layout::new(uid, &[]);
+            let run = |script: &str| {
+                let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, script);
+                cmd.envs(l.vars()).stdin(Stdio::null());
+                cmd.output().unwrap()
+            };
+            let views = l.s.path().join("state/shofer/views");
+            let weight = || -> u64 {
+                let out = Command::new("du").arg("-sk").arg(&views).output().unwrap();
+                String::from_utf8_lossy(&out.stdout)
+                    .split_whitespace()
+                    .next()
+                    .and_then(|k| k.parse().ok())
+                    .unwrap_or(0)
+            };
+            let out = run(
+                "head -c 10485760 /dev/zero > \"$COMMON/junk.lock\" && mkdir -p \"$COMMON/refs/heads/x\" \
+                 && head -c 10485760 /dev/zero > \"$COMMON/refs/heads/x/big\" && echo OK",
+            );
+            if !String::from_utf8_lossy(&out.stdout).contains("OK") {
+                failures.push(format!("{cell}: the junk run failed\n{}", show(&out)));
+                continue;
+            }
+            if weight() > 4096 {
+                failures.push(format!(
+                    "{cell}: {} KiB stay in the state directory after the run",
+                    weight()
+                ));
+            }
+            let out = run("git log -1 --format=%s >/dev/null && echo OK");
+            if !String::from_utf8_lossy(&out.stdout).contains("OK") {
+                failures.push(format!(
+                    "{cell}: the run after the junk failed\n{}",
+                    show(&out)
+                ));
+            }
+            let leaf = l.s.path().join("state/shofer/objects");
+            let _ = std::fs::remove_dir_all(&leaf);
+            std::fs::write(&leaf, "not a directory").unwrap();
+            let out = run("git log -1 --format=%s && echo x > f && git add f && echo OK");
+            let err = String::from_utf8_lossy(&out.stderr);
+            if !String::from_utf8_lossy(&out.stdout).contains("OK")
+                || !err.contains("not in a private view (no object quarantine)")
+            {
+                failures.push(format!("{cell}: without a quarantine\n{}", show(&out)));
+            }
+            std::fs::remove_file(&leaf).unwrap();
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 /// Issue 31: in a private view (the namespace backends) the command's git may do anything to
 /// the repository's control files, and the user's data survives: `branch -D` of a branch the
 /// worktree did not create and `stash clear` change only the command's view; its own branch,

@@ -4,8 +4,9 @@
 //!
 //! - [`mirror`]: the whole tree — every directory, regular file and symlink of the source made
 //!   to hold what the source holds, everything else removed;
-//! - [`put`], [`remove`], [`dir_at`]: one file written (unless it holds those bytes already)
-//!   or removed, one directory made: what earlier runs kept private, the empty `objects/`.
+//! - [`put`], [`remove`], [`dir_at`], [`empty`]: one file written (unless it holds those
+//!   bytes already) or removed, one directory made or emptied: what earlier runs kept
+//!   private, the empty `objects/`.
 //!
 //! The mirrored tree is the command's: a run may have left any shape there (symlinks where
 //! directories were, a FIFO where a file was, a directory of mode 000, hard links). So every
@@ -139,6 +140,21 @@ pub fn dir_at(root: &OwnedFd, rel: &Path) -> io::Result<()> {
         (Some(dir), name) => dir_in(&dir, name, None).map(drop),
         (None, _) => Err(io::Error::from_raw_os_error(libc::ENOENT)),
     }
+}
+
+/// Empties the directory `rel` under `root` (which exists).
+///
+/// # Errors
+/// Any failure on the way.
+pub fn empty(root: &OwnedFd, rel: &Path) -> io::Result<()> {
+    let (Some(parent), name) = parent_of(root, rel, false)? else {
+        return Ok(());
+    };
+    let dir = open_dir(&parent, name)?;
+    for (entry, _) in paths::entries(&dir)? {
+        take_apart(&dir, &entry)?;
+    }
+    Ok(())
 }
 
 /// Removes whatever is at `rel` under `root` (nothing to do when its directory is absent).

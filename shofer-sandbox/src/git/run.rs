@@ -135,6 +135,18 @@ impl GitRun {
                 objects = Some(ObjectStore::snapshot(&common.join("objects"), sha256));
             }
         }
+        // The view's `objects/` is empty: without a quarantine bound over it the command's
+        // git would see no object (and write where nothing checks it).
+        let view = match view {
+            Some(v) if object_quarantine.is_none() => {
+                eprintln!(
+                    "shofer-sandbox: note: git works in the repository itself, guarded, not in a private view (no object quarantine)"
+                );
+                drop(v);
+                None
+            }
+            view => view,
+        };
         let mut guard = GitGuard::snapshot(
             &repo.layout,
             &opened.policy.worktree,

@@ -52,6 +52,32 @@ const COPY_ENTRIES: usize = 200_000;
 const MAX_FILE: usize = 256 << 20;
 const MAX_LOG: usize = 64 << 20;
 
+/// What a copy holds after a run ([`View::private_files`]): bytes of its files, entries, and
+/// of them what is kept private; `over` when something was beyond a view's bounds.
+#[derive(Default)]
+struct Weight {
+    bytes: u64,
+    entries: usize,
+    kept: u64,
+    kept_entries: usize,
+    over: bool,
+}
+
+/// What a copy may hold beyond the repository's files and what is kept private (a grown
+/// index, git's transient files) and still stay for the next run.
+const SLACK_BYTES: u64 = 16 << 20;
+const SLACK_ENTRIES: usize = 4096;
+
+impl Weight {
+    /// Whether the copy holds more than the `mirrored` (bytes, entries) of the repository,
+    /// what is kept private and the slack.
+    fn heavier_than(&self, (bytes, entries): (u64, usize)) -> bool {
+        self.over
+            || self.bytes > bytes + self.kept + SLACK_BYTES
+            || self.entries > entries + self.kept_entries + SLACK_ENTRIES
+    }
+}
+
 /// A file kept private: its path relative to the common dir, bytes and mode.
 type PrivateFile = (PathBuf, Vec<u8>, u32);
 
@@ -89,6 +115,8 @@ pub struct View {
     created: BTreeMap<String, String>,
     /// The host's `HEAD` of the worktree at the start.
     head: Option<Vec<u8>>,
+    /// What the copy took from the repository at the start: bytes, entries.
+    mirrored: (u64, usize),
     /// What earlier runs kept private, as the start read it: `private/refs`, its files,
     /// `created` (unchanged, they are not written again).
     loaded: (Vec<u8>, Vec<PrivateFile>, Vec<u8>),
@@ -161,8 +189,8 @@ impl View {
             fs::write(&whose, gitdir.as_os_str().as_bytes())
                 .map_err(|e| format!("{}: {e}", whose.display()))?;
         }
-        if new {
-            // A worktree appears: the copies of those gone since go.
+        if new || shofer_sys::statedir::random_suffix().ends_with('0') {
+            // A worktree appears (and one run in sixteen): the copies of those gone go.
             forget_gone(&root, &entry);
         }
         // What a killed run left (and the per-run copies of earlier versions).
@@ -190,6 +218,7 @@ impl View {
             own_branch: None,
             created: BTreeMap::new(),
             head: None,
+            mirrored: (0, 0),
             loaded: Default::default(),
         };
         if let Err(e) = view.fill() {
@@ -249,7 +278,10 @@ impl View {
             &mut budget,
         )
         .map_err(|e| format!("copying {}: {e}", self.over.display()))?;
+        self.mirrored = (COPY_BYTES - budget.bytes, COPY_ENTRIES - budget.entries);
+        // `objects/` is empty: the quarantine is bound over it.
         mirror::dir_at(&view, Path::new("objects")).map_err(|e| format!("objects/: {e}"))?;
+        mirror::empty(&view, Path::new("objects")).map_err(|e| format!("objects/: {e}"))?;
         // Earlier runs' private files, then their private refs.
         let private = self.entry.join("private");
         let files = read_private_files(&private.join("files"))
@@ -400,9 +432,14 @@ impl View {
         }
         let carried_logs: BTreeSet<PathBuf> =
             out.refs.iter().map(|r| Path::new("logs").join(r)).collect();
-        let files =
+        let (files, weight) =
             self.private_files(view_fd.as_ref().ok(), &own_changed, &carried_logs, &mut out);
         self.save_private(&private_refs, &files, &created, &mut out);
+        // What the command left beyond the repository's files and what is kept: the copy
+        // goes (the next run makes it anew) rather than stay in the state directory.
+        if weight.heavier_than(self.mirrored) {
+            self.remove();
+        }
         out
     }
 
@@ -614,43 +651,42 @@ impl View {
     }
 
     /// The view's files (outside `objects/`, refs, and the files carried back) that are not
-    /// what the host had: new ones, changed ones.
+    /// what the host had: new ones, changed ones. Also weighs the whole copy
+    /// ([`Weight`]).
     fn private_files(
         &self,
         view: Option<&OwnedFd>,
         own: &BTreeSet<PathBuf>,
         carried_logs: &BTreeSet<PathBuf>,
         out: &mut Carried,
-    ) -> Vec<PrivateFile> {
+    ) -> (Vec<PrivateFile>, Weight) {
         let mut files = Vec::new();
-        let Some(view) = view else { return files };
+        let mut weight = Weight::default();
+        let Some(view) = view else {
+            return (files, weight);
+        };
         let (mut bytes_left, mut files_left) = (PRIVATE_BYTES, PRIVATE_FILES);
         let mut dropped = 0usize;
-        let mut todo: Vec<(OwnedFd, PathBuf, usize)> = match paths::openat_dir(view, Path::new("."))
-        {
-            Ok(fd) => vec![(fd, PathBuf::new(), 0)],
-            Err(_) => return files,
-        };
-        let mut seen = 0usize;
+        // (directory, its path, depth, whether it is only weighed)
+        let mut todo: Vec<(OwnedFd, PathBuf, usize, bool)> =
+            match paths::openat_dir(view, Path::new(".")) {
+                Ok(fd) => vec![(fd, PathBuf::new(), 0, false)],
+                Err(_) => return (files, weight),
+            };
         let mut named = BTreeSet::new();
-        while let Some((fd, rel, depth)) = todo.pop() {
+        while let Some((fd, rel, depth, only_weighed)) = todo.pop() {
             let Ok(names) = paths::entries(&fd) else {
                 continue;
             };
             for (name, ft) in names {
-                seen += 1;
-                if seen > COPY_ENTRIES {
+                weight.entries += 1;
+                if weight.entries > COPY_ENTRIES {
+                    weight.over = true;
                     dropped += 1;
                     continue;
                 }
                 let path = rel.join(&name);
-                if path == Path::new("objects")
-                    || transient(&path)
-                    || path == Path::new("packed-refs")
-                    || path.starts_with("refs")
-                    || own.contains(&path)
-                    || carried_logs.contains(&path)
-                {
+                if path == Path::new("objects") {
                     continue;
                 }
                 let Some(n) = name.to_str() else { continue };
@@ -661,11 +697,21 @@ impl View {
                     },
                     ft => ft,
                 };
+                let weighed_only = only_weighed
+                    || transient(&path)
+                    || path == Path::new("packed-refs")
+                    || path.starts_with("refs")
+                    || own.contains(&path)
+                    || carried_logs.contains(&path);
                 match ft {
                     rustix::fs::FileType::Directory if depth < 32 => {
                         if let Ok(sub) = paths::openat_dir(&fd, Path::new(n)) {
-                            todo.push((sub, path, depth + 1));
+                            todo.push((sub, path, depth + 1, weighed_only));
                         }
+                    }
+                    rustix::fs::FileType::Directory => weight.over = true,
+                    rustix::fs::FileType::RegularFile if weighed_only => {
+                        weight.bytes += paths::stat_at(&fd, n).map_or(0, |st| st.st_size as u64);
                     }
                     rustix::fs::FileType::RegularFile => {
                         if files_left == 0 {
@@ -678,11 +724,13 @@ impl View {
                             Ok(Some(read)) => read,
                             Ok(None) => continue,
                             Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                                weight.over = true;
                                 dropped += 1;
                                 continue;
                             }
                             Err(_) => continue,
                         };
+                        weight.bytes += bytes.len() as u64;
                         if self.copied.get(&path) == Some(&fingerprint(&bytes)) {
                             continue;
                         }
@@ -718,7 +766,9 @@ impl View {
                 "{dropped} more files dropped (beyond what a view keeps)"
             ));
         }
-        files
+        weight.kept = files.iter().map(|f| f.1.len() as u64).sum::<u64>();
+        weight.kept_entries = files.len();
+        (files, weight)
     }
 
     /// Replaces `private/` with these refs and files, and records the created refs.
@@ -871,33 +921,50 @@ fn remove_tree(entry: &Path, path: &Path) {
 /// Removes the entries in `root` (but `mine`) whose worktree's gitdir, as their [`WHOSE`]
 /// names it, no longer exists — the worktree was removed, or its repository — and that no run
 /// holds: their copy and what their runs kept private. (An entry of an earlier version, which
-/// names none, stays until its worktree's next run names it.)
+/// names none, stays until its worktree's next run names it.) Every step is relative to a
+/// descriptor opened without following a symlink.
 fn forget_gone(root: &Path, mine: &Path) {
-    let Ok(list) = fs::read_dir(root) else {
+    let Ok(root_fd) =
+        paths::open_nofollow(root).and_then(|fd| paths::openat_dir(&fd, Path::new(".")))
+    else {
         return;
     };
-    for e in list.flatten() {
-        let entry = e.path();
-        if entry == mine || !e.file_type().is_ok_and(|t| t.is_dir()) {
+    let Ok(list) = paths::entries(&root_fd) else {
+        return;
+    };
+    for (name, ft) in list {
+        let maybe_dir = matches!(
+            ft,
+            rustix::fs::FileType::Directory | rustix::fs::FileType::Unknown
+        );
+        if !maybe_dir || root.join(&name) == mine {
             continue;
         }
-        let Ok(gitdir) = paths::read_regular(&entry.join(WHOSE), 4096) else {
+        let Ok(entry) = paths::openat_dir(&root_fd, Path::new(&name)) else {
+            continue;
+        };
+        let Ok(Some((gitdir, _))) = paths::read_at(&entry, std::ffi::OsStr::new(WHOSE), 4096)
+        else {
             continue;
         };
         let gone = fs::symlink_metadata(Path::new(std::ffi::OsStr::from_bytes(&gitdir)))
             .is_err_and(|e| e.kind() == io::ErrorKind::NotFound);
-        if !gone {
+        if !gone
+            || rustix::fs::flock(&entry, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+                .is_err()
+        {
             continue;
         }
-        if let Ok(_held) = super::quarantine::lock(&entry) {
-            discard_views(&entry);
-            for name in [COPY, "private"] {
-                remove_tree(&entry, &entry.join(name));
-            }
-            for name in ["created", "created.new", WHOSE] {
-                let _ = fs::remove_file(entry.join(name));
-            }
-            let _ = fs::remove_dir(&entry);
+        let Ok(inside) = paths::entries(&entry) else {
+            continue;
+        };
+        let mut budget = super::remove::BUDGET;
+        let emptied = inside.iter().all(|(n, _)| {
+            super::remove::take_apart(&entry, n, &mut budget, &|| false)
+                .is_ok_and(|r| r == super::remove::Removal::Gone)
+        });
+        if emptied {
+            let _ = paths::unlink_at(&root_fd, &name, libc::AT_REMOVEDIR);
         }
     }
 }
