@@ -2566,6 +2566,14 @@ fn a_planted_journal_is_never_acted_on() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// `script` sandboxed on `backend` in `dir` (a worktree of `l`) as `l`'s user, with its
+/// variables and no stdin.
+fn run_in(l: &Layout, backend: &str, dir: &Path, script: &str) -> std::process::Output {
+    let (mut cmd, _copy) = sandboxed(l.uid, dir, backend, script);
+    cmd.envs(l.vars()).stdin(Stdio::null());
+    cmd.output().unwrap()
+}
+
 /// Issue 31: a worktree's view is kept from run to run and brought up to date, not made
 /// anew: a file the host did not change is not written again (its inode stays), one it did
 /// change is, and a file the command planted in the view is gone by the next run. When a
@@ -2580,11 +2588,7 @@ fn a_views_copy_lasts_across_runs_follows_the_host_and_goes_with_its_worktree() 
             let cell = format!("{b} / uid {uid:?}");
             println!("{cell}");
             let l = Layout::new(uid, &[]);
-            let run = |dir: &Path, script: &str| {
-                let (mut cmd, _copy) = sandboxed(uid, dir, b, script);
-                cmd.envs(l.vars()).stdin(Stdio::null());
-                cmd.output().unwrap()
-            };
+            let run = |dir: &Path, script: &str| run_in(&l, b, dir, script);
             let views = l.s.path().join("state/shofer/views");
             let entries = || -> Vec<PathBuf> {
                 let mut v: Vec<PathBuf> = std::fs::read_dir(&views)
@@ -2668,11 +2672,7 @@ fn junk_left_in_a_view_does_not_stay_and_no_quarantine_means_no_view() {
             let cell = format!("{b} / uid {uid:?}");
             println!("{cell}");
             let l = Layout::new(uid, &[]);
-            let run = |script: &str| {
-                let (mut cmd, _copy) = sandboxed(uid, &l.wt, b, script);
-                cmd.envs(l.vars()).stdin(Stdio::null());
-                cmd.output().unwrap()
-            };
+            let run = |script: &str| run_in(&l, b, &l.wt, script);
             let views = l.s.path().join("state/shofer/views");
             let weight = || -> u64 {
                 let out = Command::new("du").arg("-sk").arg(&views).output().unwrap();

@@ -408,30 +408,24 @@ mod tests {
         fs::write(src.join("changed"), "2").unwrap();
         let mut prints = HashMap::new();
         let fd = dirfd(&dst);
-        mirror(
-            &dirfd(&src),
-            &fd,
-            &|_| false,
-            &[],
-            &mut prints,
-            &mut budget(),
-        )
-        .unwrap();
+        let mut sync = || {
+            mirror(
+                &dirfd(&src),
+                &fd,
+                &|_| false,
+                &[],
+                &mut prints,
+                &mut budget(),
+            )
+        };
+        sync().unwrap();
         use std::os::unix::fs::MetadataExt;
         let ino = |n: &str| fs::metadata(dst.join(n)).unwrap().ino();
         let (same, changed) = (ino("same"), ino("changed"));
         // A hard link elsewhere in the tree must not be written through.
         fs::hard_link(dst.join("changed"), dst.join("alias")).unwrap();
         fs::write(src.join("changed"), "3").unwrap();
-        mirror(
-            &dirfd(&src),
-            &fd,
-            &|_| false,
-            &[],
-            &mut prints,
-            &mut budget(),
-        )
-        .unwrap();
+        sync().unwrap();
         assert_eq!(ino("same"), same);
         assert_ne!(ino("changed"), changed);
         assert_eq!(fs::read(dst.join("changed")).unwrap(), b"3");
