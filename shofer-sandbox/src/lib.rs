@@ -248,8 +248,8 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     phases::mark("choice");
     // 4. opened policy (once: a second attempt reuses it; first, a restore that a killed
     // run left is finished)
-    // Journals are read only from outside this run's writable set (built twice: the restore
-    // may change the `.git` pointer the second build follows).
+    // Journals are read only from outside this run's writable set (built again when a
+    // restore put anything back: it may change the `.git` pointer the build follows).
     let open = || -> Result<(OpenedPolicy, git::Repo), SetupError> {
         let mut opened = writable::build(&args.worktree, &args.allow_write, args.net)?;
         let repo = git::Repo::discover(&mut opened);
@@ -257,7 +257,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     };
     let (before, repo) = open()?;
     phases::mark("writable");
-    git::repair_before_run(&args.worktree, &before)?;
+    let restored = git::repair_before_run(&args.worktree, &before)?;
     // (Still one thread here.) Not where git works in a private view: the caller's
     // environment passes unchanged there.
     if !repo.private_view_likely(choice.backend, args.keep_caps, &before.policy.worktree) {
@@ -266,9 +266,13 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     if args.net == NetPolicy::Proxy {
         egress::set_environment(egress::PORT);
     }
-    drop(before);
     phases::mark("repair");
-    let (mut opened, repo) = open()?;
+    let (mut opened, repo) = if restored {
+        drop(before);
+        open()?
+    } else {
+        (before, repo)
+    };
     phases::mark("writable_again");
     // The package caches (their variables go to the command only, `ExecSpec::env`); their private
     // directories that the command writes directly join the writable set.

@@ -507,13 +507,14 @@ fn writable_paths(opened: &OpenedPolicy) -> Vec<PathBuf> {
 
 /// Before a run: finishes the restores a killed run on `worktree` left behind, reading only
 /// journals outside the writable set of this run (`opened`, built before the restore).
+/// Returns whether anything was put back (the writable set is then built again).
 ///
 /// # Errors
 /// A restore that still fails: the run is refused (a control file may hold the command's
 /// version).
-pub fn repair_before_run(worktree: &Path, opened: &OpenedPolicy) -> Result<(), super::Error> {
+pub fn repair_before_run(worktree: &Path, opened: &OpenedPolicy) -> Result<bool, super::Error> {
     let Some(r) = repair(worktree, &writable_paths(opened)) else {
-        return Ok(());
+        return Ok(false);
     };
     guard::announce(&r, "restored from the journal of a run that was killed");
     guard::report_asides();
@@ -524,7 +525,7 @@ pub fn repair_before_run(worktree: &Path, opened: &OpenedPolicy) -> Result<(), s
             worktree: worktree.to_path_buf(),
         });
     }
-    Ok(())
+    Ok(!r.restored.is_empty())
 }
 
 /// `shofer-sandbox --repair WT`: finishes pending restores and moves what earlier runs left in
