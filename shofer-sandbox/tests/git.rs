@@ -2703,6 +2703,23 @@ fn junk_left_in_a_view_does_not_stay_and_no_quarantine_means_no_view() {
                     show(&out)
                 ));
             }
+            // Under a name that is not UTF-8; in a directory of mode 000 (which uid 65534's
+            // supervisor cannot list).
+            for junk in [
+                "d=$(printf '\\377junk') && mkdir \"$COMMON/$d\" \
+                 && head -c 20971520 /dev/zero > \"$COMMON/$d/big\" && echo OK",
+                "mkdir \"$COMMON/shut\" && head -c 20971520 /dev/zero > \"$COMMON/shut/big.lock\" \
+                 && chmod 0 \"$COMMON/shut\" && echo OK",
+            ] {
+                let out = run(junk);
+                if !String::from_utf8_lossy(&out.stdout).contains("OK") || weight() > 4096 {
+                    failures.push(format!(
+                        "{cell}: {} KiB stay after `{junk}`\n{}",
+                        weight(),
+                        show(&out)
+                    ));
+                }
+            }
             let leaf = l.s.path().join("state/shofer/objects");
             let _ = std::fs::remove_dir_all(&leaf);
             std::fs::write(&leaf, "not a directory").unwrap();
@@ -2714,6 +2731,79 @@ fn junk_left_in_a_view_does_not_stay_and_no_quarantine_means_no_view() {
                 failures.push(format!("{cell}: without a quarantine\n{}", show(&out)));
             }
             std::fs::remove_file(&leaf).unwrap();
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Issue 31: the user's commit on the worktree's branch, made on the host while a run goes
+/// on, stays on the branch: the run's commit on the old tip stays private (named), and so does
+/// the next run's commit on top of it — never a move that drops the user's commit. A worktree
+/// removed and added again under the same name starts from the repository, not from what the
+/// old one's runs kept private. Root and uid 65534.
+#[test]
+fn the_users_commit_during_a_run_stays_and_a_new_worktree_inherits_nothing() {
+    let mut failures = Vec::new();
+    for b in backends().into_iter().filter(|b| private_view(b)) {
+        for uid in uids() {
+            let cell = format!("{b} / uid {uid:?}");
+            println!("{cell}");
+            let l = Layout::new(uid, &[]);
+            let (mut cmd, _copy) = sandboxed(
+                uid,
+                &l.wt,
+                b,
+                "sleep 2; echo s1 >> README && git commit -qam sandbox1",
+            );
+            let mut child = cmd.envs(l.vars()).stdin(Stdio::null()).spawn().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(800));
+            std::fs::write(l.wt.join("host"), "h\n").unwrap();
+            if let Some(u) = uid {
+                std::os::unix::fs::chown(l.wt.join("host"), Some(u), Some(u)).unwrap();
+            }
+            host_git_in(&l, &l.wt, &["add", "host"]);
+            host_git_in(&l, &l.wt, &["commit", "-qm", "HOSTCOMMIT"]);
+            let host_tip = host_git_in(&l, &l.wt, &["rev-parse", "HEAD"]);
+            let host_tip = String::from_utf8_lossy(&host_tip.stdout).trim().to_string();
+            child.wait().unwrap();
+            let out = run_in(
+                &l,
+                b,
+                &l.wt,
+                "echo s2 >> README && git commit -qam sandbox2",
+            );
+            let kept = host_git_in(
+                &l,
+                &l.repo,
+                &["merge-base", "--is-ancestor", &host_tip, "wt"],
+            );
+            if host_tip.len() != 40 || !kept.status.success() {
+                failures.push(format!(
+                    "{cell}: the user's commit {host_tip} left the branch\n{}",
+                    show(&out)
+                ));
+            }
+            if !String::from_utf8_lossy(&out.stderr).contains("refs/heads/wt") {
+                failures.push(format!(
+                    "{cell}: the branch kept private is not named\n{}",
+                    show(&out)
+                ));
+            }
+            // A worktree made again under the same name.
+            run_in(&l, b, &l.wt2, "git config --local user.poison yes");
+            host_git_in(&l, &l.repo, &["worktree", "remove", "--force", "../wt2"]);
+            host_git_in(
+                &l,
+                &l.repo,
+                &["worktree", "add", "-q", "--detach", "../wt2"],
+            );
+            let out = run_in(&l, b, &l.wt2, "git config user.poison || echo CLEAN");
+            if !String::from_utf8_lossy(&out.stdout).contains("CLEAN") {
+                failures.push(format!(
+                    "{cell}: the new worktree inherited the old one's private config\n{}",
+                    show(&out)
+                ));
+            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));

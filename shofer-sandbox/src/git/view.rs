@@ -44,6 +44,9 @@ const OWN_FILES: [&str; 4] = ["HEAD", "index", "ORIG_HEAD", "logs/HEAD"];
 /// The most a run may keep private (bytes, files); beyond, the rest is dropped and named.
 const PRIVATE_BYTES: u64 = 64 << 20;
 const PRIVATE_FILES: usize = 20_000;
+/// The most refs a run may keep private, and the bytes of their names.
+const PRIVATE_REFS: usize = 10_000;
+const PRIVATE_REF_BYTES: usize = 1 << 20;
 /// The most the copy of the control files may take (bytes, entries): a repository beyond
 /// keeps the guarded mechanisms.
 const COPY_BYTES: u64 = 256 << 20;
@@ -182,12 +185,28 @@ impl View {
             io::ErrorKind::WouldBlock => "another run of this worktree is using its view".into(),
             _ => format!("{}: {e}", entry.display()),
         })?;
-        // Whose entry this is, for the sweep of entries whose worktree is gone (written when
-        // missing: entries of earlier versions have none).
+        // Whose entry this is: the worktree's gitdir and its identity, for the sweep of
+        // entries whose worktree is gone, and so that a worktree made again under the same
+        // name (or a repository cloned again at the same path) does not inherit what the
+        // old one's runs kept private (written when missing: entries of earlier versions have
+        // none).
         let whose = entry.join(WHOSE);
-        if new || !whose.exists() {
-            fs::write(&whose, gitdir.as_os_str().as_bytes())
-                .map_err(|e| format!("{}: {e}", whose.display()))?;
+        let recorded = fs::read(&whose).ok();
+        let now = whose_record(gitdir);
+        match &recorded {
+            Some(r) if *r == now => {}
+            // An entry of this version without an identity yet: named, kept.
+            Some(r) if r.as_slice() == gitdir.as_os_str().as_bytes() => {}
+            Some(_) => {
+                for name in ["private", COPY] {
+                    remove_tree(&entry, &entry.join(name));
+                }
+                let _ = fs::remove_file(entry.join("created"));
+            }
+            None => {}
+        }
+        if recorded.as_deref() != Some(now.as_slice()) {
+            fs::write(&whose, &now).map_err(|e| format!("{}: {e}", whose.display()))?;
         }
         if new || shofer_sys::statedir::random_suffix().ends_with('0') {
             // A worktree appears (and one run in sixteen): the copies of those gone go.
@@ -379,12 +398,12 @@ impl View {
                 self.own_branch.as_ref() == Some(name) || created.contains_key(name) || new_here;
             let plain = matches!(after, None | Some(Value::Oid(_)))
                 && matches!(self.host_refs.get(name), None | Some(Value::Oid(_)));
+            // Compared and swapped against what the run started from (its view's value): a
+            // ref that the repository has moved since, or that an earlier run kept private
+            // when the repository had moved it, stays private rather than drop the
+            // repository's commits.
             if owned && plain && name != "refs/stash" && !elsewhere.contains(name) {
-                changes.push((
-                    name.clone(),
-                    self.host_refs.get(name).cloned(),
-                    after.cloned(),
-                ));
+                changes.push((name.clone(), before.cloned(), after.cloned()));
             }
         }
         let carried = self.update_refs(&changes, &mut out);
@@ -417,12 +436,33 @@ impl View {
             &mut out,
         );
         // Everything else that differs from the host stays private.
-        let private_refs: BTreeMap<String, Option<Value>> = host_after
+        let mut private_refs: BTreeMap<String, Option<Value>> = host_after
             .keys()
             .chain(end.keys())
             .filter(|n| host_after.get(*n) != end.get(*n))
             .map(|n| (n.clone(), end.get(n).cloned()))
             .collect();
+        // Bounded as the private files are: the rest is dropped (the next run starts from the
+        // repository's) and counted.
+        let mut names_left = PRIVATE_REF_BYTES;
+        let over: Vec<String> = private_refs
+            .keys()
+            .enumerate()
+            .filter(|(i, n)| {
+                names_left = names_left.saturating_sub(n.len() + 1);
+                *i >= PRIVATE_REFS || names_left == 0
+            })
+            .map(|(_, n)| n.clone())
+            .collect();
+        for n in &over {
+            private_refs.remove(n);
+        }
+        if !over.is_empty() {
+            out.kept_private.push(format!(
+                "{} more refs dropped (beyond what a view keeps)",
+                over.len()
+            ));
+        }
         for (n, v) in &private_refs {
             out.kept_private.push(match v {
                 None => format!("{n} deletion"),
@@ -591,6 +631,14 @@ impl View {
                 "index" => self.index_checks(&bytes, check_index).err(),
                 _ => None,
             };
+            // HEAD and ORIG_HEAD as the run started from them: one the repository's git changed
+            // meanwhile (a checkout in the worktree) stays the repository's.
+            let refused = refused.or_else(|| {
+                let host_now = fs::read(self.gitdir.join(name)).ok();
+                (matches!(name, "HEAD" | "ORIG_HEAD")
+                    && host_now.as_deref().map(fingerprint) != self.copied.get(&rel).copied())
+                .then(|| "the repository's changed it meanwhile".to_string())
+            });
             if let Some(why) = refused {
                 out.kept_private
                     .push(format!("{} (dropped: {why})", rel.display()));
@@ -671,12 +719,20 @@ impl View {
         let mut todo: Vec<(OwnedFd, PathBuf, usize, bool)> =
             match paths::openat_dir(view, Path::new(".")) {
                 Ok(fd) => vec![(fd, PathBuf::new(), 0, false)],
-                Err(_) => return (files, weight),
+                Err(_) => {
+                    weight.over = true;
+                    return (files, weight);
+                }
             };
         let mut named = BTreeSet::new();
         while let Some((fd, rel, depth, only_weighed)) = todo.pop() {
+            // What cannot be listed, opened or looked at cannot be weighed: the copy goes.
             let Ok(names) = paths::entries(&fd) else {
+                weight.over = true;
                 continue;
+            };
+            let size_of = |name: &std::ffi::OsStr| {
+                rustix::fs::statat(&fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
             };
             for (name, ft) in names {
                 weight.entries += 1;
@@ -689,15 +745,19 @@ impl View {
                 if path == Path::new("objects") {
                     continue;
                 }
-                let Some(n) = name.to_str() else { continue };
                 let ft = match ft {
-                    rustix::fs::FileType::Unknown => match paths::stat_at(&fd, n) {
+                    rustix::fs::FileType::Unknown => match size_of(&name) {
                         Ok(st) => rustix::fs::FileType::from_raw_mode(st.st_mode),
-                        Err(_) => continue,
+                        Err(_) => {
+                            weight.over = true;
+                            continue;
+                        }
                     },
                     ft => ft,
                 };
-                let weighed_only = only_weighed
+                // A name that is not UTF-8 is weighed, never kept: git names none such.
+                let weighed_only = weighed_only_names(&name, only_weighed);
+                let weighed_only = weighed_only
                     || transient(&path)
                     || path == Path::new("packed-refs")
                     || path.starts_with("refs")
@@ -705,14 +765,16 @@ impl View {
                     || carried_logs.contains(&path);
                 match ft {
                     rustix::fs::FileType::Directory if depth < 32 => {
-                        if let Ok(sub) = paths::openat_dir(&fd, Path::new(n)) {
-                            todo.push((sub, path, depth + 1, weighed_only));
+                        match paths::openat_dir(&fd, Path::new(&name)) {
+                            Ok(sub) => todo.push((sub, path, depth + 1, weighed_only)),
+                            Err(_) => weight.over = true,
                         }
                     }
                     rustix::fs::FileType::Directory => weight.over = true,
-                    rustix::fs::FileType::RegularFile if weighed_only => {
-                        weight.bytes += paths::stat_at(&fd, n).map_or(0, |st| st.st_size as u64);
-                    }
+                    rustix::fs::FileType::RegularFile if weighed_only => match size_of(&name) {
+                        Ok(st) => weight.bytes += st.st_size as u64,
+                        Err(_) => weight.over = true,
+                    },
                     rustix::fs::FileType::RegularFile => {
                         if files_left == 0 {
                             dropped += 1;
@@ -723,12 +785,11 @@ impl View {
                         let (bytes, mode) = match paths::read_at(&fd, &name, bytes_left) {
                             Ok(Some(read)) => read,
                             Ok(None) => continue,
-                            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                            Err(e) => {
                                 weight.over = true;
-                                dropped += 1;
+                                dropped += usize::from(e.kind() == io::ErrorKind::InvalidData);
                                 continue;
                             }
-                            Err(_) => continue,
                         };
                         weight.bytes += bytes.len() as u64;
                         if self.copied.get(&path) == Some(&fingerprint(&bytes)) {
@@ -890,6 +951,12 @@ fn shadowed_names(host: &Refs) -> BTreeSet<&str> {
     out
 }
 
+/// Whether an entry `name` of a directory that is `only_weighed` is only weighed: so is
+/// everything in such a directory, and a name that is not UTF-8.
+fn weighed_only_names(name: &std::ffi::OsStr, only_weighed: bool) -> bool {
+    only_weighed || name.to_str().is_none()
+}
+
 /// Files git makes anew whenever it needs them, which a view does not keep: the last commit
 /// message, what `gc` writes for dumb HTTP servers, its pid file and log, lock files.
 fn transient(rel: &Path) -> bool {
@@ -916,6 +983,33 @@ fn remove_tree(entry: &Path, path: &Path) {
         let mut budget = super::remove::BUDGET;
         let _ = super::remove::take_apart(&dir, name, &mut budget, &|| false);
     }
+}
+
+/// What an entry's [`WHOSE`] holds for `gitdir`: its path, and on a second line its device,
+/// inode and birth time (as statx gives them; 0 where it does not) — a worktree removed and
+/// added again under the same name gets a new directory.
+fn whose_record(gitdir: &Path) -> Vec<u8> {
+    let mut out = gitdir.as_os_str().as_bytes().to_vec();
+    if let Ok(st) = rustix::fs::statx(
+        rustix::fs::CWD,
+        gitdir,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        rustix::fs::StatxFlags::BASIC_STATS | rustix::fs::StatxFlags::BTIME,
+    ) {
+        let btime = if st.stx_mask & rustix::fs::StatxFlags::BTIME.bits() != 0 {
+            (st.stx_btime.tv_sec, st.stx_btime.tv_nsec)
+        } else {
+            (0, 0)
+        };
+        out.extend_from_slice(
+            format!(
+                "\n{}:{} {} {}.{}",
+                st.stx_dev_major, st.stx_dev_minor, st.stx_ino, btime.0, btime.1
+            )
+            .as_bytes(),
+        );
+    }
+    out
 }
 
 /// Removes the entries in `root` (but `mine`) whose worktree's gitdir, as their [`WHOSE`]
@@ -947,7 +1041,8 @@ fn forget_gone(root: &Path, mine: &Path) {
         else {
             continue;
         };
-        let gone = fs::symlink_metadata(Path::new(std::ffi::OsStr::from_bytes(&gitdir)))
+        let path = gitdir.split(|&b| b == b'\n').next().unwrap_or_default();
+        let gone = fs::symlink_metadata(Path::new(std::ffi::OsStr::from_bytes(path)))
             .is_err_and(|e| e.kind() == io::ErrorKind::NotFound);
         if !gone
             || rustix::fs::flock(&entry, rustix::fs::FlockOperation::NonBlockingLockExclusive)
@@ -1130,9 +1225,14 @@ fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// (once), what failed.
 pub fn announce(c: &Carried) {
     if !c.kept_private.is_empty() {
+        // One line, of a bounded length: the first names and how many more.
+        const SHOWN: usize = 20;
+        let mut shown = c.kept_private[..c.kept_private.len().min(SHOWN)].join(", ");
+        if c.kept_private.len() > SHOWN {
+            shown.push_str(&format!(" and {} more", c.kept_private.len() - SHOWN));
+        }
         eprintln!(
-            "shofer-sandbox: note: kept private to this worktree's runs, not in the repository: {}",
-            c.kept_private.join(", ")
+            "shofer-sandbox: note: kept private to this worktree's runs, not in the repository: {shown}"
         );
     }
     for f in &c.failed {
