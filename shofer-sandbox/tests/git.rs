@@ -2789,6 +2789,52 @@ fn the_users_commit_during_a_run_stays_and_a_new_worktree_inherits_nothing() {
                     show(&out)
                 ));
             }
+            // The index did not come with the refused move: nothing staged on the host.
+            let staged = host_git_in(&l, &l.wt, &["diff", "--cached", "--name-only"]);
+            if !staged.stdout.is_empty() {
+                failures.push(format!(
+                    "{cell}: the run's index staged {:?} over the user's commit",
+                    String::from_utf8_lossy(&staged.stdout)
+                ));
+            }
+            // A private deletion of `topic`, then the user's own `topic/x` checked out here:
+            // a run that does nothing keeps it.
+            host_git_in(&l, &l.repo, &["branch", "topic"]);
+            run_in(&l, b, &l.wt, "git branch -D topic >/dev/null");
+            host_git_in(&l, &l.repo, &["branch", "-D", "topic"]);
+            host_git_in(&l, &l.wt, &["checkout", "-qb", "topic/x"]);
+            let out = run_in(&l, b, &l.wt, "true");
+            let there = host_git_in(
+                &l,
+                &l.repo,
+                &["rev-parse", "--verify", "-q", "refs/heads/topic/x"],
+            );
+            if !there.status.success() {
+                failures.push(format!(
+                    "{cell}: the user's topic/x was deleted\n{}",
+                    show(&out)
+                ));
+            }
+            // The branch checked out is not deleted under the worktree's HEAD.
+            run_in(
+                &l,
+                b,
+                &l.wt,
+                "git checkout -qb nb2 && echo z >> README && git commit -qam c2",
+            );
+            let out = run_in(
+                &l,
+                b,
+                &l.wt,
+                "git checkout -q topic/x && git branch -D nb2 >/dev/null",
+            );
+            let head = host_git_in(&l, &l.wt, &["rev-parse", "--verify", "-q", "HEAD"]);
+            if !head.status.success() {
+                failures.push(format!(
+                    "{cell}: the worktree's HEAD names a deleted branch\n{}",
+                    show(&out)
+                ));
+            }
             // A worktree made again under the same name.
             run_in(&l, b, &l.wt2, "git config --local user.poison yes");
             host_git_in(&l, &l.repo, &["worktree", "remove", "--force", "../wt2"]);

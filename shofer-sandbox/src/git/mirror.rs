@@ -16,7 +16,7 @@
 //! is replaced (a new inode), never written in place. Nothing runs in the tree meanwhile: the
 //! caller holds the view's lock and no command of it is running.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::hash::{Hash, Hasher};
@@ -48,7 +48,7 @@ pub fn fingerprint(bytes: &[u8]) -> u64 {
 /// Makes the tree in `dst` (a directory descriptor) hold what the tree of `src` (another)
 /// holds — directories, regular files (their mode without set-id bits) and symlinks — but
 /// the paths relative to `src` that `skip` names, and `keep` at the top (left as they are);
-/// removes everything else in `dst`. Records each source file's fingerprint in `prints`.
+/// removes everything else in `dst`. Hands each source file's path and bytes to `seen`.
 /// Nothing is followed on either side; every step is relative to a directory descriptor (a
 /// path walk, or `/proc/self/fd`, per file was most of the cost).
 ///
@@ -59,7 +59,7 @@ pub fn mirror(
     dst: &OwnedFd,
     skip: &dyn Fn(&Path) -> bool,
     keep: &[&str],
-    prints: &mut HashMap<PathBuf, u64>,
+    seen: &mut dyn FnMut(PathBuf, &[u8]),
     budget: &mut Budget,
 ) -> io::Result<()> {
     let mut todo = vec![(
@@ -96,8 +96,8 @@ pub fn mirror(
                         continue;
                     };
                     budget.bytes -= bytes.len() as u64;
-                    prints.insert(rel, fingerprint(&bytes));
                     file_in(&to, &name, &bytes, mode & 0o777)?;
+                    seen(rel, &bytes);
                 }
                 FileType::Symlink => {
                     let target = rustix::fs::readlinkat(&from, &*name, Vec::new())?;
@@ -317,6 +317,7 @@ fn symlink_in(dir: &OwnedFd, name: &OsStr, target: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use std::os::unix::fs::{symlink, PermissionsExt};
 
     fn dirfd(p: &Path) -> OwnedFd {
@@ -363,13 +364,16 @@ mod tests {
         fs::create_dir(dst.join("objects")).unwrap();
         fs::write(dst.join("objects/mine"), "kept").unwrap();
         let mut prints = HashMap::new();
+        let mut seen = |rel: PathBuf, b: &[u8]| {
+            prints.insert(rel, fingerprint(b));
+        };
         let skip = |rel: &Path| rel == Path::new("objects");
         mirror(
             &dirfd(&src),
             &dirfd(&dst),
             &skip,
             &["objects"],
-            &mut prints,
+            &mut seen,
             &mut budget(),
         )
         .unwrap();
@@ -406,15 +410,14 @@ mod tests {
         fs::create_dir(&dst).unwrap();
         fs::write(src.join("same"), "1").unwrap();
         fs::write(src.join("changed"), "2").unwrap();
-        let mut prints = HashMap::new();
         let fd = dirfd(&dst);
-        let mut sync = || {
+        let sync = || {
             mirror(
                 &dirfd(&src),
                 &fd,
                 &|_| false,
                 &[],
-                &mut prints,
+                &mut |_, _| {},
                 &mut budget(),
             )
         };

@@ -693,7 +693,7 @@ fn parse_index(src: &IndexBytes, hash_len: usize) -> Option<IndexLinks> {
     let mut out = IndexLinks::default();
     // Ordinals of gitlink entries without a name: in a split index, replacements.
     let mut stripped: Vec<usize> = Vec::new();
-    let starts = visit_entries(src, hash_len, &mut |ordinal, mode, raw, name| {
+    let starts = visit_entries(src, hash_len, &mut |ordinal, mode, _, raw, name| {
         if mode & 0o170000 != 0o160000 {
             return;
         }
@@ -726,7 +726,7 @@ fn parse_index(src: &IndexBytes, hash_len: usize) -> Option<IndexLinks> {
 fn shared_gitlinks(src: &IndexBytes, hash_len: usize, replaced: &[usize]) -> Option<Vec<PathBuf>> {
     use std::os::unix::ffi::OsStrExt;
     let mut out = Vec::new();
-    visit_entries(src, hash_len, &mut |ordinal, mode, _, name| {
+    visit_entries(src, hash_len, &mut |ordinal, mode, _, _, name| {
         let wanted = mode & 0o170000 == 0o160000 || replaced.contains(&ordinal);
         if wanted && !name.is_empty() && name.len() <= MAX_PATH {
             out.push(PathBuf::from(std::ffi::OsStr::from_bytes(name)));
@@ -735,9 +735,34 @@ fn shared_gitlinks(src: &IndexBytes, hash_len: usize, replaced: &[usize]) -> Opt
     Some(out)
 }
 
-/// What [`visit_entries`] calls for each entry: ordinal, mode, raw name, name (one
+/// What [`visit_entries`] calls for each entry: ordinal, mode, object id, raw name, name (one
 /// instance of the reader for every caller: the static binary has a size budget).
-type EntryFn<'a> = dyn FnMut(usize, u32, &[u8], &[u8]) + 'a;
+type EntryFn<'a> = dyn FnMut(usize, u32, &[u8], &[u8], &[u8]) + 'a;
+
+/// Whether the indexes `a` and `b` list the same entries — name, mode and object, in order
+/// (their stat data aside: what `git status` rewrites when it refreshes an index); `false`
+/// when either is no index git reads, or a split one.
+pub(crate) fn same_entries(a: &[u8], b: &[u8], hash_len: usize) -> bool {
+    // (mode, object id, name) of each entry.
+    type Entry = (u32, Vec<u8>, Vec<u8>);
+    let entries = |data: &[u8]| -> Option<Vec<Entry>> {
+        let mut out = Vec::new();
+        let src = IndexBytes::whole(data);
+        let starts = visit_entries(&src, hash_len, &mut |_, mode, oid, raw, _| {
+            out.push((mode, oid.to_vec(), raw.to_vec()));
+        })?;
+        for start in starts {
+            if extensions(&src, start, hash_len)?
+                .iter()
+                .any(|(sig, _, _)| sig == b"link")
+            {
+                return None;
+            }
+        }
+        Some(out)
+    };
+    matches!((entries(a), entries(b)), (Some(x), Some(y)) if x == y)
+}
 
 /// [`parse_index`] of a whole index in memory: the gitlinks and the shared indexes' ids
 /// ([`crate::fuzzing`]).
@@ -778,7 +803,7 @@ pub(crate) fn index_fit_for_host(data: &[u8], hash_len: usize) -> Result<(), Str
     }
     let mut bad: Option<String> = None;
     let src = IndexBytes::whole(data);
-    let starts = visit_entries(&src, hash_len, &mut |_, _, _, name| {
+    let starts = visit_entries(&src, hash_len, &mut |_, _, _, _, name| {
         if bad.is_none() && !path_git_accepts(name) {
             bad = Some(String::from_utf8_lossy(name).into_owned());
         }
@@ -842,6 +867,7 @@ fn visit_entries(src: &IndexBytes, hash_len: usize, f: &mut EntryFn) -> Option<V
         for ordinal in first..first + nr {
             let start = pos;
             let mode = be32(pos + 24)?;
+            let oid = data.get(pos + 40..pos + 40 + hash_len)?;
             pos += 40 + hash_len;
             let flags = u16::from_be_bytes(data.get(pos..pos + 2)?.try_into().ok()?);
             pos += if flags & 0x4000 != 0 { 4 } else { 2 };
@@ -876,7 +902,7 @@ fn visit_entries(src: &IndexBytes, hash_len: usize, f: &mut EntryFn) -> Option<V
                 pos += suffix + 1;
                 let len = copy + suffix;
                 let end = *nul.get_or_insert_with(|| copy + c_str(&name[copy..]));
-                f(ordinal, mode, &name[..len], &name[..end]);
+                f(ordinal, mode, oid, &name[..len], &name[..end]);
                 name.truncate(len);
             } else {
                 let len = if short == 0xFFF {
@@ -886,7 +912,7 @@ fn visit_entries(src: &IndexBytes, hash_len: usize, f: &mut EntryFn) -> Option<V
                 };
                 // Git copies the name and the byte after it.
                 let raw = data.get(pos..pos + len + 1)?;
-                f(ordinal, mode, &raw[..len], &raw[..c_str(raw)]);
+                f(ordinal, mode, oid, &raw[..len], &raw[..c_str(raw)]);
                 pos = start + (pos + len + 8 - start) / 8 * 8;
             }
             previous = true;

@@ -118,6 +118,8 @@ pub struct View {
     created: BTreeMap<String, String>,
     /// The host's `HEAD` of the worktree at the start.
     head: Option<Vec<u8>>,
+    /// The worktree's index as the repository had it at the start.
+    start_index: Option<Vec<u8>>,
     /// What the copy took from the repository at the start: bytes, entries.
     mirrored: (u64, usize),
     /// What earlier runs kept private, as the start read it: `private/refs`, its files,
@@ -237,6 +239,7 @@ impl View {
             own_branch: None,
             created: BTreeMap::new(),
             head: None,
+            start_index: None,
             mirrored: (0, 0),
             loaded: Default::default(),
         };
@@ -288,12 +291,20 @@ impl View {
         let view = self
             .open_copy()
             .map_err(|e| format!("{}: {e}", self.dir.display()))?;
+        let index = self.gitdir_rel.join("index");
+        let (copied, start_index) = (&mut self.copied, &mut self.start_index);
+        let mut seen = |rel: PathBuf, bytes: &[u8]| {
+            if rel == index {
+                *start_index = Some(bytes.to_vec());
+            }
+            copied.insert(rel, fingerprint(bytes));
+        };
         mirror::mirror(
             &common_fd,
             &view,
             &skip,
             &["objects"],
-            &mut self.copied,
+            &mut seen,
             &mut budget,
         )
         .map_err(|e| format!("copying {}: {e}", self.over.display()))?;
@@ -310,16 +321,25 @@ impl View {
         }
         let refs_text = fs::read(private.join("refs")).unwrap_or_default();
         self.view_refs = self.host_refs.clone();
+        let mut laid = false;
         for (name, value) in parse_private_refs(&refs_text, self.hex_len) {
+            // A private ref whose path holds a ref of the repository's, or lies under one
+            // (`topic` against the user's new `topic/x`): laying it would take theirs out of
+            // the view. The repository's wins; the private one is dropped.
+            if clashes(&self.host_refs, &name) {
+                continue;
+            }
             match &value {
                 Some(v) => mirror::put(&view, Path::new(&name), &v.loose_bytes(), 0o644),
                 None => remove_ref(&view, &name),
             }
             .map_err(|e| format!("{name}: {e}"))?;
-            match value {
-                Some(v) => self.view_refs.insert(name, v),
-                None => self.view_refs.remove(&name),
-            };
+            laid = true;
+        }
+        if laid {
+            // What the command's git sees at the start, read back: the run's changes are
+            // measured from it, never from names merged by hand.
+            self.view_refs = refs::read(&view, self.hex_len)?;
         }
         let created_text = fs::read(self.entry.join("created")).unwrap_or_default();
         self.loaded = (refs_text, files, created_text);
@@ -402,7 +422,15 @@ impl View {
             // ref that the repository has moved since, or that an earlier run kept private
             // when the repository had moved it, stays private rather than drop the
             // repository's commits.
-            if owned && plain && name != "refs/stash" && !elsewhere.contains(name) {
+            // Never the deletion of the branch the worktree has checked out: its HEAD would
+            // name a branch that is gone.
+            let checked_out_gone = after.is_none() && self.own_branch.as_ref() == Some(name);
+            if owned
+                && plain
+                && name != "refs/stash"
+                && !elsewhere.contains(name)
+                && !checked_out_gone
+            {
                 changes.push((name.clone(), before.cloned(), after.cloned()));
             }
         }
@@ -427,11 +455,17 @@ impl View {
             };
             out.refs.push(name.clone());
         }
-        // The worktree's own HEAD, index, ORIG_HEAD and reflog.
+        // The worktree's own HEAD, index, ORIG_HEAD and reflog; its index only with the move
+        // of its branch (when the run moved it).
+        let branch_kept = self
+            .own_branch
+            .as_ref()
+            .is_some_and(|b| changes.iter().any(|(n, _, _)| n == b) && !carried.contains(b));
         let own_changed = self.carry_own_files(
             gitdir_fd.as_ref(),
             &elsewhere,
             &created,
+            branch_kept,
             check_index,
             &mut out,
         );
@@ -578,6 +612,7 @@ impl View {
         gitdir: Option<&OwnedFd>,
         elsewhere: &BTreeSet<String>,
         created: &BTreeMap<String, String>,
+        branch_kept: bool,
         check_index: &dyn Fn(NestedScan) -> bool,
         out: &mut Carried,
     ) -> BTreeSet<PathBuf> {
@@ -631,13 +666,24 @@ impl View {
                 "index" => self.index_checks(&bytes, check_index).err(),
                 _ => None,
             };
-            // HEAD and ORIG_HEAD as the run started from them: one the repository's git changed
-            // meanwhile (a checkout in the worktree) stays the repository's.
+            // HEAD, ORIG_HEAD and the index as the run started from them: one the repository's
+            // git changed meanwhile (a checkout, a commit in the worktree) stays the
+            // repository's — for the index, unless only its stat data changed (`git status`
+            // refreshes it). The index goes with the branch: not when the branch's move stays
+            // private (it would stage the undoing of the repository's commit).
             let refused = refused.or_else(|| {
+                if name == "logs/HEAD" {
+                    return None;
+                }
+                if name == "index" && branch_kept {
+                    return Some("the branch's move it goes with stays private".into());
+                }
                 let host_now = fs::read(self.gitdir.join(name)).ok();
-                (matches!(name, "HEAD" | "ORIG_HEAD")
-                    && host_now.as_deref().map(fingerprint) != self.copied.get(&rel).copied())
-                .then(|| "the repository's changed it meanwhile".to_string())
+                let same = host_now.as_deref().map(fingerprint) == self.copied.get(&rel).copied()
+                    || (name == "index"
+                        && matches!((&host_now, &self.start_index), (Some(now), Some(then))
+                            if super::nested::same_entries(now, then, self.hex_len / 2)));
+                (!same).then(|| "the repository's changed it meanwhile".to_string())
             });
             if let Some(why) = refused {
                 out.kept_private
@@ -949,6 +995,20 @@ fn shadowed_names(host: &Refs) -> BTreeSet<&str> {
         }
     }
     out
+}
+
+/// Whether the ref `name` and a ref of `refs` lie one under the other (`a` and `a/b`): the
+/// two cannot both be loose refs.
+fn clashes(refs: &Refs, name: &str) -> bool {
+    let under = format!("{name}/");
+    let above = name
+        .match_indices('/')
+        .any(|(i, _)| refs.contains_key(&name[..i]));
+    above
+        || refs
+            .range(under.clone()..)
+            .next()
+            .is_some_and(|(k, _)| k.starts_with(&under))
 }
 
 /// Whether an entry `name` of a directory that is `only_weighed` is only weighed: so is
