@@ -2815,6 +2815,38 @@ fn the_users_commit_during_a_run_stays_and_a_new_worktree_inherits_nothing() {
                     show(&out)
                 ));
             }
+            // An index that cannot go back (a split one) keeps the branch's move with it; and
+            // the index of a HEAD kept private does not go back alone.
+            let before = host_git_in(&l, &l.repo, &["rev-parse", "topic/x"]);
+            let out = run_in(
+                &l,
+                b,
+                &l.wt,
+                "git config core.splitIndex true && echo sp >> README && git commit -qam split \
+                 && git config core.splitIndex false",
+            );
+            let after = host_git_in(&l, &l.repo, &["rev-parse", "topic/x"]);
+            let status = host_git_in(&l, &l.wt, &["status", "--porcelain"]);
+            if before.stdout != after.stdout
+                || String::from_utf8_lossy(&status.stdout).contains("MM")
+                || !String::from_utf8_lossy(&out.stderr).contains("split index")
+            {
+                failures.push(format!(
+                    "{cell}: a branch moved without its split index\n{}\n{}",
+                    show(&out),
+                    show(&status)
+                ));
+            }
+            host_git_in(&l, &l.wt, &["checkout", "-q", "--", "README"]);
+            host_git_in(&l, &l.repo, &["branch", "-f", "other", "main"]);
+            let out = run_in(&l, b, &l.wt, "git checkout -q other");
+            let staged = host_git_in(&l, &l.wt, &["diff", "--cached", "--name-only"]);
+            if !staged.stdout.is_empty() {
+                failures.push(format!(
+                    "{cell}: the index of a HEAD kept private went back\n{}",
+                    show(&out)
+                ));
+            }
             // The branch checked out is not deleted under the worktree's HEAD.
             run_in(
                 &l,

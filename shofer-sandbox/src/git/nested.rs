@@ -735,15 +735,17 @@ fn shared_gitlinks(src: &IndexBytes, hash_len: usize, replaced: &[usize]) -> Opt
     Some(out)
 }
 
-/// What [`visit_entries`] calls for each entry: ordinal, mode, object id, raw name, name (one
+/// What [`visit_entries`] calls for each entry: ordinal, mode, object id and flags, raw name,
+/// name (one
 /// instance of the reader for every caller: the static binary has a size budget).
 type EntryFn<'a> = dyn FnMut(usize, u32, &[u8], &[u8], &[u8]) + 'a;
 
-/// Whether the indexes `a` and `b` list the same entries — name, mode and object, in order
-/// (their stat data aside: what `git status` rewrites when it refreshes an index); `false`
-/// when either is no index git reads, or a split one.
+/// Whether the indexes `a` and `b` list the same entries — name, mode, object and flags
+/// (stage, assume-valid, skip-worktree, intent-to-add), in order — their stat data aside:
+/// what `git status` rewrites when it refreshes an index. `false` when either is no index git
+/// reads, or a split one.
 pub(crate) fn same_entries(a: &[u8], b: &[u8], hash_len: usize) -> bool {
-    // (mode, object id, name) of each entry.
+    // (mode, object id and flags, name) of each entry.
     type Entry = (u32, Vec<u8>, Vec<u8>);
     let entries = |data: &[u8]| -> Option<Vec<Entry>> {
         let mut out = Vec::new();
@@ -809,14 +811,15 @@ pub(crate) fn index_fit_for_host(data: &[u8], hash_len: usize) -> Result<(), Str
         }
     })
     .ok_or("it is no index git reads")?;
-    if let Some(name) = bad {
-        return Err(format!("it names a path git refuses ({name:?})"));
-    }
+    // A split index first: its entries' names may be empty (the shared index holds them).
     for start in starts {
         let exts = extensions(&src, start, hash_len).ok_or("its extensions are malformed")?;
         if exts.iter().any(|(sig, _, _)| sig == b"link") {
-            return Err("it is a split index".into());
+            return Err("it is a split index (core.splitIndex)".into());
         }
+    }
+    if let Some(name) = bad {
+        return Err(format!("it names a path git refuses ({name:?})"));
     }
     Ok(())
 }
@@ -867,10 +870,16 @@ fn visit_entries(src: &IndexBytes, hash_len: usize, f: &mut EntryFn) -> Option<V
         for ordinal in first..first + nr {
             let start = pos;
             let mode = be32(pos + 24)?;
-            let oid = data.get(pos + 40..pos + 40 + hash_len)?;
-            pos += 40 + hash_len;
-            let flags = u16::from_be_bytes(data.get(pos..pos + 2)?.try_into().ok()?);
-            pos += if flags & 0x4000 != 0 { 4 } else { 2 };
+            let flags = u16::from_be_bytes(
+                data.get(pos + 40 + hash_len..pos + 42 + hash_len)?
+                    .try_into()
+                    .ok()?,
+            );
+            let extended = if flags & 0x4000 != 0 { 4 } else { 2 };
+            // The object id and the flags (the stage, assume-valid, skip-worktree,
+            // intent-to-add): what an entry is, its stat data aside.
+            let oid = data.get(pos + 40..pos + 40 + hash_len + extended)?;
+            pos += 40 + hash_len + extended;
             let short = (flags & 0xFFF) as usize;
             let c_str = |b: &[u8]| -> usize { b.iter().position(|&c| c == 0).unwrap_or(b.len()) };
             if version == 4 {
@@ -1101,6 +1110,47 @@ mod tests {
             .output()
             .unwrap();
         assert!(ok.status.success(), "{args:?}: {ok:?}");
+    }
+
+    #[test]
+    fn indexes_that_differ_in_stat_data_alone_have_the_same_entries() {
+        for version in ["2", "3", "4"] {
+            let t = tempfile::tempdir().unwrap();
+            let dir = t.path();
+            git(dir, &["init", "-q"]);
+            git(dir, &["config", "index.version", version]);
+            std::fs::write(dir.join("a"), "a\n").unwrap();
+            std::fs::write(dir.join("b"), "b\n").unwrap();
+            git(dir, &["add", "a", "b"]);
+            git(dir, &["update-index", "--index-version", version]);
+            let read = || std::fs::read(dir.join(".git/index")).unwrap();
+            let start = read();
+            // Stat data only: a file's time changed, the index refreshed.
+            let a = std::fs::File::options()
+                .write(true)
+                .open(dir.join("a"))
+                .unwrap();
+            a.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 30))
+                .unwrap();
+            git(dir, &["update-index", "--refresh"]);
+            let refreshed = read();
+            assert_ne!(start, refreshed, "v{version}: the refresh rewrote nothing");
+            assert!(same_entries(&start, &refreshed, 20), "v{version}");
+            // A flag (skip-worktree), an object, a new entry: not the same.
+            git(dir, &["update-index", "--skip-worktree", "b"]);
+            assert!(
+                !same_entries(&refreshed, &read(), 20),
+                "v{version}: skip-worktree"
+            );
+            git(dir, &["update-index", "--no-skip-worktree", "b"]);
+            std::fs::write(dir.join("b"), "c\n").unwrap();
+            git(dir, &["add", "b"]);
+            assert!(
+                !same_entries(&refreshed, &read(), 20),
+                "v{version}: an object"
+            );
+            assert!(!same_entries(&refreshed, b"DIRC", 20));
+        }
     }
 
     #[test]

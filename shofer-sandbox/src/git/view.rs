@@ -434,6 +434,19 @@ impl View {
                 changes.push((name.clone(), before.cloned(), after.cloned()));
             }
         }
+        // The worktree's branch, HEAD and index go back together: an index that cannot (it
+        // fails a check, or the repository's changed meanwhile) keeps the branch's move
+        // private too — a branch moved under an index left behind stages the undoing of the
+        // run's commit.
+        let index_refused = self.index_refused(gitdir_fd.as_ref(), check_index);
+        if let (Some(why), Some(own)) = (&index_refused, &self.own_branch) {
+            if let Some(at) = changes.iter().position(|(n, _, _)| n == own) {
+                changes.remove(at);
+                out.kept_private.push(format!(
+                    "{own} (with the worktree's index, which cannot go back: {why})"
+                ));
+            }
+        }
         let carried = self.update_refs(&changes, &mut out);
         let mut host_after = self.host_refs.clone();
         for (name, _, new) in &changes {
@@ -466,7 +479,7 @@ impl View {
             &elsewhere,
             &created,
             branch_kept,
-            check_index,
+            index_refused,
             &mut out,
         );
         // Everything else that differs from the host stays private.
@@ -613,13 +626,16 @@ impl View {
         elsewhere: &BTreeSet<String>,
         created: &BTreeMap<String, String>,
         branch_kept: bool,
-        check_index: &dyn Fn(NestedScan) -> bool,
+        index_refused: Option<String>,
         out: &mut Carried,
     ) -> BTreeSet<PathBuf> {
         let handled: BTreeSet<PathBuf> =
             OWN_FILES.iter().map(|n| self.gitdir_rel.join(n)).collect();
         let Some(gitdir) = gitdir else { return handled };
         let logs = paths::openat_dir(gitdir, Path::new("logs")).ok();
+        // Whether the run's HEAD stays private (the index for it must not go back alone).
+        let mut head_kept = false;
+        let mut index_refused = index_refused;
         for name in OWN_FILES {
             let rel = self.gitdir_rel.join(name);
             let read = match name.strip_prefix("logs/") {
@@ -663,7 +679,7 @@ impl View {
                     }
                     Some(_) => None,
                 },
-                "index" => self.index_checks(&bytes, check_index).err(),
+                "index" => index_refused.take(),
                 _ => None,
             };
             // HEAD, ORIG_HEAD and the index as the run started from them: one the repository's
@@ -671,21 +687,22 @@ impl View {
             // repository's — for the index, unless only its stat data changed (`git status`
             // refreshes it). The index goes with the branch: not when the branch's move stays
             // private (it would stage the undoing of the repository's commit).
-            let refused = refused.or_else(|| {
-                if name == "logs/HEAD" {
-                    return None;
+            let refused = refused.or_else(|| match name {
+                "logs/HEAD" => None,
+                // Checked before the refs moved ([`View::index_refused`]).
+                "index" if branch_kept => {
+                    Some("the branch's move it goes with stays private".into())
                 }
-                if name == "index" && branch_kept {
-                    return Some("the branch's move it goes with stays private".into());
+                "index" if head_kept => Some("the HEAD it goes with stays private".into()),
+                "index" => None,
+                _ => {
+                    let host_now = fs::read(self.gitdir.join(name)).ok();
+                    (host_now.as_deref().map(fingerprint) != self.copied.get(&rel).copied())
+                        .then(|| "the repository's changed it meanwhile".to_string())
                 }
-                let host_now = fs::read(self.gitdir.join(name)).ok();
-                let same = host_now.as_deref().map(fingerprint) == self.copied.get(&rel).copied()
-                    || (name == "index"
-                        && matches!((&host_now, &self.start_index), (Some(now), Some(then))
-                            if super::nested::same_entries(now, then, self.hex_len / 2)));
-                (!same).then(|| "the repository's changed it meanwhile".to_string())
             });
             if let Some(why) = refused {
+                head_kept |= name == "HEAD";
                 out.kept_private
                     .push(format!("{} (dropped: {why})", rel.display()));
                 continue;
@@ -710,6 +727,35 @@ impl View {
             }
         }
         handled
+    }
+
+    /// Why the view's index cannot go back to the repository, when the run changed it: it
+    /// fails [`View::index_checks`], or the repository's index no longer has the entries the
+    /// run started from (its stat data aside: `git status` rewrites that). `None` when it may
+    /// (or did not change).
+    fn index_refused(
+        &self,
+        gitdir: Option<&OwnedFd>,
+        check_index: &dyn Fn(NestedScan) -> bool,
+    ) -> Option<String> {
+        let gitdir = gitdir?;
+        let rel = self.gitdir_rel.join("index");
+        let bytes = match paths::read_small_file(gitdir, "index", MAX_FILE) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(e) => return Some(e.to_string()),
+        };
+        if self.copied.get(&rel) == Some(&fingerprint(&bytes)) {
+            return None;
+        }
+        if let Err(why) = self.index_checks(&bytes, check_index) {
+            return Some(why);
+        }
+        let host_now = fs::read(self.gitdir.join("index")).ok();
+        let same = host_now.as_deref().map(fingerprint) == self.copied.get(&rel).copied()
+            || matches!((&host_now, &self.start_index), (Some(now), Some(then))
+                if super::nested::same_entries(now, then, self.hex_len / 2));
+        (!same).then(|| "the repository's changed it meanwhile".to_string())
     }
 
     /// Whether the index `bytes` may reach the host: fit for it
