@@ -2847,6 +2847,25 @@ fn the_users_commit_during_a_run_stays_and_a_new_worktree_inherits_nothing() {
                     show(&out)
                 ));
             }
+            // A commit and then a checkout of a branch this worktree did not create: the HEAD
+            // stays, so the commit's move and its index stay private with it (a branch moved
+            // under them would stage the undoing of the commit).
+            let tip = host_git_in(&l, &l.repo, &["rev-parse", "topic/x"]);
+            let out = run_in(
+                &l,
+                b,
+                &l.wt,
+                "echo r1 >> README && git commit -qam run1 && git checkout -q other",
+            );
+            let staged = host_git_in(&l, &l.wt, &["diff", "--cached", "--name-only"]);
+            let now = host_git_in(&l, &l.repo, &["rev-parse", "topic/x"]);
+            if !staged.stdout.is_empty() || tip.stdout != now.stdout {
+                failures.push(format!(
+                    "{cell}: a branch moved under a HEAD kept private\n{}",
+                    show(&out)
+                ));
+            }
+            host_git_in(&l, &l.wt, &["checkout", "-q", "--", "."]);
             // The branch checked out is not deleted under the worktree's HEAD.
             run_in(
                 &l,

@@ -779,6 +779,9 @@ pub(crate) fn parse_index_bytes(
     ))
 }
 
+/// The most bytes the names of an index carried back may expand to.
+const MAX_NAME_BYTES: usize = 64 << 20;
+
 /// Whether the whole index `data` may replace the host's: its trailing checksum holds (or is
 /// zero, `index.skipHash`), it is no split index (its shared index would not come with it),
 /// and git's `verify_path` would accept every entry's name (no empty, `.` or `..` component,
@@ -804,9 +807,21 @@ pub(crate) fn index_fit_for_host(data: &[u8], hash_len: usize) -> Result<(), Str
         return Err("its checksum does not match".into());
     }
     let mut bad: Option<String> = None;
+    // A version-4 index names each entry by a prefix of the one before: 400 KB can expand to
+    // gigabytes of names, which every git that reads it would hold.
+    let mut names_left = MAX_NAME_BYTES;
     let src = IndexBytes::whole(data);
     let starts = visit_entries(&src, hash_len, &mut |_, _, _, _, name| {
-        if bad.is_none() && !path_git_accepts(name) {
+        if bad.is_some() {
+            return;
+        }
+        names_left = names_left.saturating_sub(name.len());
+        if name.len() > MAX_PATH || names_left == 0 {
+            bad = Some(format!(
+                "{} (names beyond what a worktree holds)",
+                String::from_utf8_lossy(&name[..name.len().min(64)])
+            ));
+        } else if !path_git_accepts(name) {
             bad = Some(String::from_utf8_lossy(name).into_owned());
         }
     })

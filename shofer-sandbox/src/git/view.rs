@@ -439,11 +439,23 @@ impl View {
         // private too — a branch moved under an index left behind stages the undoing of the
         // run's commit.
         let index_refused = self.index_refused(gitdir_fd.as_ref(), check_index);
-        if let (Some(why), Some(own)) = (&index_refused, &self.own_branch) {
+        let pending: BTreeMap<String, String> = changes
+            .iter()
+            .filter_map(|(n, _, new)| match new {
+                Some(Value::Oid(o)) => Some((n.clone(), o.clone())),
+                _ => None,
+            })
+            .chain(created.iter().map(|(n, o)| (n.clone(), o.clone())))
+            .collect();
+        let head_refused = self.head_refused(gitdir_fd.as_ref(), &elsewhere, &pending);
+        if let (Some(why), Some(own)) = (
+            index_refused.as_ref().or(head_refused.as_ref()),
+            &self.own_branch,
+        ) {
             if let Some(at) = changes.iter().position(|(n, _, _)| n == own) {
                 changes.remove(at);
                 out.kept_private.push(format!(
-                    "{own} (with the worktree's index, which cannot go back: {why})"
+                    "{own} (with the worktree's HEAD and index, which cannot go back: {why})"
                 ));
             }
         }
@@ -536,14 +548,18 @@ impl View {
         if let Ok(dir) = fs::read_dir(self.over.join("worktrees")) {
             heads.extend(dir.flatten().map(|e| e.path().join("HEAD")));
         }
+        let own = self.gitdir.join("HEAD");
         heads
             .iter()
-            .filter(|h| **h != self.gitdir.join("HEAD"))
-            .filter_map(|h| paths::read_regular(h, 4096).ok())
-            .filter_map(|b| match refs::parse_value(&b, self.hex_len) {
-                Some(Value::Symbolic(n)) => Some(n),
+            .filter_map(|h| Some((h, paths::read_regular(h, 4096).ok()?)))
+            .filter_map(|(h, b)| match refs::parse_value(&b, self.hex_len) {
+                Some(Value::Symbolic(n)) => Some((h, n)),
                 _ => None,
             })
+            // This worktree's own HEAD counts when the user checked out another branch in it
+            // during the run: that branch is theirs now, as one checked out elsewhere is.
+            .filter(|(h, n)| **h != own || self.own_branch.as_ref() != Some(n))
+            .map(|(_, n)| n)
             .collect()
     }
 
@@ -657,28 +673,7 @@ impl View {
                 continue;
             }
             let refused = match name {
-                // A branch of this worktree's (checked out at the start, or created by its
-                // runs), or a commit the repository has.
-                "HEAD" | "ORIG_HEAD" => match refs::parse_value(&bytes, self.hex_len) {
-                    None => Some("not a ref value".to_string()),
-                    Some(Value::Symbolic(b))
-                        if name == "ORIG_HEAD" || !b.starts_with("refs/heads/") =>
-                    {
-                        Some(format!("{b} is no branch"))
-                    }
-                    Some(Value::Symbolic(b)) if elsewhere.contains(&b) => {
-                        Some(format!("{b} is checked out in another worktree"))
-                    }
-                    Some(Value::Symbolic(b))
-                        if self.own_branch.as_ref() != Some(&b) && !created.contains_key(&b) =>
-                    {
-                        Some(format!("{b} is a branch this worktree did not create"))
-                    }
-                    Some(Value::Oid(o)) if !self.has_commit(&o) => {
-                        Some(format!("{o} is no commit of the repository"))
-                    }
-                    Some(_) => None,
-                },
+                "HEAD" | "ORIG_HEAD" => self.head_value_refused(name, &bytes, elsewhere, created),
                 "index" => index_refused.take(),
                 _ => None,
             };
@@ -727,6 +722,59 @@ impl View {
             }
         }
         handled
+    }
+
+    /// Why the view's `name` (`HEAD`, `ORIG_HEAD`) holding `bytes` cannot go back: it must
+    /// name a branch of this worktree's (checked out at the start, or in `created`: made by
+    /// its runs) that no other worktree has checked out, or a commit the repository has.
+    fn head_value_refused(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        elsewhere: &BTreeSet<String>,
+        created: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        match refs::parse_value(bytes, self.hex_len) {
+            None => Some("not a ref value".to_string()),
+            Some(Value::Symbolic(b)) if name == "ORIG_HEAD" || !b.starts_with("refs/heads/") => {
+                Some(format!("{b} is no branch"))
+            }
+            Some(Value::Symbolic(b)) if elsewhere.contains(&b) => {
+                Some(format!("{b} is checked out in another worktree"))
+            }
+            Some(Value::Symbolic(b))
+                if self.own_branch.as_ref() != Some(&b) && !created.contains_key(&b) =>
+            {
+                Some(format!("{b} is a branch this worktree did not create"))
+            }
+            Some(Value::Oid(o)) if !self.has_commit(&o) => {
+                Some(format!("{o} is no commit of the repository"))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// Why the view's `HEAD` cannot go back, when the run changed it ([`Self::head_value_refused`],
+    /// with the refs this run is about to move counted as its own; and the repository's `HEAD`
+    /// must still be what the run started from). Taken before the refs move: a branch must
+    /// not move under a `HEAD` and index that stay behind.
+    fn head_refused(
+        &self,
+        gitdir: Option<&OwnedFd>,
+        elsewhere: &BTreeSet<String>,
+        pending: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        let bytes = paths::read_small_file(gitdir?, "HEAD", 4096).ok()?;
+        let rel = self.gitdir_rel.join("HEAD");
+        if self.copied.get(&rel) == Some(&fingerprint(&bytes)) {
+            return None;
+        }
+        self.head_value_refused("HEAD", &bytes, elsewhere, pending)
+            .or_else(|| {
+                let host_now = fs::read(self.gitdir.join("HEAD")).ok();
+                (host_now.as_deref().map(fingerprint) != self.copied.get(&rel).copied())
+                    .then(|| "the repository's changed it meanwhile".to_string())
+            })
     }
 
     /// Why the view's index cannot go back to the repository, when the run changed it: it
