@@ -491,7 +491,7 @@ impl View {
             &elsewhere,
             &created,
             branch_kept,
-            index_refused,
+            (head_refused, index_refused),
             &mut out,
         );
         // Everything else that differs from the host stays private.
@@ -642,7 +642,7 @@ impl View {
         elsewhere: &BTreeSet<String>,
         created: &BTreeMap<String, String>,
         branch_kept: bool,
-        index_refused: Option<String>,
+        (head_refused, index_refused): (Option<String>, Option<String>),
         out: &mut Carried,
     ) -> BTreeSet<PathBuf> {
         let handled: BTreeSet<PathBuf> =
@@ -651,7 +651,7 @@ impl View {
         let logs = paths::openat_dir(gitdir, Path::new("logs")).ok();
         // Whether the run's HEAD stays private (the index for it must not go back alone).
         let mut head_kept = false;
-        let mut index_refused = index_refused;
+        let (mut head_refused, mut index_refused) = (head_refused, index_refused);
         for name in OWN_FILES {
             let rel = self.gitdir_rel.join(name);
             let read = match name.strip_prefix("logs/") {
@@ -672,11 +672,26 @@ impl View {
             if self.copied.get(&rel) == Some(&fingerprint(&bytes)) {
                 continue;
             }
-            let refused = match name {
-                "HEAD" | "ORIG_HEAD" => self.head_value_refused(name, &bytes, elsewhere, created),
-                "index" => index_refused.take(),
-                _ => None,
-            };
+            let refused =
+                match name {
+                    // Judged before the refs moved ([`View::head_refused`], with the refs about to
+                    // move counted as the worktree's): a branch it names must have moved since.
+                    "HEAD" => head_refused.take().or_else(|| {
+                        match refs::parse_value(&bytes, self.hex_len) {
+                            None => Some("not a ref value".to_string()),
+                            Some(Value::Symbolic(b))
+                                if self.own_branch.as_ref() != Some(&b)
+                                    && !created.contains_key(&b) =>
+                            {
+                                Some(format!("{b} did not reach the repository"))
+                            }
+                            Some(_) => None,
+                        }
+                    }),
+                    "ORIG_HEAD" => self.head_value_refused(name, &bytes, elsewhere, created),
+                    "index" => index_refused.take(),
+                    _ => None,
+                };
             // HEAD, ORIG_HEAD and the index as the run started from them: one the repository's
             // git changed meanwhile (a checkout, a commit in the worktree) stays the
             // repository's — for the index, unless only its stat data changed (`git status`
@@ -764,7 +779,12 @@ impl View {
         elsewhere: &BTreeSet<String>,
         pending: &BTreeMap<String, String>,
     ) -> Option<String> {
-        let bytes = paths::read_small_file(gitdir?, "HEAD", 4096).ok()?;
+        // Read as the carry-back reads it.
+        let bytes = match paths::read_small_file(gitdir?, "HEAD", MAX_FILE) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(e) => return Some(e.to_string()),
+        };
         let rel = self.gitdir_rel.join("HEAD");
         if self.copied.get(&rel) == Some(&fingerprint(&bytes)) {
             return None;
@@ -896,8 +916,8 @@ impl View {
                     ft => ft,
                 };
                 // A name that is not UTF-8 is weighed, never kept: git names none such.
-                let weighed_only = weighed_only_names(&name, only_weighed);
-                let weighed_only = weighed_only
+                let weighed_only = only_weighed
+                    || name.to_str().is_none()
                     || transient(&path)
                     || path == Path::new("packed-refs")
                     || path.starts_with("refs")
@@ -1103,12 +1123,6 @@ fn clashes(refs: &Refs, name: &str) -> bool {
             .range(under.clone()..)
             .next()
             .is_some_and(|(k, _)| k.starts_with(&under))
-}
-
-/// Whether an entry `name` of a directory that is `only_weighed` is only weighed: so is
-/// everything in such a directory, and a name that is not UTF-8.
-fn weighed_only_names(name: &std::ffi::OsStr, only_weighed: bool) -> bool {
-    only_weighed || name.to_str().is_none()
 }
 
 /// Files git makes anew whenever it needs them, which a view does not keep: the last commit
