@@ -2,7 +2,9 @@
 //! by what the kernel offers this caller:
 //!
 //! - a **cgroup** of the run's own where the caller may make one: cgroup v2 where its own
-//!   cgroup delegates the controllers (`cgroup.subtree_control`), else the cgroup v1
+//!   cgroup delegates the controllers (`cgroup.subtree_control`) or, as in a systemd
+//!   session's leaf scope, the nearest ancestor does and is the caller's to write
+//!   ([`shofer_sys::proc::cgroup2_delegating`]), else the cgroup v1
 //!   hierarchies of `pids`, `memory` and `cpu` (root); every limit holds there. The
 //!   command's first process moves itself in before anything else (a write of `0` to each
 //!   v1 `tasks` or v2 `cgroup.procs` file the supervisor opened: [`Enforced::procs_fds`];
@@ -54,7 +56,6 @@
 
 mod pool;
 
-use std::fs;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
@@ -113,7 +114,13 @@ impl Group {
                 Mode::empty(),
             )
             .and_then(|f| rustix::io::write(f, value.as_bytes()))
-            .map_err(|e| format!("{}: {e}", self.path.join(file).display()))?;
+            .map(drop)
+            .or_else(|e| match e {
+                // A kernel without swap accounting has no `memory.swap.max`: swap then
+                // stays outside the limit, as it does in cgroup v1's `memory.limit_in_bytes`.
+                rustix::io::Errno::NOENT if file.ends_with(".swap.max") => Ok(()),
+                e => Err(format!("{}: {e}", self.path.join(file).display())),
+            })?;
         }
         self.entry = Some(
             rustix::fs::openat(
@@ -199,15 +206,9 @@ pub(crate) struct Enforced {
 }
 
 const CGROUP_SUPER_MAGIC: i64 = 0x27e0eb;
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-
-fn fs_magic(path: &Path) -> Option<i64> {
-    // `f_type`'s width differs between architectures.
-    #[allow(clippy::unnecessary_cast)]
-    rustix::fs::statfs(path).ok().map(|s| s.f_type as i64)
-}
 
 fn fd_magic(fd: &OwnedFd) -> Option<i64> {
+    // `f_type`'s width differs between architectures.
     #[allow(clippy::unnecessary_cast)]
     rustix::fs::fstatfs(fd).ok().map(|s| s.f_type as i64)
 }
@@ -413,32 +414,18 @@ impl Enforced {
         Ok(reused)
     }
 
-    /// A cgroup v2 child of our own cgroup, where it delegates every controller needed.
+    /// A cgroup v2 child of our own cgroup where it delegates every controller needed, else of
+    /// the nearest ancestor that does ([`shofer_sys::proc::cgroup2_delegating`]).
     fn cgroup_v2(&mut self, name: &str) -> Result<(), String> {
-        let root = Path::new("/sys/fs/cgroup");
-        if fs_magic(root) != Some(CGROUP2_SUPER_MAGIC) {
-            return Err("cgroup v2 is not mounted on /sys/fs/cgroup".into());
-        }
-        let own = shofer_sys::proc::own_cgroups()
-            .into_iter()
-            .find(|(c, _)| c.is_empty())
-            .map(|(_, p)| p)
-            .ok_or("no cgroup v2 line in /proc/self/cgroup")?;
-        let parent = root.join(own.trim_start_matches('/'));
-        let enabled = fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
-        let enabled: Vec<&str> = enabled.split_whitespace().collect();
-        for (c, on) in [
+        let wanted: Vec<&str> = [
             ("pids", self.limits.procs.is_some()),
             ("memory", self.limits.memory.is_some()),
             ("cpu", self.limits.cpu_percent.is_some()),
-        ] {
-            if on && !enabled.contains(&c) {
-                return Err(format!(
-                    "{} does not delegate the {c} controller",
-                    parent.display()
-                ));
-            }
-        }
+        ]
+        .into_iter()
+        .filter_map(|(c, on)| on.then_some(c))
+        .collect();
+        let parent = shofer_sys::proc::cgroup2_delegating(&wanted)?;
         let mut writes = Vec::new();
         if let Some(p) = self.limits.procs {
             writes.push(("pids.max", p.to_string()));

@@ -1,6 +1,7 @@
 //! `/proc` scanning and parsing: one [`ProcInfo`] per process, one scan ([`ProcTable`]), one
 //! descendant walk; a task's `status` fields ([`Status`]); the mount table ([`mounts`]); this
-//! process's cgroups ([`own_cgroups`]); the machine's memory ([`mem_total`]).
+//! process's cgroups ([`own_cgroups`]) and where it may make a cgroup v2
+//! ([`cgroup2_delegating`]); the machine's memory ([`mem_total`]).
 //!
 //! The fields come from `/proc/<pid>/stat` (proc(5)). The command name (`comm`, field 2) is
 //! written between parentheses and may itself hold spaces and `)`; the kernel does not escape
@@ -433,6 +434,65 @@ pub fn own_cgroups() -> Vec<(String, String)> {
             Some((f.next()?.to_string(), f.next()?.to_string()))
         })
         .collect()
+}
+
+/// The cgroup v2 directory a process of this one's may make a child cgroup in with every
+/// controller of `controllers`: its own cgroup when that delegates them all (its
+/// `cgroup.subtree_control` lists them: the root cgroup, a container's), else the nearest
+/// ancestor that does — where a systemd session puts its processes, in a leaf scope whose
+/// slice (`user@UID.service/app.slice`, delegated to the user) delegates the controllers. The
+/// kernel's "no internal processes" rule keeps a delegating cgroup other than the root free of
+/// processes, so the new cgroup is a sibling of a cgroup on the way up, and moving into it
+/// needs write access to the ancestor's `cgroup.procs` (cgroup v2's delegation rules): that is
+/// checked too, so the caller learns it here rather than when the command's first process
+/// moves.
+///
+/// # Errors
+/// Why not: no unified hierarchy on `/sys/fs/cgroup`, no v2 line in `/proc/self/cgroup`, no
+/// cgroup on the way up delegates them, or the one that does is not the caller's to write.
+pub fn cgroup2_delegating(controllers: &[&str]) -> Result<std::path::PathBuf, String> {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    // CGROUP2_SUPER_MAGIC; `f_type`'s width differs between architectures.
+    #[allow(clippy::unnecessary_cast)]
+    if rustix::fs::statfs(root).map(|s| s.f_type as i64).ok() != Some(0x6367_7270) {
+        return Err("cgroup v2 is not mounted on /sys/fs/cgroup".into());
+    }
+    let own = own_cgroups()
+        .into_iter()
+        .find(|(c, _)| c.is_empty())
+        .map(|(_, p)| p)
+        .ok_or("no cgroup v2 line in /proc/self/cgroup")?;
+    let own = root.join(own.trim_start_matches('/'));
+    let mut dir = own.as_path();
+    loop {
+        let on = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+        let on: Vec<&str> = on.split_whitespace().collect();
+        if controllers.iter().all(|c| on.contains(c)) {
+            let procs = dir.join("cgroup.procs");
+            return match rustix::fs::access(&procs, rustix::fs::Access::WRITE_OK) {
+                Ok(()) => Ok(dir.to_path_buf()),
+                Err(e) => Err(format!(
+                    "{} delegates the {} controller{}, but moving out of {} needs {}: {e}",
+                    dir.display(),
+                    controllers.join(", "),
+                    if controllers.len() == 1 { "" } else { "s" },
+                    own.display(),
+                    procs.display()
+                )),
+            };
+        }
+        match dir.parent() {
+            Some(up) if dir != root => dir = up,
+            _ => {
+                return Err(format!(
+                    "no cgroup from {} up delegates the {} controller{}",
+                    own.display(),
+                    controllers.join(", "),
+                    if controllers.len() == 1 { "" } else { "s" },
+                ))
+            }
+        }
+    }
 }
 
 /// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`, from `sysinfo(2)`: one call

@@ -53,56 +53,73 @@ const BOUND: u64 = 256;
 /// A bomb that never reaches this many processes at once proves nothing.
 const MIN_PEAK: usize = 16;
 
-/// A cgroup of the harness's own under its own cgroup of `controller`'s hierarchy (v1), or
-/// of the unified one where its cgroup delegates `controller` (v2); removed on drop.
-struct HarnessCgroup(PathBuf);
+/// A cgroup of the harness's own: under its own cgroup of `controller`'s hierarchy (v1), or
+/// under the cgroup v2 that delegates `controller` to it (its own or the nearest ancestor:
+/// `shofer_sys::proc::cgroup2_delegating`, as the sandbox finds it). A v2 one delegates on
+/// what its parent delegates and holds the sandbox in a leaf (`run`), so the sandbox's own
+/// cgroup is made inside it, within its bound. Removed on drop.
+struct HarnessCgroup {
+    dir: PathBuf,
+    /// The v2 leaf the sandbox starts in.
+    leaf: Option<PathBuf>,
+}
 
 impl HarnessCgroup {
     fn new(controller: &str, marker: &str, writes: &[(&str, String)]) -> Result<Self, String> {
-        let own = shofer_sys::proc::own_cgroups();
         let v1 = Path::new("/sys/fs/cgroup").join(controller);
-        let parent = if v1.join("tasks").exists() {
-            let path = own
-                .iter()
+        let (parent, v2) = if v1.join("tasks").exists() {
+            let path = shofer_sys::proc::own_cgroups()
+                .into_iter()
                 .find(|(c, _)| c.split(',').any(|x| x == controller))
-                .map(|(_, p)| p.clone())
+                .map(|(_, p)| p)
                 .ok_or_else(|| format!("no {controller} line in /proc/self/cgroup"))?;
-            v1.join(path.trim_start_matches('/'))
+            (v1.join(path.trim_start_matches('/')), false)
         } else if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-            let path = own
-                .iter()
-                .find(|(c, _)| c.is_empty())
-                .map(|(_, p)| p.clone())
-                .ok_or("no cgroup v2 line in /proc/self/cgroup")?;
-            let p = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
-            let on = std::fs::read_to_string(p.join("cgroup.subtree_control")).unwrap_or_default();
-            if !on.split_whitespace().any(|c| c == controller) {
-                return Err(format!(
-                    "{} does not delegate the {controller} controller",
-                    p.display()
-                ));
-            }
-            p
+            (shofer_sys::proc::cgroup2_delegating(&[controller])?, true)
         } else {
             return Err(format!("no cgroup {controller} hierarchy is mounted"));
         };
         let dir = parent.join(format!("{marker}-{controller}"));
         std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-        let cg = HarnessCgroup(dir);
+        let mut cg = HarnessCgroup { dir, leaf: None };
+        let write = |f: PathBuf, value: &str| {
+            std::fs::write(&f, value).map_err(|e| format!("{}: {e}", f.display()))
+        };
         for (file, value) in writes {
-            let f = cg.0.join(file);
-            std::fs::write(&f, value).map_err(|e| format!("{}: {e}", f.display()))?;
+            write(cg.dir.join(file), value)?;
+        }
+        if v2 {
+            let on =
+                std::fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+            let pass: Vec<String> = on
+                .split_whitespace()
+                .filter(|c| ["pids", "memory", "cpu"].contains(c))
+                .map(|c| format!("+{c}"))
+                .collect();
+            write(cg.dir.join("cgroup.subtree_control"), &pass.join(" "))?;
+            let leaf = cg.dir.join("run");
+            std::fs::create_dir(&leaf).map_err(|e| format!("mkdir {}: {e}", leaf.display()))?;
+            cg.leaf = Some(leaf);
         }
         Ok(cg)
+    }
+
+    /// The file the sandbox's process writes itself to, to start inside.
+    fn procs(&self) -> PathBuf {
+        self.leaf.as_ref().unwrap_or(&self.dir).join("cgroup.procs")
     }
 }
 
 impl Drop for HarnessCgroup {
     fn drop(&mut self) {
-        // Its last tasks may still be exiting; the sandbox returns its run's cgroup to a pool
-        // of spares beside it (shofer-sandbox's limits::pool), inside this one: those go first.
+        // Its last tasks may still be exiting; the sandbox makes its run's cgroup inside this
+        // one (v1: returned to a pool of spares beside it, shofer-sandbox's limits::pool):
+        // those go first.
         for _ in 0..50 {
-            if let Ok(children) = std::fs::read_dir(&self.0) {
+            if let Some(leaf) = &self.leaf {
+                let _ = std::fs::remove_dir(leaf);
+            }
+            if let Ok(children) = std::fs::read_dir(&self.dir) {
                 for c in children.flatten() {
                     if c.file_name().to_string_lossy().starts_with("shofer-")
                         && c.file_type().is_ok_and(|t| t.is_dir())
@@ -111,7 +128,7 @@ impl Drop for HarnessCgroup {
                     }
                 }
             }
-            if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
+            if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -166,7 +183,7 @@ fn fork_bomb(c: &Ctx) -> Outcome {
         User::Root => {
             match HarnessCgroup::new("pids", &marker, &[("pids.max", BOUND.to_string())]) {
                 Ok(cg) => {
-                    spec.cgroup_procs = Some(cg.0.join("cgroup.procs"));
+                    spec.cgroup_procs = Some(cg.procs());
                     Some(cg)
                 }
                 Err(e) => {
