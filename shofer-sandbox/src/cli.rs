@@ -96,6 +96,8 @@ pub enum Invocation {
         max_abi: Option<u32>,
         /// `--net` given alongside.
         net: NetPolicy,
+        /// `--limit-procs`, `--limit-memory`, `--limit-cpu` given alongside.
+        limits: [Setting; 3],
     },
     /// `--print-apparmor-profile`: the AppArmor profile that lets this binary create user
     /// namespaces (Ubuntu's `kernel.apparmor_restrict_unprivileged_userns`).
@@ -393,6 +395,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Set
             backend,
             max_abi,
             net,
+            limits,
         });
     }
     if json {

@@ -122,8 +122,15 @@ use writable::OpenedPolicy;
 pub use signals::EXIT_SETUP;
 
 /// `--probe`: prints what this kernel can enforce with `backend` (`--backend`, default
-/// `auto`). Returns the exit status (0).
-pub fn probe(json: bool, backend: cli::BackendChoice, max_abi: Option<u32>, net: NetPolicy) -> i32 {
+/// `auto`), and how `limits` would hold (set up as for a run, then handed back). Returns the
+/// exit status (0).
+pub fn probe(
+    json: bool,
+    backend: cli::BackendChoice,
+    max_abi: Option<u32>,
+    net: NetPolicy,
+    limits: [shofer_core::limits::Setting; 3],
+) -> i32 {
     let facts = Facts::probe();
     // A forced backend is described even where it is partial (its degradations are listed);
     // `auto` says what a run would do.
@@ -131,7 +138,24 @@ pub fn probe(json: bool, backend: cli::BackendChoice, max_abi: Option<u32>, net:
     let choice = backend::choose(backend, &facts, max_abi, net, describe_partial);
     // The probe reports every mechanism, needed for the decision or not.
     let _ = (facts.userns(), facts.bwrap());
-    let value = report::probe(&facts, &choice, net);
+    let mut value = report::probe(&facts, &choice, net);
+    if let Ok(c) = &choice {
+        let [procs, memory, cpu] = limits;
+        let enforced = limits::Enforced::prepare(
+            shofer_core::limits::Limits::resolve(procs, memory, cpu, shofer_sys::proc::mem_total()),
+            matches!(c.backend, Backend::Layered | Backend::Userns),
+            rustix::process::geteuid().is_root(),
+        );
+        value["limits"] = report::limits(&enforced.rows);
+        // The probe's cgroups are handed back when `enforced` drops: no path to name.
+        for row in value["limits"]
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|l| l.values_mut())
+        {
+            row.as_object_mut().map(|r| r.remove("cgroup"));
+        }
+    }
     if json {
         println!("{value}");
     } else {

@@ -38,7 +38,8 @@ extern "C" fn main(
             backend,
             max_abi,
             net,
-        }) => shofer_sandbox::probe(json, backend, max_abi, net),
+            limits,
+        }) => shofer_sandbox::probe(json, backend, max_abi, net, limits),
         Ok(Invocation::Run(args)) => shofer_sandbox::run(*args),
         Ok(Invocation::Repair(wt)) => shofer_sandbox::repair(&wt),
         // 125: the sandbox could not be set up (here: a usage error).

@@ -192,6 +192,19 @@ pub fn probe_text(v: &Value) -> String {
             out += &format!("  {k:<24} {state}\n");
         }
     }
+    if let Some(l) = v["limits"].as_object() {
+        for (k, e) in l {
+            let state = if e["status"] == json!("enforced") {
+                format!("enforced by {}", s(&e["how"]))
+            } else {
+                format!("NOT enforced: {}", s(&e["reason"]))
+            };
+            out += &format!(
+                "  {:<24} {state}\n",
+                format!("limit_{k} {}", s(&e["value"]))
+            );
+        }
+    }
     out
 }
 
