@@ -32,7 +32,8 @@
 //! (`EPERM`), so a v2 run makes and removes its own. Runs that find the pool empty, and one
 //! run in sixteen besides, sweep their parents at the end (off the start path): the cgroups
 //! of runs whose supervisor is gone (a SIGKILLed sandbox hands nothing back) go to the pool
-//! when empty, or away.
+//! when empty, or away (only away from outside the initial PID namespace, where a cgroup's
+//! task list hides the tasks of other namespaces: `pool::sweep`).
 //!
 //! # Security
 //! The command can never write these files: cgroupfs is under the read-only root of the

@@ -553,3 +553,73 @@ fn a_dead_runs_empty_cgroup_becomes_a_spare_and_a_busy_one_stays() {
         "the run's cgroup and the dead run's empty one are the pool's: {spares_after:?}"
     );
 }
+
+/// A sandbox started in a child PID namespace (a container sharing the cgroup hierarchy)
+/// reads an empty `cgroup.procs` in a cgroup whose tasks are all outside its namespace: its
+/// sweep must not take a live run's cgroup into the pool for the next run to claim.
+#[test]
+fn a_sweep_from_a_child_pid_namespace_leaves_a_busy_cgroup_alone() {
+    let _pool = pool_lock();
+    if !pool_prerequisites("a_sweep_from_a_child_pid_namespace_leaves_a_busy_cgroup_alone") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    // The test's own pids group as the parent: its pool starts empty, so the run sweeps.
+    let cg = TestCgroup::new(4096).expect("a pids cgroup of the test's own");
+    let dead = {
+        let mut c = Command::new("true").spawn().unwrap();
+        c.wait().unwrap();
+        c.id()
+    };
+    // A run's cgroup, old, whose supervisor this namespace cannot see, holding a process of
+    // the host's (the test's) namespace.
+    let busy = cg.0.join(format!("shofer-{dead}-fedcba9876543210"));
+    std::fs::create_dir(&busy).unwrap();
+    let st = Command::new("touch")
+        .args(["-d", "5 minutes ago"])
+        .arg(&busy)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let busy_ino = std::fs::metadata(&busy).unwrap().ino();
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    std::fs::write(busy.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
+
+    let s = Scratch::new();
+    let mut cmd = Command::new("unshare");
+    cmd.current_dir(s.path())
+        .args(["--pid", "--fork", "--mount-proc", SANDBOX])
+        .args(["--backend", "layered", "--limit-memory", "off"])
+        .arg(s.path())
+        .args(["--", "/bin/true"])
+        .env("HOME", s.path())
+        .env("XDG_STATE_HOME", s.path().join("state"));
+    let procs = cg.0.join("cgroup.procs");
+    // Safety: only a write to a file between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || std::fs::write(&procs, "0"));
+    }
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    let still_there = busy.exists();
+    let spares_after = spares(&cg.0);
+    let held = std::fs::read_to_string(
+        spares_after
+            .iter()
+            .find(|(_, ino)| *ino == busy_ino)
+            .map_or(busy.join("cgroup.procs"), |(name, _)| {
+                cg.0.join(name).join("cgroup.procs")
+            }),
+    )
+    .unwrap_or_default();
+    // Leave nothing but spares (the TestCgroup removes those): the sleeper first, wherever
+    // its cgroup went.
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let _ = std::fs::remove_dir(&busy);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        still_there && spares_after.iter().all(|(_, ino)| *ino != busy_ino),
+        "the busy cgroup (holding {}) went into the pool: {spares_after:?}",
+        held.trim()
+    );
+}

@@ -121,7 +121,15 @@ pub(super) fn give_back(parent: BorrowedFd<'_>, name: &str, pooled: bool) {
 /// The cgroups in `parent` (at `path`) that runs left behind, their supervisor gone (a
 /// SIGKILLed sandbox returns nothing): each empty one into the pool (when `pooled`) or
 /// removed; one that holds a process is left alone.
+///
+/// "Empty" is what `cgroup.procs` lists, and it lists only the tasks of the reader's PID
+/// namespace and those below it: read from a child PID namespace (a sandbox started in a
+/// container that shares the hierarchy), a live run's cgroup of the host reads empty, and
+/// a rename would put it, processes and all, into the pool for the next run to claim. So
+/// outside the initial PID namespace the sweep only removes, which the kernel refuses for
+/// a cgroup that holds a task of any namespace (`EBUSY`).
 pub(super) fn sweep(parent: BorrowedFd<'_>, path: &Path, pooled: bool) {
+    let pooled = pooled && sees_every_task();
     let Ok(entries) = std::fs::read_dir(path) else {
         return;
     };
@@ -157,6 +165,16 @@ pub(super) fn sweep(parent: BorrowedFd<'_>, path: &Path, pooled: bool) {
             give_back(parent, name, pooled);
         }
     }
+}
+
+/// Whether this process is in the initial PID namespace, where `cgroup.procs` lists every
+/// task: its `/proc/self/ns/pid` is the kernel's fixed `PROC_PID_INIT_INO`. Without `/proc`,
+/// no.
+fn sees_every_task() -> bool {
+    const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+    // `st_ino`'s width differs between architectures.
+    #[allow(clippy::unnecessary_cast)]
+    rustix::fs::stat("/proc/self/ns/pid").is_ok_and(|st| st.st_ino as u64 == PROC_PID_INIT_INO)
 }
 
 #[cfg(test)]
