@@ -50,6 +50,8 @@
 //! - A reused memory cgroup still holds the page cache charged to earlier runs (files they
 //!   wrote); it counts toward the limit, and the kernel reclaims it before killing anything.
 //!   Should a spare refuse a limit below what it holds, the run makes a new cgroup instead.
+//!   Shared memory (tmpfs, `/dev/shm`) cannot be reclaimed without swap: a cgroup charged
+//!   with any is removed rather than pooled (`pool::give_back`).
 //! - The spares stay in the caller's cgroup; a manager that removes that cgroup without
 //!   removing its children first (systemd and runc remove them) finds it busy.
 //! - Before Linux 5.14 a write to `tasks` takes the global lock too, and so does every v2

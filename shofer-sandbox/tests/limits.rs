@@ -623,3 +623,61 @@ fn a_sweep_from_a_child_pid_namespace_leaves_a_busy_cgroup_alone() {
         held.trim()
     );
 }
+
+/// A run that leaves a file in `/dev/shm` (Landlock alone shares the host's) leaves its
+/// memory cgroup charged with pages the kernel cannot reclaim without swap: pooled, that
+/// cgroup would hand the next run that much less than its limit.
+#[test]
+fn shared_memory_a_run_leaves_does_not_shrink_the_next_runs_limit() {
+    let _pool = pool_lock();
+    if !pool_prerequisites("shared_memory_a_run_leaves_does_not_shrink_the_next_runs_limit") {
+        return;
+    }
+    // A memory group of the test's own (below its own, which it may not leave) as the
+    // parent: the pool the two runs share, and nobody else.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let own = own
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))
+        .expect("a memory line in /proc/self/cgroup");
+    let parent = Path::new("/sys/fs/cgroup/memory")
+        .join(own.trim_start_matches('/'))
+        .join(format!("shofer-test-mem-{}", std::process::id()));
+    std::fs::create_dir(&parent).unwrap();
+    let shm = PathBuf::from(format!("/dev/shm/shofer-test-{}", std::process::id()));
+    let run = |script: &str| {
+        let s = Scratch::new();
+        let mut cmd = Command::new(SANDBOX);
+        cmd.current_dir(s.path())
+            .args(["--backend", "landlock", "--limit-procs", "off"])
+            .args(["--limit-memory", "256M"])
+            .arg(s.path())
+            .args(["--", "/bin/sh", "-c", script])
+            .env("HOME", s.path())
+            .env("XDG_STATE_HOME", s.path().join("state"));
+        let procs = parent.join("cgroup.procs");
+        // Safety: only a write to a file between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || std::fs::write(&procs, "0"));
+        }
+        cmd.stdin(Stdio::null()).output().unwrap()
+    };
+    let first = run(&format!("head -c 160M /dev/zero > {}", shm.display()));
+    let second = run("python3 -c 'x = bytearray(160 << 20); print(len(x))'");
+    let _ = std::fs::remove_file(&shm);
+    for (name, _) in spares(&parent) {
+        let _ = std::fs::remove_dir(parent.join(name));
+    }
+    for _ in 0..50 {
+        if std::fs::remove_dir(&parent).is_ok() || !parent.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(first.status.success(), "{}", show(&first));
+    assert!(
+        second.status.success(),
+        "160M of 256M after a run left 160M in /dev/shm: {}",
+        show(&second)
+    );
+}

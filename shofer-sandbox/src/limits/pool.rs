@@ -104,8 +104,14 @@ pub(super) fn lists_none(file: BorrowedFd<'_>) -> bool {
 
 /// Once a run's tree is gone: its cgroup `name` in `parent`, empty (the caller checked), into
 /// a free slot of the pool when `pooled`, else removed.
+///
+/// A memory cgroup still charged with shared memory (`memory.stat` `shmem`: files the run
+/// left in `/dev/shm` or another tmpfs) is removed instead: without swap the kernel cannot
+/// reclaim those pages, so the next run to claim it would have that much less than its
+/// limit, and a command could make a later run's allocations fail. Removed, the charge
+/// moves to the parent.
 pub(super) fn give_back(parent: BorrowedFd<'_>, name: &str, pooled: bool) {
-    if pooled {
+    if pooled && !holds_shmem(parent, name) {
         for slot in 0..SPARES {
             match rustix::fs::renameat(parent, name, parent, spare_name(slot)) {
                 Ok(()) => return,
@@ -165,6 +171,27 @@ pub(super) fn sweep(parent: BorrowedFd<'_>, path: &Path, pooled: bool) {
             give_back(parent, name, pooled);
         }
     }
+}
+
+/// Whether the cgroup `name` in `parent` is a memory cgroup charged with shared memory
+/// (v1 `memory.stat`'s own `shmem`, in bytes). Not one of the memory controller: no.
+fn holds_shmem(parent: BorrowedFd<'_>, name: &str) -> bool {
+    let Ok(file) = rustix::fs::openat(
+        parent,
+        format!("{name}/memory.stat"),
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    // `shmem` comes early in the file (after cache, rss, rss_huge).
+    let mut buf = [0u8; 512];
+    let n = rustix::io::pread(&file, &mut buf, 0).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .find_map(|l| l.strip_prefix("shmem "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|v| v > 0)
 }
 
 /// Whether this process is in the initial PID namespace, where `cgroup.procs` lists every
