@@ -15,20 +15,24 @@
 //! - `kill(0)`, `kill(-pgid)`, `kill(-1)`: emulated over the run's processes of that group
 //!   (every one but the caller for `-1`), each through a pidfd checked against its start
 //!   time ([`shofer_sys::pidfd::signal_if_same`]); `ESRCH` when there is none;
-//! - a signal to the caller itself or to one of its threads, and `pidfd_send_signal` on a
-//!   pidfd (or `/proc/<pid>` directory) naming one of the run's processes, continue: the
-//!   caller cannot be reused while it waits, and a pidfd names one process for good;
+//! - a signal to the caller itself continues (it cannot be reused while it waits); one to a
+//!   thread of its own by `tkill` is sent as `tgkill(caller, tid)` (the thread could end and
+//!   its ID be reused); `pidfd_send_signal` on a pidfd (or `/proc/<pid>` directory) naming
+//!   one of the run's processes is performed on the supervisor's copy of that descriptor;
 //! - `pidfd_open` of one of the run's processes gets the supervisor's pidfd installed
 //!   (`SECCOMP_IOCTL_NOTIF_ADDFD`), any other `ESRCH`;
-//! - `fcntl(F_SETOWN)` (its owner in a register) continues when it names one of the run's
-//!   processes or a group of the run's processes only (the kernel keeps the owner as a
-//!   `struct pid`, so a number reused later does not inherit it), else `EPERM`;
-//!   `F_SETOWN_EX`, `FIOSETOWN`, `SIOCSPGRP` (an owner in memory), `F_SETFL` with `O_ASYNC`
-//!   and `FIOASYNC` are performed on the supervisor's copy of the caller's descriptor (the
-//!   same open file) with what was read once — `O_ASYNC` never on a terminal, which names
-//!   its foreground group as the owner itself; `TIOCSPGRP` is refused (moving the caller's
-//!   job, and the supervisor, to the background stops them); `TIOCSWINSZ` (`SIGWINCH` to the
-//!   foreground group) only on a terminal whose foreground group is the run's.
+//! - `fcntl(F_SETOWN)`, `F_SETOWN_EX`, `FIOSETOWN`, `SIOCSPGRP` (an owner for `SIGIO`) are
+//!   allowed when the owner names one of the run's processes or a group of the run's
+//!   processes only, else `EPERM`; they, `F_SETFL` with `O_ASYNC` and `FIOASYNC` are performed
+//!   on the supervisor's copy of the caller's descriptor (the same open file) with what was
+//!   read once. The owner's processes are pinned by pidfds across the call: should the pinned
+//!   process be reaped (or the group's pinned members be gone from it) by the time the owner
+//!   is set, its number may have named another, and the owner is cleared (`ESRCH`); the
+//!   kernel keeps the owner as a `struct pid`, so a number reused later does not inherit it.
+//!   `O_ASYNC` is never set on a terminal, which names its foreground group as the owner
+//!   itself; `TIOCSPGRP` is refused (moving the caller's job, and the supervisor, to the
+//!   background stops them); `TIOCSWINSZ` (`SIGWINCH` to the foreground group) only on a
+//!   terminal whose foreground group is the run's.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
@@ -170,10 +174,16 @@ impl SignalGate {
             let b = notify::read_mem(n.pid, addr, 4)?;
             Ok(i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
         };
-        let ours = |o: i32| o == caller || self.owner_is_runs(o);
         let tty = rustix::termios::isatty(fd);
+        // The owner the call sets, pinned while it is set (`Owner`).
+        let mut owner = Owner::Unpinned;
         // Raw libc below: rustix wraps none of these commands.
         let r = match (n.nr, a[1] as u32) {
+            (NR_FCNTL, F_SETOWN) => {
+                owner = self.pin_owner(caller, a[2] as i32)?;
+                // Safety: our descriptor; an int argument.
+                unsafe { libc::fcntl(raw, libc::F_SETOWN, a[2] as libc::c_int) }
+            }
             (NR_FCNTL, F_SETOWN_EX) => {
                 let b = notify::read_mem(n.pid, a[2], 8)?;
                 let (kind, pid) = (
@@ -181,14 +191,14 @@ impl SignalGate {
                     i32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
                 );
                 // F_OWNER_PGRP is 2: a process group.
-                let owner = if kind == 2 {
-                    pid.checked_neg().ok_or(libc::EINVAL)?
-                } else {
-                    pid
-                };
-                if !ours(owner) {
-                    return Err(libc::EPERM);
-                }
+                owner = self.pin_owner(
+                    caller,
+                    if kind == 2 {
+                        pid.checked_neg().ok_or(libc::EINVAL)?
+                    } else {
+                        pid
+                    },
+                )?;
                 // struct f_owner_ex { int type; pid_t pid; } (libc names neither).
                 let ox: [i32; 2] = [kind, pid];
                 // Safety: our descriptor; the kernel reads the two ints of `ox`.
@@ -223,21 +233,71 @@ impl SignalGate {
             }
             // FIOSETOWN, SIOCSPGRP: F_SETOWN's convention, through a pointer.
             (NR_IOCTL, req) => {
-                let owner = int_at(a[2])?;
-                if !ours(owner) {
-                    return Err(libc::EPERM);
-                }
-                // Safety: our descriptor; the kernel reads the int `owner`.
-                unsafe { libc::ioctl(raw, libc::c_ulong::from(req), &owner) }
+                let o = int_at(a[2])?;
+                owner = self.pin_owner(caller, o)?;
+                // Safety: our descriptor; the kernel reads the int `o`.
+                unsafe { libc::ioctl(raw, libc::c_ulong::from(req), &o) }
             }
             _ => return Err(libc::EINVAL),
         };
         if r < 0 {
-            Err(std::io::Error::last_os_error()
+            return Err(std::io::Error::last_os_error()
                 .raw_os_error()
-                .unwrap_or(libc::EINVAL))
-        } else {
-            Ok(i64::from(r))
+                .unwrap_or(libc::EINVAL));
+        }
+        if !self.still_named(&owner) {
+            // The number may have named another process when it was set: no owner then.
+            // Safety: our descriptor; an int argument.
+            unsafe { libc::fcntl(raw, libc::F_SETOWN, 0) };
+            return Err(libc::ESRCH);
+        }
+        Ok(i64::from(r))
+    }
+
+    /// `owner` (`F_SETOWN`'s convention: a PID, a process group as a negative number, 0 for
+    /// none) pinned when it names the run's processes only, else `EPERM`. The caller and 0
+    /// need no pin: the caller's ID cannot be reused while it waits.
+    fn pin_owner(&self, caller: i32, owner: i32) -> Result<Owner, i32> {
+        match owner {
+            0 => Ok(Owner::Unpinned),
+            o if o == caller => Ok(Owner::Unpinned),
+            p if p > 0 => self.runs_pidfd(p, libc::EPERM).map(Owner::Process),
+            g => {
+                let g = g.checked_neg().ok_or(libc::EPERM)?;
+                let table = ProcTable::scan();
+                let members: Vec<i32> = table
+                    .procs()
+                    .iter()
+                    .filter(|p| p.pgid == g)
+                    .map(|p| p.pid)
+                    .collect();
+                if members.is_empty() || !members.iter().all(|&p| self.is_runs(p)) {
+                    return Err(libc::EPERM);
+                }
+                let pinned: Vec<(i32, OwnedFd)> = members
+                    .into_iter()
+                    .filter_map(|p| self.runs_pidfd(p, libc::EPERM).ok().map(|fd| (p, fd)))
+                    .collect();
+                if pinned.is_empty() {
+                    return Err(libc::ESRCH);
+                }
+                Ok(Owner::Group(g, pinned))
+            }
+        }
+    }
+
+    /// Whether the owner's number still named what was checked once it was set: the pinned
+    /// process not yet reaped (its PID then cannot have been reused in between), or a pinned
+    /// member of the group still alive and in it.
+    fn still_named(&self, owner: &Owner) -> bool {
+        match owner {
+            Owner::Unpinned => true,
+            Owner::Process(fd) => send(fd, 0, None).is_ok(),
+            Owner::Group(g, members) => members.iter().any(|(pid, fd)| {
+                send(fd, 0, None).is_ok()
+                    && proc::read(*pid).is_some_and(|p| p.pgid == *g)
+                    && send(fd, 0, None).is_ok()
+            }),
         }
     }
 
@@ -257,6 +317,29 @@ impl SignalGate {
                 !members.is_empty() && members.iter().all(|p| self.is_runs(p.pid))
             }
         }
+    }
+}
+
+/// A descriptor's owner while it is set: pidfds on what its number named when checked.
+enum Owner {
+    /// None, or the caller.
+    Unpinned,
+    /// One of the run's processes.
+    Process(OwnedFd),
+    /// A group of the run's processes, and its members.
+    Group(i32, Vec<(i32, OwnedFd)>),
+}
+
+/// `tgkill(tgid, tid, sig)`. Raw: rustix has no `tgkill`.
+fn tgkill(tgid: i32, tid: i32, sig: i32) -> Result<(), i32> {
+    // Safety: three integers.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, sig) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EPERM))
     }
 }
 
@@ -329,8 +412,12 @@ impl Handler for SignalGate {
             NR_KILL if int(0) == caller => Reply::Continue,
             NR_KILL if int(0) > 0 => self.to_process(n, int(0), int(1), 0),
             NR_KILL => self.to_group(caller, int(0), int(1)),
-            // A thread of the caller's own, or else a process.
-            NR_TKILL if proc::Status::tgid(int(0)) == Some(caller) => Reply::Continue,
+            // A thread of the caller's own — sent as `tgkill(caller, tid)`, which reaches no
+            // thread outside the caller, whose ID cannot be reused while it waits (a tid it
+            // checked could be, once that thread ended) — or else a process.
+            NR_TKILL if proc::Status::tgid(int(0)) == Some(caller) => {
+                Reply::Now(tgkill(caller, int(0), int(1)).map(|()| 0))
+            }
             NR_TKILL => self.to_process(n, int(0), int(1), 0),
             NR_TGKILL if int(0) == caller => Reply::Continue,
             NR_TGKILL => self.to_process(n, int(0), int(2), 0),
@@ -367,18 +454,10 @@ impl Handler for SignalGate {
                 Ok(_) => Reply::Now(Err(libc::ENOSYS)),
                 Err(e) => Reply::Now(Err(e)),
             },
-            // F_SETOWN's owner is in a register: what was checked is what the kernel uses.
-            NR_FCNTL if a[1] as u32 == F_SETOWN => {
-                let o = int(2);
-                if o == caller || self.owner_is_runs(o) {
-                    Reply::Continue
-                } else {
-                    Reply::Now(Err(libc::EPERM))
-                }
-            }
-            // The rest name memory or a descriptor the kernel would read again: performed on
-            // the supervisor's copy of the caller's descriptor (the same open file), with
-            // what was read once.
+            // Each names memory or a descriptor the kernel would read again, or an owner that
+            // could name another process by the time the call went on: performed on the
+            // supervisor's copy of the caller's descriptor (the same open file), with what was
+            // read once.
             NR_FCNTL | NR_IOCTL => match gate.caller_fd(n.pid, a[0]) {
                 Ok(fd) => Reply::Now(self.on_copy(n, caller, &fd)),
                 Err(e) => Reply::Now(Err(e)),

@@ -120,6 +120,27 @@ if c == 0:
     import time
     time.sleep(30)
     os._exit(0)
+# ... and a SIGIO owner: itself, that child, its own group; and its threads by tkill.
+import ctypes, threading
+libc = ctypes.CDLL(None, use_errno=True)
+owners = []
+for o in (os.getpid(), c, -os.getpgrp()):
+    # Through libc: Python's fcntl takes a negative F_SETOWN for a failure.
+    owners.append(libc.fcntl(a.fileno(), fcntl.F_SETOWN, o) == 0
+                  and libc.fcntl(a.fileno(), fcntl.F_GETOWN) == o)
+ready, done = threading.Event(), threading.Event()
+tid = []
+def sleeper():
+    tid.append(threading.get_native_id())
+    ready.set()
+    done.wait()
+t = threading.Thread(target=sleeper)
+t.start()
+ready.wait()
+tk = libc.syscall(200, tid[0], 0)  # tkill(tid, 0)
+done.set()
+t.join()
+print("OWN-SETOWN", "ok" if all(owners) else owners, "OWN-TKILL", "ok" if tk == 0 else ctypes.get_errno())
 signal.pidfd_send_signal(os.pidfd_open(c), 15)
 _, status = os.waitpid(c, 0)
 print("OWN", "ok" if os.WIFSIGNALED(status) else "survived")
@@ -173,7 +194,10 @@ fn no_signal_reaches_a_process_outside_the_run() {
                 if stdout.contains("SETOWN outside allowed") {
                     failures.push(format!("{cell}: F_SETOWN to a process outside was allowed"));
                 }
-                if !stdout.contains("OWN ok") || !stdout.contains("OWN-KILL 143") {
+                if !stdout.contains("OWN ok")
+                    || !stdout.contains("OWN-KILL 143")
+                    || !stdout.contains("OWN-SETOWN ok OWN-TKILL ok")
+                {
                     failures.push(format!(
                         "{cell}: the run's own processes could not be signalled\n{}",
                         show(&out)
