@@ -484,7 +484,11 @@ impl Enforced {
                     .find(|(c, _)| c.split(',').any(|x| x == *controller))
                     .map(|(_, p)| p.clone())
                     .ok_or_else(|| format!("no {controller} line in /proc/self/cgroup"))?;
-                let parent = mount.join(path.trim_start_matches('/'));
+                // (Collected again: `join("")` would end the root cgroup's path with `/`.)
+                let parent: PathBuf = mount
+                    .join(path.trim_start_matches('/'))
+                    .components()
+                    .collect();
                 let reused = self.join(&parent, name, Some(controller), writes)?;
                 let g = self.groups.last().expect("joined");
                 match *controller {

@@ -462,7 +462,10 @@ pub fn cgroup2_delegating(controllers: &[&str]) -> Result<std::path::PathBuf, St
         .find(|(c, _)| c.is_empty())
         .map(|(_, p)| p)
         .ok_or("no cgroup v2 line in /proc/self/cgroup")?;
-    let own = root.join(own.trim_start_matches('/'));
+    let own: std::path::PathBuf = root
+        .join(own.trim_start_matches('/'))
+        .components()
+        .collect();
     let mut dir = own.as_path();
     loop {
         let on = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
