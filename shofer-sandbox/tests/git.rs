@@ -2830,6 +2830,10 @@ fn the_users_commit_during_a_run_stays_and_a_new_worktree_inherits_nothing() {
             if before.stdout != after.stdout
                 || String::from_utf8_lossy(&status.stdout).contains("MM")
                 || !String::from_utf8_lossy(&out.stderr).contains("split index")
+                || String::from_utf8_lossy(&out.stderr)
+                    .matches("refs/heads/topic/x")
+                    .count()
+                    != 1
             {
                 failures.push(format!(
                     "{cell}: a branch moved without its split index\n{}\n{}",

@@ -448,12 +448,16 @@ impl View {
             .chain(created.iter().map(|(n, o)| (n.clone(), o.clone())))
             .collect();
         let head_refused = self.head_refused(gitdir_fd.as_ref(), &elsewhere, &pending);
+        // The worktree's own branch when it is kept private with its HEAD and index (named
+        // once, with why).
+        let mut kept_own = None;
         if let (Some(why), Some(own)) = (
             index_refused.as_ref().or(head_refused.as_ref()),
             &self.own_branch,
         ) {
             if let Some(at) = changes.iter().position(|(n, _, _)| n == own) {
                 changes.remove(at);
+                kept_own = Some(own.clone());
                 out.kept_private.push(format!(
                     "{own} (with the worktree's HEAD and index, which cannot go back: {why})"
                 ));
@@ -522,7 +526,10 @@ impl View {
                 over.len()
             ));
         }
-        for (n, v) in &private_refs {
+        for (n, v) in private_refs
+            .iter()
+            .filter(|(n, _)| kept_own.as_ref() != Some(*n))
+        {
             out.kept_private.push(match v {
                 None => format!("{n} deletion"),
                 Some(_) if self.host_refs.contains_key(n) => n.clone(),
