@@ -29,6 +29,10 @@
 //!   process be reaped (or the group's pinned members be gone from it) by the time the owner
 //!   is set, its number may have named another, and the owner is cleared (`ESRCH`); the
 //!   kernel keeps the owner as a `struct pid`, so a number reused later does not inherit it.
+//!   A thread's ID as the owner (`F_OWNER_TID`, or `F_SETOWN` of a thread) is checked by its
+//!   process, pinned, and the ID found still its once set. `O_ASYNC` (`F_SETFL`, `FIOASYNC`)
+//!   arms the owner the descriptor already has — one set outside the run on an open file it
+//!   inherited may be outside — so that owner is checked and pinned as if it were being set.
 //!   `O_ASYNC` is never set on a terminal, which names its foreground group as the owner
 //!   itself; `TIOCSPGRP` is refused (moving the caller's job, and the supervisor, to the
 //!   background stops them); `TIOCSWINSZ` (`SIGWINCH` to the foreground group) only on a
@@ -206,6 +210,11 @@ impl SignalGate {
             }
             (NR_FCNTL, F_SETFL) if tty => return Err(libc::EPERM),
             (NR_FCNTL, F_SETFL) => {
+                // O_ASYNC arms the owner the descriptor already has: one set before the run,
+                // or by a process outside it sharing the open file, may be outside.
+                if a[2] as libc::c_int & libc::O_ASYNC != 0 {
+                    owner = self.pin_owner(caller, current_owner(raw)?)?;
+                }
                 // Safety: our descriptor; an int argument.
                 unsafe { libc::fcntl(raw, libc::F_SETFL, a[2] as libc::c_int) }
             }
@@ -213,6 +222,9 @@ impl SignalGate {
                 let on = int_at(a[2])?;
                 if on != 0 && tty {
                     return Err(libc::EPERM);
+                }
+                if on != 0 {
+                    owner = self.pin_owner(caller, current_owner(raw)?)?;
                 }
                 // Safety: our descriptor; the kernel reads the int `on`.
                 unsafe { libc::ioctl(raw, libc::FIOASYNC, &on) }
@@ -261,7 +273,15 @@ impl SignalGate {
         match owner {
             0 => Ok(Owner::Unpinned),
             o if o == caller => Ok(Owner::Unpinned),
-            p if p > 0 => self.runs_pidfd(p, libc::EPERM).map(Owner::Process),
+            // A thread other than a process's first has no pidfd (without PIDFD_THREAD): its
+            // process is pinned, and the thread's ID checked to be still its once set.
+            p if p > 0 => match proc::Status::tgid(p) {
+                Some(t) if t == caller && t != p => Ok(Owner::Thread(t, p, None)),
+                Some(t) if t != p => self
+                    .runs_pidfd(t, libc::EPERM)
+                    .map(|fd| Owner::Thread(t, p, Some(fd))),
+                _ => self.runs_pidfd(p, libc::EPERM).map(Owner::Process),
+            },
             g => {
                 let g = g.checked_neg().ok_or(libc::EPERM)?;
                 let table = ProcTable::scan();
@@ -293,6 +313,10 @@ impl SignalGate {
         match owner {
             Owner::Unpinned => true,
             Owner::Process(fd) => send(fd, 0, None).is_ok(),
+            Owner::Thread(tgid, tid, fd) => {
+                fd.as_ref().is_none_or(|fd| send(fd, 0, None).is_ok())
+                    && proc::Status::tgid(*tid) == Some(*tgid)
+            }
             Owner::Group(g, members) => members.iter().any(|(pid, fd)| {
                 send(fd, 0, None).is_ok()
                     && proc::read(*pid).is_some_and(|p| p.pgid == *g)
@@ -326,8 +350,31 @@ enum Owner {
     Unpinned,
     /// One of the run's processes.
     Process(OwnedFd),
+    /// A thread (its process, its ID) of the caller's (no pidfd: the caller waits) or of
+    /// another of the run's processes (pinned).
+    Thread(i32, i32, Option<OwnedFd>),
     /// A group of the run's processes, and its members.
     Group(i32, Vec<(i32, OwnedFd)>),
+}
+
+/// The owner `fd` has now, in `F_SETOWN`'s convention (a group as a negative number; a
+/// thread's ID as it is), from `F_GETOWN_EX` (whose answer `F_GETOWN` cannot give for a
+/// group on some architectures).
+fn current_owner(fd: libc::c_int) -> Result<i32, i32> {
+    // struct f_owner_ex { int type; pid_t pid; }; F_GETOWN_EX is 16.
+    let mut ox: [i32; 2] = [0, 0];
+    // Safety: our descriptor; the kernel writes the two ints of `ox`.
+    if unsafe { libc::fcntl(fd, 16, ox.as_mut_ptr()) } < 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL));
+    }
+    // F_OWNER_PGRP is 2.
+    Ok(if ox[0] == 2 {
+        ox[1].checked_neg().ok_or(libc::EPERM)?
+    } else {
+        ox[1]
+    })
 }
 
 /// `tgkill(tgid, tid, sig)`. Raw: rustix has no `tgkill`.

@@ -138,9 +138,13 @@ t = threading.Thread(target=sleeper)
 t.start()
 ready.wait()
 tk = libc.syscall(200, tid[0], 0)  # tkill(tid, 0)
+# A thread of its own as the owner: F_SETOWN_EX's F_OWNER_TID (profilers' perf events), F_SETOWN.
+thread_owner = [libc.fcntl(a.fileno(), 15, struct.pack("ii", 0, tid[0])) == 0,  # F_SETOWN_EX
+                libc.fcntl(a.fileno(), fcntl.F_SETOWN, tid[0]) == 0]
 done.set()
 t.join()
 print("OWN-SETOWN", "ok" if all(owners) else owners, "OWN-TKILL", "ok" if tk == 0 else ctypes.get_errno())
+print("OWN-THREAD-OWNER", "ok" if all(thread_owner) else (thread_owner, ctypes.get_errno()))
 signal.pidfd_send_signal(os.pidfd_open(c), 15)
 _, status = os.waitpid(c, 0)
 print("OWN", "ok" if os.WIFSIGNALED(status) else "survived")
@@ -197,6 +201,7 @@ fn no_signal_reaches_a_process_outside_the_run() {
                 if !stdout.contains("OWN ok")
                     || !stdout.contains("OWN-KILL 143")
                     || !stdout.contains("OWN-SETOWN ok OWN-TKILL ok")
+                    || !stdout.contains("OWN-THREAD-OWNER ok")
                 {
                     failures.push(format!(
                         "{cell}: the run's own processes could not be signalled\n{}",
@@ -206,6 +211,74 @@ fn no_signal_reaches_a_process_outside_the_run() {
                 let _ = v.kill();
                 let _ = v.wait();
             }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// `O_ASYNC` arms whatever owner the descriptor already has: one set outside the run, on an
+/// open file the command inherited (its standard input here, a socket, as fd 3 whose owner is the victim), must not
+/// be armed by it — the victim outside would get `SIGIO` (here `SIGKILL`, by `F_SETSIG`)
+/// at the next byte.
+#[test]
+fn an_owner_set_outside_is_not_armed_by_the_run() {
+    use std::io::Write;
+    use std::os::fd::OwnedFd;
+    let mut failures = Vec::new();
+    let s = Scratch::new();
+    let mut tag = 100;
+    for uid in [None, Some(UNPRIV)]
+        .into_iter()
+        .filter(|u| u.is_none() || is_root())
+    {
+        for arm in ["fcntl", "ioctl"] {
+            tag += 1;
+            let cell = format!("landlock / --max-abi 4 / uid {uid:?} / {arm}");
+            let mut v = victim(uid, tag);
+            let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&a);
+            // Safety: our socket; an int argument.
+            let set = unsafe { libc::fcntl(fd, libc::F_SETOWN, v.id()) };
+            assert_eq!(set, 0);
+            let mut run = Run::new(&s.path())
+                .args(["--backend", "landlock", "--max-abi", "4"])
+                .stdin(std::fs::File::from(OwnedFd::from(a.try_clone().unwrap())));
+            if let Some(u) = uid {
+                s.chown_all(u);
+                run = run.with_uid(u);
+            }
+            let script = format!(
+                r#"exec 3<&0
+python3 - <<'PY'
+import fcntl, os, struct, termios
+fcntl.fcntl(3, fcntl.F_SETSIG, 9)
+try:
+    if "{arm}" == "fcntl":
+        fcntl.fcntl(3, fcntl.F_SETFL, fcntl.fcntl(3, fcntl.F_GETFL) | os.O_ASYNC)
+    else:
+        fcntl.ioctl(3, termios.FIOASYNC, struct.pack("i", 1))
+    print("ARMED")
+except OSError as e:
+    print("REFUSED", e.errno)
+PY"#
+            );
+            let out = run.sh(&script).output();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            // `a` (still open here) receives it: SIGIO to its owner if O_ASYNC was armed.
+            let sent = b.write_all(b"x");
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            if v.try_wait().unwrap().is_some() {
+                failures.push(format!("{cell}: the victim outside died\n{}", show(&out)));
+            }
+            if let Err(e) = sent {
+                failures.push(format!("{cell}: the byte was not sent: {e}"));
+            }
+            drop(a);
+            if !stdout.contains("REFUSED 1") {
+                failures.push(format!("{cell}: not refused with EPERM\n{}", show(&out)));
+            }
+            let _ = v.kill();
+            let _ = v.wait();
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));

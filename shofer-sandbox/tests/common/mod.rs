@@ -138,6 +138,7 @@ pub struct Run {
     uid: Option<u32>,
     envs: Vec<(OsString, Option<OsString>)>,
     fd9: Option<std::fs::File>,
+    stdin: Option<std::fs::File>,
 }
 
 impl Run {
@@ -148,6 +149,7 @@ impl Run {
             uid: None,
             envs: Vec::new(),
             fd9: None,
+            stdin: None,
         }
     }
 
@@ -187,6 +189,12 @@ impl Run {
     }
 
     /// Gives the sandbox `file` (opened close-on-exec) as descriptor 9, e.g. for `--report 9`.
+    /// The command's standard input (else `/dev/null`), for [`Run::output`].
+    pub fn stdin(mut self, file: std::fs::File) -> Run {
+        self.stdin = Some(file);
+        self
+    }
+
     pub fn fd9(mut self, file: std::fs::File) -> Run {
         self.fd9 = Some(file);
         self
@@ -279,13 +287,14 @@ impl Run {
         (child, copy)
     }
 
-    pub fn output(self) -> Output {
+    pub fn output(mut self) -> Output {
         let copy = self
             .uid
             .map(|uid| ReachableCopy::new(Path::new(SANDBOX), uid));
         let program = copy.as_ref().map_or(Path::new(SANDBOX), |c| c.path());
+        let stdin = self.stdin.take().map_or_else(Stdio::null, Stdio::from);
         self.build(program)
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .output()
             .unwrap_or_else(|e| panic!("run {}: {e}", program.display()))
     }
