@@ -3,8 +3,9 @@
 //!
 //! - a **cgroup** of the run's own where the caller may make one: cgroup v2 where its own
 //!   cgroup delegates the controllers (`cgroup.subtree_control`) or, as in a systemd
-//!   session's leaf scope, the nearest ancestor does and is the caller's to write
-//!   ([`shofer_sys::proc::cgroup2_delegating`]), else the cgroup v1
+//!   session's leaf scope, the nearest ancestor does and is the caller's to write, with no
+//!   limit of its own left below it ([`shofer_sys::proc::cgroup2_delegating`]), else the
+//!   cgroup v1
 //!   hierarchies of `pids`, `memory` and `cpu` (root); every limit holds there. The
 //!   command's first process moves itself in before anything else (a write of `0` to each
 //!   v1 `tasks` or v2 `cgroup.procs` file the supervisor opened: [`Enforced::procs_fds`];

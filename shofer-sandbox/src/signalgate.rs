@@ -463,7 +463,12 @@ impl Handler for SignalGate {
             // thread outside the caller, whose ID cannot be reused while it waits (a tid it
             // checked could be, once that thread ended) — or else a process.
             NR_TKILL if proc::Status::tgid(int(0)) == Some(caller) => {
-                Reply::Now(tgkill(caller, int(0), int(1)).map(|()| 0))
+                // The caller still waits (so its ID names it) right before the send.
+                if gate.still_valid(n) {
+                    Reply::Now(tgkill(caller, int(0), int(1)).map(|()| 0))
+                } else {
+                    Reply::Later
+                }
             }
             NR_TKILL => self.to_process(n, int(0), int(1), 0),
             NR_TGKILL if int(0) == caller => Reply::Continue,

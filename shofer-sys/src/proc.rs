@@ -440,7 +440,9 @@ pub fn own_cgroups() -> Vec<(String, String)> {
 /// controller of `controllers`: its own cgroup when that delegates them all (its
 /// `cgroup.subtree_control` lists them: the root cgroup, a container's), else the nearest
 /// ancestor that does — where a systemd session puts its processes, in a leaf scope whose
-/// slice (`user@UID.service/app.slice`, delegated to the user) delegates the controllers. The
+/// slice (`user@UID.service/app.slice`, delegated to the user) delegates the controllers —
+/// provided no cgroup left below it has a limit of its own (`pids.max`, `memory.max`,
+/// `memory.high`, `cpu.max`): the new cgroup would be outside that limit. The
 /// kernel's "no internal processes" rule keeps a delegating cgroup other than the root free of
 /// processes, so the new cgroup is a sibling of a cgroup on the way up, and moving into it
 /// needs write access to the ancestor's `cgroup.procs` (cgroup v2's delegation rules): that is
@@ -448,8 +450,9 @@ pub fn own_cgroups() -> Vec<(String, String)> {
 /// moves.
 ///
 /// # Errors
-/// Why not: no unified hierarchy on `/sys/fs/cgroup`, no v2 line in `/proc/self/cgroup`, no
-/// cgroup on the way up delegates them, or the one that does is not the caller's to write.
+/// Why not: no unified hierarchy on `/sys/fs/cgroup`, no v2 line in `/proc/self/cgroup` (or
+/// one outside the cgroup namespace), no cgroup on the way up delegates them before one with a
+/// limit of its own, or the one that does is not the caller's to write.
 pub fn cgroup2_delegating(controllers: &[&str]) -> Result<std::path::PathBuf, String> {
     let root = std::path::Path::new("/sys/fs/cgroup");
     // CGROUP2_SUPER_MAGIC; `f_type`'s width differs between architectures.
@@ -462,6 +465,12 @@ pub fn cgroup2_delegating(controllers: &[&str]) -> Result<std::path::PathBuf, St
         .find(|(c, _)| c.is_empty())
         .map(|(_, p)| p)
         .ok_or("no cgroup v2 line in /proc/self/cgroup")?;
+    // Outside its cgroup namespace's root the path climbs (`/../..`): not one to join.
+    if own.split('/').any(|c| c == "..") {
+        return Err(format!(
+            "this process's cgroup {own} is outside its cgroup namespace"
+        ));
+    }
     let own: std::path::PathBuf = root
         .join(own.trim_start_matches('/'))
         .components()
@@ -483,6 +492,21 @@ pub fn cgroup2_delegating(controllers: &[&str]) -> Result<std::path::PathBuf, St
                     procs.display()
                 )),
             };
+        }
+        // Going up leaves `dir` behind: a cgroup made above it would escape a limit of its
+        // (a scope or service started with one), so not past one.
+        for file in ["pids.max", "memory.max", "memory.high", "cpu.max"] {
+            if let Ok(v) = std::fs::read_to_string(dir.join(file)) {
+                if v.split_whitespace().next() != Some("max") {
+                    return Err(format!(
+                        "{} has a limit of its own ({file} {}), which a cgroup beside it would escape, and does not delegate the {} controller{}",
+                        dir.display(),
+                        v.trim(),
+                        controllers.join(", "),
+                        if controllers.len() == 1 { "" } else { "s" },
+                    ));
+                }
+            }
         }
         match dir.parent() {
             Some(up) if dir != root => dir = up,
