@@ -380,7 +380,11 @@ fn current_owner(fd: libc::c_int) -> Result<i32, i32> {
 /// `tgkill(tgid, tid, sig)`. Raw: rustix has no `tgkill`.
 fn tgkill(tgid: i32, tid: i32, sig: i32) -> Result<(), i32> {
     // Safety: three integers.
-    let r = unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, sig) };
+    zero_or_errno(unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, sig) })
+}
+
+/// A raw call's answer: `Ok` for 0, else its errno.
+fn zero_or_errno(r: libc::c_long) -> Result<(), i32> {
     if r == 0 {
         Ok(())
     } else {
@@ -413,16 +417,9 @@ fn send_flags(fd: &OwnedFd, sig: i32, info: Option<&[u8]>, flags: u32) -> Result
             flags,
         )
     };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EPERM))
-    }
+    zero_or_errno(r)
 }
 
-/// The thread-group ID of task `tid`.
 /// The PID a pidfd (or a `/proc/<pid>` directory descriptor) names: its fdinfo's `Pid:`, or
 /// the directory's name.
 fn pid_of_fd(fd: &OwnedFd) -> Option<i32> {
