@@ -475,6 +475,11 @@ pub fn cgroup2_delegating(controllers: &[&str]) -> Result<std::path::PathBuf, St
         .join(own.trim_start_matches('/'))
         .components()
         .collect();
+    let wanted = format!(
+        "the {} controller{}",
+        controllers.join(", "),
+        if controllers.len() == 1 { "" } else { "s" }
+    );
     let mut dir = own.as_path();
     loop {
         let on = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
@@ -484,10 +489,8 @@ pub fn cgroup2_delegating(controllers: &[&str]) -> Result<std::path::PathBuf, St
             return match rustix::fs::access(&procs, rustix::fs::Access::WRITE_OK) {
                 Ok(()) => Ok(dir.to_path_buf()),
                 Err(e) => Err(format!(
-                    "{} delegates the {} controller{}, but moving out of {} needs {}: {e}",
+                    "{} delegates {wanted}, but moving out of {} needs {}: {e}",
                     dir.display(),
-                    controllers.join(", "),
-                    if controllers.len() == 1 { "" } else { "s" },
                     own.display(),
                     procs.display()
                 )),
@@ -499,11 +502,9 @@ pub fn cgroup2_delegating(controllers: &[&str]) -> Result<std::path::PathBuf, St
             if let Ok(v) = std::fs::read_to_string(dir.join(file)) {
                 if v.split_whitespace().next() != Some("max") {
                     return Err(format!(
-                        "{} has a limit of its own ({file} {}), which a cgroup beside it would escape, and does not delegate the {} controller{}",
+                        "{} has a limit of its own ({file} {}), which a cgroup beside it would escape, and does not delegate {wanted}",
                         dir.display(),
                         v.trim(),
-                        controllers.join(", "),
-                        if controllers.len() == 1 { "" } else { "s" },
                     ));
                 }
             }
@@ -512,10 +513,8 @@ pub fn cgroup2_delegating(controllers: &[&str]) -> Result<std::path::PathBuf, St
             Some(up) if dir != root => dir = up,
             _ => {
                 return Err(format!(
-                    "no cgroup from {} up delegates the {} controller{}",
-                    own.display(),
-                    controllers.join(", "),
-                    if controllers.len() == 1 { "" } else { "s" },
+                    "no cgroup from {} up delegates {wanted}",
+                    own.display()
                 ))
             }
         }
