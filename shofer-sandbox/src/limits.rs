@@ -4,8 +4,8 @@
 //! - a **cgroup** of the run's own where the caller may make one: cgroup v2 where its own
 //!   cgroup delegates the controllers (`cgroup.subtree_control`) or, as in a systemd
 //!   session's leaf scope, the nearest ancestor does and is the caller's to write, with no
-//!   limit of its own left below it ([`shofer_sys::proc::cgroup2_delegating`]), else the
-//!   cgroup v1
+//!   limit stricter than the run's left below it ([`shofer_sys::proc::cgroup2_delegating`]),
+//!   else the cgroup v1
 //!   hierarchies of `pids`, `memory` and `cpu` (root); every limit holds there. The
 //!   command's first process moves itself in before anything else (a write of `0` to each
 //!   v1 `tasks` or v2 `cgroup.procs` file the supervisor opened: [`Enforced::procs_fds`];
@@ -429,7 +429,18 @@ impl Enforced {
         .into_iter()
         .filter_map(|(c, on)| on.then_some(c))
         .collect();
-        let parent = shofer_sys::proc::cgroup2_delegating(&wanted)?;
+        // What the run's cgroup holds, as the files of a cgroup it may be made beside say it.
+        let mut bounds = Vec::new();
+        if let Some(p) = self.limits.procs {
+            bounds.push(("pids.max", p));
+        }
+        if let Some(m) = self.limits.memory {
+            bounds.extend([("memory.max", m), ("memory.high", m)]);
+        }
+        if let Some(c) = self.limits.cpu_percent {
+            bounds.push(("cpu.max", c * 1000));
+        }
+        let parent = shofer_sys::proc::cgroup2_delegating(&wanted, &bounds)?;
         let mut writes = Vec::new();
         if let Some(p) = self.limits.procs {
             writes.push(("pids.max", p.to_string()));

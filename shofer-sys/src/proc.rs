@@ -442,7 +442,10 @@ pub fn own_cgroups() -> Vec<(String, String)> {
 /// ancestor that does — where a systemd session puts its processes, in a leaf scope whose
 /// slice (`user@UID.service/app.slice`, delegated to the user) delegates the controllers —
 /// provided no cgroup left below it has a limit of its own (`pids.max`, `memory.max`,
-/// `memory.high`, `cpu.max`): the new cgroup would be outside that limit. The
+/// `memory.high`, `cpu.max`) looser than none or below the new cgroup's own, `bounds` (each
+/// file's value there: a number; `cpu.max` as the quota per 100,000 µs): the new cgroup is
+/// outside that limit, so its own must be at least as strict (systemd gives every scope a
+/// `pids.max`, 15 % of the PIDs, by default). The
 /// kernel's "no internal processes" rule keeps a delegating cgroup other than the root free of
 /// processes, so the new cgroup is a sibling of a cgroup on the way up, and moving into it
 /// needs write access to the ancestor's `cgroup.procs` (cgroup v2's delegation rules): that is
@@ -452,8 +455,11 @@ pub fn own_cgroups() -> Vec<(String, String)> {
 /// # Errors
 /// Why not: no unified hierarchy on `/sys/fs/cgroup`, no v2 line in `/proc/self/cgroup` (or
 /// one outside the cgroup namespace), no cgroup on the way up delegates them before one with a
-/// limit of its own, or the one that does is not the caller's to write.
-pub fn cgroup2_delegating(controllers: &[&str]) -> Result<std::path::PathBuf, String> {
+/// limit of its own stricter than `bounds`, or the one that does is not the caller's to write.
+pub fn cgroup2_delegating(
+    controllers: &[&str],
+    bounds: &[(&str, u64)],
+) -> Result<std::path::PathBuf, String> {
     let root = std::path::Path::new("/sys/fs/cgroup");
     // CGROUP2_SUPER_MAGIC; `f_type`'s width differs between architectures.
     #[allow(clippy::unnecessary_cast)]
@@ -497,16 +503,31 @@ pub fn cgroup2_delegating(controllers: &[&str]) -> Result<std::path::PathBuf, St
             };
         }
         // Going up leaves `dir` behind: a cgroup made above it would escape a limit of its
-        // (a scope or service started with one), so not past one.
+        // (a scope or service started with one), so not past one stricter than its own.
         for file in ["pids.max", "memory.max", "memory.high", "cpu.max"] {
-            if let Ok(v) = std::fs::read_to_string(dir.join(file)) {
-                if v.split_whitespace().next() != Some("max") {
-                    return Err(format!(
-                        "{} has a limit of its own ({file} {}), which a cgroup beside it would escape, and does not delegate {wanted}",
-                        dir.display(),
-                        v.trim(),
-                    ));
-                }
+            let Ok(v) = std::fs::read_to_string(dir.join(file)) else {
+                continue;
+            };
+            let mut words = v.split_whitespace();
+            let first = words.next().unwrap_or("max");
+            if first == "max" {
+                continue;
+            }
+            let limit = first.parse::<u64>().ok().map(|n| match words.next() {
+                // cpu.max: "QUOTA PERIOD".
+                Some(period) => period
+                    .parse::<u64>()
+                    .map_or(0, |p| n.saturating_mul(100_000) / p.max(1)),
+                None => n,
+            });
+            let own = bounds.iter().find(|(f, _)| *f == file).map(|(_, b)| *b);
+            if !matches!((own, limit), (Some(own), Some(limit)) if own <= limit) {
+                return Err(format!(
+                    "{} has a limit of its own ({file} {}){}, which a cgroup beside it would escape, and does not delegate {wanted}",
+                    dir.display(),
+                    v.trim(),
+                    own.map_or(String::new(), |o| format!(" below the run's {o}")),
+                ));
             }
         }
         match dir.parent() {

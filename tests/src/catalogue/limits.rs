@@ -75,7 +75,10 @@ impl HarnessCgroup {
                 .ok_or_else(|| format!("no {controller} line in /proc/self/cgroup"))?;
             (v1.join(path.trim_start_matches('/')), false)
         } else if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-            (shofer_sys::proc::cgroup2_delegating(&[controller])?, true)
+            (
+                shofer_sys::proc::cgroup2_delegating(&[controller], &[])?,
+                true,
+            )
         } else {
             return Err(format!("no cgroup {controller} hierarchy is mounted"));
         };
