@@ -8,10 +8,19 @@
 //! thread is created with its affinity already set (`pthread_attr_setaffinity_np`: glibc sets
 //! it before the thread first runs, and its first wake-up places it), through raw `libc`
 //! because neither `std` nor `rustix` creates a thread with attributes. It blocks every
-//! signal, as the helper threads of `process::spawn_signals_blocked` do.
+//! signal, as the helper threads of `process::spawn_signals_blocked` do, set as an attribute
+//! too (no mask changes in the creator).
 
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+
+extern "C" {
+    /// glibc 2.32 (the `libc` crate does not declare it): the new thread's signal mask.
+    fn pthread_attr_setsigmask_np(
+        attr: *mut libc::pthread_attr_t,
+        sigmask: *const libc::sigset_t,
+    ) -> libc::c_int;
+}
 
 /// The work and, once done, its result (`None` while running or after a panic).
 struct Shared<T> {
@@ -50,9 +59,14 @@ impl<T: Send + 'static> Beside<T> {
     /// `sched_getaffinity`'s or `pthread_create`'s.
     pub fn start(work: impl FnOnce() -> T + Send + 'static) -> io::Result<Beside<T>> {
         let mut cpus = rustix::thread::sched_getaffinity(None)?;
-        let here = rustix::thread::sched_getcpu();
-        if cpus.count() > 1 && cpus.is_set(here) {
-            cpus.unset(here);
+        // Raw libc: glibc reads the CPU from its rseq area, where rustix's static build asks
+        // the kernel for the auxiliary vector first (a `prctl` on this path).
+        // Safety: no arguments, no memory.
+        let here = unsafe { libc::sched_getcpu() };
+        if let Ok(here) = usize::try_from(here) {
+            if cpus.count() > 1 && cpus.is_set(here) {
+                cpus.unset(here);
+            }
         }
         // Safety: an all-zero cpu_set_t is the empty set; CPU_SET writes inside it.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -79,15 +93,21 @@ impl<T: Send + 'static> Beside<T> {
             }
             // Without the affinity (an attribute this glibc refuses) it still runs, wherever.
             libc::pthread_attr_setaffinity_np(&mut attr, std::mem::size_of_val(&set), &set);
-            // Every signal blocked in the new thread (it inherits this mask): signals are the
-            // caller's to take.
+            // Every signal blocked in the new thread: signals are the caller's to take. As an
+            // attribute (glibc 2.32), glibc sets the mask within the blocking it does around
+            // `clone` anyway; else the thread inherits it from this one, blocked meanwhile.
             let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
             libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            let inherit = pthread_attr_setsigmask_np(&mut attr, &all) != 0;
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            if inherit {
+                libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            }
             let mut thread: libc::pthread_t = 0;
             let r = libc::pthread_create(&mut thread, &attr, run::<T>, shared.cast());
-            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            if inherit {
+                libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            }
             libc::pthread_attr_destroy(&mut attr);
             if r != 0 {
                 drop(Box::from_raw(shared));
@@ -165,6 +185,25 @@ mod tests {
         };
         assert_eq!(theirs.count(), expected);
         assert!((0..CpuSet::MAX_CPU).all(|c| !theirs.is_set(c) || mine.is_set(c)));
+    }
+
+    #[test]
+    fn the_thread_blocks_every_signal_and_its_creator_keeps_its_mask() {
+        fn blocked(sig: i32) -> bool {
+            // Safety: plain data; a null new set only reads the mask.
+            unsafe {
+                let mut cur: libc::sigset_t = std::mem::zeroed();
+                libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur);
+                libc::sigismember(&cur, sig) == 1
+            }
+        }
+        let before = blocked(libc::SIGUSR2);
+        let theirs = Beside::start(|| [libc::SIGTERM, libc::SIGCHLD, libc::SIGUSR2].map(blocked))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(theirs, [true; 3]);
+        assert_eq!(blocked(libc::SIGUSR2), before);
     }
 
     #[test]
