@@ -385,8 +385,34 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
 /// Reading the file.
 pub fn mounts() -> io::Result<Vec<Mount>> {
     // Bytes, not a string: one mount point that is not UTF-8 must not cost every other line.
-    let bytes = std::fs::read("/proc/self/mountinfo")?;
+    let bytes = read_whole("/proc/self/mountinfo")?;
     Ok(parse_mountinfo(&String::from_utf8_lossy(&bytes)))
+}
+
+/// The whole of a small file, above all one the kernel generates as it is read (`/proc`),
+/// whose `stat` says 0 bytes: read into 16 KiB at once, grown only when that fills.
+/// `std::fs::read` sizes its buffer by `stat`, so it starts at 32 bytes there and doubles:
+/// eight reads for a 5 KiB mountinfo, on the start path of every run that hides a secret.
+///
+/// # Errors
+/// Opening or reading `path`.
+pub fn read_whole(path: &str) -> io::Result<Vec<u8>> {
+    let file = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(2 * len, 0);
+        }
+        match rustix::io::read(&file, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    buf.truncate(len);
+    Ok(buf)
 }
 
 /// Undoes the octal escapes of mountinfo (`\040` space, `\011` tab, `\012` newline, `\134`
@@ -413,20 +439,9 @@ fn unescape(s: &str) -> String {
 
 /// `/proc/self/cgroup`: (controllers, path) per line (cgroups(7)).
 pub fn own_cgroups() -> Vec<(String, String)> {
-    // One read of a buffer that holds the whole file (a dozen short lines), not the growing
-    // reads of `read_to_string`: this is on every run's start path.
-    let mut buf = vec![0u8; 8192];
-    let mut len = 0;
-    if let Ok(mut f) = std::fs::File::open("/proc/self/cgroup") {
-        use std::io::Read;
-        while len < buf.len() {
-            match f.read(&mut buf[len..]) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => len += n,
-            }
-        }
-    }
-    String::from_utf8_lossy(&buf[..len])
+    // On every run's start path with limits: one read of the whole file (a dozen lines).
+    let buf = read_whole("/proc/self/cgroup").unwrap_or_default();
+    String::from_utf8_lossy(&buf)
         .lines()
         .filter_map(|l| {
             let mut f = l.splitn(3, ':');
@@ -552,6 +567,20 @@ pub fn mem_total() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_whole_reads_a_generated_file_and_one_past_its_first_buffer() {
+        // /proc/self/status names this process; its size says 0.
+        let status = String::from_utf8(read_whole("/proc/self/status").unwrap()).unwrap();
+        assert!(status.contains(&format!("\nPid:\t{}\n", std::process::id())));
+        let big: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+        let path = std::env::temp_dir().join(format!("shofer-read-whole-{}", std::process::id()));
+        std::fs::write(&path, &big).unwrap();
+        let got = read_whole(path.to_str().unwrap());
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(got.unwrap(), big);
+        assert!(read_whole("/nonexistent/shofer").is_err());
+    }
 
     #[test]
     fn the_machines_memory_is_meminfos_total() {

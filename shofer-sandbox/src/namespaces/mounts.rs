@@ -289,7 +289,9 @@ fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<String>) -> io::Result<()> {
         return Ok(());
     }
     // Before Linux 5.12: one remount per mount point.
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    // Refused whole when not UTF-8: a mount point misread would stay writable.
+    let mountinfo = String::from_utf8(shofer_sys::proc::read_whole("/proc/self/mountinfo")?)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     let mut done: Vec<String> = Vec::new();
     for (point, flags) in parse_mountinfo(&mountinfo) {
         if keep_rw.contains(&point) || done.contains(&point) {
