@@ -85,7 +85,29 @@ pub fn list(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
 /// # Errors
 /// Opening or reading the directory (`EACCES` for one without read permission).
 pub fn entries(dir: &OwnedFd) -> io::Result<Vec<(std::ffi::OsString, rustix::fs::FileType)>> {
-    let fd = openat_raw(dir.as_fd(), b".", libc::O_RDONLY | libc::O_DIRECTORY)?;
+    listed(openat_raw(
+        dir.as_fd(),
+        b".",
+        libc::O_RDONLY | libc::O_DIRECTORY,
+    )?)
+}
+
+/// [`entries`] of the directory at `path` (symlinks followed): one `open` and its
+/// `getdents64` (`std::fs::read_dir` adds an `fstat`).
+///
+/// # Errors
+/// Opening or reading the directory.
+pub fn entries_of(path: &Path) -> io::Result<Vec<(std::ffi::OsString, rustix::fs::FileType)>> {
+    use rustix::fs::{Mode, OFlags};
+    listed(rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// The entries of the open directory `fd`, but `.` and `..`.
+fn listed(fd: OwnedFd) -> io::Result<Vec<(std::ffi::OsString, rustix::fs::FileType)>> {
     let mut out = Vec::new();
     for e in rustix::fs::Dir::new(fd)? {
         let e = e?;
@@ -556,6 +578,31 @@ pub fn dirs_between<'a>(root: &'a Path, path: &'a Path) -> impl Iterator<Item = 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_of_a_path_lists_names_and_types_but_dot_and_dot_dot() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("file"), "x").unwrap();
+        std::fs::create_dir(tmp.path().join("dir")).unwrap();
+        std::os::unix::fs::symlink("file", tmp.path().join("link")).unwrap();
+        let mut got = entries_of(tmp.path()).unwrap();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        let names: Vec<_> = got.iter().map(|(n, _)| n.to_str().unwrap()).collect();
+        assert_eq!(names, ["dir", "file", "link"]);
+        // The types as the directory gives them (tmpfs and ext4 do), or Unknown.
+        use rustix::fs::FileType;
+        for ((_, kind), want) in got.iter().zip([
+            FileType::Directory,
+            FileType::RegularFile,
+            FileType::Symlink,
+        ]) {
+            assert!(*kind == want || *kind == FileType::Unknown, "{kind:?}");
+        }
+        // Through a symlink to a directory; a file is no directory.
+        std::os::unix::fs::symlink("dir", tmp.path().join("to-dir")).unwrap();
+        assert!(entries_of(&tmp.path().join("to-dir")).unwrap().is_empty());
+        assert!(entries_of(&tmp.path().join("file")).is_err());
+    }
 
     #[test]
     fn paths_through_proc_or_dev_are_seen_behind_symlinks() {

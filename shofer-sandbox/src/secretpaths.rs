@@ -124,14 +124,17 @@ impl Resolved {
     /// # Errors
     /// [`SetupError::FdHidden`] naming the descriptor and the location.
     pub fn check_fds(&self, fds: impl IntoIterator<Item = i32>) -> Result<(), SetupError> {
+        if self.hidden.is_empty() {
+            return Ok(()); // nothing to reach
+        }
         for fd in fds {
             let dir = std::fs::metadata(format!("/proc/self/fd/{fd}")).is_ok_and(|m| m.is_dir());
-            let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
-                continue;
-            };
             if !dir {
                 continue;
             }
+            let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
+                continue;
+            };
             let reaches = |h: &&PathBuf| {
                 (h.starts_with(&path) || path.starts_with(h))
                     && !self.allowed_inside.iter().any(|a| path.starts_with(a))
@@ -317,14 +320,16 @@ fn absolute(path: &Path, cwd: &Path) -> PathBuf {
 
 /// The locations this run hides, the existing ones it leaves readable, and the read rules.
 ///
-/// Cost: each base directory (a home, its XDG directories) is listed once, and only the
+/// Cost: each base directory (a home, its XDG directories) is listed once, or not at all when
+/// a base listed before does not hold it (`~/.config` without `.config` in `~`), and only the
 /// locations whose first component is listed there are looked up; as root, a passwd home
 /// counts only when its user owns it (system accounts name shared directories such as `/bin`
 /// or `/var/www`, or none).
 pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[PathBuf]) -> Resolved {
     use std::os::unix::fs::MetadataExt;
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let passwd = shofer_sys::proc::read_whole("/etc/passwd").unwrap_or_default();
+    let passwd = String::from_utf8_lossy(&passwd);
     let users = secretpaths::users(
         |n| std::env::var_os(n).map(PathBuf::from),
         rustix::process::getuid().as_raw(),
@@ -332,27 +337,51 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
         &passwd,
         |uid, home| std::fs::metadata(home).is_ok_and(|m| m.is_dir() && m.uid() == uid),
     );
-    // Each base listed once (its names sorted); a location is looked at only when its first
-    // component is there. Compared as bytes: `Path`'s equality parses components.
-    let mut listed: Vec<(PathBuf, Vec<std::ffi::OsString>)> = Vec::new();
+    // Each base listed once (its names sorted, and whether the listing is whole); a location is
+    // looked at only when its first component is there. Compared as bytes: `Path`'s equality
+    // parses components.
+    let mut listed: Vec<(PathBuf, Vec<std::ffi::OsString>, bool)> = Vec::new();
     let mut set: Vec<PathBuf> = Vec::new();
     for dirs in &users {
-        for (base, paths) in secretpaths::pieces(dirs) {
+        // Shallow bases first: one inside a base listed already (`~/.config` in `~`) is
+        // listed only when its next component is there.
+        let mut pieces = secretpaths::pieces(dirs);
+        pieces.sort_by_key(|(base, _)| base.components().count());
+        for (base, paths) in pieces {
             let i = match listed
                 .iter()
-                .position(|(b, _)| b.as_os_str() == base.as_os_str())
+                .position(|(b, _, _)| b.as_os_str() == base.as_os_str())
             {
                 Some(i) => i,
                 None => {
-                    let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(&base)
-                        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+                    // (Not below a base that could not be listed: a home of mode 0711.)
+                    let absent = listed.iter().any(|(above, names, whole)| {
+                        *whole
+                            && base.strip_prefix(above).is_ok_and(|rest| {
+                                // (A `..` in an XDG variable leads elsewhere: listed.)
+                                rest.components().next().is_some_and(|c| {
+                                    matches!(c, Component::Normal(_))
+                                        && names
+                                            .binary_search_by(|n| n.as_os_str().cmp(c.as_os_str()))
+                                            .is_err()
+                                })
+                            })
+                    });
+                    let entries = if absent {
+                        Err(std::io::ErrorKind::NotFound.into())
+                    } else {
+                        crate::paths::entries_of(&base)
+                    };
+                    let whole = entries.is_ok();
+                    let mut names: Vec<std::ffi::OsString> = entries
+                        .map(|es| es.into_iter().map(|(name, _)| name).collect())
                         .unwrap_or_default();
                     names.sort_unstable();
-                    listed.push((base, names));
+                    listed.push((base, names, whole));
                     listed.len() - 1
                 }
             };
-            let (base, names) = &listed[i];
+            let (base, names, _) = &listed[i];
             for path in paths {
                 let first = path.split('/').next().unwrap_or(path);
                 if names
@@ -563,13 +592,20 @@ fn device_rules(dir: &Path, depth: u32, out: &mut Vec<(OwnedFd, bool)>) -> bool 
 /// repository's `~/.ssh/id_ed25519 -> ~/dotfiles/ssh/id_ed25519`): the key is there, and the
 /// link would lead to it. One level: links deeper inside are not looked at.
 fn links_out(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(entries) = crate::paths::entries_of(dir) else {
         return Vec::new(); // a file, or unreadable to the caller as well
     };
     entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|k| k.is_symlink()))
-        .filter_map(|e| shofer_sys::fd::canonicalize(&e.path()).ok())
+        .into_iter()
+        .map(|(name, kind)| (dir.join(name), kind))
+        // A file system that does not give the type in the listing: asked per entry.
+        .filter(|(path, kind)| match kind {
+            rustix::fs::FileType::Unknown => {
+                std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+            }
+            kind => *kind == rustix::fs::FileType::Symlink,
+        })
+        .filter_map(|(path, _)| shofer_sys::fd::canonicalize(&path).ok())
         .filter(|t| !t.starts_with(dir))
         .collect()
 }
@@ -617,9 +653,12 @@ fn aliases_of(path: &Path, mounts: &[shofer_sys::proc::Mount]) -> Vec<PathBuf> {
         // The mount shows the location or a directory above it: the alias is below its point.
         if let Ok(below) = in_fs.strip_prefix(&m.root) {
             let alias = Path::new(&m.point).join(below);
-            let same = std::fs::symlink_metadata(&alias)
-                .is_ok_and(|a| (a.dev(), a.ino()) == (me.dev(), me.ino()));
-            if alias != path && same && !out.contains(&alias) {
+            // (The mount that shows `path` names it again: no call for that one.)
+            let same = || {
+                std::fs::symlink_metadata(&alias)
+                    .is_ok_and(|a| (a.dev(), a.ino()) == (me.dev(), me.ino()))
+            };
+            if alias != path && !out.contains(&alias) && same() {
                 out.push(alias);
             }
             continue;
