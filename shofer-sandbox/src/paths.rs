@@ -85,30 +85,37 @@ pub fn list(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
 /// # Errors
 /// Opening or reading the directory (`EACCES` for one without read permission).
 pub fn entries(dir: &OwnedFd) -> io::Result<Vec<(std::ffi::OsString, rustix::fs::FileType)>> {
-    listed(openat_raw(
-        dir.as_fd(),
-        b".",
-        libc::O_RDONLY | libc::O_DIRECTORY,
-    )?)
+    let fd = openat_raw(dir.as_fd(), b".", libc::O_RDONLY | libc::O_DIRECTORY)?;
+    let mut out = Vec::new();
+    listed(fd, &mut out)?;
+    Ok(out)
 }
 
-/// [`entries`] of the directory at `path` (symlinks followed): one `open` and its
-/// `getdents64` (`std::fs::read_dir` adds an `fstat`).
+/// The entries of the directory at `path` (symlinks followed), as [`entries`] gives them,
+/// except that a listing cut short by an error keeps what it read before (as
+/// `std::fs::read_dir` did): for finding what to hide, where a dropped entry hides less. One
+/// `open` and its `getdents64` (`std::fs::read_dir` adds an `fstat`).
 ///
 /// # Errors
-/// Opening or reading the directory.
+/// Opening the directory.
 pub fn entries_of(path: &Path) -> io::Result<Vec<(std::ffi::OsString, rustix::fs::FileType)>> {
     use rustix::fs::{Mode, OFlags};
-    listed(rustix::fs::open(
+    let fd = rustix::fs::open(
         path,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
-    )?)
+    )?;
+    let mut out = Vec::new();
+    let _ = listed(fd, &mut out); // what came before an error stays
+    Ok(out)
 }
 
-/// The entries of the open directory `fd`, but `.` and `..`.
-fn listed(fd: OwnedFd) -> io::Result<Vec<(std::ffi::OsString, rustix::fs::FileType)>> {
-    let mut out = Vec::new();
+/// Adds the entries of the open directory `fd`, but `.` and `..`, to `out` until the end or
+/// an error.
+fn listed(
+    fd: OwnedFd,
+    out: &mut Vec<(std::ffi::OsString, rustix::fs::FileType)>,
+) -> io::Result<()> {
     for e in rustix::fs::Dir::new(fd)? {
         let e = e?;
         let name = e.file_name().to_bytes();
@@ -116,7 +123,7 @@ fn listed(fd: OwnedFd) -> io::Result<Vec<(std::ffi::OsString, rustix::fs::FileTy
             out.push((std::ffi::OsStr::from_bytes(name).to_owned(), e.file_type()));
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The regular file `name` (one component) under `dir`, not followed, at most `max` bytes:

@@ -320,8 +320,7 @@ fn absolute(path: &Path, cwd: &Path) -> PathBuf {
 
 /// The locations this run hides, the existing ones it leaves readable, and the read rules.
 ///
-/// Cost: each base directory (a home, its XDG directories) is listed once, or not at all when
-/// a base listed before does not hold it (`~/.config` without `.config` in `~`), and only the
+/// Cost: each base directory (a home, its XDG directories) is listed once, and only the
 /// locations whose first component is listed there are looked up; as root, a passwd home
 /// counts only when its user owns it (system accounts name shared directories such as `/bin`
 /// or `/var/www`, or none).
@@ -337,51 +336,30 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
         &passwd,
         |uid, home| std::fs::metadata(home).is_ok_and(|m| m.is_dir() && m.uid() == uid),
     );
-    // Each base listed once (its names sorted, and whether the listing is whole); a location is
-    // looked at only when its first component is there. Compared as bytes: `Path`'s equality
-    // parses components.
-    let mut listed: Vec<(PathBuf, Vec<std::ffi::OsString>, bool)> = Vec::new();
+    // Each base listed once (its names sorted); a location is looked at only when its first
+    // component is there. Compared as bytes: `Path`'s equality parses components.
+    let mut listed: Vec<(PathBuf, Vec<std::ffi::OsString>)> = Vec::new();
     let mut set: Vec<PathBuf> = Vec::new();
     for dirs in &users {
-        // Shallow bases first: one inside a base listed already (`~/.config` in `~`) is
-        // listed only when its next component is there.
-        let mut pieces = secretpaths::pieces(dirs);
-        pieces.sort_by_key(|(base, _)| base.components().count());
-        for (base, paths) in pieces {
+        // Every base is listed, even one that a base listed already seems not to hold
+        // (`~/.config` in `~`): a lookup can find a name that the listing does not show (a
+        // case-insensitive directory, a FUSE or network file system).
+        for (base, paths) in secretpaths::pieces(dirs) {
             let i = match listed
                 .iter()
-                .position(|(b, _, _)| b.as_os_str() == base.as_os_str())
+                .position(|(b, _)| b.as_os_str() == base.as_os_str())
             {
                 Some(i) => i,
                 None => {
-                    // (Not below a base that could not be listed: a home of mode 0711.)
-                    let absent = listed.iter().any(|(above, names, whole)| {
-                        *whole
-                            && base.strip_prefix(above).is_ok_and(|rest| {
-                                // (A `..` in an XDG variable leads elsewhere: listed.)
-                                rest.components().next().is_some_and(|c| {
-                                    matches!(c, Component::Normal(_))
-                                        && names
-                                            .binary_search_by(|n| n.as_os_str().cmp(c.as_os_str()))
-                                            .is_err()
-                                })
-                            })
-                    });
-                    let entries = if absent {
-                        Err(std::io::ErrorKind::NotFound.into())
-                    } else {
-                        crate::paths::entries_of(&base)
-                    };
-                    let whole = entries.is_ok();
-                    let mut names: Vec<std::ffi::OsString> = entries
+                    let mut names: Vec<std::ffi::OsString> = crate::paths::entries_of(&base)
                         .map(|es| es.into_iter().map(|(name, _)| name).collect())
                         .unwrap_or_default();
                     names.sort_unstable();
-                    listed.push((base, names, whole));
+                    listed.push((base, names));
                     listed.len() - 1
                 }
             };
-            let (base, names, _) = &listed[i];
+            let (base, names) = &listed[i];
             for path in paths {
                 let first = path.split('/').next().unwrap_or(path);
                 if names

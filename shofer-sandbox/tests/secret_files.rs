@@ -1011,3 +1011,68 @@ fn a_link_out_of_a_hidden_directory_hides_its_target() {
         }
     }
 }
+
+/// A home on a file system whose listing disagrees with its lookups (`listing_fuse.py`, a FUSE
+/// server): a listing that ends early (`ENOENT`, taken for the end) or fails (`EIO`) after
+/// `.ssh`, or that leaves out a name a lookup still finds (`cfg`, the `XDG_CONFIG_HOME`, as a
+/// case-insensitive directory would). What was listed is hidden, and so is every base the
+/// listing did not show: each is listed on its own. On every hiding backend, as root and as
+/// uid 65534.
+#[test]
+fn a_home_whose_listing_fails_or_omits_a_name_still_hides_what_lookups_reach() {
+    let test = "a_home_whose_listing_fails_or_omits_a_name_still_hides_what_lookups_reach";
+    if skip_unless_root(test) {
+        return;
+    }
+    if !Path::new("/dev/fuse").exists() {
+        skip(test, "no /dev/fuse");
+        return;
+    }
+    let scratch = Scratch::new();
+    let dir = scratch.path();
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/listing_fuse.py");
+    let (home, wt) = (dir.join("home"), dir.join("wt"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&wt).unwrap();
+    scratch.chown_all(UNPRIV);
+    let files = ["/.ssh/id", "/.config/gcloud/c", "/cfg/gcloud/c"]
+        .map(|f| format!("{}{f}", home.display()));
+    for (err, hide) in [("2", ""), ("5", ""), ("0", "cfg")] {
+        for backend in hiding_backends() {
+            for uid in uids() {
+                let cell = format!("{backend} ERR={err} HIDE={hide} uid {uid:?}");
+                let user = match uid {
+                    Some(u) => format!("setpriv --reuid {u} --regid {u} --clear-groups"),
+                    None => String::new(),
+                };
+                let script = format!(
+                    "python3 {server} {home} & \
+                     for i in $(seq 100); do mountpoint -q {home} && break; sleep 0.05; done; \
+                     mountpoint -q {home} || {{ echo 'no FUSE mount' >&2; exit 90; }}; \
+                     HOME={home} XDG_CONFIG_HOME={home}/cfg {user} {SANDBOX} --backend {backend} \
+                       {wt} -- cat {files}; \
+                     umount {home}; wait",
+                    server = server.display(),
+                    home = home.display(),
+                    wt = wt.display(),
+                    files = files.join(" "),
+                );
+                let out = std::process::Command::new("unshare")
+                    .args(["-m", "--propagation", "private", "sh", "-c", &script])
+                    .env("ERR", err)
+                    .env("HIDE", hide)
+                    .output()
+                    .unwrap();
+                let all = text(&out);
+                assert!(!all.contains("no FUSE mount"), "{cell}:\n{all}");
+                assert!(
+                    !all.contains("KEY") && !all.contains("TOKEN"),
+                    "{cell}: read:\n{all}"
+                );
+                for f in &files {
+                    assert_denied(&out, Path::new(f), &cell);
+                }
+            }
+        }
+    }
+}
