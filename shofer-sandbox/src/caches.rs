@@ -9,8 +9,9 @@
 //!   (`$XDG_STATE_HOME/shofer/package-caches/layout-2/<worktree key>/<cache>/`, each checked with
 //!   [`shofer_sys::statedir`]) and decides, per cache, one of:
 //!   - **overlay** (the namespace backends, Linux 5.11+): process A mounts an overlay at the
-//!     host's path, lower the host's directory, upper and work private
-//!     (`crate::namespaces::mounts`): the command sees the host's cache plus its own writes;
+//!     host's path, lower the host's directory, upper and work private, a pair no other
+//!     run of the worktree holds ([`claim_slot`]) (`crate::namespaces::mounts`): the command
+//!     sees the host's cache plus its own writes;
 //!     only at a literal path with no symlink on it, clear of the writable set, the state
 //!     directory and the other overlays ([`overlayable`]), else environment mode;
 //!   - **environment** (Landlock alone, bubblewrap, older kernels, and a cache absent on the
@@ -220,6 +221,8 @@ pub(crate) struct Plan {
     pub env_set: Vec<(&'static str, PathBuf)>,
     /// Private directories the command must be able to write (added to the writable set).
     pub writable: Vec<PathBuf>,
+    /// The locks of the overlays' slots ([`claim_slot`]), held while the run lasts.
+    pub held: Vec<OwnedFd>,
 }
 
 impl Plan {
@@ -233,6 +236,7 @@ impl Plan {
             overlays: Vec::new(),
             env_set: Vec::new(),
             writable: Vec::new(),
+            held: Vec::new(),
         }
     }
 
@@ -314,6 +318,7 @@ pub(crate) fn prepare(
         overlays: Vec::new(),
         env_set: Vec::new(),
         writable: Vec::new(),
+        held: Vec::new(),
     };
     // Each program looked up once (pnpm's two caches ask for the same one).
     let mut found: Vec<(&str, bool)> = Vec::new();
@@ -337,8 +342,8 @@ pub(crate) fn prepare(
     plan
 }
 
-/// One cache's entry, adding its overlay, variable or writable directory to `plan`; its
-/// private directories go below the checked state directory `state`.
+/// One cache's entry, adding its overlay (and its slot's lock), variable or writable
+/// directory to `plan`; its private directories go below the checked state directory `state`.
 fn plan_one(
     tool: &Tool,
     env: &Env,
@@ -370,46 +375,53 @@ fn plan_one(
         _ => None,
     };
     let private = Path::new(tool.name);
-    match (mode, existing) {
-        (Mode::Overlay, Some(host_dir)) => {
-            if inside_overlay(&host_dir) {
+    if let (Mode::Overlay, Some(host_dir)) = (mode, existing) {
+        if inside_overlay(&host_dir) {
+            entry.how = "overlay";
+            return entry;
+        }
+        match claim_slot(state, private) {
+            Ok(Some(slot)) => {
                 entry.how = "overlay";
+                entry.private = Ok(Some(slot.upper.clone()));
+                plan.overlays.push(Overlay {
+                    target: host_dir,
+                    upper: slot.upper,
+                    work: slot.work,
+                });
+                plan.held.push(slot.lock);
                 return entry;
             }
-            let made = ["upper", "work"].map(|leaf| make_dir(state, &private.join(leaf)));
-            match made {
-                [Ok(upper), Ok(work)] => {
-                    entry.how = "overlay";
-                    entry.private = Ok(Some(upper.clone()));
-                    plan.overlays.push(Overlay {
-                        target: host_dir,
-                        upper,
-                        work,
-                    });
-                }
-                [Err(e), _] | [_, Err(e)] => {
-                    entry.how = "unavailable";
-                    entry.private = Err(e);
-                }
-            }
-        }
-        // Explicitly set by the caller: respected.
-        _ if set_by_caller.is_some() => {}
-        _ => match make_dir(state, &private.join("env")) {
-            Ok(p) => {
-                if tool.name == "cargo" {
-                    copy_cargo_config(host.as_deref(), &p);
-                }
-                entry.how = "environment";
-                entry.private = Ok(Some(p.clone()));
-                plan.env_set.push((tool.var, p.clone()));
-                plan.writable.push(p);
+            Ok(None) => {
+                entry.note = Some(format!(
+                    "not overlaid: its {SLOTS} private views are in use by concurrent runs of this worktree"
+                ));
             }
             Err(e) => {
                 entry.how = "unavailable";
                 entry.private = Err(e);
+                return entry;
             }
-        },
+        }
+    }
+    // Explicitly set by the caller: respected.
+    if set_by_caller.is_some() {
+        return entry;
+    }
+    match make_dir(state, &private.join("env")) {
+        Ok(p) => {
+            if tool.name == "cargo" {
+                copy_cargo_config(host.as_deref(), &p);
+            }
+            entry.how = "environment";
+            entry.private = Ok(Some(p.clone()));
+            plan.env_set.push((tool.var, p.clone()));
+            plan.writable.push(p);
+        }
+        Err(e) => {
+            entry.how = "unavailable";
+            entry.private = Err(e);
+        }
     }
     entry
 }
@@ -511,6 +523,57 @@ fn identity(path: &Path) -> Vec<u8> {
         id.extend(st.stx_btime.tv_nsec.to_le_bytes());
     }
     id
+}
+
+/// How many runs of one worktree at a time each get their own overlay of a cache.
+const SLOTS: usize = 32;
+
+/// One overlay's private layers, claimed for a run.
+struct Slot {
+    upper: PathBuf,
+    work: PathBuf,
+    /// The work directory, open, its `flock` taken.
+    lock: OwnedFd,
+}
+
+/// The first free slot of the cache whose private directory is `private` (`upper` and
+/// `work`, then `upper.1` and `work.1`, ...): its work directory made and locked without
+/// waiting (`flock`), so no two mounts ever share an upper or a work directory (overlayfs
+/// clears its work directory at each mount, under a concurrent one's copy-ups). The lock
+/// goes with the run's last descriptor of it; the kernel drops a crashed run's. `None`
+/// when all [`SLOTS`] are taken.
+fn claim_slot(
+    state: &shofer_sys::statedir::StateDir,
+    private: &Path,
+) -> Result<Option<Slot>, String> {
+    use rustix::fs::{FlockOperation, Mode as M, OFlags};
+    for n in 0..SLOTS {
+        let leaf = |name: &str| match n {
+            0 => private.join(name),
+            n => private.join(format!("{name}.{n}")),
+        };
+        let work =
+            shofer_sys::statedir::create_below(state, &leaf("work")).map_err(|e| e.to_string())?;
+        let lock = rustix::fs::openat(
+            &work.fd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            M::empty(),
+        )
+        .map_err(|e| format!("{}: {e}", work.path.display()))?;
+        match rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => continue,
+            Err(e) => return Err(format!("{}: flock: {e}", work.path.display())),
+        }
+        let upper = make_dir(state, &leaf("upper"))?;
+        return Ok(Some(Slot {
+            upper,
+            work: work.path,
+            lock,
+        }));
+    }
+    Ok(None)
 }
 
 /// Makes (mode 0700) and checks the private directory `rel` below the state directory

@@ -188,6 +188,19 @@ with zipfile.ZipFile("{}/tinypy-1.0-py3-none-any.whl", "w") as z:
         script: &str,
         report: Option<std::fs::File>,
     ) -> std::process::Output {
+        self.runner(backend, i, uid, vars, script, report).output()
+    }
+
+    /// The run of [`World::run_reporting`], not started.
+    fn runner(
+        &self,
+        backend: Option<&str>,
+        i: usize,
+        uid: Option<u32>,
+        vars: &[(&str, &Path)],
+        script: &str,
+        report: Option<std::fs::File>,
+    ) -> Run {
         let mut r = Run::new(&self.wt[i]);
         if let Some(f) = report {
             r = r.arg("--report").arg("9").fd9(f);
@@ -216,7 +229,7 @@ with zipfile.ZipFile("{}/tinypy-1.0-py3-none-any.whl", "w") as z:
         if let Some(u) = uid {
             r = r.with_uid(u);
         }
-        r.args(["--", "sh"]).sh(script).output()
+        r.args(["--", "sh"]).sh(script)
     }
 
     /// Gives the whole scratch tree to `uid` (`None`: left as it is).
@@ -679,6 +692,78 @@ fn overlayfs_attributes_the_command_sets_never_reach_the_upper() {
                     p.display()
                 );
             }
+        }
+    }
+}
+
+/// Runs of one worktree at a time never share an overlay's upper or work directory
+/// (overlayfs clears its work directory at each mount): a run holds its overlay while others
+/// start and end, then still copies up a directory of the host's cache; each sees its own
+/// writes; the next run gets the first run's view back; the host's cache stays as it was.
+#[test]
+fn concurrent_runs_of_one_worktree_each_keep_a_working_overlay() {
+    use std::io::{BufRead, Write};
+    let backends = namespace_backends();
+    if backends.is_empty() {
+        return skip("concurrent_overlays", "no namespace backend is usable here");
+    }
+    for b in backends {
+        for uid in uids() {
+            let w = World::new();
+            std::fs::create_dir(w.home.join(".npm/hostdir")).unwrap();
+            std::fs::write(w.home.join(".npm/hostdir/f"), "host").unwrap();
+            let go = w.wt[0].join("go.fifo");
+            let made = Command::new("mkfifo").arg(&go).status().unwrap();
+            assert!(made.success());
+            w.chown(uid);
+            let before = w.host_hash();
+            let copy_up = |who: &str| {
+                format!(
+                    "echo {who} > ~/.npm/{who} && echo {who} > ~/.npm/hostdir/{who} && \
+                     rm ~/.npm/host-marker && cat ~/.npm/{who} ~/.npm/hostdir/{who}"
+                )
+            };
+            let first = format!("echo up && read x < go.fifo && {}", copy_up("a"));
+            let mut r = w.runner(Some(b), 0, None, &[], &first, None);
+            if let Some(u) = uid {
+                r = r.with_uid(u);
+            }
+            let (mut a, _copy) = r.spawn();
+            let mut line = String::new();
+            std::io::BufReader::new(a.stdout.as_mut().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert_eq!(line, "up\n", "{b} {uid:?}: the first run did not start");
+            let (w, copy_up) = (&w, &copy_up);
+            std::thread::scope(|s| {
+                let others: Vec<_> = (0..4)
+                    .map(|i| s.spawn(move || w.run(b, 0, uid, &copy_up(&format!("b{i}")))))
+                    .collect();
+                for (i, o) in others.into_iter().enumerate() {
+                    let (ok, out) = o.join().unwrap();
+                    assert!(ok, "{b} {uid:?}: concurrent run {i}: {out}");
+                    assert!(out.contains(&format!("b{i}\nb{i}")), "{b} {uid:?}: {out}");
+                }
+            });
+            // Held open until the first run ends: its `read` finds the line whenever it opens.
+            let mut release = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&go)
+                .unwrap();
+            release.write_all(b"go\n").unwrap();
+            let out = a.wait_with_output().unwrap();
+            drop(release);
+            let text = show(&out);
+            assert!(out.status.success(), "{b} {uid:?}: the first run: {text}");
+            assert!(text.contains("a\na"), "{b} {uid:?}: {text}");
+            let (ok, out) = w.run(b, 0, uid, "cat ~/.npm/a ~/.npm/hostdir/a");
+            assert!(ok, "{b} {uid:?}: the first run's view is not back: {out}");
+            assert_eq!(
+                w.host_hash(),
+                before,
+                "{b} {uid:?}: the host's cache changed"
+            );
         }
     }
 }
