@@ -421,37 +421,28 @@ impl Enforced {
     /// A cgroup v2 child of our own cgroup where it delegates every controller needed, else of
     /// the nearest ancestor that does ([`shofer_sys::proc::cgroup2_delegating`]).
     fn cgroup_v2(&mut self, name: &str) -> Result<(), String> {
-        let wanted: Vec<&str> = [
-            ("pids", self.limits.procs.is_some()),
-            ("memory", self.limits.memory.is_some()),
-            ("cpu", self.limits.cpu_percent.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(c, on)| on.then_some(c))
-        .collect();
-        // What the run's cgroup holds, as the files of a cgroup it may be made beside say it.
-        let mut bounds = Vec::new();
+        // Per limit: its controller, what the files of a cgroup the run's may be made beside
+        // say of it (`bounds`), and what the run's cgroup is given (`writes`).
+        let (mut wanted, mut bounds, mut writes) = (Vec::new(), Vec::new(), Vec::new());
         if let Some(p) = self.limits.procs {
+            wanted.push("pids");
             bounds.push(("pids.max", p));
-        }
-        if let Some(m) = self.limits.memory {
-            bounds.extend([("memory.max", m), ("memory.high", m)]);
-        }
-        if let Some(c) = self.limits.cpu_percent {
-            bounds.push(("cpu.max", c * 1000));
-        }
-        let parent = shofer_sys::proc::cgroup2_delegating(&wanted, &bounds)?;
-        let mut writes = Vec::new();
-        if let Some(p) = self.limits.procs {
             writes.push(("pids.max", p.to_string()));
         }
         if let Some(m) = self.limits.memory {
-            writes.push(("memory.max", m.to_string()));
-            writes.push(("memory.swap.max", "0".into()));
+            wanted.push("memory");
+            bounds.extend([("memory.max", m), ("memory.high", m)]);
+            writes.extend([
+                ("memory.max", m.to_string()),
+                ("memory.swap.max", "0".into()),
+            ]);
         }
         if let Some(c) = self.limits.cpu_percent {
+            wanted.push("cpu");
+            bounds.push(("cpu.max", c * 1000));
             writes.push(("cpu.max", format!("{} 100000", c * 1000)));
         }
+        let parent = shofer_sys::proc::cgroup2_delegating(&wanted, &bounds)?;
         let result = self.join(&parent, name, None, &writes);
         let reused = match result {
             Ok(r) => r,
