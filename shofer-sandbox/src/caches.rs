@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use sha2::Digest;
 
+use crate::report;
 use crate::spec::Overlay;
 
 /// The state directory's leaf for the private caches.
@@ -247,22 +248,23 @@ impl Plan {
             .iter()
             .map(|e| {
                 let (private, error) = match &e.private {
-                    Ok(p) => (json!(p), Value::Null),
+                    Ok(p) => (p.as_deref().map_or(Value::Null, report::path), Value::Null),
                     Err(why) => (Value::Null, json!(why)),
                 };
-                json!({"cache": e.tool, "variable": e.var, "host": e.host, "how": e.how,
+                json!({"cache": e.tool, "variable": e.var,
+                       "host": e.host.as_deref().map_or(Value::Null, report::path), "how": e.how,
                        "private": private, "error": error, "note": e.note})
             })
             .collect();
         let env: serde_json::Map<String, Value> = self
             .env_set
             .iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
+            .map(|(k, v)| (k.to_string(), report::path(v)))
             .collect();
         json!({
             "mode": self.mode.as_str(),
             "reason": self.reason,
-            "state_dir": self.dir,
+            "state_dir": self.dir.as_deref().map_or(Value::Null, report::path),
             "caches": caches,
             "env_set": env,
         })

@@ -3,6 +3,8 @@
 //! Both come from the same function, so what a real run reports and what the probe predicts
 //! cannot drift apart. Known kernel limits are listed as not enforced, never left out.
 
+use std::path::{Path, PathBuf};
+
 use serde_json::{json, Map, Value};
 use shofer_core::policy::{NetPolicy, Protection, Verdict};
 
@@ -11,6 +13,17 @@ use crate::error::SetupError;
 use crate::writable::OpenedPolicy;
 use shofer_sys::errno;
 use shofer_sys::landlock::LandlockAbsence;
+
+/// `p` as a report's text. JSON holds text only: a byte that is not UTF-8 is shown as U+FFFD
+/// (`serde_json` refuses such a path; a name the command chose must not stop the record).
+pub(crate) fn path(p: &Path) -> Value {
+    Value::String(p.to_string_lossy().into_owned())
+}
+
+/// [`path`] of each.
+pub(crate) fn paths<'a>(ps: impl IntoIterator<Item = &'a PathBuf>) -> Value {
+    ps.into_iter().map(|p| path(p)).collect()
+}
 
 fn landlock_json(facts: &Facts) -> Value {
     let (abi, status, errno) = match facts.landlock {
@@ -96,7 +109,7 @@ pub fn limits(rows: &[crate::limits::Row]) -> Value {
                 Err(why) => json!({"value": r.value, "status": "not_enforced", "reason": why}),
             };
             if let Some(dir) = &r.cgroup {
-                row["cgroup"] = json!(dir.to_string_lossy());
+                row["cgroup"] = path(dir);
             }
             (r.key.to_string(), row)
         })
@@ -119,8 +132,8 @@ pub fn run(
 ) -> Value {
     let mut obj = probe(facts, &Ok(choice.clone()), opened.policy.net);
     let map = obj.as_object_mut().expect("object literal");
-    map.insert("worktree".into(), json!(opened.policy.worktree));
-    map.insert("allow_unix".into(), json!(allow_unix));
+    map.insert("worktree".into(), path(&opened.policy.worktree));
+    map.insert("allow_unix".into(), paths(allow_unix));
     map.insert(
         "writable".into(),
         Value::Array(
@@ -128,7 +141,7 @@ pub fn run(
                 .policy
                 .writable
                 .iter()
-                .map(|r| json!({"path": r.path, "origin": r.origin.as_str(), "dir": r.is_dir}))
+                .map(|r| json!({"path": path(&r.path), "origin": r.origin.as_str(), "dir": r.is_dir}))
                 .collect(),
         ),
     );
@@ -143,20 +156,20 @@ pub fn run(
     let mut left: Vec<Value> = secrets
         .not_hidden
         .iter()
-        .map(|(p, why)| json!({"path": p, "why": why}))
+        .map(|(p, why)| json!({"path": path(p), "why": why}))
         .collect();
     if !hiding {
         left.extend(
             secrets
                 .hidden
                 .iter()
-                .map(|p| json!({"path": p, "why": "this backend does not hide secret locations (see protections.secrets_hidden)"})),
+                .map(|p| json!({"path": path(p), "why": "this backend does not hide secret locations (see protections.secrets_hidden)"})),
         );
     }
-    let hidden: &[std::path::PathBuf] = if hiding { &secrets.hidden } else { &[] };
+    let hidden: &[PathBuf] = if hiding { &secrets.hidden } else { &[] };
     map.insert(
         "secrets".into(),
-        json!({"hidden": hidden, "left_readable": left}),
+        json!({"hidden": paths(hidden), "left_readable": left}),
     );
     obj
 }

@@ -428,3 +428,62 @@ fn a_worktree_named_through_a_symlink_is_refused() {
         assert!(victim.join("mine").exists(), "{b}");
     }
 }
+
+/// Paths that are not UTF-8 — the worktree, the home, a name the command makes — neither stop
+/// a namespace backend's mounts nor the `--report` record. Before, the writable set went
+/// back to read-write through a lossy string (exit 125 on layered and userns), and every
+/// backend's report panicked on such a path (exit 134).
+#[test]
+fn paths_that_are_not_utf8_run_hide_and_are_reported_on_every_backend() {
+    use std::os::unix::ffi::OsStrExt;
+    let name = |n: &[u8]| std::ffi::OsStr::from_bytes(n).to_os_string();
+    let uids = [None].into_iter().chain(is_root().then_some(Some(UNPRIV)));
+    for uid in uids {
+        for b in backends() {
+            let s = Scratch::new();
+            let wt = s.path().join(name(b"wt\xff"));
+            let home = s.path().join(name(b"home\xfe"));
+            std::fs::create_dir_all(&wt).unwrap();
+            std::fs::create_dir_all(home.join(".ssh")).unwrap();
+            std::fs::write(home.join(".ssh/id"), "key").unwrap();
+            git(&wt, &["init", "-q"]);
+            if let Some(u) = uid {
+                s.chown_all(u);
+            }
+            let report = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
+            let mut r = Run::new(&wt)
+                .backend(b)
+                .arg("--report")
+                .arg("9")
+                .fd9(report.reopen().unwrap())
+                .env("HOME", &home)
+                .env_remove("XDG_STATE_HOME");
+            if let Some(u) = uid {
+                r = r.with_uid(u);
+            }
+            let out = r
+                .args(["--", "sh"])
+                .sh("printf made > \"$(printf 'f\\375')\" && ! cat ~/.ssh/id")
+                .output();
+            assert!(out.status.success(), "{b} {uid:?}: {}", show(&out));
+            assert_eq!(
+                std::fs::read(wt.join(name(b"f\xfd"))).unwrap(),
+                b"made",
+                "{b} {uid:?}"
+            );
+            let text = std::fs::read_to_string(report.path()).unwrap();
+            let record: serde_json::Value =
+                serde_json::from_str(text.lines().next().unwrap()).unwrap();
+            assert_eq!(record["worktree"], *wt.to_string_lossy(), "{b} {uid:?}");
+            let ssh = home.join(".ssh");
+            assert!(
+                record["secrets"]["hidden"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&serde_json::json!(ssh.to_string_lossy())),
+                "{b} {uid:?}: {}",
+                record["secrets"]
+            );
+        }
+    }
+}

@@ -4,6 +4,8 @@
 
 use serde_json::{json, Value};
 
+use crate::report;
+
 use super::layout::GitLayout;
 use super::repo::Repo;
 use super::run::GitRun;
@@ -15,7 +17,7 @@ pub(super) fn section(repo: &Repo, git_run: &GitRun, packed_refs_by_gate: bool) 
         GitLayout::MainWorktree => json!({"layout": "main-worktree",
             "note": "the .git directory is inside the worktree and therefore writable"}),
         GitLayout::Linked { gitdir, common } => {
-            json!({"layout": "linked", "gitdir": gitdir, "common": common})
+            json!({"layout": "linked", "gitdir": report::path(gitdir), "common": report::path(common)})
         }
         GitLayout::Rejected(why) => {
             json!({"layout": "rejected", "reason": why})
@@ -24,7 +26,7 @@ pub(super) fn section(repo: &Repo, git_run: &GitRun, packed_refs_by_gate: bool) 
     let mut git = git;
     git["protected"] = protected(repo, git_run, packed_refs_by_gate);
     let (guarded, unguarded) = git_run.guarded();
-    git["guarded"] = json!(guarded);
+    git["guarded"] = report::paths(&guarded);
     git["unguarded"] = json!(unguarded);
     let mut notes = repo.controls.notes.clone();
     notes.extend(git_run.objects_note().map(str::to_string));
@@ -46,14 +48,14 @@ pub(super) fn section(repo: &Repo, git_run: &GitRun, packed_refs_by_gate: bool) 
         json!({
             "how": "restored at once when changed (inotify watcher), again when the command ends; unpredictable O_EXCL temporary names; a journal outside the writable set lets the next run or `shofer-sandbox --repair WT` finish a restore a killed supervisor left; a failed restore is an error on stderr, a closing `git_restore` record here and exit status 125",
             "window": "between the command's write and the restore (the inotify latency plus one restore, usually well under a millisecond; up to 200 ms for a write through a shared memory mapping, which raises no inotify event) a host git can read the command's version; a command that rewrites in a loop keeps that window recurring",
-            "journal": git_run.journal,
+            "journal": git_run.journal.as_deref().map_or(Value::Null, report::path),
             "journal_missing": git_run.journal_missing,
         })
     };
     if let Some(v) = &git_run.view {
         git["view"] = json!({
             "how": "private view: the command's git works on a copy of the control files (config, hooks/, info/, HEAD, refs, packed-refs, logs/, the worktrees' state) bound over the common dir, with the object quarantine inside it; the host's git reads none of it during the run; when the command ends, refs this worktree may move (its branch, refs its runs created; never a branch another worktree has checked out, never refs/stash) are moved with git update-ref --stdin against the values the run started from, hooks off; its HEAD, index (after the nested check) and reflog are put in place; everything else stays private to this worktree's runs and is named",
-            "dir": v.dir,
+            "dir": report::path(&v.dir),
         });
     }
     git["not_enforced"] = json!([

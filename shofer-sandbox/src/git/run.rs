@@ -369,10 +369,10 @@ impl GitRun {
                     "objects_damaged": damage.iter().map(|d| serde_json::json!({"object": d.what, "how": d.how})).collect::<Vec<_>>(),
                     "objects_rejected": migrated.rejected.iter().map(|(o, why)| serde_json::json!({"object": o, "why": why})).collect::<Vec<_>>(),
                     "objects_rejected_more": migrated.rejected_more,
-                    "objects_not_moved": migrated.failed.iter().map(|(p, e)| serde_json::json!({"path": p, "error": e})).collect::<Vec<_>>(),
-                    "restored": all.restored,
-                    "quarantined": all.quarantined.iter().map(|q| serde_json::json!({"path": q.path, "moved_to": q.moved_to, "key": q.key})).collect::<Vec<_>>(),
-                    "failed": all.failed.iter().map(|(p, e)| serde_json::json!({"path": p, "error": e})).collect::<Vec<_>>(),
+                    "objects_not_moved": migrated.failed.iter().map(|(p, e)| serde_json::json!({"path": crate::report::path(p), "error": e})).collect::<Vec<_>>(),
+                    "restored": crate::report::paths(&all.restored),
+                    "quarantined": all.quarantined.iter().map(|q| serde_json::json!({"path": crate::report::path(&q.path), "moved_to": crate::report::path(&q.moved_to), "key": q.key})).collect::<Vec<_>>(),
+                    "failed": all.failed.iter().map(|(p, e)| serde_json::json!({"path": crate::report::path(p), "error": e})).collect::<Vec<_>>(),
                     "complete": !failed,
                 }});
                 let _ = writeln!(file, "{record}");

@@ -10,7 +10,8 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use super::sys::{cstr, mount, write_file};
 use super::Setup;
@@ -74,7 +75,7 @@ pub(super) fn build(plan: &Setup<'_>) -> Result<(), (NsStep, io::Error)> {
 
 /// Steps 2-4: what makes the namespaces usable at all, on paths nobody but the host chose.
 /// Returns the mount points to keep writable so far.
-fn namespace_mounts(plan: &Setup<'_>) -> io::Result<Vec<String>> {
+fn namespace_mounts(plan: &Setup<'_>) -> io::Result<Vec<PathBuf>> {
     mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
 
     // Step 4 first: while the host's /proc is still fully visible, the kernel allows a new
@@ -156,15 +157,12 @@ fn namespace_mounts(plan: &Setup<'_>) -> io::Result<Vec<String>> {
     ] {
         std::os::unix::fs::symlink(target, format!("/dev/{link}"))?;
     }
-    let mut keep_rw: Vec<String> = vec![
-        "/proc".into(),
-        "/dev/shm".into(),
-        "/dev/mqueue".into(),
-        "/dev/pts".into(),
-    ];
+    let mut keep_rw: Vec<PathBuf> = ["/proc", "/dev/shm", "/dev/mqueue", "/dev/pts"]
+        .map(PathBuf::from)
+        .into();
     for (name, _, writable) in &devices {
         if *writable {
-            keep_rw.push(format!("/dev/{name}"));
+            keep_rw.push(Path::new("/dev").join(name));
         }
     }
     Ok(keep_rw)
@@ -172,7 +170,7 @@ fn namespace_mounts(plan: &Setup<'_>) -> io::Result<Vec<String>> {
 
 /// Steps 5-6: the writable binds (source and target pinned by descriptor), the layers, the
 /// overlays, the covers, then everything else read-only except `keep_rw`.
-fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<String>) -> io::Result<()> {
+fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<PathBuf>) -> io::Result<()> {
     for bind in &plan.binds {
         // Re-opened in this namespace without following symlinks, and checked to be the very
         // object opened before the clone: a swap in between fails closed.
@@ -186,7 +184,7 @@ fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<String>) -> io::Result<()> {
         }
         let p = fd_path(fd.as_raw_fd());
         mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
-        keep_rw.push(bind.path.to_string_lossy().into_owned());
+        keep_rw.push(bind.path.to_path_buf());
     }
     crate::phases::mark("binds");
 
@@ -209,7 +207,7 @@ fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<String>) -> io::Result<()> {
         let p = fd_path(fd.as_raw_fd());
         mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
         if *writable {
-            keep_rw.push(path.to_string_lossy().into_owned());
+            keep_rw.push(path.to_path_buf());
         }
     }
 
@@ -233,8 +231,8 @@ fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<String>) -> io::Result<()> {
         let (source, target) = (fd_path(source.as_raw_fd()), fd_path(target.as_raw_fd()));
         mount(Some(&source), &target, None, libc::MS_BIND, None)?;
         // The binds beneath it (a linked worktree's gitdir) are out of reach now.
-        keep_rw.retain(|p| !Path::new(p).starts_with(over));
-        keep_rw.push(over.to_string_lossy().into_owned());
+        keep_rw.retain(|p| !p.starts_with(over));
+        keep_rw.push(over.to_path_buf());
     }
     if let (
         Some(store),
@@ -269,14 +267,14 @@ fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<String>) -> io::Result<()> {
         };
         let target = inside.as_ref().map_or(store, |fd| fd_path(fd.as_raw_fd()));
         mount(Some(&q), &target, None, libc::MS_BIND | libc::MS_REC, None)?;
-        keep_rw.push(objects.to_string_lossy().into_owned());
+        keep_rw.push(objects.to_path_buf());
     }
 
     crate::phases::mark("layers");
     // Step 5c': the overlays (the package caches', crate::caches), writable.
     for overlay in &plan.overlays {
         overlay_mount(overlay)?;
-        keep_rw.push(overlay.target.to_string_lossy().into_owned());
+        keep_rw.push(overlay.target.clone());
     }
     crate::phases::mark("overlays");
 
@@ -294,7 +292,7 @@ fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<String>) -> io::Result<()> {
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     let mut done: Vec<String> = Vec::new();
     for (point, flags) in parse_mountinfo(&mountinfo) {
-        if keep_rw.contains(&point) || done.contains(&point) {
+        if keep_rw.iter().any(|k| k.as_os_str() == point.as_str()) || done.contains(&point) {
             continue;
         }
         done.push(point.clone());
@@ -516,8 +514,8 @@ const MOUNT_ATTR_RDONLY: u64 = 0x1;
 /// mount_setattr(2) (Linux 5.12) on `path` with `flags` (`AT_RECURSIVE`…), setting or
 /// clearing `MOUNT_ATTR_RDONLY`. Raw syscall: neither libc nor rustix wraps it in the
 /// versions we use.
-fn set_readonly(path: &str, flags: libc::c_uint, readonly: bool) -> io::Result<()> {
-    let path = cstr(path)?;
+fn set_readonly(path: &Path, flags: libc::c_uint, readonly: bool) -> io::Result<()> {
+    let path = cstr(path.as_os_str().as_bytes())?;
     let attr = MountAttr {
         attr_set: if readonly { MOUNT_ATTR_RDONLY } else { 0 },
         attr_clr: if readonly { 0 } else { MOUNT_ATTR_RDONLY },
@@ -548,8 +546,8 @@ fn set_readonly(path: &str, flags: libc::c_uint, readonly: bool) -> io::Result<(
 ///
 /// Locked flags are no obstacle: setting read-only only adds a restriction, and clearing it
 /// is refused (`EPERM`) only where the host made the mount read-only, which then stays so.
-fn readonly_tree(keep_rw: &[String]) -> io::Result<bool> {
-    match set_readonly("/", libc::AT_RECURSIVE as libc::c_uint, true) {
+fn readonly_tree(keep_rw: &[PathBuf]) -> io::Result<bool> {
+    match set_readonly(Path::new("/"), libc::AT_RECURSIVE as libc::c_uint, true) {
         Ok(()) => {}
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) => {
             return Ok(false)
@@ -564,7 +562,7 @@ fn readonly_tree(keep_rw: &[String]) -> io::Result<bool> {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
             Err(e) => {
-                eprintln!("shofer-sandbox: mount_setattr {path}: {e}");
+                eprintln!("shofer-sandbox: mount_setattr {}: {e}", path.display());
                 return Err(e);
             }
         }
