@@ -15,6 +15,7 @@
 //! - [`egress`]: the allow-list of `--net proxy` and which addresses are not the public internet.
 //! - [`strip`]: the streaming filter that removes terminal control bytes from output.
 //! - [`gitenv`]: git configuration handed to a command through `GIT_CONFIG_COUNT`.
+//! - [`lexical`]: paths cleaned by their text alone (`..`, `.`), as many tools read them.
 //! - [`secretenv`]: the secret environment variables a command does not inherit.
 //! - [`secretpaths`]: the secret locations (credential files and directories) a command cannot read.
 //!
@@ -30,6 +31,7 @@ pub mod artifact;
 pub mod denial;
 pub mod egress;
 pub mod gitenv;
+pub mod lexical;
 pub mod limits;
 pub mod policy;
 pub mod policyfile;

@@ -254,8 +254,24 @@ impl UserDirs {
     }
 
     /// The directories `base` names for this user: the variable's value (when absolute) and
-    /// the default, without repeats.
+    /// the default, each also cleaned lexically where that differs (a `..` in `HOME` or an XDG
+    /// variable: the kernel reads the path through the component before it, Go's and
+    /// Python's path joins drop both: [`crate::lexical`]), without repeats.
     pub fn bases(&self, base: Base) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        for b in self.named(base) {
+            for p in [b.clone(), crate::lexical::clean(&b)] {
+                if !out.contains(&p) {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    }
+
+    /// The directories `base` names, as named: the variable's value (when absolute) and the
+    /// default.
+    fn named(&self, base: Base) -> Vec<PathBuf> {
         let absolute = |p: &Option<PathBuf>| p.clone().filter(|p| p.is_absolute());
         let (set, default) = match base {
             Base::Home => return vec![self.home.clone()],

@@ -92,13 +92,16 @@ pub fn entries(dir: &OwnedFd) -> io::Result<Vec<(std::ffi::OsString, rustix::fs:
 }
 
 /// The entries of the directory at `path` (symlinks followed), as [`entries`] gives them,
-/// except that a listing cut short by an error keeps what it read before (as
-/// `std::fs::read_dir` did): for finding what to hide, where a dropped entry hides less. One
-/// `open` and its `getdents64` (`std::fs::read_dir` adds an `fstat`).
+/// and whether the listing reached its end: one cut short by an error keeps what it read
+/// before (as `std::fs::read_dir` did), for finding what to hide, where a dropped entry
+/// hides less, and says it is incomplete. One `open` and its `getdents64`
+/// (`std::fs::read_dir` adds an `fstat`).
 ///
 /// # Errors
 /// Opening the directory.
-pub fn entries_of(path: &Path) -> io::Result<Vec<(std::ffi::OsString, rustix::fs::FileType)>> {
+pub fn entries_of(
+    path: &Path,
+) -> io::Result<(Vec<(std::ffi::OsString, rustix::fs::FileType)>, bool)> {
     use rustix::fs::{Mode, OFlags};
     let fd = rustix::fs::open(
         path,
@@ -106,8 +109,8 @@ pub fn entries_of(path: &Path) -> io::Result<Vec<(std::ffi::OsString, rustix::fs
         Mode::empty(),
     )?;
     let mut out = Vec::new();
-    let _ = listed(fd, &mut out); // what came before an error stays
-    Ok(out)
+    let complete = listed(fd, &mut out).is_ok(); // what came before an error stays
+    Ok((out, complete))
 }
 
 /// Adds the entries of the open directory `fd`, but `.` and `..`, to `out` until the end or
@@ -592,7 +595,8 @@ mod tests {
         std::fs::write(tmp.path().join("file"), "x").unwrap();
         std::fs::create_dir(tmp.path().join("dir")).unwrap();
         std::os::unix::fs::symlink("file", tmp.path().join("link")).unwrap();
-        let mut got = entries_of(tmp.path()).unwrap();
+        let (mut got, complete) = entries_of(tmp.path()).unwrap();
+        assert!(complete);
         got.sort_by(|a, b| a.0.cmp(&b.0));
         let names: Vec<_> = got.iter().map(|(n, _)| n.to_str().unwrap()).collect();
         assert_eq!(names, ["dir", "file", "link"]);
@@ -607,7 +611,7 @@ mod tests {
         }
         // Through a symlink to a directory; a file is no directory.
         std::os::unix::fs::symlink("dir", tmp.path().join("to-dir")).unwrap();
-        assert!(entries_of(&tmp.path().join("to-dir")).unwrap().is_empty());
+        assert!(entries_of(&tmp.path().join("to-dir")).unwrap().0.is_empty());
         assert!(entries_of(&tmp.path().join("file")).is_err());
     }
 

@@ -68,7 +68,7 @@
 //! host creates or puts in place during the run is not covered.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
 use shofer_core::policy::RuleOrigin;
@@ -298,32 +298,31 @@ fn a_block_device_is_readable(dir: &Path) -> bool {
     walk(dir, 0)
 }
 
+/// The bytes of `name` with ASCII letters in lower case, for comparing.
+fn folded(name: &(impl AsRef<std::ffi::OsStr> + ?Sized)) -> impl Iterator<Item = u8> + '_ {
+    name.as_ref()
+        .as_encoded_bytes()
+        .iter()
+        .map(u8::to_ascii_lowercase)
+}
+
 /// `path` made absolute against `cwd` and cleaned lexically (`.` dropped, `..` pops).
 fn absolute(path: &Path, cwd: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    let joined = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        cwd.join(path)
-    };
-    for c in joined.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
+    shofer_core::lexical::clean(&cwd.join(path))
 }
 
 /// The locations this run hides, the existing ones it leaves readable, and the read rules.
 ///
-/// Cost: each base directory (a home, its XDG directories) is listed once, and only the
-/// locations whose first component is listed there are looked up; as root, a passwd home
-/// counts only when its user owns it (system accounts name shared directories such as `/bin`
-/// or `/var/www`, or none).
+/// Cost: each base directory (a home, its XDG directories, each also cleaned of `..`) is
+/// listed once, and only the locations whose first component is listed there (ASCII case
+/// folded) are looked up; a base that cannot be listed to its end (mode 0711 and another
+/// user's, an error partway) has every location looked up. As root, a passwd home counts
+/// only when its user owns it (system accounts name shared directories such as `/bin` or
+/// `/var/www`, or none).
+///
+/// Left: a file system whose listing ends early without an error or leaves out a name its
+/// lookup finds (a misbehaving FUSE or network file system), or folds case beyond ASCII,
+/// hides that location on Landlock alone only (an entry not listed gets no read rule there).
 pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[PathBuf]) -> Resolved {
     use std::os::unix::fs::MetadataExt;
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
@@ -336,14 +335,16 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
         &passwd,
         |uid, home| std::fs::metadata(home).is_ok_and(|m| m.is_dir() && m.uid() == uid),
     );
-    // Each base listed once (its names sorted); a location is looked at only when its first
-    // component is there. Compared as bytes: `Path`'s equality parses components.
-    let mut listed: Vec<(PathBuf, Vec<std::ffi::OsString>)> = Vec::new();
+    // Each base listed once; a location is looked at only when its first component is there,
+    // compared as bytes with ASCII case folded (on a case-insensitive directory `.SSH` is what
+    // a lookup of `.ssh` reaches). A base that cannot be listed whole (mode 0711 and another
+    // owner's, an error partway) gets every location looked up (`None`).
+    let mut listed: Vec<(PathBuf, Option<Vec<std::ffi::OsString>>)> = Vec::new();
     let mut set: Vec<PathBuf> = Vec::new();
     for dirs in &users {
         // Every base is listed, even one that a base listed already seems not to hold
         // (`~/.config` in `~`): a lookup can find a name that the listing does not show (a
-        // case-insensitive directory, a FUSE or network file system).
+        // FUSE or network file system).
         for (base, paths) in secretpaths::pieces(dirs) {
             let i = match listed
                 .iter()
@@ -351,10 +352,22 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
             {
                 Some(i) => i,
                 None => {
-                    let mut names: Vec<std::ffi::OsString> = crate::paths::entries_of(&base)
-                        .map(|es| es.into_iter().map(|(name, _)| name).collect())
-                        .unwrap_or_default();
-                    names.sort_unstable();
+                    let names = match crate::paths::entries_of(&base) {
+                        Ok((entries, true)) => {
+                            let mut names: Vec<std::ffi::OsString> =
+                                entries.into_iter().map(|(name, _)| name).collect();
+                            names.sort_unstable_by(|a, b| folded(a).cmp(folded(b)));
+                            Some(names)
+                        }
+                        Ok((_, false)) => None,
+                        // Nothing there, or no directory: nothing to look up.
+                        Err(e)
+                            if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) =>
+                        {
+                            Some(Vec::new())
+                        }
+                        Err(_) => None,
+                    };
                     listed.push((base, names));
                     listed.len() - 1
                 }
@@ -362,11 +375,13 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
             let (base, names) = &listed[i];
             for path in paths {
                 let first = path.split('/').next().unwrap_or(path);
-                if names
-                    .binary_search_by(|n| n.as_encoded_bytes().cmp(first.as_bytes()))
-                    .is_err()
-                {
-                    continue;
+                if let Some(names) = names {
+                    if names
+                        .binary_search_by(|n| folded(n).cmp(folded(first)))
+                        .is_err()
+                    {
+                        continue;
+                    }
                 }
                 let candidate = base.join(path);
                 if !set.iter().any(|s| s.as_os_str() == candidate.as_os_str()) {
@@ -570,7 +585,7 @@ fn device_rules(dir: &Path, depth: u32, out: &mut Vec<(OwnedFd, bool)>) -> bool 
 /// repository's `~/.ssh/id_ed25519 -> ~/dotfiles/ssh/id_ed25519`): the key is there, and the
 /// link would lead to it. One level: links deeper inside are not looked at.
 fn links_out(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = crate::paths::entries_of(dir) else {
+    let Ok((entries, _)) = crate::paths::entries_of(dir) else {
         return Vec::new(); // a file, or unreadable to the caller as well
     };
     entries

@@ -236,23 +236,8 @@ fn through_symlink(path: &Path, canon: &Path) -> Option<String> {
 /// `path` made absolute against the current directory with `.` and `..` removed lexically
 /// (no symlink is followed).
 fn lexical_absolute(path: &Path) -> PathBuf {
-    use std::path::Component;
-    let base = if path.is_absolute() {
-        PathBuf::new()
-    } else {
-        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
-    };
-    let mut out = PathBuf::new();
-    for comp in base.join(path).components() {
-        match comp {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    shofer_core::lexical::clean(&cwd.join(path))
 }
 
 /// The terminal devices on the caller's stdin, stdout and stderr (e.g. `/dev/tty1` on a

@@ -3,15 +3,28 @@
 # system. Usage: listing_fuse.py MOUNTPOINT (as root). The home holds .ssh/id ("KEY"),
 # .config/gcloud/c and cfg/gcloud/c ("TOKEN"), owned by uid 65534.
 # ERR=N: listing the home stops with errno N after ".", ".." and ".ssh" (2, ENOENT, is taken
-#        for the end of the directory; 5, EIO, for an error).
+#        for the end of the directory; 5, EIO, for an error); AT=2: before ".ssh".
 # HIDE=NAME: listing the home leaves NAME out; looking it up still finds it.
-# (After an attack on the secrets step found both, 2026-12-07.)
+# CASE=1: case-insensitive, as a vfat or casefolded ext4 directory: ".ssh" is stored as ".SSH"
+#         and a lookup of any case finds it.
+# (After attacks on the secrets step found these, 2026-12-07 and 2026-12-08.)
 import ctypes, errno, os, struct, sys
 
 ERR, HIDE = int(os.environ.get("ERR", "0")), os.environ.get("HIDE", "").encode()
+AT, CASE = int(os.environ.get("AT", "3")), os.environ.get("CASE") == "1"
+SSH = b".SSH" if CASE else b".ssh"
 # inode: (parent, {name: inode}) for a directory, bytes for a file.
-T = {1: (1, {b".ssh": 2, b".config": 3, b"cfg": 6}), 2: (1, {b"id": 4}), 3: (1, {b"gcloud": 7}),
+T = {1: (1, {SSH: 2, b".config": 3, b"cfg": 6}), 2: (1, {b"id": 4}), 3: (1, {b"gcloud": 7}),
      7: (3, {b"c": 5}), 6: (1, {b"gcloud": 8}), 8: (6, {b"c": 5}), 4: b"KEY\n", 5: b"TOKEN\n"}
+
+
+def find(node, name):
+    if not isinstance(T[node], tuple):
+        return None
+    for k, v in T[node][1].items():
+        if k == name or (CASE and k.lower() == name.lower()):
+            return v
+    return None
 
 
 def attr(i):
@@ -45,7 +58,7 @@ while True:
         reply(unique, 0, struct.pack("<IIIIHHIIHHII", 7, 31, 0, 0, 16, 12, 65536, 1, 0, 0, 0, 0)
               + bytes(24))
     elif op == 1:  # LOOKUP
-        child = T[node][1].get(body.split(b"\0")[0]) if isinstance(T[node], tuple) else None
+        child = find(node, body.split(b"\0")[0])
         if child is None:
             reply(unique, errno.ENOENT)
         else:
@@ -64,12 +77,12 @@ while True:
         entries = [(b".", node), (b"..", T[node][0])]
         entries += [(k, v) for k, v in T[node][1].items() if k != HIDE]
         cut = node == 1 and ERR
-        if cut and offset >= 3:
+        if cut and offset >= AT:
             reply(unique, ERR)
             continue
         out = b""
         for i, (name, child) in enumerate(entries):
-            if i < offset or (cut and i >= 3):
+            if i < offset or (cut and i >= AT):
                 continue
             kind = 4 if isinstance(T[child], tuple) else 8
             out += struct.pack("<QQII", child, i + 1, len(name), kind) + name

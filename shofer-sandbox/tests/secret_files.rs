@@ -1014,10 +1014,10 @@ fn a_link_out_of_a_hidden_directory_hides_its_target() {
 
 /// A home on a file system whose listing disagrees with its lookups (`listing_fuse.py`, a FUSE
 /// server): a listing that ends early (`ENOENT`, taken for the end) or fails (`EIO`) after
-/// `.ssh`, or that leaves out a name a lookup still finds (`cfg`, the `XDG_CONFIG_HOME`, as a
-/// case-insensitive directory would). What was listed is hidden, and so is every base the
-/// listing did not show: each is listed on its own. On every hiding backend, as root and as
-/// uid 65534.
+/// `.ssh`, one that fails before it (every location of the home is then looked up), one that
+/// leaves out a name a lookup still finds (`cfg`, the `XDG_CONFIG_HOME`: every base is listed
+/// on its own), and a case-insensitive home whose `.ssh` is stored as `.SSH`. On every hiding
+/// backend, as root and as uid 65534.
 #[test]
 fn a_home_whose_listing_fails_or_omits_a_name_still_hides_what_lookups_reach() {
     let test = "a_home_whose_listing_fails_or_omits_a_name_still_hides_what_lookups_reach";
@@ -1037,10 +1037,19 @@ fn a_home_whose_listing_fails_or_omits_a_name_still_hides_what_lookups_reach() {
     scratch.chown_all(UNPRIV);
     let files = ["/.ssh/id", "/.config/gcloud/c", "/cfg/gcloud/c"]
         .map(|f| format!("{}{f}", home.display()));
-    for (err, hide) in [("2", ""), ("5", ""), ("0", "cfg")] {
+    // (ERR, AT, HIDE, CASE): listing_fuse.py's variants.
+    let variants = [
+        ("2", "3", "", ""),
+        ("5", "3", "", ""),
+        ("5", "2", "", ""),
+        ("0", "3", "cfg", ""),
+        ("0", "3", "", "1"),
+    ];
+    for (err, at, hide, case) in variants {
         for backend in hiding_backends() {
             for uid in uids() {
-                let cell = format!("{backend} ERR={err} HIDE={hide} uid {uid:?}");
+                let cell =
+                    format!("{backend} ERR={err} AT={at} HIDE={hide} CASE={case} uid {uid:?}");
                 let user = match uid {
                     Some(u) => format!("setpriv --reuid {u} --regid {u} --clear-groups"),
                     None => String::new(),
@@ -1060,7 +1069,9 @@ fn a_home_whose_listing_fails_or_omits_a_name_still_hides_what_lookups_reach() {
                 let out = std::process::Command::new("unshare")
                     .args(["-m", "--propagation", "private", "sh", "-c", &script])
                     .env("ERR", err)
+                    .env("AT", at)
                     .env("HIDE", hide)
+                    .env("CASE", case)
                     .output()
                     .unwrap();
                 let all = text(&out);
@@ -1072,6 +1083,84 @@ fn a_home_whose_listing_fails_or_omits_a_name_still_hides_what_lookups_reach() {
                 for f in &files {
                     assert_denied(&out, Path::new(f), &cell);
                 }
+            }
+        }
+    }
+}
+
+/// A home the caller cannot list (mode 0711, another user's) whose `.ssh` the caller can read:
+/// listing it fails, so every location of the home is looked up instead, and `.ssh` is hidden
+/// on every backend. Before, the mount backends found nothing to hide there. As uid 65534,
+/// the home root's.
+#[test]
+fn a_home_the_caller_cannot_list_still_hides_what_lookups_reach() {
+    let test = "a_home_the_caller_cannot_list_still_hides_what_lookups_reach";
+    if skip_unless_root(test) {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new();
+    let dir = scratch.path();
+    let (home, wt) = (dir.join("home"), dir.join("wt"));
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id"), "KEY\n").unwrap();
+    std::fs::create_dir_all(&wt).unwrap();
+    scratch.chown_all(UNPRIV);
+    std::process::Command::new("chown")
+        .args(["-R", "0:0"])
+        .arg(&home)
+        .status()
+        .unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let key = home.join(".ssh/id");
+    for backend in hiding_backends() {
+        let cell = format!("{backend} uid {UNPRIV}");
+        let out = Run::new(&wt)
+            .backend(backend)
+            .env("HOME", &home)
+            .with_uid(UNPRIV)
+            .args(["--", "cat"])
+            .arg(&key)
+            .output();
+        assert!(!text(&out).contains("KEY"), "{cell}: read:\n{}", show(&out));
+        assert_denied(&out, &key, &cell);
+    }
+}
+
+/// A `..` in `HOME`: the kernel reads `~/.ssh` through the component before it (a symlink
+/// there leads elsewhere), Go's `filepath.Join` and Python's `normpath` drop both; both
+/// readings are hidden, on every hiding backend, as root and as uid 65534.
+#[test]
+fn a_home_with_dot_dot_hides_both_readings() {
+    let scratch = Scratch::new();
+    let dir = scratch.path();
+    let (wt, real) = (dir.join("wt"), dir.join("elsewhere/inner"));
+    std::fs::create_dir_all(&wt).unwrap();
+    std::fs::create_dir_all(&real).unwrap();
+    std::fs::create_dir_all(dir.join("home")).unwrap();
+    std::os::unix::fs::symlink(&real, dir.join("home/link")).unwrap();
+    // The kernel's reading: `home/link/..` is `elsewhere`; the lexical one: `home`.
+    let keys = [dir.join("elsewhere/.ssh/id"), dir.join("home/.ssh/id")];
+    for k in &keys {
+        std::fs::create_dir_all(k.parent().unwrap()).unwrap();
+        std::fs::write(k, "KEY\n").unwrap();
+    }
+    for uid in uids() {
+        if let Some(u) = uid {
+            scratch.chown_all(u);
+        }
+        for backend in hiding_backends() {
+            let cell = format!("{backend} uid {uid:?}");
+            let mut run = Run::new(&wt)
+                .backend(backend)
+                .env("HOME", dir.join("home/link/.."));
+            if let Some(u) = uid {
+                run = run.with_uid(u);
+            }
+            let out = run.args(["--", "cat"]).args(&keys).output();
+            assert!(!text(&out).contains("KEY"), "{cell}: read:\n{}", show(&out));
+            for k in &keys {
+                assert_denied(&out, k, &cell);
             }
         }
     }

@@ -20,7 +20,7 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use crate::git::layout::GitLayout;
 use crate::paths::{self, Kind};
@@ -514,16 +514,7 @@ fn in_tree(hp: &str, worktree: &Path) -> Option<PathBuf> {
     } else {
         worktree.join(hp)
     };
-    let mut out = PathBuf::new();
-    for c in raw.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
+    let out = shofer_core::lexical::clean(&raw);
     (out.starts_with(worktree) && out != worktree).then_some(out)
 }
 
