@@ -179,7 +179,7 @@ impl Launch {
     /// run) when it cannot be made.
     pub fn proxy_listener(&mut self) -> Option<OwnedFd> {
         let pid = self.command_pid()?;
-        let listener = crate::egress::listener_in(pid, false)?;
+        let listener = crate::egress::listener_in(pid)?;
         let (_, write) = self.block.take()?;
         rustix::io::write(&write, b"1").ok()?;
         // The command has been exec'd at the info pipe's end of file.

@@ -32,6 +32,7 @@ pub(crate) enum Stage {
     Identity,
     Limits,
     NamespaceMounts,
+    ProxyListener,
 }
 
 impl Stage {
@@ -52,6 +53,7 @@ impl Stage {
             Identity,
             Limits,
             NamespaceMounts,
+            ProxyListener,
         ]
         .into_iter()
         .find(|s| *s as u8 == b)
@@ -74,6 +76,7 @@ impl Stage {
             Stage::Fork => "fork",
             Stage::Identity => "switching to the worktree's owner (setgroups/setresgid/setresuid)",
             Stage::Limits => "entering the run's cgroup or setting RLIMIT_NPROC",
+            Stage::ProxyListener => "making the proxy's listener in the command's network namespace",
         }
     }
 }

@@ -180,11 +180,23 @@ pub(crate) fn spawn(
     let mut proxy = None;
     let main = match &plan.confinement {
         Confinement::Namespaces(setup) => {
-            // Only we, with CAP_SETUID over the parent namespace, may map every id; the
-            // proxy's listener is made from here too: A waits on this pipe until both are
-            // done (EOF: we could not).
-            let ready = if setup.full_map || setup.proxy {
+            // Only we, with CAP_SETUID over the parent namespace, may map every id: A waits
+            // on this pipe until we have (EOF: we could not).
+            let ready = if setup.full_map {
                 Some(pipe("pipe2")?)
+            } else {
+                None
+            };
+            // The proxy's listener: A makes it in its network namespace and sends it here.
+            let listener = if setup.proxy {
+                Some(
+                    crate::gate::helper::pair(rustix::net::SocketType::SEQPACKET).map_err(
+                        |source| SetupError::Syscall {
+                            op: "socketpair for the proxy's listener",
+                            source,
+                        },
+                    )?,
+                )
             } else {
                 None
             };
@@ -194,28 +206,29 @@ pub(crate) fn spawn(
                 plan.exec.keep_descendants,
                 main_exit.as_ref().map(|(_, w)| w.as_fd()),
                 ready.as_ref().map(|(r, w)| (r.as_fd(), w.as_raw_fd())),
+                listener.as_ref().map(|(_, theirs)| theirs.as_raw_fd()),
             )?;
-            if let Some((_, ready)) = ready {
-                let written = !setup.full_map
-                    || ["uid_map", "gid_map"].iter().all(|f| {
-                        std::fs::write(format!("/proc/{pid}/{f}"), namespaces::FULL_MAP).is_ok()
-                    });
-                if written && setup.proxy {
-                    proxy = crate::egress::listener_in(pid, true);
-                    if proxy.is_none() {
-                        // Our own child, waiting on `ready`: it never runs the command.
-                        if let Some(p) = shofer_sys::process::pid(pid) {
-                            let _ = rustix::process::kill_process(p, Signal::KILL);
-                            let _ = rustix::process::waitpid(Some(p), WaitOptions::empty());
-                        }
-                        return Err(SetupError::Syscall {
-                            op: "making the proxy's listener in the command's network namespace",
-                            source: io::Error::from_raw_os_error(libc::EIO),
-                        });
-                    }
-                }
+            if let Some((_, ready)) = &ready {
+                let written = ["uid_map", "gid_map"].iter().all(|f| {
+                    std::fs::write(format!("/proc/{pid}/{f}"), namespaces::FULL_MAP).is_ok()
+                });
                 if written {
-                    let _ = rustix::io::write(&ready, b"1");
+                    let _ = rustix::io::write(ready, b"1");
+                }
+            }
+            if let Some((ours, theirs)) = listener {
+                drop(theirs);
+                proxy = crate::gate::netns::recv_fd(&ours).filter(crate::egress::is_listener);
+                if proxy.is_none() {
+                    // Our own child, which failed before sending it: it never runs the command.
+                    if let Some(p) = shofer_sys::process::pid(pid) {
+                        let _ = rustix::process::kill_process(p, Signal::KILL);
+                        let _ = rustix::process::waitpid(Some(p), WaitOptions::empty());
+                    }
+                    return Err(SetupError::Syscall {
+                        op: Stage::ProxyListener.describe(),
+                        source: io::Error::from_raw_os_error(libc::EIO),
+                    });
                 }
             }
             pid
@@ -281,6 +294,7 @@ fn spawn_namespaced(
     keep_descendants: bool,
     main_exit: Option<BorrowedFd<'_>>,
     ready: Option<(BorrowedFd<'_>, RawFd)>,
+    listener: Option<RawFd>,
 ) -> Result<libc::pid_t, SetupError> {
     let mut flags =
         libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
@@ -307,7 +321,7 @@ fn spawn_namespaced(
         )));
     }
     if pid == 0 {
-        namespaces::init::run(args, setup, keep_descendants, main_exit, ready);
+        namespaces::init::run(args, setup, keep_descendants, main_exit, ready, listener);
     }
     Ok(pid as libc::pid_t)
 }

@@ -7,8 +7,10 @@
 //! address out of reach instead (`crate::gate::inet`).
 //!
 //! # Map
-//! - this file: the listener ([`listener_in`]: made inside the command's network namespace by
-//!   a forked child of the supervisor, loopback brought up first; [`host_listener`] on Landlock
+//! - this file: the listener, made inside the command's network namespace with loopback
+//!   brought up first: by process A of the namespace backends itself ([`make_listener`], sent
+//!   to the supervisor), or for bubblewrap's child by a forked child of the supervisor
+//!   ([`listener_in`]); [`host_listener`] on Landlock
 //!   alone, on the host's loopback, where the gate admits inet connects to it and to the run's
 //!   own loopback servers only, `crate::gate::inet`) and the command's proxy variables
 //!   ([`set_environment`]);
@@ -84,28 +86,25 @@ pub(crate) fn host_listener() -> std::io::Result<(OwnedFd, u16)> {
     Ok((OwnedFd::from(l), port))
 }
 
-/// The proxy's listener, made in the network namespace of process `pid` (process A of the
-/// namespace backends, or bubblewrap's child) by [`crate::gate::netns::socket_in`]: a TCP
-/// socket bound to `127.0.0.1:`[`PORT`], listening. With `loopback_up` (process A, which
-/// waits) the child brings loopback up first; bubblewrap brings it up itself, at a moment of
-/// its own: the socket is bound with `IP_FREEBIND`, so it need not be up yet. `None` when it
-/// cannot be made.
-pub(crate) fn listener_in(pid: libc::pid_t, loopback_up: bool) -> Option<OwnedFd> {
-    let make = if loopback_up {
-        || make_listener(true)
-    } else {
-        || make_listener(false)
-    };
-    let got = crate::gate::netns::socket_in(pid, make)?;
-    // What came back must be a listening TCP socket, whoever sent it.
-    let ok = rustix::net::sockopt::socket_domain(&got) == Ok(AddressFamily::INET)
-        && rustix::net::sockopt::socket_type(&got) == Ok(SocketType::STREAM)
-        && rustix::net::sockopt::socket_acceptconn(&got) == Ok(true);
-    ok.then_some(got)
+/// The proxy's listener, made in the network namespace of bubblewrap's child `pid` by
+/// [`crate::gate::netns::socket_in`]: a TCP socket bound to `127.0.0.1:`[`PORT`],
+/// listening. bubblewrap brings loopback up itself, at a moment of its own: the socket is
+/// bound with `IP_FREEBIND`, so it need not be up yet. `None` when it cannot be made.
+pub(crate) fn listener_in(pid: libc::pid_t) -> Option<OwnedFd> {
+    crate::gate::netns::socket_in(pid, || make_listener(false)).filter(is_listener)
 }
 
-/// In the forked child, inside the namespace: raw system calls only (no allocation).
-fn make_listener(loopback: bool) -> rustix::io::Result<OwnedFd> {
+/// Whether `fd` is a listening TCP socket: what came back from another process must be,
+/// whoever sent it.
+pub(crate) fn is_listener(fd: &OwnedFd) -> bool {
+    rustix::net::sockopt::socket_domain(fd) == Ok(AddressFamily::INET)
+        && rustix::net::sockopt::socket_type(fd) == Ok(SocketType::STREAM)
+        && rustix::net::sockopt::socket_acceptconn(fd) == Ok(true)
+}
+
+/// The listener, made inside the namespace (by process A, or by the forked child of
+/// [`listener_in`]), `loopback` brought up first: raw system calls only (no allocation).
+pub(crate) fn make_listener(loopback: bool) -> rustix::io::Result<OwnedFd> {
     if loopback {
         loopback_up()?;
     }

@@ -116,28 +116,28 @@ fn in_child(
     }
     move_into_link_name_space(net.as_fd(), Some(LinkNameSpaceType::Network))?;
     let made = make()?;
-    send_fd(sock, &made);
-    Ok(())
+    send_fd(sock, &made)
 }
 
 /// Sends descriptor `fd` over the unix socket `sock` (one byte plus `SCM_RIGHTS`).
 /// Async-signal-safe (called in a forked child): no allocation.
-fn send_fd(sock: &OwnedFd, fd: &OwnedFd) {
+pub(crate) fn send_fd(sock: &OwnedFd, fd: &OwnedFd) -> rustix::io::Result<()> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     let fds = [fd.as_fd()];
     control.push(SendAncillaryMessage::ScmRights(&fds));
     let byte = [0u8; 1];
-    let _ = rustix::net::sendmsg(
+    rustix::net::sendmsg(
         sock,
         &[IoSlice::new(&byte)],
         &mut control,
         SendFlags::empty(),
-    );
+    )
+    .map(|_| ())
 }
 
 /// Receives one descriptor sent by [`send_fd`]; `None` at end of file (the child failed).
-fn recv_fd(sock: &OwnedFd) -> Option<OwnedFd> {
+pub(crate) fn recv_fd(sock: &OwnedFd) -> Option<OwnedFd> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut byte = [0u8; 1];

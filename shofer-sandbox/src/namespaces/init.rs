@@ -9,7 +9,7 @@
 //!   (exit 125), everything else ends in `_exit`.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use rustix::process::{Pid, Signal};
@@ -28,20 +28,32 @@ use crate::signals::{reap_any, wait_status_to_exit, FORWARDED};
 /// command (B), then reaps and forwards signals until B exits, and exits with its status (the
 /// kernel then kills whatever is left in the namespace). With `keep_descendants` it waits for
 /// every process of the namespace first, and writes B's raw wait status to `main_exit` (if
-/// given) the moment B exits. With `ready`, A first waits for the supervisor's byte on it
-/// (every id mapped, the proxy's listener made).
+/// given) the moment B exits. With `listener` (`--net proxy`), A first makes the proxy's
+/// listener in its network namespace and sends it to the supervisor over that socket; with
+/// `ready`, A then waits for the supervisor's byte on it (every id mapped).
 pub(crate) fn run(
     args: &ChildArgs<'_>,
     setup: &Setup<'_>,
     keep_descendants: bool,
     main_exit: Option<BorrowedFd<'_>>,
     ready: Option<(BorrowedFd<'_>, RawFd)>,
+    listener: Option<RawFd>,
 ) -> ! {
     let err = args.err;
     let fail = |stage: Stage, e: io::Error| -> ! { report_failure(err, stage, e) };
     crate::phases::forget_marks();
     // SIGKILL for PID 1 takes the namespace with it.
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
+    if let Some(sock) = listener {
+        // Safety: A's copy of the supervisor's socket (A owns its copies: it never returns
+        // into the code that owns the originals), closed here and never used again.
+        let sock = unsafe { OwnedFd::from_raw_fd(sock) };
+        let sent =
+            crate::egress::make_listener(true).and_then(|l| crate::gate::netns::send_fd(&sock, &l));
+        if let Err(e) = sent {
+            fail(Stage::ProxyListener, e.into());
+        }
+    }
     if let Some((read, write)) = ready {
         // Our copy of the write end goes (so a supervisor that gives up means EOF), then a
         // one-byte read from the pipe it writes once the maps are in and the proxy's
