@@ -3,14 +3,17 @@
 a new connection, directly or through the HTTP proxy PROXY (absolute-URI form), reading every
 byte. Prints `inner-us N`: the time of the GETs alone (interleave.py keeps it).
 
-Usage: fetch.py URL N [PROXY_HOST:PORT]
+Usage: fetch.py URL N [PROXY_HOST:PORT | env]   (env: the proxy of `$http_proxy`)
 """
+import os
 import socket
 import sys
 import time
 
 url, n = sys.argv[1], int(sys.argv[2])
 proxy = sys.argv[3] if len(sys.argv) > 3 else None
+if proxy == "env":
+    proxy = os.environ["http_proxy"].split("//", 1)[-1].rstrip("/")
 hostport = url.split("/")[2]
 path = "/" + url.split("/", 3)[3]
 host, port = hostport.rsplit(":", 1)
