@@ -520,22 +520,31 @@ fn the_worktree_wins_over_a_secret_location_inside_it() {
 
 /// Root's command runs as uid 0 on Landlock alone: the disks under /dev would hand it every
 /// file, hidden ones included. A bind mount of the home elsewhere shows the secrets by another
-/// path: that alias is hidden too (and a writable alias leaves them readable, said so).
+/// path: that alias is hidden too, also at a path that is not UTF-8 (and a writable alias
+/// leaves them readable, said so).
 #[test]
 fn block_devices_and_bind_mount_aliases_do_not_reveal_secrets() {
+    use std::os::unix::ffi::OsStrExt;
     if skip_unless_root("block_devices_and_bind_mount_aliases_do_not_reveal_secrets") {
         return;
     }
     let h = Home::new(None);
     let alias = h.scratch.path().join("alias");
+    let odd = h
+        .scratch
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"alias\xff"));
     std::fs::create_dir(&alias).unwrap();
+    std::fs::create_dir(&odd).unwrap();
     let disk = h.scratch.path().join("disk.img");
     std::fs::write(&disk, "disk-bytes-secret-3f4a".repeat(64)).unwrap();
     let ok = |c: &mut std::process::Command| c.status().is_ok_and(|s| s.success());
-    assert!(ok(std::process::Command::new("mount")
-        .arg("--bind")
-        .arg(&h.home)
-        .arg(&alias)));
+    for a in [&alias, &odd] {
+        assert!(ok(std::process::Command::new("mount")
+            .arg("--bind")
+            .arg(&h.home)
+            .arg(a)));
+    }
     let out = std::process::Command::new("losetup")
         .args(["-f", "--show"])
         .arg(&disk)
@@ -547,8 +556,9 @@ fn block_devices_and_bind_mount_aliases_do_not_reveal_secrets() {
         for b in hiding_backends() {
             let out = h
                 .run(b, None)
+                .env("ODD", &odd)
                 .sh(&format!(
-                    "cat '{a}/.netrc' '{a}/.ssh/id_ed25519'; head -c 100 {loopdev}; true",
+                    "cat '{a}/.netrc' '{a}/.ssh/id_ed25519' \"$ODD/.netrc\"; head -c 100 {loopdev}; true",
                     a = alias.display()
                 ))
                 .output();
@@ -560,6 +570,13 @@ fn block_devices_and_bind_mount_aliases_do_not_reveal_secrets() {
                 show(&out)
             );
             assert_denied(&out, &alias.join(".netrc"), b);
+            // `cat` quotes a name that is not UTF-8 (`'...alias'$'\377''/.netrc'`).
+            assert!(
+                String::from_utf8_lossy(&out.stderr)
+                    .contains("$'\\377''/.netrc': Permission denied"),
+                "{b}: {}",
+                show(&out)
+            );
         }
         // Writable through the alias: readable, and the report says why.
         let report = h.scratch.path().join("report.json");
@@ -576,7 +593,9 @@ fn block_devices_and_bind_mount_aliases_do_not_reveal_secrets() {
         let v = std::fs::read_to_string(&report).unwrap();
         assert!(v.contains("it lies inside an --allow-write path"), "{v}");
     });
-    let _ = std::process::Command::new("umount").arg(&alias).status();
+    for a in [&alias, &odd] {
+        let _ = std::process::Command::new("umount").arg(a).status();
+    }
     let _ = std::process::Command::new("losetup")
         .args(["-d", &loopdev])
         .status();

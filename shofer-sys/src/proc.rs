@@ -16,6 +16,8 @@ use std::ffi::CStr;
 use std::fmt;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
 
 use rustix::fs::{Mode, OFlags};
 
@@ -349,26 +351,27 @@ pub struct Mount {
     /// The device (`major:minor` of the filesystem).
     pub dev: (u32, u32),
     /// The directory of the filesystem this mount shows (`/` for a whole filesystem, deeper
-    /// for a bind mount), unescaped.
-    pub root: String,
-    /// Where it is mounted, unescaped.
-    pub point: String,
+    /// for a bind mount), unescaped, as bytes (a path need not be UTF-8).
+    pub root: PathBuf,
+    /// Where it is mounted, unescaped, as bytes.
+    pub point: PathBuf,
     /// The per-mount options (`rw,nosuid,relatime`, …).
     pub options: String,
 }
 
 /// The mounts of a `mountinfo` text, in order; malformed lines are skipped. Paths are
-/// unescaped (`\040` is a space).
-pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
-    text.lines()
+/// unescaped (`\040` is a space) and kept as bytes: one that is not UTF-8 is a path all the
+/// same, and nothing else in a line is cut short by it.
+pub fn parse_mountinfo(text: &[u8]) -> Vec<Mount> {
+    text.split(|&b| b == b'\n')
         .filter_map(|line| {
-            let mut fields = line.split(' ');
-            let dev = fields.nth(2)?;
+            let mut fields = line.split(|&b| b == b' ');
+            let dev = std::str::from_utf8(fields.nth(2)?).ok()?;
             let (major, minor) = dev.split_once(':')?;
             let dev = (major.parse().ok()?, minor.parse().ok()?);
             let root = unescape(fields.next()?);
             let point = unescape(fields.next()?);
-            let options = fields.next()?.to_string();
+            let options = String::from_utf8_lossy(fields.next()?).into_owned();
             Some(Mount {
                 dev,
                 root,
@@ -384,9 +387,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
 /// # Errors
 /// Reading the file.
 pub fn mounts() -> io::Result<Vec<Mount>> {
-    // Bytes, not a string: one mount point that is not UTF-8 must not cost every other line.
-    let bytes = read_whole("/proc/self/mountinfo")?;
-    Ok(parse_mountinfo(&String::from_utf8_lossy(&bytes)))
+    Ok(parse_mountinfo(&read_whole("/proc/self/mountinfo")?))
 }
 
 /// The whole of a small file, above all one the kernel generates as it is read (`/proc`),
@@ -417,8 +418,7 @@ pub fn read_whole(path: &str) -> io::Result<Vec<u8>> {
 
 /// Undoes the octal escapes of mountinfo (`\040` space, `\011` tab, `\012` newline, `\134`
 /// backslash).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
+fn unescape(b: &[u8]) -> PathBuf {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -434,7 +434,7 @@ fn unescape(s: &str) -> String {
             i += 1;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// `/proc/self/cgroup`: (controllers, path) per line (cgroups(7)).
@@ -567,6 +567,8 @@ pub fn mem_total() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
 
     #[test]
     fn read_whole_reads_a_generated_file_and_one_past_its_first_buffer() {
@@ -710,23 +712,25 @@ mod tests {
 
     #[test]
     fn mountinfo_lines_give_device_root_point_and_options() {
-        let text = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n\
+        let text = b"27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n\
                     28 27 0:25 /sub/dir /mnt/a\\040b ro,nosuid,nodev,relatime - tmpfs x ro\n\
+                    29 27 0:26 / /mnt/\xff\\011 rw - tmpfs x rw\n\
                     garbage\n";
         let m = parse_mountinfo(text);
-        assert_eq!(m.len(), 2);
+        assert_eq!(m.len(), 3);
         assert_eq!(
-            (m[0].dev, m[0].root.as_str(), m[0].point.as_str()),
-            ((254, 0), "/", "/")
+            (m[0].dev, m[0].root.as_path(), m[0].point.as_path()),
+            ((254, 0), Path::new("/"), Path::new("/"))
         );
-        assert_eq!(m[1].root, "/sub/dir");
-        assert_eq!(m[1].point, "/mnt/a b");
+        assert_eq!(m[1].root, Path::new("/sub/dir"));
+        assert_eq!(m[1].point, Path::new("/mnt/a b"));
         assert_eq!(m[1].options, "ro,nosuid,nodev,relatime");
+        assert_eq!(m[2].point.as_os_str().as_bytes(), b"/mnt/\xff\t");
     }
 
     #[test]
     fn unescape_leaves_plain_text_and_short_escapes() {
-        assert_eq!(unescape("/a\\134b\\011"), "/a\\b\t");
-        assert_eq!(unescape("/x\\04"), "/x\\04");
+        assert_eq!(unescape(b"/a\\134b\\011"), Path::new("/a\\b\t"));
+        assert_eq!(unescape(b"/x\\04"), Path::new("/x\\04"));
     }
 }

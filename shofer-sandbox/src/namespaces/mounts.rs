@@ -286,13 +286,12 @@ fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<PathBuf>) -> io::Result<()> {
     if readonly_tree(&keep_rw)? {
         return Ok(());
     }
-    // Before Linux 5.12: one remount per mount point.
-    // Refused whole when not UTF-8: a mount point misread would stay writable.
-    let mountinfo = String::from_utf8(shofer_sys::proc::read_whole("/proc/self/mountinfo")?)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    let mut done: Vec<String> = Vec::new();
+    // Before Linux 5.12: one remount per mount point (as bytes: a mount point misread would
+    // stay writable).
+    let mountinfo = shofer_sys::proc::read_whole("/proc/self/mountinfo")?;
+    let mut done: Vec<PathBuf> = Vec::new();
     for (point, flags) in parse_mountinfo(&mountinfo) {
-        if keep_rw.iter().any(|k| k.as_os_str() == point.as_str()) || done.contains(&point) {
+        if keep_rw.contains(&point) || done.contains(&point) {
             continue;
         }
         done.push(point.clone());
@@ -314,7 +313,7 @@ fn mounts(plan: &Setup<'_>, mut keep_rw: Vec<PathBuf>) -> io::Result<()> {
                     && plan
                         .replace
                         .as_ref()
-                        .is_some_and(|(over, _)| Path::new(&point).starts_with(over)) => {}
+                        .is_some_and(|(over, _)| point.starts_with(over)) => {}
             Err(e) => return Err(e),
         }
     }
@@ -381,7 +380,7 @@ fn covers(steps: &[Cover]) -> io::Result<()> {
                 // Its final mode at once, unless entries are to be made in it (the seal's).
                 mount(
                     Some("tmpfs"),
-                    &fd_path(target.as_raw_fd()),
+                    fd_path(target.as_raw_fd()),
                     Some("tmpfs"),
                     libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                     Some(if *mirrored { "mode=0700" } else { "mode=0000" }),
@@ -469,7 +468,7 @@ fn bind(
 ) -> io::Result<()> {
     mount(
         Some(&fd_path(source.as_raw_fd())),
-        &fd_path(target.as_raw_fd()),
+        fd_path(target.as_raw_fd()),
         None,
         flags,
         None,
@@ -572,7 +571,7 @@ fn readonly_tree(keep_rw: &[PathBuf]) -> io::Result<bool> {
 
 /// (mount point, flags to keep) for each line of `/proc/self/mountinfo`, in order; the kept
 /// flags are the per-mount options the kernel may have locked.
-fn parse_mountinfo(text: &str) -> Vec<(String, libc::c_ulong)> {
+fn parse_mountinfo(text: &[u8]) -> Vec<(PathBuf, libc::c_ulong)> {
     shofer_sys::proc::parse_mountinfo(text)
         .into_iter()
         .map(|m| {
@@ -600,11 +599,11 @@ mod tests {
 
     #[test]
     fn mountinfo_points_are_unescaped_and_locked_flags_kept() {
-        let text = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n\
+        let text = b"27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n\
                     28 27 0:25 / /mnt/a\\040b ro,nosuid,nodev,relatime - tmpfs x ro\n";
         let parsed = parse_mountinfo(text);
-        assert_eq!(parsed[0], ("/".to_string(), libc::MS_RELATIME));
-        assert_eq!(parsed[1].0, "/mnt/a b");
+        assert_eq!(parsed[0], (PathBuf::from("/"), libc::MS_RELATIME));
+        assert_eq!(parsed[1].0, Path::new("/mnt/a b"));
         assert_eq!(
             parsed[1].1,
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_RELATIME

@@ -9,6 +9,8 @@
 
 use std::ffi::CString;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 /// `path` as a C string; `EINVAL` for an interior NUL.
 pub(crate) fn cstr(p: impl AsRef<[u8]>) -> io::Result<CString> {
@@ -19,14 +21,15 @@ pub(crate) fn cstr(p: impl AsRef<[u8]>) -> io::Result<CString> {
 /// shofer-sandbox message) before returning the raw error.
 pub(crate) fn mount(
     src: Option<&str>,
-    target: &str,
+    target: impl AsRef<Path>,
     fstype: Option<&str>,
     flags: libc::c_ulong,
     data: Option<&str>,
 ) -> io::Result<()> {
     use rustix::mount::{MountFlags, MountPropagationFlags};
+    let target = target.as_ref();
     let src = src.map(cstr).transpose()?;
-    let target_c = cstr(target)?;
+    let target_c = cstr(target.as_os_str().as_bytes())?;
     let fstype = fstype.map(cstr).transpose()?;
     let data = data.map(cstr).transpose()?;
     // Every MS_* flag fits the 32 bits of mount(2)'s `unsigned long` that the kernel reads.
@@ -67,7 +70,7 @@ pub(crate) fn mount(
         if flags & libc::MS_REMOUNT == 0
             || !matches!(e.raw_os_error(), Some(libc::EACCES | libc::ENOENT))
         {
-            eprintln!("shofer-sandbox: mount {target}: {e}");
+            eprintln!("shofer-sandbox: mount {}: {e}", target.display());
         }
         return Err(e);
     }
