@@ -16,6 +16,8 @@ use shofer_sys::landlock::LandlockAbsence;
 pub enum SetupError {
     /// The command line is malformed (the message names the argument and what is valid).
     Usage(String),
+    /// The caller's limits cannot hold a run (the message names the limit and what it needs).
+    Limit(String),
     /// A descriptor given on the command line is not open.
     FdNotOpen {
         /// The descriptor.
@@ -226,7 +228,7 @@ impl fmt::Display for Unusable {
 impl fmt::Display for SetupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SetupError::Usage(msg) => write!(f, "{msg}"),
+            SetupError::Usage(msg) | SetupError::Limit(msg) => write!(f, "{msg}"),
             SetupError::FdNotOpen { fd, given_to } => {
                 write!(f, "file descriptor {fd} is not open (given to {given_to})")
             }

@@ -240,7 +240,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     // 1. parse: what the parser could not check without syscalls.
     let owner = foreign_owner(&args.worktree, args.keep_caps);
     exec_spec(&args, owner)?;
-    nofile::raise();
+    nofile::raise().map_err(SetupError::Limit)?;
     // 2. kernel facts
     let mut facts = Facts::probe();
     phases::mark("facts");

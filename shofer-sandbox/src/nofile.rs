@@ -8,15 +8,29 @@ use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 /// The caller's `RLIMIT_NOFILE`, when [`raise`] raised ours.
 static CALLER_NOFILE: std::sync::OnceLock<Rlimit> = std::sync::OnceLock::new();
 
+/// The fewest descriptors a run needs: below this, some step runs out (a run of `true` uses
+/// about 60 at once on the namespace backends).
+pub(crate) const MIN: u64 = 64;
+
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit: the sandbox holds one
 /// descriptor per writable path (thousands of `--allow-write` paths are supported) besides
 /// its pipes. The command gets the caller's limit back ([`restore`]).
-pub(crate) fn raise() {
+///
+/// # Errors
+/// The hard limit is below [`MIN`] (a step would run out, somewhere): the run is refused
+/// before anything starts, with the number.
+pub(crate) fn raise() -> Result<(), String> {
     let lim = getrlimit(Resource::Nofile);
     // None: RLIM_INFINITY, above every number.
     let raw = |v: Option<u64>| v.unwrap_or(u64::MAX);
+    if raw(lim.maximum) < MIN {
+        return Err(format!(
+            "the descriptor limit (ulimit -n) is {}: a run needs at least {MIN}",
+            raw(lim.maximum)
+        ));
+    }
     if raw(lim.current) >= raw(lim.maximum) {
-        return;
+        return Ok(());
     }
     let up = Rlimit {
         current: lim.maximum,
@@ -25,6 +39,7 @@ pub(crate) fn raise() {
     if setrlimit(Resource::Nofile, up).is_ok() {
         let _ = CALLER_NOFILE.set(lim);
     }
+    Ok(())
 }
 
 /// Puts back the caller's `RLIMIT_NOFILE` (in the child, before exec). Async-signal-safe.

@@ -321,8 +321,10 @@ fn absolute(path: &Path, cwd: &Path) -> PathBuf {
 /// `/var/www`, or none).
 ///
 /// Left: a file system whose listing ends early without an error or leaves out a name its
-/// lookup finds (a misbehaving FUSE or network file system), or folds case beyond ASCII,
-/// hides that location on Landlock alone only (an entry not listed gets no read rule there).
+/// lookup finds (a misbehaving FUSE or network file system) hides that location on Landlock
+/// alone only (an entry not listed gets no read rule there); on a directory that folds case
+/// beyond ASCII (casefolded ext4: `ſ` is `s`, the Kelvin sign `k`), a location the host named
+/// so (`.ſsh`) is found by no backend (it is listed, under a name that is no location).
 pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[PathBuf]) -> Resolved {
     use std::os::unix::fs::MetadataExt;
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
@@ -399,7 +401,16 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
         }
         allow.push(a);
     }
-    let hide: Vec<PathBuf> = hide.iter().map(|h| absolute(h, &cwd)).collect();
+    // A --hide path with a `..` is hidden as the kernel reads it (through a symlink before
+    // the `..`) and as cleaned lexically, as `HOME` is.
+    let hide: Vec<PathBuf> = hide
+        .iter()
+        .flat_map(|h| {
+            let raw = cwd.join(h);
+            let clean = absolute(h, &cwd);
+            (raw != clean).then_some(raw).into_iter().chain([clean])
+        })
+        .collect();
     let wanted = secretpaths::adjust(set, &allow, &hide);
 
     // The mount table, read only once a location exists.

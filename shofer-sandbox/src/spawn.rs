@@ -225,9 +225,15 @@ pub(crate) fn spawn(
                         let _ = rustix::process::kill_process(p, Signal::KILL);
                         let _ = rustix::process::waitpid(Some(p), WaitOptions::empty());
                     }
+                    // Its record, when it wrote one (a read would wait for our own copy of
+                    // the pipe's write end otherwise).
+                    let errno = match rustix::io::ioctl_fionread(&err_read) {
+                        Ok(n) if n >= 5 => read_failure(&err_read).map(|(_, errno)| errno),
+                        _ => None,
+                    };
                     return Err(SetupError::Syscall {
                         op: Stage::ProxyListener.describe(),
-                        source: io::Error::from_raw_os_error(libc::EIO),
+                        source: io::Error::from_raw_os_error(errno.unwrap_or(libc::EIO)),
                     });
                 }
             }

@@ -487,3 +487,30 @@ fn paths_that_are_not_utf8_run_hide_and_are_reported_on_every_backend() {
         }
     }
 }
+
+/// A descriptor limit too low for any run (`ulimit -n 24`) is refused up front with exit 125
+/// and one line naming it. Before, the git guard's snapshot panicked (exit 134).
+#[test]
+fn a_descriptor_limit_too_low_is_refused_with_its_number() {
+    let s = Scratch::new();
+    let wt = s.path().join("wt");
+    std::fs::create_dir(&wt).unwrap();
+    git(&wt, &["init", "-q"]);
+    for b in backends() {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -n 24 && exec {SANDBOX} --backend {b} {} -- true",
+                wt.display()
+            ))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{b}: {}", show(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr)
+                .contains("the descriptor limit (ulimit -n) is 24: a run needs at least 64"),
+            "{b}: {}",
+            show(&out)
+        );
+    }
+}

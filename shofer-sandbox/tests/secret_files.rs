@@ -1184,3 +1184,40 @@ fn a_home_with_dot_dot_hides_both_readings() {
         }
     }
 }
+
+/// `--hide` with a `..` hides both readings too: the kernel's (through the symlink before it)
+/// and the lexical one. Before, only the lexical one was hidden.
+#[test]
+fn a_hide_path_with_dot_dot_hides_both_readings() {
+    let scratch = Scratch::new();
+    let dir = scratch.path();
+    let wt = dir.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    std::fs::create_dir_all(dir.join("other/sub")).unwrap();
+    std::fs::create_dir_all(dir.join("h")).unwrap();
+    std::os::unix::fs::symlink(dir.join("other/sub"), dir.join("h/link")).unwrap();
+    let files = [dir.join("other/sec"), dir.join("h/sec")];
+    for f in &files {
+        std::fs::write(f, "KEY\n").unwrap();
+    }
+    for uid in uids() {
+        if let Some(u) = uid {
+            scratch.chown_all(u);
+        }
+        for backend in hiding_backends() {
+            let cell = format!("{backend} uid {uid:?}");
+            let mut run = Run::new(&wt)
+                .backend(backend)
+                .arg("--hide")
+                .arg(dir.join("h/link/../sec"));
+            if let Some(u) = uid {
+                run = run.with_uid(u);
+            }
+            let out = run.args(["--", "cat"]).args(&files).output();
+            assert!(!text(&out).contains("KEY"), "{cell}: read:\n{}", show(&out));
+            for f in &files {
+                assert_denied(&out, f, &cell);
+            }
+        }
+    }
+}

@@ -97,6 +97,9 @@ fn linked(worktree: &Path, wt_fd: &OwnedFd) -> Result<(PathBuf, PathBuf), String
 /// # Errors
 /// Why the pointer does not lead to a gitdir of this worktree.
 pub fn linked_from(worktree: &Path, raw: &[u8]) -> Result<(PathBuf, PathBuf), String> {
+    if std::str::from_utf8(raw).is_err() {
+        return Err(".git names a path that is not UTF-8 (not supported)".into());
+    }
     let target = parse_pointer(raw, "gitdir: ").ok_or(".git does not start with 'gitdir: '")?;
     let target = worktree.join(target); // an absolute target replaces the base
     let gitdir =
@@ -117,7 +120,11 @@ pub fn linked_from(worktree: &Path, raw: &[u8]) -> Result<(PathBuf, PathBuf), St
         paths::open_nofollow(&gitdir).map_err(|e| format!("gitdir {}: {e}", gitdir.display()))?;
     let back = paths::read_small_file(&gitdir_fd, "gitdir", MAX_POINTER_FILE)
         .map_err(|e| format!("{}/gitdir: {e}", gitdir.display()))?;
-    let back = parse_pointer(&back, "").ok_or("empty back-link")?;
+    let back = parse_pointer(&back, "").ok_or(if std::str::from_utf8(&back).is_err() {
+        "the back-link names a path that is not UTF-8 (not supported)"
+    } else {
+        "empty back-link"
+    })?;
     // git >= 2.48 with worktree.useRelativePaths writes it relative to the gitdir.
     let back_path = gitdir.join(&back); // an absolute back-link replaces the base
     if !names_this_worktree(&back_path, worktree) {
