@@ -153,7 +153,7 @@ with zipfile.ZipFile("{}/tinypy-1.0-py3-none-any.whl", "w") as z:
         vars: &[(&str, &Path)],
         script: &str,
     ) -> std::process::Output {
-        self.run_reporting(backend, i, uid, vars, script, None)
+        self.runner(backend, i, uid, vars, script, None).output()
     }
 
     /// The `package_caches` section of the report of a run of `true` (as [`World::run_with`]).
@@ -165,33 +165,24 @@ with zipfile.ZipFile("{}/tinypy-1.0-py3-none-any.whl", "w") as z:
         vars: &[(&str, &Path)],
     ) -> serde_json::Value {
         let file = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
-        let out = self.run_reporting(
-            Some(backend),
-            i,
-            uid,
-            vars,
-            "true",
-            Some(file.reopen().unwrap()),
-        );
+        let out = self
+            .runner(
+                Some(backend),
+                i,
+                uid,
+                vars,
+                "true",
+                Some(file.reopen().unwrap()),
+            )
+            .output();
         assert!(out.status.success(), "{backend} {uid:?}: {}", show(&out));
         let text = std::fs::read_to_string(file.path()).unwrap();
         let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
         v["package_caches"].clone()
     }
 
-    fn run_reporting(
-        &self,
-        backend: Option<&str>,
-        i: usize,
-        uid: Option<u32>,
-        vars: &[(&str, &Path)],
-        script: &str,
-        report: Option<std::fs::File>,
-    ) -> std::process::Output {
-        self.runner(backend, i, uid, vars, script, report).output()
-    }
-
-    /// The run of [`World::run_reporting`], not started.
+    /// A run of `script` as [`World::run_with`] builds it (with `--report 9` to `report`),
+    /// not started.
     fn runner(
         &self,
         backend: Option<&str>,

@@ -1164,25 +1164,9 @@ fn a_home_with_dot_dot_hides_both_readings() {
         std::fs::create_dir_all(k.parent().unwrap()).unwrap();
         std::fs::write(k, "KEY\n").unwrap();
     }
-    for uid in uids() {
-        if let Some(u) = uid {
-            scratch.chown_all(u);
-        }
-        for backend in hiding_backends() {
-            let cell = format!("{backend} uid {uid:?}");
-            let mut run = Run::new(&wt)
-                .backend(backend)
-                .env("HOME", dir.join("home/link/.."));
-            if let Some(u) = uid {
-                run = run.with_uid(u);
-            }
-            let out = run.args(["--", "cat"]).args(&keys).output();
-            assert!(!text(&out).contains("KEY"), "{cell}: read:\n{}", show(&out));
-            for k in &keys {
-                assert_denied(&out, k, &cell);
-            }
-        }
-    }
+    assert_unreadable(&scratch, &wt, &keys, |run| {
+        run.env("HOME", dir.join("home/link/.."))
+    });
 }
 
 /// `--hide` with a `..` hides both readings too: the kernel's (through the symlink before it)
@@ -1200,22 +1184,27 @@ fn a_hide_path_with_dot_dot_hides_both_readings() {
     for f in &files {
         std::fs::write(f, "KEY\n").unwrap();
     }
+    assert_unreadable(&scratch, &wt, &files, |run| {
+        run.arg("--hide").arg(dir.join("h/link/../sec"))
+    });
+}
+
+/// `cat FILES` in `wt`, the run as `with` makes it, on every hiding backend, as root and as
+/// uid 65534 (the scratch tree then given to that uid): every file refused, none read.
+fn assert_unreadable(scratch: &Scratch, wt: &Path, files: &[PathBuf], with: impl Fn(Run) -> Run) {
     for uid in uids() {
         if let Some(u) = uid {
             scratch.chown_all(u);
         }
         for backend in hiding_backends() {
             let cell = format!("{backend} uid {uid:?}");
-            let mut run = Run::new(&wt)
-                .backend(backend)
-                .arg("--hide")
-                .arg(dir.join("h/link/../sec"));
+            let mut run = with(Run::new(wt).backend(backend));
             if let Some(u) = uid {
                 run = run.with_uid(u);
             }
-            let out = run.args(["--", "cat"]).args(&files).output();
+            let out = run.args(["--", "cat"]).args(files).output();
             assert!(!text(&out).contains("KEY"), "{cell}: read:\n{}", show(&out));
-            for f in &files {
+            for f in files {
                 assert_denied(&out, f, &cell);
             }
         }
