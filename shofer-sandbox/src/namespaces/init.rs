@@ -56,8 +56,7 @@ pub(crate) fn run(
     }
     if let Some((read, write)) = ready {
         // Our copy of the write end goes (so a supervisor that gives up means EOF), then a
-        // one-byte read from the pipe it writes once the maps are in and the proxy's
-        // listener made.
+        // one-byte read from the pipe it writes once the maps are in.
         // Safety: closing our copy of the supervisor's descriptor (A owns its copies: it never
         // returns into the code that owns the originals), never used again.
         unsafe { rustix::io::close(write) };
