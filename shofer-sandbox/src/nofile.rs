@@ -8,9 +8,10 @@ use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 /// The caller's `RLIMIT_NOFILE`, when [`raise`] raised ours.
 static CALLER_NOFILE: std::sync::OnceLock<Rlimit> = std::sync::OnceLock::new();
 
-/// The fewest descriptors a run needs: below this, some step runs out (a run of `true` uses
-/// about 60 at once on the namespace backends).
-pub(crate) const MIN: u64 = 64;
+/// The fewest descriptors a run is started with: below this, some step runs out (a run of
+/// `true` in a git repository needs about 70 at once on the namespace backends, more with
+/// `--allow-write` paths and a linked worktree's view).
+pub(crate) const MIN: u64 = 256;
 
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit: the sandbox holds one
 /// descriptor per writable path (thousands of `--allow-write` paths are supported) besides

@@ -272,10 +272,15 @@ pub(crate) fn spawn(
             )),
             // Only the namespaces' own making says "unusable" (`auto` then chooses again
             // without them): a later mount addresses paths the caller or the command chose
-            // (namespaces::mounts::NsStep), and its failure fails the run.
-            Stage::IdMaps | Stage::NamespaceMounts => Err(SetupError::Unusable(Unusable::Userns(
-                namespaces::failure_reason(stage.describe(), errno),
-            ))),
+            // (namespaces::mounts::NsStep), and its failure fails the run; so does running
+            // out of descriptors, which says nothing of the namespaces.
+            Stage::IdMaps | Stage::NamespaceMounts
+                if !matches!(errno, libc::EMFILE | libc::ENFILE) =>
+            {
+                Err(SetupError::Unusable(Unusable::Userns(
+                    namespaces::failure_reason(stage.describe(), errno),
+                )))
+            }
             _ => Err(SetupError::Syscall {
                 op: stage.describe(),
                 source: io::Error::from_raw_os_error(errno),

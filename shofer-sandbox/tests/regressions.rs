@@ -489,7 +489,8 @@ fn paths_that_are_not_utf8_run_hide_and_are_reported_on_every_backend() {
 }
 
 /// A descriptor limit too low for any run (`ulimit -n 24`) is refused up front with exit 125
-/// and one line naming it. Before, the git guard's snapshot panicked (exit 134).
+/// and one line naming it. Before, the git guard's snapshot panicked (exit 134), and a few
+/// descriptors more made `auto` give up the namespaces ("failed at mount: EMFILE").
 #[test]
 fn a_descriptor_limit_too_low_is_refused_with_its_number() {
     let s = Scratch::new();
@@ -508,7 +509,7 @@ fn a_descriptor_limit_too_low_is_refused_with_its_number() {
         assert_eq!(out.status.code(), Some(125), "{b}: {}", show(&out));
         assert!(
             String::from_utf8_lossy(&out.stderr)
-                .contains("the descriptor limit (ulimit -n) is 24: a run needs at least 64"),
+                .contains("the descriptor limit (ulimit -n) is 24: a run needs at least 256"),
             "{b}: {}",
             show(&out)
         );

@@ -152,6 +152,8 @@ impl GitGuard {
     ) -> GitGuard {
         let mut entries = Vec::new();
         let mut notes = Vec::new();
+        // What could not be held open (descriptors used up): named with the notes.
+        let unheld = std::cell::RefCell::new(Vec::new());
         let add = |entries: &mut Vec<Guarded>, dir_path: PathBuf, names: &[&str]| {
             let Ok(dir) = paths::open_nofollow(&dir_path) else {
                 return;
@@ -162,8 +164,18 @@ impl GitGuard {
                 let own_mode = matches!(original, State::Dir(_))
                     .then(|| open_dir(&dir, name).and_then(|d| mode_of(&d)).ok())
                     .flatten();
+                let held = match dir.try_clone() {
+                    Ok(held) => held,
+                    Err(e) => {
+                        unheld.borrow_mut().push(format!(
+                            "{}/{name}: its directory cannot be held open: {e}",
+                            dir_path.display()
+                        ));
+                        continue;
+                    }
+                };
                 entries.push(Guarded {
-                    dir: dir.try_clone().expect("dup of an open descriptor"),
+                    dir: held,
                     dir_path: dir_path.clone(),
                     dir_mode,
                     name: name.to_string(),
@@ -275,6 +287,10 @@ impl GitGuard {
                 }
             }
         });
+        for why in unheld.into_inner() {
+            eprintln!("shofer-sandbox: warning: a git control file is not guarded: {why}");
+            notes.push(why);
+        }
         GitGuard {
             entries,
             dot_git,
