@@ -43,6 +43,38 @@ pub(crate) fn raise() -> Result<(), String> {
     Ok(())
 }
 
+/// Descriptors held from the start of a run for its end: a run that runs out of them at a
+/// later step still has these to put back what the command changed (the git restores), once
+/// [`Reserve`] is dropped.
+#[derive(Debug, Default)]
+pub(crate) struct Reserve {
+    /// Open until dropped.
+    _held: Vec<std::os::fd::OwnedFd>,
+}
+
+impl Reserve {
+    /// How many a run holds back.
+    const HELD: usize = 16;
+
+    /// Holds [`Self::HELD`] descriptors (one `open` of `/`, the rest `dup`s of it); fewer
+    /// when the limit is near already.
+    pub(crate) fn hold() -> Reserve {
+        use rustix::fs::{Mode, OFlags};
+        let Ok(first) = rustix::fs::open("/", OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) else {
+            return Reserve::default();
+        };
+        let mut held = Vec::with_capacity(Self::HELD);
+        while held.len() + 1 < Self::HELD {
+            match rustix::io::fcntl_dupfd_cloexec(&first, 0) {
+                Ok(fd) => held.push(fd),
+                Err(_) => break,
+            }
+        }
+        held.push(first);
+        Reserve { _held: held }
+    }
+}
+
 /// Puts back the caller's `RLIMIT_NOFILE` (in the child, before exec). Async-signal-safe.
 pub(crate) fn restore() {
     if let Some(lim) = CALLER_NOFILE.get() {

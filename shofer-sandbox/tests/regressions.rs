@@ -515,3 +515,69 @@ fn a_descriptor_limit_too_low_is_refused_with_its_number() {
         );
     }
 }
+
+/// Running out of descriptors at any step of a run never changes the repository: under
+/// `ulimit -n 256`, runs with ever more `--allow-write` paths fail at one step after another
+/// (exit 125), and the `.git` files (hooks, `info/exclude`, no `commondir` left behind, no
+/// `.shofer-removed-*`) stay as they were. Before, a run that failed after the git guard's
+/// snapshot "restored" hooks and `info/exclude` it could not read by moving them aside, and
+/// left a placeholder `commondir`.
+#[test]
+fn running_out_of_descriptors_never_changes_the_repository() {
+    let s = Scratch::new();
+    let wt = s.path().join("wt");
+    std::fs::create_dir(&wt).unwrap();
+    git(&wt, &["init", "-q"]);
+    git(&wt, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    git(&wt, &["worktree", "add", "-q", "../wt2"]);
+    let dirs: Vec<_> = (0..260)
+        .map(|i| s.path().join(format!("aw/d{i}")))
+        .collect();
+    for d in &dirs {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let listing = |dir: &Path| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg("find . -path ./objects -prune -o -path ./logs -prune -o -print | sort | \
+                  while read -r f; do if [ -f \"$f\" ]; then echo \"$f $(md5sum < \"$f\")\"; else echo \"$f\"; fi; done")
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let before = listing(&wt.join(".git"));
+    assert!(
+        before.contains("./hooks/") && before.contains("./info/exclude"),
+        "{before}"
+    );
+    for b in backends() {
+        let mut refused = 0;
+        for n in (120..=260).step_by(4) {
+            let args: String = dirs[..n]
+                .iter()
+                .map(|d| format!(" --allow-write {}", d.display()))
+                .collect();
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "ulimit -n 256 && exec {SANDBOX} --backend {b}{args} {} -- echo INSIDE",
+                    wt.display()
+                ))
+                .output()
+                .unwrap();
+            let ran = String::from_utf8_lossy(&out.stdout).contains("INSIDE");
+            if !ran {
+                refused += 1;
+                assert_eq!(out.status.code(), Some(125), "{b} {n}: {}", show(&out));
+            }
+            assert_eq!(
+                listing(&wt.join(".git")),
+                before,
+                "{b} with {n} --allow-write paths changed the repository: {}",
+                show(&out)
+            );
+        }
+        assert!(refused > 0, "{b}: no run ran out of descriptors");
+    }
+}

@@ -521,7 +521,19 @@ impl GitGuard {
                     put_mode_back(&sub, &g.dir_path.join(&g.name), want, &mut out);
                 }
             }
-            let now = read_state(&g.dir, &g.name);
+            let now = match try_read_state(&g.dir, &g.name) {
+                Ok(now) => now,
+                // Out of descriptors, nothing can be told about it: left as it is (putting
+                // back over what cannot be read would remove the user's version), and named.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    out.failed.push((
+                        g.dir_path.join(&g.name),
+                        format!("could not be checked: {e}"),
+                    ));
+                    continue;
+                }
+                Err(e) => State::Unguardable(e.to_string()),
+            };
             // A second link to a guarded file (or to a file of a guarded directory) lets the
             // command change it through another name: it is written afresh (a new inode),
             // which cuts the link.
@@ -1403,24 +1415,25 @@ fn links(dir: &OwnedFd, name: &(impl AsRef<OsStr> + ?Sized)) -> u64 {
 }
 
 fn read_state(dir: &OwnedFd, name: &str) -> State {
+    try_read_state(dir, name).unwrap_or_else(|e| State::Unguardable(e.to_string()))
+}
+
+/// [`read_state`], with a failure to read left an error.
+fn try_read_state(dir: &OwnedFd, name: &str) -> io::Result<State> {
     let fd = match paths::openat_path(dir, Path::new(name)) {
         Ok(fd) => fd,
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return State::Absent,
-        Err(e) => return State::Unguardable(e.to_string()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(State::Absent),
+        Err(e) => return Err(e),
     };
-    match paths::kind(&fd) {
-        Ok(Kind::File) => match read_file(dir, name) {
-            Ok((data, mode)) => State::File { data, mode },
-            Err(e) => State::Unguardable(e.to_string()),
-        },
-        Ok(Kind::Dir) => match read_dir_files(dir, name) {
-            Ok(entries) => State::Dir(entries),
-            Err(e) => State::Unguardable(e.to_string()),
-        },
-        Ok(Kind::Symlink) => State::Unguardable("a symlink".into()),
-        Ok(Kind::Special) => State::Unguardable("not a regular file".into()),
-        Err(e) => State::Unguardable(e.to_string()),
-    }
+    Ok(match paths::kind(&fd)? {
+        Kind::File => {
+            let (data, mode) = read_file(dir, name)?;
+            State::File { data, mode }
+        }
+        Kind::Dir => State::Dir(read_dir_files(dir, name)?),
+        Kind::Symlink => State::Unguardable("a symlink".into()),
+        Kind::Special => State::Unguardable("not a regular file".into()),
+    })
 }
 
 /// The regular files directly in directory `name` (sorted), for `hooks/`.

@@ -29,6 +29,8 @@ use crate::writable::OpenedPolicy;
 
 /// How the git control files are kept on this run.
 pub struct GitRun {
+    /// Descriptors held back for [`GitRun::finish`] (`crate::nofile::Reserve`).
+    reserve: crate::nofile::Reserve,
     guard: Arc<Mutex<GitGuard>>,
     /// The repository's objects before the run ([`crate::git::objects`]), where no quarantine
     /// keeps them.
@@ -76,6 +78,7 @@ impl GitRun {
         backend: Backend,
         keep_caps: bool,
     ) -> Result<GitRun, super::Error> {
+        let reserve = crate::nofile::Reserve::hold();
         let structural = backend != Backend::Landlock;
         let remountable = structural && keep_caps && backend == Backend::Bwrap;
         let view = if structural && !remountable {
@@ -195,6 +198,7 @@ impl GitRun {
             }
         }
         Ok(GitRun {
+            reserve,
             guard: Arc::new(Mutex::new(guard)),
             objects,
             quarantine: object_quarantine,
@@ -283,6 +287,8 @@ impl GitRun {
     /// stderr and (if anything happened) in a closing `--report` record, clears the journal
     /// and the placeholders. Returns true when a restore failed.
     pub fn finish(mut self, report: Option<&mut std::fs::File>) -> bool {
+        // A run that ran out of descriptors still puts back what the command changed.
+        drop(std::mem::take(&mut self.reserve));
         let mut all = self.watcher.take().map(Watcher::stop).unwrap_or_default();
         let last = match self.guard.lock() {
             Ok(g) => {
