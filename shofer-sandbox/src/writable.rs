@@ -236,6 +236,9 @@ fn through_symlink(path: &Path, canon: &Path) -> Option<String> {
 /// `path` made absolute against the current directory with `.` and `..` removed lexically
 /// (no symlink is followed).
 fn lexical_absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        return shofer_core::lexical::clean(path);
+    }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     shofer_core::lexical::clean(&cwd.join(path))
 }
