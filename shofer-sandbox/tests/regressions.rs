@@ -488,6 +488,15 @@ fn paths_that_are_not_utf8_run_hide_and_are_reported_on_every_backend() {
     }
 }
 
+/// The sandbox run with `args` (split by the shell) under `ulimit -n limit`.
+fn under_nofile(limit: u32, args: &str) -> std::process::Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -n {limit} && exec {SANDBOX} {args}"))
+        .output()
+        .unwrap()
+}
+
 /// A descriptor limit too low for any run (`ulimit -n 24`) is refused up front with exit 125
 /// and one line naming it. Before, the git guard's snapshot panicked (exit 134), and a few
 /// descriptors more made `auto` give up the namespaces ("failed at mount: EMFILE").
@@ -498,14 +507,7 @@ fn a_descriptor_limit_too_low_is_refused_with_its_number() {
     std::fs::create_dir(&wt).unwrap();
     git(&wt, &["init", "-q"]);
     for b in backends() {
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "ulimit -n 24 && exec {SANDBOX} --backend {b} {} -- true",
-                wt.display()
-            ))
-            .output()
-            .unwrap();
+        let out = under_nofile(24, &format!("--backend {b} {} -- true", wt.display()));
         assert_eq!(out.status.code(), Some(125), "{b}: {}", show(&out));
         assert!(
             String::from_utf8_lossy(&out.stderr)
@@ -558,14 +560,10 @@ fn running_out_of_descriptors_never_changes_the_repository() {
                 .iter()
                 .map(|d| format!(" --allow-write {}", d.display()))
                 .collect();
-            let out = Command::new("sh")
-                .arg("-c")
-                .arg(format!(
-                    "ulimit -n 256 && exec {SANDBOX} --backend {b}{args} {} -- echo INSIDE",
-                    wt.display()
-                ))
-                .output()
-                .unwrap();
+            let out = under_nofile(
+                256,
+                &format!("--backend {b}{args} {} -- echo INSIDE", wt.display()),
+            );
             let ran = String::from_utf8_lossy(&out.stdout).contains("INSIDE");
             if !ran {
                 refused += 1;
