@@ -103,7 +103,7 @@ mod writable;
 
 pub use error::SetupError;
 
-use std::ffi::CString;
+use std::ffi::{CString, OsString};
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -269,6 +269,36 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         .map(|c| c.with_foreign_owner(owner).with_keep_caps(args.keep_caps))
     };
     let mut choice = choose(&facts)?;
+    // One thread beside steps 4 and 5, on another CPU: the secret lookups, taken in step 4
+    // (they read the file system, the mount table and the environment, and change nothing
+    // the other steps read), then the limits' cgroups, taken before the command starts.
+    let (secrets_sent, secrets_found) = std::sync::mpsc::channel();
+    let mut limits_preparing = {
+        let (allow_read, hide, keep_env) = (
+            args.allow_read.clone(),
+            args.hide.clone(),
+            args.keep_env.clone(),
+        );
+        let [procs, memory, cpu] = args.limits;
+        Some(limits::Preparing::start(
+            move || {
+                // std's environment lock orders these reads with the supervisor's own changes
+                // (git's settings, the proxy's variables: `std::env::set_var`), and no other
+                // thread reads it without the lock; `secretenv::withhold` checks the names
+                // this did not see.
+                let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+                let found = (
+                    secretpaths::find(&env, &allow_read, &hide),
+                    secretenv::find(&env, &keep_env),
+                );
+                // (Step 4 gone: the run failed before it.)
+                let _ = secrets_sent.send(found);
+            },
+            shofer_core::limits::Limits::resolve(procs, memory, cpu, shofer_sys::proc::mem_total()),
+            matches!(choice.backend, Backend::Layered | Backend::Userns),
+            rustix::process::geteuid().is_root(),
+        ))
+    };
     phases::mark("choice");
     // 4. opened policy (once: a second attempt reuses it; first, a restore that a killed
     // run left is finished)
@@ -317,11 +347,16 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     );
     phases::mark("caches");
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
-    let secrets = secretpaths::resolve(&opened, &args.allow_read, &args.hide);
+    let (paths_found, env_found) = secrets_found.recv().map_err(|_| SetupError::Syscall {
+        op: "finding the secret locations and variables",
+        source: std::io::Error::other("the thread that looked them up panicked"),
+    })?;
+    let secrets = paths_found.resolve(&opened);
     secrets.check_cwd()?;
     secrets.check_fds([0, 1, 2].into_iter().chain(args.pass_fds.iter().copied()))?;
-    // Before any thread or child exists, so every backend starts the command without them.
-    let env_withheld = secretenv::withhold(&args.keep_env)?;
+    // Before any thread that touches the environment or child exists, so every backend
+    // starts the command without them.
+    let env_withheld = secretenv::withhold(&args.keep_env, &env_found)?;
     if let Some(note) = secretenv::note(&env_withheld) {
         // Once per run: a second attempt (below) does not withhold again.
         eprintln!("{note}");
@@ -337,7 +372,14 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     };
     let mut told = Vec::new();
     loop {
-        match attempt(&args, &facts, &choice, &step4, &mut told) {
+        match attempt(
+            &args,
+            &facts,
+            &choice,
+            &step4,
+            &mut limits_preparing,
+            &mut told,
+        ) {
             // The namespaces could not be built (before the command ran): `auto` chooses
             // again without them.
             Err(SetupError::Unusable(error::Unusable::Userns(why)))
@@ -382,14 +424,16 @@ fn overlays_possible(backend: Backend, release: &str) -> Result<(), String> {
     }
 }
 
-/// Steps 4 (the run's messages and report) to 8 with `choice`. `told` collects the stderr
-/// lines already printed (a second attempt does not repeat them). Also returns whether a git
-/// restore failed (or a git object was destroyed).
+/// Steps 4 (the run's messages and report) to 8 with `choice`. `limits_preparing`: the limits
+/// being prepared since step 3, taken by the first attempt whose backend they suit. `told`
+/// collects the stderr lines already printed (a second attempt does not repeat them). Also
+/// returns whether a git restore failed (or a git object was destroyed).
 fn attempt(
     args: &RunArgs,
     facts: &Facts,
     choice: &Choice,
     step4: &Opened<'_>,
+    limits_preparing: &mut Option<limits::Preparing>,
     told: &mut Vec<String>,
 ) -> Result<(Outcome, bool), SetupError> {
     let Opened {
@@ -414,12 +458,24 @@ fn attempt(
         None
     };
     // The limits are set up beside the next steps (limits::Preparing), joined after git's.
-    let [procs, memory, cpu] = args.limits;
-    let limits = limits::Preparing::start(
-        shofer_core::limits::Limits::resolve(procs, memory, cpu, shofer_sys::proc::mem_total()),
-        matches!(choice.backend, Backend::Layered | Backend::Userns),
-        rustix::process::geteuid().is_root(),
-    );
+    let userns = matches!(choice.backend, Backend::Layered | Backend::Userns);
+    let limits = match limits_preparing.take() {
+        Some(preparing) if preparing.userns() == userns => preparing,
+        _ => {
+            let [procs, memory, cpu] = args.limits;
+            limits::Preparing::start(
+                || {},
+                shofer_core::limits::Limits::resolve(
+                    procs,
+                    memory,
+                    cpu,
+                    shofer_sys::proc::mem_total(),
+                ),
+                userns,
+                rustix::process::geteuid().is_root(),
+            )
+        }
+    };
     let mut exec = exec_spec(args, choice.foreign_owner)?;
     exec.env = caches
         .env_set

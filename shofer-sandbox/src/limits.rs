@@ -16,7 +16,7 @@
 //!   namespace, so the host's processes of the same user do not count (host root is exempt,
 //!   hence the cgroup first). Memory and CPU have no such fallback: not enforced, and said so.
 //!
-//! The cgroupfs calls run on a thread of their own beside the supervisor's git step
+//! The cgroupfs calls run on a thread beside the supervisor's steps 4 and 5, after the secret lookups
 //! ([`Preparing`]), joined before the command starts.
 //!
 //! # A cgroup's life
@@ -237,25 +237,38 @@ fn entry_name(v1: bool) -> &'static str {
 }
 
 /// [`Enforced::prepare`] on a thread of its own, while the supervisor goes on with the next
-/// steps: its cgroupfs calls are about 120 µs of a run's start, which the git step (300 µs and
-/// more) then hides. The thread starts on another CPU ([`shofer_sys::thread::Beside`]) and
-/// reads and sets no environment variable. A run without limits makes no thread.
-pub(crate) enum Preparing {
-    Ready(Enforced),
-    Beside(shofer_sys::thread::Beside<Enforced>),
+/// steps: its cgroupfs calls are about 120 µs of a run's start, which the supervisor's steps 4
+/// and 5 (git's among them, 300 µs and more) then hide. The thread starts on another CPU
+/// ([`shofer_sys::thread::Pending`]), does other set-up work first when given some (the secret
+/// lookups: one thread, one creation, for both), and reads and sets no environment variable.
+pub(crate) struct Preparing {
+    /// Whether it prepares for a command in a user namespace of its own.
+    userns: bool,
+    work: shofer_sys::thread::Pending<Enforced>,
 }
 
 impl Preparing {
-    /// Starts preparing `limits` for a run as [`Enforced::prepare`] says; here and now when
-    /// there is nothing to prepare or no thread can be started.
-    pub(crate) fn start(limits: Limits, userns: bool, root: bool) -> Preparing {
-        if limits == Limits::default() {
-            return Preparing::Ready(Enforced::prepare(limits, userns, root));
+    /// Starts `first`, then preparing `limits` for a run as [`Enforced::prepare`] says, on a
+    /// thread beside the caller; all of it here and now when no thread can be started.
+    pub(crate) fn start(
+        first: impl FnOnce() + Send + 'static,
+        limits: Limits,
+        userns: bool,
+        root: bool,
+    ) -> Preparing {
+        Preparing {
+            userns,
+            work: shofer_sys::thread::Pending::start(move || {
+                first();
+                Enforced::prepare(limits, userns, root)
+            }),
         }
-        match shofer_sys::thread::Beside::start(move || Enforced::prepare(limits, userns, root)) {
-            Ok(thread) => Preparing::Beside(thread),
-            Err(_) => Preparing::Ready(Enforced::prepare(limits, userns, root)),
-        }
+    }
+
+    /// Whether it prepares for a command in a user namespace of its own (another backend
+    /// needs other limits: `RLIMIT_NPROC` holds only there).
+    pub(crate) fn userns(&self) -> bool {
+        self.userns
     }
 
     /// The limits as enforced, once the thread is done.
@@ -264,12 +277,9 @@ impl Preparing {
     /// The thread panicked (its message was printed; its cgroups were handed back as it
     /// unwound).
     pub(crate) fn join(self) -> Result<Enforced, String> {
-        match self {
-            Preparing::Ready(enforced) => Ok(enforced),
-            Preparing::Beside(thread) => thread
-                .join()
-                .map_err(|_| "the thread that sets the limits up panicked".into()),
-        }
+        self.work
+            .join()
+            .map_err(|_| "the thread that sets the limits up panicked".into())
     }
 }
 

@@ -1,8 +1,9 @@
 //! Withholding the caller's secret variables from the command (ARCHITECTURE §2.1).
 //!
 //! - Owns the one step that takes them out: [`withhold`], run once by [`crate::run`] before
-//!   any thread or child exists; the list is [`shofer_core::secretenv`]'s, `--keep-env` globs
-//!   keep names back.
+//!   any thread that touches the environment or child exists; the list is
+//!   [`shofer_core::secretenv`]'s, `--keep-env` globs keep names back. [`find`] checks the
+//!   names beforehand, on a thread beside the set-up's other steps, from a copy.
 //! - [`note`] is the stderr line that names what was withheld; the `--report` record lists
 //!   the same names (`env_withheld`).
 //! - It must never print, store or report a value: names only.
@@ -21,22 +22,56 @@ use std::os::unix::ffi::OsStrExt;
 
 use crate::error::SetupError;
 
+/// Which of the variables named in `env` (a copy of this process's environment) are secrets to
+/// withhold, with `keep` (`--keep-env` globs): the check [`withhold`] then needs for names only
+/// a later change to the environment added. Touches no environment: it runs beside step 4's
+/// other work (`crate::run`).
+pub(crate) fn find(env: &[(OsString, OsString)], keep: &[OsString]) -> Found {
+    let keep: Vec<&[u8]> = keep.iter().map(|k| k.as_bytes()).collect();
+    let mut checked: Vec<(OsString, bool)> = env
+        .iter()
+        .map(|(name, _)| {
+            let secret = shofer_core::secretenv::withheld(name.as_bytes(), &keep);
+            (name.clone(), secret)
+        })
+        .collect();
+    checked.sort();
+    checked.dedup();
+    Found { checked }
+}
+
+/// What [`find`] decided: each name of the environment it was given, and whether it is
+/// withheld (sorted by name).
+#[derive(Debug, Default)]
+pub(crate) struct Found {
+    checked: Vec<(OsString, bool)>,
+}
+
 /// Removes every variable that [`shofer_core::secretenv::withheld`] names from this process's
 /// environment (which the command inherits), except those a `keep` glob (`--keep-env`)
-/// names exactly. Returns the removed names, sorted, each once (a name that is not UTF-8 is
-/// shown lossily).
+/// names exactly: as `found` decided for the names it saw, checked here for any other.
+/// Returns the removed names, sorted, each once (a name that is not UTF-8 is shown lossily).
 ///
-/// Must run while the process has one thread (unsetenv(3) is not thread-safe).
+/// Must run while the process has one thread that may touch the environment (unsetenv(3) is
+/// not thread-safe).
 ///
 /// # Errors
 /// [`SetupError::Syscall`] (`EINVAL`) when a secret's environment entry cannot be removed: its
 /// name holds `=` (an entry such as `=GITHUB_TOKEN=…`, which only a caller that builds its
 /// environment by hand makes). The run is refused rather than the entry passed on.
-pub(crate) fn withhold(keep: &[OsString]) -> Result<Vec<String>, SetupError> {
+pub(crate) fn withhold(keep: &[OsString], found: &Found) -> Result<Vec<String>, SetupError> {
     let keep: Vec<&[u8]> = keep.iter().map(|k| k.as_bytes()).collect();
     let mut names: Vec<OsString> = std::env::vars_os()
         .map(|(name, _)| name)
-        .filter(|name| shofer_core::secretenv::withheld(name.as_bytes(), &keep))
+        .filter(|name| {
+            match found
+                .checked
+                .binary_search_by(|(n, _)| n.as_os_str().cmp(name))
+            {
+                Ok(i) => found.checked[i].1,
+                Err(_) => shofer_core::secretenv::withheld(name.as_bytes(), &keep),
+            }
+        })
         .collect();
     names.sort();
     names.dedup();

@@ -2,10 +2,11 @@
 //! mounts over them elsewhere (ARCHITECTURE §2.1): the reader around
 //! [`shofer_core::secretpaths`].
 //!
-//! - Entry point: [`resolve`], once per run in step 4, before any thread: reads `$HOME`, the
-//!   caller's `/etc/passwd` home, the XDG variables and (for a root caller) every passwd home,
-//!   applies `--allow-read` and `--hide`, and keeps the locations that exist (canonical, with
-//!   their mount-table aliases).
+//! - Entry points: [`find`], once per run, on a thread beside steps 2-4 (`crate::run`): reads
+//!   `$HOME`, the caller's `/etc/passwd` home, the XDG variables and (for a root caller) every
+//!   passwd home, applies `--allow-read` and `--hide`, and looks the locations up (canonical,
+//!   with their mount-table aliases); then [`Found::resolve`] in step 4 keeps those the
+//!   writable set does not hold.
 //! - [`Resolved::covers`]: the mounts over them ([`Cover`]), for bubblewrap's arguments
 //!   (`crate::bwrap`) and the namespace backends' process A (`crate::namespaces`), where a
 //!   command without a capability over file modes runs: a few mounts per run, whatever the
@@ -77,7 +78,7 @@ use shofer_core::secretpaths;
 use crate::error::SetupError;
 use crate::writable::OpenedPolicy;
 
-/// What [`resolve`] decided.
+/// What [`Found::resolve`] decided.
 #[derive(Debug, Default)]
 pub(crate) struct Resolved {
     /// The hidden locations (they exist), canonical.
@@ -234,7 +235,7 @@ fn cover(path: &Path, allowed: &[&Path], out: &mut Vec<Cover>) {
     });
 }
 
-/// The Landlock read rules of [`resolve`]: open `O_PATH` descriptors.
+/// The Landlock read rules of [`Found::resolve`]: open `O_PATH` descriptors.
 #[derive(Debug, Default)]
 pub(crate) struct ReadRules {
     /// Directories that hold a hidden location: `READ_DIR` beneath.
@@ -311,7 +312,36 @@ fn absolute(path: &Path, cwd: &Path) -> PathBuf {
     shofer_core::lexical::clean(&cwd.join(path))
 }
 
-/// The locations this run hides, the existing ones it leaves readable, and the read rules.
+/// What [`find`] looked up, before the writable set is consulted ([`Found::resolve`]).
+#[derive(Debug, Default)]
+pub(crate) struct Found {
+    /// The default set's locations and `--hide`'s, after `--allow-read`, in order.
+    wanted: Vec<PathBuf>,
+    /// Each location looked at (the wanted ones, and the symlinks' targets), with what it is.
+    probes: Vec<(PathBuf, Probe)>,
+    /// The `--allow-read` paths (as written and canonical) that exist.
+    allowed_existing: Vec<PathBuf>,
+}
+
+/// One location as [`find`] found it.
+#[derive(Debug, Default)]
+struct Probe {
+    /// Its canonical path; `None` when missing or a dangling symlink (nothing to read behind).
+    canonical: Option<PathBuf>,
+    /// An `--allow-read` path opens it (and no `--hide` names it): nothing more looked at.
+    allowed: bool,
+    /// Every other path at which the mount table shows it ([`aliases_of`]).
+    aliases: Vec<PathBuf>,
+    /// The other paths of filesystems mounted inside it ([`inner_aliases`]).
+    inner: Vec<PathBuf>,
+    /// The targets of its symlinks that lead out ([`links_out`]), when looked at.
+    links: Option<Vec<PathBuf>>,
+}
+
+/// The locations this run would hide, found without the writable set: everything
+/// [`Found::resolve`] needs from the file system, the mount table and the environment (`env`, a copy
+/// of it), so it can run beside step 4's other work (`crate::run`): it reads, opens nothing it
+/// keeps, and changes nothing.
 ///
 /// Cost: each base directory (a home, its XDG directories, each also cleaned of `..`) is
 /// listed once, and only the locations whose first component is listed there (ASCII case
@@ -325,13 +355,22 @@ fn absolute(path: &Path, cwd: &Path) -> PathBuf {
 /// alone only (an entry not listed gets no read rule there); on a directory that folds case
 /// beyond ASCII (casefolded ext4: `ſ` is `s`, the Kelvin sign `k`), a location the host named
 /// so (`.ſsh`) is found by no backend (it is listed, under a name that is no location).
-pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[PathBuf]) -> Resolved {
+pub(crate) fn find(
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+    allow_read: &[PathBuf],
+    hide: &[PathBuf],
+) -> Found {
     use std::os::unix::fs::MetadataExt;
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let passwd = shofer_sys::proc::read_whole("/etc/passwd").unwrap_or_default();
     let passwd = String::from_utf8_lossy(&passwd);
     let users = secretpaths::users(
-        |n| std::env::var_os(n).map(PathBuf::from),
+        // The first entry of a name, as getenv(3) reads it.
+        |n| {
+            env.iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| PathBuf::from(v))
+        },
         rustix::process::getuid().as_raw(),
         rustix::process::geteuid().is_root(),
         &passwd,
@@ -411,60 +450,117 @@ pub(crate) fn resolve(opened: &OpenedPolicy, allow_read: &[PathBuf], hide: &[Pat
             (raw != clean).then_some(raw).into_iter().chain([clean])
         })
         .collect();
-    let wanted = secretpaths::adjust(set, &allow, &hide);
-
+    let mut found = Found {
+        wanted: secretpaths::adjust(set, &allow, &hide),
+        ..Found::default()
+    };
     // The mount table, read only once a location exists.
     let mut mounts: Option<Vec<shofer_sys::proc::Mount>> = None;
-    let mut out = Resolved::default();
-    // (location, whether its symlinks are looked at): the default set's and --hide's, then the
-    // targets of the symlinks found in them.
-    let mut queue: Vec<(PathBuf, bool)> = wanted.into_iter().rev().map(|w| (w, true)).collect();
+    // (location, whether its symlinks are looked at): as `Found::resolve` walks them, each
+    // symlink followed whether or not the writable set will let its location be hidden.
+    let mut queue: Vec<(PathBuf, bool)> = found
+        .wanted
+        .iter()
+        .rev()
+        .map(|w| (w.clone(), true))
+        .collect();
     while let Some((loc, look_at_links)) = queue.pop() {
-        let Ok(canonical) = shofer_sys::fd::canonicalize(&loc) else {
-            continue; // missing, or a dangling symlink: nothing to read behind it
-        };
-        let mounts = mounts.get_or_insert_with(|| shofer_sys::proc::mounts().unwrap_or_default());
-        if allow.iter().any(|a| canonical.starts_with(a)) && !hide.contains(&loc) {
-            continue;
-        }
-        let mut names: Vec<PathBuf> = std::iter::once(canonical.clone())
-            .chain(aliases_of(&canonical, mounts))
-            .collect();
-        if let Some(why) = names.iter().find_map(|n| conflict(opened, n)) {
-            out.not_hidden.push((canonical, why));
-            continue;
-        }
-        // An inner filesystem's alias the writable set holds leaves that filesystem readable
-        // there (named), not the whole location.
-        for inner in inner_aliases(&canonical, mounts) {
-            match conflict(opened, &inner) {
-                Some(why) => out.not_hidden.push((inner, why)),
-                None => names.push(inner),
+        let i = match found.probes.iter().position(|(l, _)| *l == loc) {
+            Some(i) => i,
+            None => {
+                let mut probe = Probe::default();
+                if let Ok(canonical) = shofer_sys::fd::canonicalize(&loc) {
+                    let mounts = mounts
+                        .get_or_insert_with(|| shofer_sys::proc::mounts().unwrap_or_default());
+                    probe.allowed =
+                        allow.iter().any(|a| canonical.starts_with(a)) && !hide.contains(&loc);
+                    if !probe.allowed {
+                        probe.aliases = aliases_of(&canonical, mounts);
+                        probe.inner = inner_aliases(&canonical, mounts);
+                    }
+                    probe.canonical = Some(canonical);
+                }
+                found.probes.push((loc, probe));
+                found.probes.len() - 1
             }
-        }
-        if look_at_links {
-            queue.extend(links_out(&canonical).into_iter().map(|t| (t, false)));
-        }
-        for n in names {
-            if n != Path::new("/") && !out.hidden.contains(&n) {
-                out.hidden.push(n);
+        };
+        let probe = &mut found.probes[i].1;
+        if look_at_links && probe.links.is_none() && !probe.allowed {
+            if let Some(canonical) = &probe.canonical {
+                let links = links_out(canonical);
+                queue.extend(links.iter().map(|t| (t.clone(), false)));
+                probe.links = Some(links);
             }
         }
     }
-    // A location inside another is hidden with it.
-    let all = out.hidden.clone();
-    out.hidden
-        .retain(|h| !all.iter().any(|o| o != h && h.starts_with(o)));
-    // An --allow-read inside a hidden location opens exactly what it names.
-    out.allowed_inside = allow
-        .iter()
-        .filter(|a| out.hidden.iter().any(|h| a.starts_with(h) && *a != h))
+    found.allowed_existing = allow
+        .into_iter()
         .filter(|a| std::fs::symlink_metadata(a).is_ok())
-        .cloned()
         .collect();
-    out.allowed_inside.sort();
-    out.allowed_inside.dedup();
-    out
+    found
+}
+
+impl Found {
+    /// The locations this run hides, the existing ones it leaves readable because the writable
+    /// set `opened` holds them, and the `--allow-read` paths inside hidden ones.
+    pub(crate) fn resolve(&self, opened: &OpenedPolicy) -> Resolved {
+        let mut out = Resolved::default();
+        // (location, whether its symlinks are looked at): the default set's and --hide's,
+        // then the targets of the symlinks found in them.
+        let mut queue: Vec<(&Path, bool)> = self
+            .wanted
+            .iter()
+            .rev()
+            .map(|w| (w.as_path(), true))
+            .collect();
+        while let Some((loc, look_at_links)) = queue.pop() {
+            let Some((_, probe)) = self.probes.iter().find(|(l, _)| l == loc) else {
+                continue; // (`find` looked at every location this walk reaches)
+            };
+            let Some(canonical) = &probe.canonical else {
+                continue; // missing, or a dangling symlink: nothing to read behind it
+            };
+            if probe.allowed {
+                continue;
+            }
+            let mut names: Vec<&PathBuf> =
+                std::iter::once(canonical).chain(&probe.aliases).collect();
+            if let Some(why) = names.iter().find_map(|n| conflict(opened, n)) {
+                out.not_hidden.push((canonical.clone(), why));
+                continue;
+            }
+            // An inner filesystem's alias the writable set holds leaves that filesystem
+            // readable there (named), not the whole location.
+            for inner in &probe.inner {
+                match conflict(opened, inner) {
+                    Some(why) => out.not_hidden.push((inner.clone(), why)),
+                    None => names.push(inner),
+                }
+            }
+            if look_at_links {
+                queue.extend(probe.links.iter().flatten().map(|t| (t.as_path(), false)));
+            }
+            for n in names {
+                if n != Path::new("/") && !out.hidden.contains(n) {
+                    out.hidden.push(n.clone());
+                }
+            }
+        }
+        // A location inside another is hidden with it.
+        let all = out.hidden.clone();
+        out.hidden
+            .retain(|h| !all.iter().any(|o| o != h && h.starts_with(o)));
+        // An --allow-read inside a hidden location opens exactly what it names.
+        out.allowed_inside = self
+            .allowed_existing
+            .iter()
+            .filter(|a| out.hidden.iter().any(|h| a.starts_with(h) && *a != h))
+            .cloned()
+            .collect();
+        out.allowed_inside.sort();
+        out.allowed_inside.dedup();
+        out
+    }
 }
 
 /// The rules that leave `hidden` (canonical, none inside another) unreadable and everything

@@ -1,5 +1,6 @@
 //! A thread that starts on another CPU than its creator's: [`Beside::start`] and
-//! [`Beside::join`].
+//! [`Beside::join`]; [`Pending`], the same work done here instead when no thread can be
+//! started.
 //!
 //! Work meant to overlap the caller's (a supervisor's set-up step beside the next one) gains
 //! nothing when the scheduler queues the new thread on its creator's CPU: there it waits until
@@ -22,9 +23,12 @@ extern "C" {
     ) -> libc::c_int;
 }
 
+/// Work for a thread.
+type Work<T> = Box<dyn FnOnce() -> T + Send>;
+
 /// The work and, once done, its result (`None` while running or after a panic).
 struct Shared<T> {
-    work: Option<Box<dyn FnOnce() -> T + Send>>,
+    work: Option<Work<T>>,
     result: Option<std::thread::Result<T>>,
 }
 
@@ -58,7 +62,15 @@ impl<T: Send + 'static> Beside<T> {
     /// # Errors
     /// `sched_getaffinity`'s or `pthread_create`'s.
     pub fn start(work: impl FnOnce() -> T + Send + 'static) -> io::Result<Beside<T>> {
-        let mut cpus = rustix::thread::sched_getaffinity(None)?;
+        Beside::start_boxed(Box::new(work)).map_err(|(e, _)| e)
+    }
+
+    /// [`Beside::start`], which gives the work back when no thread started.
+    fn start_boxed(work: Work<T>) -> Result<Beside<T>, (io::Error, Work<T>)> {
+        let mut cpus = match rustix::thread::sched_getaffinity(None) {
+            Ok(cpus) => cpus,
+            Err(e) => return Err((e.into(), work)),
+        };
         // Raw libc: glibc reads the CPU from its rseq area, where rustix's static build asks
         // the kernel for the auxiliary vector first (a `prctl` on this path).
         // Safety: no arguments, no memory.
@@ -77,9 +89,20 @@ impl<T: Send + 'static> Beside<T> {
             }
         }
         let shared = Box::into_raw(Box::new(Shared {
-            work: Some(Box::new(work) as Box<dyn FnOnce() -> T + Send>),
+            work: Some(work),
             result: None,
         }));
+        // The work back out of `shared` when no thread started, with the error.
+        let give_back = |shared: *mut Shared<T>, r: libc::c_int| {
+            // Safety: called only when pthread_create failed: no thread ran, nothing but this
+            // function holds `shared`, and it is freed here once.
+            let mut shared = unsafe { Box::from_raw(shared) };
+            let work = shared
+                .work
+                .take()
+                .unwrap_or_else(|| Box::new(|| unreachable!()));
+            (io::Error::from_raw_os_error(r), work)
+        };
         // Safety: `attr` is initialised before use and destroyed once; `set` outlives the
         // call; the signal sets are plain data that sigfillset and pthread_sigmask fill, and
         // the old mask is put back; `run::<T>` receives the leaked `shared`, which is freed
@@ -88,8 +111,7 @@ impl<T: Send + 'static> Beside<T> {
             let mut attr: libc::pthread_attr_t = std::mem::zeroed();
             let r = libc::pthread_attr_init(&mut attr);
             if r != 0 {
-                drop(Box::from_raw(shared));
-                return Err(io::Error::from_raw_os_error(r));
+                return Err(give_back(shared, r));
             }
             // Without the affinity (an attribute this glibc refuses) it still runs, wherever.
             libc::pthread_attr_setaffinity_np(&mut attr, std::mem::size_of_val(&set), &set);
@@ -110,8 +132,7 @@ impl<T: Send + 'static> Beside<T> {
             }
             libc::pthread_attr_destroy(&mut attr);
             if r != 0 {
-                drop(Box::from_raw(shared));
-                return Err(io::Error::from_raw_os_error(r));
+                return Err(give_back(shared, r));
             }
             Ok(Beside {
                 thread,
@@ -160,6 +181,37 @@ impl<T> Drop for Beside<T> {
     }
 }
 
+/// Work started beside the caller ([`Beside`]), or done already: here, when no thread could be
+/// started, or because there was nothing to start one for.
+pub enum Pending<T> {
+    /// The result, computed by the caller.
+    Done(T),
+    /// The thread computing it.
+    Beside(Beside<T>),
+}
+
+impl<T: Send + 'static> Pending<T> {
+    /// Starts `work` beside this thread ([`Beside::start`]); does it here, now, when no thread
+    /// can be started.
+    pub fn start(work: impl FnOnce() -> T + Send + 'static) -> Pending<T> {
+        match Beside::start_boxed(Box::new(work)) {
+            Ok(thread) => Pending::Beside(thread),
+            Err((_, work)) => Pending::Done(work()),
+        }
+    }
+
+    /// The result, once the work is done.
+    ///
+    /// # Errors
+    /// The work panicked on its thread (the payload).
+    pub fn join(self) -> std::thread::Result<T> {
+        match self {
+            Pending::Done(result) => Ok(result),
+            Pending::Beside(thread) => thread.join(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +220,9 @@ mod tests {
     fn the_work_runs_once_and_its_result_comes_back() {
         let t = Beside::start(|| (1..=10).sum::<u32>()).unwrap();
         assert_eq!(t.join().unwrap(), 55);
+        let p = Pending::start(|| (1..=10).sum::<u32>());
+        assert!(matches!(p, Pending::Beside(_)));
+        assert_eq!(p.join().unwrap(), 55);
     }
 
     #[test]
