@@ -272,7 +272,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     // One thread beside steps 4 and 5, on another CPU: the secret lookups, taken in step 4
     // (they read the file system, the mount table and the environment, and change nothing
     // the other steps read), then the limits' cgroups, taken before the command starts.
-    let (secrets_sent, secrets_found) = std::sync::mpsc::channel();
+    let (secrets_sent, secrets_found) = shofer_sys::thread::handoff();
     let mut limits_preparing = {
         let (allow_read, hide, keep_env) = (
             args.allow_read.clone(),
@@ -291,8 +291,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
                     secretpaths::find(&env, &allow_read, &hide),
                     secretenv::find(&env, &keep_env),
                 );
-                // (Step 4 gone: the run failed before it.)
-                let _ = secrets_sent.send(found);
+                secrets_sent.give(found);
             },
             shofer_core::limits::Limits::resolve(procs, memory, cpu, shofer_sys::proc::mem_total()),
             matches!(choice.backend, Backend::Layered | Backend::Userns),
@@ -347,7 +346,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     );
     phases::mark("caches");
     let allow_unix = gate::AllowUnix::open(&args.allow_unix)?;
-    let (paths_found, env_found) = secrets_found.recv().map_err(|_| SetupError::Syscall {
+    let (paths_found, env_found) = secrets_found.take().ok_or_else(|| SetupError::Syscall {
         op: "finding the secret locations and variables",
         source: std::io::Error::other("the thread that looked them up panicked"),
     })?;

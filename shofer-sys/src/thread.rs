@@ -1,6 +1,6 @@
 //! A thread that starts on another CPU than its creator's: [`Beside::start`] and
 //! [`Beside::join`]; [`Pending`], the same work done here instead when no thread can be
-//! started.
+//! started; [`handoff`], a value such a thread hands over before its work is done.
 //!
 //! Work meant to overlap the caller's (a supervisor's set-up step beside the next one) gains
 //! nothing when the scheduler queues the new thread on its creator's CPU: there it waits until
@@ -8,7 +8,9 @@
 //! machines). Moving itself once it runs is too late and can take longer than the work. So the
 //! thread is created with its affinity already set (`pthread_attr_setaffinity_np`: glibc sets
 //! it before the thread first runs, and its first wake-up places it), through raw `libc`
-//! because neither `std` nor `rustix` creates a thread with attributes. It blocks every
+//! because neither `std` nor `rustix` creates a thread with attributes. Once it runs, it widens
+//! its affinity back to its creator's: pinned, it would wait behind whatever else takes its
+//! CPU while its creator's idles (its creator waiting for its result). It blocks every
 //! signal, as the helper threads of `process::spawn_signals_blocked` do, set as an attribute
 //! too (no mask changes in the creator).
 
@@ -29,6 +31,9 @@ type Work<T> = Box<dyn FnOnce() -> T + Send>;
 /// The work and, once done, its result (`None` while running or after a panic).
 struct Shared<T> {
     work: Option<Work<T>>,
+    /// The CPUs the thread may use once it runs: its creator's (it was created away from the
+    /// creator's own CPU; should its CPU be busy later, the creator's may take it).
+    widen_to: Option<rustix::thread::CpuSet>,
     result: Option<std::thread::Result<T>>,
 }
 
@@ -48,6 +53,9 @@ extern "C" fn run<T>(arg: *mut libc::c_void) -> *mut libc::c_void {
     // Safety: `arg` is the `Shared<T>` `start` leaked for this thread; the creator does not
     // touch it until `pthread_join` returns.
     let shared = unsafe { &mut *arg.cast::<Shared<T>>() };
+    if let Some(cpus) = shared.widen_to.take() {
+        let _ = rustix::thread::sched_setaffinity(None, &cpus); // else it stays where it is
+    }
     if let Some(work) = shared.work.take() {
         // A panic must not unwind through this `extern "C"` frame (that aborts).
         shared.result = Some(catch_unwind(AssertUnwindSafe(work)));
@@ -56,8 +64,8 @@ extern "C" fn run<T>(arg: *mut libc::c_void) -> *mut libc::c_void {
 }
 
 impl<T: Send + 'static> Beside<T> {
-    /// Starts `work` on a new thread allowed on every CPU this thread may use but its current
-    /// one; on all of them when that is the only one.
+    /// Starts `work` on a new thread created to run on a CPU this thread may use but its
+    /// current one (on that one when it is the only one); once running, it may use them all.
     ///
     /// # Errors
     /// `sched_getaffinity`'s or `pthread_create`'s.
@@ -75,6 +83,7 @@ impl<T: Send + 'static> Beside<T> {
         // the kernel for the auxiliary vector first (a `prctl` on this path).
         // Safety: no arguments, no memory.
         let here = unsafe { libc::sched_getcpu() };
+        let widen_to = cpus;
         if let Ok(here) = usize::try_from(here) {
             if cpus.count() > 1 && cpus.is_set(here) {
                 cpus.unset(here);
@@ -90,6 +99,7 @@ impl<T: Send + 'static> Beside<T> {
         }
         let shared = Box::into_raw(Box::new(Shared {
             work: Some(work),
+            widen_to: Some(widen_to),
             result: None,
         }));
         // The work back out of `shared` when no thread started, with the error.
@@ -212,6 +222,77 @@ impl<T: Send + 'static> Pending<T> {
     }
 }
 
+/// The sending end of a [`handoff`].
+pub struct Give<T>(std::sync::Arc<Slot<T>>);
+
+/// The receiving end of a [`handoff`].
+pub struct Take<T>(std::sync::Arc<Slot<T>>);
+
+/// A handoff's one value: `None` while none was given, `Some(None)` once the giver was
+/// dropped without giving.
+struct Slot<T> {
+    value: std::sync::Mutex<Option<Option<T>>>,
+    ready: std::sync::Condvar,
+}
+
+/// One value handed from one thread to another, once: std's `mpsc` channel does that too, for
+/// 20 KB more of a static binary.
+pub fn handoff<T>() -> (Give<T>, Take<T>) {
+    let slot = std::sync::Arc::new(Slot {
+        value: std::sync::Mutex::new(None),
+        ready: std::sync::Condvar::new(),
+    });
+    (Give(slot.clone()), Take(slot))
+}
+
+impl<T> Slot<T> {
+    fn put(&self, value: Option<T>) {
+        let mut v = self
+            .value
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if v.is_none() {
+            *v = Some(value);
+            self.ready.notify_one();
+        }
+    }
+}
+
+impl<T> Give<T> {
+    /// Hands `value` over.
+    pub fn give(self, value: T) {
+        self.0.put(Some(value));
+    }
+}
+
+impl<T> Drop for Give<T> {
+    fn drop(&mut self) {
+        self.0.put(None); // (nothing once given)
+    }
+}
+
+impl<T> Take<T> {
+    /// The value, once given; `None` when the giver was dropped without giving (its thread
+    /// panicked before).
+    pub fn take(self) -> Option<T> {
+        let mut v = self
+            .0
+            .value
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            if let Some(value) = v.take() {
+                return value;
+            }
+            v = self
+                .0
+                .ready
+                .wait(v)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,20 +307,34 @@ mod tests {
     }
 
     #[test]
-    fn it_may_run_on_every_cpu_of_its_creator_but_the_one_it_was_created_on() {
+    fn a_handoff_gives_its_value_before_the_work_ends_or_none_when_dropped() {
+        let (give, take) = handoff();
+        let (done, wait) = handoff::<()>();
+        let t = Beside::start(move || {
+            give.give(7);
+            wait.take(); // the value was taken while this work was still running
+            8
+        })
+        .unwrap();
+        assert_eq!(take.take(), Some(7));
+        done.give(());
+        assert_eq!(t.join().unwrap(), 8);
+        let (give, take) = handoff::<u8>();
+        let t = Beside::start(move || drop(give)).unwrap();
+        assert_eq!(take.take(), None);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn once_it_runs_it_may_use_every_cpu_of_its_creator() {
         use rustix::thread::{sched_getaffinity, CpuSet};
         let mine = sched_getaffinity(None).unwrap();
         let theirs = Beside::start(|| sched_getaffinity(None).unwrap())
             .unwrap()
             .join()
             .unwrap();
-        let expected = if mine.count() > 1 {
-            mine.count() - 1
-        } else {
-            1
-        };
-        assert_eq!(theirs.count(), expected);
-        assert!((0..CpuSet::MAX_CPU).all(|c| !theirs.is_set(c) || mine.is_set(c)));
+        assert_eq!(theirs.count(), mine.count());
+        assert!((0..CpuSet::MAX_CPU).all(|c| theirs.is_set(c) == mine.is_set(c)));
     }
 
     #[test]
