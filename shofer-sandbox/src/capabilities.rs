@@ -38,33 +38,29 @@ pub const FOREIGN_WORKTREE: [Capability; 4] = [
 /// # Errors
 /// The first `prctl` failure.
 pub fn drop_bounding(keep: &[Capability]) -> io::Result<()> {
-    // Every number the kernel may know, including ones newer than the caps crate:
-    // PR_CAPBSET_READ answers EINVAL past CAP_LAST_CAP.
+    // Every number the kernel may know, including ones newer than the caps crate: the drop
+    // answers EINVAL past CAP_LAST_CAP. Dropped first, asked about only when the drop is
+    // refused: one prctl per capability, not two (about 40 fewer calls at every start).
     for cap in 0..64u8 {
         if keep.iter().any(|k| k.index() == cap) {
             continue;
         }
-        // Already out of the bounding set (a sandbox inside a sandbox, root without
-        // capabilities): dropping it again would need CAP_SETPCAP, which is gone too.
         // A one-bit set names any number, known to rustix or not.
         let bit = CapabilitySet::from_bits_retain(1 << cap);
-        match rustix::thread::capability_is_in_bounding_set(bit) {
-            Ok(false) => continue,
-            Ok(true) => {}
-            Err(_) => break, // EINVAL: past the kernel's last capability
-        }
-        if let Err(err) = rustix::thread::remove_capability_from_bounding_set(bit) {
-            if err == Errno::INVAL {
-                break;
-            }
-            // No CAP_SETPCAP (root inside bubblewrap, which keeps only the bounding set):
-            // under no_new_privs exec cannot gain anything from the bounding set (the new
+        match rustix::thread::remove_capability_from_bounding_set(bit) {
+            Ok(()) => {}
+            Err(Errno::INVAL) => break,
+            // No CAP_SETPCAP: fine for one already out of the bounding set (a sandbox inside
+            // a sandbox, root without capabilities). Root inside bubblewrap keeps only the
+            // bounding set: under no_new_privs exec cannot gain anything from it (the new
             // permitted set is capped by the old one), so it may stay.
-            let nnp = || rustix::thread::no_new_privs() == Ok(true);
-            if err == Errno::PERM && nnp() {
-                break;
-            }
-            return Err(err.into());
+            Err(Errno::PERM) => match rustix::thread::capability_is_in_bounding_set(bit) {
+                Ok(false) => {}
+                Err(_) => break, // EINVAL: past the kernel's last capability
+                Ok(true) if rustix::thread::no_new_privs() == Ok(true) => break,
+                Ok(true) => return Err(Errno::PERM.into()),
+            },
+            Err(err) => return Err(err.into()),
         }
     }
     Ok(())

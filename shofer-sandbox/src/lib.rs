@@ -311,7 +311,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     let (before, repo) = open()?;
     phases::mark("writable");
     let restored = git::repair_before_run(&args.worktree, &before)?;
-    // (Still one thread here.) Not where git works in a private view: the caller's
+    // (No other thread reads the environment but through std's lock.) Not where git works in a private view: the caller's
     // environment passes unchanged there.
     if !repo.private_view_likely(choice.backend, args.keep_caps, &before.policy.worktree) {
         git::set_git_settings();
@@ -444,8 +444,9 @@ fn attempt(
         caches,
     } = *step4;
     // --net proxy on Landlock alone: the proxy listens on the host's loopback, at a port of
-    // the kernel's choosing (still one thread: the variables follow it), and the gate admits
-    // inet calls to it and to the run's own loopback servers only (gate::inet).
+    // the kernel's choosing (no other thread reads the environment but under std's lock: the
+    // variables follow it), and the gate admits inet calls to it and to the run's own
+    // loopback servers only (gate::inet).
     let host_proxy = if args.net == NetPolicy::Proxy && choice.backend == Backend::Landlock {
         let (listener, port) = egress::host_listener().map_err(|source| SetupError::Syscall {
             op: "making the proxy's listener on the host's loopback",

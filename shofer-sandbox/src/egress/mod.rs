@@ -67,8 +67,8 @@ pub fn variables(port: u16) -> Vec<(&'static str, String)> {
 }
 
 /// Puts [`variables`] for the proxy at `127.0.0.1:port` into this process's environment,
-/// which the command inherits. Must run while the process has one thread (setenv(3) is not
-/// thread-safe), like `crate::git::set_git_settings`.
+/// which the command inherits. Must run while no other thread reads the environment but
+/// through std's lock (setenv(3) is not thread-safe), like `crate::git::set_git_settings`.
 pub fn set_environment(port: u16) {
     for (k, v) in variables(port) {
         std::env::set_var(k, v);

@@ -423,8 +423,8 @@ const GIT_SETTINGS: [(&str, &str); 5] = [
 ];
 
 /// Adds [`GIT_SETTINGS`] to this process's environment, which the command inherits (the
-/// caller's own keys win). Must run while the process has one thread (setenv(3) is not
-/// thread-safe).
+/// caller's own keys win). Must run while no other thread reads the environment but through
+/// std's lock (setenv(3) is not thread-safe; the set-up thread reads it under that lock).
 pub fn set_git_settings() {
     for (k, v) in shofer_core::gitenv::append(&GIT_SETTINGS, |k| std::env::var(k).ok()) {
         std::env::set_var(k, v);
