@@ -273,13 +273,19 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     // (they read the file system, the mount table and the environment, and change nothing
     // the other steps read), then the limits' cgroups, taken before the command starts.
     let (secrets_sent, secrets_found) = shofer_sys::thread::handoff();
-    let mut limits_preparing = {
+    let (ruleset_sent, ruleset_ahead) = shofer_sys::thread::handoff();
+    let landlock_abi = (choice.backend == Backend::Landlock).then_some(choice.abi);
+    if landlock_abi.is_some() {
+        nofile::make_room(); // for the read rules' descriptors, opened there
+    }
+    let limits_preparing = {
         let (allow_read, hide, keep_env) = (
             args.allow_read.clone(),
             args.hide.clone(),
             args.keep_env.clone(),
         );
         let [procs, memory, cpu] = args.limits;
+        let net = args.net;
         Some(limits::Preparing::start(
             move || {
                 // std's environment lock orders these reads with the supervisor's own changes
@@ -287,11 +293,10 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
                 // thread reads it without the lock; `secretenv::withhold` checks the names
                 // this did not see.
                 let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-                let found = (
-                    secretpaths::find(&env, &allow_read, &hide),
-                    secretenv::find(&env, &keep_env),
-                );
-                secrets_sent.give(found);
+                let paths = secretpaths::find(&env, &allow_read, &hide);
+                secrets_sent.give((paths.clone(), secretenv::find(&env, &keep_env)));
+                // Landlock alone: its ruleset with the read rules, which step 5 finishes.
+                ruleset_sent.give(landlock_abi.and_then(|abi| paths.ahead(abi, net)));
             },
             shofer_core::limits::Limits::resolve(procs, memory, cpu, shofer_sys::proc::mem_total()),
             matches!(choice.backend, Backend::Layered | Backend::Userns),
@@ -370,15 +375,12 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
         caches: &caches,
     };
     let mut told = Vec::new();
+    let mut beside = Beside {
+        limits: limits_preparing,
+        ruleset: Some(ruleset_ahead),
+    };
     loop {
-        match attempt(
-            &args,
-            &facts,
-            &choice,
-            &step4,
-            &mut limits_preparing,
-            &mut told,
-        ) {
+        match attempt(&args, &facts, &choice, &step4, &mut beside, &mut told) {
             // The namespaces could not be built (before the command ran): `auto` chooses
             // again without them.
             Err(SetupError::Unusable(error::Unusable::Userns(why)))
@@ -392,6 +394,14 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
             outcome => return outcome,
         }
     }
+}
+
+/// What the set-up thread prepares for the first attempt that can use it.
+struct Beside {
+    /// The limits, for the backend chosen in step 3.
+    limits: Option<limits::Preparing>,
+    /// Landlock alone's ruleset, begun with the read rules (`None` inside for another backend).
+    ruleset: Option<shofer_sys::thread::Take<Option<secretpaths::Ahead>>>,
 }
 
 /// What step 4 opened and decided once, for every attempt.
@@ -423,8 +433,8 @@ fn overlays_possible(backend: Backend, release: &str) -> Result<(), String> {
     }
 }
 
-/// Steps 4 (the run's messages and report) to 8 with `choice`. `limits_preparing`: the limits
-/// being prepared since step 3, taken by the first attempt whose backend they suit. `told`
+/// Steps 4 (the run's messages and report) to 8 with `choice`. `beside`: the limits and the
+/// ruleset being prepared since step 3, taken by the first attempt they suit. `told`
 /// collects the stderr lines already printed (a second attempt does not repeat them). Also
 /// returns whether a git restore failed (or a git object was destroyed).
 fn attempt(
@@ -432,7 +442,7 @@ fn attempt(
     facts: &Facts,
     choice: &Choice,
     step4: &Opened<'_>,
-    limits_preparing: &mut Option<limits::Preparing>,
+    beside: &mut Beside,
     told: &mut Vec<String>,
 ) -> Result<(Outcome, bool), SetupError> {
     let Opened {
@@ -459,7 +469,7 @@ fn attempt(
     };
     // The limits are set up beside the next steps (limits::Preparing), joined after git's.
     let userns = matches!(choice.backend, Backend::Layered | Backend::Userns);
-    let limits = match limits_preparing.take() {
+    let limits = match beside.limits.take() {
         Some(preparing) if preparing.userns() == userns => preparing,
         _ => {
             let [procs, memory, cpu] = args.limits;
@@ -632,6 +642,11 @@ fn attempt(
     let status = args.status_fd.map(|fd| unsafe { StatusFd::from_raw(fd) });
     // Landlock: this process becomes the guardian of the tree and the rest of the run goes on
     // in its child (guardian.rs), forked here while no thread runs yet.
+    // (The set-up thread gave it before preparing the limits, joined above.)
+    let ahead = match (choice.backend, beside.ruleset.take()) {
+        (Backend::Landlock, Some(ahead)) => ahead.take().flatten(),
+        _ => None,
+    };
     let outcome =
         guardian::split(choice.backend, exec.interactive).and_then(
             |caller_mask| match Plan::build(
@@ -639,6 +654,7 @@ fn attempt(
                 opened,
                 allow_unix,
                 secrets,
+                ahead,
                 exec,
                 spec::Layers {
                     overlays: caches.overlays.clone(),

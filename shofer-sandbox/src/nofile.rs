@@ -43,6 +43,25 @@ pub(crate) fn raise() -> Result<(), String> {
     Ok(())
 }
 
+/// How many descriptors [`make_room`] makes room for.
+const ROOM: u64 = 4096;
+
+/// Grows this process's descriptor table to hold [`ROOM`] descriptors (or the soft limit),
+/// while one thread runs: the kernel grows a table shared by threads only after an RCU grace
+/// period (`expand_fdtable`'s `synchronize_rcu`), which cost the set-up thread 8-17 ms at its
+/// 256th descriptor (a dense home's Landlock read rules); one thread pays nothing for it, and
+/// a table never shrinks. One `open`, one `dup` to the top, two `close`s. Best effort.
+pub(crate) fn make_room() {
+    use rustix::fs::{Mode, OFlags};
+    let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    let Ok(top) = i32::try_from(soft.min(ROOM).saturating_sub(1)) else {
+        return;
+    };
+    if let Ok(fd) = rustix::fs::open("/", OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) {
+        let _ = rustix::io::fcntl_dupfd_cloexec(&fd, top);
+    }
+}
+
 /// Descriptors held from the start of a run for its end: a run that runs out of them at a
 /// later step still has these to put back what the command changed (the git restores), once
 /// [`Reserve`] is dropped.

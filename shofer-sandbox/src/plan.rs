@@ -45,7 +45,8 @@ pub(crate) struct Plan<'a> {
 impl<'a> Plan<'a> {
     /// Step 5: the chosen backend builds its confinement for `exec` over `opened`, with the
     /// `--allow-unix` paths `unix`, the secret locations to hide `secrets` (Landlock's read
-    /// rules; bubblewrap's mounts) and the protections' `layers`.
+    /// rules, in the ruleset the set-up thread began, `ahead`, when it fits; bubblewrap's
+    /// mounts) and the protections' `layers`.
     ///
     /// # Errors
     /// The backend's: a rule the kernel refuses, a command that cannot run (bubblewrap decides
@@ -55,16 +56,14 @@ impl<'a> Plan<'a> {
         opened: &'a OpenedPolicy,
         unix: &AllowUnix,
         secrets: &Resolved,
+        ahead: Option<crate::secretpaths::Ahead>,
         exec: ExecSpec,
         layers: Layers,
     ) -> Result<Plan<'a>, PlanError> {
         let confinement = match choice.backend {
-            Backend::Landlock => Confinement::Landlock(ruleset::plan(
-                opened,
-                unix,
-                &secrets.read_rules(),
-                choice.abi,
-            )?),
+            Backend::Landlock => {
+                Confinement::Landlock(ruleset::plan(opened, unix, secrets, ahead, choice.abi)?)
+            }
             Backend::Userns | Backend::Layered => {
                 // Mounts hide the secrets. A command that keeps a capability over file modes
                 // (a foreign-owned worktree, --keep-caps) would see a mode-0 directory's

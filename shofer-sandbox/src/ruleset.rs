@@ -35,9 +35,9 @@ use crate::writable::OpenedPolicy;
 
 /// Creates the ruleset for `opened`, the `--allow-unix` paths `unix` and the secret
 /// locations' read rules `reads` (with the host's `/dev` when the command sees it,
-/// `host_dev`) at Landlock ABI `abi` (1..=10). The rule descriptors are
-/// only borrowed (the namespace backends bind-mount them too). Apply the result with
-/// `RulesetCreated::restrict_self` in the child, last before exec.
+/// `host_dev`) at Landlock ABI `abi` (1..=10): [`begin`], then [`finish`]. The rule
+/// descriptors are only borrowed (the namespace backends bind-mount them too). Apply the
+/// result with `RulesetCreated::restrict_self` in the child, last before exec.
 ///
 /// # Errors
 /// [`SetupError::Landlock`] when the kernel refuses the ruleset or a rule.
@@ -48,35 +48,44 @@ pub(crate) fn create(
     host_dev: bool,
     abi: u32,
 ) -> Result<RulesetCreated, SetupError> {
+    finish(
+        begin(reads, host_dev, abi, opened.policy.net)?,
+        opened,
+        unix,
+        reads.active(),
+        abi,
+    )
+}
+
+/// The part of [`create`] that needs no writable set, so it can be made beside the
+/// supervisor's steps (`crate::secretpaths::Ahead`): the ruleset with its handled rights
+/// (reading too when `reads` hides anything, the network with `--net deny`, the scopes)
+/// and the secret locations' read rules.
+///
+/// # Errors
+/// [`SetupError::Landlock`] when the kernel refuses the ruleset or a rule.
+pub(crate) fn begin(
+    reads: &ReadRules,
+    host_dev: bool,
+    abi: u32,
+    net: NetPolicy,
+) -> Result<RulesetCreated, SetupError> {
     let err = |source| SetupError::Landlock { rule: None, source };
     let read = read_rights(reads.active());
     let fs = rights::fs_write_rights(abi) | read;
-    let file = rights::fs_file_rights(abi) | (read & AccessFs::ReadFile);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(fs)
         .map_err(err)?;
-    let net = rights::net_rights(abi);
-    if opened.policy.net == NetPolicy::Deny && !net.is_empty() {
-        ruleset = ruleset.handle_access(net).map_err(err)?;
+    let net_rights = rights::net_rights(abi);
+    if net == NetPolicy::Deny && !net_rights.is_empty() {
+        ruleset = ruleset.handle_access(net_rights).map_err(err)?;
     }
     let scopes = rights::scopes(abi);
     if !scopes.is_empty() {
         ruleset = ruleset.scope(scopes).map_err(err)?;
     }
     let mut created = ruleset.create().map_err(err)?;
-    for (rule, fd) in opened.policy.writable.iter().zip(&opened.fds) {
-        let mut access = if rule.is_dir { fs } else { file };
-        if rule.origin != RuleOrigin::Worktree {
-            access &= !AccessFs::ResolveUnix;
-        }
-        created = created
-            .add_rule(PathBeneath::new(fd, access))
-            .map_err(|source| SetupError::Landlock {
-                rule: Some(rule.path.clone()),
-                source,
-            })?;
-    }
     // The secret locations (crate::secretpaths): reading allowed everywhere else.
     let secret_err = |source| SetupError::Landlock {
         rule: Some("a read rule beside a secret location".into()),
@@ -102,6 +111,36 @@ pub(crate) fn create(
             .add_rule(PathBeneath::new(fd, access))
             .map_err(secret_err)?;
     }
+    Ok(created)
+}
+
+/// Adds to `created` (from [`begin`], whose `reads` hid something when `reading`) the rules
+/// of the writable set `opened` and of the `--allow-unix` paths `unix`, at ABI `abi`.
+///
+/// # Errors
+/// [`SetupError::Landlock`] when the kernel refuses a rule.
+pub(crate) fn finish(
+    mut created: RulesetCreated,
+    opened: &OpenedPolicy,
+    unix: &crate::gate::AllowUnix,
+    reading: bool,
+    abi: u32,
+) -> Result<RulesetCreated, SetupError> {
+    let read = read_rights(reading);
+    let fs = rights::fs_write_rights(abi) | read;
+    let file = rights::fs_file_rights(abi) | (read & AccessFs::ReadFile);
+    for (rule, fd) in opened.policy.writable.iter().zip(&opened.fds) {
+        let mut access = if rule.is_dir { fs } else { file };
+        if rule.origin != RuleOrigin::Worktree {
+            access &= !AccessFs::ResolveUnix;
+        }
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|source| SetupError::Landlock {
+                rule: Some(rule.path.clone()),
+                source,
+            })?;
+    }
     if fs.contains(AccessFs::ResolveUnix) {
         for (path, fd) in unix.paths.iter().zip(&unix.fds) {
             created = created
@@ -115,21 +154,27 @@ pub(crate) fn create(
     Ok(created)
 }
 
-/// The `landlock` backend's plan: the ruleset for `opened` at `abi`, and whether the caller
-/// holds capabilities to drop (root, or file capabilities).
+/// The `landlock` backend's plan: the ruleset for `opened` and the secret locations
+/// `secrets` at `abi` (begun beside the supervisor's steps, `ahead`, when that one fits),
+/// and whether the caller holds capabilities to drop (root, or file capabilities).
 ///
 /// # Errors
 /// As [`create`].
 pub(crate) fn plan(
     opened: &OpenedPolicy,
     unix: &crate::gate::AllowUnix,
-    reads: &ReadRules,
+    secrets: &crate::secretpaths::Resolved,
+    ahead: Option<crate::secretpaths::Ahead>,
     abi: u32,
 ) -> Result<LandlockPlan, SetupError> {
     // Safety: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
+    let ruleset = match ahead.and_then(|a| a.fits(secrets, abi, opened.policy.net)) {
+        Some((created, reading)) => finish(created, opened, unix, reading, abi)?,
+        None => create(opened, unix, &secrets.read_rules(), true, abi)?,
+    };
     Ok(LandlockPlan {
-        ruleset: create(opened, unix, reads, true, abi)?,
+        ruleset,
         caller_privileged: root || capabilities::holds_any(),
         abi,
     })

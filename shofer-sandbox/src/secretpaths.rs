@@ -235,6 +235,36 @@ fn cover(path: &Path, allowed: &[&Path], out: &mut Vec<Cover>) {
     });
 }
 
+/// A Landlock ruleset begun on the set-up thread for the locations it expected to hide
+/// ([`Found::ahead`]).
+pub(crate) struct Ahead {
+    hidden: Vec<PathBuf>,
+    allowed_inside: Vec<PathBuf>,
+    abi: u32,
+    net: shofer_core::policy::NetPolicy,
+    /// Reading is handled (something is hidden).
+    reading: bool,
+    ruleset: landlock::RulesetCreated,
+}
+
+impl Ahead {
+    /// The ruleset, and whether reading is handled, when it was begun for what `secrets`
+    /// hides at `abi` with `net` (else `None`: the writable set kept a location readable, and
+    /// the ruleset is made again).
+    pub(crate) fn fits(
+        self,
+        secrets: &Resolved,
+        abi: u32,
+        net: shofer_core::policy::NetPolicy,
+    ) -> Option<(landlock::RulesetCreated, bool)> {
+        (self.hidden == secrets.hidden
+            && self.allowed_inside == secrets.allowed_inside
+            && self.abi == abi
+            && self.net == net)
+            .then_some((self.ruleset, self.reading))
+    }
+}
+
 /// The Landlock read rules of [`Found::resolve`]: open `O_PATH` descriptors.
 #[derive(Debug, Default)]
 pub(crate) struct ReadRules {
@@ -313,7 +343,7 @@ fn absolute(path: &Path, cwd: &Path) -> PathBuf {
 }
 
 /// What [`find`] looked up, before the writable set is consulted ([`Found::resolve`]).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Found {
     /// The default set's locations and `--hide`'s, after `--allow-read`, in order.
     wanted: Vec<PathBuf>,
@@ -324,7 +354,7 @@ pub(crate) struct Found {
 }
 
 /// One location as [`find`] found it.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Probe {
     /// Its canonical path; `None` when missing or a dangling symlink (nothing to read behind).
     canonical: Option<PathBuf>,
@@ -504,6 +534,29 @@ impl Found {
     /// The locations this run hides, the existing ones it leaves readable because the writable
     /// set `opened` holds them, and the `--allow-read` paths inside hidden ones.
     pub(crate) fn resolve(&self, opened: &OpenedPolicy) -> Resolved {
+        self.resolve_with(|path| conflict(opened, path))
+    }
+
+    /// Landlock's ruleset begun for what [`Found::resolve`] will hide if the writable set
+    /// holds none of the locations (the usual case), with the read rules: on the set-up thread,
+    /// at ABI `abi` with `net`, for Landlock alone (which sees the host's `/dev`). `None` when
+    /// the kernel refused it (step 5 then meets the refusal itself).
+    pub(crate) fn ahead(&self, abi: u32, net: shofer_core::policy::NetPolicy) -> Option<Ahead> {
+        let expected = self.resolve_with(|_| None);
+        let reads = read_rules(&expected.hidden, &expected.allowed_inside);
+        let ruleset = crate::ruleset::begin(&reads, true, abi, net).ok()?;
+        Some(Ahead {
+            hidden: expected.hidden,
+            allowed_inside: expected.allowed_inside,
+            abi,
+            net,
+            reading: reads.active(),
+            ruleset,
+        })
+    }
+
+    /// [`Found::resolve`], with `conflict` saying why the writable set keeps a path readable.
+    fn resolve_with(&self, conflict: impl Fn(&Path) -> Option<&'static str>) -> Resolved {
         let mut out = Resolved::default();
         // (location, whether its symlinks are looked at): the default set's and --hide's,
         // then the targets of the symlinks found in them.
@@ -525,14 +578,14 @@ impl Found {
             }
             let mut names: Vec<&PathBuf> =
                 std::iter::once(canonical).chain(&probe.aliases).collect();
-            if let Some(why) = names.iter().find_map(|n| conflict(opened, n)) {
+            if let Some(why) = names.iter().find_map(|n| conflict(n)) {
                 out.not_hidden.push((canonical.clone(), why));
                 continue;
             }
             // An inner filesystem's alias the writable set holds leaves that filesystem
             // readable there (named), not the whole location.
             for inner in &probe.inner {
-                match conflict(opened, inner) {
+                match conflict(inner) {
                     Some(why) => out.not_hidden.push((inner.clone(), why)),
                     None => names.push(inner),
                 }
