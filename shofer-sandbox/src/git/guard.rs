@@ -237,13 +237,19 @@ impl GitGuard {
             }
             GitLayout::None | GitLayout::Rejected(_) => {}
         }
+        // Grouped by directory: each opened once (the agents' and editors' files at the
+        // worktree's top are eight names in one directory).
+        let mut by_dir: Vec<(&Path, Vec<&str>)> = Vec::new();
         for c in &controls.read_only {
             let known = entries.iter().any(|g| g.dir_path.join(&g.name) == c.path);
             if !known && c.path.starts_with(worktree) && !c.path.starts_with(worktree.join(".git"))
             {
                 match (c.path.parent(), c.path.file_name().map(|n| n.to_str())) {
                     (Some(parent), Some(Some(name))) => {
-                        add(&mut entries, parent.to_path_buf(), &[name])
+                        match by_dir.iter_mut().find(|(d, _)| *d == parent) {
+                            Some((_, names)) => names.push(name),
+                            None => by_dir.push((parent, vec![name])),
+                        }
                     }
                     // Guarded names are text (the journal holds them as such).
                     _ => notes.push(format!(
@@ -252,6 +258,9 @@ impl GitGuard {
                     )),
                 }
             }
+        }
+        for (dir, names) in by_dir {
+            add(&mut entries, dir.to_path_buf(), &names);
         }
         let nested = match layout {
             GitLayout::Linked { gitdir, common } => Some(NestedScan::new(
