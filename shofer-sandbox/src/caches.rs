@@ -283,12 +283,14 @@ pub(crate) fn kernel_overlays_in_userns(release: &str) -> bool {
 
 /// Step 4: the package caches of a run over `worktree` (canonical), with
 /// overlays when `overlays` (a namespace backend on Linux 5.11+) else the environment;
-/// `writable`: the run's writable set (the state directory must lie outside it). The
+/// `writable`: the run's writable set (the state directory must lie outside it; canonical in
+/// `state_writable`). The
 /// variables of [`Plan::env_set`] are for the command only (never set here). `Off` when `enabled` is
 /// false (`--no-package-caches`) or no state directory can be used (the reason says why).
 pub(crate) fn prepare(
     worktree: &Path,
     writable: &[PathBuf],
+    state_writable: &shofer_sys::statedir::Writable,
     overlays: Result<(), String>,
     enabled: bool,
 ) -> Plan {
@@ -303,7 +305,7 @@ pub(crate) fn prepare(
     };
     let key = worktree_key(worktree);
     let dir = root.join(&key);
-    let state = match shofer_sys::statedir::create(&dir, writable) {
+    let state = match shofer_sys::statedir::create_in(&dir, state_writable) {
         Ok(s) => s,
         Err(e) => return Plan::off(format!("the state directory cannot be used: {e}")),
     };

@@ -342,6 +342,7 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
             .iter()
             .map(|r| r.path.clone())
             .collect::<Vec<_>>(),
+        opened.state_writable(),
         overlays_possible(choice.backend, &facts.kernel),
         !args.no_package_caches,
     );

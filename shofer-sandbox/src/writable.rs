@@ -22,9 +22,28 @@ pub struct OpenedPolicy {
     pub policy: Policy,
     /// One descriptor per `policy.writable` entry, same order.
     pub fds: Vec<OwnedFd>,
+    /// [`OpenedPolicy::state_writable`], once asked for (until a path is added).
+    state_writable: std::sync::OnceLock<shofer_sys::statedir::Writable>,
 }
 
 impl OpenedPolicy {
+    /// The writable set as the state directories' checks need it (`shofer_sys::statedir`):
+    /// canonical, read from the descriptors held (one `readlink` each, once per set, where
+    /// each check would resolve every path again: an `open`, `readlink` and `close` apiece,
+    /// three checks a run). A path whose object is gone since counts as written.
+    pub fn state_writable(&self) -> &shofer_sys::statedir::Writable {
+        self.state_writable.get_or_init(|| {
+            shofer_sys::statedir::Writable::of_canonical(
+                self.policy
+                    .writable
+                    .iter()
+                    .zip(&self.fds)
+                    .map(|(r, fd)| shofer_sys::fd::path_of(fd).unwrap_or_else(|| r.path.clone()))
+                    .collect(),
+            )
+        })
+    }
+
     /// The worktree's `O_PATH` descriptor.
     pub fn worktree_fd(&self) -> &OwnedFd {
         self.policy
@@ -40,6 +59,7 @@ impl OpenedPolicy {
     /// following a symlink (one that fails is skipped), placed before the `--allow-write`
     /// paths (a derived path the caller named too keeps the derived origin).
     pub fn insert_derived(&mut self, dirs: Vec<PathBuf>, origin: RuleOrigin) {
+        self.state_writable = std::sync::OnceLock::new();
         let mut at = self
             .policy
             .writable
@@ -146,6 +166,7 @@ pub fn build(
             net,
         },
         fds: set.fds,
+        state_writable: std::sync::OnceLock::new(),
     })
 }
 

@@ -21,11 +21,21 @@ use rustix::pipe::{PipeFlags, SpliceFlags};
 pub fn canonicalize(path: &std::path::Path) -> io::Result<std::path::PathBuf> {
     use rustix::fs::{Mode, OFlags};
     let fd = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
-    match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+    match path_of(&fd) {
+        Some(p) => Ok(p),
+        None => std::fs::canonicalize(path),
+    }
+}
+
+/// The canonical path of what `fd` names, as the kernel shows it (`/proc/self/fd/N`: one
+/// `readlink`); `None` for an object deleted since, or one with no path from this process's
+/// root.
+pub fn path_of(fd: impl AsFd) -> Option<std::path::PathBuf> {
+    match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())) {
         Ok(p) if p.is_absolute() && !p.as_os_str().as_encoded_bytes().ends_with(b" (deleted)") => {
-            Ok(p)
+            Some(p)
         }
-        _ => std::fs::canonicalize(path),
+        _ => None,
     }
 }
 

@@ -119,7 +119,35 @@ pub struct StateDir {
 /// # Errors
 /// [`StateDirError`], naming the directory and what is wrong.
 pub fn check(path: &Path, writable: &[PathBuf]) -> Result<StateDir, StateDirError> {
-    check_among(path, &canonical_all(writable))
+    check_in(path, &Writable::canonical(writable))
+}
+
+/// [`check`] against a [`Writable`] made once for several checks.
+///
+/// # Errors
+/// As [`check`].
+pub fn check_in(path: &Path, writable: &Writable) -> Result<StateDir, StateDirError> {
+    check_among(path, &writable.0)
+}
+
+/// The writable set a state directory must stay outside of, its paths canonical: made once
+/// for the several checks of one run ([`check_in`], [`create_in`]), rather than resolved again
+/// at each.
+#[derive(Clone, Debug, Default)]
+pub struct Writable(Vec<PathBuf>);
+
+impl Writable {
+    /// `paths` canonicalised where they exist, as given where they do not (an `open`, a
+    /// `readlink` and a `close` each).
+    pub fn canonical(paths: &[PathBuf]) -> Writable {
+        Writable(canonical_all(paths))
+    }
+
+    /// Paths that are canonical already: those the kernel shows for descriptors the caller
+    /// holds ([`crate::fd::path_of`]).
+    pub fn of_canonical(paths: Vec<PathBuf>) -> Writable {
+        Writable(paths)
+    }
 }
 
 /// [`check`] with `writable` canonical already.
@@ -266,8 +294,16 @@ fn writable_around(canon: &Path, writable: &[PathBuf]) -> Option<PathBuf> {
 /// # Errors
 /// As [`check`]; mkdir(2) failures as [`StateDirError::Open`].
 pub fn create(path: &Path, writable: &[PathBuf]) -> Result<StateDir, StateDirError> {
+    create_in(path, &Writable::canonical(writable))
+}
+
+/// [`create`] against a [`Writable`] made once for several checks.
+///
+/// # Errors
+/// As [`create`].
+pub fn create_in(path: &Path, writable: &Writable) -> Result<StateDir, StateDirError> {
     use std::os::unix::fs::DirBuilderExt;
-    let writable = canonical_all(writable);
+    let writable = &writable.0;
     let mut existing = path;
     let mut rest = Vec::new();
     while std::fs::symlink_metadata(existing).is_err() {
@@ -281,7 +317,7 @@ pub fn create(path: &Path, writable: &[PathBuf]) -> Result<StateDir, StateDirErr
     }
     if let Ok(base) = crate::fd::canonicalize(existing) {
         let would_be = rest.iter().rev().fold(base, |p, n| p.join(n));
-        if let Some(root) = writable_around(&would_be, &writable) {
+        if let Some(root) = writable_around(&would_be, writable) {
             return Err(StateDirError::Writable {
                 path: would_be,
                 root,
@@ -296,7 +332,7 @@ pub fn create(path: &Path, writable: &[PathBuf]) -> Result<StateDir, StateDirErr
             path: path.to_path_buf(),
             source,
         })?;
-    check_among(path, &writable)
+    check_among(path, writable)
 }
 
 /// [`check`] for kernels without `openat2` (before Linux 5.6): one `openat(O_NOFOLLOW)` per

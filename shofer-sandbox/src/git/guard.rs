@@ -877,7 +877,7 @@ impl JournalScope {
 /// `~/.local/state/shofer/git-guard`); created with
 /// mode 0700 and checked to be a real directory owned by us. `None` if none of them is usable
 /// or every candidate lies inside `writable` (the command could then edit the journal).
-pub fn journal_dir(writable: &[PathBuf]) -> Option<PathBuf> {
+pub fn journal_dir(writable: &shofer_sys::statedir::Writable) -> Option<PathBuf> {
     state_dir(JOURNAL_LEAF, writable)
 }
 
@@ -891,22 +891,25 @@ pub const JOURNAL_LEAF: &str = "git-guard";
 /// `writable` nor holds one. `None` otherwise. Never a shared temporary directory such as
 /// `/var/tmp`: another run given it as its temporary directory (`TMPDIR=/var/tmp`) could
 /// plant entries there for a later run to trust.
-pub fn state_dir(leaf: &str, writable: &[PathBuf]) -> Option<PathBuf> {
+pub fn state_dir(leaf: &str, writable: &shofer_sys::statedir::Writable) -> Option<PathBuf> {
     // The same check as every read of it ([`checked_state_dirs`]).
     state_candidates(leaf)
         .iter()
-        .find_map(|c| shofer_sys::statedir::create(c, writable).ok())
+        .find_map(|c| shofer_sys::statedir::create_in(c, writable).ok())
         .map(|d| d.path)
 }
 
 /// The existing state directories `leaf` that pass the check [`state_dir`] makes (for
 /// reading what earlier runs left there: [`shofer_sys::statedir::check`]); one that exists
 /// and fails it is named on stderr, once per call, and not read.
-pub fn checked_state_dirs(leaf: &str, writable: &[PathBuf]) -> Vec<shofer_sys::statedir::StateDir> {
+pub fn checked_state_dirs(
+    leaf: &str,
+    writable: &shofer_sys::statedir::Writable,
+) -> Vec<shofer_sys::statedir::StateDir> {
     state_candidates(leaf)
         .iter()
         .filter(|c| std::fs::symlink_metadata(c).is_ok())
-        .filter_map(|c| match shofer_sys::statedir::check(c, writable) {
+        .filter_map(|c| match shofer_sys::statedir::check_in(c, writable) {
             Ok(d) => Some(d),
             Err(e) => {
                 eprintln!(

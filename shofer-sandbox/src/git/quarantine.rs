@@ -363,7 +363,7 @@ impl Quarantine {
         common: &Path,
         sha256: bool,
         worktree: &str,
-        writable: &[PathBuf],
+        writable: &shofer_sys::statedir::Writable,
     ) -> io::Result<(Quarantine, Migrated)> {
         let root = crate::git::guard::state_dir(LEAF, writable).ok_or_else(|| {
             io::Error::other(
@@ -585,7 +585,7 @@ fn forget_gone(root: &Path) {
 
 /// The existing state directories of quarantines that pass the check their creation makes,
 /// against `writable` ([`crate::git::guard::checked_state_dirs`]).
-fn roots(writable: &[PathBuf]) -> Vec<PathBuf> {
+fn roots(writable: &shofer_sys::statedir::Writable) -> Vec<PathBuf> {
     crate::git::guard::checked_state_dirs(LEAF, writable)
         .into_iter()
         .map(|d| d.path)
@@ -611,7 +611,7 @@ fn settle_idle(
 /// Settles the quarantines of killed runs on the repository whose common dir is `common`
 /// (unlocked ones): what they hold is moved into the store. Only state directories outside
 /// `writable` (the paths a sandboxed command may write) are read.
-pub fn sweep(common: &Path, sha256: bool, writable: &[PathBuf]) -> Migrated {
+pub fn sweep(common: &Path, sha256: bool, writable: &shofer_sys::statedir::Writable) -> Migrated {
     sweep_in(&roots(writable), common, sha256)
 }
 

@@ -107,6 +107,7 @@ impl GitRun {
             _ => None,
         };
         let writable = writable_paths(opened);
+        let state_writable = opened.state_writable();
         let mut objects = None;
         let mut object_quarantine = None;
         if let Some((common, name)) = common {
@@ -120,7 +121,7 @@ impl GitRun {
                     "shofer-sandbox: note: no object quarantine under bubblewrap with --keep-caps (the command could remount the store read-write): existing objects are checked when the command ends instead"
                 );
             } else if structural {
-                match Quarantine::take(&common, sha256, &name, &writable) {
+                match Quarantine::take(&common, sha256, &name, state_writable) {
                     Ok((q, settled)) => {
                         announce_migrated(&settled, earlier, &opened.policy.worktree);
                         object_quarantine = Some(q);
@@ -131,7 +132,7 @@ impl GitRun {
                     ),
                 }
             } else {
-                let settled = quarantine::sweep(&common, sha256, &writable);
+                let settled = quarantine::sweep(&common, sha256, state_writable);
                 announce_migrated(&settled, earlier, &opened.policy.worktree);
             }
             if object_quarantine.is_none() {
@@ -169,7 +170,7 @@ impl GitRun {
         // supervisor, by the next run from the journal (else that run would take it for the
         // user's).
         if (!structural && has_entries) || (structural && guard.has_absent()) {
-            match guard::journal_dir(&writable) {
+            match guard::journal_dir(state_writable) {
                 Some(dir) => match guard.write_journal(&dir, &opened.policy.worktree, structural) {
                     Ok(()) => journal = Some(dir),
                     Err(e) => journal_missing = Some(format!("{}: {e}", dir.display())),
@@ -450,6 +451,7 @@ fn take_view(opened: &OpenedPolicy, repo: &Repo) -> Option<View> {
             &opened.policy.worktree,
             protect::uses_sha256(&common),
             &writable_paths(opened),
+            opened.state_writable(),
         ) {
             Ok(v) => return Some(v),
             Err(e) => e,
@@ -488,7 +490,7 @@ fn announce_migrated(m: &Migrated, whose: &str, worktree: &Path) {
 /// Finishes the restores of the journals in the state directories that pass the check
 /// against `writable` (the paths a sandboxed command may write: a journal there could be the
 /// command's).
-fn repair(worktree: &Path, writable: &[PathBuf]) -> Option<Restored> {
+fn repair(worktree: &Path, writable: &shofer_sys::statedir::Writable) -> Option<Restored> {
     let wt = std::fs::canonicalize(worktree).ok()?;
     let mut out = Restored::default();
     let mut any = false;
@@ -519,7 +521,7 @@ fn writable_paths(opened: &OpenedPolicy) -> Vec<PathBuf> {
 /// A restore that still fails: the run is refused (a control file may hold the command's
 /// version).
 pub fn repair_before_run(worktree: &Path, opened: &OpenedPolicy) -> Result<bool, super::Error> {
-    let Some(r) = repair(worktree, &writable_paths(opened)) else {
+    let Some(r) = repair(worktree, opened.state_writable()) else {
         return Ok(false);
     };
     guard::announce(&r, "restored from the journal of a run that was killed");
@@ -558,7 +560,8 @@ pub fn repair_command(worktree: &Path) -> i32 {
             writable_paths(&o)
         })
         .unwrap_or_else(|_| vec![worktree.to_path_buf()]);
-    let r = repair(worktree, &writable).unwrap_or_default();
+    let state_writable = shofer_sys::statedir::Writable::canonical(&writable);
+    let r = repair(worktree, &state_writable).unwrap_or_default();
     let common = paths::open_nofollow(worktree).ok().and_then(|fd| {
         match crate::git::layout::discover(worktree, &fd) {
             GitLayout::Linked { common, .. } => Some(common),
@@ -567,7 +570,7 @@ pub fn repair_command(worktree: &Path) -> i32 {
         }
     });
     let m = common
-        .map(|c| quarantine::sweep(&c, protect::uses_sha256(&c), &writable))
+        .map(|c| quarantine::sweep(&c, protect::uses_sha256(&c), &state_writable))
         .unwrap_or_default();
     // Said once, by announce_migrated: they are objects, not control files.
     announce_migrated(&m, "of an earlier run", worktree);

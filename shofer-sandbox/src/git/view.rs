@@ -154,7 +154,8 @@ pub fn unsupported(common: &Path) -> Option<&'static str> {
 
 impl View {
     /// Makes the view of `common` for the worktree whose gitdir is `gitdir` (`common` itself
-    /// for the main worktree), in the supervisor's state directory outside `writable`.
+    /// for the main worktree), in the supervisor's state directory outside the writable set
+    /// (`writable`, for the nested check; `state_writable`, canonical, for the directory's).
     ///
     /// # Errors
     /// No state directory, another run of this worktree holds its view, or the copy fails.
@@ -164,8 +165,9 @@ impl View {
         worktree: &Path,
         sha256: bool,
         writable: &[PathBuf],
+        state_writable: &shofer_sys::statedir::Writable,
     ) -> Result<View, String> {
-        let root = super::guard::state_dir(LEAF, writable)
+        let root = super::guard::state_dir(LEAF, state_writable)
             .ok_or("no directory of the supervisor's own outside the writable set")?;
         let gitdir_rel = gitdir
             .strip_prefix(common)
