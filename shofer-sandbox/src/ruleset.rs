@@ -28,6 +28,8 @@ use landlock::{
 use shofer_core::policy::{NetPolicy, RuleOrigin};
 use shofer_core::rights;
 
+use std::os::fd::{AsFd, AsRawFd};
+
 use crate::capabilities;
 use crate::error::SetupError;
 use crate::secretpaths::ReadRules;
@@ -85,33 +87,79 @@ pub(crate) fn begin(
     if !scopes.is_empty() {
         ruleset = ruleset.scope(scopes).map_err(err)?;
     }
-    let mut created = ruleset.create().map_err(err)?;
-    // The secret locations (crate::secretpaths): reading allowed everywhere else.
-    let secret_err = |source| SetupError::Landlock {
-        rule: Some("a read rule beside a secret location".into()),
+    let created = ruleset.create().map_err(err)?;
+    if !reads.active() {
+        return Ok(created);
+    }
+    // The secret locations (crate::secretpaths): reading allowed everywhere else, a rule per
+    // entry of each directory that holds one.
+    let secret_err = |source| SetupError::Syscall {
+        op: "landlock_add_rule: a read rule beside a secret location",
         source,
     };
+    let ruleset_fd = created
+        .try_clone()
+        .ok()
+        .and_then(Option::<std::os::fd::OwnedFd>::from)
+        .ok_or_else(|| secret_err(std::io::Error::from_raw_os_error(libc::EBADF)))?;
     for fd in &reads.listable {
-        created = created
-            .add_rule(PathBeneath::new(fd, AccessFs::ReadDir))
-            .map_err(secret_err)?;
+        add_read_rule(&ruleset_fd, fd, AccessFs::ReadDir.into()).map_err(secret_err)?;
     }
-    let dev = if host_dev && reads.active() {
+    let dev = if host_dev {
         reads.host_dev()
     } else {
         Vec::new()
     };
     for (fd, is_dir) in reads.readable.iter().chain(&dev) {
-        let access = if *is_dir {
-            read
-        } else {
-            read & AccessFs::ReadFile
-        };
-        created = created
-            .add_rule(PathBeneath::new(fd, access))
-            .map_err(secret_err)?;
+        let file = read & AccessFs::ReadFile;
+        match add_read_rule(&ruleset_fd, fd, if *is_dir { read } else { file }) {
+            // Listed as a directory, a file by now (swapped since): a file's rights.
+            Err(e) if *is_dir && e.raw_os_error() == Some(libc::EINVAL) => {
+                add_read_rule(&ruleset_fd, fd, file).map_err(secret_err)?;
+            }
+            r => r.map_err(secret_err)?,
+        }
     }
     Ok(created)
+}
+
+/// `landlock_add_rule(2)`'s `struct landlock_path_beneath_attr`.
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// Adds a rule granting `access` (read rights, which every ABI knows, handled by the ruleset)
+/// beneath `fd` to the ruleset `ruleset`: the raw call, since the landlock crate's `add_rule`
+/// first asks `fstat` whether the descriptor is a directory, and a dense home's read rules
+/// are hundreds (the caller knows the kind from the listing).
+fn add_read_rule(
+    ruleset: &impl AsFd,
+    fd: &impl AsFd,
+    access: BitFlags<AccessFs>,
+) -> std::io::Result<()> {
+    const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+    let attr = PathBeneathAttr {
+        allowed_access: access.bits(),
+        parent_fd: fd.as_fd().as_raw_fd(),
+    };
+    // Safety: both descriptors are open for the call (borrowed); `attr` is the kernel's
+    // packed layout, read during the call only; flags must be 0.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_fd().as_raw_fd(),
+            LANDLOCK_RULE_PATH_BENEATH,
+            std::ptr::addr_of!(attr),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Adds to `created` (from [`begin`], whose `reads` hid something when `reading`) the rules
