@@ -316,8 +316,8 @@ fn try_run(args: RunArgs) -> Result<(Outcome, bool), SetupError> {
     let (before, repo) = open()?;
     phases::mark("writable");
     let restored = git::repair_before_run(&args.worktree, &before)?;
-    // (No other thread reads the environment but through std's lock.) Not where git works in a private view: the caller's
-    // environment passes unchanged there.
+    // (No other thread reads the environment but through std's lock.) Not where git works
+    // in a private view: the caller's environment passes unchanged there.
     if !repo.private_view_likely(choice.backend, args.keep_caps, &before.policy.worktree) {
         git::set_git_settings();
     }
@@ -641,13 +641,14 @@ fn attempt(
     // Safety: the caller handed us this descriptor with --status-fd and `exec_spec` checked
     // it is open; nothing else here owns it.
     let status = args.status_fd.map(|fd| unsafe { StatusFd::from_raw(fd) });
-    // Landlock: this process becomes the guardian of the tree and the rest of the run goes on
-    // in its child (guardian.rs), forked here while no thread runs yet.
-    // (The set-up thread gave it before preparing the limits, joined above.)
+    // Landlock alone's ruleset as the set-up thread began it (given before it prepared the
+    // limits, joined above).
     let ahead = match (choice.backend, beside.ruleset.take()) {
         (Backend::Landlock, Some(ahead)) => ahead.take().flatten(),
         _ => None,
     };
+    // Landlock: this process becomes the guardian of the tree and the rest of the run goes on
+    // in its child (guardian.rs), forked here while no thread runs yet.
     let outcome =
         guardian::split(choice.backend, exec.interactive).and_then(
             |caller_mask| match Plan::build(

@@ -16,8 +16,8 @@
 //!   namespace, so the host's processes of the same user do not count (host root is exempt,
 //!   hence the cgroup first). Memory and CPU have no such fallback: not enforced, and said so.
 //!
-//! The cgroupfs calls run on a thread beside the supervisor's steps 4 and 5, after the secret lookups
-//! ([`Preparing`]), joined before the command starts.
+//! The cgroupfs calls run on a thread beside the supervisor's steps 4 and 5, after the secret
+//! lookups ([`Preparing`]), joined before the command starts.
 //!
 //! # A cgroup's life
 //! Making and removing a v1 memory cgroup costs 80-185 µs a run on these machines, a pids one

@@ -369,9 +369,9 @@ struct Probe {
 }
 
 /// The locations this run would hide, found without the writable set: everything
-/// [`Found::resolve`] needs from the file system, the mount table and the environment (`env`, a copy
-/// of it), so it can run beside step 4's other work (`crate::run`): it reads, opens nothing it
-/// keeps, and changes nothing.
+/// [`Found::resolve`] needs from the file system, the mount table and the environment (`env`,
+/// a copy of it), so it can run beside step 4's other work (`crate::run`): it reads, opens
+/// nothing it keeps, and changes nothing.
 ///
 /// Cost: each base directory (a home, its XDG directories, each also cleaned of `..`) is
 /// listed once, and only the locations whose first component is listed there (ASCII case
